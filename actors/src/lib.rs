@@ -1,0 +1,24 @@
+//! spillway's actors and the messages between them.
+//!
+//! - [`Listener`] accepts connections and spreads them over arbiters.
+//! - [`Connection`] decodes frames, batches records per read, writes
+//!   responses in order (pipelined, bounded window).
+//! - [`ShardFlusher`] owns a shard's I/O thread: group commit, no timer.
+//! - [`SegmentSealer`] preallocates and seals segments beside the flusher.
+//!
+//! This crate may depend on the protocol, the WAB and sink-sdk; it must not
+//! depend on the runtime (config files, CLI) or on any particular sink.
+
+pub mod connection;
+pub mod flusher;
+pub mod listener;
+pub mod sealer;
+pub mod shard;
+pub mod stats;
+
+pub use connection::{Connection, ConnectionContext, ConnectionLimits, StopReading};
+pub use flusher::{FlusherConfig, ShardFlusher, StopShard};
+pub use listener::{bind_socket, BindError, Listener};
+pub use sealer::{SealerMsg, SegmentSealer};
+pub use shard::{AppendBatch, Committed, PendingRecord, ShardHealth, ShardQueue, ShardStats, WabBudget};
+pub use stats::{DaemonStats, RateLimiter};

@@ -1,0 +1,165 @@
+//! The Listener actor: owns the Unix socket, accepts connections, enforces
+//! `max_connections`, and starts each Connection on one of the connection
+//! arbiters (round robin, one per core), pinned to a shard.
+//!
+//! [`bind_socket`] prepares the socket file: parent folder created 0700 if
+//! missing, a stale socket left by a dead daemon replaced, a live one
+//! refused, the new socket chmod 0600 (created under a restrictive umask so
+//! it is never reachable by others, even for an instant).
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use tokio::net::UnixListener;
+
+use crate::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
+use crate::shard::ShardQueue;
+
+/// Why the socket could not be bound.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("another spillway daemon is already listening on {0} (stop it, or set server.socket_path to another path)")]
+    InUse(PathBuf),
+    #[error("{path} exists and is not a socket; refusing to replace it")]
+    NotASocket { path: PathBuf },
+    #[error("creating socket folder {path}: {source}")]
+    Folder { path: PathBuf, source: io::Error },
+    #[error("binding {path}: {source}")]
+    Bind { path: PathBuf, source: io::Error },
+}
+
+/// Bind the daemon's socket, replacing a stale one.
+pub fn bind_socket(path: &Path) -> Result<StdUnixListener, BindError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|source| BindError::Folder { path: parent.to_path_buf(), source })?;
+        }
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(BindError::NotASocket { path: path.to_path_buf() });
+        }
+        match StdUnixStream::connect(path) {
+            Ok(_) => return Err(BindError::InUse(path.to_path_buf())),
+            Err(_) => {
+                tracing::info!(path = %path.display(), "replacing a stale socket left by a daemon that is gone");
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+    // SAFETY: umask is process-wide but only affects file creation; bind is
+    // the only creation in flight during start-up.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = StdUnixListener::bind(path);
+    unsafe { libc::umask(old) };
+    let listener = bound.map_err(|source| BindError::Bind { path: path.to_path_buf(), source })?;
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| BindError::Bind { path: path.to_path_buf(), source })?;
+    Ok(listener)
+}
+
+/// Accepts connections. Runs on the system arbiter.
+pub struct Listener {
+    listener: Option<StdUnixListener>,
+    shared: Arc<ConnectionContext>,
+    /// Arbiters connections are spread over.
+    arbiters: Vec<ArbiterHandle>,
+    shards: Vec<Arc<ShardQueue>>,
+    max_connections: usize,
+    next_arbiter: usize,
+    next_shard: usize,
+}
+
+impl Listener {
+    pub fn new(
+        listener: StdUnixListener,
+        shared: Arc<ConnectionContext>,
+        arbiters: Vec<ArbiterHandle>,
+        shards: Vec<Arc<ShardQueue>>,
+        max_connections: usize,
+    ) -> Self {
+        assert!(!arbiters.is_empty() && !shards.is_empty());
+        Listener { listener: Some(listener), shared, arbiters, shards, max_connections, next_arbiter: 0, next_shard: 0 }
+    }
+
+    fn accept_loop(&mut self, ctx: &mut Context<Self>, listener: Rc<UnixListener>) {
+        let l = listener.clone();
+        let fut = async move { l.accept().await };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            match res {
+                Ok((stream, _)) => act.on_accept(stream),
+                Err(e) => tracing::warn!(error = %e, "accept failed"),
+            }
+            act.accept_loop(ctx, listener);
+        }));
+    }
+
+    fn on_accept(&mut self, stream: tokio::net::UnixStream) {
+        let live = self.shared.live.fetch_add(1, Ordering::Relaxed) + 1;
+        if live > self.max_connections {
+            self.shared.live.fetch_sub(1, Ordering::Relaxed);
+            self.shared.stats.connections_refused.fetch_add(1, Ordering::Relaxed);
+            if self.shared.stats.log_limiter.allow() {
+                tracing::warn!(max_connections = self.max_connections, "connection refused: server.max_connections reached");
+            }
+            drop(stream);
+            return;
+        }
+        self.shared.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        let std_stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                self.shared.live.fetch_sub(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "could not detach an accepted socket");
+                return;
+            }
+        };
+        let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
+        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
+        self.next_arbiter += 1;
+        let shard = self.shards[self.next_shard % self.shards.len()].clone();
+        self.next_shard += 1;
+        let shared = self.shared.clone();
+        // The socket must be registered with the runtime of the arbiter
+        // that polls it, so it crosses as a std socket and is adopted there.
+        let started = arbiter.spawn_fn(move || match tokio::net::UnixStream::from_std(std_stream) {
+            Ok(stream) => {
+                Connection::new(id, stream, shard, shared).start();
+            }
+            Err(e) => {
+                shared.live.fetch_sub(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "could not register a connection on its arbiter");
+            }
+        });
+        if !started {
+            tracing::error!(conn = id, "connection arbiter is gone; connection dropped");
+        }
+    }
+}
+
+impl Actor for Listener {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(std_listener) = self.listener.take() else { return };
+        match UnixListener::from_std(std_listener) {
+            Ok(l) => self.accept_loop(ctx, Rc::new(l)),
+            Err(e) => {
+                tracing::error!(error = %e, "could not register the listening socket");
+                ctx.stop();
+            }
+        }
+    }
+}

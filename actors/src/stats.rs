@@ -1,0 +1,66 @@
+//! Daemon-wide counters shared by the listener and connections, read by
+//! `spillway ctl stats`, the metrics endpoint and the bench.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use spillway_protocol::NackReason;
+
+/// Counters of the ingest side (shard counters live in [`crate::ShardStats`]).
+#[derive(Debug, Default)]
+pub struct DaemonStats {
+    pub connections_accepted: AtomicU64,
+    /// Closed at once because `max_connections` were open.
+    pub connections_refused: AtomicU64,
+    pub read_timeouts: AtomicU64,
+    /// Nacks sent, indexed by reason byte (index 0 unused).
+    pub nacks: [AtomicU64; 11],
+    /// Limits warnings about bad clients so one hostile peer cannot flood the log.
+    pub log_limiter: RateLimiter,
+}
+
+impl DaemonStats {
+    pub fn count_nack(&self, reason: NackReason) {
+        self.nacks[reason.as_byte() as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn nack_count(&self, reason: NackReason) -> u64 {
+        self.nacks[reason.as_byte() as usize].load(Ordering::Relaxed)
+    }
+}
+
+/// Allows `per_second` events per wall-clock second; reports how many were
+/// suppressed when the next second starts.
+#[derive(Debug)]
+pub struct RateLimiter {
+    per_second: u32,
+    window: Mutex<(Option<Instant>, u32, u64)>,
+}
+
+impl Default for RateLimiter {
+    fn default() -> Self {
+        RateLimiter { per_second: 20, window: Mutex::new((None, 0, 0)) }
+    }
+}
+
+impl RateLimiter {
+    pub fn allow(&self) -> bool {
+        let mut w = self.window.lock().unwrap();
+        let now = Instant::now();
+        let fresh = w.0.is_none_or(|start| now.duration_since(start).as_secs() >= 1);
+        if fresh {
+            if w.2 > 0 {
+                tracing::warn!(suppressed = w.2, "log messages about bad clients suppressed in the last second");
+            }
+            *w = (Some(now), 0, 0);
+        }
+        if w.1 < self.per_second {
+            w.1 += 1;
+            true
+        } else {
+            w.2 += 1;
+            false
+        }
+    }
+}

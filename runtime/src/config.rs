@@ -1,0 +1,254 @@
+//! The daemon's configuration: TOML, every key with a default, a range and
+//! an error that names the key; unknown keys are errors.
+//!
+//! `spillway run` with no `--config` uses [`DEFAULT_CONFIG`], which needs no
+//! outside service: socket and data live under `./spillway-data/`.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The embedded default configuration (also `configs/default.toml`).
+pub const DEFAULT_CONFIG: &str = include_str!("../../configs/default.toml");
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
+
+/// A configuration that could not be used, naming the key and the rule.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{key} = {value} is out of range: allowed {allowed}")]
+    Range { key: &'static str, value: String, allowed: String },
+    #[error("{key}: {message}")]
+    Invalid { key: &'static str, message: String },
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub wab: WabConfig,
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// `[server]`: the socket, connections and shards.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Unix socket producers connect to. Its folder is created 0700.
+    pub socket_path: PathBuf,
+    /// Where the write-ahead buffer lives (one folder per shard).
+    pub data_dir: PathBuf,
+    /// Shards (flusher threads, segment streams). 0 = one per core.
+    pub shards: u32,
+    /// Open connections past this are closed at once. 1..=65536.
+    pub max_connections: u32,
+    /// Largest frame payload accepted. 1..=16 MiB (the protocol's hard cap).
+    pub payload_bytes_max: u64,
+    /// A frame that has started must be complete within this. 100..=600000 ms.
+    pub connection_read_timeout_ms: u64,
+    /// Records one connection may have waiting for their commit. 1..=65536.
+    pub inflight_records_max: u32,
+    /// Payload bytes one connection may have waiting. 64 KiB..=1 GiB.
+    pub inflight_bytes_max: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            socket_path: PathBuf::from("spillway-data/spillway.sock"),
+            data_dir: PathBuf::from("spillway-data/wab"),
+            shards: 0,
+            max_connections: 1024,
+            payload_bytes_max: 16 * MIB,
+            connection_read_timeout_ms: 10_000,
+            inflight_records_max: 4096,
+            inflight_bytes_max: 32 * MIB,
+        }
+    }
+}
+
+/// `[wab]`: the write-ahead buffer on disk.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WabConfig {
+    /// Size of one segment file (preallocated). 1 MiB..=1 GiB.
+    pub segment_bytes_max: u64,
+    /// Total bytes the WAB may hold before pushes get Overloaded. 4 MiB..=16 TiB.
+    pub wab_bytes_max: u64,
+    /// Longest a Buffered record waits for an fsync. 1..=60000 ms.
+    pub buffered_flush_interval_ms: u64,
+    /// Failed writes/fsyncs in a row after which a shard stops. 1..=100.
+    pub fsync_failures_max: u32,
+}
+
+impl Default for WabConfig {
+    fn default() -> Self {
+        WabConfig {
+            segment_bytes_max: 64 * MIB,
+            wab_bytes_max: 4 * GIB,
+            buffered_flush_interval_ms: 100,
+            fsync_failures_max: 3,
+        }
+    }
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// tracing filter, e.g. "info" or "spillway=debug" (RUST_LOG overrides).
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { level: "info".into() }
+    }
+}
+
+fn range_u64(key: &'static str, value: u64, min: u64, max: u64, unit: &str) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(ConfigError::Range { key, value: value.to_string(), allowed: format!("{min}..={max}{unit}") })
+}
+
+impl Config {
+    /// Parse and validate TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let cfg: Config =
+            toml::from_str(text).map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: e.to_string() })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    pub fn embedded_default() -> Config {
+        Config::parse(DEFAULT_CONFIG, "embedded default config").expect("the embedded default config is valid")
+    }
+
+    /// Check every range and cross-key rule.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let s = &self.server;
+        if s.socket_path.as_os_str().is_empty() {
+            return Err(ConfigError::Invalid { key: "server.socket_path", message: "must not be empty".into() });
+        }
+        if s.socket_path.as_os_str().len() > 107 {
+            return Err(ConfigError::Invalid {
+                key: "server.socket_path",
+                message: format!("{} is longer than the 107 bytes a Unix socket path may have", s.socket_path.display()),
+            });
+        }
+        if s.data_dir.as_os_str().is_empty() {
+            return Err(ConfigError::Invalid { key: "server.data_dir", message: "must not be empty".into() });
+        }
+        range_u64("server.shards", s.shards as u64, 0, 256, " (0 = one per core)")?;
+        range_u64("server.max_connections", s.max_connections as u64, 1, 65_536, "")?;
+        range_u64("server.payload_bytes_max", s.payload_bytes_max, 1, 16 * MIB, " bytes")?;
+        range_u64("server.connection_read_timeout_ms", s.connection_read_timeout_ms, 100, 600_000, " ms")?;
+        range_u64("server.inflight_records_max", s.inflight_records_max as u64, 1, 65_536, "")?;
+        range_u64("server.inflight_bytes_max", s.inflight_bytes_max, 64 * KIB, GIB, " bytes")?;
+        let w = &self.wab;
+        range_u64("wab.segment_bytes_max", w.segment_bytes_max, MIB, GIB, " bytes")?;
+        range_u64("wab.wab_bytes_max", w.wab_bytes_max, 4 * MIB, 16 * 1024 * GIB, " bytes")?;
+        range_u64("wab.buffered_flush_interval_ms", w.buffered_flush_interval_ms, 1, 60_000, " ms")?;
+        range_u64("wab.fsync_failures_max", w.fsync_failures_max as u64, 1, 100, "")?;
+        if w.wab_bytes_max < w.segment_bytes_max {
+            return Err(ConfigError::Invalid {
+                key: "wab.wab_bytes_max",
+                message: format!(
+                    "{} is smaller than wab.segment_bytes_max ({}); the buffer must hold at least one segment",
+                    w.wab_bytes_max, w.segment_bytes_max
+                ),
+            });
+        }
+        if self.log.level.trim().is_empty() {
+            return Err(ConfigError::Invalid { key: "log.level", message: "must not be empty (try \"info\")".into() });
+        }
+        Ok(())
+    }
+
+    /// Shards to run: the configured count, or one per core.
+    pub fn shard_count(&self) -> u32 {
+        if self.server.shards > 0 {
+            self.server.shards
+        } else {
+            std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1)
+        }
+    }
+
+    pub fn read_timeout(&self) -> Duration {
+        Duration::from_millis(self.server.connection_read_timeout_ms)
+    }
+
+    pub fn buffered_flush_interval(&self) -> Duration {
+        Duration::from_millis(self.wab.buffered_flush_interval_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_valid_and_matches_struct_defaults() {
+        let cfg = Config::embedded_default();
+        assert_eq!(cfg.server.socket_path, PathBuf::from("spillway-data/spillway.sock"));
+        assert_eq!(cfg.wab, WabConfig::default());
+        let empty = Config::parse("", "empty").unwrap();
+        assert_eq!(empty.server, ServerConfig::default());
+    }
+
+    #[test]
+    fn example_configs_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                Config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        let err = Config::parse("[server]\nsockett_path = \"x\"\n", "t").unwrap_err().to_string();
+        assert!(err.contains("sockett_path"), "{err}");
+        let err = Config::parse("[bogus]\n", "t").unwrap_err().to_string();
+        assert!(err.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn range_errors_name_key_and_range() {
+        let err = Config::parse("[wab]\nsegment_bytes_max = 1000\n", "t").unwrap_err().to_string();
+        assert!(err.contains("wab.segment_bytes_max") && err.contains("1048576..="), "{err}");
+        let err = Config::parse("[server]\nmax_connections = 0\n", "t").unwrap_err().to_string();
+        assert!(err.contains("server.max_connections") && err.contains("1..=65536"), "{err}");
+        let err = Config::parse("[server]\npayload_bytes_max = 20000000\n", "t").unwrap_err().to_string();
+        assert!(err.contains("server.payload_bytes_max"), "{err}");
+        let err = Config::parse("[wab]\nwab_bytes_max = 8388608\nsegment_bytes_max = 16777216\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("wab.wab_bytes_max"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_is_named() {
+        let err = Config::parse("[server]\nshards = \"four\"\n", "t").unwrap_err().to_string();
+        assert!(err.contains("shards"), "{err}");
+    }
+}

@@ -1,0 +1,287 @@
+//! Byte layout of a segment file: header, record frames, footer.
+//!
+//! ```text
+//! segment  := header(64) record* (end | footer)
+//! header   := magic "SPILLSEG" | format u32 | shard u32 | segment_id u64
+//!             | first_seq u64 | created_unix_us u64 | reserved[20] | crc u32
+//! record   := len u32 (1..=16 MiB) | crc u32 | meta u64 | payload[len]
+//!             crc  = CRC-32 of meta (LE bytes) ++ payload
+//!             meta = arrival_unix_us (low 56 bits) | tier (high 8 bits)
+//! end      := a record header of 16 zero bytes, or end of file
+//! footer   := 0xFFFF_FFFF u32 | "SEAL" | record_count u64 | end_offset u64
+//!             | last_seq u64 | records_crc u32 | crc u32      (40 bytes)
+//!             records_crc = CRC-32 of every record's crc (LE) in order
+//! ```
+//! All integers little-endian. Segments are preallocated with zeros, so
+//! the first all-zero record header marks the end of an unsealed segment.
+//! See docs/wab-format.md for the reasoning.
+
+use thiserror::Error;
+
+pub const SEGMENT_MAGIC: [u8; 8] = *b"SPILLSEG";
+pub const FORMAT_VERSION: u32 = 1;
+pub const SEGMENT_HEADER_LEN: usize = 64;
+pub const RECORD_HEADER_LEN: usize = 16;
+pub const FOOTER_LEN: usize = 40;
+/// The `len` value that announces a footer instead of a record.
+pub const FOOTER_MARKER: u32 = u32::MAX;
+pub const FOOTER_MAGIC: [u8; 4] = *b"SEAL";
+/// No record can be larger than the protocol's hard payload cap.
+pub const RECORD_BYTES_MAX: u32 = 16 * 1024 * 1024;
+const ARRIVAL_MASK: u64 = (1 << 56) - 1;
+
+/// Something in a segment failed its check.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FormatError {
+    #[error("segment header: magic is {0:02x?}, expected \"SPILLSEG\"")]
+    BadMagic([u8; 8]),
+    #[error("segment header: format version {0}, this build reads {FORMAT_VERSION}")]
+    BadVersion(u32),
+    #[error("segment header: CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    BadHeaderCrc { stored: u32, computed: u32 },
+    #[error("footer: {0}")]
+    BadFooter(String),
+}
+
+/// The fixed header at offset 0 of every segment in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub shard: u32,
+    pub segment_id: u64,
+    /// Sequence number of the segment's first record.
+    pub first_seq: u64,
+    pub created_unix_us: u64,
+}
+
+impl SegmentHeader {
+    pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
+        let mut b = [0u8; SEGMENT_HEADER_LEN];
+        b[0..8].copy_from_slice(&SEGMENT_MAGIC);
+        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&self.shard.to_le_bytes());
+        b[16..24].copy_from_slice(&self.segment_id.to_le_bytes());
+        b[24..32].copy_from_slice(&self.first_seq.to_le_bytes());
+        b[32..40].copy_from_slice(&self.created_unix_us.to_le_bytes());
+        let crc = crc32fast::hash(&b[0..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// `Ok(None)` for an all-zero header: a preallocated segment never used.
+    pub fn decode(b: &[u8; SEGMENT_HEADER_LEN]) -> Result<Option<Self>, FormatError> {
+        if b.iter().all(|&x| x == 0) {
+            return Ok(None);
+        }
+        let magic: [u8; 8] = b[0..8].try_into().unwrap();
+        if magic != SEGMENT_MAGIC {
+            return Err(FormatError::BadMagic(magic));
+        }
+        let version = u32_at(b, 8);
+        if version != FORMAT_VERSION {
+            return Err(FormatError::BadVersion(version));
+        }
+        let stored = u32_at(b, 60);
+        let computed = crc32fast::hash(&b[0..60]);
+        if stored != computed {
+            return Err(FormatError::BadHeaderCrc { stored, computed });
+        }
+        Ok(Some(SegmentHeader {
+            shard: u32_at(b, 12),
+            segment_id: u64_at(b, 16),
+            first_seq: u64_at(b, 24),
+            created_unix_us: u64_at(b, 32),
+        }))
+    }
+}
+
+/// Per-record metadata stored beside the payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordMeta {
+    /// Wire tier byte the record was pushed at (1 Sync, 2 Batched, 3 Buffered).
+    pub tier: u8,
+    /// When the daemon accepted the record, microseconds since the Unix epoch.
+    pub arrival_unix_us: u64,
+}
+
+impl RecordMeta {
+    pub fn pack(&self) -> u64 {
+        (self.arrival_unix_us & ARRIVAL_MASK) | ((self.tier as u64) << 56)
+    }
+
+    pub fn unpack(v: u64) -> Self {
+        RecordMeta {
+            tier: (v >> 56) as u8,
+            arrival_unix_us: v & ARRIVAL_MASK,
+        }
+    }
+}
+
+/// CRC of a record: covers the metadata and the payload.
+pub fn record_crc(meta: u64, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&meta.to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+/// Encode a record header (the payload follows it on disk).
+pub fn encode_record_header(len: u32, crc: u32, meta: u64) -> [u8; RECORD_HEADER_LEN] {
+    debug_assert!(len > 0 && len <= RECORD_BYTES_MAX);
+    let mut b = [0u8; RECORD_HEADER_LEN];
+    b[0..4].copy_from_slice(&len.to_le_bytes());
+    b[4..8].copy_from_slice(&crc.to_le_bytes());
+    b[8..16].copy_from_slice(&meta.to_le_bytes());
+    b
+}
+
+/// Running CRC over record CRCs, kept by the writer and checked by the footer.
+#[derive(Debug, Clone, Default)]
+pub struct RecordsCrc(crc32fast::Hasher);
+
+impl RecordsCrc {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn add(&mut self, record_crc: u32) {
+        self.0.update(&record_crc.to_le_bytes());
+    }
+    pub fn value(&self) -> u32 {
+        self.0.clone().finalize()
+    }
+}
+
+/// Written when a segment is sealed, right after its last record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footer {
+    pub record_count: u64,
+    /// Offset of the footer itself: the end of the last record.
+    pub end_offset: u64,
+    /// Sequence number of the last record (first_seq - 1 when empty).
+    pub last_seq: u64,
+    pub records_crc: u32,
+}
+
+impl Footer {
+    pub fn encode(&self) -> [u8; FOOTER_LEN] {
+        let mut b = [0u8; FOOTER_LEN];
+        b[0..4].copy_from_slice(&FOOTER_MARKER.to_le_bytes());
+        b[4..8].copy_from_slice(&FOOTER_MAGIC);
+        b[8..16].copy_from_slice(&self.record_count.to_le_bytes());
+        b[16..24].copy_from_slice(&self.end_offset.to_le_bytes());
+        b[24..32].copy_from_slice(&self.last_seq.to_le_bytes());
+        b[32..36].copy_from_slice(&self.records_crc.to_le_bytes());
+        let crc = crc32fast::hash(&b[0..36]);
+        b[36..40].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    pub fn decode(b: &[u8; FOOTER_LEN]) -> Result<Self, FormatError> {
+        if u32_at(b, 0) != FOOTER_MARKER || b[4..8] != FOOTER_MAGIC {
+            return Err(FormatError::BadFooter("missing marker or \"SEAL\" magic".into()));
+        }
+        let stored = u32_at(b, 36);
+        let computed = crc32fast::hash(&b[0..36]);
+        if stored != computed {
+            return Err(FormatError::BadFooter(format!(
+                "CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+            )));
+        }
+        Ok(Footer {
+            record_count: u64_at(b, 8),
+            end_offset: u64_at(b, 16),
+            last_seq: u64_at(b, 24),
+            records_crc: u32_at(b, 32),
+        })
+    }
+}
+
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap())
+}
+
+/// File name of an unsealed (active or preallocated) segment.
+pub fn open_name(segment_id: u64) -> String {
+    format!("{segment_id:016x}.open")
+}
+
+/// File name of a sealed segment.
+pub fn sealed_name(segment_id: u64) -> String {
+    format!("{segment_id:016x}.sealed")
+}
+
+/// Kind and id of a WAB file, from its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Open(u64),
+    Sealed(u64),
+    /// A preallocation that did not finish (`<id>.open.tmp`); never held records.
+    PartialPrealloc,
+}
+
+pub fn classify(name: &str) -> Option<FileKind> {
+    if name.ends_with(".open.tmp") {
+        return Some(FileKind::PartialPrealloc);
+    }
+    let (stem, ext) = name.split_once('.')?;
+    if stem.len() != 16 {
+        return None;
+    }
+    let id = u64::from_str_radix(stem, 16).ok()?;
+    match ext {
+        "open" => Some(FileKind::Open(id)),
+        "sealed" => Some(FileKind::Sealed(id)),
+        _ => None,
+    }
+}
+
+pub fn now_unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip_and_zero_header() {
+        let h = SegmentHeader { shard: 3, segment_id: 42, first_seq: 1000, created_unix_us: 7 };
+        assert_eq!(SegmentHeader::decode(&h.encode()).unwrap(), Some(h));
+        assert_eq!(SegmentHeader::decode(&[0u8; 64]).unwrap(), None);
+        let mut bad = h.encode();
+        bad[20] ^= 1;
+        assert!(matches!(SegmentHeader::decode(&bad), Err(FormatError::BadHeaderCrc { .. })));
+        bad = h.encode();
+        bad[0] = b'X';
+        assert!(matches!(SegmentHeader::decode(&bad), Err(FormatError::BadMagic(_))));
+    }
+
+    #[test]
+    fn footer_round_trip() {
+        let f = Footer { record_count: 9, end_offset: 4096, last_seq: 77, records_crc: 0xdead };
+        assert_eq!(Footer::decode(&f.encode()).unwrap(), f);
+        let mut bad = f.encode();
+        bad[9] ^= 0x80;
+        assert!(Footer::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn meta_packs_tier_and_time() {
+        let m = RecordMeta { tier: 3, arrival_unix_us: 1_780_000_000_000_000 };
+        assert_eq!(RecordMeta::unpack(m.pack()), m);
+    }
+
+    #[test]
+    fn names_classify() {
+        assert_eq!(classify(&open_name(5)), Some(FileKind::Open(5)));
+        assert_eq!(classify(&sealed_name(255)), Some(FileKind::Sealed(255)));
+        assert_eq!(classify("0000000000000005.open.tmp"), Some(FileKind::PartialPrealloc));
+        assert_eq!(classify("checkpoint"), None);
+    }
+}

@@ -1,0 +1,283 @@
+//! Reading a segment back, record by record, checking every CRC.
+//!
+//! One reader serves recovery, the drain (which follows the durable tail of
+//! the active segment by raising [`SegmentReader::set_limit`]), `spillway ctl`
+//! and the tests. Payloads are `Bytes` slices of a read-ahead chunk, so a
+//! batch of small records costs one read, not one allocation per record.
+
+use std::io;
+use std::path::Path;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::format::{
+    record_crc, u32_at, u64_at, Footer, FormatError, RecordMeta, RecordsCrc, SegmentHeader, FOOTER_LEN,
+    FOOTER_MARKER, RECORD_BYTES_MAX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
+use crate::storage::{read_full_at, Storage, StorageFile};
+
+/// Read-ahead size: large enough that a batch of small records is one read.
+const CHUNK_BYTES: usize = 256 * 1024;
+
+/// A record as read back from a segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    /// Identity within the shard; assigned when written, stable across restarts.
+    pub seq: u64,
+    pub meta: RecordMeta,
+    pub payload: Bytes,
+    /// Offset of the record header in the segment file.
+    pub offset: u64,
+}
+
+/// Why a reader stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum End {
+    /// An all-zero record header: the end of an unsealed segment.
+    Zeros,
+    /// The file ended on a record boundary.
+    EndOfFile,
+    /// A valid footer that matches the records read.
+    Footer(Footer),
+    /// The first bytes that failed a check; everything before `offset` is good.
+    Corrupt { offset: u64, detail: String },
+}
+
+/// What opening a segment file found.
+pub enum Opened<F> {
+    /// An all-zero header: a preallocated segment that never held a record.
+    Unused(F),
+    /// The header failed its check.
+    BadHeader(FormatError),
+    Reader(SegmentReader<F>),
+}
+
+/// Sequential reader of one segment.
+pub struct SegmentReader<F> {
+    file: F,
+    header: SegmentHeader,
+    /// Offset of the next record header.
+    offset: u64,
+    count: u64,
+    records_crc: RecordsCrc,
+    /// Read-ahead: bytes of the file starting at `chunk_start`.
+    chunk: Bytes,
+    chunk_start: u64,
+    /// Never read at or past this offset (the durable watermark of an
+    /// active segment); `u64::MAX` for a closed file.
+    limit: u64,
+    end: Option<End>,
+}
+
+impl<F: StorageFile> SegmentReader<F> {
+    /// Open `path` and check its header.
+    pub fn open<S: Storage<File = F>>(storage: &S, path: &Path) -> io::Result<Opened<F>> {
+        let file = storage.open_read(path)?;
+        Self::from_file(file)
+    }
+
+    /// Check the header of an already open file.
+    pub fn from_file(file: F) -> io::Result<Opened<F>> {
+        let mut raw = [0u8; SEGMENT_HEADER_LEN];
+        let n = read_full_at(&file, 0, &mut raw)?;
+        if n < SEGMENT_HEADER_LEN {
+            if raw[..n].iter().all(|&b| b == 0) {
+                return Ok(Opened::Unused(file));
+            }
+            return Ok(Opened::BadHeader(FormatError::BadFooter(format!(
+                "file is {n} bytes, shorter than the {SEGMENT_HEADER_LEN}-byte header"
+            ))));
+        }
+        match SegmentHeader::decode(&raw) {
+            Ok(None) => Ok(Opened::Unused(file)),
+            Err(e) => Ok(Opened::BadHeader(e)),
+            Ok(Some(header)) => Ok(Opened::Reader(SegmentReader {
+                file,
+                header,
+                offset: SEGMENT_HEADER_LEN as u64,
+                count: 0,
+                records_crc: RecordsCrc::new(),
+                chunk: Bytes::new(),
+                chunk_start: 0,
+                limit: u64::MAX,
+                end: None,
+            })),
+        }
+    }
+
+    pub fn header(&self) -> &SegmentHeader {
+        &self.header
+    }
+
+    /// Offset just past the last good record read.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Records read so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Sequence number the next record will carry.
+    pub fn next_seq(&self) -> u64 {
+        self.header.first_seq + self.count
+    }
+
+    pub fn records_crc(&self) -> u32 {
+        self.records_crc.value()
+    }
+
+    /// Why reading stopped, once it has.
+    pub fn end(&self) -> Option<&End> {
+        self.end.as_ref()
+    }
+
+    pub fn file_ref(&self) -> &F {
+        &self.file
+    }
+
+    pub fn into_file(self) -> F {
+        self.file
+    }
+
+    /// Read no byte at or past `limit` (exclusive). Raising it lets a reader
+    /// follow a segment that is still being written.
+    pub fn set_limit(&mut self, limit: u64) {
+        if limit < self.limit || self.limit == u64::MAX {
+            // Bytes past the old limit may have been cached before they were written.
+            self.chunk = Bytes::new();
+        }
+        self.limit = limit;
+    }
+
+    /// Skip records until `seq` is the next one (used to resume at a checkpoint).
+    pub fn skip_to(&mut self, seq: u64) -> io::Result<()> {
+        while self.next_seq() < seq {
+            if self.next()?.is_none() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The next record, `Ok(None)` at the end (see [`Self::end`]) or at the limit.
+    pub fn next(&mut self) -> io::Result<Option<StoredRecord>> {
+        if self.end.is_some() {
+            return Ok(None);
+        }
+        let at = self.offset;
+        if at + RECORD_HEADER_LEN as u64 > self.limit {
+            return Ok(None);
+        }
+        let head = match self.bytes_at(at, RECORD_HEADER_LEN)? {
+            Some(h) => h,
+            None => {
+                // `bytes_at` left the bytes that do exist at `at` in `chunk`:
+                // a non-zero partial header is a torn write past the
+                // preallocated end, not a clean end of file.
+                if self.chunk.iter().any(|&b| b != 0) {
+                    let have = self.chunk.len();
+                    return self.corrupt(at, format!("file ends {have} bytes into a record header (torn write)"));
+                }
+                return self.stop(End::EndOfFile);
+            }
+        };
+        let len = u32_at(&head, 0);
+        if len == 0 {
+            if head.iter().all(|&b| b == 0) {
+                return self.stop(End::Zeros);
+            }
+            return self.corrupt(at, "record length 0 with non-zero header bytes".into());
+        }
+        if len == FOOTER_MARKER {
+            if at + FOOTER_LEN as u64 > self.limit {
+                return Ok(None);
+            }
+            return self.read_footer(at);
+        }
+        if len > RECORD_BYTES_MAX {
+            return self.corrupt(at, format!("record length {len} exceeds the {RECORD_BYTES_MAX}-byte maximum"));
+        }
+        let total = RECORD_HEADER_LEN + len as usize;
+        if at + total as u64 > self.limit {
+            return Ok(None);
+        }
+        let whole = match self.bytes_at(at, total)? {
+            Some(w) => w,
+            None => return self.corrupt(at, format!("record of {len} bytes runs past the end of the file (torn write)")),
+        };
+        let stored_crc = u32_at(&whole, 4);
+        let meta = u64_at(&whole, 8);
+        let payload = whole.slice(RECORD_HEADER_LEN..);
+        let computed = record_crc(meta, &payload);
+        if stored_crc != computed {
+            return self.corrupt(
+                at,
+                format!("record CRC mismatch (stored {stored_crc:#010x}, computed {computed:#010x})"),
+            );
+        }
+        let record = StoredRecord {
+            seq: self.next_seq(),
+            meta: RecordMeta::unpack(meta),
+            payload,
+            offset: at,
+        };
+        self.records_crc.add(stored_crc);
+        self.count += 1;
+        self.offset = at + total as u64;
+        Ok(Some(record))
+    }
+
+    fn read_footer(&mut self, at: u64) -> io::Result<Option<StoredRecord>> {
+        let raw = match self.bytes_at(at, FOOTER_LEN)? {
+            Some(r) => r,
+            None => return self.corrupt(at, "footer runs past the end of the file".into()),
+        };
+        let footer = match Footer::decode(raw[..].try_into().unwrap()) {
+            Ok(f) => f,
+            Err(e) => return self.corrupt(at, e.to_string()),
+        };
+        let expected = Footer {
+            record_count: self.count,
+            end_offset: at,
+            last_seq: self.next_seq().wrapping_sub(1),
+            records_crc: self.records_crc.value(),
+        };
+        if footer != expected {
+            return self.corrupt(at, format!("footer {footer:?} does not match the records read {expected:?}"));
+        }
+        self.stop(End::Footer(footer))
+    }
+
+    fn stop(&mut self, end: End) -> io::Result<Option<StoredRecord>> {
+        self.end = Some(end);
+        Ok(None)
+    }
+
+    fn corrupt(&mut self, offset: u64, detail: String) -> io::Result<Option<StoredRecord>> {
+        self.stop(End::Corrupt { offset, detail })
+    }
+
+    /// `len` bytes at `at`, or `None` if the file (or limit) ends first.
+    fn bytes_at(&mut self, at: u64, len: usize) -> io::Result<Option<Bytes>> {
+        let cached_end = self.chunk_start + self.chunk.len() as u64;
+        if at >= self.chunk_start && at + len as u64 <= cached_end {
+            let from = (at - self.chunk_start) as usize;
+            return Ok(Some(self.chunk.slice(from..from + len)));
+        }
+        let mut want = len.max(CHUNK_BYTES) as u64;
+        if self.limit != u64::MAX {
+            want = want.min(self.limit.saturating_sub(at)).max(len as u64);
+        }
+        let mut buf = BytesMut::zeroed(want as usize);
+        let n = read_full_at(&self.file, at, &mut buf)?;
+        buf.truncate(n);
+        self.chunk = buf.freeze();
+        self.chunk_start = at;
+        if n < len {
+            return Ok(None);
+        }
+        Ok(Some(self.chunk.slice(0..len)))
+    }
+}

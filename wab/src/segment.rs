@@ -1,0 +1,206 @@
+//! Creating, appending to and sealing segment files.
+//!
+//! Life of a segment: the sealer [`preallocate`]s it (zero-filled to
+//! `segment_bytes_max`, fsynced, renamed from `.open.tmp` to `.open`, directory
+//! fsynced) before the flusher needs it; the flusher turns it into an
+//! [`ActiveSegment`] and appends record groups to it, writing the header
+//! together with the first group; when it is full the sealer [`seal`]s it
+//! (footer, truncate, fsync, rename to `.sealed`, directory fsync).
+//!
+//! Writing into already-written zeros means `fdatasync` flushes data only,
+//! with no journal commit for a growing file: measured here ~115 µs against
+//! ~185 µs for an append (see docs/wab-format.md).
+
+use std::io::{self, IoSlice};
+use std::path::{Path, PathBuf};
+
+use crate::format::{
+    encode_record_header, now_unix_us, open_name, record_crc, sealed_name, Footer, RecordsCrc,
+    SegmentHeader, FOOTER_LEN, RECORD_BYTES_MAX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
+use crate::storage::{Storage, StorageFile};
+
+/// Zeros are written in pieces of this size when preallocating.
+const ZERO_CHUNK: usize = 1024 * 1024;
+
+/// A zero-filled segment file ready to become the active segment.
+pub struct Preallocated<F> {
+    pub file: F,
+    pub path: PathBuf,
+    pub segment_id: u64,
+    pub capacity: u64,
+}
+
+/// Create `<dir>/<id>.open` filled with `capacity` zero bytes, durably.
+pub fn preallocate<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    segment_id: u64,
+    capacity: u64,
+) -> io::Result<Preallocated<S::File>> {
+    let tmp = dir.join(format!("{}.tmp", open_name(segment_id)));
+    let path = dir.join(open_name(segment_id));
+    let _ = storage.remove(&tmp);
+    let mut file = storage.create(&tmp)?;
+    let zeros = vec![0u8; ZERO_CHUNK];
+    let mut offset = 0u64;
+    while offset < capacity {
+        let n = (capacity - offset).min(ZERO_CHUNK as u64) as usize;
+        file.write_all_at(offset, &[IoSlice::new(&zeros[..n])])?;
+        offset += n as u64;
+    }
+    file.sync_all()?;
+    storage.rename(&tmp, &path)?;
+    storage.sync_dir(dir)?;
+    Ok(Preallocated { file, path, segment_id, capacity })
+}
+
+/// One record to append: its payload and packed [`crate::RecordMeta`].
+#[derive(Debug, Clone, Copy)]
+pub struct AppendRecord<'a> {
+    pub payload: &'a [u8],
+    pub meta: u64,
+}
+
+/// The segment the flusher is writing. Only the flusher's thread touches it.
+pub struct ActiveSegment<F> {
+    pub file: F,
+    pub path: PathBuf,
+    pub header: SegmentHeader,
+    /// Size the file was preallocated to; appends past it grow the file.
+    pub capacity: u64,
+    /// Where the next record goes.
+    pub write_offset: u64,
+    /// Everything before this offset has been covered by a successful fdatasync.
+    pub durable_offset: u64,
+    pub count: u64,
+    pub records_crc: RecordsCrc,
+}
+
+impl<F: StorageFile> ActiveSegment<F> {
+    /// Start using a preallocated file; its first record will be `first_seq`.
+    pub fn start(pre: Preallocated<F>, shard: u32, first_seq: u64) -> Self {
+        ActiveSegment {
+            file: pre.file,
+            path: pre.path,
+            header: SegmentHeader {
+                shard,
+                segment_id: pre.segment_id,
+                first_seq,
+                created_unix_us: now_unix_us(),
+            },
+            capacity: pre.capacity,
+            write_offset: 0,
+            durable_offset: 0,
+            count: 0,
+            records_crc: RecordsCrc::new(),
+        }
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.header.first_seq + self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Bytes a group of records takes on disk (plus the header if it is first).
+    pub fn bytes_needed(&self, payload_bytes: u64, records: u64) -> u64 {
+        let header = if self.write_offset == 0 { SEGMENT_HEADER_LEN as u64 } else { 0 };
+        header + payload_bytes + records * RECORD_HEADER_LEN as u64
+    }
+
+    /// Whether a group fits before the preallocated end (leaving room for the footer).
+    pub fn fits(&self, payload_bytes: u64, records: u64) -> bool {
+        self.write_offset + self.bytes_needed(payload_bytes, records) + FOOTER_LEN as u64 <= self.capacity
+    }
+
+    /// Append `records` with one vectored write (header first if the segment
+    /// is new). Returns the sequence number of the first record. On error
+    /// nothing is counted as written; the caller abandons the segment.
+    /// A payload that is empty or longer than [`RECORD_BYTES_MAX`] is
+    /// refused (`InvalidInput`) before anything is written.
+    pub fn append(&mut self, records: &[AppendRecord<'_>]) -> io::Result<u64> {
+        if let Some(r) = records.iter().find(|r| r.payload.is_empty() || r.payload.len() > RECORD_BYTES_MAX as usize) {
+            // A zero length is the end marker and a longer one fails the
+            // reader's check: either would make every later record unreadable.
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("record payload of {} bytes (must be 1..={RECORD_BYTES_MAX})", r.payload.len()),
+            ));
+        }
+        let first_seq = self.next_seq();
+        let header_bytes = self.header.encode();
+        let mut heads: Vec<[u8; RECORD_HEADER_LEN]> = Vec::with_capacity(records.len());
+        let mut crcs = RecordsCrc::clone(&self.records_crc);
+        for r in records {
+            let crc = record_crc(r.meta, r.payload);
+            crcs.add(crc);
+            heads.push(encode_record_header(r.payload.len() as u32, crc, r.meta));
+        }
+        let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(records.len() * 2 + 1);
+        let starting = self.write_offset == 0;
+        if starting {
+            iov.push(IoSlice::new(&header_bytes));
+        }
+        let mut total = if starting { SEGMENT_HEADER_LEN as u64 } else { 0 };
+        for (head, r) in heads.iter().zip(records) {
+            iov.push(IoSlice::new(head));
+            iov.push(IoSlice::new(r.payload));
+            total += (RECORD_HEADER_LEN + r.payload.len()) as u64;
+        }
+        self.file.write_all_at(self.write_offset, &iov)?;
+        self.write_offset += total;
+        self.count += records.len() as u64;
+        self.records_crc = crcs;
+        Ok(first_seq)
+    }
+
+    /// fdatasync everything written so far.
+    pub fn sync(&mut self) -> io::Result<()> {
+        self.file.sync_data()?;
+        self.durable_offset = self.write_offset;
+        Ok(())
+    }
+
+    /// What the sealer needs to seal this segment at its durable end.
+    pub fn into_sealing(self) -> Sealing<F> {
+        Sealing {
+            footer: Footer {
+                record_count: self.count,
+                end_offset: self.write_offset,
+                last_seq: self.next_seq().wrapping_sub(1),
+                records_crc: self.records_crc.value(),
+            },
+            file: self.file,
+            path: self.path,
+            segment_id: self.header.segment_id,
+        }
+    }
+}
+
+/// A full (or recovered) segment handed to [`seal`].
+pub struct Sealing<F> {
+    pub file: F,
+    pub path: PathBuf,
+    pub segment_id: u64,
+    pub footer: Footer,
+}
+
+/// Write the footer, cut the unused preallocated tail, fsync, rename to
+/// `.sealed` and fsync the directory. Returns the sealed path.
+///
+/// Each step is safe to crash after: recovery finds either an `.open` file
+/// whose records end in zeros or in this footer (and seals it again), or the
+/// `.sealed` file.
+pub fn seal<S: Storage>(storage: &S, dir: &Path, mut s: Sealing<S::File>) -> io::Result<PathBuf> {
+    let footer = s.footer.encode();
+    s.file.write_all_at(s.footer.end_offset, &[IoSlice::new(&footer)])?;
+    s.file.set_len(s.footer.end_offset + FOOTER_LEN as u64)?;
+    s.file.sync_all()?;
+    let sealed = dir.join(sealed_name(s.segment_id));
+    storage.rename(&s.path, &sealed)?;
+    storage.sync_dir(dir)?;
+    Ok(sealed)
+}

@@ -1,0 +1,236 @@
+//! The storage seam: every file operation the write-ahead buffer performs
+//! goes through [`Storage`] and [`StorageFile`].
+//!
+//! Production uses [`FsStorage`], a zero-sized type whose methods are the
+//! plain system calls; callers are generic over `S: Storage`, so the seam is
+//! monomorphised away and costs nothing on the hot path. Tests use
+//! [`crate::fault::FaultyStorage`] to inject torn writes, EIO, ENOSPC and
+//! crashes at a chosen step.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, IoSlice};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+/// File-system operations used by the WAB. Implementations must be cheap to
+/// clone (they are handed to every shard thread).
+pub trait Storage: Clone + Send + Sync + 'static {
+    type File: StorageFile;
+
+    /// Create a new file (fails if it exists), mode 0600, opened read-write.
+    fn create(&self, path: &Path) -> io::Result<Self::File>;
+    /// Open an existing file read-write.
+    fn open(&self, path: &Path) -> io::Result<Self::File>;
+    /// Open an existing file read-only.
+    fn open_read(&self, path: &Path) -> io::Result<Self::File>;
+    /// Atomically rename `from` to `to` (not durable until [`Storage::sync_dir`]).
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// fsync a directory so renames, creations and removals in it are durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Remove a file.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Create a directory and its parents with mode 0700.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// The entries of a directory (full paths), unordered.
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+}
+
+/// An open file of the WAB. Every write is positional, so a writer and a
+/// reader of the same segment never share a cursor.
+pub trait StorageFile: Send + 'static {
+    /// Write all of `bufs` at `offset` (vectored; loops over short writes).
+    fn write_all_at(&mut self, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()>;
+    /// `fdatasync`: the data (and the metadata needed to read it) is durable.
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// `fsync`: data and all metadata.
+    fn sync_all(&mut self) -> io::Result<()>;
+    /// Truncate or extend the file.
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+    /// Read at `offset` into `buf`; returns the bytes read (0 at end of file).
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize>;
+    /// Current length of the file.
+    fn len(&self) -> io::Result<u64>;
+}
+
+/// The plain file system.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FsStorage;
+
+impl Storage for FsStorage {
+    type File = FsFile;
+
+    fn create(&self, path: &Path) -> io::Result<FsFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        Ok(FsFile { file })
+    }
+
+    fn open(&self, path: &Path) -> io::Result<FsFile> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(FsFile { file })
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<FsFile> {
+        Ok(FsFile {
+            file: File::open(path)?,
+        })
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        if dir.is_dir() {
+            return Ok(());
+        }
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        let mut paths = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            paths.push(entry?.path());
+        }
+        Ok(paths)
+    }
+}
+
+/// A file of [`FsStorage`].
+#[derive(Debug)]
+pub struct FsFile {
+    file: File,
+}
+
+/// Linux accepts at most this many iovecs per `pwritev` (IOV_MAX).
+const IOV_MAX: usize = 1024;
+
+impl StorageFile for FsFile {
+    fn write_all_at(&mut self, mut offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+        // Skip over what has been written so far without copying: `start` is
+        // the first iovec not fully written and `skip` the bytes of it that were.
+        let mut start = 0;
+        let mut skip = 0usize;
+        while start < bufs.len() {
+            let end = (start + IOV_MAX).min(bufs.len());
+            let mut iov: Vec<libc::iovec> = Vec::with_capacity(end - start);
+            for (i, buf) in bufs[start..end].iter().enumerate() {
+                let bytes: &[u8] = if i == 0 { &buf[skip..] } else { buf };
+                iov.push(libc::iovec {
+                    iov_base: bytes.as_ptr() as *mut libc::c_void,
+                    iov_len: bytes.len(),
+                });
+            }
+            // SAFETY: every iovec points into a live borrowed slice of `bufs`.
+            let n = unsafe {
+                libc::pwritev(
+                    self.file.as_raw_fd(),
+                    iov.as_ptr(),
+                    iov.len() as libc::c_int,
+                    offset as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            if n == 0 && iov.iter().any(|v| v.iov_len > 0) {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote 0 bytes"));
+            }
+            let mut written = n as usize;
+            offset += written as u64;
+            while start < bufs.len() {
+                let remaining = bufs[start].len() - skip;
+                if written >= remaining {
+                    written -= remaining;
+                    start += 1;
+                    skip = 0;
+                } else {
+                    skip += written;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn sync_all(&mut self) -> io::Result<()> {
+        self.file.sync_all()
+    }
+
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.file.read_at(buf, offset) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
+        }
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+}
+
+/// Read exactly `buf.len()` bytes at `offset`, or fewer at end of file.
+/// Returns how many bytes were read.
+pub fn read_full_at<F: StorageFile>(file: &F, mut offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let n = file.read_at(offset, &mut buf[filled..])?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+        offset += n as u64;
+    }
+    Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectored_write_handles_many_slices() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut f = FsStorage.create(&path).unwrap();
+        let chunks: Vec<Vec<u8>> = (0..3000u32).map(|i| i.to_le_bytes().to_vec()).collect();
+        let slices: Vec<IoSlice<'_>> = chunks.iter().map(|c| IoSlice::new(c)).collect();
+        f.write_all_at(10, &slices).unwrap();
+        let mut buf = vec![0u8; 12_000];
+        assert_eq!(read_full_at(&f, 10, &mut buf).unwrap(), 12_000);
+        for i in 0..3000u32 {
+            let at = i as usize * 4;
+            assert_eq!(&buf[at..at + 4], &i.to_le_bytes());
+        }
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+}
