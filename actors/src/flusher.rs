@@ -32,7 +32,7 @@ use spillway_wab::{
 };
 
 use crate::sealer::{SealerMsg, SegmentSealer};
-use crate::shard::{AppendBatch, ShardHealth, ShardQueue, WabBudget};
+use crate::shard::{AppendBatch, ShardHealth, ShardQueue, WabBudget, Watermark};
 
 /// Settings of one shard's flusher.
 #[derive(Debug, Clone)]
@@ -112,6 +112,7 @@ impl ShardFlusher {
             let _ = sealer.tx.send(SealerMsg::PrepareSegment);
         }
         let active = ActiveSegment::start(first, cfg.shard, report.next_seq);
+        queue.publish_durable(Watermark { segment_id: active.header.segment_id, offset: 0, next_seq: report.next_seq });
         let worker = FlusherThread {
             storage,
             cfg: cfg.clone(),
@@ -296,8 +297,14 @@ impl<S: Storage> FlusherThread<S> {
         stats.fsync_us_max.fetch_max(us, Ordering::Relaxed);
         if result.is_ok() {
             self.unsynced_since = None;
+            self.publish();
         }
         result
+    }
+
+    fn publish(&self) {
+        let a = self.active();
+        self.queue.publish_durable(Watermark { segment_id: a.header.segment_id, offset: a.durable_offset, next_seq: a.next_seq() });
     }
 
     /// The periodic fsync covering Buffered records (already acknowledged).
@@ -352,12 +359,13 @@ impl<S: Storage> FlusherThread<S> {
 
     /// Hand the full segment to the sealer and continue in a preallocated one.
     fn rotate(&mut self) -> io::Result<()> {
+        if self.active().write_offset > self.active().durable_offset {
+            // Buffered records not yet covered: make them durable (and
+            // visible to the drain) before the segment leaves this thread.
+            self.sync()?;
+        }
         let pre = self.next_spare()?;
         let old = self.active.take().unwrap();
-        if old.write_offset > old.durable_offset {
-            // Buffered records are in it; the seal's fsync covers them.
-            self.unsynced_since = None;
-        }
         let next_seq = old.next_seq();
         self.active = Some(ActiveSegment::start(pre, self.cfg.shard, next_seq));
         let _ = self.sealer.send(SealerMsg::SealSegment(old.into_sealing()));

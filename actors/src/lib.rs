@@ -10,6 +10,7 @@
 //! depend on the runtime (config files, CLI) or on any particular sink.
 
 pub mod connection;
+pub mod drain;
 pub mod flusher;
 pub mod listener;
 pub mod sealer;
@@ -17,8 +18,9 @@ pub mod shard;
 pub mod stats;
 
 pub use connection::{Connection, ConnectionContext, ConnectionLimits, StopReading};
+pub use drain::{Drain, DrainConfig, DrainSettings, DrainStats, SinkHost, SinkMaker, SinkSlot, StopDrain};
 pub use flusher::{FlusherConfig, ShardFlusher, StopShard};
 pub use listener::{bind_socket, BindError, Listener};
 pub use sealer::{SealerMsg, SegmentSealer};
-pub use shard::{AppendBatch, Committed, PendingRecord, ShardHealth, ShardQueue, ShardStats, WabBudget};
+pub use shard::{AppendBatch, Committed, PendingRecord, ShardHealth, ShardQueue, ShardStats, WabBudget, Watermark};
 pub use stats::{DaemonStats, RateLimiter};

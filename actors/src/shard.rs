@@ -126,6 +126,18 @@ impl WabBudget {
     }
 }
 
+/// How far a shard's records are durable: everything in segments with a
+/// lower id, and everything before `offset` in segment `segment_id`.
+/// Published by the flusher after each successful fdatasync; the drain
+/// reads up to it (and never past it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Watermark {
+    pub segment_id: u64,
+    pub offset: u64,
+    /// Sequence number the next record will get; all below are durable.
+    pub next_seq: u64,
+}
+
 /// The part of a shard connections see. Shared by `Arc`; survives flusher
 /// restarts, so connections never need a new handle.
 pub struct ShardQueue {
@@ -134,6 +146,8 @@ pub struct ShardQueue {
     wakeup: Condvar,
     health: AtomicU8,
     shutdown: AtomicBool,
+    durable: Mutex<Watermark>,
+    durable_changed: Condvar,
     pub stats: ShardStats,
 }
 
@@ -151,6 +165,8 @@ impl ShardQueue {
             wakeup: Condvar::new(),
             health: AtomicU8::new(ShardHealth::Starting as u8),
             shutdown: AtomicBool::new(false),
+            durable: Mutex::new(Watermark::default()),
+            durable_changed: Condvar::new(),
             stats: ShardStats::default(),
         })
     }
@@ -165,6 +181,29 @@ impl ShardQueue {
 
     pub fn set_health(&self, h: ShardHealth) {
         self.health.store(h as u8, Ordering::Release);
+    }
+
+    /// Publish a new durable watermark (flusher thread).
+    pub fn publish_durable(&self, w: Watermark) {
+        *self.durable.lock().unwrap() = w;
+        self.durable_changed.notify_all();
+    }
+
+    pub fn durable(&self) -> Watermark {
+        *self.durable.lock().unwrap()
+    }
+
+    /// Wait until the watermark differs from `seen` or `timeout` passes.
+    pub fn wait_durable(&self, seen: Watermark, timeout: Duration) -> Watermark {
+        let guard = self.durable.lock().unwrap();
+        let (guard, _) = self.durable_changed.wait_timeout_while(guard, timeout, |w| *w == seen).unwrap();
+        *guard
+    }
+
+    /// Wake anyone waiting on the watermark (shutdown).
+    pub fn wake_durable_waiters(&self) {
+        let _g = self.durable.lock().unwrap();
+        self.durable_changed.notify_all();
     }
 
     /// Queue a batch for the next group commit.

@@ -8,6 +8,8 @@
 //! ([`recovery`]). It knows nothing of sockets, actors or sinks; the daemon's
 //! actors drive it from their own threads.
 
+pub mod checkpoint;
+pub mod deadletter;
 pub mod fault;
 pub mod format;
 pub mod reader;
@@ -17,6 +19,7 @@ pub mod storage;
 
 use std::path::{Path, PathBuf};
 
+pub use checkpoint::{read_checkpoint, write_checkpoint};
 pub use format::{FormatError, RecordMeta, SegmentHeader};
 pub use reader::{End, Opened, SegmentReader, StoredRecord};
 pub use recovery::{recover_shard, Recovered, RecoveryReport, SegmentInfo, QUARANTINE_DIR};

@@ -40,7 +40,8 @@ pub struct SegmentInfo {
     pub segment_id: u64,
     pub first_seq: u64,
     pub record_count: u64,
-    /// Size of the file on disk.
+    /// Bytes of header and records (the file is this plus the footer);
+    /// what the segment counts against `wab_bytes_max`.
     pub bytes: u64,
 }
 
@@ -166,7 +167,7 @@ fn recover_sealed<S: Storage>(
     while reader.next()?.is_some() {}
     match reader.end() {
         Some(End::Footer(_)) => {
-            let bytes = reader.offset() + FOOTER_LEN as u64;
+            let bytes = reader.offset();
             report.segments.push(SegmentInfo {
                 path: path.to_path_buf(),
                 segment_id: id,
@@ -242,7 +243,7 @@ fn recover_open<S: Storage>(
         segment_id: id,
         first_seq: header.first_seq,
         record_count: count,
-        bytes: cut + FOOTER_LEN as u64,
+        bytes: cut,
     });
     Ok(None)
 }
