@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+use spillway_sinks::SinkConfig;
 
 /// The embedded default configuration (also `configs/default.toml`).
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/default.toml");
@@ -27,6 +28,8 @@ pub enum ConfigError {
     Range { key: &'static str, value: String, allowed: String },
     #[error("{key}: {message}")]
     Invalid { key: &'static str, message: String },
+    #[error("{0}")]
+    Sink(String),
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -38,6 +41,25 @@ pub struct Config {
     pub wab: WabConfig,
     #[serde(default)]
     pub log: LogConfig,
+    /// Where delivered records go; hot-reloadable. See docs/sinks.md.
+    #[serde(default)]
+    pub sink: SinkConfig,
+    #[serde(default)]
+    pub admin: AdminConfig,
+}
+
+/// `[admin]`: the socket `spillway ctl` talks to.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// Unix socket (mode 0600) for `spillway ctl`.
+    pub socket_path: PathBuf,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        AdminConfig { socket_path: PathBuf::from("spillway-data/admin.sock") }
+    }
 }
 
 /// `[server]`: the socket, connections and shards.
@@ -60,6 +82,8 @@ pub struct ServerConfig {
     pub inflight_records_max: u32,
     /// Payload bytes one connection may have waiting. 64 KiB..=1 GiB.
     pub inflight_bytes_max: u64,
+    /// On SIGTERM, how long a sink batch in flight may take to finish. 0..=600000 ms.
+    pub shutdown_timeout_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -73,6 +97,7 @@ impl Default for ServerConfig {
             connection_read_timeout_ms: 10_000,
             inflight_records_max: 4096,
             inflight_bytes_max: 32 * MIB,
+            shutdown_timeout_ms: 5_000,
         }
     }
 }
@@ -162,6 +187,7 @@ impl Config {
         range_u64("server.connection_read_timeout_ms", s.connection_read_timeout_ms, 100, 600_000, " ms")?;
         range_u64("server.inflight_records_max", s.inflight_records_max as u64, 1, 65_536, "")?;
         range_u64("server.inflight_bytes_max", s.inflight_bytes_max, 64 * KIB, GIB, " bytes")?;
+        range_u64("server.shutdown_timeout_ms", s.shutdown_timeout_ms, 0, 600_000, " ms")?;
         let w = &self.wab;
         range_u64("wab.segment_bytes_max", w.segment_bytes_max, MIB, GIB, " bytes")?;
         range_u64("wab.wab_bytes_max", w.wab_bytes_max, 4 * MIB, 16 * 1024 * GIB, " bytes")?;
@@ -176,6 +202,13 @@ impl Config {
                 ),
             });
         }
+        if self.admin.socket_path.as_os_str().is_empty() || self.admin.socket_path == self.server.socket_path {
+            return Err(ConfigError::Invalid {
+                key: "admin.socket_path",
+                message: "must be set and differ from server.socket_path".into(),
+            });
+        }
+        self.sink.validate().map_err(|e| ConfigError::Sink(e.to_string()))?;
         if self.log.level.trim().is_empty() {
             return Err(ConfigError::Invalid { key: "log.level", message: "must not be empty (try \"info\")".into() });
         }
@@ -193,6 +226,19 @@ impl Config {
 
     pub fn read_timeout(&self) -> Duration {
         Duration::from_millis(self.server.connection_read_timeout_ms)
+    }
+
+    /// The drain's batching and retry settings, from `[sink]`.
+    pub fn drain_settings(&self) -> spillway_actors::DrainSettings {
+        let s = &self.sink;
+        spillway_actors::DrainSettings {
+            max_records: s.max_records as usize,
+            max_bytes: s.max_bytes as usize,
+            linger: Duration::from_millis(s.linger_ms),
+            retry_initial: Duration::from_millis(s.retry_initial_ms),
+            retry_max: Duration::from_millis(s.retry_max_ms),
+            max_retry_duration: (s.max_retry_duration_ms > 0).then(|| Duration::from_millis(s.max_retry_duration_ms)),
+        }
     }
 
     pub fn buffered_flush_interval(&self) -> Duration {

@@ -6,25 +6,50 @@
 //! the connection arbiters (one per core), the listener, the supervisor,
 //! then the signal handlers. SIGTERM / SIGINT stop gracefully.
 
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
-use spillway_actors::{bind_socket, ConnectionContext, ConnectionLimits, DaemonStats, Listener, ShardQueue, WabBudget};
+use spillway_actors::{
+    bind_socket, ConnectionContext, ConnectionLimits, DaemonStats, DrainStats, Listener, ShardQueue, SinkMaker, SinkSlot,
+    WabBudget,
+};
+use spillway_wab::deadletter::DeadLetterStore;
+use spillway_wab::FsStorage;
 
+use crate::admin::{Admin, AdminState};
 use crate::config::Config;
-use crate::supervisor::{Shutdown, Supervisor};
+use crate::reload::Reloader;
+use crate::supervisor::{ShardSlot, Shutdown, Supervisor};
+
+/// Build the configured sink into the maker the drains use.
+pub fn sink_maker(cfg: &Config) -> Result<(SinkMaker, String), String> {
+    let factory = spillway_sinks::build(&cfg.sink).map_err(|e| format!("sink: {e}"))?;
+    let description = factory.describe();
+    let maker: SinkMaker = Arc::new(move |shard| factory.create(shard));
+    Ok((maker, description))
+}
 
 /// Run the daemon until it is told to stop. Errors are start-up failures.
-pub fn run(cfg: Config, origin: &str) -> Result<(), String> {
+pub fn run(cfg: Config, origin: &str, config_path: Option<PathBuf>, watch_config: bool) -> Result<(), String> {
     let system = actix_rt::System::new();
-    let result = system.block_on(async move { start(cfg, origin) });
+    let result = system.block_on(async move { start(cfg, origin, config_path, watch_config) });
     result?;
     system.run().map_err(|e| format!("actor system failed: {e}"))
 }
 
-fn start(cfg: Config, origin: &str) -> Result<(), String> {
+fn start(cfg: Config, origin: &str, config_path: Option<PathBuf>, watch_config: bool) -> Result<(), String> {
     let std_listener = bind_socket(&cfg.server.socket_path).map_err(|e| e.to_string())?;
+    let admin_listener = bind_socket(&cfg.admin.socket_path).map_err(|e| format!("admin socket: {e}"))?;
+    let (maker, sink_description) = sink_maker(&cfg)?;
+    let sink = SinkSlot::new(maker, cfg.drain_settings(), sink_description.clone());
+    let dl_dir = cfg.server.data_dir.join("dead-letter");
+    let dead_letters = Arc::new(Mutex::new(
+        DeadLetterStore::open(FsStorage, &dl_dir).map_err(|e| format!("opening the dead-letter store {}: {e}", dl_dir.display()))?,
+    ));
     let shard_count = cfg.shard_count();
     let wab = WabBudget::new(cfg.wab.wab_bytes_max, 0);
     let mut shards = Vec::new();
@@ -44,7 +69,10 @@ fn start(cfg: Config, origin: &str) -> Result<(), String> {
                 "recovery repaired this shard (see the lines above)"
             );
         }
-        shards.push((queue, addr));
+        let drain_stats = Arc::new(DrainStats::default());
+        let drain = Supervisor::start_drain(&cfg, queue.clone(), wab.clone(), sink.clone(), dead_letters.clone(), drain_stats.clone())
+            .map_err(|e| format!("starting delivery for shard {shard}: {e}"))?;
+        shards.push(ShardSlot::new(queue, addr, drain, drain_stats));
     }
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let arbiters: Vec<ArbiterHandle> = (0..cores).map(|_| Arbiter::new().handle()).collect();
@@ -63,7 +91,7 @@ fn start(cfg: Config, origin: &str) -> Result<(), String> {
         std_listener,
         conn_ctx.clone(),
         arbiters.clone(),
-        shards.iter().map(|(q, _)| q.clone()).collect(),
+        shards.iter().map(|s| s.queue.clone()).collect(),
         cfg.server.max_connections as usize,
     )
     .start();
@@ -78,17 +106,61 @@ fn start(cfg: Config, origin: &str) -> Result<(), String> {
         "spillway is listening"
     );
     println!(
-        "spillway listening on {} (data in {}, {} shards, config: {}); recovered {} records in {} segments",
+        "spillway listening on {} (data in {}, {} shards, sink: {}, config: {}); recovered {} records in {} segments",
         cfg.server.socket_path.display(),
         cfg.server.data_dir.display(),
         shard_count,
+        sink_description,
         origin,
         recovered_records,
         recovered_segments
     );
-    let supervisor = Supervisor::new(cfg, conn_ctx, wab, arbiters, listener, shards).start();
+    let description = Arc::new(Mutex::new(sink_description.clone()));
+    let reloader = Rc::new(RefCell::new(Reloader::new(config_path, cfg.clone(), sink.clone(), description.clone())));
+    let reload_stats = reloader.borrow().stats.clone();
+    let for_admin = reloader.clone();
+    let admin_state = AdminState {
+        shards: shards.iter().map(|s| s.queue.clone()).collect(),
+        drains: shards.iter().map(|s| s.drain_stats.clone()).collect(),
+        wab: wab.clone(),
+        stats: conn_ctx.stats.clone(),
+        live_connections: conn_ctx.live.clone(),
+        dead_letters: dead_letters.clone(),
+        sink_description: description,
+        reload: Some(Box::new(move || for_admin.borrow_mut().reload())),
+        reload_stats,
+    };
+    Admin::new(admin_listener, admin_state).start();
+    let supervisor = Supervisor::new(cfg, conn_ctx, wab, arbiters, listener, shards, sink, dead_letters).start();
     spawn_signal_handlers(supervisor);
+    spawn_reload_triggers(reloader, watch_config);
     Ok(())
+}
+
+/// SIGHUP reloads; with `--watch-config` so does a change of the file
+/// (polled twice a second, applied once its mtime has been stable for one poll).
+fn spawn_reload_triggers(reloader: Rc<RefCell<Reloader>>, watch_config: bool) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let on_hup = reloader.clone();
+    actix_rt::spawn(async move {
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::error!("could not install the SIGHUP handler; use `spillway ctl reload`");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: reloading the config");
+            let _ = on_hup.borrow_mut().reload();
+        }
+    });
+    if watch_config {
+        actix_rt::spawn(async move {
+            let mut tick = actix_rt::time::interval(std::time::Duration::from_millis(500));
+            loop {
+                tick.tick().await;
+                reloader.borrow_mut().poll_file();
+            }
+        });
+    }
 }
 
 fn spawn_signal_handlers(supervisor: Addr<Supervisor>) {

@@ -1,8 +1,11 @@
 //! The `spillway` binary: `run` the daemon, `check` a config, talk to a
 //! running daemon with `ctl`, measure with `bench`, `inspect` a data folder.
 
+mod admin;
+mod bench;
 mod config;
 mod daemon;
+mod reload;
 mod supervisor;
 
 use std::path::PathBuf;
@@ -26,6 +29,9 @@ enum Command {
         /// TOML configuration file.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Reload the [sink] table when the config file changes (also: SIGHUP, `spillway ctl reload`).
+        #[arg(long, requires = "config")]
+        watch_config: bool,
     },
     /// Validate a configuration file and exit (prints the embedded default with --default).
     Check {
@@ -34,6 +40,19 @@ enum Command {
         /// Print the embedded default configuration.
         #[arg(long)]
         default: bool,
+    },
+    /// Measure: ingest scenarios plus disk and socket probes of this machine.
+    Bench(bench::BenchArgs),
+    /// Talk to a running daemon over its admin socket.
+    Ctl {
+        /// The daemon's config file (for admin.socket_path); the embedded default if omitted.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Admin socket path (overrides the config).
+        #[arg(long)]
+        admin_socket: Option<PathBuf>,
+        #[command(subcommand)]
+        command: CtlCommand,
     },
     /// Read every record in a data folder (segment reader; no daemon needed).
     Inspect {
@@ -45,6 +64,53 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum CtlCommand {
+    /// Per-shard health.
+    Health,
+    /// Counters: connections, nacks, WAB bytes, fsyncs, delivery.
+    Stats,
+    /// Records the sink rejected for good.
+    DeadLetter {
+        #[command(subcommand)]
+        action: DeadLetterAction,
+    },
+    /// Re-read the config file and switch the sink without a restart.
+    Reload,
+}
+
+#[derive(Subcommand)]
+enum DeadLetterAction {
+    /// List dead letters: identity SHARD:SEQ, reason, payload preview.
+    List,
+    /// Push dead letters back for delivery (`all` or SHARD:SEQ ...).
+    Requeue {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Delete dead letters for good (`all` or SHARD:SEQ ...).
+    Drop {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+}
+
+fn ctl(config: Option<&PathBuf>, admin_socket: Option<PathBuf>, command: CtlCommand) -> Result<String, String> {
+    let socket = match admin_socket {
+        Some(s) => s,
+        None => load(config)?.0.admin.socket_path,
+    };
+    let line = match command {
+        CtlCommand::Health => "health".to_string(),
+        CtlCommand::Stats => "stats".to_string(),
+        CtlCommand::Reload => "reload".to_string(),
+        CtlCommand::DeadLetter { action: DeadLetterAction::List } => "dead-letter list".to_string(),
+        CtlCommand::DeadLetter { action: DeadLetterAction::Requeue { ids } } => format!("dead-letter requeue {}", ids.join(" ")),
+        CtlCommand::DeadLetter { action: DeadLetterAction::Drop { ids } } => format!("dead-letter drop {}", ids.join(" ")),
+    };
+    admin::call(&socket, &line)
+}
+
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
@@ -54,13 +120,13 @@ fn init_logging(level: &str) {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { config } => {
+        Command::Run { config, watch_config } => {
             let (cfg, origin) = match load(config.as_ref()) {
                 Ok(v) => v,
                 Err(e) => return fail(&e),
             };
             init_logging(&cfg.log.level);
-            match daemon::run(cfg, &origin) {
+            match daemon::run(cfg, &origin, config, watch_config) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!("{e}");
@@ -81,6 +147,20 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+        Command::Bench(args) => {
+            init_logging("warn");
+            match bench::run(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+        Command::Ctl { config, admin_socket, command } => match ctl(config.as_ref(), admin_socket, command) {
+            Ok(body) => {
+                print!("{body}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
         Command::Inspect { data_dir, records } => match inspect(&data_dir, records) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e),

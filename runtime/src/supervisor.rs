@@ -14,10 +14,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use std::sync::Mutex;
+
 use spillway_actors::{
-    bind_socket, ConnectionContext, FlusherConfig, Listener, ShardFlusher, ShardHealth, ShardQueue, StopShard, WabBudget,
+    bind_socket, ConnectionContext, Drain, DrainConfig, DrainStats, FlusherConfig, Listener, ShardFlusher, ShardHealth,
+    ShardQueue, SinkSlot, StopDrain, StopShard, WabBudget,
 };
-use spillway_wab::{shard_dir, FsStorage};
+use spillway_wab::deadletter::DeadLetterStore;
+use spillway_wab::{read_checkpoint, shard_dir, FsStorage};
 
 use crate::config::Config;
 
@@ -68,11 +72,31 @@ impl RestartPolicy {
     }
 }
 
-struct ShardSlot {
-    queue: Arc<ShardQueue>,
-    addr: Option<Addr<ShardFlusher>>,
+/// One shard's children: its flusher (with sealer) and its drain.
+pub struct ShardSlot {
+    pub queue: Arc<ShardQueue>,
+    pub addr: Option<Addr<ShardFlusher>>,
     policy: RestartPolicy,
     dead_since: Option<Instant>,
+    pub drain: Option<Addr<Drain>>,
+    pub drain_stats: Arc<DrainStats>,
+    drain_policy: RestartPolicy,
+    drain_dead_since: Option<Instant>,
+}
+
+impl ShardSlot {
+    pub fn new(queue: Arc<ShardQueue>, addr: Addr<ShardFlusher>, drain: Addr<Drain>, drain_stats: Arc<DrainStats>) -> Self {
+        ShardSlot {
+            queue,
+            addr: Some(addr),
+            policy: RestartPolicy::default(),
+            dead_since: None,
+            drain: Some(drain),
+            drain_stats,
+            drain_policy: RestartPolicy::default(),
+            drain_dead_since: None,
+        }
+    }
 }
 
 /// Everything the running daemon is made of.
@@ -85,6 +109,8 @@ pub struct Supervisor {
     listener_policy: RestartPolicy,
     listener_dead_since: Option<Instant>,
     shards: Vec<ShardSlot>,
+    sink: Arc<SinkSlot>,
+    dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
     shutting_down: bool,
 }
 
@@ -95,7 +121,9 @@ impl Supervisor {
         wab: Arc<WabBudget>,
         arbiters: Vec<ArbiterHandle>,
         listener: Addr<Listener>,
-        shards: Vec<(Arc<ShardQueue>, Addr<ShardFlusher>)>,
+        shards: Vec<ShardSlot>,
+        sink: Arc<SinkSlot>,
+        dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
     ) -> Self {
         Supervisor {
             cfg,
@@ -105,10 +133,9 @@ impl Supervisor {
             listener: Some(listener),
             listener_policy: RestartPolicy::default(),
             listener_dead_since: None,
-            shards: shards
-                .into_iter()
-                .map(|(queue, addr)| ShardSlot { queue, addr: Some(addr), policy: RestartPolicy::default(), dead_since: None })
-                .collect(),
+            shards,
+            sink,
+            dead_letters,
             shutting_down: false,
         }
     }
@@ -130,8 +157,25 @@ impl Supervisor {
         wab: Arc<WabBudget>,
     ) -> std::io::Result<(Addr<ShardFlusher>, spillway_wab::RecoveryReport)> {
         let fcfg = Self::flusher_config(cfg, queue.shard);
-        let (flusher, report) = ShardFlusher::open(FsStorage, fcfg, queue, wab, 0)?;
+        // The checkpoint floors the next sequence number, so identities are
+        // never reused even after every segment was delivered and deleted.
+        let confirmed = read_checkpoint(&FsStorage, &fcfg.dir)?;
+        let (flusher, report) = ShardFlusher::open(FsStorage, fcfg, queue, wab, confirmed)?;
         Ok((flusher.start(), report))
+    }
+
+    /// Start one shard's drain (after its flusher: it needs the watermark).
+    pub fn start_drain(
+        cfg: &Config,
+        queue: Arc<ShardQueue>,
+        wab: Arc<WabBudget>,
+        sink: Arc<SinkSlot>,
+        dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
+        stats: Arc<DrainStats>,
+    ) -> std::io::Result<Addr<Drain>> {
+        let dcfg = DrainConfig { shard: queue.shard, dir: shard_dir(&cfg.server.data_dir, queue.shard) };
+        let drain = Drain::spawn(FsStorage, dcfg, queue, wab, sink, dead_letters, stats)?;
+        Ok(drain.start())
     }
 
     fn check_children(&mut self, ctx: &mut Context<Self>) {
@@ -142,6 +186,7 @@ impl Supervisor {
         self.check_listener(now, ctx);
         for i in 0..self.shards.len() {
             self.check_shard(i, now);
+            self.check_drain(i, now);
         }
     }
 
@@ -217,6 +262,44 @@ impl Supervisor {
         }
     }
 
+    fn check_drain(&mut self, i: usize, now: Instant) {
+        let slot = &mut self.shards[i];
+        if slot.drain.as_ref().is_some_and(|a| a.connected()) {
+            return;
+        }
+        let shard = slot.queue.shard;
+        if slot.drain_dead_since.is_none() {
+            tracing::error!(shard, "drain died; delivery of this shard pauses until it restarts");
+            slot.drain_dead_since = Some(now);
+            slot.drain_policy.noticed(now);
+            slot.drain = None;
+        }
+        match slot.drain_policy.try_restart(now) {
+            None => {}
+            Some(false) => {
+                tracing::error!(shard, restarts = RESTARTS_MAX, "drain keeps failing; delivery of this shard stays stopped (records are kept)");
+            }
+            Some(true) => {
+                let started = Self::start_drain(
+                    &self.cfg,
+                    slot.queue.clone(),
+                    self.wab.clone(),
+                    self.sink.clone(),
+                    self.dead_letters.clone(),
+                    slot.drain_stats.clone(),
+                );
+                match started {
+                    Ok(addr) => {
+                        tracing::warn!(shard, "restarted drain");
+                        slot.drain = Some(addr);
+                        slot.drain_dead_since = None;
+                    }
+                    Err(e) => tracing::error!(shard, error = %e, "restarting drain failed; will retry"),
+                }
+            }
+        }
+    }
+
     fn shutdown(&mut self, ctx: &mut Context<Self>) {
         if self.shutting_down {
             return;
@@ -228,8 +311,14 @@ impl Supervisor {
         }
         let _ = std::fs::remove_file(&self.cfg.server.socket_path);
         let stops: Vec<_> = self.shards.iter_mut().filter_map(|s| s.addr.take()).map(|a| a.send(StopShard)).collect();
+        let drains: Vec<_> = self.shards.iter_mut().filter_map(|s| s.drain.take()).collect();
+        let timeout = Duration::from_millis(self.cfg.server.shutdown_timeout_ms);
         let fut = async move {
             for s in stops {
+                let _ = s.await;
+            }
+            let drain_stops: Vec<_> = drains.iter().map(|d| d.send(StopDrain { timeout })).collect();
+            for s in drain_stops {
                 let _ = s.await;
             }
             // Give connection arbiters a moment to write the last acks.
@@ -262,26 +351,3 @@ impl Handler<Shutdown> for Supervisor {
     }
 }
 
-/// Counters for `ctl stats`: a snapshot of every shard.
-#[derive(Message)]
-#[rtype(result = "Vec<(u32, ShardHealth, u64, u64, u64)>")]
-pub struct ShardSummary;
-
-impl Handler<ShardSummary> for Supervisor {
-    type Result = Vec<(u32, ShardHealth, u64, u64, u64)>;
-    fn handle(&mut self, _: ShardSummary, _: &mut Context<Self>) -> Self::Result {
-        self.shards
-            .iter()
-            .map(|s| {
-                let st = &s.queue.stats;
-                (
-                    s.queue.shard,
-                    s.queue.health(),
-                    st.records.load(Ordering::Relaxed),
-                    st.fsyncs.load(Ordering::Relaxed),
-                    st.fsync_failures.load(Ordering::Relaxed),
-                )
-            })
-            .collect()
-    }
-}

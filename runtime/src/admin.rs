@@ -1,0 +1,302 @@
+//! The admin socket: what `spillway ctl` talks to.
+//!
+//! A Unix socket (mode 0600, `admin.socket_path`) speaking a line protocol:
+//! the client writes one command line; the daemon answers `ok` or
+//! `error: <why>` on the first line, then the body, then closes.
+//!
+//! Commands: `health`, `stats`, `dead-letter list`,
+//! `dead-letter requeue all|<shard>:<seq>...`,
+//! `dead-letter drop all|<shard>:<seq>...`, `reload`.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use actix::prelude::*;
+use bytes::Bytes;
+use spillway_actors::{AppendBatch, Committed, DaemonStats, DrainStats, PendingRecord, ShardQueue, WabBudget};
+use spillway_wab::deadletter::{DeadLetter, DeadLetterStore};
+use spillway_wab::{FsStorage, RecordMeta};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::oneshot;
+
+/// Longest command line accepted.
+const COMMAND_BYTES_MAX: usize = 4096;
+
+/// Everything the admin commands read or act on.
+pub struct AdminState {
+    pub shards: Vec<Arc<ShardQueue>>,
+    pub drains: Vec<Arc<DrainStats>>,
+    pub wab: Arc<WabBudget>,
+    pub stats: Arc<DaemonStats>,
+    pub live_connections: Arc<std::sync::atomic::AtomicUsize>,
+    pub dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
+    pub sink_description: Arc<Mutex<String>>,
+    /// Runs a reload and returns its report (set by the daemon).
+    pub reload: Option<Box<dyn Fn() -> Result<String, String>>>,
+    pub reload_stats: Arc<crate::reload::ReloadStats>,
+}
+
+/// Serves the admin socket. Runs on the system arbiter.
+pub struct Admin {
+    listener: Option<std::os::unix::net::UnixListener>,
+    state: Rc<AdminState>,
+}
+
+impl Admin {
+    pub fn new(listener: std::os::unix::net::UnixListener, state: AdminState) -> Self {
+        Admin { listener: Some(listener), state: Rc::new(state) }
+    }
+}
+
+impl Actor for Admin {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(std_listener) = self.listener.take() else { return };
+        let listener = match UnixListener::from_std(std_listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "admin socket unusable");
+                return;
+            }
+        };
+        let state = self.state.clone();
+        ctx.spawn(
+            async move {
+                loop {
+                    match listener.accept().await {
+                        Ok((stream, _)) => {
+                            actix_rt::spawn(serve(stream, state.clone()));
+                        }
+                        Err(e) => tracing::warn!(error = %e, "admin accept failed"),
+                    }
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}
+
+async fn serve(stream: UnixStream, state: Rc<AdminState>) {
+    let (rd, mut wr) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(rd.take(COMMAND_BYTES_MAX as u64));
+    let reply = match reader.read_line(&mut line).await {
+        Ok(_) => match execute(line.trim(), &state).await {
+            Ok(body) => format!("ok\n{body}"),
+            Err(e) => format!("error: {e}\n"),
+        },
+        Err(e) => format!("error: reading the command: {e}\n"),
+    };
+    let _ = wr.write_all(reply.as_bytes()).await;
+    let _ = wr.shutdown().await;
+}
+
+async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        ["health"] => Ok(health(state)),
+        ["stats"] => Ok(stats(state)),
+        ["dead-letter", "list"] => dead_letter_list(state),
+        ["dead-letter", "drop", sel @ ..] => {
+            let sel = Selection::parse(sel)?;
+            let removed = state.dead_letters.lock().unwrap().remove_where(|l| sel.matches(l)).map_err(|e| e.to_string())?;
+            Ok(format!("dropped {}\n", removed.len()))
+        }
+        ["dead-letter", "requeue", sel @ ..] => requeue(state, Selection::parse(sel)?).await,
+        ["reload"] => match &state.reload {
+            Some(f) => f(),
+            None => Err("reload is not available".into()),
+        },
+        [] => Err("empty command".into()),
+        _ => Err(format!(
+            "unknown command {line:?}; try: health | stats | dead-letter list | dead-letter requeue all|SHARD:SEQ... | dead-letter drop all|SHARD:SEQ... | reload"
+        )),
+    }
+}
+
+fn health(state: &AdminState) -> String {
+    let mut out = String::new();
+    for q in &state.shards {
+        let _ = writeln!(out, "shard {} {:?}", q.shard, q.health());
+    }
+    out
+}
+
+fn stats(state: &AdminState) -> String {
+    let mut out = String::new();
+    let s = &state.stats;
+    let _ = writeln!(out, "connections_open {}", state.live_connections.load(Ordering::Relaxed));
+    let _ = writeln!(out, "connections_accepted {}", s.connections_accepted.load(Ordering::Relaxed));
+    let _ = writeln!(out, "connections_refused {}", s.connections_refused.load(Ordering::Relaxed));
+    let _ = writeln!(out, "read_timeouts {}", s.read_timeouts.load(Ordering::Relaxed));
+    for reason in spillway_protocol::NackReason::ALL {
+        let _ = writeln!(out, "nacks{{reason=\"{}\"}} {}", reason.name(), s.nack_count(reason));
+    }
+    let _ = writeln!(out, "wab_bytes_used {}", state.wab.used.load(Ordering::Relaxed));
+    let _ = writeln!(out, "wab_bytes_max {}", state.wab.max);
+    let _ = writeln!(out, "sink {:?}", state.sink_description.lock().unwrap());
+    let _ = writeln!(out, "reloads_succeeded {}", state.reload_stats.succeeded.load(Ordering::Relaxed));
+    let _ = writeln!(out, "reloads_failed {}", state.reload_stats.failed.load(Ordering::Relaxed));
+    for (q, d) in state.shards.iter().zip(&state.drains) {
+        let st = &q.stats;
+        let n = q.shard;
+        let fsyncs = st.fsyncs.load(Ordering::Relaxed);
+        let groups = st.groups.load(Ordering::Relaxed);
+        let records = st.records.load(Ordering::Relaxed);
+        let w = q.durable();
+        let lines = [
+            ("health", format!("{:?}", q.health())),
+            ("records_written", records.to_string()),
+            ("groups", groups.to_string()),
+            ("fsyncs", fsyncs.to_string()),
+            ("fsync_failures", st.fsync_failures.load(Ordering::Relaxed).to_string()),
+            ("fsync_us_mean", (st.fsync_us_total.load(Ordering::Relaxed) / fsyncs.max(1)).to_string()),
+            ("fsync_us_max", st.fsync_us_max.load(Ordering::Relaxed).to_string()),
+            ("records_per_group", format!("{:.1}", records as f64 / groups.max(1) as f64)),
+            ("rotations", st.rotations.load(Ordering::Relaxed).to_string()),
+            ("restarts", st.restarts.load(Ordering::Relaxed).to_string()),
+            ("bytes_held", st.bytes_held.load(Ordering::Relaxed).to_string()),
+            ("durable_next_seq", w.next_seq.to_string()),
+            ("checkpoint", d.checkpoint.load(Ordering::Relaxed).to_string()),
+            ("delivered_records", d.delivered_records.load(Ordering::Relaxed).to_string()),
+            ("delivered_batches", d.delivered_batches.load(Ordering::Relaxed).to_string()),
+            ("delivery_retries", d.retries.load(Ordering::Relaxed).to_string()),
+            ("dead_lettered", d.dead_lettered.load(Ordering::Relaxed).to_string()),
+            ("sink_restarts", d.sink_restarts.load(Ordering::Relaxed).to_string()),
+            ("segments_deleted", d.segments_deleted.load(Ordering::Relaxed).to_string()),
+        ];
+        for (k, v) in lines {
+            let _ = writeln!(out, "shard{{shard=\"{n}\"}}.{k} {v}");
+        }
+    }
+    out
+}
+
+fn dead_letter_list(state: &AdminState) -> Result<String, String> {
+    let all = state.dead_letters.lock().unwrap().list().map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    let _ = writeln!(out, "{} dead letters", all.len());
+    for l in all {
+        let preview: String = String::from_utf8_lossy(&l.payload).chars().take(60).collect();
+        let _ = writeln!(
+            out,
+            "{}:{}\ttier={}\tat_unix_us={}\tbytes={}\treason={}\tpayload={:?}",
+            l.shard,
+            l.seq,
+            l.tier,
+            l.dead_lettered_unix_us,
+            l.payload.len(),
+            l.reason,
+            preview
+        );
+    }
+    Ok(out)
+}
+
+/// Which dead letters a requeue/drop applies to.
+enum Selection {
+    All,
+    Ids(Vec<(u32, u64)>),
+}
+
+impl Selection {
+    fn parse(words: &[&str]) -> Result<Selection, String> {
+        match words {
+            [] => Err("say which dead letters: all, or SHARD:SEQ identities as shown by `dead-letter list`".into()),
+            ["all"] => Ok(Selection::All),
+            ids => ids
+                .iter()
+                .map(|w| {
+                    let (s, q) = w.split_once(':').ok_or_else(|| format!("{w:?} is not SHARD:SEQ"))?;
+                    Ok((s.parse().map_err(|_| format!("bad shard in {w:?}"))?, q.parse().map_err(|_| format!("bad seq in {w:?}"))?))
+                })
+                .collect::<Result<Vec<_>, String>>()
+                .map(Selection::Ids),
+        }
+    }
+
+    fn matches(&self, l: &DeadLetter) -> bool {
+        match self {
+            Selection::All => true,
+            Selection::Ids(ids) => ids.contains(&(l.shard, l.seq)),
+        }
+    }
+}
+
+/// Receives the commit of a requeued batch.
+struct RequeueWaiter(Option<oneshot::Sender<Result<u64, spillway_protocol::NackReason>>>);
+
+impl Actor for RequeueWaiter {
+    type Context = Context<Self>;
+}
+
+impl Handler<Committed> for RequeueWaiter {
+    type Result = ();
+    fn handle(&mut self, msg: Committed, ctx: &mut Context<Self>) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(msg.result);
+        }
+        ctx.stop();
+    }
+}
+
+/// Push the selected dead letters back into their shards (as new records,
+/// Sync, in their original order), then remove them from the store.
+async fn requeue(state: &AdminState, sel: Selection) -> Result<String, String> {
+    let all = state.dead_letters.lock().unwrap().list().map_err(|e| e.to_string())?;
+    let chosen: Vec<DeadLetter> = all.into_iter().filter(|l| sel.matches(l)).collect();
+    if chosen.is_empty() {
+        return Ok("requeued 0\n".into());
+    }
+    let shards = state.shards.len() as u32;
+    let mut by_shard: Vec<Vec<&DeadLetter>> = vec![Vec::new(); shards as usize];
+    for l in &chosen {
+        by_shard[(l.shard % shards) as usize].push(l);
+    }
+    let arrival = spillway_wab::format::now_unix_us();
+    for (i, letters) in by_shard.iter().enumerate() {
+        if letters.is_empty() {
+            continue;
+        }
+        let meta = RecordMeta { tier: spillway_protocol::Tier::Sync.as_byte(), arrival_unix_us: arrival }.pack();
+        let records: Vec<PendingRecord> =
+            letters.iter().map(|l| PendingRecord { payload: Bytes::clone(&l.payload), meta }).collect();
+        let bytes = records.iter().map(|r| r.payload.len() as u64).sum();
+        let (tx, rx) = oneshot::channel();
+        let waiter = RequeueWaiter(Some(tx)).start();
+        state.shards[i].push(AppendBatch::new(records, bytes, true, 0, waiter.recipient()));
+        match rx.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(reason)) => return Err(format!("shard {i} refused the requeued records: {reason}")),
+            Err(_) => return Err(format!("shard {i} went away during the requeue")),
+        }
+    }
+    let ids: Vec<(u32, u64)> = chosen.iter().map(|l| (l.shard, l.seq)).collect();
+    state
+        .dead_letters
+        .lock()
+        .unwrap()
+        .remove_where(|l| ids.contains(&(l.shard, l.seq)))
+        .map_err(|e| format!("requeued, but removing them from the dead-letter store failed (they may be delivered twice): {e}"))?;
+    Ok(format!("requeued {}\n", chosen.len()))
+}
+
+/// Client side of the admin socket: send one command, return the body or the error.
+pub fn call(socket: &PathBuf, command: &str) -> Result<String, String> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket)
+        .map_err(|e| format!("connecting to the admin socket {}: {e} (is the daemon running?)", socket.display()))?;
+    s.write_all(format!("{command}\n").as_bytes()).map_err(|e| e.to_string())?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).map_err(|e| e.to_string())?;
+    match reply.split_once('\n') {
+        Some(("ok", body)) => Ok(body.to_string()),
+        Some((err, _)) => Err(err.strip_prefix("error: ").unwrap_or(err).to_string()),
+        None => Err(format!("unexpected reply {reply:?}")),
+    }
+}

@@ -1,0 +1,125 @@
+//! Hot reload of the `[sink]` table: SIGHUP, `spillway ctl reload`, or a
+//! change seen by `--watch-config`.
+//!
+//! Steps: read the file, parse and validate it, build the new sink and run
+//! its health check, then hand it to every drain through the shared
+//! [`SinkSlot`]; each drain switches at its next batch boundary and drops
+//! its old instance. A file that fails any step leaves the running sink
+//! untouched; the reason is logged, returned to `ctl reload` and counted.
+//! Changes outside `[sink]` need a restart and are reported as such.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use sink_sdk::Health;
+use spillway_actors::SinkSlot;
+
+use crate::config::Config;
+use crate::daemon::sink_maker;
+
+/// Counters exported by `ctl stats`.
+#[derive(Debug, Default)]
+pub struct ReloadStats {
+    pub succeeded: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+/// Owns the running config and applies reloads to it.
+pub struct Reloader {
+    /// `None` when running on the embedded default: nothing to re-read.
+    path: Option<PathBuf>,
+    current: Config,
+    slot: Arc<SinkSlot>,
+    description: Arc<Mutex<String>>,
+    pub stats: Arc<ReloadStats>,
+    /// Modification time last seen by the file watch.
+    seen_mtime: Option<SystemTime>,
+}
+
+impl Reloader {
+    pub fn new(path: Option<PathBuf>, current: Config, slot: Arc<SinkSlot>, description: Arc<Mutex<String>>) -> Self {
+        let seen_mtime = path.as_ref().and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+        Reloader { path, current, slot, description, stats: Arc::new(ReloadStats::default()), seen_mtime }
+    }
+
+    /// Run a reload; `Ok` carries a report for `ctl reload`.
+    pub fn reload(&mut self) -> Result<String, String> {
+        match self.try_reload() {
+            Ok(report) => {
+                self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(report = %report.trim_end(), "config reloaded");
+                Ok(report)
+            }
+            Err(e) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "config reload rejected; the running sink is unchanged");
+                Err(format!("reload rejected, running sink unchanged: {e}"))
+            }
+        }
+    }
+
+    fn try_reload(&mut self) -> Result<String, String> {
+        let path = self.path.clone().ok_or("the daemon runs on the embedded default config; there is no file to reload (start it with --config FILE)")?;
+        let new = Config::load(&path).map_err(|e| e.to_string())?;
+        let mut report = String::new();
+        for key in restart_needed(&self.current, &new) {
+            report.push_str(&format!("{key} changed: needs a restart, not applied\n"));
+        }
+        if new.sink == self.current.sink {
+            report.push_str("sink unchanged\n");
+            return Ok(report);
+        }
+        let (maker, description) = sink_maker(&new)?;
+        let mut probe = maker(0).map_err(|e| format!("building the new sink: {e}"))?;
+        if let Health::Unhealthy(why) = probe.health_check() {
+            return Err(format!("the new sink {description} failed its health check: {why}"));
+        }
+        drop(probe);
+        self.slot.replace(maker, new.drain_settings(), description.clone());
+        *self.description.lock().unwrap() = description.clone();
+        report.push_str(&format!("sink switched to {description} (each shard switches at its next batch boundary)\n"));
+        self.current.sink = new.sink;
+        Ok(report)
+    }
+
+    /// For `--watch-config`: reload if the file's modification time moved.
+    pub fn poll_file(&mut self) {
+        let Some(path) = &self.path else { return };
+        let Ok(mtime) = std::fs::metadata(path).and_then(|m| m.modified()) else { return };
+        if self.seen_mtime == Some(mtime) {
+            return;
+        }
+        self.seen_mtime = Some(mtime);
+        let _ = self.reload();
+    }
+}
+
+/// Keys outside `[sink]` that differ (they need a restart).
+fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    let (o, n) = (&old.server, &new.server);
+    let server = [
+        ("server.socket_path", o.socket_path != n.socket_path),
+        ("server.data_dir", o.data_dir != n.data_dir),
+        ("server.shards", o.shards != n.shards),
+        ("server.max_connections", o.max_connections != n.max_connections),
+        ("server.payload_bytes_max", o.payload_bytes_max != n.payload_bytes_max),
+        ("server.connection_read_timeout_ms", o.connection_read_timeout_ms != n.connection_read_timeout_ms),
+        ("server.inflight_records_max", o.inflight_records_max != n.inflight_records_max),
+        ("server.inflight_bytes_max", o.inflight_bytes_max != n.inflight_bytes_max),
+        ("server.shutdown_timeout_ms", o.shutdown_timeout_ms != n.shutdown_timeout_ms),
+    ];
+    keys.extend(server.iter().filter(|(_, changed)| *changed).map(|(k, _)| *k));
+    if old.wab != new.wab {
+        keys.push("[wab]");
+    }
+    if old.admin != new.admin {
+        keys.push("admin.socket_path");
+    }
+    if old.log != new.log {
+        keys.push("log.level");
+    }
+    keys
+}
