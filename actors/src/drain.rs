@@ -352,6 +352,8 @@ impl Drain {
             stats: stats.clone(),
             stop: stop.clone(),
             confirmed,
+            persisted: confirmed,
+            last_persist: Instant::now(),
             pending: VecDeque::new(),
             pending_bytes: 0,
             pending_since: None,
@@ -416,6 +418,8 @@ struct RetryState {
 
 /// How often a shard logs a still-failing sink at warn level.
 const RETRY_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Longest the on-disk checkpoint lags the confirmed point while busy.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 /// How long an idle drain sleeps before looking again (it is woken by new
 /// durable records anyway).
 const IDLE_WAIT: Duration = Duration::from_millis(500);
@@ -431,8 +435,11 @@ struct DrainThread<S: Storage> {
     stop: Arc<AtomicBool>,
     host: SinkHost,
     cursor: Cursor<S>,
-    /// Every record below this is confirmed (the checkpoint on disk).
+    /// Every record below this is confirmed (by the sink or the dead-letter store).
     confirmed: u64,
+    /// What the checkpoint file on disk says (<= `confirmed`).
+    persisted: u64,
+    last_persist: Instant,
     /// Read, not yet confirmed, in order.
     pending: VecDeque<StoredRecord>,
     pending_bytes: usize,
@@ -449,6 +456,13 @@ impl<S: Storage> DrainThread<S> {
     }
 
     fn run(mut self) {
+        self.deliver_until_stopped();
+        if let Err(e) = self.persist() {
+            tracing::error!(shard = self.shard, error = %e, "writing the final delivery checkpoint failed; some records will be delivered again");
+        }
+    }
+
+    fn deliver_until_stopped(&mut self) {
         while !self.stopping() {
             self.host.check_reload();
             let wm = self.queue.durable();
@@ -458,6 +472,9 @@ impl<S: Storage> DrainThread<S> {
                 continue;
             }
             if self.pending.is_empty() {
+                if let Err(e) = self.persist() {
+                    tracing::error!(shard = self.shard, error = %e, "writing the delivery checkpoint failed; will retry");
+                }
                 self.delete_confirmed_segments();
                 self.queue.wait_durable(wm, IDLE_WAIT);
                 continue;
@@ -596,18 +613,36 @@ impl<S: Storage> DrainThread<S> {
         Ok(())
     }
 
-    /// Move the checkpoint: durably, then drop confirmed segments.
+    /// Move the confirmed point; persist it when due.
     fn confirm(&mut self, next_seq: u64) -> io::Result<()> {
-        write_checkpoint(&self.storage, &self.dir, next_seq)?;
         self.confirmed = next_seq;
-        self.stats.checkpoint.store(next_seq, Ordering::Relaxed);
+        let segment_freed = self.finished.front().is_some_and(|f| f.end_seq <= next_seq);
+        if segment_freed || self.last_persist.elapsed() >= CHECKPOINT_EVERY {
+            self.persist()?;
+        }
         self.delete_confirmed_segments();
+        Ok(())
+    }
+
+    /// Write the checkpoint if it lags. Checkpoint writes cost two fsyncs on
+    /// the disk the flusher fsyncs too, so they are throttled to one per
+    /// [`CHECKPOINT_EVERY`] (and forced before a segment is deleted, when
+    /// idle, and at shutdown): a crash redelivers at most that much, which
+    /// at-least-once delivery allows.
+    fn persist(&mut self) -> io::Result<()> {
+        if self.persisted == self.confirmed {
+            return Ok(());
+        }
+        write_checkpoint(&self.storage, &self.dir, self.confirmed)?;
+        self.persisted = self.confirmed;
+        self.last_persist = Instant::now();
+        self.stats.checkpoint.store(self.confirmed, Ordering::Relaxed);
         Ok(())
     }
 
     fn delete_confirmed_segments(&mut self) {
         while let Some(f) = self.finished.front() {
-            if f.end_seq > self.confirmed {
+            if f.end_seq > self.persisted {
                 break;
             }
             let path = self.dir.join(sealed_name(f.segment_id));
