@@ -12,6 +12,9 @@
 //!   never acked). Non-zero bytes past that point are copied to
 //!   `quarantine/` first; then the segment is sealed at the cut.
 //!
+//! - `*.open` whose records run past the first seq of a newer segment: the
+//!   overlap was written by an append that failed (the writer abandoned the
+//!   segment and reused those seqs in the next one); it is cut the same way.
 //! - a segment file that is only a footer (sealed before its first record,
 //!   so it never got a header) holds nothing and is removed.
 //!
@@ -93,6 +96,18 @@ pub fn recover_shard<S: Storage>(storage: &S, dir: &Path, shard: u32, min_next_s
             entries.push((kind, path));
         }
     }
+    // Where every segment with a valid header starts. The writer starts a
+    // segment at the next sequence number it has counted, so a segment
+    // starting at X proves that nothing at or past X in an older segment was
+    // ever acked (see `recover_open`).
+    let mut starts: Vec<(u64, u64)> = Vec::new();
+    for (kind, path) in &entries {
+        if let FileKind::Open(id) | FileKind::Sealed(id) = *kind {
+            if let Opened::Reader(r) = SegmentReader::open(storage, path)? {
+                starts.push((id, r.header().first_seq));
+            }
+        }
+    }
     let mut max_id: Option<u64> = None;
     let mut spare_candidates = Vec::new();
     let mut changed_dir = false;
@@ -109,7 +124,8 @@ pub fn recover_shard<S: Storage>(storage: &S, dir: &Path, shard: u32, min_next_s
             }
             FileKind::Open(id) => {
                 max_id = Some(max_id.map_or(id, |m| m.max(id)));
-                if let Some(spare) = recover_open(storage, dir, &path, id, &mut report)? {
+                let newer_first_seq = starts.iter().filter(|(i, _)| *i > id).map(|(_, first)| *first).min();
+                if let Some(spare) = recover_open(storage, dir, &path, id, newer_first_seq, &mut report)? {
                     spare_candidates.push(spare);
                 }
             }
@@ -189,11 +205,19 @@ fn recover_sealed<S: Storage>(
 }
 
 /// Returns the file as a spare if it is an unused preallocated segment.
+///
+/// `newer_first_seq` is the lowest first_seq of the segments with a higher
+/// id. Records of this segment at or past it were written by an append that
+/// failed part-way (the writer nacked the group, abandoned this segment and
+/// started the next one at the group's first seq): they were never acked,
+/// and their sequence numbers belong to the newer segment's records, so
+/// they are cut like a torn tail.
 fn recover_open<S: Storage>(
     storage: &S,
     dir: &Path,
     path: &Path,
     id: u64,
+    newer_first_seq: Option<u64>,
     report: &mut RecoveryReport,
 ) -> io::Result<Option<Preallocated<S::File>>> {
     let mut reader = match SegmentReader::from_file(storage.open(path)?)? {
@@ -210,17 +234,36 @@ fn recover_open<S: Storage>(
         }
     };
     while reader.next()?.is_some() {}
-    let cut = reader.offset();
+    let mut cut = reader.offset();
     let file_len = reader.file_ref().len()?;
-    let end = reader.end().cloned();
     let header = *reader.header();
-    let count = reader.count();
-    let records_crc = reader.records_crc();
+    let mut count = reader.count();
+    let mut records_crc = reader.records_crc();
+    // Why the bytes from `cut` on are not kept, if any are not.
+    let mut cut_detail = match reader.end() {
+        Some(End::Corrupt { detail, .. }) => Some(detail.clone()),
+        _ => None,
+    };
     let file = reader.into_file();
+    if let Some(newer) = newer_first_seq.filter(|&s| s < header.first_seq + count) {
+        let keep = newer.saturating_sub(header.first_seq);
+        let mut again = match SegmentReader::from_file(storage.open_read(path)?)? {
+            Opened::Reader(r) => r,
+            _ => return Err(io::Error::other(format!("{}: header changed during recovery", path.display()))),
+        };
+        while again.count() < keep && again.next()?.is_some() {}
+        cut = again.offset();
+        count = again.count();
+        records_crc = again.records_crc();
+        cut_detail = Some(format!(
+            "records from seq {newer} on overlap a newer segment that starts at that seq \
+             (written by an append that failed, never acked)"
+        ));
+    }
     let mut cut_bytes = 0;
-    if let Some(End::Corrupt { offset, detail }) = &end {
-        cut_bytes = file_len.saturating_sub(*offset);
-        save_tail(storage, dir, &file, id, *offset, file_len, detail, report)?;
+    if let Some(detail) = &cut_detail {
+        cut_bytes = file_len.saturating_sub(cut);
+        save_tail(storage, dir, &file, id, cut, file_len, detail, report)?;
     }
     if count == 0 {
         // Header only (its first group was torn): no record to keep.

@@ -121,7 +121,11 @@ pub fn names(dir: &Path) -> Vec<String> {
     v
 }
 
+/// Copy a directory tree (nothing if `src` does not exist).
 pub fn copy_dir(src: &Path, dst: &Path) {
+    if !src.exists() {
+        return;
+    }
     fs::create_dir_all(dst).unwrap();
     for e in fs::read_dir(src).unwrap() {
         let p = e.unwrap().path();
