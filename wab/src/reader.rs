@@ -162,6 +162,7 @@ impl<F: StorageFile> SegmentReader<F> {
     }
 
     /// The next record, `Ok(None)` at the end (see [`Self::end`]) or at the limit.
+    #[allow(clippy::should_implement_trait)] // fallible: io::Result, unlike Iterator::next
     pub fn next(&mut self) -> io::Result<Option<StoredRecord>> {
         if self.end.is_some() {
             return Ok(None);

@@ -38,6 +38,7 @@ pub trait Storage: Clone + Send + Sync + 'static {
 
 /// An open file of the WAB. Every write is positional, so a writer and a
 /// reader of the same segment never share a cursor.
+#[allow(clippy::len_without_is_empty)] // a file length, not a collection
 pub trait StorageFile: Send + 'static {
     /// Write all of `bufs` at `offset` (vectored; loops over short writes).
     fn write_all_at(&mut self, offset: u64, bufs: &[IoSlice<'_>]) -> io::Result<()>;
