@@ -1,0 +1,163 @@
+//! Request headers: the record identities a request carries, and the
+//! idempotency key derived from them.
+//!
+//! The key depends only on `(shard, seq)` of the records in the body, never
+//! on payloads, time or attempt number, so a redelivery of the same records
+//! carries the same key:
+//!
+//! - batched, contiguous seqs: `spillway-{shard}-{first}-{last}`;
+//! - batched, gaps: `spillway-{shard}-{first}-{last}-{crc}` where `crc` is
+//!   the CRC-32 (8 lowercase hex digits) of the seqs as u64 little-endian,
+//!   and `Spillway-Seqs` lists them;
+//! - per record: `spillway-{shard}-{seq}`.
+//!
+//! A batch re-formed after a restart may be cut differently (and so carry
+//! another key); a receiver that wants exact deduplication keys on
+//! `(Spillway-Shard, seq)` per record, which these headers give it.
+
+use reqwest::header::{HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
+
+use super::config::HttpSettings;
+
+pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub(crate) const SPILLWAY_SHARD: HeaderName = HeaderName::from_static("spillway-shard");
+pub(crate) const SPILLWAY_SEQ_FIRST: HeaderName = HeaderName::from_static("spillway-seq-first");
+pub(crate) const SPILLWAY_SEQ_LAST: HeaderName = HeaderName::from_static("spillway-seq-last");
+pub(crate) const SPILLWAY_RECORD_COUNT: HeaderName =
+    HeaderName::from_static("spillway-record-count");
+pub(crate) const SPILLWAY_SEQS: HeaderName = HeaderName::from_static("spillway-seqs");
+
+/// The records one request carries: a shard and their seqs, increasing.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Carried<'a> {
+    Batch { shard: u32, seqs: &'a [u64] },
+    Record { shard: u32, seq: u64 },
+}
+
+impl Carried<'_> {
+    fn shard(&self) -> u32 {
+        match *self {
+            Carried::Batch { shard, .. } | Carried::Record { shard, .. } => shard,
+        }
+    }
+
+    fn seqs(&self) -> &[u64] {
+        match self {
+            Carried::Batch { seqs, .. } => seqs,
+            Carried::Record { seq, .. } => std::slice::from_ref(seq),
+        }
+    }
+
+    pub fn idempotency_key(&self) -> String {
+        match *self {
+            Carried::Record { shard, seq } => format!("spillway-{shard}-{seq}"),
+            Carried::Batch { shard, seqs } => batch_key(shard, seqs),
+        }
+    }
+}
+
+fn batch_key(shard: u32, seqs: &[u64]) -> String {
+    assert!(!seqs.is_empty(), "a request carries at least one record");
+    let (first, last) = (seqs[0], seqs[seqs.len() - 1]);
+    if is_contiguous(seqs) {
+        return format!("spillway-{shard}-{first}-{last}");
+    }
+    let mut crc = crc32fast::Hasher::new();
+    for seq in seqs {
+        crc.update(&seq.to_le_bytes());
+    }
+    format!("spillway-{shard}-{first}-{last}-{:08x}", crc.finalize())
+}
+
+/// Seqs are strictly increasing, so no gap means `last - first + 1 == len`.
+pub(crate) fn is_contiguous(seqs: &[u64]) -> bool {
+    debug_assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    match (seqs.first(), seqs.last()) {
+        (Some(first), Some(last)) => last - first + 1 == seqs.len() as u64,
+        _ => true,
+    }
+}
+
+/// A ready-to-send request carrying `carried` records in `body`.
+pub(crate) fn build(
+    client: &reqwest::Client,
+    settings: &HttpSettings,
+    carried: Carried<'_>,
+    content_type: &'static str,
+    body: Vec<u8>,
+) -> reqwest::RequestBuilder {
+    let seqs = carried.seqs();
+    let mut request = client
+        .request(settings.method.clone(), settings.url.clone())
+        .headers(settings.headers.clone())
+        .header(IDEMPOTENCY_KEY, carried.idempotency_key())
+        .header(SPILLWAY_SHARD, carried.shard())
+        .header(SPILLWAY_SEQ_FIRST, seqs[0])
+        .header(SPILLWAY_SEQ_LAST, seqs[seqs.len() - 1])
+        .header(SPILLWAY_RECORD_COUNT, seqs.len());
+    if !is_contiguous(seqs) {
+        request = request.header(SPILLWAY_SEQS, seqs_list(seqs));
+    }
+    if !settings.headers.contains_key(CONTENT_TYPE) {
+        request = request.header(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    }
+    if settings.gzip {
+        request = request.header(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    request.body(body)
+}
+
+fn seqs_list(seqs: &[u64]) -> String {
+    let mut list = String::with_capacity(seqs.len() * 8);
+    for (i, seq) in seqs.iter().enumerate() {
+        if i > 0 {
+            list.push(',');
+        }
+        list.push_str(&seq.to_string());
+    }
+    list
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(shard: u32, seqs: &[u64]) -> String {
+        Carried::Batch { shard, seqs }.idempotency_key()
+    }
+
+    #[test]
+    fn contiguous_batch_key() {
+        assert_eq!(key(3, &[10, 11, 12]), "spillway-3-10-12");
+        assert_eq!(key(0, &[7]), "spillway-0-7-7");
+        assert_eq!(
+            Carried::Record { shard: 2, seq: 99 }.idempotency_key(),
+            "spillway-2-99"
+        );
+    }
+
+    #[test]
+    fn gapped_batch_key_hashes_the_seq_list() {
+        let mut bytes = Vec::new();
+        for s in [10u64, 12, 13] {
+            bytes.extend_from_slice(&s.to_le_bytes());
+        }
+        let want = format!("spillway-1-10-13-{:08x}", crc32fast::hash(&bytes));
+        assert_eq!(key(1, &[10, 12, 13]), want);
+        // Same first and last, different records in between: different key.
+        assert_ne!(key(1, &[10, 11, 13]), key(1, &[10, 12, 13]));
+        // Same records, same key; other shard, other key.
+        assert_eq!(key(1, &[10, 12, 13]), key(1, &[10, 12, 13]));
+        assert_ne!(key(1, &[10, 12, 13]), key(2, &[10, 12, 13]));
+    }
+
+    #[test]
+    fn contiguity() {
+        assert!(is_contiguous(&[]));
+        assert!(is_contiguous(&[5]));
+        assert!(is_contiguous(&[5, 6, 7]));
+        assert!(!is_contiguous(&[5, 7]));
+        assert!(is_contiguous(&[u64::MAX - 1, u64::MAX]));
+        assert_eq!(seqs_list(&[1, 5, 6]), "1,5,6");
+    }
+}
