@@ -8,7 +8,7 @@
 //! - batched, contiguous seqs: `spillway-{shard}-{first}-{last}`;
 //! - batched, gaps: `spillway-{shard}-{first}-{last}-{crc}` where `crc` is
 //!   the CRC-32 (8 lowercase hex digits) of the seqs as u64 little-endian,
-//!   and `Spillway-Seqs` lists them;
+//!   and `Spillway-Seqs` lists them as runs (`10-14,16,18-20`);
 //! - per record: `spillway-{shard}-{seq}`.
 //!
 //! A batch re-formed after a restart may be cut differently (and so carry
@@ -107,13 +107,28 @@ pub(crate) fn build(
     request.body(body)
 }
 
+/// The seqs as comma-separated runs, `10-14,16,18-20`: a batch with a few
+/// gaps stays a short header (a plain list of 1,000 seqs would be ~7 KB,
+/// which servers may refuse with 431, a permanent error).
 fn seqs_list(seqs: &[u64]) -> String {
-    let mut list = String::with_capacity(seqs.len() * 8);
-    for (i, seq) in seqs.iter().enumerate() {
-        if i > 0 {
+    let mut list = String::new();
+    let mut i = 0;
+    while i < seqs.len() {
+        let start = seqs[i];
+        let mut end = start;
+        while i + 1 < seqs.len() && seqs[i + 1] == end + 1 {
+            i += 1;
+            end = seqs[i];
+        }
+        if !list.is_empty() {
             list.push(',');
         }
-        list.push_str(&seq.to_string());
+        if start == end {
+            list.push_str(&start.to_string());
+        } else {
+            list.push_str(&format!("{start}-{end}"));
+        }
+        i += 1;
     }
     list
 }
@@ -158,6 +173,8 @@ mod tests {
         assert!(is_contiguous(&[5, 6, 7]));
         assert!(!is_contiguous(&[5, 7]));
         assert!(is_contiguous(&[u64::MAX - 1, u64::MAX]));
-        assert_eq!(seqs_list(&[1, 5, 6]), "1,5,6");
+        assert_eq!(seqs_list(&[1, 5, 6]), "1,5-6");
+        assert_eq!(seqs_list(&[10, 11, 12, 13, 14, 16, 18, 19, 20]), "10-14,16,18-20");
+        assert_eq!(seqs_list(&[7]), "7");
     }
 }

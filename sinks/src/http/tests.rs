@@ -166,7 +166,7 @@ fn batched_json_array_body_and_invalid_json_rejected() {
     let r = only_request(&server);
     assert_eq!(r.body, b"[{\"a\":1},[1,2],\"s\"]");
     assert_eq!(r.header("content-type"), Some("application/json"));
-    assert_eq!(r.header("spillway-seqs"), Some("5,7,8"));
+    assert_eq!(r.header("spillway-seqs"), Some("5,7-8"));
     assert_eq!(r.header("spillway-record-count"), Some("3"));
     let parsed: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(parsed.as_array().unwrap().len(), 3);
