@@ -212,6 +212,7 @@ impl Connection {
     fn process(&mut self, ctx: &mut Context<Self>) {
         let mut batch = Building::default();
         let token = self.next_token;
+        let mut consumed_frame = false;
         loop {
             if self.closing {
                 break;
@@ -219,7 +220,10 @@ impl Connection {
             let req = match self.parked.take() {
                 Some(r) => r,
                 None => match decode_request(&mut self.rbuf, self.shared.limits.payload_bytes_max) {
-                    Ok(Some(r)) => r,
+                    Ok(Some(r)) => {
+                        consumed_frame = true;
+                        r
+                    }
                     Ok(None) => break,
                     Err(e) => {
                         self.refuse(e.reason, &e.detail);
@@ -232,7 +236,16 @@ impl Connection {
                 break;
             }
         }
-        self.frame_started = if self.rbuf.is_empty() { None } else { self.frame_started.or(Some(Instant::now())) };
+        // The stall clock runs per frame, and only while we wait on the
+        // client: a consumed frame restarts it for the next one, and a
+        // connection paused at its window is not the client's fault.
+        self.frame_started = if self.rbuf.is_empty() || self.parked.is_some() {
+            None
+        } else if consumed_frame {
+            Some(Instant::now())
+        } else {
+            self.frame_started.or(Some(Instant::now()))
+        };
         if !batch.records.is_empty() {
             self.next_token += 1;
             let reply = ctx.address().recipient();

@@ -50,7 +50,7 @@ fn start(cfg: Config, origin: &str, config_path: Option<PathBuf>, watch_config: 
     let dead_letters = Arc::new(Mutex::new(
         DeadLetterStore::open(FsStorage, &dl_dir).map_err(|e| format!("opening the dead-letter store {}: {e}", dl_dir.display()))?,
     ));
-    let shard_count = cfg.shard_count();
+    let shard_count = shards_to_serve(&cfg)?;
     let wab = WabBudget::new(cfg.wab.wab_bytes_max, 0);
     let mut shards = Vec::new();
     let mut recovered_records = 0;
@@ -161,6 +161,38 @@ fn spawn_reload_triggers(reloader: Rc<RefCell<Reloader>>, watch_config: bool) {
             }
         });
     }
+}
+
+/// The configured shard count, raised to cover every `shard-NNN` folder
+/// already in the data folder: a shard's records must never be orphaned
+/// because the machine now has fewer cores or the setting was lowered.
+fn shards_to_serve(cfg: &Config) -> Result<u32, String> {
+    let configured = cfg.shard_count();
+    let mut highest: Option<u32> = None;
+    match std::fs::read_dir(&cfg.server.data_dir) {
+        Ok(entries) => {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let Some(n) = name.to_str().and_then(|n| n.strip_prefix("shard-")).and_then(|n| n.parse::<u32>().ok()) else {
+                    continue;
+                };
+                highest = Some(highest.map_or(n, |h| h.max(n)));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("reading {}: {e}", cfg.server.data_dir.display())),
+    }
+    let existing = highest.map_or(0, |h| h + 1);
+    if existing > configured {
+        tracing::warn!(
+            configured,
+            existing,
+            data_dir = %cfg.server.data_dir.display(),
+            "the data folder holds more shards than server.shards asks for; serving all {existing} so no record is orphaned"
+        );
+        return Ok(existing);
+    }
+    Ok(configured)
 }
 
 fn spawn_signal_handlers(supervisor: Addr<Supervisor>) {

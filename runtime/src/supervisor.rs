@@ -310,6 +310,7 @@ impl Supervisor {
             drop(l);
         }
         let _ = std::fs::remove_file(&self.cfg.server.socket_path);
+        let _ = std::fs::remove_file(&self.cfg.admin.socket_path);
         let stops: Vec<_> = self.shards.iter_mut().filter_map(|s| s.addr.take()).map(|a| a.send(StopShard)).collect();
         let drains: Vec<_> = self.shards.iter_mut().filter_map(|s| s.drain.take()).collect();
         let timeout = Duration::from_millis(self.cfg.server.shutdown_timeout_ms);

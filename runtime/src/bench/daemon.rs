@@ -1,0 +1,295 @@
+//! The daemons a bench runs against: start the current executable as
+//! `spillway run --config <tmp.toml>` in a fresh folder, wait for its socket
+//! to answer a health check, stop it with SIGTERM; plus resident-memory
+//! sampling from `/proc/<pid>/status`.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use spillway_client::Client;
+
+const GIB: u64 = 1024 * 1024 * 1024;
+/// No drain yet: records accumulate, so the bench daemon gets a big WAB.
+const WAB_BYTES_MAX: u64 = 8 * GIB;
+const INFLIGHT_RECORDS_MAX: u32 = 4096;
+/// Start-up zero-fills the first segment of every shard; allow for a slow disk.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How to start bench daemons: the executable, where their folders go, and
+/// the config knobs the bench varies.
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    pub exe: PathBuf,
+    pub parent: PathBuf,
+    /// `server.shards` (0 = one per core).
+    pub shards: u32,
+    /// `wab.segment_bytes_max` (`None` = the daemon's default).
+    pub segment_bytes: Option<u64>,
+}
+
+/// What one daemon changes from the launcher's settings.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `wab.segment_bytes_max`, instead of the launcher's.
+    pub segment_bytes: Option<u64>,
+    /// The body of the `[sink]` table, instead of [`NOOP_SINK`].
+    pub sink_toml: Option<String>,
+}
+
+/// Ingest scenarios measure the daemon, not a sink: records are drained and
+/// confirmed by the noop sink, so the WAB does not grow without bound.
+pub const NOOP_SINK: &str = "type = \"noop\"\n";
+
+impl Launcher {
+    /// Starts a daemon in a new folder `<parent>/<label>-XXXX` (also its
+    /// working folder, so any relative default path lands there too).
+    pub fn start(&self, label: &str, overrides: &Overrides) -> Result<BenchDaemon, String> {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{label}-"))
+            .tempdir_in(&self.parent)
+            .map_err(|e| format!("creating a daemon folder in {}: {e}", self.parent.display()))?;
+        let config = dir.path().join("bench.toml");
+        let socket = dir.path().join("spillway.sock");
+        let settings = DaemonSettings {
+            dir: dir.path(),
+            shards: self.shards,
+            segment_bytes: overrides.segment_bytes.or(self.segment_bytes),
+            sink_toml: overrides.sink_toml.as_deref().unwrap_or(NOOP_SINK),
+        };
+        std::fs::write(&config, settings.config_text()).map_err(|e| format!("writing {}: {e}", config.display()))?;
+        let child = spawn(&self.exe, &config, dir.path())?;
+        let mut daemon = BenchDaemon { child, socket, stopped: false, dir };
+        daemon.wait_ready()?;
+        Ok(daemon)
+    }
+}
+
+fn toml_str(path: &Path) -> String {
+    toml::Value::String(path.display().to_string()).to_string()
+}
+
+/// Everything the bench daemon's configuration file says.
+struct DaemonSettings<'a> {
+    dir: &'a Path,
+    shards: u32,
+    segment_bytes: Option<u64>,
+    sink_toml: &'a str,
+}
+
+impl DaemonSettings<'_> {
+    fn config_text(&self) -> String {
+        let segment = self.segment_bytes.map(|b| format!("segment_bytes_max = {b}\n")).unwrap_or_default();
+        format!(
+            "# written by `spillway bench`\n[server]\nsocket_path = {}\ndata_dir = {}\nshards = {}\n\
+             inflight_records_max = {INFLIGHT_RECORDS_MAX}\n\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
+             [log]\nlevel = \"warn\"\n\n[admin]\nsocket_path = {}\n\n[sink]\n{}",
+            toml_str(&self.dir.join("spillway.sock")),
+            toml_str(&self.dir.join("wab")),
+            self.shards,
+            toml_str(&self.dir.join("admin.sock")),
+            self.sink_toml,
+        )
+    }
+}
+
+fn spawn(exe: &Path, config: &Path, dir: &Path) -> Result<Child, String> {
+    let log = dir.join("daemon.log");
+    let out = File::create(&log).map_err(|e| format!("creating {}: {e}", log.display()))?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    Command::new(exe)
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("starting {} run: {e}", exe.display()))
+}
+
+/// A daemon started by the bench; stopped (SIGTERM) and its folder deleted
+/// when dropped.
+#[derive(Debug)]
+pub struct BenchDaemon {
+    child: Child,
+    socket: PathBuf,
+    stopped: bool,
+    /// Declared last: removed after the daemon has stopped.
+    dir: tempfile::TempDir,
+}
+
+impl BenchDaemon {
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        strip_ansi(&lines[lines.len().saturating_sub(10)..].join("\n"))
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.stopped = true;
+                return Err(format!("the daemon exited during start-up ({status}):\n{}", self.log_tail()));
+            }
+            if health(&self.socket).is_ok() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the daemon did not answer within {READY_TIMEOUT:?}:\n{}", self.log_tail()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// `Err` with the exit status and the log's tail if the daemon has exited.
+    pub fn check_alive(&mut self) -> Result<(), String> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => {
+                self.stopped = true;
+                Err(format!("the daemon exited ({status}); its log ends:\n{}", self.log_tail()))
+            }
+            Err(e) => Err(format!("checking on the daemon: {e}")),
+        }
+    }
+
+    /// SIGTERM, then wait; SIGKILL if it has not exited within the timeout.
+    pub fn stop(mut self) -> Result<(), String> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<(), String> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stopped = true;
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(Some(status)) if status.success() => return Ok(()),
+                Ok(Some(status)) => return Err(format!("daemon exited with {status}:\n{}", self.log_tail())),
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(format!("waiting for the daemon: {e}")),
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        Err(format!("daemon did not stop within {STOP_TIMEOUT:?} of SIGTERM; killed"))
+    }
+}
+
+impl Drop for BenchDaemon {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_inner() {
+            eprintln!("bench: stopping the daemon: {e}");
+        }
+    }
+}
+
+/// Drops terminal colour sequences (`ESC [ ... m`) from a log excerpt.
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|c| c.is_ascii_alphabetic());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One health check on a fresh connection.
+pub fn health(socket: &Path) -> Result<(), String> {
+    let mut client = Client::connect(socket).map_err(|e| e.to_string())?;
+    client.set_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
+    client.health().map_err(|e| format!("health check on {}: {e}", socket.display()))
+}
+
+/// VmRSS of a process in KiB.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Samples a process's VmRSS on a thread and keeps the peak.
+pub struct RssSampler {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<u64>,
+}
+
+impl RssSampler {
+    pub fn start(pid: u32, every: Duration) -> RssSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !flag.load(Ordering::Relaxed) {
+                peak = peak.max(rss_kib(pid).unwrap_or(0));
+                std::thread::sleep(every);
+            }
+            peak.max(rss_kib(pid).unwrap_or(0))
+        });
+        RssSampler { stop, handle }
+    }
+
+    /// Stops sampling; the peak VmRSS seen, in KiB.
+    pub fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_text_is_valid_with_the_bench_knobs() {
+        let dir = Path::new("/tmp/a b");
+        let settings = DaemonSettings { dir, shards: 2, segment_bytes: Some(1 << 20), sink_toml: NOOP_SINK };
+        let text = settings.config_text();
+        let value: toml::Value = toml::from_str(&text).unwrap();
+        assert_eq!(value["server"]["socket_path"].as_str(), Some("/tmp/a b/spillway.sock"));
+        assert_eq!(value["server"]["inflight_records_max"].as_integer(), Some(4096));
+        assert_eq!(value["wab"]["segment_bytes_max"].as_integer(), Some(1 << 20));
+        assert_eq!(value["log"]["level"].as_str(), Some("warn"));
+        assert_eq!(value["sink"]["type"].as_str(), Some("noop"));
+        crate::config::Config::parse(&text, "bench").unwrap();
+        let default = DaemonSettings { segment_bytes: None, ..settings }.config_text();
+        assert!(!default.contains("segment_bytes_max"));
+        crate::config::Config::parse(&default, "bench").unwrap();
+    }
+
+    #[test]
+    fn strips_colours() {
+        assert_eq!(strip_ansi("\u{1b}[2mtime\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m x"), "time ERROR x");
+    }
+
+    #[test]
+    fn rss_of_this_process() {
+        assert!(rss_kib(std::process::id()).unwrap() > 0);
+    }
+}

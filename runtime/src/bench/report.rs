@@ -1,0 +1,308 @@
+//! Results and their presentation: an [`Outcome`] per scenario or probe
+//! (named numeric figures), the median over repeats, the stdout tables and
+//! the JSON lines.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use super::targets::Target;
+
+/// Figure keys shared by scenarios, the table and the targets.
+pub const RATE: &str = "records_per_s";
+pub const P50: &str = "p50_us";
+pub const P99: &str = "p99_us";
+pub const P999: &str = "p999_us";
+
+/// What produced an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Scenario,
+    Probe,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Scenario => "scenario",
+            Kind::Probe => "probe",
+        }
+    }
+}
+
+/// Whether the figures are there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    Skipped(String),
+    Failed(String),
+}
+
+/// One scenario's or probe's result: named figures (latencies in µs, rates
+/// per second, memory in MiB) plus free-form notes.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub name: String,
+    pub kind: Kind,
+    pub status: Status,
+    pub figures: BTreeMap<String, f64>,
+    pub notes: Vec<String>,
+}
+
+impl Outcome {
+    pub fn new(name: impl Into<String>, kind: Kind) -> Outcome {
+        Outcome { name: name.into(), kind, status: Status::Ok, figures: BTreeMap::new(), notes: Vec::new() }
+    }
+
+    pub fn skipped(name: &str, kind: Kind, reason: String) -> Outcome {
+        Outcome { status: Status::Skipped(reason), ..Outcome::new(name, kind) }
+    }
+
+    pub fn failed(name: &str, kind: Kind, reason: String) -> Outcome {
+        Outcome { status: Status::Failed(reason), ..Outcome::new(name, kind) }
+    }
+
+    pub fn set(&mut self, key: &str, value: f64) -> &mut Outcome {
+        self.figures.insert(key.to_string(), value);
+        self
+    }
+
+    pub fn get(&self, key: &str) -> Option<f64> {
+        self.figures.get(key).copied()
+    }
+
+    pub fn note(&mut self, note: impl Into<String>) -> &mut Outcome {
+        self.notes.push(note.into());
+        self
+    }
+
+    /// Adds `<prefix>p50_us`, `<prefix>p99_us`, ... from a histogram in ns.
+    pub fn set_latency(&mut self, prefix: &str, hist: &Histogram<u64>) -> &mut Outcome {
+        if hist.is_empty() {
+            return self;
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        self.set(&format!("{prefix}p50_us"), us(hist.value_at_quantile(0.50)));
+        self.set(&format!("{prefix}p99_us"), us(hist.value_at_quantile(0.99)));
+        self.set(&format!("{prefix}p999_us"), us(hist.value_at_quantile(0.999)));
+        self.set(&format!("{prefix}max_us"), us(hist.max()));
+        self.set(&format!("{prefix}mean_us"), hist.mean() / 1000.0);
+        self.set(&format!("{prefix}samples"), hist.len() as f64)
+    }
+}
+
+/// A latency histogram in nanoseconds (1 ns .. 1 hour, 3 significant digits).
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+pub fn record(hist: &mut Histogram<u64>, elapsed: Duration) {
+    hist.saturating_record(elapsed.as_nanos().min(u64::MAX as u128) as u64);
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// The median of each figure over the repeats of one outcome (same name);
+/// notes are the distinct notes of all repeats.
+pub fn median_of(runs: &[Outcome]) -> Outcome {
+    let first = runs.first().expect("median of at least one run");
+    let mut out = Outcome::new(first.name.clone(), first.kind);
+    let mut keys: Vec<&String> = runs.iter().flat_map(|r| r.figures.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let mut values: Vec<f64> = runs.iter().filter_map(|r| r.get(key)).collect();
+        out.set(key, median(&mut values));
+        if key == RATE && runs.len() > 1 {
+            // Sorted by `median`: the spread over repeats, for noisy machines.
+            out.set("records_per_s_min", values[0]).set("records_per_s_max", values[values.len() - 1]);
+        }
+    }
+    out.set("repeats", runs.len() as f64);
+    for note in runs.iter().flat_map(|r| &r.notes) {
+        if !out.notes.contains(note) {
+            out.notes.push(note.clone());
+        }
+    }
+    out
+}
+
+/// `1234567.8` → `"1,234,568"`.
+pub fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn micros(value: Option<f64>) -> String {
+    match value {
+        Some(v) if v >= 100.0 => format!("{v:.0}"),
+        Some(v) => format!("{v:.1}"),
+        None => "-".into(),
+    }
+}
+
+/// Notes worth a glance, derived from well-known figures plus the run's own notes.
+fn row_notes(o: &Outcome) -> String {
+    let mut notes: Vec<String> = Vec::new();
+    match &o.status {
+        Status::Skipped(why) => return format!("skipped: {why}"),
+        Status::Failed(why) => return format!("FAILED: {why}"),
+        Status::Ok => {}
+    }
+    if let (Some(rate), Some(ratio)) = (o.get("default_records_per_s"), o.get("ratio")) {
+        notes.push(format!("default {} rec/s, 1 MiB/default {ratio:.2}", thousands(rate)));
+    }
+    if let Some(peak) = o.get("rss_peak_mib") {
+        notes.push(format!("RSS peak {peak:.1} MiB"));
+    }
+    if let Some(nacks) = o.get("nacks").filter(|n| *n > 0.0) {
+        notes.push(format!("{nacks:.0} retryable nacks"));
+    }
+    notes.extend(o.notes.iter().cloned());
+    notes.join("; ")
+}
+
+/// The scenario table: one row per scenario outcome.
+pub fn scenario_table(outcomes: &[Outcome]) -> String {
+    let rows: Vec<&Outcome> = outcomes.iter().filter(|o| o.kind == Kind::Scenario).collect();
+    let width = rows.iter().map(|o| o.name.len()).chain([8]).max().unwrap_or(8);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<width$} {:>11} {:>9} {:>9} {:>9}  notes",
+        "scenario", "records/s", "p50 µs", "p99 µs", "p999 µs"
+    );
+    for o in rows {
+        let rate = o.get(RATE).map(thousands).unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            s,
+            "{:<width$} {:>11} {:>9} {:>9} {:>9}  {}",
+            o.name,
+            rate,
+            micros(o.get(P50)),
+            micros(o.get(P99)),
+            micros(o.get(P999)),
+            row_notes(o)
+        );
+    }
+    s
+}
+
+/// The probe section: every figure of every probe, one per line.
+pub fn probe_table(outcomes: &[Outcome]) -> String {
+    let mut s = String::new();
+    for o in outcomes.iter().filter(|o| o.kind == Kind::Probe) {
+        if o.status != Status::Ok {
+            let _ = writeln!(s, "{:<14} {}", o.name, row_notes(o));
+            continue;
+        }
+        for (key, value) in o.figures.iter().filter(|(k, _)| probe_key_shown(k)) {
+            let _ = writeln!(s, "{:<14} {:<34} {:>12}", o.name, key, probe_value(key, *value));
+        }
+        for note in &o.notes {
+            let _ = writeln!(s, "{:<14} {note}", o.name);
+        }
+    }
+    s
+}
+
+fn probe_key_shown(key: &str) -> bool {
+    !(key == "repeats" || key.ends_with("samples") || key.ends_with("mean_us") || key.ends_with("max_us"))
+}
+
+fn probe_value(key: &str, value: f64) -> String {
+    if key.ends_with("_us") {
+        micros(Some(value))
+    } else if key.ends_with("_mib") {
+        format!("{value:.1}")
+    } else {
+        thousands(value)
+    }
+}
+
+/// The targets section: PASS / FAIL / SKIP with the numbers.
+pub fn target_table(targets: &[Target]) -> String {
+    let mut s = String::new();
+    for t in targets {
+        let _ = writeln!(s, "{:<4}  {:<70} {}", t.verdict(), t.name, t.detail());
+    }
+    s
+}
+
+fn figures_json(o: &Outcome) -> serde_json::Map<String, serde_json::Value> {
+    o.figures.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect()
+}
+
+/// One JSON object per outcome.
+pub fn outcome_json(o: &Outcome) -> serde_json::Value {
+    let (status, reason) = match &o.status {
+        Status::Ok => ("ok", None),
+        Status::Skipped(r) => ("skipped", Some(r.clone())),
+        Status::Failed(r) => ("failed", Some(r.clone())),
+    };
+    serde_json::json!({
+        "kind": o.kind.as_str(),
+        "name": o.name,
+        "status": status,
+        "reason": reason,
+        "figures": figures_json(o),
+        "notes": o.notes,
+    })
+}
+
+/// One JSON object per target.
+pub fn target_json(t: &Target) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "target",
+        "name": t.name,
+        "verdict": t.verdict(),
+        "value": t.value(),
+        "bound": t.bound(),
+        "detail": t.detail(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_and_thousands() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert_eq!(thousands(1234567.4), "1,234,567");
+        assert_eq!(thousands(999.0), "999");
+        assert_eq!(thousands(1000.0), "1,000");
+    }
+
+    #[test]
+    fn median_of_takes_each_figure_separately() {
+        let mut a = Outcome::new("x", Kind::Scenario);
+        a.set(RATE, 10.0).set(P50, 5.0);
+        let mut b = Outcome::new("x", Kind::Scenario);
+        b.set(RATE, 30.0).set(P50, 1.0);
+        let mut c = Outcome::new("x", Kind::Scenario);
+        c.set(RATE, 20.0).set(P50, 3.0);
+        let m = median_of(&[a, b, c]);
+        assert_eq!(m.get(RATE), Some(20.0));
+        assert_eq!(m.get(P50), Some(3.0));
+        assert_eq!(m.get("repeats"), Some(3.0));
+    }
+}

@@ -1,0 +1,135 @@
+//! The scenario list. Names match weir's reports. To add a scenario, add an
+//! entry to [`SCENARIOS`]: a standard [`Workload`], or `Workload::Custom`
+//! with a function that returns its own rows.
+
+use std::path::Path;
+use std::time::Duration;
+
+use spillway_client::Tier;
+
+use super::daemon::{Launcher, Overrides, RssSampler};
+use super::load::{self, LoadError, Plan, Sample};
+use super::report::Outcome;
+
+const MIB: u64 = 1024 * 1024;
+const RSS_SAMPLE_EVERY: Duration = Duration::from_millis(5);
+
+/// What a scenario runs against.
+pub struct Ctx<'a> {
+    pub socket: &'a Path,
+    /// The daemon's pid, when the bench started it (`None` with `--socket`).
+    pub pid: Option<u32>,
+    /// Starts further daemons (`None` with `--socket`).
+    pub launcher: Option<&'a Launcher>,
+    pub plan: Plan,
+    /// Which repeat this is (0-based), for scenarios that alternate order.
+    pub round: usize,
+}
+
+/// The load a scenario applies. All records are [`load::PAYLOAD`] (5 bytes).
+pub enum Workload {
+    /// One connection, one Push at a time.
+    Serial(Tier),
+    /// One connection, one PushBatch of this many records at a time.
+    Batch(Tier, usize),
+    /// One connection, Pushes pipelined this deep.
+    Pipelined(Tier, usize),
+    /// This many connections (threads), each pushing serially; `rss` samples
+    /// the daemon's peak resident memory meanwhile.
+    Herd { tier: Tier, connections: usize, rss: bool },
+    /// Anything else; returns its own rows.
+    Custom(fn(&Ctx) -> Result<Vec<Outcome>, LoadError>),
+}
+
+pub struct Scenario {
+    pub name: &'static str,
+    pub workload: Workload,
+    /// Needs a daemon the bench starts (a config of its own): skipped with `--socket`.
+    pub needs_own_daemon: bool,
+}
+
+const fn plain(name: &'static str, workload: Workload) -> Scenario {
+    Scenario { name, workload, needs_own_daemon: false }
+}
+
+/// Every scenario, in run order.
+pub const SCENARIOS: &[Scenario] = &[
+    plain("single_thread_sync", Workload::Serial(Tier::Sync)),
+    plain("single_thread_buffered", Workload::Serial(Tier::Buffered)),
+    plain("pipelined_sync_w1024", Workload::Pipelined(Tier::Sync, 1024)),
+    plain("batch_durable_n256", Workload::Batch(Tier::Sync, 256)),
+    plain("batch_durable_n1024", Workload::Batch(Tier::Sync, 1024)),
+    plain("batch_buffered_n256", Workload::Batch(Tier::Buffered, 256)),
+    plain("batch_buffered_n1024", Workload::Batch(Tier::Buffered, 1024)),
+    plain("thundering_herd_16", Workload::Herd { tier: Tier::Sync, connections: 16, rss: false }),
+    plain("thundering_herd_64", Workload::Herd { tier: Tier::Sync, connections: 64, rss: true }),
+    Scenario { name: "segment_1mib_vs_default", workload: Workload::Custom(segment_compare), needs_own_daemon: true },
+];
+
+/// Runs one workload against `socket`.
+fn measure(workload: &Workload, socket: &Path, plan: Plan) -> Result<Sample, LoadError> {
+    match *workload {
+        Workload::Serial(tier) => load::serial_push(socket, tier, plan),
+        Workload::Batch(tier, n) => load::serial_batch(socket, tier, n, plan),
+        Workload::Pipelined(tier, window) => load::pipelined_push(socket, tier, window, plan),
+        Workload::Herd { tier, connections, .. } => load::herd(socket, tier, connections, plan),
+        Workload::Custom(_) => Err(LoadError::Failed("a custom workload has no single sample".into())),
+    }
+}
+
+impl Scenario {
+    /// One repeat of the scenario: its rows.
+    pub fn run_once(&self, ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+        match self.workload {
+            Workload::Custom(run) => run(ctx),
+            Workload::Herd { rss: true, .. } => Ok(vec![self.with_rss(ctx)?]),
+            ref w => Ok(vec![measure(w, ctx.socket, ctx.plan)?.to_outcome(self.name)]),
+        }
+    }
+
+    /// Measures while sampling the daemon's VmRSS; reports the peak.
+    fn with_rss(&self, ctx: &Ctx) -> Result<Outcome, LoadError> {
+        let Some(pid) = ctx.pid else {
+            let mut o = measure(&self.workload, ctx.socket, ctx.plan)?.to_outcome(self.name);
+            o.note("RSS not sampled: the daemon was not started by the bench (--socket)");
+            return Ok(o);
+        };
+        let sampler = RssSampler::start(pid, RSS_SAMPLE_EVERY);
+        let sample = measure(&self.workload, ctx.socket, ctx.plan);
+        let peak_kib = sampler.finish();
+        let mut o = sample?.to_outcome(self.name);
+        o.set("rss_peak_mib", peak_kib as f64 / 1024.0);
+        Ok(o)
+    }
+}
+
+/// The workloads compared across segment sizes.
+const SEGMENT_WORKLOADS: [(&str, Workload); 2] = [
+    ("batch_durable_n1024", Workload::Batch(Tier::Sync, 1024)),
+    ("pipelined_sync_w1024", Workload::Pipelined(Tier::Sync, 1024)),
+];
+
+/// A second daemon with 1 MiB segments against the main one, alternating
+/// which goes first from one repeat to the next.
+fn segment_compare(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+    let launcher = ctx.launcher.ok_or_else(|| LoadError::Unsupported("needs a daemon started by the bench".into()))?;
+    let small = launcher.start("segment-1mib", &Overrides { segment_bytes: Some(MIB), ..Overrides::default() })?;
+    let mut rows = Vec::new();
+    for (name, workload) in &SEGMENT_WORKLOADS {
+        let (default, one_mib) = if ctx.round % 2 == 0 {
+            let d = measure(workload, ctx.socket, ctx.plan)?;
+            (d, measure(workload, small.socket(), ctx.plan)?)
+        } else {
+            let s = measure(workload, small.socket(), ctx.plan)?;
+            (measure(workload, ctx.socket, ctx.plan)?, s)
+        };
+        let mut o = one_mib.to_outcome(&format!("segment_1mib_vs_default/{name}"));
+        o.set("default_records_per_s", default.rate()).set("ratio", one_mib.rate() / default.rate());
+        if let Some(bytes) = launcher.segment_bytes {
+            o.note(format!("\"default\" here is --segment-bytes {bytes}"));
+        }
+        rows.push(o);
+    }
+    small.stop().map_err(|e| format!("stopping the 1 MiB daemon: {e}"))?;
+    Ok(rows)
+}

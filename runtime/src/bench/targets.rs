@@ -1,0 +1,202 @@
+//! The targets: each is a bound computed from figures of the same run
+//! (mostly relative to the machine probes or to `single_thread_sync`), so a
+//! verdict means the same thing on a fast NVMe box and on a slow VM disk.
+
+use super::report::{Outcome, Status, P50, RATE};
+
+/// Slack allowed on top of the probes' floor for the daemon's own work, µs.
+const OVERHEAD_US: f64 = 30.0;
+
+/// Direction of a bound.
+#[derive(Debug, Clone, Copy)]
+pub enum Cmp {
+    AtMost,
+    AtLeast,
+}
+
+/// The numbers behind a verdict.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub value: f64,
+    pub bound: f64,
+    pub detail: String,
+}
+
+/// One target and its evaluation (`Err` = skipped, with the reason).
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: &'static str,
+    pub cmp: Cmp,
+    pub result: Result<Measured, String>,
+}
+
+impl Target {
+    pub fn verdict(&self) -> &'static str {
+        match (&self.result, self.cmp) {
+            (Err(_), _) => "SKIP",
+            (Ok(m), Cmp::AtMost) if m.value <= m.bound => "PASS",
+            (Ok(m), Cmp::AtLeast) if m.value >= m.bound => "PASS",
+            _ => "FAIL",
+        }
+    }
+
+    pub fn detail(&self) -> &str {
+        match &self.result {
+            Ok(m) => &m.detail,
+            Err(why) => why,
+        }
+    }
+
+    pub fn value(&self) -> Option<f64> {
+        self.result.as_ref().ok().map(|m| m.value)
+    }
+
+    pub fn bound(&self) -> Option<f64> {
+        self.result.as_ref().ok().map(|m| m.bound)
+    }
+}
+
+/// Looks figures up by outcome name and key.
+struct Figures<'a>(&'a [Outcome]);
+
+impl Figures<'_> {
+    fn get(&self, name: &str, key: &str) -> Result<f64, String> {
+        // A row `scenario/part` is missing when its scenario was skipped or failed.
+        let scenario = name.split('/').next().unwrap_or(name);
+        let found = self.0.iter().find(|o| o.name == name);
+        let Some(o) = found.or_else(|| self.0.iter().find(|o| o.name == scenario)) else {
+            return Err(format!("{name} was not run"));
+        };
+        match &o.status {
+            Status::Ok => o.get(key).ok_or_else(|| format!("{name} has no {key}")),
+            Status::Skipped(_) => Err(format!("{} was skipped", o.name)),
+            Status::Failed(_) => Err(format!("{} failed", o.name)),
+        }
+    }
+}
+
+type Rule = (&'static str, Cmp, fn(&Figures) -> Result<Measured, String>);
+
+const RULES: &[Rule] = &[
+    ("single_thread_sync p50 <= prealloc fsync p50 + socket RTT p50 + 30 µs", Cmp::AtMost, sync_p50),
+    ("single_thread_buffered p50 <= socket RTT p50 + 30 µs", Cmp::AtMost, buffered_p50),
+    ("batch_durable_n256 rate >= 50% of the disk probe's 256-record rate", Cmp::AtLeast, batch_vs_disk),
+    ("batch_durable_n256 rate >= 150x single_thread_sync rate", Cmp::AtLeast, batch_vs_single),
+    ("pipelined_sync_w1024 rate >= 25x single_thread_sync rate", Cmp::AtLeast, pipelined_vs_single),
+    ("thundering_herd_64 rate >= 8x single_thread_sync rate", Cmp::AtLeast, herd_vs_single),
+    ("RSS idle after start-up <= 20 MiB", Cmp::AtMost, rss_idle),
+    ("RSS peak during thundering_herd_64 <= 64 MiB", Cmp::AtMost, rss_peak),
+    ("segment 1 MiB / default, batch_durable_n1024 >= 0.8", Cmp::AtLeast, segment_batch),
+    ("segment 1 MiB / default, pipelined_sync_w1024 >= 0.8", Cmp::AtLeast, segment_pipelined),
+];
+
+/// Every target, evaluated against this run's outcomes.
+pub fn evaluate(outcomes: &[Outcome]) -> Vec<Target> {
+    let figures = Figures(outcomes);
+    RULES.iter().map(|(name, cmp, rule)| Target { name, cmp: *cmp, result: rule(&figures) }).collect()
+}
+
+fn sync_p50(f: &Figures) -> Result<Measured, String> {
+    let value = f.get("single_thread_sync", P50)?;
+    let fsync = f.get("disk_probe", "prealloc_fsync_p50_us")?;
+    let rtt = f.get("socket_probe", "rtt_p50_us")?;
+    let bound = fsync + rtt + OVERHEAD_US;
+    let detail = format!("{value:.1} µs vs {fsync:.1} + {rtt:.1} + {OVERHEAD_US} = {bound:.1} µs");
+    Ok(Measured { value, bound, detail })
+}
+
+fn buffered_p50(f: &Figures) -> Result<Measured, String> {
+    let value = f.get("single_thread_buffered", P50)?;
+    let rtt = f.get("socket_probe", "rtt_p50_us")?;
+    let bound = rtt + OVERHEAD_US;
+    Ok(Measured { value, bound, detail: format!("{value:.1} µs vs {rtt:.1} + {OVERHEAD_US} = {bound:.1} µs") })
+}
+
+/// `value / base` against a minimum multiple.
+fn ratio(value: f64, base: f64, min: f64, what: &str) -> Measured {
+    let r = value / base;
+    let detail = format!("{value:.0} / {base:.0} rec/s = {r:.2}x ({what} >= {min}x)");
+    Measured { value: r, bound: min, detail }
+}
+
+fn batch_vs_disk(f: &Figures) -> Result<Measured, String> {
+    let rate = f.get("batch_durable_n256", RATE)?;
+    let disk = f.get("disk_probe", "batch256_records_per_s")?;
+    let r = rate / disk;
+    let detail = format!("{rate:.0} / {disk:.0} rec/s = {:.0}% (>= 50%)", r * 100.0);
+    Ok(Measured { value: r, bound: 0.5, detail })
+}
+
+fn single(f: &Figures) -> Result<f64, String> {
+    f.get("single_thread_sync", RATE)
+}
+
+fn batch_vs_single(f: &Figures) -> Result<Measured, String> {
+    Ok(ratio(f.get("batch_durable_n256", RATE)?, single(f)?, 150.0, "need"))
+}
+
+fn pipelined_vs_single(f: &Figures) -> Result<Measured, String> {
+    Ok(ratio(f.get("pipelined_sync_w1024", RATE)?, single(f)?, 25.0, "need"))
+}
+
+fn herd_vs_single(f: &Figures) -> Result<Measured, String> {
+    Ok(ratio(f.get("thundering_herd_64", RATE)?, single(f)?, 8.0, "need"))
+}
+
+fn mib_limit(value: f64, bound: f64) -> Measured {
+    Measured { value, bound, detail: format!("{value:.1} MiB (<= {bound} MiB)") }
+}
+
+fn rss_idle(f: &Figures) -> Result<Measured, String> {
+    Ok(mib_limit(f.get("daemon_rss", "idle_mib")?, 20.0))
+}
+
+fn rss_peak(f: &Figures) -> Result<Measured, String> {
+    Ok(mib_limit(f.get("thundering_herd_64", "rss_peak_mib")?, 64.0))
+}
+
+fn segment(f: &Figures, workload: &str) -> Result<Measured, String> {
+    let name = format!("segment_1mib_vs_default/{workload}");
+    let small = f.get(&name, RATE)?;
+    let default = f.get(&name, "default_records_per_s")?;
+    let r = f.get(&name, "ratio")?;
+    let detail = format!("1 MiB {small:.0} vs default {default:.0} rec/s, median ratio {r:.2} (>= 0.8)");
+    Ok(Measured { value: r, bound: 0.8, detail })
+}
+
+fn segment_batch(f: &Figures) -> Result<Measured, String> {
+    segment(f, "batch_durable_n1024")
+}
+
+fn segment_pipelined(f: &Figures) -> Result<Measured, String> {
+    segment(f, "pipelined_sync_w1024")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::report::Kind;
+
+    fn outcome(name: &str, kind: Kind, figures: &[(&str, f64)]) -> Outcome {
+        let mut o = Outcome::new(name, kind);
+        for (k, v) in figures {
+            o.set(k, *v);
+        }
+        o
+    }
+
+    #[test]
+    fn verdicts_use_figures_of_the_run() {
+        let outcomes = vec![
+            outcome("single_thread_sync", Kind::Scenario, &[(RATE, 1000.0), (P50, 150.0)]),
+            outcome("disk_probe", Kind::Probe, &[("prealloc_fsync_p50_us", 100.0)]),
+            outcome("socket_probe", Kind::Probe, &[("rtt_p50_us", 30.0)]),
+            outcome("pipelined_sync_w1024", Kind::Scenario, &[(RATE, 20_000.0)]),
+        ];
+        let targets = evaluate(&outcomes);
+        assert_eq!(targets[0].verdict(), "PASS"); // 150 <= 160
+        assert_eq!(targets[1].verdict(), "SKIP");
+        assert_eq!(targets[4].verdict(), "FAIL"); // 20x < 25x
+        assert!(targets[1].detail().contains("single_thread_buffered"));
+    }
+}
