@@ -191,8 +191,7 @@ pub fn scenario_table(outcomes: &[Outcome]) -> String {
     );
     for o in rows {
         let rate = o.get(RATE).map(thousands).unwrap_or_else(|| "-".into());
-        let _ = writeln!(
-            s,
+        let line = format!(
             "{:<width$} {:>11} {:>9} {:>9} {:>9}  {}",
             o.name,
             rate,
@@ -201,6 +200,7 @@ pub fn scenario_table(outcomes: &[Outcome]) -> String {
             micros(o.get(P999)),
             row_notes(o)
         );
+        let _ = writeln!(s, "{}", line.trim_end());
     }
     s
 }
