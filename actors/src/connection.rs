@@ -13,21 +13,23 @@
 //! the detail (offending byte, value or limit). A closing nack is written
 //! after the responses of the frames before it, then the socket is closed.
 
-use std::collections::VecDeque;
 use std::io;
+use std::os::unix::io::AsRawFd;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::{Buf, BytesMut};
-use spillway_protocol::{decode_request, encode_response, NackReason, Request, Response, HEADER_LEN, TRAILER_LEN};
+use spillway_protocol::{decode_request, NackReason, Request, Response, HEADER_LEN, TRAILER_LEN};
 use spillway_wab::RecordMeta;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
-use crate::shard::{AppendBatch, Committed, PendingRecord, ShardHealth, ShardQueue, WabBudget};
+use crate::responder::{Progress, Responder, Slot, State};
+use crate::shard::{AppendBatch, PendingRecord, ShardHealth, ShardQueue, WabBudget};
 use crate::stats::DaemonStats;
 
 /// Per-connection limits, from `[server]`.
@@ -58,13 +60,6 @@ pub struct ConnectionContext {
     pub live: Arc<AtomicUsize>,
 }
 
-/// One response slot, kept in request order.
-enum Slot {
-    /// Records queued for a group commit, answered by `Committed { token }`.
-    Waiting { token: u64, records: usize, bytes: u64, batch: bool },
-    Ready(Response),
-}
-
 /// Decrements the open-connection count when the actor goes away, however it goes.
 struct LiveGuard(Arc<AtomicUsize>);
 
@@ -80,17 +75,16 @@ pub struct Connection {
     shared: Arc<ConnectionContext>,
     /// `None` while a read is in flight (the future owns it).
     reader: Option<OwnedReadHalf>,
-    /// `None` while an asynchronous write is in flight.
-    writer: Option<OwnedWriteHalf>,
+    /// Shared with the future waiting for the socket to become writable.
+    writer: Rc<OwnedWriteHalf>,
+    /// Response slots, unwritten bytes and the window; shared with the
+    /// flusher threads, which write acks directly.
+    responder: Arc<Responder>,
     rbuf: BytesMut,
     /// When the first byte of the (incomplete) frame at the front of `rbuf` arrived.
     frame_started: Option<Instant>,
-    slots: VecDeque<Slot>,
-    inflight_records: usize,
-    inflight_bytes: u64,
     /// A decoded request that did not fit the window; admitted first when it frees.
     parked: Option<Request>,
-    out: BytesMut,
     reading: bool,
     read_closed: bool,
     /// A closing nack is queued: read nothing more, close once it is written.
@@ -103,6 +97,7 @@ impl Connection {
     /// Start a connection actor on the current arbiter. The listener has
     /// already counted it in `shared.live`.
     pub fn new(id: u64, stream: UnixStream, shard: Arc<ShardQueue>, shared: Arc<ConnectionContext>) -> Self {
+        let responder = Responder::new(stream.as_raw_fd(), shared.stats.clone());
         let (reader, writer) = stream.into_split();
         let live = LiveGuard(shared.live.clone());
         Connection {
@@ -110,14 +105,11 @@ impl Connection {
             shard,
             shared,
             reader: Some(reader),
-            writer: Some(writer),
+            writer: Rc::new(writer),
+            responder,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             frame_started: None,
-            slots: VecDeque::new(),
-            inflight_records: 0,
-            inflight_bytes: 0,
             parked: None,
-            out: BytesMut::with_capacity(4096),
             reading: false,
             read_closed: false,
             closing: false,
@@ -126,18 +118,28 @@ impl Connection {
         }
     }
 
-    fn window_full(&self) -> bool {
+    fn window_full(&self, st: &State) -> bool {
         let l = &self.shared.limits;
-        self.slots.len() >= l.inflight_records_max
-            || self.inflight_records >= l.inflight_records_max
-            || self.inflight_bytes >= l.inflight_bytes_max
-            || self.out.len() >= OUT_BYTES_MAX
+        st.slots.len() >= l.inflight_records_max
+            || st.inflight_records >= l.inflight_records_max
+            || st.inflight_bytes >= l.inflight_bytes_max
+            || st.out.len() >= OUT_BYTES_MAX
     }
 
     /// Start the next read unless reading is paused (window, parked frame, closing).
     fn read_more(&mut self, ctx: &mut Context<Self>) {
-        if self.reading || self.read_closed || self.closing || self.parked.is_some() || self.window_full() {
+        if self.reading {
             return;
+        }
+        {
+            // Paused (window full, parked frame, closing, peer gone): ask
+            // the flusher for a Progress when slots are answered.
+            let mut st = self.responder.lock();
+            let paused = self.read_closed || self.closing || self.parked.is_some() || self.window_full(&st);
+            st.wants_progress = paused;
+            if paused {
+                return;
+            }
         }
         let Some(mut reader) = self.reader.take() else { return };
         self.reserve_for_frame();
@@ -213,6 +215,8 @@ impl Connection {
         let mut batch = Building::default();
         let token = self.next_token;
         let mut consumed_frame = false;
+        let responder = self.responder.clone();
+        let mut st = responder.lock();
         loop {
             if self.closing {
                 break;
@@ -226,12 +230,12 @@ impl Connection {
                     }
                     Ok(None) => break,
                     Err(e) => {
-                        self.refuse(e.reason, &e.detail);
+                        self.refuse(&mut st, e.reason, &e.detail);
                         break;
                     }
                 },
             };
-            if let Err(req) = self.admit(req, token, &mut batch) {
+            if let Err(req) = self.admit(&mut st, req, token, &mut batch) {
                 self.parked = Some(req);
                 break;
             }
@@ -246,23 +250,24 @@ impl Connection {
         } else {
             self.frame_started.or(Some(Instant::now()))
         };
+        drop(st);
         if !batch.records.is_empty() {
             self.next_token += 1;
-            let reply = ctx.address().recipient();
+            let reply = self.responder.clone();
             self.shard.push(AppendBatch::new(batch.records, batch.bytes, batch.needs_fsync, token, reply));
         }
         self.flush(ctx);
     }
 
     /// Take a request into the window, or hand it back if the window is full.
-    fn admit(&mut self, req: Request, token: u64, batch: &mut Building) -> Result<(), Request> {
+    fn admit(&self, st: &mut State, req: Request, token: u64, batch: &mut Building) -> Result<(), Request> {
         let limits = &self.shared.limits;
-        if self.slots.len() >= limits.inflight_records_max {
+        if st.slots.len() >= limits.inflight_records_max {
             return Err(req);
         }
         let (tier, records, is_batch) = match req {
             Request::HealthCheck => {
-                self.slots.push_back(Slot::Ready(Response::HealthCheckResponse));
+                st.slots.push_back(Slot::Ready(Response::HealthCheckResponse));
                 return Ok(());
             }
             Request::Push { tier, ref payload } => (tier, std::slice::from_ref(payload), false),
@@ -270,18 +275,18 @@ impl Connection {
         };
         let n = records.len();
         let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
-        if self.inflight_records > 0
-            && (self.inflight_records + n > limits.inflight_records_max || self.inflight_bytes + bytes > limits.inflight_bytes_max)
+        if st.inflight_records > 0
+            && (st.inflight_records + n > limits.inflight_records_max || st.inflight_bytes + bytes > limits.inflight_bytes_max)
         {
             return Err(req);
         }
         if self.shard.health() == ShardHealth::Failed {
-            self.nack_retryable(NackReason::InternalError);
+            self.nack_retryable(st, NackReason::InternalError);
             return Ok(());
         }
         let disk_bytes = bytes + RECORD_OVERHEAD * n as u64;
         if self.shared.wab.would_exceed(batch.disk_bytes + disk_bytes) {
-            self.nack_retryable(NackReason::Overloaded);
+            self.nack_retryable(st, NackReason::Overloaded);
             return Ok(());
         }
         let meta = RecordMeta { tier: tier.as_byte(), arrival_unix_us: batch.arrival_us() }.pack();
@@ -289,50 +294,49 @@ impl Connection {
         batch.bytes += bytes;
         batch.disk_bytes += disk_bytes;
         batch.needs_fsync |= tier.needs_fsync();
-        self.inflight_records += n;
-        self.inflight_bytes += bytes;
-        self.slots.push_back(Slot::Waiting { token, records: n, bytes, batch: is_batch });
+        st.inflight_records += n;
+        st.inflight_bytes += bytes;
+        st.slots.push_back(Slot::Waiting { token, records: n, bytes, batch: is_batch });
         Ok(())
     }
 
-    fn nack_retryable(&mut self, reason: NackReason) {
+    fn nack_retryable(&self, st: &mut State, reason: NackReason) {
         self.shared.stats.count_nack(reason);
-        self.slots.push_back(Slot::Ready(Response::Nack(reason)));
+        st.slots.push_back(Slot::Ready(Response::Nack(reason)));
     }
 
     /// Queue a closing nack and stop reading.
-    fn refuse(&mut self, reason: NackReason, detail: &str) {
+    fn refuse(&mut self, st: &mut State, reason: NackReason, detail: &str) {
         self.shared.stats.count_nack(reason);
         if self.shared.stats.log_limiter.allow() {
             tracing::warn!(conn = self.id, reason = reason.name(), detail, "refused a frame; closing the connection");
         }
-        self.slots.push_back(Slot::Ready(Response::Nack(reason)));
+        st.slots.push_back(Slot::Ready(Response::Nack(reason)));
         self.closing = true;
     }
 
-    /// Move ready responses (in order) to the output buffer and write it.
+    /// Write the answered prefix of responses; close when done closing.
     fn flush(&mut self, ctx: &mut Context<Self>) {
-        while let Some(Slot::Ready(resp)) = self.slots.front() {
-            encode_response(*resp, &mut self.out);
-            self.slots.pop_front();
-        }
-        if !self.out.is_empty() {
-            if let Some(writer) = self.writer.as_ref() {
-                match writer.try_write(&self.out) {
-                    Ok(n) => self.out.advance(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => {
-                        tracing::debug!(conn = self.id, error = %e, "write failed; closing");
-                        ctx.stop();
-                        return;
-                    }
-                }
-                if !self.out.is_empty() {
-                    self.write_async(ctx);
-                }
+        let responder = self.responder.clone();
+        let mut st = responder.lock();
+        st.encode_ready();
+        if !st.writing_async && !st.out.is_empty() {
+            responder.write_now(&mut st);
+            if !st.out.is_empty() && !st.write_failed {
+                st.writing_async = true;
+                drop(st);
+                self.write_when_ready(ctx);
+                return;
             }
         }
-        let drained = self.slots.is_empty() && self.out.is_empty() && self.writer.is_some();
+        if st.write_failed {
+            drop(st);
+            tracing::debug!(conn = self.id, "write failed; closing");
+            ctx.stop();
+            return;
+        }
+        let drained = st.slots.is_empty() && st.out.is_empty() && !st.writing_async;
+        drop(st);
         if drained && (self.closing || self.read_closed) {
             ctx.stop();
             return;
@@ -340,23 +344,38 @@ impl Connection {
         self.read_more(ctx);
     }
 
-    /// The socket is full: wait for it off the actor, keep taking commits.
-    fn write_async(&mut self, ctx: &mut Context<Self>) {
-        let Some(mut writer) = self.writer.take() else { return };
-        let buf = self.out.split().freeze();
-        let fut = async move {
-            let r = writer.write_all(&buf).await;
-            (writer, r)
-        };
-        ctx.spawn(fut.into_actor(self).map(|(writer, r), act, ctx| {
-            act.writer = Some(writer);
-            match r {
-                Ok(()) => act.flush(ctx),
-                Err(e) => {
-                    tracing::debug!(conn = act.id, error = %e, "write failed; closing");
-                    ctx.stop();
+    /// The socket is full: wait until it is writable, off the actor, then
+    /// write through tokio (so its readiness tracking stays right).
+    fn write_when_ready(&mut self, ctx: &mut Context<Self>) {
+        let writer = self.writer.clone();
+        let fut = async move { writer.writable().await };
+        ctx.spawn(fut.into_actor(self).map(|r, act, ctx| {
+            if let Err(e) = r {
+                tracing::debug!(conn = act.id, error = %e, "socket failed; closing");
+                ctx.stop();
+                return;
+            }
+            let responder = act.responder.clone();
+            let mut st = responder.lock();
+            while !st.out.is_empty() {
+                match act.writer.try_write(&st.out) {
+                    Ok(n) => st.out.advance(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        drop(st);
+                        act.write_when_ready(ctx);
+                        return;
+                    }
+                    Err(e) => {
+                        drop(st);
+                        tracing::debug!(conn = act.id, error = %e, "write failed; closing");
+                        ctx.stop();
+                        return;
+                    }
                 }
             }
+            st.writing_async = false;
+            drop(st);
+            act.flush(ctx);
         }));
     }
 }
@@ -382,34 +401,31 @@ impl Actor for Connection {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        self.responder.set_actor(ctx.address().recipient());
         self.read_more(ctx);
     }
 }
 
-impl Handler<Committed> for Connection {
+impl Drop for Connection {
+    /// Before the socket halves are dropped (after this body), make sure no
+    /// flusher thread writes to the descriptor again.
+    fn drop(&mut self) {
+        self.responder.lock().closed = true;
+    }
+}
+
+impl Handler<Progress> for Connection {
     type Result = ();
 
-    fn handle(&mut self, msg: Committed, ctx: &mut Context<Self>) {
-        for slot in self.slots.iter_mut() {
-            let Slot::Waiting { token, records, bytes, batch } = *slot else { continue };
-            if token != msg.token {
-                continue;
+    fn handle(&mut self, _: Progress, ctx: &mut Context<Self>) {
+        if self.parked.is_some() && !self.closing {
+            let full = self.window_full(&self.responder.lock());
+            if !full {
+                self.process(ctx);
+                return;
             }
-            self.inflight_records -= records;
-            self.inflight_bytes -= bytes;
-            *slot = Slot::Ready(match msg.result {
-                Ok(_) if batch => Response::AckBatch { count: records as u32 },
-                Ok(_) => Response::Ack,
-                Err(reason) => {
-                    self.shared.stats.count_nack(reason);
-                    Response::Nack(reason)
-                }
-            });
         }
         self.flush(ctx);
-        if self.parked.is_some() && !self.window_full() && !self.closing {
-            self.process(ctx);
-        }
     }
 }
 

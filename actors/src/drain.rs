@@ -242,7 +242,11 @@ impl<S: Storage> Cursor<S> {
             let id = *id;
             if id == wm.segment_id {
                 reader.set_limit(wm.offset);
-            } else if id > wm.segment_id {
+            } else if id < wm.segment_id {
+                // No longer written: read it to its end (the limit set while
+                // it was the active segment would end it early).
+                reader.set_limit(u64::MAX);
+            } else {
                 return Ok(None);
             }
             match reader.next()? {

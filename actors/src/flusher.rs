@@ -43,6 +43,8 @@ pub struct FlusherConfig {
     pub buffered_flush_interval: Duration,
     /// Consecutive failed writes/fsyncs after which the shard stops.
     pub fsync_failures_max: u32,
+    /// How long the flusher spins for the next batch before sleeping.
+    pub spin: Duration,
 }
 
 /// How long the flusher waits for the sealer's spare segment before
@@ -74,6 +76,7 @@ impl ShardFlusher {
         min_next_seq: u64,
     ) -> io::Result<(ShardFlusher, RecoveryReport)> {
         queue.set_health(ShardHealth::Starting);
+        queue.set_spin(cfg.spin);
         let recovered = recover_shard(&storage, &cfg.dir, cfg.shard, min_next_seq)?;
         let report = recovered.report;
         let accounted = report.bytes();

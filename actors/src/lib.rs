@@ -13,6 +13,7 @@ pub mod connection;
 pub mod drain;
 pub mod flusher;
 pub mod listener;
+pub mod responder;
 pub mod sealer;
 pub mod shard;
 pub mod stats;
@@ -22,5 +23,5 @@ pub use drain::{Drain, DrainConfig, DrainSettings, DrainStats, SinkHost, SinkMak
 pub use flusher::{FlusherConfig, ShardFlusher, StopShard};
 pub use listener::{bind_socket, BindError, Listener};
 pub use sealer::{SealerMsg, SegmentSealer};
-pub use shard::{AppendBatch, Committed, PendingRecord, ShardHealth, ShardQueue, ShardStats, WabBudget, Watermark};
+pub use shard::{AppendBatch, CommitTarget, PendingRecord, ShardHealth, ShardQueue, ShardStats, WabBudget, Watermark};
 pub use stats::{DaemonStats, RateLimiter};

@@ -9,11 +9,10 @@
 //! on every Sync ack.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use actix::prelude::*;
 use bytes::Bytes;
 use spillway_protocol::NackReason;
 
@@ -25,15 +24,15 @@ pub struct PendingRecord {
     pub meta: u64,
 }
 
-/// Sent by a shard's flusher thread to the [`crate::Connection`] that queued
-/// an [`AppendBatch`]: the batch is durable at its tier (`Ok`, with the
-/// sequence number of its first record) or was not written (`Err`, the nack
-/// every frame of the batch gets).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct Committed {
-    pub token: u64,
-    pub result: Result<u64, NackReason>,
+/// Who is told that an [`AppendBatch`] is durable. Called on the flusher's
+/// thread, so it must be quick and must not block: a connection writes its
+/// acks straight to its socket from here (saving the wake of its arbiter
+/// thread on every ack) and otherwise hands over to its actor.
+pub trait CommitTarget: Send + Sync {
+    /// The batch `token` is durable at its tier (`Ok`, with the sequence
+    /// number of its first record) or was not written (`Err`, the nack every
+    /// frame of the batch gets).
+    fn committed(&self, token: u64, result: Result<u64, NackReason>);
 }
 
 /// Everything one connection decoded from one read, headed for one shard.
@@ -45,19 +44,19 @@ pub struct AppendBatch {
     /// before this batch is acknowledged.
     pub needs_fsync: bool,
     pub token: u64,
-    reply: Option<Recipient<Committed>>,
+    reply: Option<Arc<dyn CommitTarget>>,
 }
 
 impl AppendBatch {
-    pub fn new(records: Vec<PendingRecord>, bytes: u64, needs_fsync: bool, token: u64, reply: Recipient<Committed>) -> Self {
+    pub fn new(records: Vec<PendingRecord>, bytes: u64, needs_fsync: bool, token: u64, reply: Arc<dyn CommitTarget>) -> Self {
         AppendBatch { records, bytes, needs_fsync, token, reply: Some(reply) }
     }
 
-    /// Answer the connection. Called exactly once; a batch dropped unanswered
+    /// Answer the sender. Called exactly once; a batch dropped unanswered
     /// (a flusher that panicked) answers `InternalError` from `Drop`.
     pub fn complete(mut self, result: Result<u64, NackReason>) {
         if let Some(reply) = self.reply.take() {
-            reply.do_send(Committed { token: self.token, result });
+            reply.committed(self.token, result);
         }
     }
 }
@@ -65,7 +64,7 @@ impl AppendBatch {
 impl Drop for AppendBatch {
     fn drop(&mut self) {
         if let Some(reply) = self.reply.take() {
-            reply.do_send(Committed { token: self.token, result: Err(NackReason::InternalError) });
+            reply.committed(self.token, Err(NackReason::InternalError));
         }
     }
 }
@@ -143,6 +142,10 @@ pub struct Watermark {
 pub struct ShardQueue {
     pub shard: u32,
     queue: Mutex<VecDeque<AppendBatch>>,
+    /// Length of `queue`, readable without the lock (the flusher spins on it).
+    queued: AtomicUsize,
+    /// How long the flusher spins for work before sleeping, microseconds.
+    spin_us: AtomicU64,
     wakeup: Condvar,
     health: AtomicU8,
     shutdown: AtomicBool,
@@ -151,17 +154,19 @@ pub struct ShardQueue {
     pub stats: ShardStats,
 }
 
-/// How long the flusher spins on an empty queue before sleeping. A serial
-/// producer's next push usually arrives within one socket round trip of
-/// its ack; catching it while spinning saves the ~40-50 µs wake of an idle
-/// core. Zero disables spinning.
-pub const SPIN_BEFORE_SLEEP: Duration = Duration::from_micros(0);
+/// Default of `wab.flusher_spin_us`: how long the flusher spins on an empty
+/// queue before sleeping. A serial producer's next push usually arrives
+/// within one socket round trip of its ack; catching it while spinning
+/// saves the ~40-50 µs wake of an idle core. Zero disables spinning.
+pub const SPIN_BEFORE_SLEEP_DEFAULT: Duration = Duration::from_micros(200);
 
 impl ShardQueue {
     pub fn new(shard: u32) -> Arc<Self> {
         Arc::new(ShardQueue {
             shard,
             queue: Mutex::new(VecDeque::new()),
+            queued: AtomicUsize::new(0),
+            spin_us: AtomicU64::new(SPIN_BEFORE_SLEEP_DEFAULT.as_micros() as u64),
             wakeup: Condvar::new(),
             health: AtomicU8::new(ShardHealth::Starting as u8),
             shutdown: AtomicBool::new(false),
@@ -169,6 +174,10 @@ impl ShardQueue {
             durable_changed: Condvar::new(),
             stats: ShardStats::default(),
         })
+    }
+
+    pub fn set_spin(&self, spin: Duration) {
+        self.spin_us.store(spin.as_micros() as u64, Ordering::Relaxed);
     }
 
     pub fn health(&self) -> ShardHealth {
@@ -210,6 +219,7 @@ impl ShardQueue {
     pub fn push(&self, batch: AppendBatch) {
         let mut q = self.queue.lock().unwrap();
         q.push_back(batch);
+        self.queued.store(q.len(), Ordering::Release);
         drop(q);
         self.wakeup.notify_one();
     }
@@ -217,39 +227,39 @@ impl ShardQueue {
     /// Take everything queued, waiting until something arrives, `deadline`
     /// passes or shutdown is requested. Empty result = deadline or shutdown.
     pub fn take_all(&self, deadline: Option<Instant>, into: &mut Vec<AppendBatch>) {
-        let spin_until = Instant::now() + SPIN_BEFORE_SLEEP;
+        self.spin_for_work(deadline);
+        let mut q = self.queue.lock().unwrap();
         loop {
-            let mut q = self.queue.lock().unwrap();
             if !q.is_empty() {
                 into.extend(q.drain(..));
+                self.queued.store(0, Ordering::Release);
                 return;
             }
             if self.shutdown.load(Ordering::Acquire) {
                 return;
             }
             let now = Instant::now();
-            if now < spin_until {
-                drop(q);
-                std::hint::spin_loop();
-                continue;
-            }
-            match deadline {
+            q = match deadline {
                 Some(d) if now >= d => return,
-                Some(d) => {
-                    let (mut q, _) = self.wakeup.wait_timeout(q, d - now).unwrap();
-                    into.extend(q.drain(..));
-                    if !into.is_empty() || Instant::now() >= d {
-                        return;
-                    }
-                }
-                None => {
-                    let mut q = self.wakeup.wait(q).unwrap();
-                    into.extend(q.drain(..));
-                    if !into.is_empty() {
-                        return;
-                    }
-                }
+                Some(d) => self.wakeup.wait_timeout(q, d - now).unwrap().0,
+                None => self.wakeup.wait(q).unwrap(),
+            };
+        }
+    }
+
+    /// Spin (yielding the core to anything runnable) for up to
+    /// the configured spin time waiting for a batch, without the lock.
+    fn spin_for_work(&self, deadline: Option<Instant>) {
+        let start = Instant::now();
+        let mut until = start + Duration::from_micros(self.spin_us.load(Ordering::Relaxed));
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
+        while self.queued.load(Ordering::Acquire) == 0 && !self.shutdown.load(Ordering::Relaxed) {
+            if Instant::now() >= until {
+                return;
             }
+            std::thread::yield_now();
         }
     }
 
@@ -271,7 +281,11 @@ impl ShardQueue {
 
     /// Answer everything queued with `reason` (shard failed or shutting down).
     pub fn fail_queued(&self, reason: NackReason) {
-        let drained: Vec<AppendBatch> = self.queue.lock().unwrap().drain(..).collect();
+        let drained: Vec<AppendBatch> = {
+            let mut q = self.queue.lock().unwrap();
+            self.queued.store(0, Ordering::Release);
+            q.drain(..).collect()
+        };
         for b in drained {
             b.complete(Err(reason));
         }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use bytes::Bytes;
-use spillway_actors::{AppendBatch, Committed, DaemonStats, DrainStats, PendingRecord, ShardQueue, WabBudget};
+use spillway_actors::{AppendBatch, CommitTarget, DaemonStats, DrainStats, PendingRecord, ShardQueue, WabBudget};
 use spillway_wab::deadletter::{DeadLetter, DeadLetterStore};
 use spillway_wab::{FsStorage, RecordMeta};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -228,20 +228,14 @@ impl Selection {
     }
 }
 
-/// Receives the commit of a requeued batch.
-struct RequeueWaiter(Option<oneshot::Sender<Result<u64, spillway_protocol::NackReason>>>);
+/// Receives the commit of a requeued batch (on the flusher's thread).
+struct RequeueWaiter(Mutex<Option<oneshot::Sender<Result<u64, spillway_protocol::NackReason>>>>);
 
-impl Actor for RequeueWaiter {
-    type Context = Context<Self>;
-}
-
-impl Handler<Committed> for RequeueWaiter {
-    type Result = ();
-    fn handle(&mut self, msg: Committed, ctx: &mut Context<Self>) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(msg.result);
+impl CommitTarget for RequeueWaiter {
+    fn committed(&self, _token: u64, result: Result<u64, spillway_protocol::NackReason>) {
+        if let Some(tx) = self.0.lock().unwrap().take() {
+            let _ = tx.send(result);
         }
-        ctx.stop();
     }
 }
 
@@ -268,8 +262,8 @@ async fn requeue(state: &AdminState, sel: Selection) -> Result<String, String> {
             letters.iter().map(|l| PendingRecord { payload: Bytes::clone(&l.payload), meta }).collect();
         let bytes = records.iter().map(|r| r.payload.len() as u64).sum();
         let (tx, rx) = oneshot::channel();
-        let waiter = RequeueWaiter(Some(tx)).start();
-        state.shards[i].push(AppendBatch::new(records, bytes, true, 0, waiter.recipient()));
+        let waiter = Arc::new(RequeueWaiter(Mutex::new(Some(tx))));
+        state.shards[i].push(AppendBatch::new(records, bytes, true, 0, waiter));
         match rx.await {
             Ok(Ok(_)) => {}
             Ok(Err(reason)) => return Err(format!("shard {i} refused the requeued records: {reason}")),

@@ -114,6 +114,9 @@ pub struct WabConfig {
     pub buffered_flush_interval_ms: u64,
     /// Failed writes/fsyncs in a row after which a shard stops. 1..=100.
     pub fsync_failures_max: u32,
+    /// How long a flusher spins waiting for the next batch before it sleeps,
+    /// microseconds. 0..=10000; 0 never spins.
+    pub flusher_spin_us: u64,
 }
 
 impl Default for WabConfig {
@@ -123,6 +126,7 @@ impl Default for WabConfig {
             wab_bytes_max: 4 * GIB,
             buffered_flush_interval_ms: 100,
             fsync_failures_max: 3,
+            flusher_spin_us: 200,
         }
     }
 }
@@ -193,6 +197,7 @@ impl Config {
         range_u64("wab.wab_bytes_max", w.wab_bytes_max, 4 * MIB, 16 * 1024 * GIB, " bytes")?;
         range_u64("wab.buffered_flush_interval_ms", w.buffered_flush_interval_ms, 1, 60_000, " ms")?;
         range_u64("wab.fsync_failures_max", w.fsync_failures_max as u64, 1, 100, "")?;
+        range_u64("wab.flusher_spin_us", w.flusher_spin_us, 0, 10_000, " µs")?;
         if w.wab_bytes_max < w.segment_bytes_max {
             return Err(ConfigError::Invalid {
                 key: "wab.wab_bytes_max",

@@ -147,6 +147,7 @@ impl Supervisor {
             segment_bytes_max: cfg.wab.segment_bytes_max,
             buffered_flush_interval: cfg.buffered_flush_interval(),
             fsync_failures_max: cfg.wab.fsync_failures_max,
+            spin: Duration::from_micros(cfg.wab.flusher_spin_us),
         }
     }
 

@@ -144,8 +144,9 @@ impl<F: StorageFile> SegmentReader<F> {
     /// Read no byte at or past `limit` (exclusive). Raising it lets a reader
     /// follow a segment that is still being written.
     pub fn set_limit(&mut self, limit: u64) {
-        if limit < self.limit || self.limit == u64::MAX {
-            // Bytes past the old limit may have been cached before they were written.
+        if limit < self.limit {
+            // Cached bytes past the new limit may not be durable yet. (Raising
+            // the limit keeps the cache: reads are capped at the old limit.)
             self.chunk = Bytes::new();
         }
         self.limit = limit;
