@@ -186,7 +186,7 @@ impl SinkHost {
     fn failed(&mut self, reason: String) -> String {
         self.failures += 1;
         self.stats.sink_restarts.fetch_add(1, Ordering::Relaxed);
-        let backoff = Duration::from_millis(100).saturating_mul(1 << self.failures.min(10)).min(SINK_RESTART_BACKOFF_MAX);
+        let backoff = Duration::from_millis(100).saturating_mul(1 << (self.failures - 1).min(10)).min(SINK_RESTART_BACKOFF_MAX);
         self.not_before = Some(Instant::now() + backoff);
         tracing::error!(shard = self.shard, reason = %reason, restart_in_ms = backoff.as_millis() as u64, "sink instance failed; it will be re-created");
         reason
@@ -321,13 +321,17 @@ pub struct Drain {
     pub stats: Arc<DrainStats>,
 }
 
-/// Sent on shutdown: finish (or give up on) the batch in flight within
-/// `timeout`, then stop. Nothing is lost either way: an unconfirmed batch is
-/// delivered again after the restart.
+/// Sent on shutdown: finish (or give up on) the batch in flight by
+/// `deadline`, then stop. Nothing is lost either way: an unconfirmed batch is
+/// delivered again after the restart. Every drain gets the same deadline, so
+/// a daemon stops within one `shutdown_timeout_ms` however many shards it has.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct StopDrain {
-    pub timeout: Duration,
+    pub deadline: Instant,
+    /// False: only raise the stop flag (so every drain starts finishing at
+    /// once); true: also wait for the thread until `deadline` and stop the actor.
+    pub wait: bool,
 }
 
 impl Drain {
@@ -369,11 +373,16 @@ impl Drain {
         Ok(Drain { shard: cfg.shard, stop, queue, thread: Some(thread), stats })
     }
 
-    fn stop_and_join(&mut self, timeout: Duration) {
+    /// Ask the thread to stop after its current batch, without waiting.
+    pub fn request_stop(&self) {
         self.stop.store(true, Ordering::Release);
         self.queue.wake_durable_waiters();
+    }
+
+    fn stop_and_join(&mut self, deadline: Instant) {
+        self.request_stop();
         let Some(t) = self.thread.take() else { return };
-        let deadline = Instant::now() + timeout;
+        let timeout = deadline.saturating_duration_since(Instant::now());
         while !t.is_finished() && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(5));
         }
@@ -401,14 +410,18 @@ impl Actor for Drain {
 
 impl Drop for Drain {
     fn drop(&mut self) {
-        self.stop_and_join(Duration::from_secs(5));
+        self.stop_and_join(Instant::now() + Duration::from_secs(5));
     }
 }
 
 impl Handler<StopDrain> for Drain {
     type Result = ();
     fn handle(&mut self, msg: StopDrain, ctx: &mut Context<Self>) {
-        self.stop_and_join(msg.timeout);
+        if !msg.wait {
+            self.request_stop();
+            return;
+        }
+        self.stop_and_join(msg.deadline);
         ctx.stop();
     }
 }
@@ -688,7 +701,8 @@ impl<S: Storage> DrainThread<S> {
         }
         let cap = settings.retry_initial.saturating_mul(1u32 << self.retry.attempts.min(20)).min(settings.retry_max);
         let jittered = Duration::from_micros(self.random() % (cap.as_micros() as u64 + 1));
-        let delay = after.map_or(jittered, |a| a.max(jittered)).min(settings.retry_max.max(after.unwrap_or_default()));
+        // The sink's retry-after is honoured, up to retry_max like any delay.
+        let delay = after.map_or(jittered, |a| a.max(jittered)).min(settings.retry_max);
         let loud = self.retry.last_log.is_none_or(|t| now.duration_since(t) >= RETRY_LOG_EVERY);
         if loud {
             self.retry.last_log = Some(now);

@@ -319,7 +319,11 @@ impl Supervisor {
             for s in stops {
                 let _ = s.await;
             }
-            let drain_stops: Vec<_> = drains.iter().map(|d| d.send(StopDrain { timeout })).collect();
+            let deadline = Instant::now() + timeout;
+            for d in &drains {
+                d.do_send(StopDrain { deadline, wait: false });
+            }
+            let drain_stops: Vec<_> = drains.iter().map(|d| d.send(StopDrain { deadline, wait: true })).collect();
             for s in drain_stops {
                 let _ = s.await;
             }
