@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Start a private, throw-away PostgreSQL server for the postgres plugin's
+# tests, installing Debian's `postgresql` package if it is missing. Prints
+# the connection string; the caller exports it as SPILLWAY_TEST_PG.
+# The server listens only on a Unix socket in a temp folder, trust auth.
+set -euo pipefail
+
+PG_PORT="${PG_PORT:-54329}"
+PG_ROOT="${PG_ROOT:-/tmp/spillway-ci-pg}"
+
+find_bin() {
+    ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1
+}
+
+BIN="$(find_bin || true)"
+if [ -z "$BIN" ] || [ ! -x "$BIN/postgres" ]; then
+    echo "installing postgresql (Debian package)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq postgresql >&2
+    BIN="$(find_bin)"
+fi
+
+as_pg() {
+    if [ "$(id -u)" = "0" ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+if [ -f "$PG_ROOT/data/postmaster.pid" ]; then
+    as_pg "$BIN/pg_ctl" -D "$PG_ROOT/data" -m immediate stop >&2 || true
+fi
+rm -rf "$PG_ROOT"
+mkdir -p "$PG_ROOT/sock"
+if [ "$(id -u)" = "0" ]; then
+    chown -R postgres:postgres "$PG_ROOT"
+fi
+as_pg "$BIN/initdb" -D "$PG_ROOT/data" -A trust -U postgres --no-sync >&2
+as_pg "$BIN/pg_ctl" -D "$PG_ROOT/data" -l "$PG_ROOT/server.log" -w \
+    -o "-k $PG_ROOT/sock -p $PG_PORT -c listen_addresses='' -c fsync=off" start >&2
+echo "host=$PG_ROOT/sock port=$PG_PORT user=postgres dbname=postgres"
