@@ -36,12 +36,25 @@ pub struct Reloader {
     pub stats: Arc<ReloadStats>,
     /// Modification time last seen by the file watch.
     seen_mtime: Option<SystemTime>,
+    /// (mtime, size) of the running plugin's library: a rebuilt plugin is
+    /// reloaded even when the `[sink]` table did not change.
+    plugin_file: Option<(SystemTime, u64)>,
+}
+
+/// (mtime, size) of the plugin library a config points at, if it is a plugin.
+fn plugin_fingerprint(cfg: &Config) -> Option<(SystemTime, u64)> {
+    if cfg.sink.kind != spillway_sinks::SinkKind::Plugin {
+        return None;
+    }
+    let meta = std::fs::metadata(cfg.sink.path.as_ref()?).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
 }
 
 impl Reloader {
     pub fn new(path: Option<PathBuf>, current: Config, slot: Arc<SinkSlot>, description: Arc<Mutex<String>>) -> Self {
         let seen_mtime = path.as_ref().and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-        Reloader { path, current, slot, description, stats: Arc::new(ReloadStats::default()), seen_mtime }
+        let plugin_file = plugin_fingerprint(&current);
+        Reloader { path, current, slot, description, stats: Arc::new(ReloadStats::default()), seen_mtime, plugin_file }
     }
 
     /// Run a reload; `Ok` carries a report for `ctl reload`.
@@ -67,7 +80,8 @@ impl Reloader {
         for key in restart_needed(&self.current, &new) {
             report.push_str(&format!("{key} changed: needs a restart, not applied\n"));
         }
-        if new.sink == self.current.sink {
+        let plugin_file = plugin_fingerprint(&new);
+        if new.sink == self.current.sink && plugin_file == self.plugin_file {
             report.push_str("sink unchanged\n");
             return Ok(report);
         }
@@ -81,6 +95,7 @@ impl Reloader {
         *self.description.lock().unwrap() = description.clone();
         report.push_str(&format!("sink switched to {description} (each shard switches at its next batch boundary)\n"));
         self.current.sink = new.sink;
+        self.plugin_file = plugin_file;
         Ok(report)
     }
 

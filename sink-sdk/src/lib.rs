@@ -33,6 +33,13 @@
 //! identities (two records may carry the same bytes), nor are batch
 //! boundaries (a batch re-formed after a restart may be cut differently).
 //!
+//! ## Plugins
+//!
+//! A sink can also live in a shared library that the daemon loads at run
+//! time: implement [`Sink`] and [`PluginSink`], add
+//! `export_sink!(MySink);`, build a `cdylib`. The C ABI behind that line is
+//! in [`abi`]; the tutorial and the full reference are `docs/plugins.md`.
+//!
 //! ## Example
 //!
 //! A sink that keeps the records it receives in memory, rejects empty-looking
@@ -101,6 +108,10 @@
 //! ```
 
 use std::time::Duration;
+
+pub mod abi;
+
+pub use abi::PluginSink;
 
 /// One record offered to a sink: a borrowed view of the stored payload
 /// plus its identity and metadata. Valid for the duration of the call.

@@ -60,6 +60,8 @@ pub enum SinkKind {
     File,
     /// Accept and count the records, deliver them nowhere (benchmarks).
     Noop,
+    /// A sink plugin: a `cdylib` built against sink-sdk, loaded at run time.
+    Plugin,
 }
 
 impl SinkKind {
@@ -69,6 +71,7 @@ impl SinkKind {
             SinkKind::Http => "http",
             SinkKind::File => "file",
             SinkKind::Noop => "noop",
+            SinkKind::Plugin => "plugin",
         }
     }
 }
@@ -212,6 +215,11 @@ pub struct SinkConfig {
     /// it delivered. Default true.
     pub fsync: Option<bool>,
 
+    // ---- type = "plugin" (`path` is the plugin's shared library) ----
+    /// Plugin: the `[sink.options]` table, handed to the plugin's `create`
+    /// as TOML text; the plugin validates it. Default: empty.
+    pub options: Option<toml::Table>,
+
     // ---- every type: the drain's batching and retries ----
     /// Most records in one batch. Default 1000, range 1..=100000.
     #[serde(default = "default_max_records")]
@@ -285,6 +293,7 @@ impl fmt::Debug for SinkConfig {
             .field("format", &self.format)
             .field("rotate_bytes", &self.rotate_bytes)
             .field("fsync", &self.fsync)
+            .field("options (values redacted)", &self.options.as_ref().map(|t| t.keys().collect::<Vec<_>>()))
             .field("max_records", &self.max_records)
             .field("max_bytes", &self.max_bytes)
             .field("linger_ms", &self.linger_ms)
@@ -336,6 +345,7 @@ impl SinkConfig {
             format: None,
             rotate_bytes: None,
             fsync: None,
+            options: None,
             max_records: DEFAULT_MAX_RECORDS,
             max_bytes: DEFAULT_MAX_BYTES,
             linger_ms: DEFAULT_LINGER_MS,
@@ -347,9 +357,11 @@ impl SinkConfig {
 
     /// Every type-specific key: its name, whether it is set, and the types
     /// that use it. The one place that says which key belongs to which type.
-    fn type_specific_keys(&self) -> [(&'static str, bool, &'static [SinkKind]); 13] {
+    fn type_specific_keys(&self) -> [(&'static str, bool, &'static [SinkKind]); 14] {
         const HTTP: &[SinkKind] = &[SinkKind::Http];
         const FILE: &[SinkKind] = &[SinkKind::File];
+        const FILE_OR_PLUGIN: &[SinkKind] = &[SinkKind::File, SinkKind::Plugin];
+        const PLUGIN: &[SinkKind] = &[SinkKind::Plugin];
         [
             ("url", self.url.is_some(), HTTP),
             ("delivery", self.delivery.is_some(), HTTP),
@@ -360,7 +372,8 @@ impl SinkConfig {
             ("timeout_ms", self.timeout_ms.is_some(), HTTP),
             ("concurrency", self.concurrency.is_some(), HTTP),
             ("encoding", self.encoding.is_some(), HTTP),
-            ("path", self.path.is_some(), FILE),
+            ("path", self.path.is_some(), FILE_OR_PLUGIN),
+            ("options", self.options.is_some(), PLUGIN),
             ("format", self.format.is_some(), FILE),
             ("rotate_bytes", self.rotate_bytes.is_some(), FILE),
             ("fsync", self.fsync.is_some(), FILE),
@@ -384,6 +397,7 @@ impl SinkConfig {
         match self.kind {
             SinkKind::Http => self.validate_http()?,
             SinkKind::File => self.validate_file()?,
+            SinkKind::Plugin => self.validate_plugin()?,
             SinkKind::Noop => {}
         }
         self.validate_drain()
@@ -446,6 +460,24 @@ impl SinkConfig {
             check_range("rotate_bytes", v, &ROTATE_BYTES_RANGE, " (1 MiB..=64 GiB)")?;
         }
         Ok(())
+    }
+
+    fn validate_plugin(&self) -> Result<(), SinkConfigError> {
+        let Some(path) = &self.path else {
+            return Err(SinkConfigError::Missing { key: "path", kind: self.kind });
+        };
+        if path.as_os_str().is_empty() || path.file_name().is_none() {
+            return Err(SinkConfigError::Invalid {
+                key: "path".into(),
+                reason: format!("{path:?} does not name a shared library (e.g. target/release/libmy_sink.so)"),
+            });
+        }
+        Ok(())
+    }
+
+    /// The `[sink.options]` table as TOML text for a plugin's `create`.
+    pub fn options_toml(&self) -> String {
+        self.options.as_ref().map(|t| toml::to_string(t).unwrap_or_default()).unwrap_or_default()
     }
 
     fn validate_drain(&self) -> Result<(), SinkConfigError> {
@@ -767,6 +799,7 @@ max_retry_duration_ms = 60000
         all.format = Some(FileFormat::Ndjson);
         all.rotate_bytes = Some(MIB);
         all.fsync = Some(true);
+        all.options = Some(toml::Table::new());
         let keys = all.type_specific_keys();
         assert!(
             keys.iter().all(|(_, set, _)| *set),
@@ -788,6 +821,7 @@ max_retry_duration_ms = 60000
                 "format" => one.format = all.format,
                 "rotate_bytes" => one.rotate_bytes = all.rotate_bytes,
                 "fsync" => one.fsync = all.fsync,
+                "options" => one.options = all.options.clone(),
                 other => panic!("test does not know key {other}"),
             }
             assert!(

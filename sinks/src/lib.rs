@@ -19,6 +19,7 @@ pub mod file;
 mod framing;
 pub mod http;
 pub mod noop;
+pub mod plugin;
 #[cfg(test)]
 mod test_server;
 
@@ -48,6 +49,10 @@ pub fn build(cfg: &SinkConfig) -> Result<Arc<dyn SinkFactory>, String> {
         SinkKind::Http => Arc::new(http::HttpFactory::new(cfg)?),
         SinkKind::File => Arc::new(file::FileFactory::new(cfg)?),
         SinkKind::Noop => Arc::new(noop::NoopFactory::new(limits(cfg))),
+        SinkKind::Plugin => {
+            let path = cfg.path.as_deref().expect("validated: plugin has a path");
+            Arc::new(plugin::PluginFactory::load(path, &cfg.options_toml())?)
+        }
     };
     Ok(factory)
 }

@@ -1,0 +1,197 @@
+//! The `[sink.options]` of the PostgreSQL plugin: this type is its user
+//! documentation.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::sql::TableName;
+
+/// Default of [`PostgresOptions::table`].
+pub const DEFAULT_TABLE: &str = "spillway_records";
+/// Default of [`PostgresOptions::connect_timeout_ms`]: 5 s.
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
+/// Range of [`PostgresOptions::connect_timeout_ms`].
+pub const CONNECT_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
+/// Default of [`PostgresOptions::statement_timeout_ms`]: 30 s.
+pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 30_000;
+/// Largest [`PostgresOptions::statement_timeout_ms`]: 1 hour.
+pub const STATEMENT_TIMEOUT_MS_MAX: u64 = 3_600_000;
+/// `application_name` the plugin's sessions carry unless the conninfo
+/// names one (to find them in `pg_stat_activity`).
+pub const DEFAULT_APPLICATION_NAME: &str = "spillway";
+
+/// Options of the PostgreSQL plugin (`[sink.options]`). Unknown keys are
+/// an error.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresOptions {
+    /// How to connect, as a libpq-style `key=value` string or a
+    /// `postgresql://` URL, e.g. `host=/var/run/postgresql user=spillway
+    /// dbname=events`. Required. `sslmode=require` is refused (no TLS).
+    pub conninfo: String,
+    /// The table records go to: a lowercase SQL identifier, optionally
+    /// schema-qualified (`events.spillway_records`). Default
+    /// `spillway_records`.
+    #[serde(default = "default_table")]
+    pub table: String,
+    /// Create the table (`CREATE TABLE IF NOT EXISTS`) when connecting.
+    /// Default true. With false, the table must exist with the columns
+    /// shown in the crate documentation.
+    #[serde(default = "default_create_table")]
+    pub create_table: bool,
+    /// Limit on establishing a connection, in milliseconds. Default 5000,
+    /// range 100..=600000. When not set, a `connect_timeout` in the
+    /// conninfo is used if present.
+    pub connect_timeout_ms: Option<u64>,
+    /// Limit on one statement on the server (`statement_timeout`), in
+    /// milliseconds; a batch that takes longer is retried. Default 30000,
+    /// range 0 (no limit)..=3600000.
+    #[serde(default = "default_statement_timeout_ms")]
+    pub statement_timeout_ms: u64,
+}
+
+fn default_table() -> String {
+    DEFAULT_TABLE.to_string()
+}
+
+fn default_create_table() -> bool {
+    true
+}
+
+fn default_statement_timeout_ms() -> u64 {
+    DEFAULT_STATEMENT_TIMEOUT_MS
+}
+
+/// Options turned into what the sink uses.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub config: postgres::Config,
+    pub table: TableName,
+    pub create_table: bool,
+    pub statement_timeout_ms: u64,
+}
+
+impl PostgresOptions {
+    /// Parses the options text; the error names the option.
+    pub fn parse(options_toml: &str) -> Result<PostgresOptions, String> {
+        toml::from_str(options_toml).map_err(|e| format!("options: {}", e.message().trim()))
+    }
+
+    /// Checks every option and builds the connection settings.
+    pub fn settings(&self) -> Result<Settings, String> {
+        let table = TableName::parse(&self.table).map_err(|e| format!("options.table: {e}"))?;
+        let mut config = postgres::Config::from_str(&self.conninfo)
+            .map_err(|e| format!("options.conninfo: {e}"))?;
+        if config.get_ssl_mode() == postgres::config::SslMode::Require {
+            return Err("options.conninfo: sslmode=require is not supported (this plugin connects without TLS)".into());
+        }
+        match self.connect_timeout_ms {
+            Some(ms) if !CONNECT_TIMEOUT_MS_RANGE.contains(&ms) => {
+                return Err(format!(
+                    "options.connect_timeout_ms: {ms} is out of range {}..={}",
+                    CONNECT_TIMEOUT_MS_RANGE.start(),
+                    CONNECT_TIMEOUT_MS_RANGE.end()
+                ))
+            }
+            Some(ms) => {
+                config.connect_timeout(Duration::from_millis(ms));
+            }
+            None if config.get_connect_timeout().is_none() => {
+                config.connect_timeout(Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS));
+            }
+            None => {}
+        }
+        if self.statement_timeout_ms > STATEMENT_TIMEOUT_MS_MAX {
+            return Err(format!(
+                "options.statement_timeout_ms: {} is out of range 0..={STATEMENT_TIMEOUT_MS_MAX}",
+                self.statement_timeout_ms
+            ));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name(DEFAULT_APPLICATION_NAME);
+        }
+        // A peer that vanished mid-batch is noticed in about a minute
+        // instead of never (a statement_timeout needs a live server).
+        config
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .keepalives_interval(Duration::from_secs(10))
+            .keepalives_retries(3);
+        Ok(Settings {
+            config,
+            table,
+            create_table: self.create_table,
+            statement_timeout_ms: self.statement_timeout_ms,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(text: &str) -> Result<Settings, String> {
+        PostgresOptions::parse(text)?.settings()
+    }
+
+    #[test]
+    fn defaults() {
+        let o = PostgresOptions::parse("conninfo = \"host=/tmp user=u\"").unwrap();
+        assert_eq!(o.table, "spillway_records");
+        assert!(o.create_table);
+        assert_eq!(o.statement_timeout_ms, 30_000);
+        let s = o.settings().unwrap();
+        assert_eq!(
+            s.config.get_connect_timeout(),
+            Some(&Duration::from_secs(5))
+        );
+        assert_eq!(s.config.get_application_name(), Some("spillway"));
+        assert_eq!(s.table.quoted(), "\"spillway_records\"");
+    }
+
+    #[test]
+    fn conninfo_values_are_kept_unless_an_option_overrides_them() {
+        let s =
+            settings("conninfo = \"host=h user=u connect_timeout=9 application_name=x\"").unwrap();
+        assert_eq!(
+            s.config.get_connect_timeout(),
+            Some(&Duration::from_secs(9))
+        );
+        assert_eq!(s.config.get_application_name(), Some("x"));
+        let s =
+            settings("conninfo = \"host=h connect_timeout=9\"\nconnect_timeout_ms = 250").unwrap();
+        assert_eq!(
+            s.config.get_connect_timeout(),
+            Some(&Duration::from_millis(250))
+        );
+    }
+
+    #[test]
+    fn errors_name_the_option() {
+        assert_eq!(
+            settings("").unwrap_err(),
+            "options: missing field `conninfo`"
+        );
+        let e = settings("conninfo = \"host=h\"\ntabel = \"x\"").unwrap_err();
+        assert!(e.starts_with("options: unknown field `tabel`"), "{e}");
+        let e = settings("conninfo = \"host=h port=notaport\"").unwrap_err();
+        assert!(e.starts_with("options.conninfo: "), "{e}");
+        let e = settings("conninfo = \"host=h sslmode=require\"").unwrap_err();
+        assert!(
+            e.starts_with("options.conninfo: sslmode=require is not supported"),
+            "{e}"
+        );
+        assert_eq!(
+            settings("conninfo = \"host=h\"\nconnect_timeout_ms = 5").unwrap_err(),
+            "options.connect_timeout_ms: 5 is out of range 100..=600000"
+        );
+        assert_eq!(
+            settings("conninfo = \"host=h\"\nstatement_timeout_ms = 3600001").unwrap_err(),
+            "options.statement_timeout_ms: 3600001 is out of range 0..=3600000"
+        );
+        let e = settings("conninfo = \"host=h\"\ntable = \"Records\"").unwrap_err();
+        assert!(e.starts_with("options.table: "), "{e}");
+    }
+}

@@ -1,0 +1,299 @@
+//! [`PostgresSink`]: one instance (one shard's) of the PostgreSQL plugin,
+//! with its own session.
+
+use postgres::{Client, NoTls, Statement};
+use sink_sdk::{
+    plugin_info, plugin_warn, Batch, Health, Limits, Outcome, PluginSink, RecordOutcome, Sink,
+};
+
+use crate::errors::{is_concurrent_create, verdict, Verdict};
+use crate::options::{PostgresOptions, Settings};
+use crate::sql;
+
+/// Most records per batch this sink asks for. Bounds the row-by-row pass
+/// that isolates bad records (three round trips per record).
+pub const MAX_RECORDS: usize = 10_000;
+/// Most payload bytes per batch this sink asks for (64 MiB).
+pub const MAX_BYTES: usize = 64 * 1024 * 1024;
+
+/// Writes batches into the configured table.
+pub struct PostgresSink {
+    settings: Settings,
+    /// `None` until the first batch, and after the session broke.
+    session: Option<Session>,
+}
+
+/// An open connection with its prepared statements.
+struct Session {
+    client: Client,
+    insert_batch: Statement,
+    insert_one: Statement,
+}
+
+impl Session {
+    /// Connects, sets the statement timeout, creates the table if asked,
+    /// prepares the inserts.
+    fn open(settings: &Settings) -> Result<Session, postgres::Error> {
+        let mut client = settings.config.connect(NoTls)?;
+        client.batch_execute(&format!(
+            "SET statement_timeout = {}",
+            settings.statement_timeout_ms
+        ))?;
+        if settings.create_table {
+            if let Err(e) = client.batch_execute(&sql::create_table(&settings.table)) {
+                if !is_concurrent_create(&e) {
+                    return Err(e);
+                }
+            }
+        }
+        let insert_batch = client.prepare(&sql::insert_batch(&settings.table))?;
+        let insert_one = client.prepare(&sql::insert_one(&settings.table))?;
+        plugin_info!("connected; writing to table {}", settings.table);
+        Ok(Session {
+            client,
+            insert_batch,
+            insert_one,
+        })
+    }
+}
+
+/// The records of a batch as column arrays, without the ones that cannot
+/// be stored (their outcomes are already set).
+struct Rows<'a> {
+    /// Position of each row in the batch.
+    index: Vec<usize>,
+    seq: Vec<i64>,
+    tier: Vec<i16>,
+    arrival_us: Vec<i64>,
+    payload: Vec<&'a [u8]>,
+}
+
+impl<'a> Rows<'a> {
+    /// Columns for `batch`; a record whose numbers do not fit the table's
+    /// types is marked rejected in `outcomes`.
+    fn of(batch: &Batch<'a>, outcomes: &mut [RecordOutcome]) -> Rows<'a> {
+        let n = batch.len();
+        let mut rows = Rows {
+            index: Vec::with_capacity(n),
+            seq: Vec::with_capacity(n),
+            tier: Vec::with_capacity(n),
+            arrival_us: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+        };
+        for (i, r) in batch.records().iter().enumerate() {
+            let (Ok(seq), Ok(arrival_us)) =
+                (i64::try_from(r.seq), i64::try_from(r.arrival_unix_us))
+            else {
+                outcomes[i] = RecordOutcome::Rejected(format!(
+                    "seq {} or arrival time {} does not fit a bigint column",
+                    r.seq, r.arrival_unix_us
+                ));
+                continue;
+            };
+            rows.index.push(i);
+            rows.seq.push(seq);
+            rows.tier.push(i16::from(r.tier));
+            rows.arrival_us.push(arrival_us);
+            rows.payload.push(r.payload);
+        }
+        rows
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+}
+
+/// `Committed` when every record is, else the split.
+fn finish(outcomes: Vec<RecordOutcome>) -> Outcome {
+    if outcomes.iter().all(|o| *o == RecordOutcome::Committed) {
+        Outcome::Committed
+    } else {
+        Outcome::Split(outcomes)
+    }
+}
+
+impl PostgresSink {
+    /// From checked options. Does not connect: the first batch (or health
+    /// check) does, so a database outage does not stop the daemon.
+    pub fn new(options: &PostgresOptions) -> Result<PostgresSink, String> {
+        Ok(PostgresSink {
+            settings: options.settings()?,
+            session: None,
+        })
+    }
+
+    /// The open session, opening one if there is none or it broke.
+    fn session(&mut self) -> Result<&mut Session, postgres::Error> {
+        if self.session.as_ref().is_some_and(|s| s.client.is_closed()) {
+            self.session = None;
+        }
+        if self.session.is_none() {
+            self.session = Some(Session::open(&self.settings)?);
+        }
+        Ok(self.session.as_mut().expect("opened above"))
+    }
+
+    /// A transient failure: retry the batch, with a new session if needed.
+    fn retry(&mut self, reason: String, reconnect: bool) -> Outcome {
+        if reconnect && self.session.take().is_some() {
+            plugin_warn!("{reason}; reconnecting at the next batch");
+        }
+        Outcome::Retry {
+            after: None,
+            reason,
+        }
+    }
+
+    /// No session could be opened: whatever the error, not the records'
+    /// fault, so the batch waits.
+    fn cannot_open(&mut self, error: &postgres::Error) -> Outcome {
+        let reason = match verdict(error) {
+            Verdict::Retry { reason, .. } | Verdict::Reject { reason } => reason,
+        };
+        self.retry(format!("cannot open a session: {reason}"), true)
+    }
+
+    /// The answer to a failed statement: retry, or find the bad records.
+    fn on_error(
+        &mut self,
+        error: postgres::Error,
+        shard: i32,
+        rows: &Rows<'_>,
+        outcomes: Vec<RecordOutcome>,
+    ) -> Outcome {
+        match verdict(&error) {
+            Verdict::Retry { reason, reconnect } => self.retry(reason, reconnect),
+            Verdict::Reject { .. } => self.isolate(shard, rows, outcomes),
+        }
+    }
+
+    /// Writes the rows one by one, each in a savepoint, in one transaction:
+    /// the good ones commit, the bad ones are rejected with their error.
+    fn isolate(
+        &mut self,
+        shard: i32,
+        rows: &Rows<'_>,
+        mut outcomes: Vec<RecordOutcome>,
+    ) -> Outcome {
+        let result = match self.session() {
+            Ok(session) => insert_one_by_one(session, shard, rows, &mut outcomes),
+            Err(e) => return self.cannot_open(&e),
+        };
+        let Err(error) = result else {
+            return finish(outcomes);
+        };
+        match verdict(&error) {
+            Verdict::Retry { reason, reconnect } => self.retry(reason, reconnect),
+            // Only a deferred constraint fails at commit: no single record
+            // can be blamed, so the whole batch is.
+            Verdict::Reject { reason } => {
+                for &i in &rows.index {
+                    outcomes[i] = RecordOutcome::Rejected(format!(
+                        "{reason} (at commit: the batch was rejected whole)"
+                    ));
+                }
+                Outcome::Split(outcomes)
+            }
+        }
+    }
+}
+
+/// The row-by-row pass of [`PostgresSink::isolate`]. A transient error
+/// aborts it (the transaction rolls back and the batch is retried).
+fn insert_one_by_one(
+    session: &mut Session,
+    shard: i32,
+    rows: &Rows<'_>,
+    outcomes: &mut [RecordOutcome],
+) -> Result<(), postgres::Error> {
+    let Session {
+        client, insert_one, ..
+    } = session;
+    let mut transaction = client.transaction()?;
+    for (k, &i) in rows.index.iter().enumerate() {
+        let mut savepoint = transaction.savepoint("record")?;
+        let params: [&(dyn postgres::types::ToSql + Sync); 5] = [
+            &shard,
+            &rows.seq[k],
+            &rows.tier[k],
+            &rows.arrival_us[k],
+            &rows.payload[k],
+        ];
+        match savepoint.execute(&*insert_one, &params) {
+            Ok(_) => savepoint.commit()?,
+            Err(e) => match verdict(&e) {
+                Verdict::Reject { reason } => {
+                    savepoint.rollback()?;
+                    outcomes[i] = RecordOutcome::Rejected(reason);
+                }
+                Verdict::Retry { .. } => return Err(e),
+            },
+        }
+    }
+    transaction.commit()
+}
+
+impl PluginSink for PostgresSink {
+    fn create(options_toml: &str) -> Result<PostgresSink, String> {
+        PostgresSink::new(&PostgresOptions::parse(options_toml)?)
+    }
+}
+
+impl Sink for PostgresSink {
+    fn name(&self) -> &str {
+        "postgres"
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_records: MAX_RECORDS,
+            max_bytes: MAX_BYTES,
+        }
+    }
+
+    fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
+        let mut outcomes = vec![RecordOutcome::Committed; batch.len()];
+        let Ok(shard) = i32::try_from(batch.shard()) else {
+            let reason = format!("shard {} does not fit an integer column", batch.shard());
+            return Outcome::Split(vec![RecordOutcome::Rejected(reason); batch.len()]);
+        };
+        let rows = Rows::of(batch, &mut outcomes);
+        if rows.len() == 0 {
+            return finish(outcomes);
+        }
+        let session = match self.session() {
+            Ok(session) => session,
+            Err(e) => return self.cannot_open(&e),
+        };
+        let params: [&(dyn postgres::types::ToSql + Sync); 5] = [
+            &shard,
+            &rows.seq,
+            &rows.tier,
+            &rows.arrival_us,
+            &rows.payload,
+        ];
+        // One statement in autocommit: one transaction for the batch.
+        match session.client.execute(&session.insert_batch, &params) {
+            Ok(_) => finish(outcomes),
+            Err(e) => self.on_error(e, shard, &rows, outcomes),
+        }
+    }
+
+    /// Connects if needed and runs `SELECT 1`.
+    fn health_check(&mut self) -> Health {
+        let checked = self
+            .session()
+            .and_then(|s| s.client.simple_query("SELECT 1").map(drop));
+        match checked {
+            Ok(()) => Health::Healthy,
+            Err(e) => {
+                let reason = match verdict(&e) {
+                    Verdict::Retry { reason, .. } | Verdict::Reject { reason } => reason,
+                };
+                self.session = None;
+                Health::Unhealthy(reason)
+            }
+        }
+    }
+}

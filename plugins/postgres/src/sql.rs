@@ -1,0 +1,146 @@
+//! The table name and the statements the sink runs.
+//!
+//! The table name is the only text from the config that ends up inside
+//! SQL, so it is restricted to lowercase identifiers (optionally
+//! schema-qualified) and double-quoted anyway: no injection, and the name
+//! means the same quoted or not.
+
+use std::fmt;
+
+/// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1), in bytes.
+pub const IDENTIFIER_BYTES_MAX: usize = 63;
+
+/// A checked `table` or `schema.table`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName {
+    schema: Option<String>,
+    table: String,
+}
+
+/// Checks one identifier: `[a-z_][a-z0-9_]*`, 1 to 63 bytes.
+fn identifier(part: &str) -> Result<String, String> {
+    let mut chars = part.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !first_ok || !rest_ok || part.len() > IDENTIFIER_BYTES_MAX {
+        return Err(format!(
+            "{part:?} is not a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most \
+             {IDENTIFIER_BYTES_MAX} bytes), optionally schema-qualified"
+        ));
+    }
+    Ok(part.to_string())
+}
+
+impl TableName {
+    /// `name` or `schema.name`.
+    pub fn parse(text: &str) -> Result<TableName, String> {
+        match text.split_once('.') {
+            None => Ok(TableName {
+                schema: None,
+                table: identifier(text)?,
+            }),
+            Some((schema, table)) => Ok(TableName {
+                schema: Some(identifier(schema)?),
+                table: identifier(table)?,
+            }),
+        }
+    }
+
+    /// As it goes into SQL: `"name"` or `"schema"."name"`.
+    pub fn quoted(&self) -> String {
+        match &self.schema {
+            None => format!("\"{}\"", self.table),
+            Some(schema) => format!("\"{schema}\".\"{}\"", self.table),
+        }
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.schema {
+            None => f.write_str(&self.table),
+            Some(schema) => write!(f, "{schema}.{}", self.table),
+        }
+    }
+}
+
+/// Creates the table if it does not exist.
+pub fn create_table(table: &TableName) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\
+           shard integer NOT NULL, \
+           seq bigint NOT NULL, \
+           tier smallint NOT NULL, \
+           arrival_us bigint NOT NULL, \
+           payload bytea NOT NULL, \
+           PRIMARY KEY (shard, seq))",
+        table.quoted()
+    )
+}
+
+/// Inserts a whole batch of one shard in one statement: `$1` the shard,
+/// `$2..$5` arrays of seq, tier, arrival_us, payload (one element per
+/// record). Rows already there are skipped (redelivery).
+pub fn insert_batch(table: &TableName) -> String {
+    format!(
+        "INSERT INTO {} (shard, seq, tier, arrival_us, payload) \
+         SELECT $1::integer, r.seq, r.tier, r.arrival_us, r.payload \
+         FROM unnest($2::bigint[], $3::smallint[], $4::bigint[], $5::bytea[]) \
+           AS r(seq, tier, arrival_us, payload) \
+         ON CONFLICT (shard, seq) DO NOTHING",
+        table.quoted()
+    )
+}
+
+/// Inserts one record (used to find the bad records of a batch).
+pub fn insert_one(table: &TableName) -> String {
+    format!(
+        "INSERT INTO {} (shard, seq, tier, arrival_us, payload) \
+         VALUES ($1::integer, $2::bigint, $3::smallint, $4::bigint, $5::bytea) \
+         ON CONFLICT (shard, seq) DO NOTHING",
+        table.quoted()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names() {
+        assert_eq!(
+            TableName::parse("spillway_records").unwrap().quoted(),
+            "\"spillway_records\""
+        );
+        let t = TableName::parse("events.r2").unwrap();
+        assert_eq!(
+            (t.quoted().as_str(), t.to_string().as_str()),
+            ("\"events\".\"r2\"", "events.r2")
+        );
+        assert!(TableName::parse(&"a".repeat(63)).is_ok());
+        for bad in [
+            "",
+            "Records",
+            "1abc",
+            "a-b",
+            "a.b.c",
+            "a;drop table x",
+            "\"a\"",
+            ".a",
+            "a.",
+            &"a".repeat(64),
+        ] {
+            assert!(TableName::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn statements_quote_the_table() {
+        let t = TableName::parse("s.t").unwrap();
+        assert!(create_table(&t).starts_with("CREATE TABLE IF NOT EXISTS \"s\".\"t\" ("));
+        assert!(insert_batch(&t).contains("ON CONFLICT (shard, seq) DO NOTHING"));
+        assert!(insert_one(&t).starts_with("INSERT INTO \"s\".\"t\" "));
+    }
+}

@@ -1,0 +1,101 @@
+//! [`PluginFactory`]: one loaded plugin and the options its instances are
+//! created with.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sink_sdk::abi::host::Plugin;
+use sink_sdk::abi::HostApi;
+use sink_sdk::Sink;
+
+use super::instance::PluginInstance;
+use super::library;
+use crate::SinkFactory;
+
+/// Makes instances of a sink plugin, all with the same options.
+pub struct PluginFactory {
+    plugin: Arc<Plugin>,
+    /// Given to every instance's `create`; lives as long as the process.
+    host: &'static HostApi,
+    /// The `[sink.options]` table as TOML text, passed to every `create`.
+    options_toml: String,
+    /// The file named in the config (for messages).
+    source: PathBuf,
+}
+
+impl PluginFactory {
+    /// Loads the plugin at `path` through a private copy in the system's
+    /// temporary folder; see [`PluginFactory::load_in`].
+    pub fn load(path: &Path, options_toml: &str) -> Result<PluginFactory, String> {
+        Self::load_in(path, options_toml, &std::env::temp_dir())
+    }
+
+    /// Loads the plugin at `path`: copies it into `copy_dir` (which must be
+    /// on a filesystem that allows executable mappings; the copy is removed
+    /// once loaded), checks its ABI version, and creates one instance with
+    /// `options_toml` to validate the options. A reload of an unchanged
+    /// file reuses the library already loaded.
+    ///
+    /// Errors name the file (a missing entry symbol, an ABI mismatch naming
+    /// both versions) or the plugin (its `create` error, verbatim).
+    pub fn load_in(
+        path: &Path,
+        options_toml: &str,
+        copy_dir: &Path,
+    ) -> Result<PluginFactory, String> {
+        let loaded = library::load(path, copy_dir)?;
+        let factory = PluginFactory {
+            plugin: loaded.plugin,
+            host: loaded.host,
+            options_toml: options_toml.to_string(),
+            source: path.to_path_buf(),
+        };
+        // Validate the options now, so a bad config fails the start or the
+        // reload rather than every shard. The instance is dropped at once.
+        drop(factory.instance()?);
+        tracing::info!(
+            plugin = factory.plugin.name(),
+            version = factory.plugin.version(),
+            sdk = factory.plugin.sdk_version(),
+            path = %path.display(),
+            "sink plugin loaded"
+        );
+        Ok(factory)
+    }
+
+    /// The plugin's name (from its vtable).
+    pub fn plugin_name(&self) -> &str {
+        self.plugin.name()
+    }
+
+    /// The plugin's own version.
+    pub fn plugin_version(&self) -> &str {
+        self.plugin.version()
+    }
+
+    /// A new instance, as its concrete type.
+    pub fn instance(&self) -> Result<PluginInstance, String> {
+        self.plugin
+            .create(&self.options_toml, Some(self.host))
+            .map(PluginInstance::new)
+            .map_err(|e| format!("plugin {}: {e}", self.plugin.name()))
+    }
+}
+
+impl SinkFactory for PluginFactory {
+    fn create(&self, _shard: u32) -> Result<Box<dyn Sink>, String> {
+        Ok(Box::new(self.instance()?))
+    }
+
+    fn describe(&self) -> String {
+        let p = &self.plugin;
+        format!(
+            "plugin {} {} from {} (sink ABI v{}, sink-sdk {})",
+            p.name(),
+            p.version(),
+            self.source.display(),
+            p.abi_version(),
+            p.sdk_version()
+        )
+    }
+}

@@ -1,0 +1,44 @@
+//! [`PluginInstance`]: one plugin sink instance, seen by the drain as a
+//! `Sink` like any built-in one.
+
+use sink_sdk::abi::host::Instance;
+use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
+
+/// One instance of a sink plugin; calls through the plugin's vtable and
+/// destroys the plugin-side instance when dropped.
+#[derive(Debug)]
+pub struct PluginInstance {
+    inner: Instance,
+}
+
+impl PluginInstance {
+    pub(crate) fn new(inner: Instance) -> PluginInstance {
+        PluginInstance { inner }
+    }
+}
+
+impl Sink for PluginInstance {
+    fn name(&self) -> &str {
+        self.inner.plugin().name()
+    }
+
+    fn limits(&self) -> Limits {
+        self.inner.limits()
+    }
+
+    /// # Panics
+    /// When the plugin reports an internal error (it panicked: the panic was
+    /// caught at its boundary) or breaks the ABI. The plugin's answer is
+    /// freed first. The drain catches the panic, offers the batch again and
+    /// replaces this instance, which is what such a failure needs.
+    fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
+        match self.inner.deliver(batch) {
+            Ok(outcome) => outcome,
+            Err(failure) => panic!("sink plugin {} failed: {failure}", self.name()),
+        }
+    }
+
+    fn health_check(&mut self) -> Health {
+        self.inner.health_check()
+    }
+}

@@ -1,0 +1,47 @@
+//! The plugin host: sinks loaded at run time from shared libraries.
+//!
+//! `[sink] type = "plugin"` names a `.so` built against `sink-sdk` (see
+//! `docs/plugins.md`). [`PluginFactory::load`] copies it to a fresh private
+//! path, `dlopen`s the copy, checks its ABI version and creates one instance
+//! to validate the `[sink.options]`; the drain then gets one
+//! [`PluginInstance`] per shard, each calling through the plugin's C
+//! vtable (`sink_sdk::abi`).
+//!
+//! Choices this module makes, and why:
+//!
+//! - **Copy before load.** `dlopen` of a path already loaded returns the
+//!   loaded library, so a rebuilt plugin at the same path would silently
+//!   keep running its old code after a reload. Every load reads the file
+//!   and, unless a library with the very same bytes is already loaded (then
+//!   that one is reused), writes it to `<dir>/plugin-<file stem>-<unix_ns>.so`
+//!   (created exclusively, mode 0600) and loads that. The copy is unlinked
+//!   right after `dlopen`: the mapping keeps the code alive and nothing is
+//!   left behind (a debugger shows the mapping as "(deleted)"; the original
+//!   file has the same bytes for symbolising).
+//! - **Never unload.** Unloading a library that registered thread-local
+//!   destructors (any Rust `thread_local!` with a destructor, a tokio
+//!   runtime, ...) can crash the process or silently not unload. A library
+//!   that passed the checks stays mapped until the process exits, in a
+//!   process-wide list; a reload to an unchanged file reuses it, so only a
+//!   changed plugin costs another mapping. Factories and instances hold an
+//!   `Arc` of the checked vtable, which is valid for `'static`.
+//! - **A plugin failure restarts the instance.** A panic inside the plugin
+//!   is caught at its boundary and comes back as an internal error;
+//!   [`PluginInstance::deliver`] then panics on the host side (after
+//!   freeing the plugin's answer) with the plugin's message. The drain's
+//!   sink host catches that like any sink panic: it logs it, drops the
+//!   instance (which calls the plugin's `destroy`), offers the batch again
+//!   (a retry) and re-creates the instance with backoff.
+//! - **Logs.** Lines a plugin writes with `sink_sdk::plugin_info!` and
+//!   friends become `tracing` events with `plugin = <name>` and
+//!   `module = <where in the plugin>`.
+
+mod factory;
+mod instance;
+mod library;
+mod log;
+#[cfg(test)]
+mod tests;
+
+pub use factory::PluginFactory;
+pub use instance::PluginInstance;
