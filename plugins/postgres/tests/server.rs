@@ -42,6 +42,15 @@ fn server() -> Option<&'static str> {
                 Err(e) => errors.push(format!("{conninfo:?}: {}", describe(&e))),
             }
         }
+        // None answers: start the private throw-away server `.ci/run` uses
+        // (it installs Debian's postgresql package if it is missing).
+        match start_private_server() {
+            Ok(conninfo) => match connect(&conninfo) {
+                Ok(_) => return Ok(conninfo),
+                Err(e) => errors.push(format!("started {conninfo:?} but: {}", describe(&e))),
+            },
+            Err(e) => errors.push(e),
+        }
         Err(errors.join("; "))
     });
     match found {
@@ -59,6 +68,23 @@ fn server() -> Option<&'static str> {
             None
         }
     }
+}
+
+/// Run `.ci/postgres.sh`, which prints the conninfo of the server it started.
+fn start_private_server() -> Result<String, String> {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/postgres.sh");
+    let out = std::process::Command::new("bash")
+        .arg(&script)
+        .output()
+        .map_err(|e| format!("running {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 fn connect(conninfo: &str) -> Result<Client, postgres::Error> {
