@@ -290,7 +290,10 @@ pub fn call(socket: &PathBuf, command: &str) -> Result<String, String> {
     s.read_to_string(&mut reply).map_err(|e| e.to_string())?;
     match reply.split_once('\n') {
         Some(("ok", body)) => Ok(body.to_string()),
-        Some((err, _)) => Err(err.strip_prefix("error: ").unwrap_or(err).to_string()),
-        None => Err(format!("unexpected reply {reply:?}")),
+        // Errors may span lines (a TOML error shows the offending line).
+        _ => match reply.strip_prefix("error: ") {
+            Some(err) => Err(err.trim_end().to_string()),
+            None => Err(format!("unexpected reply {reply:?}")),
+        },
     }
 }

@@ -138,7 +138,7 @@ fn start(cfg: Config, origin: &str, config_path: Option<PathBuf>, watch_config: 
 }
 
 /// SIGHUP reloads; with `--watch-config` so does a change of the file
-/// (polled twice a second, applied once its mtime has been stable for one poll).
+/// (polled twice a second, applied once its mtime and size have been stable for one poll).
 fn spawn_reload_triggers(reloader: Rc<RefCell<Reloader>>, watch_config: bool) {
     use tokio::signal::unix::{signal, SignalKind};
     let on_hup = reloader.clone();

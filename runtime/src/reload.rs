@@ -34,8 +34,10 @@ pub struct Reloader {
     slot: Arc<SinkSlot>,
     description: Arc<Mutex<String>>,
     pub stats: Arc<ReloadStats>,
-    /// Modification time last seen by the file watch.
-    seen_mtime: Option<SystemTime>,
+    /// (mtime, size) of the file as last applied by the file watch.
+    seen_file: Option<(SystemTime, u64)>,
+    /// A changed (mtime, size) waiting one poll to be sure the write is done.
+    settling: Option<(SystemTime, u64)>,
     /// (mtime, size) of the running plugin's library: a rebuilt plugin is
     /// reloaded even when the `[sink]` table did not change.
     plugin_file: Option<(SystemTime, u64)>,
@@ -52,9 +54,9 @@ fn plugin_fingerprint(cfg: &Config) -> Option<(SystemTime, u64)> {
 
 impl Reloader {
     pub fn new(path: Option<PathBuf>, current: Config, slot: Arc<SinkSlot>, description: Arc<Mutex<String>>) -> Self {
-        let seen_mtime = path.as_ref().and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+        let seen_file = path.as_ref().and_then(|p| file_stamp(p));
         let plugin_file = plugin_fingerprint(&current);
-        Reloader { path, current, slot, description, stats: Arc::new(ReloadStats::default()), seen_mtime, plugin_file }
+        Reloader { path, current, slot, description, stats: Arc::new(ReloadStats::default()), seen_file, settling: None, plugin_file }
     }
 
     /// Run a reload; `Ok` carries a report for `ctl reload`.
@@ -99,16 +101,30 @@ impl Reloader {
         Ok(report)
     }
 
-    /// For `--watch-config`: reload if the file's modification time moved.
+    /// For `--watch-config`, called every poll: reload once a changed file
+    /// has kept the same (mtime, size) for one poll, so a file still being
+    /// written is not read half-way.
     pub fn poll_file(&mut self) {
         let Some(path) = &self.path else { return };
-        let Ok(mtime) = std::fs::metadata(path).and_then(|m| m.modified()) else { return };
-        if self.seen_mtime == Some(mtime) {
+        let Some(stamp) = file_stamp(path) else { return };
+        if self.seen_file == Some(stamp) {
+            self.settling = None;
             return;
         }
-        self.seen_mtime = Some(mtime);
+        if self.settling != Some(stamp) {
+            self.settling = Some(stamp);
+            return;
+        }
+        self.seen_file = Some(stamp);
+        self.settling = None;
+        tracing::info!(path = %path.display(), "config file changed: reloading");
         let _ = self.reload();
     }
+}
+
+fn file_stamp(path: &std::path::Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
 }
 
 /// Keys outside `[sink]` that differ (they need a restart).

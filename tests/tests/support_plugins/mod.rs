@@ -1,0 +1,279 @@
+//! Helpers shared by the plugin and reload end-to-end tests: finding (or
+//! building) the example plugins' shared libraries, compiling small C
+//! plugins, running `spillway ctl`, reading `ctl stats`, reading NDJSON
+//! output files, and a PostgreSQL server reached with `psql`.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use spillway_tests::{run_spillway, spillway_bin, Daemon, Finished};
+
+/// The workspace root (the folder holding `plugins/` and `.ci/`).
+pub fn workspace_root() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .find(|d| d.join("plugins/file/Cargo.toml").is_file())
+        .unwrap_or_else(|| panic!("no folder above {} holds plugins/file/Cargo.toml", here.display()))
+        .to_path_buf()
+}
+
+/// `target/release`: the folder of the `spillway` binary the tests run.
+pub fn profile_dir() -> PathBuf {
+    spillway_bin().parent().expect("the spillway binary has a parent folder").to_path_buf()
+}
+
+/// `target/release/lib<lib>.so`, built with `cargo build --release -p
+/// <package>` (same target folder) if it is missing. Panics with the
+/// command and its output if that build fails.
+pub fn plugin_lib(package: &str, lib: &str) -> PathBuf {
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let mut built = BUILT.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = built.get(package) {
+        return p.clone();
+    }
+    let profile = profile_dir();
+    let so = profile.join(format!("lib{lib}.so"));
+    if !so.is_file() {
+        let target = profile.parent().expect("<target>/release has a parent").to_path_buf();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        say(&format!(
+            "{} is missing: running `cargo build --release -p {package}` (target folder {})\n",
+            so.display(),
+            target.display()
+        ));
+        let out = Command::new(&cargo)
+            .current_dir(workspace_root())
+            .args(["build", "--release", "-p", package, "--target-dir"])
+            .arg(&target)
+            .output();
+        match out {
+            Ok(o) if o.status.success() && so.is_file() => {}
+            Ok(o) => panic!(
+                "the plugin library {} is missing and `cargo build --release -p {package}` did not produce it \
+                 (exit {}); build it by hand to see why. cargo's stderr (end):\n{}",
+                so.display(),
+                o.status,
+                tail(&String::from_utf8_lossy(&o.stderr), 40)
+            ),
+            Err(e) => panic!(
+                "the plugin library {} is missing and `{}` could not be run to build it: {e}; \
+                 run `cargo build --release -p {package}`",
+                so.display(),
+                Path::new(&cargo).display()
+            ),
+        }
+    }
+    built.insert(package.to_string(), so.clone());
+    so
+}
+
+/// `libspillway_plugin_file.so`.
+pub fn file_plugin() -> PathBuf {
+    plugin_lib("spillway-plugin-file", "spillway_plugin_file")
+}
+
+/// `libspillway_plugin_postgres.so`.
+pub fn postgres_plugin() -> PathBuf {
+    plugin_lib("spillway-plugin-postgres", "spillway_plugin_postgres")
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Writes straight to the process's stderr: libtest hides `eprintln!` of
+/// passing tests, and what this reports (skips, measurements) must show.
+pub fn say(msg: &str) {
+    let mut err = std::io::stderr();
+    let _ = err.write_all(msg.as_bytes());
+    let _ = err.flush();
+}
+
+/// Compiles C `source` into `<dir>/<name>.so` with `cc -shared -fPIC`.
+pub fn compile_c(dir: &Path, name: &str, source: &str) -> PathBuf {
+    let c = dir.join(format!("{name}.c"));
+    let so = dir.join(format!("{name}.so"));
+    std::fs::write(&c, source).unwrap();
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
+        .arg(&so)
+        .arg(&c)
+        .output()
+        .unwrap_or_else(|e| panic!("this test compiles a C plugin and needs `cc` (apt-get install gcc): {e}"));
+    assert!(out.status.success(), "cc failed on {}:\n{}", c.display(), String::from_utf8_lossy(&out.stderr));
+    so
+}
+
+/// A string as a TOML basic string (for the paths and conninfos we use:
+/// no control characters, so Rust's debug quoting is valid TOML).
+pub fn toml_str(s: impl AsRef<str>) -> String {
+    format!("{:?}", s.as_ref())
+}
+
+/// A `[sink]` table delivering through the file plugin to `out`.
+pub fn file_plugin_sink(out: &Path, sink_extra: &str, options_extra: &str) -> String {
+    format!(
+        "[sink]\ntype = \"plugin\"\npath = {}\n{sink_extra}\n[sink.options]\npath = {}\nfsync = false\n{options_extra}\n",
+        toml_str(file_plugin().display().to_string()),
+        toml_str(out.display().to_string())
+    )
+}
+
+// ---------------------------------------------------------------- ctl
+
+/// The admin socket of a test daemon (`<tmp>/admin/admin.sock`).
+pub fn admin_socket(d: &Daemon) -> PathBuf {
+    d.dir().join("admin").join("admin.sock")
+}
+
+/// `spillway ctl --admin-socket <path> <args>`, whatever its exit status.
+pub fn ctl_socket(socket: &Path, args: &[&str]) -> Finished {
+    let mut argv: Vec<&OsStr> = vec!["ctl".as_ref(), "--admin-socket".as_ref(), socket.as_os_str()];
+    argv.extend(args.iter().map(OsStr::new));
+    run_spillway(&argv, Duration::from_secs(30))
+}
+
+/// `spillway ctl --config <the daemon's config file> <args>`, whatever its exit status.
+pub fn ctl_config(d: &Daemon, args: &[&str]) -> Finished {
+    let mut argv: Vec<&OsStr> = vec!["ctl".as_ref(), "--config".as_ref(), d.config_path().as_os_str()];
+    argv.extend(args.iter().map(OsStr::new));
+    run_spillway(&argv, Duration::from_secs(30))
+}
+
+/// `ctl stats` of a test daemon (through its admin socket); panics unless it succeeds.
+pub fn stats(d: &Daemon) -> String {
+    let f = ctl_socket(&admin_socket(d), &["stats"]);
+    assert!(f.status.success(), "ctl stats exited with {}: {}\ndaemon log:\n{}", f.status, f.stderr, d.stderr());
+    f.stdout
+}
+
+/// A top-level counter of `ctl stats` (`KEY VALUE`).
+pub fn stat(stats: &str, key: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {key} in ctl stats:\n{stats}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{key} is not a number in ctl stats:\n{stats}"))
+}
+
+/// The `sink "..."` line of `ctl stats`.
+pub fn stat_sink(stats: &str) -> String {
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("sink "))
+        .unwrap_or_else(|| panic!("no sink line in ctl stats:\n{stats}"))
+        .to_string()
+}
+
+/// Sum over shards of a per-shard counter (`shard{shard="N"}.KEY V`).
+pub fn shard_stat_sum(stats: &str, key: &str) -> u64 {
+    let suffix = format!("}}.{key}");
+    let mut found = false;
+    let mut sum = 0;
+    for line in stats.lines() {
+        if let Some((name, value)) = line.split_once(' ') {
+            if name.starts_with("shard{") && name.ends_with(&suffix) {
+                found = true;
+                sum += value.trim().parse::<u64>().unwrap_or_else(|_| panic!("stats line {line:?}"));
+            }
+        }
+    }
+    assert!(found, "no per-shard {key} in ctl stats:\n{stats}");
+    sum
+}
+
+// ---------------------------------------------------------------- output files
+
+/// The complete lines (each ended by `\n`, which is removed) of an NDJSON
+/// file; a missing file has none; a partial last line is left out.
+pub fn ndjson_lines(path: &Path) -> Vec<Vec<u8>> {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let mut lines: Vec<Vec<u8>> = bytes.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+    lines.pop(); // after the last newline: empty, or a line still being written
+    lines
+}
+
+// ---------------------------------------------------------------- PostgreSQL
+
+/// The `psql` client: on the PATH, or in the newest `/usr/lib/postgresql/*/bin`.
+fn psql_bin() -> Option<PathBuf> {
+    if let Some(paths) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&paths) {
+            let p = dir.join("psql");
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin/psql")))
+        .filter(|p| p.is_file())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// Runs one SQL command with `psql` (unaligned, tuples only, `|` between
+/// fields); returns its output lines.
+pub fn psql(conninfo: &str, sql: &str) -> Result<Vec<String>, String> {
+    let bin = psql_bin().ok_or("the `psql` client is not installed (apt-get install postgresql-client)")?;
+    let out = Command::new(&bin)
+        .args(["-X", "-q", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-d", conninfo, "-c", sql])
+        .env("PGCONNECT_TIMEOUT", "5")
+        .output()
+        .map_err(|e| format!("running {}: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(format!("psql {sql:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
+}
+
+/// The conninfo of a PostgreSQL server: `SPILLWAY_TEST_PG` (which must then
+/// work), else one started by `.ci/postgres.sh`. `None` after printing
+/// `SKIPPED: ...` to stderr when no server could be started.
+pub fn pg_server() -> Option<String> {
+    static FOUND: OnceLock<Result<String, String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        if let Ok(conninfo) = std::env::var("SPILLWAY_TEST_PG") {
+            if let Err(e) = psql(&conninfo, "SELECT 1") {
+                panic!("SPILLWAY_TEST_PG={conninfo:?} is set but does not answer: {e}");
+            }
+            return Ok(conninfo);
+        }
+        let script = workspace_root().join(".ci/postgres.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .output()
+            .map_err(|e| format!("running `bash {}`: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} exited with {}: {}",
+                script.display(),
+                out.status,
+                tail(&String::from_utf8_lossy(&out.stderr), 3).replace('\n', " / ")
+            ));
+        }
+        let conninfo = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").trim().to_string();
+        psql(&conninfo, "SELECT 1").map_err(|e| format!("{} started {conninfo:?} but: {e}", script.display()))?;
+        Ok(conninfo)
+    });
+    match found {
+        Ok(c) => Some(c.clone()),
+        Err(why) => {
+            let test = std::thread::current().name().unwrap_or("?").to_string();
+            say(&format!("SKIPPED: no PostgreSQL server could be started — {why} (test {test})\n"));
+            None
+        }
+    }
+}
