@@ -329,10 +329,12 @@ impl<S: Storage> FlusherThread<S> {
             self.queue.stats.fsync_failures.fetch_add(1, Ordering::Relaxed);
         }
         tracing::error!(shard = self.cfg.shard, error = %e, records = group.iter().map(|b| b.records.len()).sum::<usize>(), "{what} failed; the group is nacked (InternalError) and the segment abandoned");
+        // Abandon (and maybe stop the shard) first, so the state a client
+        // sees after its nack already reflects the failure.
+        self.after_failure();
         for b in group.drain(..) {
             b.complete(Err(NackReason::InternalError));
         }
-        self.after_failure();
     }
 
     fn after_failure(&mut self) {

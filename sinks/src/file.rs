@@ -1,9 +1,12 @@
 //! The file sink: appends records to one local file.
 //!
 //! Every shard's instance writes through one [`SharedFile`] owned by the
-//! factory, under a mutex, so the output is a single file in which each
-//! batch is contiguous (batches of different shards interleave). Records are
-//! framed as NDJSON lines or as u32-LE-length-prefixed frames.
+//! factory, so the output is a single file in which each batch is
+//! contiguous (batches of different shards interleave). Records are framed
+//! as NDJSON lines or as u32-LE-length-prefixed frames.
+//!
+//! The file is a [`RollingFile`] from `sink_sdk::output` (the building
+//! blocks the file plugin is made of too), which documents the details:
 //!
 //! Durability: with `fsync = true` (the default) a batch is committed only
 //! after `fdatasync` returned success for it. When an append would grow the
@@ -17,53 +20,29 @@
 //! same bytes: after it the kernel may have dropped the dirty pages, so the
 //! batch is written again from scratch.
 
-use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::path::Path;
+use std::sync::Arc;
 
-use sink_sdk::{Batch, Health, Limits, Outcome, RecordOutcome, Sink};
+use sink_sdk::output::{AppendRules, Framing, RollingFile};
+use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
 use crate::config::{FileFormat, SinkConfig, SinkKind, DEFAULT_ROTATE_BYTES};
-use crate::framing::Framing;
 use crate::SinkFactory;
 
-/// How many `<path>.<unix_ms>` names to try before giving up on a rotation
-/// (a name is taken only if two rotations fall in the same millisecond).
-const ROTATE_NAME_TRIES_MAX: u64 = 1000;
-
 /// Counters of one file sink, across all shards.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FileStats {
-    /// Batches appended (and synced, with `fsync`).
-    pub batches: u64,
-    /// Bytes appended, framing included.
-    pub bytes: u64,
-    /// Successful `fdatasync` calls on the file.
-    pub fsyncs: u64,
-    /// Files renamed aside by rotation.
-    pub rotations: u64,
-}
+pub use sink_sdk::output::FileStats;
 
-/// The file and what the sink knows about it.
-struct FileState {
-    /// `None` before the first append and after an I/O error.
-    file: Option<File>,
-    /// Length of the file at `path`, as of the last successful append.
-    len: u64,
-    stats: FileStats,
-}
+/// The end of the reason a record with a newline is rejected with in
+/// `format = "ndjson"` (docs/sinks.md quotes it).
+const NEWLINE_ADVICE: &str = "use format = \"length_prefixed\"";
 
 /// What every instance of one file sink shares.
 struct SharedFile {
-    path: PathBuf,
+    /// The file, locked for each batch.
+    output: RollingFile,
     format: FileFormat,
-    rotate_bytes: u64,
-    fsync: bool,
+    rules: AppendRules,
     limits: Limits,
-    state: Mutex<FileState>,
 }
 
 /// Builds file sink instances that all append to the same file.
@@ -87,21 +66,16 @@ impl FileFactory {
             .path
             .clone()
             .ok_or("sink.path is required for type = \"file\"")?;
-        let mut state = FileState {
-            file: None,
-            len: 0,
-            stats: FileStats::default(),
-        };
-        state
-            .open(&path)
+        let output = RollingFile::open(&path)
             .map_err(|e| format!("sink.path: cannot open {}: {e}", path.display()))?;
         let shared = SharedFile {
-            path,
+            output,
             format: cfg.format.unwrap_or_default(),
-            rotate_bytes: cfg.rotate_bytes.unwrap_or(DEFAULT_ROTATE_BYTES),
-            fsync: cfg.fsync.unwrap_or(true),
+            rules: AppendRules {
+                fsync: cfg.fsync.unwrap_or(true),
+                rotate_bytes: cfg.rotate_bytes.unwrap_or(DEFAULT_ROTATE_BYTES),
+            },
             limits: crate::limits(cfg),
-            state: Mutex::new(state),
         };
         Ok(FileFactory {
             shared: Arc::new(shared),
@@ -110,7 +84,7 @@ impl FileFactory {
 
     /// Counters across every instance of this sink.
     pub fn stats(&self) -> FileStats {
-        self.shared.lock().stats
+        self.shared.output.stats()
     }
 }
 
@@ -125,10 +99,10 @@ impl SinkFactory for FileFactory {
         let s = &self.shared;
         format!(
             "file {} ({}, rotate at {} bytes, {})",
-            s.path.display(),
+            s.output.path().display(),
             s.format.as_str(),
-            s.rotate_bytes,
-            if s.fsync {
+            s.rules.rotate_bytes,
+            if s.rules.fsync {
                 "fsync per batch"
             } else {
                 "no fsync"
@@ -143,17 +117,6 @@ pub struct FileSink {
 }
 
 impl SharedFile {
-    /// The state, even after a panic while it was held: the handle is then
-    /// dropped so the next append reopens the file and rereads its length.
-    fn lock(&self) -> MutexGuard<'_, FileState> {
-        self.state.lock().unwrap_or_else(|poisoned| {
-            self.state.clear_poison();
-            let mut state = poisoned.into_inner();
-            state.file = None;
-            state
-        })
-    }
-
     fn framing(&self) -> Framing {
         match self.format {
             FileFormat::Ndjson => Framing::Ndjson,
@@ -162,109 +125,9 @@ impl SharedFile {
     }
 }
 
-impl FileState {
-    /// Opens (creating if needed) the file for appending and reads its length.
-    fn open(&mut self, path: &Path) -> io::Result<()> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            if !parent.is_dir() {
-                DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(parent)?;
-            }
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .open(path)?;
-        self.len = file.metadata()?.len();
-        self.file = Some(file);
-        Ok(())
-    }
-
-    /// Appends `bytes` as one batch: rotate if needed, write, fdatasync.
-    /// After any error the handle is dropped, to be reopened next time.
-    fn append(&mut self, shared: &SharedFile, bytes: &[u8]) -> io::Result<()> {
-        let result = self.try_append(shared, bytes);
-        if result.is_err() {
-            self.file = None;
-        }
-        result
-    }
-
-    fn try_append(&mut self, shared: &SharedFile, bytes: &[u8]) -> io::Result<()> {
-        if self.file.is_none() {
-            self.open(&shared.path)?;
-        }
-        let grown = self.len.saturating_add(bytes.len() as u64);
-        if self.len > 0 && grown > shared.rotate_bytes {
-            self.rotate(shared)?;
-        }
-        let file = self.file.as_mut().expect("opened above");
-        let written = file.write_all(bytes).and_then(|()| {
-            if shared.fsync {
-                file.sync_data()
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(error) = written {
-            // Cut off whatever part of the batch reached the file; it will be
-            // written again whole. Best effort: the error is what we report.
-            let _ = file.set_len(self.len);
-            return Err(error);
-        }
-        self.len += bytes.len() as u64;
-        self.stats.batches += 1;
-        self.stats.bytes += bytes.len() as u64;
-        if shared.fsync {
-            self.stats.fsyncs += 1;
-        }
-        Ok(())
-    }
-
-    /// Renames the full file to `<path>.<unix_ms>` and starts a new one.
-    fn rotate(&mut self, shared: &SharedFile) -> io::Result<()> {
-        let aside = free_rotation_name(&shared.path)?;
-        std::fs::rename(&shared.path, &aside)?;
-        self.file = None;
-        self.open(&shared.path)?;
-        if shared.fsync {
-            sync_dir(&shared.path)?;
-        }
-        self.stats.rotations += 1;
-        tracing::info!(path = %shared.path.display(), rotated_to = %aside.display(), "file sink rotated");
-        Ok(())
-    }
-}
-
-/// `<path>.<unix_ms>`, moving to the next millisecond while a name is taken.
-fn free_rotation_name(path: &Path) -> io::Result<PathBuf> {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    for ms in now_ms..now_ms + ROTATE_NAME_TRIES_MAX {
-        let mut name = path.as_os_str().to_owned();
-        name.push(format!(".{ms}"));
-        let candidate = PathBuf::from(name);
-        if !candidate.exists() {
-            return Ok(candidate);
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::AlreadyExists,
-        "no free <path>.<unix_ms> name to rotate to",
-    ))
-}
-
-/// Makes a rename or a new entry in `path`'s folder durable.
-fn sync_dir(path: &Path) -> io::Result<()> {
-    let parent = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    File::open(parent)?.sync_all()
+/// The `on_rotate` of every append: one info line from this module.
+fn log_rotation(path: &Path, rotated_to: &Path) {
+    tracing::info!(path = %path.display(), rotated_to = %rotated_to.display(), "file sink rotated");
 }
 
 impl Sink for FileSink {
@@ -278,52 +141,31 @@ impl Sink for FileSink {
 
     fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
         let shared = &self.shared;
-        let framing = shared.framing();
-        let records = batch.records();
-        let mut bytes =
-            Vec::with_capacity(framing.framed_len(records.len(), batch.payload_bytes()));
-        let mut outcomes = Vec::with_capacity(records.len());
-        let mut rejected = false;
-        for record in records {
-            match framing.check(record.payload, "format = \"length_prefixed\"") {
-                Ok(()) => {
-                    framing.push(&mut bytes, record.payload, false);
-                    outcomes.push(RecordOutcome::Committed);
-                }
-                Err(reason) => {
-                    rejected = true;
-                    outcomes.push(RecordOutcome::Rejected(reason));
-                }
-            }
+        let mut bytes = Vec::new();
+        let framed = shared
+            .framing()
+            .frame_batch(batch, &mut bytes, NEWLINE_ADVICE);
+        if let Err(e) = shared.output.append(&bytes, shared.rules, log_rotation) {
+            let reason = format!(
+                "file sink: appending to {}: {e}",
+                shared.output.path().display()
+            );
+            return Outcome::Retry {
+                after: None,
+                reason,
+            };
         }
-        if !bytes.is_empty() {
-            if let Err(e) = shared.lock().append(shared, &bytes) {
-                let reason = format!("file sink: appending to {}: {e}", shared.path.display());
-                return Outcome::Retry {
-                    after: None,
-                    reason,
-                };
-            }
-        }
-        if rejected {
-            Outcome::Split(outcomes)
-        } else {
-            Outcome::Committed
-        }
+        framed.outcome()
     }
 
     /// The file can be opened for appending.
     fn health_check(&mut self) -> Health {
-        let shared = &self.shared;
-        let mut state = shared.lock();
-        if state.file.is_some() {
-            return Health::Healthy;
-        }
-        match state.open(&shared.path) {
+        let output = &self.shared.output;
+        match output.check() {
             Ok(()) => Health::Healthy,
             Err(e) => Health::Unhealthy(format!(
                 "file sink: cannot open {}: {e}",
-                shared.path.display()
+                output.path().display()
             )),
         }
     }
@@ -332,7 +174,8 @@ impl Sink for FileSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sink_sdk::Record;
+    use sink_sdk::output::rotated_files;
+    use sink_sdk::{Record, RecordOutcome};
     use std::os::unix::fs::PermissionsExt;
 
     fn config(path: &Path) -> SinkConfig {
@@ -358,17 +201,6 @@ mod tests {
 
     fn deliver(sink: &mut dyn Sink, recs: &[Record<'_>]) -> Outcome {
         sink.deliver(&Batch::new(recs[0].shard, recs))
-    }
-
-    /// Files in `dir` whose name starts with `prefix`, sorted.
-    fn files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(prefix))
-            .collect();
-        found.sort();
-        found
     }
 
     #[test]
@@ -517,7 +349,7 @@ mod tests {
                 Outcome::Committed
             );
         }
-        let rotated = files(dir.path(), "out.ndjson.");
+        let rotated = rotated_files(&path).unwrap();
         assert_eq!(rotated.len(), 2, "{rotated:?}");
         assert_eq!(factory.stats().rotations, 2);
         for (i, file) in rotated.iter().enumerate() {

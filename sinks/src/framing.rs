@@ -6,6 +6,12 @@
 //! invalid JSON inside a JSON array, more than 4 GiB behind a u32 length)
 //! is rejected on its own, with a reason that says how to fix the config;
 //! the other records of the batch are still delivered.
+//!
+//! NDJSON and length-prefixed framing are sink-sdk's
+//! (`sink_sdk::output::Framing`, which plugins use too); this adds the JSON
+//! array and the advice that names the sink's own config keys.
+
+use sink_sdk::output::Framing as StreamFraming;
 
 /// A way to lay records out in one byte stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,35 +25,34 @@ pub(crate) enum Framing {
 }
 
 impl Framing {
+    /// The sink-sdk framing that lays out this one, if any: NDJSON and
+    /// length-prefixed frames are shared with plugins; a JSON array needs
+    /// a JSON parser, which sink-sdk does without.
+    fn stream(self) -> Option<StreamFraming> {
+        match self {
+            Framing::Ndjson => Some(StreamFraming::Ndjson),
+            Framing::JsonArray => None,
+            Framing::LengthPrefixed => Some(StreamFraming::LengthPrefixed),
+        }
+    }
+
     /// Whether `payload` can be framed; `Err` holds the rejection reason.
     /// `alternatives` completes the newline message's advice, e.g.
     /// `encoding = "length_prefixed" or "json_array"`.
     pub(crate) fn check(self, payload: &[u8], alternatives: &str) -> Result<(), String> {
-        match self {
-            Framing::Ndjson => match memchr::memchr(b'\n', payload) {
-                Some(offset) => Err(format!(
-                    "record contains a newline byte at offset {offset}; use {alternatives}"
-                )),
-                None => Ok(()),
-            },
-            Framing::JsonArray => check_json_value(payload),
-            Framing::LengthPrefixed => match u32::try_from(payload.len()) {
-                Ok(_) => Ok(()),
-                Err(_) => Err(format!(
-                    "record is {} bytes; a length_prefixed frame holds at most {} bytes",
-                    payload.len(),
-                    u32::MAX
-                )),
-            },
+        match self.stream() {
+            Some(stream) => stream
+                .check(payload)
+                .map_err(|e| e.reason(&format!("use {alternatives}"))),
+            None => check_json_value(payload),
         }
     }
 
     /// Bytes the framing adds around `count` records of `payload_bytes`.
     pub(crate) fn framed_len(self, count: usize, payload_bytes: usize) -> usize {
-        match self {
-            Framing::Ndjson => payload_bytes + count,
-            Framing::JsonArray => payload_bytes + count.max(1) + 1,
-            Framing::LengthPrefixed => payload_bytes + 4 * count,
+        match self.stream() {
+            Some(stream) => stream.framed_len(count, payload_bytes),
+            None => payload_bytes + count.max(1) + 1,
         }
     }
 
@@ -61,21 +66,12 @@ impl Framing {
     /// Appends one payload that passed [`Framing::check`]. `first` is true
     /// for the first payload of the body.
     pub(crate) fn push(self, out: &mut Vec<u8>, payload: &[u8], first: bool) {
-        match self {
-            Framing::Ndjson => {
-                debug_assert!(memchr::memchr(b'\n', payload).is_none());
-                out.extend_from_slice(payload);
-                out.push(b'\n');
-            }
-            Framing::JsonArray => {
+        match self.stream() {
+            Some(stream) => stream.push(out, payload),
+            None => {
                 if !first {
                     out.push(b',');
                 }
-                out.extend_from_slice(payload);
-            }
-            Framing::LengthPrefixed => {
-                let len = u32::try_from(payload.len()).expect("checked by Framing::check");
-                out.extend_from_slice(&len.to_le_bytes());
                 out.extend_from_slice(payload);
             }
         }

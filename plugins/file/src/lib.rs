@@ -24,8 +24,11 @@
 //! the offset of the newline, and the rest of its batch is written.
 //!
 //! The crate follows the layout every sink has: [`options`] (what the user
-//! writes), [`output`] (how records reach the file), [`sink`] (the `Sink`
-//! that ties them together), and this file, which exports it.
+//! writes), [`output`] (which file records reach), [`sink`] (the `Sink`
+//! that ties them together), and this file, which exports it. The framing
+//! and the file itself (rotation, fsync, cutting a failed batch off) are
+//! `sink_sdk::output`'s building blocks, the ones the built-in sink is made
+//! of: a plugin that writes files starts from them, not from a copy.
 
 pub mod options;
 pub mod output;

@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
-use sink_sdk::{Batch, Health, Limits, Outcome, PluginSink, RecordOutcome, Sink};
+use sink_sdk::output::{AppendRules, Framing, RollingFile};
+use sink_sdk::{Batch, Health, Limits, Outcome, PluginSink, Sink};
 
 use crate::options::FileOptions;
-use crate::output::{AppendRules, OutputStats, SharedFile};
+use crate::output::{self, OutputStats};
 
 /// Most records per batch this sink asks for: generous, so the daemon's
 /// `[sink] max_records` decides.
@@ -15,10 +16,13 @@ pub const MAX_BYTES: usize = 64 * 1024 * 1024;
 /// Largest batch buffer kept between batches (8 MiB); a larger one, grown
 /// by an exceptional batch, is released after it.
 const BUFFER_KEEP_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// The end of the reason a record with a newline is rejected with.
+const NEWLINE_ADVICE: &str =
+    "an NDJSON line cannot carry it (the built-in file sink with format = \"length_prefixed\" can)";
 
 /// Appends each batch to the shared output file as NDJSON lines.
 pub struct FileSink {
-    output: Arc<SharedFile>,
+    output: Arc<RollingFile>,
     rules: AppendRules,
     /// The batch's lines, reused from batch to batch (one allocation that
     /// grows to the largest batch, none per record).
@@ -32,7 +36,7 @@ pub struct FileSink {
 impl FileSink {
     /// From checked options: opens (or creates) the output file.
     pub fn new(options: &FileOptions) -> Result<FileSink, String> {
-        let output = SharedFile::open(&options.path)
+        let output = output::open_shared(&options.path)
             .map_err(|e| format!("options.path: cannot open {}: {e}", options.path.display()))?;
         Ok(FileSink {
             output,
@@ -57,16 +61,6 @@ impl PluginSink for FileSink {
     fn create(options_toml: &str) -> Result<FileSink, String> {
         FileSink::new(&FileOptions::parse(options_toml)?)
     }
-}
-
-/// Why a payload cannot be an NDJSON line, if it cannot.
-fn unframeable(payload: &[u8]) -> Option<String> {
-    memchr::memchr(b'\n', payload).map(|offset| {
-        format!(
-            "record contains a newline byte at offset {offset}; an NDJSON line cannot carry it \
-             (the built-in file sink with format = \"length_prefixed\" can)"
-        )
-    })
 }
 
 impl Sink for FileSink {
@@ -98,34 +92,11 @@ impl Sink for FileSink {
                 ),
             };
         }
-        let records = batch.records();
         self.buffer.clear();
-        self.buffer.reserve(batch.payload_bytes() + records.len());
-        // Allocated only once a record is rejected.
-        let mut outcomes: Option<Vec<RecordOutcome>> = None;
-        for (i, record) in records.iter().enumerate() {
-            match unframeable(record.payload) {
-                None => {
-                    self.buffer.extend_from_slice(record.payload);
-                    self.buffer.push(b'\n');
-                    if let Some(o) = outcomes.as_mut() {
-                        o.push(RecordOutcome::Committed);
-                    }
-                }
-                Some(reason) => {
-                    let o = outcomes.get_or_insert_with(|| {
-                        let mut o = Vec::with_capacity(records.len());
-                        o.resize(i, RecordOutcome::Committed);
-                        o
-                    });
-                    o.push(RecordOutcome::Rejected(reason));
-                }
-            }
-        }
-        let appended = match self.buffer.is_empty() {
-            true => Ok(()),
-            false => self.output.append(&self.buffer, self.rules),
-        };
+        let framed = Framing::Ndjson.frame_batch(batch, &mut self.buffer, NEWLINE_ADVICE);
+        let appended = self
+            .output
+            .append(&self.buffer, self.rules, output::log_rotation);
         if self.buffer.capacity() > BUFFER_KEEP_BYTES_MAX {
             self.buffer = Vec::new();
         }
@@ -138,10 +109,7 @@ impl Sink for FileSink {
                 ),
             };
         }
-        match outcomes {
-            Some(outcomes) => Outcome::Split(outcomes),
-            None => Outcome::Committed,
-        }
+        framed.outcome()
     }
 
     /// The file can be opened for appending.
@@ -159,9 +127,10 @@ impl Sink for FileSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sink_sdk::Record;
+    use sink_sdk::output::rotated_files;
+    use sink_sdk::{Record, RecordOutcome};
     use std::os::unix::fs::PermissionsExt;
-    use std::path::{Path, PathBuf};
+    use std::path::Path;
 
     fn sink(options: &str) -> FileSink {
         FileSink::create(options).unwrap()
@@ -187,17 +156,6 @@ mod tests {
 
     fn deliver(sink: &mut FileSink, recs: &[Record<'_>]) -> Outcome {
         sink.deliver(&Batch::new(recs[0].shard, recs))
-    }
-
-    /// Files in `dir` whose name starts with `prefix`, sorted.
-    fn files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
-        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().path())
-            .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with(prefix))
-            .collect();
-        found.sort();
-        found
     }
 
     #[test]
@@ -309,7 +267,7 @@ mod tests {
                 Outcome::Committed
             );
         }
-        let rotated = files(dir.path(), "out.ndjson.");
+        let rotated = rotated_files(&path).unwrap();
         assert_eq!(rotated.len(), 2, "{rotated:?}");
         assert_eq!(s.stats().rotations, 2);
         for (i, file) in rotated.iter().enumerate() {
