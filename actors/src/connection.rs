@@ -96,7 +96,12 @@ pub struct Connection {
 impl Connection {
     /// Start a connection actor on the current arbiter. The listener has
     /// already counted it in `shared.live`.
-    pub fn new(id: u64, stream: UnixStream, shard: Arc<ShardQueue>, shared: Arc<ConnectionContext>) -> Self {
+    pub fn new(
+        id: u64,
+        stream: UnixStream,
+        shard: Arc<ShardQueue>,
+        shared: Arc<ConnectionContext>,
+    ) -> Self {
         let responder = Responder::new(stream.as_raw_fd(), shared.stats.clone());
         let (reader, writer) = stream.into_split();
         let live = LiveGuard(shared.live.clone());
@@ -135,13 +140,16 @@ impl Connection {
             // Paused (window full, parked frame, closing, peer gone): ask
             // the flusher for a Progress when slots are answered.
             let mut st = self.responder.lock();
-            let paused = self.read_closed || self.closing || self.parked.is_some() || self.window_full(&st);
+            let paused =
+                self.read_closed || self.closing || self.parked.is_some() || self.window_full(&st);
             st.wants_progress = paused;
             if paused {
                 return;
             }
         }
-        let Some(mut reader) = self.reader.take() else { return };
+        let Some(mut reader) = self.reader.take() else {
+            return;
+        };
         self.reserve_for_frame();
         let mut buf = std::mem::take(&mut self.rbuf);
         let stall_limit = self.frame_started.map(|t| {
@@ -187,13 +195,20 @@ impl Connection {
             Ok(0) => {
                 self.read_closed = true;
                 if !self.rbuf.is_empty() {
-                    tracing::debug!(conn = self.id, bytes = self.rbuf.len(), "peer closed mid-frame");
+                    tracing::debug!(
+                        conn = self.id,
+                        bytes = self.rbuf.len(),
+                        "peer closed mid-frame"
+                    );
                 }
                 self.flush(ctx);
             }
             Ok(_) => self.process(ctx),
             Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                self.shared.stats.read_timeouts.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .stats
+                    .read_timeouts
+                    .fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     conn = self.id,
                     buffered = self.rbuf.len(),
@@ -223,17 +238,19 @@ impl Connection {
             }
             let req = match self.parked.take() {
                 Some(r) => r,
-                None => match decode_request(&mut self.rbuf, self.shared.limits.payload_bytes_max) {
-                    Ok(Some(r)) => {
-                        consumed_frame = true;
-                        r
+                None => {
+                    match decode_request(&mut self.rbuf, self.shared.limits.payload_bytes_max) {
+                        Ok(Some(r)) => {
+                            consumed_frame = true;
+                            r
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            self.refuse(&mut st, e.reason, &e.detail);
+                            break;
+                        }
                     }
-                    Ok(None) => break,
-                    Err(e) => {
-                        self.refuse(&mut st, e.reason, &e.detail);
-                        break;
-                    }
-                },
+                }
             };
             if let Err(req) = self.admit(&mut st, req, token, &mut batch) {
                 self.parked = Some(req);
@@ -254,20 +271,33 @@ impl Connection {
         if !batch.records.is_empty() {
             self.next_token += 1;
             let reply = self.responder.clone();
-            self.shard.push(AppendBatch::new(batch.records, batch.bytes, batch.needs_fsync, token, reply));
+            self.shard.push(AppendBatch::new(
+                batch.records,
+                batch.bytes,
+                batch.needs_fsync,
+                token,
+                reply,
+            ));
         }
         self.flush(ctx);
     }
 
     /// Take a request into the window, or hand it back if the window is full.
-    fn admit(&self, st: &mut State, req: Request, token: u64, batch: &mut Building) -> Result<(), Request> {
+    fn admit(
+        &self,
+        st: &mut State,
+        req: Request,
+        token: u64,
+        batch: &mut Building,
+    ) -> Result<(), Request> {
         let limits = &self.shared.limits;
         if st.slots.len() >= limits.inflight_records_max {
             return Err(req);
         }
         let (tier, records, is_batch) = match req {
             Request::HealthCheck => {
-                st.slots.push_back(Slot::Ready(Response::HealthCheckResponse));
+                st.slots
+                    .push_back(Slot::Ready(Response::HealthCheckResponse));
                 return Ok(());
             }
             Request::Push { tier, ref payload } => (tier, std::slice::from_ref(payload), false),
@@ -276,7 +306,8 @@ impl Connection {
         let n = records.len();
         let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
         if st.inflight_records > 0
-            && (st.inflight_records + n > limits.inflight_records_max || st.inflight_bytes + bytes > limits.inflight_bytes_max)
+            && (st.inflight_records + n > limits.inflight_records_max
+                || st.inflight_bytes + bytes > limits.inflight_bytes_max)
         {
             return Err(req);
         }
@@ -289,14 +320,26 @@ impl Connection {
             self.nack_retryable(st, NackReason::Overloaded);
             return Ok(());
         }
-        let meta = RecordMeta { tier: tier.as_byte(), arrival_unix_us: batch.arrival_us() }.pack();
-        batch.records.extend(records.iter().map(|p| PendingRecord { payload: p.clone(), meta }));
+        let meta = RecordMeta {
+            tier: tier.as_byte(),
+            arrival_unix_us: batch.arrival_us(),
+        }
+        .pack();
+        batch.records.extend(records.iter().map(|p| PendingRecord {
+            payload: p.clone(),
+            meta,
+        }));
         batch.bytes += bytes;
         batch.disk_bytes += disk_bytes;
         batch.needs_fsync |= tier.needs_fsync();
         st.inflight_records += n;
         st.inflight_bytes += bytes;
-        st.slots.push_back(Slot::Waiting { token, records: n, bytes, batch: is_batch });
+        st.slots.push_back(Slot::Waiting {
+            token,
+            records: n,
+            bytes,
+            batch: is_batch,
+        });
         Ok(())
     }
 
@@ -309,7 +352,12 @@ impl Connection {
     fn refuse(&mut self, st: &mut State, reason: NackReason, detail: &str) {
         self.shared.stats.count_nack(reason);
         if self.shared.stats.log_limiter.allow() {
-            tracing::warn!(conn = self.id, reason = reason.name(), detail, "refused a frame; closing the connection");
+            tracing::warn!(
+                conn = self.id,
+                reason = reason.name(),
+                detail,
+                "refused a frame; closing the connection"
+            );
         }
         st.slots.push_back(Slot::Ready(Response::Nack(reason)));
         self.closing = true;
@@ -393,7 +441,9 @@ struct Building {
 impl Building {
     /// One clock read per batch, not per record.
     fn arrival_us(&mut self) -> u64 {
-        *self.arrival.get_or_insert_with(spillway_wab::format::now_unix_us)
+        *self
+            .arrival
+            .get_or_insert_with(spillway_wab::format::now_unix_us)
     }
 }
 
@@ -447,4 +497,3 @@ impl Handler<StopReading> for Connection {
 
 /// Shared id source for connections (log correlation).
 pub static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);
-

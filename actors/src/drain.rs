@@ -30,7 +30,9 @@ use actix::prelude::*;
 use sink_sdk::{Batch, Health, Outcome, Record, RecordOutcome, Sink};
 use spillway_wab::deadletter::{DeadLetter, DeadLetterStore};
 use spillway_wab::format::{classify, now_unix_us, sealed_name, FileKind};
-use spillway_wab::{read_checkpoint, write_checkpoint, End, Opened, SegmentReader, Storage, StoredRecord};
+use spillway_wab::{
+    read_checkpoint, write_checkpoint, End, Opened, SegmentReader, Storage, StoredRecord,
+};
 
 use crate::shard::{ShardQueue, WabBudget, Watermark};
 
@@ -60,7 +62,10 @@ pub struct SinkSlot {
 
 impl SinkSlot {
     pub fn new(maker: SinkMaker, settings: DrainSettings, description: String) -> Arc<Self> {
-        Arc::new(SinkSlot { inner: Mutex::new((maker, settings, description)), epoch: AtomicU64::new(1) })
+        Arc::new(SinkSlot {
+            inner: Mutex::new((maker, settings, description)),
+            epoch: AtomicU64::new(1),
+        })
     }
 
     /// Install a new sink; drains pick it up between batches.
@@ -123,7 +128,17 @@ impl SinkHost {
     pub fn new(shard: u32, slot: Arc<SinkSlot>, stats: Arc<DrainStats>) -> Self {
         let epoch = slot.epoch();
         let (maker, settings, _) = slot.current();
-        SinkHost { shard, slot, epoch, maker, settings, instance: None, failures: 0, not_before: None, stats }
+        SinkHost {
+            shard,
+            slot,
+            epoch,
+            maker,
+            settings,
+            instance: None,
+            failures: 0,
+            not_before: None,
+            stats,
+        }
     }
 
     pub fn settings(&self) -> &DrainSettings {
@@ -172,21 +187,28 @@ impl SinkHost {
         let shard = self.shard;
         match catch_unwind(AssertUnwindSafe(|| maker(shard))) {
             Ok(Ok(mut inst)) => {
-                if let Ok(Health::Unhealthy(why)) = catch_unwind(AssertUnwindSafe(|| inst.health_check())) {
+                if let Ok(Health::Unhealthy(why)) =
+                    catch_unwind(AssertUnwindSafe(|| inst.health_check()))
+                {
                     tracing::warn!(shard, sink = inst.name(), reason = %why, "sink reports unhealthy; delivering anyway (failures will be retried)");
                 }
                 self.instance = Some(inst);
                 Ok(())
             }
             Ok(Err(e)) => Err(self.failed(format!("creating the sink failed: {e}"))),
-            Err(p) => Err(self.failed(format!("creating the sink panicked: {}", panic_message(&*p)))),
+            Err(p) => Err(self.failed(format!(
+                "creating the sink panicked: {}",
+                panic_message(&*p)
+            ))),
         }
     }
 
     fn failed(&mut self, reason: String) -> String {
         self.failures += 1;
         self.stats.sink_restarts.fetch_add(1, Ordering::Relaxed);
-        let backoff = Duration::from_millis(100).saturating_mul(1 << (self.failures - 1).min(10)).min(SINK_RESTART_BACKOFF_MAX);
+        let backoff = Duration::from_millis(100)
+            .saturating_mul(1 << (self.failures - 1).min(10))
+            .min(SINK_RESTART_BACKOFF_MAX);
         self.not_before = Some(Instant::now() + backoff);
         tracing::error!(shard = self.shard, reason = %reason, restart_in_ms = backoff.as_millis() as u64, "sink instance failed; it will be re-created");
         reason
@@ -195,7 +217,10 @@ impl SinkHost {
     /// Deliver one batch; a panic becomes a Retry and a restart of the instance.
     pub fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
         if let Err(reason) = self.ensure_instance() {
-            return Outcome::Retry { after: None, reason };
+            return Outcome::Retry {
+                after: None,
+                reason,
+            };
         }
         let inst = self.instance.as_mut().unwrap();
         match catch_unwind(AssertUnwindSafe(|| inst.deliver(batch))) {
@@ -207,7 +232,10 @@ impl SinkHost {
                 let name = inst.name().to_string();
                 self.instance = None;
                 let reason = self.failed(format!("sink {name} panicked: {}", panic_message(&*p)));
-                Outcome::Retry { after: None, reason }
+                Outcome::Retry {
+                    after: None,
+                    reason,
+                }
             }
         }
     }
@@ -233,7 +261,11 @@ struct Cursor<S: Storage> {
 
 impl<S: Storage> Cursor<S> {
     /// The next durable record at or after `next_seq`, if any yet.
-    fn next(&mut self, wm: Watermark, finished: &mut VecDeque<Finished>) -> io::Result<Option<StoredRecord>> {
+    fn next(
+        &mut self,
+        wm: Watermark,
+        finished: &mut VecDeque<Finished>,
+    ) -> io::Result<Option<StoredRecord>> {
         loop {
             if self.reader.is_none() && !self.open_next(wm)? {
                 return Ok(None);
@@ -259,7 +291,11 @@ impl<S: Storage> Cursor<S> {
                     if let Some(End::Corrupt { offset, detail }) = reader.end() {
                         tracing::error!(segment = id, offset, detail = %detail, "segment fails its check while draining; the rest of it is skipped (it stays on disk)");
                     }
-                    finished.push_back(Finished { segment_id: id, end_seq: reader.next_seq(), bytes: reader.offset() });
+                    finished.push_back(Finished {
+                        segment_id: id,
+                        end_seq: reader.next_seq(),
+                        bytes: reader.offset(),
+                    });
                     self.last_done = Some(id);
                     self.reader = None;
                 }
@@ -295,7 +331,10 @@ impl<S: Storage> Cursor<S> {
             0
         } else {
             // First open: the last segment starting at or before next_seq.
-            candidates.iter().rposition(|c| c.0 <= self.next_seq).unwrap_or(0)
+            candidates
+                .iter()
+                .rposition(|c| c.0 <= self.next_seq)
+                .unwrap_or(0)
         };
         if candidates.is_empty() {
             return Ok(false);
@@ -349,7 +388,13 @@ impl Drain {
         stats.checkpoint.store(confirmed, Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
         let worker = DrainThread {
-            cursor: Cursor { storage: storage.clone(), dir: cfg.dir.clone(), reader: None, last_done: None, next_seq: confirmed },
+            cursor: Cursor {
+                storage: storage.clone(),
+                dir: cfg.dir.clone(),
+                reader: None,
+                last_done: None,
+                next_seq: confirmed,
+            },
             host: SinkHost::new(cfg.shard, slot, stats.clone()),
             storage,
             shard: cfg.shard,
@@ -369,8 +414,16 @@ impl Drain {
             retry: RetryState::default(),
             rng: now_unix_us() | 1,
         };
-        let thread = thread::Builder::new().name(format!("drain-{}", cfg.shard)).spawn(move || worker.run())?;
-        Ok(Drain { shard: cfg.shard, stop, queue, thread: Some(thread), stats })
+        let thread = thread::Builder::new()
+            .name(format!("drain-{}", cfg.shard))
+            .spawn(move || worker.run())?;
+        Ok(Drain {
+            shard: cfg.shard,
+            stop,
+            queue,
+            thread: Some(thread),
+            stats,
+        })
     }
 
     /// Ask the thread to stop after its current batch, without waiting.
@@ -401,7 +454,10 @@ impl Actor for Drain {
         ctx.run_interval(Duration::from_millis(200), |act, ctx| {
             let dead = act.thread.as_ref().is_none_or(|t| t.is_finished());
             if dead && !act.stop.load(Ordering::Acquire) {
-                tracing::error!(shard = act.shard, "drain thread died; stopping it for the supervisor");
+                tracing::error!(
+                    shard = act.shard,
+                    "drain thread died; stopping it for the supervisor"
+                );
                 ctx.stop();
             }
         });
@@ -498,7 +554,9 @@ impl<S: Storage> DrainThread<S> {
             }
             let (max_records, max_bytes) = self.host.batch_limits();
             let full = self.pending.len() >= max_records || self.pending_bytes >= max_bytes;
-            let linger_left = self.pending_since.map_or(Duration::ZERO, |t| self.host.settings().linger.saturating_sub(t.elapsed()));
+            let linger_left = self.pending_since.map_or(Duration::ZERO, |t| {
+                self.host.settings().linger.saturating_sub(t.elapsed())
+            });
             if !full && !linger_left.is_zero() {
                 self.queue.wait_durable(wm, linger_left);
                 continue;
@@ -563,13 +621,19 @@ impl<S: Storage> DrainThread<S> {
         let last = self.pending[done - 1].seq;
         self.confirm(last + 1)?;
         let committed = done - rejected.len();
-        self.stats.delivered_records.fetch_add(committed as u64, Ordering::Relaxed);
+        self.stats
+            .delivered_records
+            .fetch_add(committed as u64, Ordering::Relaxed);
         self.stats.delivered_batches.fetch_add(1, Ordering::Relaxed);
         for _ in 0..done {
             let r = self.pending.pop_front().unwrap();
             self.pending_bytes -= r.payload.len();
         }
-        self.pending_since = if self.pending.is_empty() { None } else { Some(Instant::now()) };
+        self.pending_since = if self.pending.is_empty() {
+            None
+        } else {
+            Some(Instant::now())
+        };
         if let Some((after, reason)) = retry {
             // Part of the batch must be retried: back off before the rest.
             self.after_transient(self.pending.len().min(n - done), after, reason)?;
@@ -579,12 +643,23 @@ impl<S: Storage> DrainThread<S> {
 
     /// (records done, rejected among them, retry request for the rest).
     #[allow(clippy::type_complexity)]
-    fn classify(&self, outcome: Outcome, n: usize) -> (usize, Vec<(usize, String)>, Option<(Option<Duration>, String)>) {
+    fn classify(
+        &self,
+        outcome: Outcome,
+        n: usize,
+    ) -> (
+        usize,
+        Vec<(usize, String)>,
+        Option<(Option<Duration>, String)>,
+    ) {
         match outcome {
             Outcome::Committed => (n, Vec::new(), None),
             Outcome::Retry { after, reason } => (0, Vec::new(), Some((after, reason))),
             Outcome::Split(v) if v.len() != n => {
-                let reason = format!("sink answered {} record outcomes for a batch of {n}", v.len());
+                let reason = format!(
+                    "sink answered {} record outcomes for a batch of {n}",
+                    v.len()
+                );
                 tracing::error!(shard = self.shard, "{reason}; retrying the batch");
                 (0, Vec::new(), Some((None, reason)))
             }
@@ -594,7 +669,13 @@ impl<S: Storage> DrainThread<S> {
                     match o {
                         RecordOutcome::Committed => {}
                         RecordOutcome::Rejected(why) => rejected.push((i, why)),
-                        RecordOutcome::Retry => return (i, rejected, Some((None, "sink asked to retry part of the batch".into()))),
+                        RecordOutcome::Retry => {
+                            return (
+                                i,
+                                rejected,
+                                Some((None, "sink asked to retry part of the batch".into())),
+                            )
+                        }
                     }
                 }
                 (n, rejected, None)
@@ -623,7 +704,9 @@ impl<S: Storage> DrainThread<S> {
             })
             .collect();
         self.dead_letters.lock().unwrap().append(&letters)?;
-        self.stats.dead_lettered.fetch_add(letters.len() as u64, Ordering::Relaxed);
+        self.stats
+            .dead_lettered
+            .fetch_add(letters.len() as u64, Ordering::Relaxed);
         for l in &letters {
             tracing::warn!(shard = self.shard, seq = l.seq, reason = %l.reason, "record rejected by the sink; moved to the dead-letter store");
         }
@@ -653,7 +736,9 @@ impl<S: Storage> DrainThread<S> {
         write_checkpoint(&self.storage, &self.dir, self.confirmed)?;
         self.persisted = self.confirmed;
         self.last_persist = Instant::now();
-        self.stats.checkpoint.store(self.confirmed, Ordering::Relaxed);
+        self.stats
+            .checkpoint
+            .store(self.confirmed, Ordering::Relaxed);
         Ok(())
     }
 
@@ -666,7 +751,11 @@ impl<S: Storage> DrainThread<S> {
             match self.storage.remove(&path) {
                 Ok(()) => {
                     self.wab.release(f.bytes);
-                    let _ = self.queue.stats.bytes_held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(f.bytes)));
+                    let _ = self.queue.stats.bytes_held.fetch_update(
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                        |v| Some(v.saturating_sub(f.bytes)),
+                    );
                     self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
                     self.finished.pop_front();
                 }
@@ -678,7 +767,12 @@ impl<S: Storage> DrainThread<S> {
 
     /// A transient failure of `n` records: dead-letter them if they have
     /// failed for too long, else back off.
-    fn after_transient(&mut self, n: usize, after: Option<Duration>, reason: String) -> io::Result<()> {
+    fn after_transient(
+        &mut self,
+        n: usize,
+        after: Option<Duration>,
+        reason: String,
+    ) -> io::Result<()> {
         let now = Instant::now();
         let first = *self.retry.first_failure.get_or_insert(now);
         self.retry.attempts += 1;
@@ -686,7 +780,10 @@ impl<S: Storage> DrainThread<S> {
         let settings = self.host.settings().clone();
         if let Some(limit) = settings.max_retry_duration {
             if now.duration_since(first) >= limit && n > 0 {
-                let why = format!("gave up after {} s of transient failures: {reason}", limit.as_secs());
+                let why = format!(
+                    "gave up after {} s of transient failures: {reason}",
+                    limit.as_secs()
+                );
                 let rejected: Vec<(usize, String)> = (0..n).map(|i| (i, why.clone())).collect();
                 self.dead_letter(&rejected)?;
                 let last = self.pending[n - 1].seq;
@@ -699,11 +796,19 @@ impl<S: Storage> DrainThread<S> {
                 return Ok(());
             }
         }
-        let cap = settings.retry_initial.saturating_mul(1u32 << self.retry.attempts.min(20)).min(settings.retry_max);
+        let cap = settings
+            .retry_initial
+            .saturating_mul(1u32 << self.retry.attempts.min(20))
+            .min(settings.retry_max);
         let jittered = Duration::from_micros(self.random() % (cap.as_micros() as u64 + 1));
         // The sink's retry-after is honoured, up to retry_max like any delay.
-        let delay = after.map_or(jittered, |a| a.max(jittered)).min(settings.retry_max);
-        let loud = self.retry.last_log.is_none_or(|t| now.duration_since(t) >= RETRY_LOG_EVERY);
+        let delay = after
+            .map_or(jittered, |a| a.max(jittered))
+            .min(settings.retry_max);
+        let loud = self
+            .retry
+            .last_log
+            .is_none_or(|t| now.duration_since(t) >= RETRY_LOG_EVERY);
         if loud {
             self.retry.last_log = Some(now);
             tracing::warn!(shard = self.shard, attempts = self.retry.attempts, records = n, retry_in_ms = delay.as_millis() as u64, reason = %reason, "delivery failed (transient); retrying");

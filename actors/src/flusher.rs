@@ -115,7 +115,11 @@ impl ShardFlusher {
             let _ = sealer.tx.send(SealerMsg::PrepareSegment);
         }
         let active = ActiveSegment::start(first, cfg.shard, report.next_seq);
-        queue.publish_durable(Watermark { segment_id: active.header.segment_id, offset: 0, next_seq: report.next_seq });
+        queue.publish_durable(Watermark {
+            segment_id: active.header.segment_id,
+            offset: 0,
+            next_seq: report.next_seq,
+        });
         let worker = FlusherThread {
             storage,
             cfg: cfg.clone(),
@@ -133,7 +137,14 @@ impl ShardFlusher {
         let thread = thread::Builder::new()
             .name(format!("flusher-{}", cfg.shard))
             .spawn(move || worker.run())?;
-        Ok((ShardFlusher { queue, thread: Some(thread), sealer_thread: Some(sealer.thread) }, report))
+        Ok((
+            ShardFlusher {
+                queue,
+                thread: Some(thread),
+                sealer_thread: Some(sealer.thread),
+            },
+            report,
+        ))
     }
 
     fn threads_alive(&self) -> bool {
@@ -148,12 +159,14 @@ impl Actor for ShardFlusher {
     fn started(&mut self, ctx: &mut Context<Self>) {
         ctx.run_interval(Duration::from_millis(200), |act, ctx| {
             if !act.threads_alive() && !act.queue.shutdown_requested() {
-                tracing::error!(shard = act.queue.shard, "flusher or sealer thread died; stopping the shard for the supervisor");
+                tracing::error!(
+                    shard = act.queue.shard,
+                    "flusher or sealer thread died; stopping the shard for the supervisor"
+                );
                 ctx.stop();
             }
         });
     }
-
 }
 
 impl Drop for ShardFlusher {
@@ -206,7 +219,9 @@ impl<S: Storage> FlusherThread<S> {
     fn run(mut self) {
         let mut group: Vec<AppendBatch> = Vec::new();
         loop {
-            let deadline = self.unsynced_since.map(|t| t + self.cfg.buffered_flush_interval);
+            let deadline = self
+                .unsynced_since
+                .map(|t| t + self.cfg.buffered_flush_interval);
             self.queue.take_all(deadline, &mut group);
             if group.is_empty() {
                 if self.queue.shutdown_requested() {
@@ -246,7 +261,10 @@ impl<S: Storage> FlusherThread<S> {
         let mut slices: Vec<AppendRecord<'_>> = Vec::with_capacity(records as usize);
         for b in group.iter() {
             for r in &b.records {
-                slices.push(AppendRecord { payload: &r.payload, meta: r.meta });
+                slices.push(AppendRecord {
+                    payload: &r.payload,
+                    meta: r.meta,
+                });
             }
         }
         let before = self.active().write_offset;
@@ -255,18 +273,26 @@ impl<S: Storage> FlusherThread<S> {
         let first_seq = match written {
             Ok(seq) => seq,
             Err(e) => {
-                self.queue.stats.write_failures.fetch_add(1, Ordering::Relaxed);
+                self.queue
+                    .stats
+                    .write_failures
+                    .fetch_add(1, Ordering::Relaxed);
                 self.fail_group(group, "writing a group", &e);
                 return;
             }
         };
         let disk_bytes = self.active().write_offset - before;
         self.wab.add(disk_bytes);
-        self.queue.stats.bytes_held.fetch_add(disk_bytes, Ordering::Relaxed);
+        self.queue
+            .stats
+            .bytes_held
+            .fetch_add(disk_bytes, Ordering::Relaxed);
         if self.unsynced_since.is_none() {
             self.unsynced_since = Some(Instant::now());
         }
-        let due = self.unsynced_since.is_some_and(|t| t.elapsed() >= self.cfg.buffered_flush_interval);
+        let due = self
+            .unsynced_since
+            .is_some_and(|t| t.elapsed() >= self.cfg.buffered_flush_interval);
         if needs_fsync || due {
             if let Err(e) = self.sync() {
                 self.fail_group(group, "fdatasync", &e);
@@ -287,7 +313,9 @@ impl<S: Storage> FlusherThread<S> {
     }
 
     fn active(&self) -> &ActiveSegment<S::File> {
-        self.active.as_ref().expect("active segment present outside rotation")
+        self.active
+            .as_ref()
+            .expect("active segment present outside rotation")
     }
 
     fn sync(&mut self) -> io::Result<()> {
@@ -307,7 +335,11 @@ impl<S: Storage> FlusherThread<S> {
 
     fn publish(&self) {
         let a = self.active();
-        self.queue.publish_durable(Watermark { segment_id: a.header.segment_id, offset: a.durable_offset, next_seq: a.next_seq() });
+        self.queue.publish_durable(Watermark {
+            segment_id: a.header.segment_id,
+            offset: a.durable_offset,
+            next_seq: a.next_seq(),
+        });
     }
 
     /// The periodic fsync covering Buffered records (already acknowledged).
@@ -316,7 +348,10 @@ impl<S: Storage> FlusherThread<S> {
             return;
         }
         if let Err(e) = self.sync() {
-            self.queue.stats.fsync_failures.fetch_add(1, Ordering::Relaxed);
+            self.queue
+                .stats
+                .fsync_failures
+                .fetch_add(1, Ordering::Relaxed);
             tracing::error!(shard = self.cfg.shard, error = %e, "fdatasync of buffered records failed; abandoning the segment");
             self.after_failure();
         }
@@ -326,7 +361,10 @@ impl<S: Storage> FlusherThread<S> {
     /// after too many failures in a row.
     fn fail_group(&mut self, group: &mut Vec<AppendBatch>, what: &str, e: &io::Error) {
         if what == "fdatasync" {
-            self.queue.stats.fsync_failures.fetch_add(1, Ordering::Relaxed);
+            self.queue
+                .stats
+                .fsync_failures
+                .fetch_add(1, Ordering::Relaxed);
         }
         tracing::error!(shard = self.cfg.shard, error = %e, records = group.iter().map(|b| b.records.len()).sum::<usize>(), "{what} failed; the group is nacked (InternalError) and the segment abandoned");
         // Abandon (and maybe stop the shard) first, so the state a client
@@ -342,7 +380,10 @@ impl<S: Storage> FlusherThread<S> {
         self.unsynced_since = None;
         if let Some(old) = self.active.take() {
             let next_seq = old.next_seq();
-            let _ = self.sealer.send(SealerMsg::AbandonSegment { path: old.path.clone(), durable_offset: old.durable_offset });
+            let _ = self.sealer.send(SealerMsg::AbandonSegment {
+                path: old.path.clone(),
+                durable_offset: old.durable_offset,
+            });
             drop(old);
             if self.failures_in_row < self.cfg.fsync_failures_max {
                 match self.next_spare() {
@@ -350,7 +391,9 @@ impl<S: Storage> FlusherThread<S> {
                         self.active = Some(ActiveSegment::start(pre, self.cfg.shard, next_seq));
                         return;
                     }
-                    Err(e) => tracing::error!(shard = self.cfg.shard, error = %e, "no new segment after a failure"),
+                    Err(e) => {
+                        tracing::error!(shard = self.cfg.shard, error = %e, "no new segment after a failure")
+                    }
                 }
             }
         }
@@ -384,7 +427,10 @@ impl<S: Storage> FlusherThread<S> {
         match self.spares.recv_timeout(SPARE_WAIT) {
             Ok(pre) => Ok(pre),
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                tracing::warn!(shard = self.cfg.shard, "sealer late with a spare segment; preallocating inline");
+                tracing::warn!(
+                    shard = self.cfg.shard,
+                    "sealer late with a spare segment; preallocating inline"
+                );
                 let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
                 preallocate(&self.storage, &self.cfg.dir, id, self.cfg.segment_bytes_max)
             }

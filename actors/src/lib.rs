@@ -19,9 +19,14 @@ pub mod shard;
 pub mod stats;
 
 pub use connection::{Connection, ConnectionContext, ConnectionLimits, StopReading};
-pub use drain::{Drain, DrainConfig, DrainSettings, DrainStats, SinkHost, SinkMaker, SinkSlot, StopDrain};
+pub use drain::{
+    Drain, DrainConfig, DrainSettings, DrainStats, SinkHost, SinkMaker, SinkSlot, StopDrain,
+};
 pub use flusher::{FlusherConfig, ShardFlusher, StopShard};
 pub use listener::{bind_socket, BindError, Listener};
 pub use sealer::{SealerMsg, SegmentSealer};
-pub use shard::{AppendBatch, CommitTarget, PendingRecord, ShardHealth, ShardQueue, ShardStats, WabBudget, Watermark};
+pub use shard::{
+    AppendBatch, CommitTarget, PendingRecord, ShardHealth, ShardQueue, ShardStats, WabBudget,
+    Watermark,
+};
 pub use stats::{DaemonStats, RateLimiter};

@@ -42,12 +42,17 @@ pub fn bind_socket(path: &Path) -> Result<StdUnixListener, BindError> {
                 .recursive(true)
                 .mode(0o700)
                 .create(parent)
-                .map_err(|source| BindError::Folder { path: parent.to_path_buf(), source })?;
+                .map_err(|source| BindError::Folder {
+                    path: parent.to_path_buf(),
+                    source,
+                })?;
         }
     }
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(BindError::NotASocket { path: path.to_path_buf() });
+            return Err(BindError::NotASocket {
+                path: path.to_path_buf(),
+            });
         }
         match StdUnixStream::connect(path) {
             Ok(_) => return Err(BindError::InUse(path.to_path_buf())),
@@ -62,11 +67,17 @@ pub fn bind_socket(path: &Path) -> Result<StdUnixListener, BindError> {
     let old = unsafe { libc::umask(0o177) };
     let bound = StdUnixListener::bind(path);
     unsafe { libc::umask(old) };
-    let listener = bound.map_err(|source| BindError::Bind { path: path.to_path_buf(), source })?;
+    let listener = bound.map_err(|source| BindError::Bind {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
     listener
         .set_nonblocking(true)
-        .map_err(|source| BindError::Bind { path: path.to_path_buf(), source })?;
+        .map_err(|source| BindError::Bind {
+            path: path.to_path_buf(),
+            source,
+        })?;
     Ok(listener)
 }
 
@@ -91,7 +102,15 @@ impl Listener {
         max_connections: usize,
     ) -> Self {
         assert!(!arbiters.is_empty() && !shards.is_empty());
-        Listener { listener: Some(listener), shared, arbiters, shards, max_connections, next_arbiter: 0, next_shard: 0 }
+        Listener {
+            listener: Some(listener),
+            shared,
+            arbiters,
+            shards,
+            max_connections,
+            next_arbiter: 0,
+            next_shard: 0,
+        }
     }
 
     fn accept_loop(&mut self, ctx: &mut Context<Self>, listener: Rc<UnixListener>) {
@@ -110,14 +129,23 @@ impl Listener {
         let live = self.shared.live.fetch_add(1, Ordering::Relaxed) + 1;
         if live > self.max_connections {
             self.shared.live.fetch_sub(1, Ordering::Relaxed);
-            self.shared.stats.connections_refused.fetch_add(1, Ordering::Relaxed);
+            self.shared
+                .stats
+                .connections_refused
+                .fetch_add(1, Ordering::Relaxed);
             if self.shared.stats.log_limiter.allow() {
-                tracing::warn!(max_connections = self.max_connections, "connection refused: server.max_connections reached");
+                tracing::warn!(
+                    max_connections = self.max_connections,
+                    "connection refused: server.max_connections reached"
+                );
             }
             drop(stream);
             return;
         }
-        self.shared.stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .stats
+            .connections_accepted
+            .fetch_add(1, Ordering::Relaxed);
         let std_stream = match stream.into_std() {
             Ok(s) => s,
             Err(e) => {
@@ -134,15 +162,16 @@ impl Listener {
         let shared = self.shared.clone();
         // The socket must be registered with the runtime of the arbiter
         // that polls it, so it crosses as a std socket and is adopted there.
-        let started = arbiter.spawn_fn(move || match tokio::net::UnixStream::from_std(std_stream) {
-            Ok(stream) => {
-                Connection::new(id, stream, shard, shared).start();
-            }
-            Err(e) => {
-                shared.live.fetch_sub(1, Ordering::Relaxed);
-                tracing::warn!(error = %e, "could not register a connection on its arbiter");
-            }
-        });
+        let started =
+            arbiter.spawn_fn(move || match tokio::net::UnixStream::from_std(std_stream) {
+                Ok(stream) => {
+                    Connection::new(id, stream, shard, shared).start();
+                }
+                Err(e) => {
+                    shared.live.fetch_sub(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "could not register a connection on its arbiter");
+                }
+            });
         if !started {
             tracing::error!(conn = id, "connection arbiter is gone; connection dropped");
         }
@@ -153,7 +182,9 @@ impl Actor for Listener {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let Some(std_listener) = self.listener.take() else { return };
+        let Some(std_listener) = self.listener.take() else {
+            return;
+        };
         match UnixListener::from_std(std_listener) {
             Ok(l) => self.accept_loop(ctx, Rc::new(l)),
             Err(e) => {

@@ -32,7 +32,12 @@ use crate::stats::DaemonStats;
 #[derive(Debug)]
 pub(crate) enum Slot {
     /// Records queued for a group commit, answered by `committed(token)`.
-    Waiting { token: u64, records: usize, bytes: u64, batch: bool },
+    Waiting {
+        token: u64,
+        records: usize,
+        bytes: u64,
+        batch: bool,
+    },
     Ready(Response),
 }
 
@@ -114,7 +119,12 @@ impl Responder {
             // the buffer is valid for `len` bytes. MSG_NOSIGNAL: a vanished
             // peer is an error here, not a SIGPIPE.
             let n = unsafe {
-                libc::send(self.fd, st.out.as_ptr() as *const libc::c_void, st.out.len(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+                libc::send(
+                    self.fd,
+                    st.out.as_ptr() as *const libc::c_void,
+                    st.out.len(),
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
             };
             if n >= 0 {
                 st.out.advance(n as usize);
@@ -146,14 +156,24 @@ impl CommitTarget for Responder {
             return;
         }
         for i in 0..st.slots.len() {
-            let Slot::Waiting { token: t, records, bytes, batch } = st.slots[i] else { continue };
+            let Slot::Waiting {
+                token: t,
+                records,
+                bytes,
+                batch,
+            } = st.slots[i]
+            else {
+                continue;
+            };
             if t != token {
                 continue;
             }
             st.inflight_records -= records;
             st.inflight_bytes -= bytes;
             st.slots[i] = Slot::Ready(match result {
-                Ok(_) if batch => Response::AckBatch { count: records as u32 },
+                Ok(_) if batch => Response::AckBatch {
+                    count: records as u32,
+                },
                 Ok(_) => Response::Ack,
                 Err(reason) => {
                     self.stats.count_nack(reason);
@@ -165,7 +185,8 @@ impl CommitTarget for Responder {
         if !st.writing_async {
             self.write_now(&mut st);
         }
-        let notify = st.wants_progress || st.write_failed || (!st.out.is_empty() && !st.writing_async);
+        let notify =
+            st.wants_progress || st.write_failed || (!st.out.is_empty() && !st.writing_async);
         drop(st);
         if notify {
             self.notify_actor();

@@ -59,7 +59,15 @@ impl<F: spillway_wab::StorageFile> SegmentSealer<F> {
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         let shard = queue.shard;
-        let worker = SealerThread { storage, dir, shard, segment_bytes, next_segment_id, spares, stats: queue };
+        let worker = SealerThread {
+            storage,
+            dir,
+            shard,
+            segment_bytes,
+            next_segment_id,
+            spares,
+            stats: queue,
+        };
         let thread = thread::Builder::new()
             .name(format!("sealer-{shard}"))
             .spawn(move || worker.run(rx))?;
@@ -73,7 +81,10 @@ impl<S: Storage> SealerThread<S> {
             match msg {
                 SealerMsg::PrepareSegment => self.prepare(),
                 SealerMsg::SealSegment(s) => self.seal(s),
-                SealerMsg::AbandonSegment { path, durable_offset } => {
+                SealerMsg::AbandonSegment {
+                    path,
+                    durable_offset,
+                } => {
                     tracing::warn!(shard = self.shard, path = %path.display(), durable_offset, "segment abandoned after an I/O failure; recovery will check it at the next start");
                 }
                 SealerMsg::Stop => break,

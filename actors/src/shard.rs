@@ -48,8 +48,20 @@ pub struct AppendBatch {
 }
 
 impl AppendBatch {
-    pub fn new(records: Vec<PendingRecord>, bytes: u64, needs_fsync: bool, token: u64, reply: Arc<dyn CommitTarget>) -> Self {
-        AppendBatch { records, bytes, needs_fsync, token, reply: Some(reply) }
+    pub fn new(
+        records: Vec<PendingRecord>,
+        bytes: u64,
+        needs_fsync: bool,
+        token: u64,
+        reply: Arc<dyn CommitTarget>,
+    ) -> Self {
+        AppendBatch {
+            records,
+            bytes,
+            needs_fsync,
+            token,
+            reply: Some(reply),
+        }
     }
 
     /// Answer the sender. Called exactly once; a batch dropped unanswered
@@ -108,7 +120,10 @@ pub struct WabBudget {
 
 impl WabBudget {
     pub fn new(max: u64, used: u64) -> Arc<Self> {
-        Arc::new(WabBudget { used: AtomicU64::new(used), max })
+        Arc::new(WabBudget {
+            used: AtomicU64::new(used),
+            max,
+        })
     }
 
     /// Whether `bytes` more would exceed the cap.
@@ -121,7 +136,11 @@ impl WabBudget {
     }
 
     pub fn release(&self, bytes: u64) {
-        let _ = self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(bytes)));
+        let _ = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(bytes))
+            });
     }
 }
 
@@ -177,7 +196,8 @@ impl ShardQueue {
     }
 
     pub fn set_spin(&self, spin: Duration) {
-        self.spin_us.store(spin.as_micros() as u64, Ordering::Relaxed);
+        self.spin_us
+            .store(spin.as_micros() as u64, Ordering::Relaxed);
     }
 
     pub fn health(&self) -> ShardHealth {
@@ -205,7 +225,10 @@ impl ShardQueue {
     /// Wait until the watermark differs from `seen` or `timeout` passes.
     pub fn wait_durable(&self, seen: Watermark, timeout: Duration) -> Watermark {
         let guard = self.durable.lock().unwrap();
-        let (guard, _) = self.durable_changed.wait_timeout_while(guard, timeout, |w| *w == seen).unwrap();
+        let (guard, _) = self
+            .durable_changed
+            .wait_timeout_while(guard, timeout, |w| *w == seen)
+            .unwrap();
         *guard
     }
 

@@ -40,7 +40,10 @@ pub struct RateLimiter {
 
 impl Default for RateLimiter {
     fn default() -> Self {
-        RateLimiter { per_second: 20, window: Mutex::new((None, 0, 0)) }
+        RateLimiter {
+            per_second: 20,
+            window: Mutex::new((None, 0, 0)),
+        }
     }
 }
 
@@ -48,10 +51,14 @@ impl RateLimiter {
     pub fn allow(&self) -> bool {
         let mut w = self.window.lock().unwrap();
         let now = Instant::now();
-        let fresh = w.0.is_none_or(|start| now.duration_since(start).as_secs() >= 1);
+        let fresh =
+            w.0.is_none_or(|start| now.duration_since(start).as_secs() >= 1);
         if fresh {
             if w.2 > 0 {
-                tracing::warn!(suppressed = w.2, "log messages about bad clients suppressed in the last second");
+                tracing::warn!(
+                    suppressed = w.2,
+                    "log messages about bad clients suppressed in the last second"
+                );
             }
             *w = (Some(now), 0, 0);
         }

@@ -15,11 +15,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sink_sdk::{Batch, Limits, Outcome, Record, RecordOutcome, Sink};
 use spillway_actors::{
-    AppendBatch, CommitTarget, Drain, DrainConfig, DrainSettings, DrainStats, FlusherConfig, PendingRecord, ShardFlusher,
-    ShardQueue, SinkHost, SinkMaker, SinkSlot, WabBudget,
+    AppendBatch, CommitTarget, Drain, DrainConfig, DrainSettings, DrainStats, FlusherConfig,
+    PendingRecord, ShardFlusher, ShardQueue, SinkHost, SinkMaker, SinkSlot, WabBudget,
 };
-use spillway_wab::deadletter::DeadLetterStore;
 use spillway_protocol::NackReason;
+use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::{FsStorage, RecordMeta};
 
 /// Scripted panics print through the default hook; keep the output short.
@@ -28,7 +28,11 @@ fn quiet_scripted_panics() {
     ONCE.call_once(|| {
         let default = panic::take_hook();
         panic::set_hook(Box::new(move |info| {
-            let msg = info.payload().downcast_ref::<String>().map(String::as_str).or(info.payload().downcast_ref::<&str>().copied());
+            let msg = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or(info.payload().downcast_ref::<&str>().copied());
             if msg.is_some_and(|m| m.starts_with("scripted")) {
                 eprintln!("(scripted sink panic: {})", msg.unwrap());
             } else {
@@ -79,10 +83,17 @@ impl Sink for Scripted {
             panic!("scripted panic on deliver {n}");
         }
         if self.script.retry_on.contains(&n) {
-            return Outcome::Retry { after: None, reason: format!("scripted retry on deliver {n}") };
+            return Outcome::Retry {
+                after: None,
+                reason: format!("scripted retry on deliver {n}"),
+            };
         }
         let records = batch.records();
-        let commit = if self.script.split_on.contains(&n) && records.len() > 1 { records.len() / 2 } else { records.len() };
+        let commit = if self.script.split_on.contains(&n) && records.len() > 1 {
+            records.len() / 2
+        } else {
+            records.len()
+        };
         let mut log = self.log.lock().unwrap();
         for r in &records[..commit] {
             assert_eq!(r.shard, batch.shard());
@@ -103,7 +114,11 @@ fn maker(name: &str, log: Log, script: Arc<Script>, created: Arc<AtomicUsize>) -
     let name = name.to_string();
     Arc::new(move |_shard| {
         created.fetch_add(1, Ordering::SeqCst);
-        Ok(Box::new(Scripted { name: name.clone(), log: log.clone(), script: script.clone() }) as Box<dyn Sink>)
+        Ok(Box::new(Scripted {
+            name: name.clone(),
+            log: log.clone(),
+            script: script.clone(),
+        }) as Box<dyn Sink>)
     })
 }
 
@@ -119,14 +134,22 @@ fn settings(max_records: usize) -> DrainSettings {
 }
 
 fn payloads(first_seq: u64, n: usize) -> Vec<Vec<u8>> {
-    (0..n).map(|i| format!("rec-{}", first_seq + i as u64).into_bytes()).collect()
+    (0..n)
+        .map(|i| format!("rec-{}", first_seq + i as u64).into_bytes())
+        .collect()
 }
 
 fn records(shard: u32, first_seq: u64, payloads: &[Vec<u8>]) -> Vec<Record<'_>> {
     payloads
         .iter()
         .enumerate()
-        .map(|(i, p)| Record { shard, seq: first_seq + i as u64, tier: 1, arrival_unix_us: 1, payload: p })
+        .map(|(i, p)| Record {
+            shard,
+            seq: first_seq + i as u64,
+            tier: 1,
+            arrival_unix_us: 1,
+            payload: p,
+        })
         .collect()
 }
 
@@ -143,12 +166,23 @@ fn retry_reason(o: &Outcome) -> &str {
 fn a_panic_becomes_retry_and_a_new_instance_takes_the_same_batch_after_a_backoff() {
     quiet_scripted_panics();
     let log: Log = Default::default();
-    let script = Arc::new(Script { panic_on: vec![2], ..Default::default() });
+    let script = Arc::new(Script {
+        panic_on: vec![2],
+        ..Default::default()
+    });
     let created = Arc::new(AtomicUsize::new(0));
-    let slot = SinkSlot::new(maker("scripted", log.clone(), script.clone(), created.clone()), settings(100), "scripted".into());
+    let slot = SinkSlot::new(
+        maker("scripted", log.clone(), script.clone(), created.clone()),
+        settings(100),
+        "scripted".into(),
+    );
     let stats = Arc::new(DrainStats::default());
     let mut host = SinkHost::new(3, slot, stats.clone());
-    assert_eq!(created.load(Ordering::SeqCst), 0, "no instance before the first batch");
+    assert_eq!(
+        created.load(Ordering::SeqCst),
+        0,
+        "no instance before the first batch"
+    );
 
     let first = payloads(0, 3);
     let recs = records(3, 0, &first);
@@ -160,18 +194,39 @@ fn a_panic_becomes_retry_and_a_new_instance_takes_the_same_batch_after_a_backoff
     let batch = Batch::new(3, &recs);
     let out = host.deliver(&batch);
     let reason = retry_reason(&out);
-    assert!(reason.contains("panicked") && reason.contains("scripted panic on deliver 2"), "{reason}");
-    assert!(reason.contains("scripted"), "the reason names the sink: {reason}");
+    assert!(
+        reason.contains("panicked") && reason.contains("scripted panic on deliver 2"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("scripted"),
+        "the reason names the sink: {reason}"
+    );
     assert_eq!(stats.sink_restarts.load(Ordering::SeqCst), 1);
-    assert_eq!(created.load(Ordering::SeqCst), 1, "the instance is re-created lazily, at the next batch");
-    assert_eq!(log.lock().unwrap().len(), 3, "the panicking call delivered nothing");
+    assert_eq!(
+        created.load(Ordering::SeqCst),
+        1,
+        "the instance is re-created lazily, at the next batch"
+    );
+    assert_eq!(
+        log.lock().unwrap().len(),
+        3,
+        "the panicking call delivered nothing"
+    );
 
     let t0 = Instant::now();
-    assert_eq!(host.deliver(&batch), Outcome::Committed, "the same batch on the next call");
+    assert_eq!(
+        host.deliver(&batch),
+        Outcome::Committed,
+        "the same batch on the next call"
+    );
     let waited = t0.elapsed();
     eprintln!("re-created the sink after {waited:?}");
     assert_eq!(created.load(Ordering::SeqCst), 2, "a new instance");
-    assert!(waited >= Duration::from_millis(100), "no backoff before re-creating the sink: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(100),
+        "no backoff before re-creating the sink: {waited:?}"
+    );
     let seqs: Vec<u64> = log.lock().unwrap().iter().map(|r| r.1).collect();
     assert_eq!(seqs, (0..7).collect::<Vec<_>>());
 
@@ -188,7 +243,12 @@ fn a_failing_maker_becomes_retry_with_its_reason_and_backs_off() {
     quiet_scripted_panics();
     let log: Log = Default::default();
     let calls = Arc::new(AtomicUsize::new(0));
-    let inner = maker("scripted", log.clone(), Arc::new(Script::default()), Arc::new(AtomicUsize::new(0)));
+    let inner = maker(
+        "scripted",
+        log.clone(),
+        Arc::new(Script::default()),
+        Arc::new(AtomicUsize::new(0)),
+    );
     let c = calls.clone();
     // Fails twice (an error, then a panic), then works.
     let flaky: SinkMaker = Arc::new(move |shard| match c.fetch_add(1, Ordering::SeqCst) {
@@ -197,28 +257,41 @@ fn a_failing_maker_becomes_retry_with_its_reason_and_backs_off() {
         _ => inner(shard),
     });
     let stats = Arc::new(DrainStats::default());
-    let mut host = SinkHost::new(0, SinkSlot::new(flaky, settings(10), "flaky".into()), stats.clone());
+    let mut host = SinkHost::new(
+        0,
+        SinkSlot::new(flaky, settings(10), "flaky".into()),
+        stats.clone(),
+    );
     let p = payloads(0, 2);
     let recs = records(0, 0, &p);
     let batch = Batch::new(0, &recs);
 
     let out = host.deliver(&batch);
     let reason = retry_reason(&out);
-    assert!(reason.contains("downstream config unreadable: no such file"), "{reason}");
+    assert!(
+        reason.contains("downstream config unreadable: no such file"),
+        "{reason}"
+    );
     assert!(matches!(out, Outcome::Retry { after: None, .. }));
 
     let t0 = Instant::now();
     let out = host.deliver(&batch);
     let first_wait = t0.elapsed();
     let reason = retry_reason(&out);
-    assert!(reason.contains("panicked") && reason.contains("scripted panic in the maker"), "{reason}");
+    assert!(
+        reason.contains("panicked") && reason.contains("scripted panic in the maker"),
+        "{reason}"
+    );
 
     let t1 = Instant::now();
     assert_eq!(host.deliver(&batch), Outcome::Committed);
     let second_wait = t1.elapsed();
     eprintln!("maker retried after {first_wait:?}, then after {second_wait:?}");
     assert!(first_wait >= Duration::from_millis(100), "{first_wait:?}");
-    assert!(second_wait >= Duration::from_millis(200), "the backoff does not grow: {second_wait:?}");
+    assert!(
+        second_wait >= Duration::from_millis(200),
+        "the backoff does not grow: {second_wait:?}"
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 3);
     assert_eq!(stats.sink_restarts.load(Ordering::SeqCst), 2);
     assert_eq!(log.lock().unwrap().len(), 2);
@@ -228,23 +301,57 @@ fn a_failing_maker_becomes_retry_with_its_reason_and_backs_off() {
 fn a_reload_switches_to_the_new_maker_at_check_reload() {
     let (log_a, log_b): (Log, Log) = Default::default();
     let (made_a, made_b) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let script_a = Arc::new(Script { limits: Some(Limits { max_records: 7, max_bytes: 1 << 30 }), ..Default::default() });
-    let slot = SinkSlot::new(maker("a", log_a.clone(), script_a, made_a.clone()), settings(100), "sink a".into());
+    let script_a = Arc::new(Script {
+        limits: Some(Limits {
+            max_records: 7,
+            max_bytes: 1 << 30,
+        }),
+        ..Default::default()
+    });
+    let slot = SinkSlot::new(
+        maker("a", log_a.clone(), script_a, made_a.clone()),
+        settings(100),
+        "sink a".into(),
+    );
     let mut host = SinkHost::new(1, slot.clone(), Arc::new(DrainStats::default()));
-    assert_eq!(host.batch_limits(), (100, 1 << 20), "settings alone before an instance exists");
+    assert_eq!(
+        host.batch_limits(),
+        (100, 1 << 20),
+        "settings alone before an instance exists"
+    );
 
     let p = payloads(0, 2);
     let recs = records(1, 0, &p);
     assert_eq!(host.deliver(&Batch::new(1, &recs)), Outcome::Committed);
-    assert_eq!(host.batch_limits(), (7, 1 << 20), "the smaller of the settings and the sink's limits");
+    assert_eq!(
+        host.batch_limits(),
+        (7, 1 << 20),
+        "the smaller of the settings and the sink's limits"
+    );
 
-    let new_settings = DrainSettings { max_records: 5, linger: Duration::from_millis(1), ..settings(5) };
-    slot.replace(maker("b", log_b.clone(), Arc::new(Script::default()), made_b.clone()), new_settings.clone(), "sink b".into());
+    let new_settings = DrainSettings {
+        max_records: 5,
+        linger: Duration::from_millis(1),
+        ..settings(5)
+    };
+    slot.replace(
+        maker(
+            "b",
+            log_b.clone(),
+            Arc::new(Script::default()),
+            made_b.clone(),
+        ),
+        new_settings.clone(),
+        "sink b".into(),
+    );
     // Not yet: the host switches only between batches, when told to.
     let p2 = payloads(2, 1);
     let recs = records(1, 2, &p2);
     assert_eq!(host.deliver(&Batch::new(1, &recs)), Outcome::Committed);
-    assert_eq!((made_a.load(Ordering::SeqCst), made_b.load(Ordering::SeqCst)), (1, 0));
+    assert_eq!(
+        (made_a.load(Ordering::SeqCst), made_b.load(Ordering::SeqCst)),
+        (1, 0)
+    );
     assert_eq!(log_a.lock().unwrap().len(), 3);
 
     host.check_reload();
@@ -253,8 +360,15 @@ fn a_reload_switches_to_the_new_maker_at_check_reload() {
     let p3 = payloads(3, 2);
     let recs = records(1, 3, &p3);
     assert_eq!(host.deliver(&Batch::new(1, &recs)), Outcome::Committed);
-    assert_eq!((made_a.load(Ordering::SeqCst), made_b.load(Ordering::SeqCst)), (1, 1));
-    assert_eq!(log_a.lock().unwrap().len(), 3, "the old sink got nothing after the switch");
+    assert_eq!(
+        (made_a.load(Ordering::SeqCst), made_b.load(Ordering::SeqCst)),
+        (1, 1)
+    );
+    assert_eq!(
+        log_a.lock().unwrap().len(),
+        3,
+        "the old sink got nothing after the switch"
+    );
     let b: Vec<u64> = log_b.lock().unwrap().iter().map(|r| r.1).collect();
     assert_eq!(b, vec![3, 4]);
 
@@ -304,25 +418,65 @@ impl Rig {
             fsync_failures_max: 3,
             spin: Duration::ZERO,
         };
-        let (flusher, _report) = ShardFlusher::open(FsStorage, cfg, queue.clone(), wab.clone(), 0).expect("opening the shard");
-        let dead = Arc::new(Mutex::new(DeadLetterStore::open(FsStorage, &tmp.path().join("dead-letter")).unwrap()));
+        let (flusher, _report) = ShardFlusher::open(FsStorage, cfg, queue.clone(), wab.clone(), 0)
+            .expect("opening the shard");
+        let dead = Arc::new(Mutex::new(
+            DeadLetterStore::open(FsStorage, &tmp.path().join("dead-letter")).unwrap(),
+        ));
         let stats = Arc::new(DrainStats::default());
-        let drain = Drain::spawn(FsStorage, DrainConfig { shard: 0, dir }, queue.clone(), wab.clone(), slot, dead, stats.clone())
-            .expect("starting the drain");
+        let drain = Drain::spawn(
+            FsStorage,
+            DrainConfig { shard: 0, dir },
+            queue.clone(),
+            wab.clone(),
+            slot,
+            dead,
+            stats.clone(),
+        )
+        .expect("starting the drain");
         let (tx, commits) = mpsc::channel();
         let target = Arc::new(Commits(Mutex::new(tx)));
-        Rig { _tmp: tmp, queue, wab, flusher: Some(flusher), drain: Some(drain), stats, target, commits, next_token: 1 }
+        Rig {
+            _tmp: tmp,
+            queue,
+            wab,
+            flusher: Some(flusher),
+            drain: Some(drain),
+            stats,
+            target,
+            commits,
+            next_token: 1,
+        }
     }
 
     /// Append records (Sync) through the flusher; returns the first seq once durable.
     fn append(&mut self, payloads: &[Vec<u8>]) -> u64 {
-        let meta = RecordMeta { tier: 1, arrival_unix_us: 1_700_000_000_000_000 }.pack();
-        let recs: Vec<PendingRecord> = payloads.iter().map(|p| PendingRecord { payload: Bytes::from(p.clone()), meta }).collect();
+        let meta = RecordMeta {
+            tier: 1,
+            arrival_unix_us: 1_700_000_000_000_000,
+        }
+        .pack();
+        let recs: Vec<PendingRecord> = payloads
+            .iter()
+            .map(|p| PendingRecord {
+                payload: Bytes::from(p.clone()),
+                meta,
+            })
+            .collect();
         let bytes = payloads.iter().map(|p| p.len() as u64).sum();
         let token = self.next_token;
         self.next_token += 1;
-        self.queue.push(AppendBatch::new(recs, bytes, true, token, self.target.clone()));
-        let (got, result) = self.commits.recv_timeout(Duration::from_secs(10)).expect("no commit within 10 s");
+        self.queue.push(AppendBatch::new(
+            recs,
+            bytes,
+            true,
+            token,
+            self.target.clone(),
+        ));
+        let (got, result) = self
+            .commits
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no commit within 10 s");
         assert_eq!(got, token);
         result.unwrap_or_else(|r| panic!("append refused: {r:?}"))
     }
@@ -349,7 +503,11 @@ fn check_log(log: &Log, expected: &[(u64, Vec<u8>)], context: &str) {
     let want_seqs: Vec<u64> = expected.iter().map(|r| r.0).collect();
     if got_seqs != want_seqs {
         let have: std::collections::HashSet<u64> = got_seqs.iter().copied().collect();
-        let missing: Vec<u64> = want_seqs.iter().copied().filter(|s| !have.contains(s)).collect();
+        let missing: Vec<u64> = want_seqs
+            .iter()
+            .copied()
+            .filter(|s| !have.contains(s))
+            .collect();
         let mut runs: Vec<(u64, u64)> = Vec::new();
         for s in &missing {
             match runs.last_mut() {
@@ -375,9 +533,18 @@ fn the_drain_delivers_every_record_in_order_through_panics_retries_and_splits() 
     quiet_scripted_panics();
     let log: Log = Default::default();
     // Call 3 panics, call 5 asks to retry, call 7 commits half and retries the rest.
-    let script = Arc::new(Script { panic_on: vec![3], retry_on: vec![5], split_on: vec![7], ..Default::default() });
+    let script = Arc::new(Script {
+        panic_on: vec![3],
+        retry_on: vec![5],
+        split_on: vec![7],
+        ..Default::default()
+    });
     let created = Arc::new(AtomicUsize::new(0));
-    let slot = SinkSlot::new(maker("scripted", log.clone(), script.clone(), created.clone()), settings(40), "scripted".into());
+    let slot = SinkSlot::new(
+        maker("scripted", log.clone(), script.clone(), created.clone()),
+        settings(40),
+        "scripted".into(),
+    );
     {
         let mut rig = Rig::start(1 << 20, slot);
         let mut expected = Vec::new();
@@ -385,7 +552,11 @@ fn the_drain_delivers_every_record_in_order_through_panics_retries_and_splits() 
             let ps = payloads(b * 25, 25);
             let first = rig.append(&ps);
             assert_eq!(first, b * 25, "seqs are assigned in order from 0");
-            expected.extend(ps.into_iter().enumerate().map(|(i, p)| (first + i as u64, p)));
+            expected.extend(
+                ps.into_iter()
+                    .enumerate()
+                    .map(|(i, p)| (first + i as u64, p)),
+            );
             if b % 8 == 0 {
                 // Let the drain cut batches at different points.
                 thread::sleep(Duration::from_millis(20));
@@ -394,10 +565,21 @@ fn the_drain_delivers_every_record_in_order_through_panics_retries_and_splits() 
         rig.wait_delivered(&log, expected.len());
         check_log(&log, &expected, "drain through panics");
         let s = &rig.stats;
-        assert!(script.calls.load(Ordering::SeqCst) >= 8, "the script did not run to its end");
-        assert_eq!(created.load(Ordering::SeqCst), 2, "one re-creation after the panic");
+        assert!(
+            script.calls.load(Ordering::SeqCst) >= 8,
+            "the script did not run to its end"
+        );
+        assert_eq!(
+            created.load(Ordering::SeqCst),
+            2,
+            "one re-creation after the panic"
+        );
         assert_eq!(s.sink_restarts.load(Ordering::SeqCst), 1);
-        assert!(s.retries.load(Ordering::SeqCst) >= 3, "panic, retry and split each count: {}", s.retries.load(Ordering::SeqCst));
+        assert!(
+            s.retries.load(Ordering::SeqCst) >= 3,
+            "panic, retry and split each count: {}",
+            s.retries.load(Ordering::SeqCst)
+        );
         assert_eq!(s.delivered_records.load(Ordering::SeqCst), 1000);
         assert_eq!(s.dead_lettered.load(Ordering::SeqCst), 0);
         let ok = {
@@ -412,7 +594,11 @@ fn the_drain_delivers_every_record_in_order_through_panics_retries_and_splits() 
                 thread::sleep(Duration::from_millis(10));
             }
         };
-        assert!(ok, "the idle drain did not persist its checkpoint: {}", s.checkpoint.load(Ordering::SeqCst));
+        assert!(
+            ok,
+            "the idle drain did not persist its checkpoint: {}",
+            s.checkpoint.load(Ordering::SeqCst)
+        );
         rig.stop();
     }
 }
@@ -423,9 +609,17 @@ fn the_drain_delivers_every_record_in_order_through_panics_retries_and_splits() 
 #[test]
 fn the_drain_delivers_records_written_across_rotations_while_the_sink_is_busy() {
     let log: Log = Default::default();
-    let script = Arc::new(Script { slow_on: vec![1, 2], slow_for: Duration::from_millis(300), ..Default::default() });
+    let script = Arc::new(Script {
+        slow_on: vec![1, 2],
+        slow_for: Duration::from_millis(300),
+        ..Default::default()
+    });
     let created = Arc::new(AtomicUsize::new(0));
-    let slot = SinkSlot::new(maker("slow", log.clone(), script.clone(), created), settings(1000), "slow".into());
+    let slot = SinkSlot::new(
+        maker("slow", log.clone(), script.clone(), created),
+        settings(1000),
+        "slow".into(),
+    );
     {
         // 1 MiB segments (the smallest the config allows); ~3.2 MiB of 1 KiB records.
         let mut rig = Rig::start(1 << 20, slot);
@@ -441,7 +635,11 @@ fn the_drain_delivers_records_written_across_rotations_while_the_sink_is_busy() 
                 })
                 .collect();
             let first = rig.append(&ps);
-            expected.extend(ps.into_iter().enumerate().map(|(i, p)| (first + i as u64, p)));
+            expected.extend(
+                ps.into_iter()
+                    .enumerate()
+                    .map(|(i, p)| (first + i as u64, p)),
+            );
             thread::sleep(Duration::from_millis(2));
         }
         let rotations = rig.queue.stats.rotations.load(Ordering::SeqCst);

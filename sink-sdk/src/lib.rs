@@ -190,7 +190,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_records: 1000, max_bytes: 4 * 1024 * 1024 }
+        Limits {
+            max_records: 1000,
+            max_bytes: 4 * 1024 * 1024,
+        }
     }
 }
 
@@ -269,11 +272,26 @@ mod tests {
     fn batch_accessors() {
         let p: &[u8] = b"abc";
         let recs = [
-            Record { shard: 2, seq: 5, tier: 1, arrival_unix_us: 1, payload: p },
-            Record { shard: 2, seq: 9, tier: 3, arrival_unix_us: 2, payload: b"de" },
+            Record {
+                shard: 2,
+                seq: 5,
+                tier: 1,
+                arrival_unix_us: 1,
+                payload: p,
+            },
+            Record {
+                shard: 2,
+                seq: 9,
+                tier: 3,
+                arrival_unix_us: 2,
+                payload: b"de",
+            },
         ];
         let b = Batch::new(2, &recs);
-        assert_eq!((b.first_seq(), b.last_seq(), b.len(), b.payload_bytes()), (5, 9, 2, 5));
+        assert_eq!(
+            (b.first_seq(), b.last_seq(), b.len(), b.payload_bytes()),
+            (5, 9, 2, 5)
+        );
         assert_eq!(Batch::new(0, &[]).first_seq(), 0);
     }
 }

@@ -293,7 +293,10 @@ impl fmt::Debug for SinkConfig {
             .field("format", &self.format)
             .field("rotate_bytes", &self.rotate_bytes)
             .field("fsync", &self.fsync)
-            .field("options (values redacted)", &self.options.as_ref().map(|t| t.keys().collect::<Vec<_>>()))
+            .field(
+                "options (values redacted)",
+                &self.options.as_ref().map(|t| t.keys().collect::<Vec<_>>()),
+            )
             .field("max_records", &self.max_records)
             .field("max_bytes", &self.max_bytes)
             .field("linger_ms", &self.linger_ms)
@@ -464,12 +467,17 @@ impl SinkConfig {
 
     fn validate_plugin(&self) -> Result<(), SinkConfigError> {
         let Some(path) = &self.path else {
-            return Err(SinkConfigError::Missing { key: "path", kind: self.kind });
+            return Err(SinkConfigError::Missing {
+                key: "path",
+                kind: self.kind,
+            });
         };
         if path.as_os_str().is_empty() || path.file_name().is_none() {
             return Err(SinkConfigError::Invalid {
                 key: "path".into(),
-                reason: format!("{path:?} does not name a shared library (e.g. target/release/libmy_sink.so)"),
+                reason: format!(
+                    "{path:?} does not name a shared library (e.g. target/release/libmy_sink.so)"
+                ),
             });
         }
         Ok(())
@@ -477,7 +485,10 @@ impl SinkConfig {
 
     /// The `[sink.options]` table as TOML text for a plugin's `create`.
     pub fn options_toml(&self) -> String {
-        self.options.as_ref().map(|t| toml::to_string(t).unwrap_or_default()).unwrap_or_default()
+        self.options
+            .as_ref()
+            .map(|t| toml::to_string(t).unwrap_or_default())
+            .unwrap_or_default()
     }
 
     fn validate_drain(&self) -> Result<(), SinkConfigError> {

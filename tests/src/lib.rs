@@ -105,7 +105,11 @@ pub fn run_spillway(args: &[&std::ffi::OsStr], timeout: Duration) -> Finished {
             );
         }
     };
-    Finished { status, stdout: read_lossy(&out_path), stderr: read_lossy(&err_path) }
+    Finished {
+        status,
+        stdout: read_lossy(&out_path),
+        stderr: read_lossy(&err_path),
+    }
 }
 
 /// Wait for `child` to exit, up to `timeout`.
@@ -137,7 +141,9 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 fn read_lossy(path: &Path) -> String {
-    strip_ansi(&String::from_utf8_lossy(&fs::read(path).unwrap_or_default()))
+    strip_ansi(&String::from_utf8_lossy(
+        &fs::read(path).unwrap_or_default(),
+    ))
 }
 
 /// Removes terminal colour sequences (`ESC [ ... letter`) from log text.
@@ -169,7 +175,10 @@ fn set_key(sections: &mut Vec<Section>, section: &str, key: &str, value: &str) {
     let idx = match sections.iter().position(|s| s.name == section) {
         Some(i) => i,
         None => {
-            sections.push(Section { name: section.to_string(), keys: Vec::new() });
+            sections.push(Section {
+                name: section.to_string(),
+                keys: Vec::new(),
+            });
             sections.len() - 1
         }
     };
@@ -187,8 +196,18 @@ fn set_key(sections: &mut Vec<Section>, section: &str, key: &str, value: &str) {
 /// replaces the default sink table entirely.
 fn build_config(socket: &Path, data: &Path, admin_socket: &Path, overrides: &str) -> String {
     let mut sections = Vec::new();
-    set_key(&mut sections, "server", "socket_path", &format!("{:?}", socket.display().to_string()));
-    set_key(&mut sections, "server", "data_dir", &format!("{:?}", data.display().to_string()));
+    set_key(
+        &mut sections,
+        "server",
+        "socket_path",
+        &format!("{:?}", socket.display().to_string()),
+    );
+    set_key(
+        &mut sections,
+        "server",
+        "data_dir",
+        &format!("{:?}", data.display().to_string()),
+    );
     set_key(&mut sections, "server", "shards", "2");
     set_key(&mut sections, "wab", "segment_bytes_max", "1048576");
     set_key(&mut sections, "log", "level", "\"info\"");
@@ -200,7 +219,12 @@ fn build_config(socket: &Path, data: &Path, admin_socket: &Path, overrides: &str
     set_key(&mut sections, "sink", "timeout_ms", "1000");
     set_key(&mut sections, "sink", "retry_initial_ms", "60000");
     set_key(&mut sections, "sink", "retry_max_ms", "60000");
-    set_key(&mut sections, "admin", "socket_path", &format!("{:?}", admin_socket.display().to_string()));
+    set_key(
+        &mut sections,
+        "admin",
+        "socket_path",
+        &format!("{:?}", admin_socket.display().to_string()),
+    );
     let mut current: Option<String> = None;
     let mut replaced_sink = false;
     for (i, raw) in overrides.lines().enumerate() {
@@ -217,16 +241,26 @@ fn build_config(socket: &Path, data: &Path, admin_socket: &Path, overrides: &str
                 sections.retain(|s| s.name != "sink");
             }
             if !sections.iter().any(|s| s.name == name) {
-                sections.push(Section { name: name.clone(), keys: Vec::new() });
+                sections.push(Section {
+                    name: name.clone(),
+                    keys: Vec::new(),
+                });
             }
             current = Some(name);
             continue;
         }
         let Some((key, value)) = line.split_once('=') else {
-            panic!("config override line {}: expected `key = value` or `[section]`: {raw:?}", i + 1);
+            panic!(
+                "config override line {}: expected `key = value` or `[section]`: {raw:?}",
+                i + 1
+            );
         };
         let Some(section) = current.as_deref() else {
-            panic!("config override line {}: `{}` comes before any [section]", i + 1, key.trim());
+            panic!(
+                "config override line {}: `{}` comes before any [section]",
+                i + 1,
+                key.trim()
+            );
         };
         set_key(&mut sections, section, key.trim(), value.trim());
     }
@@ -282,20 +316,37 @@ impl Daemon {
     /// and admin socket); takes effect at the next start.
     pub fn reconfigure(&mut self, config_overrides: &str) {
         let admin = self.dir.path().join("admin").join("admin.sock");
-        fs::write(&self.config_path, build_config(&self.socket, &self.data, &admin, config_overrides))
-            .expect("writing config");
+        fs::write(
+            &self.config_path,
+            build_config(&self.socket, &self.data, &admin, config_overrides),
+        )
+        .expect("writing config");
     }
 
     /// Write the config without starting anything (to prepare the folder
     /// first, or to run a config that is expected to be refused).
     pub fn configure(config_overrides: &str) -> Daemon {
-        let dir = tempfile::Builder::new().prefix("sw").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("sw")
+            .tempdir()
+            .expect("tempdir");
         let socket = dir.path().join("run").join("spillway.sock");
         let data = dir.path().join("data");
         let config_path = dir.path().join("spillway.toml");
         let admin = dir.path().join("admin").join("admin.sock");
-        fs::write(&config_path, build_config(&socket, &data, &admin, config_overrides)).expect("writing config");
-        Daemon { dir, config_path, socket, data, child: None, runs: 0 }
+        fs::write(
+            &config_path,
+            build_config(&socket, &data, &admin, config_overrides),
+        )
+        .expect("writing config");
+        Daemon {
+            dir,
+            config_path,
+            socket,
+            data,
+            child: None,
+            runs: 0,
+        }
     }
 
     /// Start the process and wait until it answers a health check. Panics
@@ -358,7 +409,9 @@ impl Daemon {
     }
 
     fn health_ok(&self) -> bool {
-        let Ok(mut c) = Client::connect(&self.socket) else { return false };
+        let Ok(mut c) = Client::connect(&self.socket) else {
+            return false;
+        };
         if c.set_timeout(Some(Duration::from_secs(2))).is_err() {
             return false;
         }
@@ -407,7 +460,10 @@ impl Daemon {
             None => {
                 signal(&child, libc::SIGKILL);
                 let _ = child.wait();
-                panic!("spillway did not exit within {STOP_TIMEOUT:?} of signal {sig}; stderr:\n{}", self.stderr());
+                panic!(
+                    "spillway did not exit within {STOP_TIMEOUT:?} of signal {sig}; stderr:\n{}",
+                    self.stderr()
+                );
             }
         }
     }
@@ -431,14 +487,21 @@ impl Daemon {
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("try_wait") {
                 self.child = None;
-                return StartOrExit::Exited(Finished { status, stdout: self.stdout(), stderr: self.stderr() });
+                return StartOrExit::Exited(Finished {
+                    status,
+                    stdout: self.stdout(),
+                    stderr: self.stderr(),
+                });
             }
             if self.stdout().contains("spillway listening on") && self.health_ok() {
                 return StartOrExit::Started;
             }
             if Instant::now() >= deadline {
                 self.kill9();
-                panic!("spillway neither started nor exited within {timeout:?}; stderr:\n{}", self.stderr());
+                panic!(
+                    "spillway neither started nor exited within {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                );
             }
             thread::sleep(Duration::from_millis(10));
         }
@@ -452,7 +515,14 @@ impl Daemon {
     /// Run `spillway run --config <this config>` in the foreground, expecting
     /// it to exit by itself within `timeout` (e.g. a refused config).
     pub fn run_to_exit(&self, timeout: Duration) -> Finished {
-        run_spillway(&["run".as_ref(), "--config".as_ref(), self.config_path.as_os_str()], timeout)
+        run_spillway(
+            &[
+                "run".as_ref(),
+                "--config".as_ref(),
+                self.config_path.as_os_str(),
+            ],
+            timeout,
+        )
     }
 
     pub fn socket_path(&self) -> &Path {
@@ -496,8 +566,9 @@ impl Daemon {
 
     /// A client connected to the socket, with [`IO_TIMEOUT`] on reads and writes.
     pub fn client(&self) -> Client {
-        let mut c = Client::connect(&self.socket)
-            .unwrap_or_else(|e| panic!("connecting to the daemon: {e}; stderr:\n{}", self.stderr()));
+        let mut c = Client::connect(&self.socket).unwrap_or_else(|e| {
+            panic!("connecting to the daemon: {e}; stderr:\n{}", self.stderr())
+        });
         c.set_timeout(Some(IO_TIMEOUT)).unwrap();
         c
     }
@@ -517,8 +588,15 @@ impl Daemon {
         };
         for entry in entries {
             let path = entry.unwrap().path();
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
-            if let Some(n) = name.strip_prefix("shard-").and_then(|n| n.parse::<u32>().ok()) {
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("")
+                .to_string();
+            if let Some(n) = name
+                .strip_prefix("shard-")
+                .and_then(|n| n.parse::<u32>().ok())
+            {
                 out.push((n, path));
             }
         }
@@ -540,7 +618,10 @@ impl Daemon {
 
     /// Every record across all shards (shard 0's first, each shard in sequence order).
     pub fn read_all_records(&self) -> Vec<StoredRecord> {
-        self.read_shards().into_iter().flat_map(|(_, r)| r).collect()
+        self.read_shards()
+            .into_iter()
+            .flat_map(|(_, r)| r)
+            .collect()
     }
 }
 
@@ -558,7 +639,10 @@ fn signal(child: &Child, sig: libc::c_int) {
     // SAFETY: plain kill(2) on our own child's pid; it has not been reaped
     // (we still own the Child), so the pid cannot have been reused.
     let rc = unsafe { libc::kill(pid, sig) };
-    assert!(rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH), "kill({pid}, {sig}) failed");
+    assert!(
+        rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH),
+        "kill({pid}, {sig}) failed"
+    );
 }
 
 /// Payload of a stored record as text.
@@ -603,7 +687,12 @@ pub fn batch_payload(count: u32, records: &[&[u8]]) -> Vec<u8> {
 
 /// A well-formed PushBatch frame.
 pub fn batch_frame(tier: Tier, records: &[&[u8]]) -> Vec<u8> {
-    frame(msg::PUSH_BATCH, tier.as_byte(), 0, &batch_payload(records.len() as u32, records))
+    frame(
+        msg::PUSH_BATCH,
+        tier.as_byte(),
+        0,
+        &batch_payload(records.len() as u32, records),
+    )
 }
 
 /// A response frame built by hand (independently of the protocol crate's
@@ -664,7 +753,8 @@ pub struct RawConn {
 
 impl RawConn {
     pub fn connect(path: &Path) -> RawConn {
-        let stream = UnixStream::connect(path).unwrap_or_else(|e| panic!("connecting to {}: {e}", path.display()));
+        let stream = UnixStream::connect(path)
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", path.display()));
         stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
         RawConn { stream }
@@ -689,7 +779,10 @@ impl RawConn {
             Ok(false) => ReadOutcome::Closed,
             Ok(true) => {
                 let len = u32::from_le_bytes(header[8..12].try_into().unwrap()) as usize;
-                assert!(len <= 64, "response header announces a {len}-byte payload: {header:02x?}");
+                assert!(
+                    len <= 64,
+                    "response header announces a {len}-byte payload: {header:02x?}"
+                );
                 let mut rest = vec![0u8; len + 4];
                 match read_exact_or_eof(&mut self.stream, &mut rest) {
                     Ok(true) => {
@@ -697,12 +790,23 @@ impl RawConn {
                         f.extend_from_slice(&rest);
                         ReadOutcome::Frame(f)
                     }
-                    Ok(false) => panic!("connection closed in the middle of a response frame: {header:02x?}"),
+                    Ok(false) => {
+                        panic!("connection closed in the middle of a response frame: {header:02x?}")
+                    }
                     Err(e) => panic!("reading the rest of a response frame: {e}"),
                 }
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => ReadOutcome::TimedOut,
-            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted | ErrorKind::BrokenPipe) => {
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                ReadOutcome::TimedOut
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::ConnectionReset
+                        | ErrorKind::ConnectionAborted
+                        | ErrorKind::BrokenPipe
+                ) =>
+            {
                 ReadOutcome::Closed
             }
             Err(e) => panic!("reading a response: {e}"),
@@ -722,7 +826,9 @@ impl RawConn {
     /// Read one response and decode it with the protocol crate.
     pub fn read_response(&mut self) -> Response {
         let mut buf = BytesMut::from(&self.read_frame()[..]);
-        let r = decode_response(&mut buf).expect("a valid response frame").expect("a complete frame");
+        let r = decode_response(&mut buf)
+            .expect("a valid response frame")
+            .expect("a complete frame");
         assert!(buf.is_empty());
         r
     }
@@ -732,8 +838,12 @@ impl RawConn {
     pub fn expect_closed_within(&mut self, timeout: Duration) {
         match self.read_frame_within(timeout) {
             ReadOutcome::Closed => {}
-            ReadOutcome::Frame(f) => panic!("expected the connection to be closed, got another frame {f:02x?}"),
-            ReadOutcome::TimedOut => panic!("expected the connection to be closed, but it is still open after {timeout:?}"),
+            ReadOutcome::Frame(f) => {
+                panic!("expected the connection to be closed, got another frame {f:02x?}")
+            }
+            ReadOutcome::TimedOut => panic!(
+                "expected the connection to be closed, but it is still open after {timeout:?}"
+            ),
         }
     }
 
@@ -745,7 +855,10 @@ impl RawConn {
     /// Assert the next frame is exactly `expected`.
     pub fn expect_frame(&mut self, expected: &[u8], what: &str) {
         let got = self.read_frame();
-        assert_eq!(got, expected, "{what}: got {got:02x?}, expected {expected:02x?}");
+        assert_eq!(
+            got, expected,
+            "{what}: got {got:02x?}, expected {expected:02x?}"
+        );
     }
 
     /// Send a health check and assert it is answered exactly.
@@ -762,7 +875,12 @@ fn read_exact_or_eof(stream: &mut UnixStream, buf: &mut [u8]) -> io::Result<bool
     while at < buf.len() {
         match stream.read(&mut buf[at..]) {
             Ok(0) if at == 0 => return Ok(false),
-            Ok(0) => return Err(io::Error::new(ErrorKind::UnexpectedEof, format!("EOF after {at} of {} bytes", buf.len()))),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    format!("EOF after {at} of {} bytes", buf.len()),
+                ))
+            }
             Ok(n) => at += n,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -869,7 +987,12 @@ pub fn produce(client: &mut Client, tag: &str, mode: Mode, limit: u64) -> Outcom
             err
         }
     };
-    Outcome { tag: tag.to_string(), sent, acked, error }
+    Outcome {
+        tag: tag.to_string(),
+        sent,
+        acked,
+        error,
+    }
 }
 
 /// For each producer: its records are in exactly one shard (its connection
@@ -889,10 +1012,20 @@ pub fn check_producers(shards: &[(u32, Vec<StoredRecord>)], outcomes: &[Outcome]
                 found.push((*shard, ns));
             }
         }
-        assert!(found.len() <= 1, "{context}: producer {} found in several shards: {found:?}", o.tag);
+        assert!(
+            found.len() <= 1,
+            "{context}: producer {} found in several shards: {found:?}",
+            o.tag
+        );
         let ns = found.pop().map(|(_, ns)| ns).unwrap_or_default();
         for (i, w) in ns.windows(2).enumerate() {
-            assert!(w[0] < w[1], "{context}: producer {} out of order at index {i}: {} then {}", o.tag, w[0], w[1]);
+            assert!(
+                w[0] < w[1],
+                "{context}: producer {} out of order at index {i}: {} then {}",
+                o.tag,
+                w[0],
+                w[1]
+            );
         }
         let k = ns.len() as u64;
         assert_eq!(
@@ -911,7 +1044,12 @@ pub fn check_producers(shards: &[(u32, Vec<StoredRecord>)], outcomes: &[Outcome]
             o.sent,
             o.error
         );
-        assert!(k <= o.sent, "{context}: producer {} has {k} records on disk but sent only {}", o.tag, o.sent);
+        assert!(
+            k <= o.sent,
+            "{context}: producer {} has {k} records on disk but sent only {}",
+            o.tag,
+            o.sent
+        );
     }
 }
 
@@ -919,7 +1057,12 @@ pub fn check_producers(shards: &[(u32, Vec<StoredRecord>)], outcomes: &[Outcome]
 pub fn check_seqs(shards: &[(u32, Vec<StoredRecord>)], context: &str) {
     for (shard, recs) in shards {
         for w in recs.windows(2) {
-            assert!(w[0].seq < w[1].seq, "{context}: shard {shard} sequence numbers {} then {}", w[0].seq, w[1].seq);
+            assert!(
+                w[0].seq < w[1].seq,
+                "{context}: shard {shard} sequence numbers {} then {}",
+                w[0].seq,
+                w[1].seq
+            );
         }
     }
 }

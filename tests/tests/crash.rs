@@ -13,10 +13,24 @@ use spillway_tests::*;
 const PRODUCERS: usize = 4;
 
 fn identity(recs: &[StoredRecord]) -> Vec<(u64, Vec<u8>, u8, u64)> {
-    recs.iter().map(|r| (r.seq, r.payload.to_vec(), r.meta.tier, r.meta.arrival_unix_us)).collect()
+    recs.iter()
+        .map(|r| {
+            (
+                r.seq,
+                r.payload.to_vec(),
+                r.meta.tier,
+                r.meta.arrival_unix_us,
+            )
+        })
+        .collect()
 }
 
-fn start_producers(d: &Daemon, prefix: &str, mode: Mode, limit: u64) -> (Arc<Barrier>, Vec<thread::JoinHandle<Outcome>>) {
+fn start_producers(
+    d: &Daemon,
+    prefix: &str,
+    mode: Mode,
+    limit: u64,
+) -> (Arc<Barrier>, Vec<thread::JoinHandle<Outcome>>) {
     let ready = Arc::new(Barrier::new(PRODUCERS + 1));
     let handles = (0..PRODUCERS)
         .map(|p| {
@@ -44,11 +58,24 @@ fn crash_run(seed: u64, base_ms: u64, mode: Mode) {
     ready.wait();
     thread::sleep(kill_after);
     d.kill9();
-    let outcomes: Vec<Outcome> = handles.into_iter().map(|h| h.join().expect("producer thread")).collect();
+    let outcomes: Vec<Outcome> = handles
+        .into_iter()
+        .map(|h| h.join().expect("producer thread"))
+        .collect();
     for o in &outcomes {
-        assert!(!o.error.is_empty(), "{context}: producer {} ended without an error: {o:?}", o.tag);
+        assert!(
+            !o.error.is_empty(),
+            "{context}: producer {} ended without an error: {o:?}",
+            o.tag
+        );
     }
-    eprintln!("{context}: {:?}", outcomes.iter().map(|o| (o.acked, o.sent)).collect::<Vec<_>>());
+    eprintln!(
+        "{context}: {:?}",
+        outcomes
+            .iter()
+            .map(|o| (o.acked, o.sent))
+            .collect::<Vec<_>>()
+    );
 
     let before = d.read_shards();
     check_producers(&before, &outcomes, &format!("{context}, after SIGKILL"));
@@ -65,17 +92,29 @@ fn crash_run(seed: u64, base_ms: u64, mode: Mode) {
     let recovered = d.read_shards();
     check_producers(&recovered, &outcomes, &format!("{context}, after restart"));
     let before_map: BTreeMap<u32, _> = before.iter().map(|(s, r)| (*s, identity(r))).collect();
-    let recovered_map: BTreeMap<u32, _> = recovered.iter().map(|(s, r)| (*s, identity(r))).collect();
-    assert!(before_map == recovered_map, "{context}: recovery changed the records the segment reader saw before it");
-    let max_seq_before: BTreeMap<u32, u64> =
-        before.iter().filter_map(|(s, r)| r.last().map(|l| (*s, l.seq))).collect();
+    let recovered_map: BTreeMap<u32, _> =
+        recovered.iter().map(|(s, r)| (*s, identity(r))).collect();
+    assert!(
+        before_map == recovered_map,
+        "{context}: recovery changed the records the segment reader saw before it"
+    );
+    let max_seq_before: BTreeMap<u32, u64> = before
+        .iter()
+        .filter_map(|(s, r)| r.last().map(|l| (*s, l.seq)))
+        .collect();
 
     // Phase 3: push more after the restart; all acked, in order, new sequence numbers.
     let (ready, handles) = start_producers(&d, "q", mode, 40);
     ready.wait();
-    let after: Vec<Outcome> = handles.into_iter().map(|h| h.join().expect("producer thread")).collect();
+    let after: Vec<Outcome> = handles
+        .into_iter()
+        .map(|h| h.join().expect("producer thread"))
+        .collect();
     for o in &after {
-        assert!(o.error.is_empty() && o.acked == o.sent && o.sent >= 40, "{context}: after restart: {o:?}");
+        assert!(
+            o.error.is_empty() && o.acked == o.sent && o.sent >= 40,
+            "{context}: after restart: {o:?}"
+        );
     }
     let shards = d.read_shards();
     check_producers(&shards, &outcomes, &format!("{context}, after more pushes"));
@@ -84,12 +123,23 @@ fn crash_run(seed: u64, base_ms: u64, mode: Mode) {
     for (shard, recs) in &shards {
         let old = &before_map.get(shard).cloned().unwrap_or_default();
         let now = identity(recs);
-        assert!(now.len() >= old.len() && now[..old.len()] == old[..], "{context}: shard {shard} lost or changed old records");
+        assert!(
+            now.len() >= old.len() && now[..old.len()] == old[..],
+            "{context}: shard {shard} lost or changed old records"
+        );
         for r in &recs[old.len()..] {
             let tag = parse_tagged(&r.payload).map(|(t, _)| t).unwrap_or_default();
-            assert!(tag.starts_with('q'), "{context}: unexpected new record {:?}", text(r));
+            assert!(
+                tag.starts_with('q'),
+                "{context}: unexpected new record {:?}",
+                text(r)
+            );
             if let Some(max) = max_seq_before.get(shard) {
-                assert!(r.seq > *max, "{context}: shard {shard} reused sequence number {} (max before {max})", r.seq);
+                assert!(
+                    r.seq > *max,
+                    "{context}: shard {shard} reused sequence number {} (max before {max})",
+                    r.seq
+                );
             }
         }
     }
@@ -133,7 +183,8 @@ fn crash_twice_in_a_row_keeps_everything_acked() {
     let mut d = Daemon::start("");
     let mut all = Vec::new();
     for (life, ms) in [(0u32, 80u64), (1, 150)] {
-        let (ready, handles) = start_producers(&d, &format!("l{life}p"), Mode::Single(Tier::Sync), u64::MAX);
+        let (ready, handles) =
+            start_producers(&d, &format!("l{life}p"), Mode::Single(Tier::Sync), u64::MAX);
         ready.wait();
         thread::sleep(Duration::from_millis(ms));
         d.kill9();

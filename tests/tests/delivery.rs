@@ -30,7 +30,11 @@ fn http_sink(rx: &HttpReceiver, extra: &str) -> String {
 
 /// `spillway ctl --config <daemon's config> <args>`; panics unless it exits 0.
 fn ctl(d: &Daemon, args: &[&str]) -> String {
-    let mut argv: Vec<&OsStr> = vec!["ctl".as_ref(), "--config".as_ref(), d.config_path().as_os_str()];
+    let mut argv: Vec<&OsStr> = vec![
+        "ctl".as_ref(),
+        "--config".as_ref(),
+        d.config_path().as_os_str(),
+    ];
     argv.extend(args.iter().map(|a| OsStr::new(*a)));
     let f = run_spillway(&argv, Duration::from_secs(20));
     assert!(
@@ -53,7 +57,10 @@ fn shard_stat_sum(stats: &str, key: &str) -> u64 {
         if let Some((name, value)) = line.split_once(' ') {
             if name.starts_with("shard{") && name.ends_with(&suffix) {
                 found = true;
-                sum += value.trim().parse::<u64>().unwrap_or_else(|_| panic!("stats line {line:?}"));
+                sum += value
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or_else(|_| panic!("stats line {line:?}"));
             }
         }
     }
@@ -66,7 +73,9 @@ fn push_tagged(client: &mut Client, tag: &str, n: u64) -> Vec<String> {
     (0..n)
         .map(|i| {
             let p = format!("{tag}:{i}");
-            client.push(Tier::Sync, p.as_bytes()).unwrap_or_else(|e| panic!("push {p}: {e}"));
+            client
+                .push(Tier::Sync, p.as_bytes())
+                .unwrap_or_else(|e| panic!("push {p}: {e}"));
             p
         })
         .collect()
@@ -82,7 +91,10 @@ fn push_concurrently(d: &Daemon, tags: &[&str], per_tag: u64) -> Vec<String> {
             thread::spawn(move || push_tagged(&mut c, &tag, per_tag))
         })
         .collect();
-    handles.into_iter().flat_map(|h| h.join().expect("producer thread")).collect()
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("producer thread"))
+        .collect()
 }
 
 /// For each tag, the numbers of its records in the order they were
@@ -138,13 +150,29 @@ fn batched_delivery_is_ndjson_exactly_once_in_push_order() {
         assert_eq!(r.status, Some(200), "{}", ctx());
         assert_eq!(r.method, "POST", "{}", ctx());
         assert_eq!(r.path, "/ingest", "{}", ctx());
-        assert_eq!(r.header("content-type"), Some("application/x-ndjson"), "{}", ctx());
-        assert!(r.header("user-agent").is_some_and(|u| u.starts_with("spillway/")), "{}", ctx());
-        let decoded = support_http::decode_request(r, i).unwrap_or_else(|e| panic!("{e}; {}", ctx()));
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/x-ndjson"),
+            "{}",
+            ctx()
+        );
+        assert!(
+            r.header("user-agent")
+                .is_some_and(|u| u.starts_with("spillway/")),
+            "{}",
+            ctx()
+        );
+        let decoded =
+            support_http::decode_request(r, i).unwrap_or_else(|e| panic!("{e}; {}", ctx()));
         // Exactly NDJSON: the body is each payload followed by "\n", nothing else.
         let mut rebuilt = Vec::new();
         for rec in &decoded {
-            assert!(expected.contains(&rec.text()), "{}: unexpected line {:?}", ctx(), rec.text());
+            assert!(
+                expected.contains(&rec.text()),
+                "{}: unexpected line {:?}",
+                ctx(),
+                rec.text()
+            );
             rebuilt.extend_from_slice(&rec.payload);
             rebuilt.push(b'\n');
         }
@@ -159,24 +187,46 @@ fn batched_delivery_is_ndjson_exactly_once_in_push_order() {
     }
 
     // Exactly once, by payload and by identity.
-    assert_eq!(recs.len(), 500, "records delivered more than once: {:?}", duplicates(&recs));
+    assert_eq!(
+        recs.len(),
+        500,
+        "records delivered more than once: {:?}",
+        duplicates(&recs)
+    );
     assert!(duplicates(&recs).is_empty());
     let payloads: HashSet<String> = recs.iter().map(Received::text).collect();
     assert_eq!(payloads.len(), 500);
 
     // Each connection's records in push order, and each shard in seq order.
     for (tag, ns) in arrival_order(&recs) {
-        assert_eq!(ns, (0..250).collect::<Vec<_>>(), "connection {tag} delivered out of push order");
+        assert_eq!(
+            ns,
+            (0..250).collect::<Vec<_>>(),
+            "connection {tag} delivered out of push order"
+        );
     }
     let mut last_seq: HashMap<u32, u64> = HashMap::new();
     for r in &recs {
         if let Some(prev) = last_seq.insert(r.shard, r.seq) {
-            assert!(prev < r.seq, "shard {} delivered seq {} after {}", r.shard, r.seq, prev);
+            assert!(
+                prev < r.seq,
+                "shard {} delivered seq {} after {}",
+                r.shard,
+                r.seq,
+                prev
+            );
         }
     }
     let max = *sizes.iter().max().unwrap();
-    eprintln!("batched: {} requests for 500 records, records per request max {max}, sizes {sizes:?}", reqs.len());
-    assert!(max > 1, "no batching happened: every request carried one record ({} requests)", reqs.len());
+    eprintln!(
+        "batched: {} requests for 500 records, records per request max {max}, sizes {sizes:?}",
+        reqs.len()
+    );
+    assert!(
+        max > 1,
+        "no batching happened: every request carried one record ({} requests)",
+        reqs.len()
+    );
 }
 
 // ---------------------------------------------------------------- 2. per record
@@ -191,7 +241,8 @@ fn per_record_delivery_sends_raw_bodies_with_record_keys() {
     expected.insert(10, b"two\nlines\r\n".to_vec());
     expected.insert(20, vec![0x00, 0xff, 0x0a, 0x80, b'x']);
     for p in &expected {
-        c.push(Tier::Sync, p).unwrap_or_else(|e| panic!("push {p:?}: {e}"));
+        c.push(Tier::Sync, p)
+            .unwrap_or_else(|e| panic!("push {p:?}: {e}"));
     }
     rx.wait_for_payloads(&expected, DELIVERY_TIMEOUT);
 
@@ -201,20 +252,45 @@ fn per_record_delivery_sends_raw_bodies_with_record_keys() {
         let ctx = || format!("request #{i}:\n{}", support_http::describe(r));
         assert_eq!(r.status, Some(200), "{}", ctx());
         assert_eq!(r.method, "POST", "{}", ctx());
-        assert_eq!(r.header("content-type"), Some("application/octet-stream"), "{}", ctx());
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/octet-stream"),
+            "{}",
+            ctx()
+        );
         assert_eq!(r.header("spillway-record-count"), Some("1"), "{}", ctx());
         let shard = r.header("spillway-shard").unwrap().to_string();
         let seq = r.header("spillway-seq-first").unwrap().to_string();
-        assert_eq!(r.header("spillway-seq-last"), Some(seq.as_str()), "{}", ctx());
+        assert_eq!(
+            r.header("spillway-seq-last"),
+            Some(seq.as_str()),
+            "{}",
+            ctx()
+        );
         let key = format!("spillway-{shard}-{seq}");
         assert_eq!(r.header("idempotency-key"), Some(key.as_str()), "{}", ctx());
-        assert!(expected.contains(&r.body), "{}: body is not one pushed payload", ctx());
-        recs.push((shard.parse::<u32>().unwrap(), seq.parse::<u64>().unwrap(), r.body.clone()));
+        assert!(
+            expected.contains(&r.body),
+            "{}: body is not one pushed payload",
+            ctx()
+        );
+        recs.push((
+            shard.parse::<u32>().unwrap(),
+            seq.parse::<u64>().unwrap(),
+            r.body.clone(),
+        ));
     }
-    assert_eq!(recs.len(), expected.len(), "one request per record, each record once");
+    assert_eq!(
+        recs.len(),
+        expected.len(),
+        "one request per record, each record once"
+    );
     // Requests run concurrently, so arrival order may differ; seq order is push order.
     recs.sort_by_key(|r| (r.0, r.1));
-    assert!(recs.iter().all(|r| r.0 == recs[0].0), "one connection's records span shards");
+    assert!(
+        recs.iter().all(|r| r.0 == recs[0].0),
+        "one connection's records span shards"
+    );
     let bodies: Vec<Vec<u8>> = recs.into_iter().map(|r| r.2).collect();
     assert_eq!(bodies, expected, "seq order is not push order");
 }
@@ -254,23 +330,39 @@ fn outage_is_ridden_out_with_retries() {
     let mut expected = Vec::new();
     for i in 0..300u64 {
         let p = format!("out:{i}");
-        c.push(Tier::Sync, p.as_bytes()).unwrap_or_else(|e| panic!("push during the outage: {e}"));
+        c.push(Tier::Sync, p.as_bytes())
+            .unwrap_or_else(|e| panic!("push during the outage: {e}"));
         expected.push(p);
         thread::sleep(Duration::from_millis(5));
     }
     let remaining = Duration::from_secs(3).saturating_sub(outage.elapsed());
     thread::sleep(remaining);
-    let failed = rx.requests().iter().filter(|r| r.status == Some(503)).count();
-    assert!(failed > 0, "the sink never tried during the outage:\n{}", rx.summary());
+    let failed = rx
+        .requests()
+        .iter()
+        .filter(|r| r.status == Some(503))
+        .count();
+    assert!(
+        failed > 0,
+        "the sink never tried during the outage:\n{}",
+        rx.summary()
+    );
     assert_eq!(rx.accepted_records().len(), 0);
     rx.set_status(200);
 
     let recs = rx.wait_for_payloads(&expected, DELIVERY_TIMEOUT);
     let order = arrival_order(&recs);
-    assert_eq!(first_occurrences(&order["out"]), (0..300).collect::<Vec<_>>(), "out of push order");
+    assert_eq!(
+        first_occurrences(&order["out"]),
+        (0..300).collect::<Vec<_>>(),
+        "out of push order"
+    );
     let stats = ctl(&d, &["stats"]);
     let retries = shard_stat_sum(&stats, "delivery_retries");
-    eprintln!("outage: {failed} requests answered 503, delivery_retries = {retries}, {} requests in all", rx.request_count());
+    eprintln!(
+        "outage: {failed} requests answered 503, delivery_retries = {retries}, {} requests in all",
+        rx.request_count()
+    );
     assert!(retries > 0, "ctl stats shows no delivery retries:\n{stats}");
     assert!(retries as usize >= failed.min(1));
 }
@@ -285,11 +377,18 @@ fn retry_after_is_honoured_up_to_retry_max() {
     let d = Daemon::start(&http_sink(&rx, "retry_initial_ms = 1\nretry_max_ms = 400"));
     let mut c = d.client();
     c.push(Tier::Sync, b"ra:0").unwrap();
-    assert!(wait_until(Duration::from_secs(10), || rx.request_count() >= 5), "{}", rx.summary());
+    assert!(
+        wait_until(Duration::from_secs(10), || rx.request_count() >= 5),
+        "{}",
+        rx.summary()
+    );
     rx.set_status(200);
     rx.wait_for_payloads(&[b"ra:0"], DELIVERY_TIMEOUT);
     let reqs = rx.requests();
-    let gaps: Vec<Duration> = reqs.windows(2).map(|w| w[1].at.duration_since(w[0].at)).collect();
+    let gaps: Vec<Duration> = reqs
+        .windows(2)
+        .map(|w| w[1].at.duration_since(w[0].at))
+        .collect();
     eprintln!("retry-after: gaps between attempts {gaps:?}");
     assert!(
         gaps.iter().all(|g| *g >= Duration::from_millis(395)),
@@ -324,7 +423,11 @@ fn wait_dead_letters(d: &Daemon, n: usize) -> Vec<String> {
         if count == n {
             return lines;
         }
-        assert!(Instant::now() < deadline, "expected {n} dead letters, have {count}: {lines:?}\nlog:\n{}", d.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "expected {n} dead letters, have {count}: {lines:?}\nlog:\n{}",
+            d.stderr()
+        );
         thread::sleep(Duration::from_millis(50));
     }
 }
@@ -333,28 +436,55 @@ fn wait_dead_letters(d: &Daemon, n: usize) -> Vec<String> {
 fn permanent_rejection_is_dead_lettered_requeued_and_dropped() {
     let rx = HttpReceiver::start();
     rx.reject_containing(Some(b"poison"));
-    let d = Daemon::start(&http_sink(&rx, "max_records = 1\nretry_initial_ms = 50\nretry_max_ms = 500"));
+    let d = Daemon::start(&http_sink(
+        &rx,
+        "max_records = 1\nretry_initial_ms = 50\nretry_max_ms = 500",
+    ));
     let mut c = d.client();
     let mut good = Vec::new();
     for i in 0..20 {
-        let p = if i == 7 { "poison".to_string() } else { format!("ok:{i}") };
+        let p = if i == 7 {
+            "poison".to_string()
+        } else {
+            format!("ok:{i}")
+        };
         c.push(Tier::Sync, p.as_bytes()).unwrap();
         if i != 7 {
             good.push(p);
         }
     }
     let recs = rx.wait_for_payloads(&good, DELIVERY_TIMEOUT);
-    assert_eq!(recs.len(), 19, "{:?}", recs.iter().map(Received::text).collect::<Vec<_>>());
+    assert_eq!(
+        recs.len(),
+        19,
+        "{:?}",
+        recs.iter().map(Received::text).collect::<Vec<_>>()
+    );
     let order: Vec<u64> = arrival_order(&recs)["ok"].clone();
     assert_eq!(order, (0..20).filter(|i| *i != 7).collect::<Vec<_>>());
-    let poison_requests: Vec<_> = rx.requests().into_iter().filter(|r| r.body == b"poison\n").collect();
-    assert_eq!(poison_requests.len(), 1, "a permanent rejection must not be retried:\n{}", rx.summary());
+    let poison_requests: Vec<_> = rx
+        .requests()
+        .into_iter()
+        .filter(|r| r.body == b"poison\n")
+        .collect();
+    assert_eq!(
+        poison_requests.len(),
+        1,
+        "a permanent rejection must not be retried:\n{}",
+        rx.summary()
+    );
     assert_eq!(poison_requests[0].status, Some(400));
 
     let lines = wait_dead_letters(&d, 1);
     let line = &lines[0];
-    assert!(line.contains("payload=\"poison\""), "preview missing: {line}");
-    assert!(line.contains("HTTP 400"), "reason does not name the status: {line}");
+    assert!(
+        line.contains("payload=\"poison\""),
+        "preview missing: {line}"
+    );
+    assert!(
+        line.contains("HTTP 400"),
+        "reason does not name the status: {line}"
+    );
     let old_id = line.split('\t').next().unwrap().to_string();
     let old_seq: u64 = old_id.split_once(':').unwrap().1.parse().unwrap();
 
@@ -365,7 +495,11 @@ fn permanent_rejection_is_dead_lettered_requeued_and_dropped() {
     let recs = rx.wait_for_payloads(&[b"poison"], DELIVERY_TIMEOUT);
     let requeued: Vec<&Received> = recs.iter().filter(|r| r.payload == b"poison").collect();
     assert_eq!(requeued.len(), 1);
-    assert!(requeued[0].seq > old_seq, "requeued record kept its old seq {old_seq}: {:?}", requeued[0]);
+    assert!(
+        requeued[0].seq > old_seq,
+        "requeued record kept its old seq {old_seq}: {:?}",
+        requeued[0]
+    );
     assert_eq!(dead_letters(&d).0, 0, "the requeued record is still listed");
 
     // A second poison record, dropped: never delivered.
@@ -380,7 +514,10 @@ fn permanent_rejection_is_dead_lettered_requeued_and_dropped() {
     rx.reject_containing(None);
     c.push(Tier::Sync, b"after-drop").unwrap();
     let recs = rx.wait_for_payloads(&[b"after-drop"], DELIVERY_TIMEOUT);
-    assert!(!recs.iter().any(|r| r.payload == b"poison-2"), "a dropped dead letter was delivered");
+    assert!(
+        !recs.iter().any(|r| r.payload == b"poison-2"),
+        "a dropped dead letter was delivered"
+    );
     let stats = ctl(&d, &["stats"]);
     assert_eq!(shard_stat_sum(&stats, "dead_lettered"), 2, "{stats}");
 }
@@ -408,17 +545,30 @@ fn sigkill_during_delivery_loses_no_acked_record() {
             .collect();
         // Let delivery of this round get going, then kill while a request
         // is being answered (the receiver holds each one 30 ms).
-        assert!(wait_until(Duration::from_secs(10), || rx.request_count() > before), "{context}: no delivery started");
+        assert!(
+            wait_until(Duration::from_secs(10), || rx.request_count() > before),
+            "{context}: no delivery started"
+        );
         thread::sleep(Duration::from_millis(kill_after_ms));
         let in_flight = wait_until(Duration::from_secs(2), || rx.in_flight() > 0);
         d.kill9();
-        let outcomes: Vec<Outcome> = handles.into_iter().map(|h| h.join().expect("producer")).collect();
+        let outcomes: Vec<Outcome> = handles
+            .into_iter()
+            .map(|h| h.join().expect("producer"))
+            .collect();
         eprintln!(
             "{context}: batch in flight at the kill: {in_flight}; (acked, sent) per producer {:?}",
-            outcomes.iter().map(|o| (o.acked, o.sent)).collect::<Vec<_>>()
+            outcomes
+                .iter()
+                .map(|o| (o.acked, o.sent))
+                .collect::<Vec<_>>()
         );
         for o in &outcomes {
-            assert!(o.acked > 0, "{context}: producer {} got no ack before the kill: {o:?}", o.tag);
+            assert!(
+                o.acked > 0,
+                "{context}: producer {} got no ack before the kill: {o:?}",
+                o.tag
+            );
             expected.extend((0..o.acked).map(|n| format!("{}:{n}", o.tag)));
         }
         outcomes_all.extend(outcomes);
@@ -434,8 +584,19 @@ fn sigkill_during_delivery_loses_no_acked_record() {
             let ns = order.get(&o.tag).cloned().unwrap_or_default();
             let first = first_occurrences(&ns);
             let k = first.len() as u64;
-            assert_eq!(first, (0..k).collect::<Vec<_>>(), "{context}: producer {} first arrivals not in push order", o.tag);
-            assert!(k >= o.acked && k <= o.sent, "{context}: producer {} delivered {k}, acked {}, sent {}", o.tag, o.acked, o.sent);
+            assert_eq!(
+                first,
+                (0..k).collect::<Vec<_>>(),
+                "{context}: producer {} first arrivals not in push order",
+                o.tag
+            );
+            assert!(
+                k >= o.acked && k <= o.sent,
+                "{context}: producer {} delivered {k}, acked {}, sent {}",
+                o.tag,
+                o.acked,
+                o.sent
+            );
         }
         let dups = duplicates(&recs);
         let extra: usize = dups.values().map(|n| n - 1).sum();
@@ -479,10 +640,21 @@ fn backpressure_nacks_overloaded_then_lifts_when_the_sink_recovers() {
             Err(e) => panic!("push {n}: {e} (expected an ack or Overloaded)"),
         }
         n += 1;
-        assert!(n < 20_000, "no Overloaded after {n} KiB into a 4 MiB WAB with a stalled sink");
+        assert!(
+            n < 20_000,
+            "no Overloaded after {n} KiB into a 4 MiB WAB with a stalled sink"
+        );
     }
-    eprintln!("backpressure: Overloaded after {} acked 1 KiB records ({:?})", acked.len(), started.elapsed());
-    assert!(acked.len() >= 2000, "Overloaded far below the cap: after {} KiB", acked.len());
+    eprintln!(
+        "backpressure: Overloaded after {} acked 1 KiB records ({:?})",
+        acked.len(),
+        started.elapsed()
+    );
+    assert!(
+        acked.len() >= 2000,
+        "Overloaded far below the cap: after {} KiB",
+        acked.len()
+    );
     // The connection stays usable after the retryable nack.
     c.health().expect("health check after Overloaded");
     match c.push(Tier::Sync, &kib_payload(n)) {
@@ -502,7 +674,11 @@ fn backpressure_nacks_overloaded_then_lifts_when_the_sink_recovers() {
                 break;
             }
             Err(e) if e.nack_reason() == Some(NackReason::Overloaded) => {
-                assert!(Instant::now() < deadline, "still Overloaded {DELIVERY_TIMEOUT:?} after the sink recovered:\n{}", rx.summary());
+                assert!(
+                    Instant::now() < deadline,
+                    "still Overloaded {DELIVERY_TIMEOUT:?} after the sink recovered:\n{}",
+                    rx.summary()
+                );
                 thread::sleep(Duration::from_millis(100));
             }
             Err(e) => panic!("push after recovery: {e}"),
@@ -521,13 +697,17 @@ fn backpressure_nacks_overloaded_then_lifts_when_the_sink_recovers() {
 fn records_written_across_segment_rotations_while_the_sink_is_busy_are_all_delivered() {
     let rx = HttpReceiver::start();
     rx.set_delay(Duration::from_millis(300));
-    let d = Daemon::start(&format!("[wab]\nsegment_bytes_max = 1048576\n{}", http_sink(&rx, "")));
+    let d = Daemon::start(&format!(
+        "[wab]\nsegment_bytes_max = 1048576\n{}",
+        http_sink(&rx, "")
+    ));
     let mut c = d.client();
     let mut acked = Vec::new();
     // ~2.5 MiB from one connection (one shard): at least two rotations.
     for n in 0..2500u64 {
         let p = kib_payload(n);
-        c.push(Tier::Sync, &p).unwrap_or_else(|e| panic!("push {n}: {e}"));
+        c.push(Tier::Sync, &p)
+            .unwrap_or_else(|e| panic!("push {n}: {e}"));
         acked.push(p);
     }
     rx.set_delay(Duration::ZERO);
@@ -535,7 +715,9 @@ fn records_written_across_segment_rotations_while_the_sink_is_busy_are_all_deliv
     let recs = loop {
         let recs = rx.accepted_records();
         let have: HashSet<&[u8]> = recs.iter().map(|r| r.payload.as_slice()).collect();
-        let missing: Vec<u64> = (0..acked.len() as u64).filter(|n| !have.contains(acked[*n as usize].as_slice())).collect();
+        let missing: Vec<u64> = (0..acked.len() as u64)
+            .filter(|n| !have.contains(acked[*n as usize].as_slice()))
+            .collect();
         if missing.is_empty() {
             break recs;
         }
@@ -553,7 +735,10 @@ fn records_written_across_segment_rotations_while_the_sink_is_busy_are_all_deliv
             let gapped: Vec<String> = rx
                 .requests()
                 .iter()
-                .filter_map(|r| r.header("spillway-seqs").map(|s| format!("{:?}: {s}", r.header("idempotency-key"))))
+                .filter_map(|r| {
+                    r.header("spillway-seqs")
+                        .map(|s| format!("{:?}: {s}", r.header("idempotency-key")))
+                })
                 .collect();
             panic!(
                 "{} of {} acked records never delivered; missing record numbers (runs) {:?};\n\
@@ -579,22 +764,40 @@ fn records_written_across_segment_rotations_while_the_sink_is_busy_are_all_deliv
 fn sigterm_with_a_slow_sink_exits_cleanly_and_redelivers_after_restart() {
     let rx = HttpReceiver::start();
     rx.set_delay(Duration::from_millis(200));
-    let mut d = Daemon::start(&format!("[server]\nshutdown_timeout_ms = 1000\n{}", http_sink(&rx, "")));
+    let mut d = Daemon::start(&format!(
+        "[server]\nshutdown_timeout_ms = 1000\n{}",
+        http_sink(&rx, "")
+    ));
     let expected = push_concurrently(&d, &["sa", "sb"], 100);
-    assert!(wait_until(Duration::from_secs(10), || rx.in_flight() > 0), "no batch in flight:\n{}", rx.summary());
+    assert!(
+        wait_until(Duration::from_secs(10), || rx.in_flight() > 0),
+        "no batch in flight:\n{}",
+        rx.summary()
+    );
     let t0 = Instant::now();
     let status = d.terminate_status();
     let took = t0.elapsed();
     eprintln!("shutdown with a 200 ms receiver took {took:?} ({status})");
-    assert!(status.success(), "exit status {status} after SIGTERM; log:\n{}", d.stderr());
-    assert!(took < Duration::from_millis(1000) + Duration::from_secs(5), "shutdown took {took:?}");
+    assert!(
+        status.success(),
+        "exit status {status} after SIGTERM; log:\n{}",
+        d.stderr()
+    );
+    assert!(
+        took < Duration::from_millis(1000) + Duration::from_secs(5),
+        "shutdown took {took:?}"
+    );
 
     rx.set_delay(Duration::ZERO);
     d.restart();
     let recs = rx.wait_for_payloads(&expected, DELIVERY_TIMEOUT);
     check_identity_stable(&recs, "after the restart");
     for (tag, ns) in arrival_order(&recs) {
-        assert_eq!(first_occurrences(&ns), (0..100).collect::<Vec<_>>(), "{tag}: first arrivals out of order");
+        assert_eq!(
+            first_occurrences(&ns),
+            (0..100).collect::<Vec<_>>(),
+            "{tag}: first arrivals out of order"
+        );
     }
 }
 
@@ -602,16 +805,38 @@ fn sigterm_with_a_slow_sink_exits_cleanly_and_redelivers_after_restart() {
 fn sigterm_abandons_a_batch_slower_than_the_shutdown_timeout() {
     let rx = HttpReceiver::start();
     rx.set_delay(Duration::from_secs(4));
-    let mut d = Daemon::start(&format!("[server]\nshutdown_timeout_ms = 500\n{}", http_sink(&rx, "")));
+    let mut d = Daemon::start(&format!(
+        "[server]\nshutdown_timeout_ms = 500\n{}",
+        http_sink(&rx, "")
+    ));
     let expected = push_concurrently(&d, &["ab"], 20);
-    assert!(wait_until(Duration::from_secs(10), || rx.in_flight() > 0), "no batch in flight:\n{}", rx.summary());
-    let stuck: Vec<usize> = rx.requests().iter().enumerate().filter(|(_, r)| r.status.is_none()).map(|(i, _)| i).collect();
+    assert!(
+        wait_until(Duration::from_secs(10), || rx.in_flight() > 0),
+        "no batch in flight:\n{}",
+        rx.summary()
+    );
+    let stuck: Vec<usize> = rx
+        .requests()
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.status.is_none())
+        .map(|(i, _)| i)
+        .collect();
     let t0 = Instant::now();
     let status = d.terminate_status();
     let took = t0.elapsed();
-    eprintln!("shutdown with a 4 s receiver and shutdown_timeout_ms = 500 took {took:?} ({status})");
-    assert!(status.success(), "exit status {status} after SIGTERM; log:\n{}", d.stderr());
-    assert!(took < Duration::from_millis(500) + Duration::from_secs(3), "shutdown did not give up on the batch in time: {took:?}");
+    eprintln!(
+        "shutdown with a 4 s receiver and shutdown_timeout_ms = 500 took {took:?} ({status})"
+    );
+    assert!(
+        status.success(),
+        "exit status {status} after SIGTERM; log:\n{}",
+        d.stderr()
+    );
+    assert!(
+        took < Duration::from_millis(500) + Duration::from_secs(3),
+        "shutdown did not give up on the batch in time: {took:?}"
+    );
 
     rx.set_delay(Duration::ZERO);
     d.restart();
@@ -627,7 +852,12 @@ fn sigterm_abandons_a_batch_slower_than_the_shutdown_timeout() {
         .collect();
     for &i in &stuck {
         for rec in support_http::decode_request(&all[i], i).unwrap() {
-            assert!(later.contains(&rec.id()), "abandoned record {:?} ({}) was not delivered again", rec.id(), rec.text());
+            assert!(
+                later.contains(&rec.id()),
+                "abandoned record {:?} ({}) was not delivered again",
+                rec.id(),
+                rec.text()
+            );
         }
     }
 }
@@ -672,12 +902,19 @@ fn embedded_default_config_delivers_to_the_local_file() {
     let socket = dir.path().join("spillway-data/spillway.sock");
     let log_text = || String::from_utf8_lossy(&fs::read(&log).unwrap_or_default()).into_owned();
     let up = wait_until(START_TIMEOUT, || {
-        Client::connect(&socket).ok().and_then(|mut c| {
-            c.set_timeout(Some(Duration::from_secs(2))).ok()?;
-            c.health().ok()
-        }).is_some()
+        Client::connect(&socket)
+            .ok()
+            .and_then(|mut c| {
+                c.set_timeout(Some(Duration::from_secs(2))).ok()?;
+                c.health().ok()
+            })
+            .is_some()
     });
-    assert!(up, "the daemon on the embedded default did not come up; log:\n{}", log_text());
+    assert!(
+        up,
+        "the daemon on the embedded default did not come up; log:\n{}",
+        log_text()
+    );
 
     let mut c = Client::connect(&socket).unwrap();
     c.set_timeout(Some(IO_TIMEOUT)).unwrap();
@@ -687,11 +924,21 @@ fn embedded_default_config_delivers_to_the_local_file() {
     }
     let delivered = dir.path().join("spillway-data/delivered.ndjson");
     let read = |p: &Path| fs::read_to_string(p).unwrap_or_default();
-    let ok = wait_until(DELIVERY_TIMEOUT, || read(&delivered).lines().count() >= expected.len());
+    let ok = wait_until(DELIVERY_TIMEOUT, || {
+        read(&delivered).lines().count() >= expected.len()
+    });
     let text = read(&delivered);
-    assert!(ok, "delivered.ndjson holds {:?}; log:\n{}", text, log_text());
+    assert!(
+        ok,
+        "delivered.ndjson holds {:?}; log:\n{}",
+        text,
+        log_text()
+    );
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines, expected, "one connection's records, in push order, each once");
+    assert_eq!(
+        lines, expected,
+        "one connection's records, in push order, each once"
+    );
     assert!(dir.path().join("spillway-data/wab").is_dir());
 
     let child = bare.0.as_mut().unwrap();

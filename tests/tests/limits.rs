@@ -12,7 +12,11 @@ use std::time::{Duration, Instant};
 use spillway_tests::*;
 
 fn mode_of(path: &std::path::Path) -> u32 {
-    fs::symlink_metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display())).permissions().mode() & 0o7777
+    fs::symlink_metadata(path)
+        .unwrap_or_else(|e| panic!("stat {}: {e}", path.display()))
+        .permissions()
+        .mode()
+        & 0o7777
 }
 
 /// A client whose health check was answered, retried for a while (a
@@ -60,7 +64,9 @@ fn full_wab_nacks_overloaded_and_keeps_the_connection() {
                 match p.recv() {
                     Ok(Reply::Ack) if !overloaded => acked += 1,
                     Err(ClientError::Nack(NackReason::Overloaded)) => overloaded = true,
-                    other => panic!("record {acked}: unexpected {other:?} (overloaded seen: {overloaded})"),
+                    other => panic!(
+                        "record {acked}: unexpected {other:?} (overloaded seen: {overloaded})"
+                    ),
                 }
             }
             if overloaded {
@@ -77,7 +83,10 @@ fn full_wab_nacks_overloaded_and_keeps_the_connection() {
     }
     let mut n = acked;
     while !overloaded {
-        assert!(n < 10_000, "10000 KiB pushed into a 4 MiB WAB and no Overloaded nack");
+        assert!(
+            n < 10_000,
+            "10000 KiB pushed into a 4 MiB WAB and no Overloaded nack"
+        );
         match client.push(Tier::Sync, &record(n)) {
             Ok(()) => acked += 1,
             Err(ClientError::Nack(NackReason::Overloaded)) => overloaded = true,
@@ -97,7 +106,9 @@ fn full_wab_nacks_overloaded_and_keeps_the_connection() {
         Err(ClientError::Nack(NackReason::Overloaded)) => {}
         other => panic!("push batch on a full WAB: expected Overloaded, got {other:?}"),
     }
-    client.health().expect("health check after more Overloaded nacks");
+    client
+        .health()
+        .expect("health check after more Overloaded nacks");
 
     // Exact bytes on a raw connection, which stays open.
     let mut raw = d.raw();
@@ -105,7 +116,10 @@ fn full_wab_nacks_overloaded_and_keeps_the_connection() {
     raw.expect_frame(&expected_nack(NackReason::Overloaded), "Overloaded nack");
     raw.expect_health();
     raw.send(&push_frame(Tier::Buffered, &record(999_996)));
-    raw.expect_frame(&expected_nack(NackReason::Overloaded), "second Overloaded nack");
+    raw.expect_frame(
+        &expected_nack(NackReason::Overloaded),
+        "second Overloaded nack",
+    );
     raw.expect_health();
 
     // Exactly the acked records were stored, within the budget.
@@ -115,9 +129,15 @@ fn full_wab_nacks_overloaded_and_keeps_the_connection() {
         assert_eq!(r.payload[..], record(i as u64)[..], "record {i}");
     }
     let held: u64 = recs.iter().map(|r| r.payload.len() as u64 + 16).sum();
-    assert!(held <= WAB_MAX, "{held} bytes of records in a {WAB_MAX}-byte WAB");
+    assert!(
+        held <= WAB_MAX,
+        "{held} bytes of records in a {WAB_MAX}-byte WAB"
+    );
     // The budget is for records: at least half of it must be usable.
-    assert!(held >= WAB_MAX / 2, "Overloaded after only {acked} records ({held} bytes) of a {WAB_MAX}-byte WAB");
+    assert!(
+        held >= WAB_MAX / 2,
+        "Overloaded after only {acked} records ({held} bytes) of a {WAB_MAX}-byte WAB"
+    );
 
     // The budget is rebuilt from disk on restart: still full.
     drop(client);
@@ -157,7 +177,10 @@ fn max_connections_closes_the_extra_connection_at_once() {
     c2.push(Tier::Sync, b"c2-again").unwrap();
     let mut got = texts(&d.read_all_records());
     got.sort();
-    assert_eq!(got, ["c1-after-refusal", "c2-after-refusal", "c2-again", "c4"]);
+    assert_eq!(
+        got,
+        ["c1-after-refusal", "c2-after-refusal", "c2-again", "c4"]
+    );
 }
 
 #[test]
@@ -176,14 +199,29 @@ fn stalled_frame_is_closed_after_the_read_timeout_while_others_are_served() {
     });
     let mut acked = 0;
     while !watcher.is_finished() {
-        good.push(Tier::Sync, format!("good-{acked}").as_bytes()).expect("the other connection keeps getting acks");
+        good.push(Tier::Sync, format!("good-{acked}").as_bytes())
+            .expect("the other connection keeps getting acks");
         acked += 1;
-        assert!(started.elapsed() < Duration::from_secs(15), "the stalled connection was never closed");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the stalled connection was never closed"
+        );
     }
-    let closed_after = watcher.join().expect("the stalled connection must be closed");
-    assert!(closed_after >= Duration::from_millis(250), "closed after {closed_after:?}, before the 300 ms timeout");
-    assert!(closed_after <= Duration::from_secs(2), "a 10-byte stall was closed only after {closed_after:?}");
-    assert!(acked > 0, "no push was acked on the other connection meanwhile");
+    let closed_after = watcher
+        .join()
+        .expect("the stalled connection must be closed");
+    assert!(
+        closed_after >= Duration::from_millis(250),
+        "closed after {closed_after:?}, before the 300 ms timeout"
+    );
+    assert!(
+        closed_after <= Duration::from_secs(2),
+        "a 10-byte stall was closed only after {closed_after:?}"
+    );
+    assert!(
+        acked > 0,
+        "no push was acked on the other connection meanwhile"
+    );
     good.health().unwrap();
 
     // A connection that has not started a frame is not subject to the timeout.
@@ -191,7 +229,10 @@ fn stalled_frame_is_closed_after_the_read_timeout_while_others_are_served() {
     idle.expect_health();
 
     let recs = texts(&d.read_all_records());
-    assert_eq!(recs, (0..acked).map(|i| format!("good-{i}")).collect::<Vec<_>>());
+    assert_eq!(
+        recs,
+        (0..acked).map(|i| format!("good-{i}")).collect::<Vec<_>>()
+    );
     assert!(!recs.iter().any(|r| r.contains("never")));
 }
 
@@ -203,7 +244,9 @@ fn read_timeout_applies_to_each_frame_not_to_a_busy_connection() {
     // is never empty. The connection must not be closed.
     let d = Daemon::start("[server]\nconnection_read_timeout_ms = 300\n");
     let mut c = d.raw();
-    let frames: Vec<Vec<u8>> = (0..13).map(|i| push_frame(Tier::Sync, format!("stream-{i:02}").as_bytes())).collect();
+    let frames: Vec<Vec<u8>> = (0..13)
+        .map(|i| push_frame(Tier::Sync, format!("stream-{i:02}").as_bytes()))
+        .collect();
     let half = frames[0].len() / 2;
     let started = Instant::now();
     c.send(&frames[0][..half]);
@@ -246,11 +289,18 @@ fn read_timeout_applies_to_each_frame_not_to_a_busy_connection() {
 fn socket_is_0600_in_a_0700_folder_created_by_the_daemon() {
     let d = Daemon::configure("");
     let run_dir = d.socket_path().parent().unwrap().to_path_buf();
-    assert!(!run_dir.exists(), "the test must leave the socket folder to the daemon");
+    assert!(
+        !run_dir.exists(),
+        "the test must leave the socket folder to the daemon"
+    );
     let mut d = d;
     d.spawn();
     let meta = fs::symlink_metadata(d.socket_path()).unwrap();
-    assert!(meta.file_type().is_socket(), "{} is not a socket", d.socket_path().display());
+    assert!(
+        meta.file_type().is_socket(),
+        "{} is not a socket",
+        d.socket_path().display()
+    );
     assert_eq!(mode_of(d.socket_path()), 0o600, "socket mode");
     assert_eq!(mode_of(&run_dir), 0o700, "socket folder mode");
     // Directories 0700, files 0600 in the data folder too.
@@ -274,8 +324,14 @@ fn stale_socket_file_is_replaced() {
     fs::set_permissions(&run_dir, fs::Permissions::from_mode(0o700)).unwrap();
     // A listener bound and abandoned: the file stays, nobody accepts.
     drop(UnixListener::bind(d.socket_path()).unwrap());
-    assert!(fs::symlink_metadata(d.socket_path()).unwrap().file_type().is_socket());
-    assert!(UnixStream::connect(d.socket_path()).is_err(), "the stale socket must refuse connections");
+    assert!(fs::symlink_metadata(d.socket_path())
+        .unwrap()
+        .file_type()
+        .is_socket());
+    assert!(
+        UnixStream::connect(d.socket_path()).is_err(),
+        "the stale socket must refuse connections"
+    );
 
     d.spawn();
     let mut c = d.client();
@@ -292,8 +348,15 @@ fn a_file_that_is_not_a_socket_is_not_replaced() {
     fs::create_dir(&run_dir).unwrap();
     fs::write(d.socket_path(), b"precious").unwrap();
     let out = d.run_to_exit(Duration::from_secs(20));
-    assert!(!out.status.success(), "started on top of a regular file: {out:?}");
-    assert!(out.stderr.contains(&d.socket_path().display().to_string()), "{}", out.stderr);
+    assert!(
+        !out.status.success(),
+        "started on top of a regular file: {out:?}"
+    );
+    assert!(
+        out.stderr.contains(&d.socket_path().display().to_string()),
+        "{}",
+        out.stderr
+    );
     assert_eq!(fs::read(d.socket_path()).unwrap(), b"precious");
 }
 
@@ -303,14 +366,27 @@ fn second_daemon_on_a_live_socket_fails_and_leaves_the_first_alone() {
     let mut c = first.client();
     c.push(Tier::Sync, b"first").unwrap();
 
-    let second = Daemon::configure(&format!("[server]\nsocket_path = {:?}\n", first.socket_path().display().to_string()));
+    let second = Daemon::configure(&format!(
+        "[server]\nsocket_path = {:?}\n",
+        first.socket_path().display().to_string()
+    ));
     let out = second.run_to_exit(Duration::from_secs(20));
-    assert!(!out.status.success(), "a second daemon started on a live socket: {out:?}");
-    assert!(out.stderr.contains("already listening"), "stderr of the second daemon:\n{}", out.stderr);
+    assert!(
+        !out.status.success(),
+        "a second daemon started on a live socket: {out:?}"
+    );
+    assert!(
+        out.stderr.contains("already listening"),
+        "stderr of the second daemon:\n{}",
+        out.stderr
+    );
     assert!(!out.stdout.contains("listening on"), "{}", out.stdout);
 
     // The first daemon still owns its socket and serves new connections.
-    assert!(fs::symlink_metadata(first.socket_path()).unwrap().file_type().is_socket());
+    assert!(fs::symlink_metadata(first.socket_path())
+        .unwrap()
+        .file_type()
+        .is_socket());
     c.push(Tier::Sync, b"first-after").unwrap();
     let mut fresh = first.client();
     fresh.health().unwrap();
@@ -325,22 +401,48 @@ fn bad_configs_are_refused_naming_the_key() {
     let cases: &[(&str, &str)] = &[
         ("[server]\nbogus_key = 1\n", "bogus_key"),
         ("[bogus_section]\nx = 1\n", "bogus_section"),
-        ("[wab]\nsegment_bytes_maxx = 1048576\n", "segment_bytes_maxx"),
+        (
+            "[wab]\nsegment_bytes_maxx = 1048576\n",
+            "segment_bytes_maxx",
+        ),
         ("[server]\nmax_connections = 0\n", "server.max_connections"),
-        ("[server]\nconnection_read_timeout_ms = 50\n", "server.connection_read_timeout_ms"),
-        ("[server]\npayload_bytes_max = 16777217\n", "server.payload_bytes_max"),
-        ("[server]\ninflight_bytes_max = 1000\n", "server.inflight_bytes_max"),
+        (
+            "[server]\nconnection_read_timeout_ms = 50\n",
+            "server.connection_read_timeout_ms",
+        ),
+        (
+            "[server]\npayload_bytes_max = 16777217\n",
+            "server.payload_bytes_max",
+        ),
+        (
+            "[server]\ninflight_bytes_max = 1000\n",
+            "server.inflight_bytes_max",
+        ),
         ("[server]\nshards = \"four\"\n", "shards"),
         ("[wab]\nsegment_bytes_max = 1000\n", "wab.segment_bytes_max"),
         ("[wab]\nwab_bytes_max = 2097152\n", "wab.wab_bytes_max"),
-        ("[wab]\nwab_bytes_max = 4194304\nsegment_bytes_max = 8388608\n", "wab.wab_bytes_max"),
+        (
+            "[wab]\nwab_bytes_max = 4194304\nsegment_bytes_max = 8388608\n",
+            "wab.wab_bytes_max",
+        ),
     ];
     for (overrides, key) in cases {
         let d = Daemon::configure(overrides);
         let out = d.run_to_exit(Duration::from_secs(20));
-        assert!(!out.status.success(), "config {overrides:?} was accepted:\n{}", d.config_text());
-        assert!(out.stderr.contains(key), "config {overrides:?}: the error does not name {key:?}:\n{}", out.stderr);
-        assert!(!d.socket_path().exists(), "config {overrides:?}: a socket was created");
+        assert!(
+            !out.status.success(),
+            "config {overrides:?} was accepted:\n{}",
+            d.config_text()
+        );
+        assert!(
+            out.stderr.contains(key),
+            "config {overrides:?}: the error does not name {key:?}:\n{}",
+            out.stderr
+        );
+        assert!(
+            !d.socket_path().exists(),
+            "config {overrides:?}: a socket was created"
+        );
         assert!(!out.stdout.contains("listening"), "{}", out.stdout);
     }
 }
@@ -348,7 +450,12 @@ fn bad_configs_are_refused_naming_the_key() {
 #[test]
 fn sigterm_exits_0_with_every_acked_record_on_disk() {
     let mut d = Daemon::start("");
-    let modes = [Mode::Single(Tier::Sync), Mode::Single(Tier::Batched), Mode::Batch(Tier::Sync, 5), Mode::Single(Tier::Buffered)];
+    let modes = [
+        Mode::Single(Tier::Sync),
+        Mode::Single(Tier::Batched),
+        Mode::Batch(Tier::Sync, 5),
+        Mode::Single(Tier::Buffered),
+    ];
     let ready = Arc::new(Barrier::new(modes.len() + 1));
     let handles: Vec<_> = modes
         .iter()
@@ -368,12 +475,21 @@ fn sigterm_exits_0_with_every_acked_record_on_disk() {
     thread::sleep(Duration::from_millis(250));
     d.terminate();
     let outcomes: Vec<Outcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    assert!(outcomes.iter().all(|o| !o.error.is_empty()), "every producer must have been stopped: {outcomes:?}");
-    assert!(outcomes.iter().map(|o| o.acked).sum::<u64>() > 0, "nothing was acked in 250 ms: {outcomes:?}");
+    assert!(
+        outcomes.iter().all(|o| !o.error.is_empty()),
+        "every producer must have been stopped: {outcomes:?}"
+    );
+    assert!(
+        outcomes.iter().map(|o| o.acked).sum::<u64>() > 0,
+        "nothing was acked in 250 ms: {outcomes:?}"
+    );
     let shards = d.read_shards();
     check_producers(&shards, &outcomes, "after SIGTERM");
     check_seqs(&shards, "after SIGTERM");
-    assert!(!d.socket_path().exists(), "the socket file is left behind after a clean stop");
+    assert!(
+        !d.socket_path().exists(),
+        "the socket file is left behind after a clean stop"
+    );
 }
 
 #[test]
@@ -384,8 +500,15 @@ fn sigint_stops_gracefully_too() {
         c.push(Tier::Sync, format!("int-{i}").as_bytes()).unwrap();
     }
     let status = d.stop_with(libc::SIGINT);
-    assert!(status.success(), "exit after SIGINT: {status}; stderr:\n{}", d.stderr());
-    assert_eq!(texts(&d.read_all_records()), (0..20).map(|i| format!("int-{i}")).collect::<Vec<_>>());
+    assert!(
+        status.success(),
+        "exit after SIGINT: {status}; stderr:\n{}",
+        d.stderr()
+    );
+    assert_eq!(
+        texts(&d.read_all_records()),
+        (0..20).map(|i| format!("int-{i}")).collect::<Vec<_>>()
+    );
     // The client sees the connection end, not a hang.
     match c.push(Tier::Sync, b"after-stop") {
         Err(e) => assert!(is_disconnect(&e), "push after the daemon stopped: {e}"),

@@ -8,15 +8,26 @@ use spillway_tests::*;
 
 /// The one shard holding records, asserting every other shard is empty.
 fn only_shard(d: &Daemon) -> Vec<StoredRecord> {
-    let mut with_records: Vec<(u32, Vec<StoredRecord>)> =
-        d.read_shards().into_iter().filter(|(_, r)| !r.is_empty()).collect();
-    assert_eq!(with_records.len(), 1, "records of one connection must all be in one shard");
+    let mut with_records: Vec<(u32, Vec<StoredRecord>)> = d
+        .read_shards()
+        .into_iter()
+        .filter(|(_, r)| !r.is_empty())
+        .collect();
+    assert_eq!(
+        with_records.len(),
+        1,
+        "records of one connection must all be in one shard"
+    );
     with_records.pop().unwrap().1
 }
 
 fn assert_consecutive_seqs(recs: &[StoredRecord]) {
     for w in recs.windows(2) {
-        assert_eq!(w[1].seq, w[0].seq + 1, "sequence numbers must be consecutive within a shard");
+        assert_eq!(
+            w[1].seq,
+            w[0].seq + 1,
+            "sequence numbers must be consecutive within a shard"
+        );
     }
 }
 
@@ -77,7 +88,10 @@ fn raw_pipeline_of_mixed_requests_is_answered_in_request_order() {
     c.stream.write_all(&all).unwrap();
     for (i, want) in expected_answers.iter().enumerate() {
         let got = c.read_frame();
-        assert_eq!(&got, want, "answer {i}: got {got:02x?}, expected {want:02x?}");
+        assert_eq!(
+            &got, want,
+            "answer {i}: got {got:02x?}, expected {want:02x?}"
+        );
     }
     let recs = only_shard(&d);
     let got: Vec<(String, u8)> = recs.iter().map(|r| (text(r), r.meta.tier)).collect();
@@ -94,7 +108,8 @@ fn client_pipeline_1024_acks_every_push_in_order() {
     {
         let mut p = client.pipeline(1024);
         for (i, payload) in payloads.iter().enumerate() {
-            p.push(Tier::Sync, payload.as_bytes()).unwrap_or_else(|e| panic!("push {i}: {e}"));
+            p.push(Tier::Sync, payload.as_bytes())
+                .unwrap_or_else(|e| panic!("push {i}: {e}"));
         }
         p.health().unwrap();
         p.flush().unwrap();
@@ -104,7 +119,11 @@ fn client_pipeline_1024_acks_every_push_in_order() {
                 other => panic!("answer {acked}: expected Ack, got {other:?}"),
             }
         }
-        assert_eq!(p.recv().unwrap(), Reply::HealthCheckResponse, "the last answer is the health check's");
+        assert_eq!(
+            p.recv().unwrap(),
+            Reply::HealthCheckResponse,
+            "the last answer is the health check's"
+        );
         assert_eq!(p.outstanding(), 0);
     }
     assert_eq!(acked, 5000);
@@ -154,10 +173,18 @@ fn push_batch_is_answered_by_ack_batch_with_the_record_count() {
     let shards = d.read_shards();
     let all: Vec<StoredRecord> = shards.iter().flat_map(|(_, r)| r.clone()).collect();
     // The raw connection's records, in order, wherever they are.
-    let raw_got: Vec<String> = all.iter().map(text).filter(|t| t.starts_with("raw-")).collect();
+    let raw_got: Vec<String> = all
+        .iter()
+        .map(text)
+        .filter(|t| t.starts_with("raw-"))
+        .collect();
     assert_eq!(raw_got, raw_recs);
     // The client's records, in order.
-    let client_got: Vec<String> = all.iter().map(text).filter(|t| t.starts_with("batch")).collect();
+    let client_got: Vec<String> = all
+        .iter()
+        .map(text)
+        .filter(|t| t.starts_with("batch"))
+        .collect();
     assert_eq!(client_got, expected);
     for r in &all {
         let t = text(r);
@@ -184,7 +211,11 @@ fn pipelining_past_a_small_daemon_window_keeps_order() {
         .map(|i| {
             let mut p = format!("w-{i:05}-").into_bytes();
             // Some records are large enough that bytes, not records, fill the window.
-            let pad = if i % 100 == 0 { 40_000 } else { (i % 50) as usize };
+            let pad = if i % 100 == 0 {
+                40_000
+            } else {
+                (i % 50) as usize
+            };
             p.resize(p.len() + pad, b'.');
             p
         })
@@ -203,7 +234,11 @@ fn pipelining_past_a_small_daemon_window_keeps_order() {
     });
     let mut c = c;
     for i in 0..payloads.len() {
-        let want = if i % 10 == 9 { expected_ack_batch(1) } else { expected_ack() };
+        let want = if i % 10 == 9 {
+            expected_ack_batch(1)
+        } else {
+            expected_ack()
+        };
         let got = c.read_frame();
         assert_eq!(got, want, "answer {i}");
     }
@@ -212,7 +247,11 @@ fn pipelining_past_a_small_daemon_window_keeps_order() {
     let recs = only_shard(&d);
     assert_eq!(recs.len(), payloads.len());
     for (i, (r, p)) in recs.iter().zip(&payloads).enumerate() {
-        assert!(r.payload[..] == p[..], "record {i} out of order: {:?}", String::from_utf8_lossy(&r.payload[..12.min(r.payload.len())]));
+        assert!(
+            r.payload[..] == p[..],
+            "record {i} out of order: {:?}",
+            String::from_utf8_lossy(&r.payload[..12.min(r.payload.len())])
+        );
     }
     assert_consecutive_seqs(&recs);
 }
@@ -230,7 +269,8 @@ fn concurrent_pipelining_connections_each_keep_their_order() {
                 let mut p = client.pipeline(256);
                 let mut acks = 0;
                 for n in 0..per_conn {
-                    p.push(Tier::Sync, format!("c{conn}:{n}").as_bytes()).unwrap();
+                    p.push(Tier::Sync, format!("c{conn}:{n}").as_bytes())
+                        .unwrap();
                 }
                 while p.outstanding() > 0 {
                     assert_eq!(p.recv().unwrap(), Reply::Ack);
@@ -255,11 +295,19 @@ fn concurrent_pipelining_connections_each_keep_their_order() {
                 .map(|(_, n)| n)
                 .collect();
             if !ns.is_empty() {
-                assert_eq!(ns, (0..per_conn as u64).collect::<Vec<_>>(), "connection {conn} in shard {shard}");
+                assert_eq!(
+                    ns,
+                    (0..per_conn as u64).collect::<Vec<_>>(),
+                    "connection {conn} in shard {shard}"
+                );
                 seen_in.push(*shard);
             }
         }
-        assert_eq!(seen_in.len(), 1, "connection {conn} must be pinned to one shard, found in {seen_in:?}");
+        assert_eq!(
+            seen_in.len(),
+            1,
+            "connection {conn} must be pinned to one shard, found in {seen_in:?}"
+        );
     }
     let total: usize = shards.iter().map(|(_, r)| r.len()).sum();
     assert_eq!(total, 4 * per_conn);
@@ -284,7 +332,10 @@ fn half_closed_client_still_gets_every_ack() {
         }
     }
     c.expect_closed();
-    assert_eq!(texts(&only_shard(&d)), (0..500).map(|i| format!("half-{i}")).collect::<Vec<_>>());
+    assert_eq!(
+        texts(&only_shard(&d)),
+        (0..500).map(|i| format!("half-{i}")).collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -307,7 +358,10 @@ fn one_push_batch_of_10000_records_is_one_ack_batch() {
     for i in 0..20 {
         raw.expect_frame(&expected_ack(), &format!("push {i}"));
     }
-    raw.expect_frame(&expected_ack_batch(100), "batch of 100 with an 8-record window");
+    raw.expect_frame(
+        &expected_ack_batch(100),
+        "batch of 100 with an 8-record window",
+    );
     raw.expect_frame(&expected_ack(), "push after the batch");
 
     assert_eq!(texts(&only_shard(&d)), recs);
@@ -326,7 +380,10 @@ fn a_client_that_does_not_read_its_acks_only_stalls_itself() {
     let w = thread::spawn(move || {
         let mut all = Vec::new();
         for i in 0..n {
-            all.extend(push_frame(Tier::Buffered, format!("unread-{i:05}").as_bytes()));
+            all.extend(push_frame(
+                Tier::Buffered,
+                format!("unread-{i:05}").as_bytes(),
+            ));
         }
         // Blocks once the daemon stops reading this connection.
         writer.write_all(&all).unwrap();
@@ -334,7 +391,9 @@ fn a_client_that_does_not_read_its_acks_only_stalls_itself() {
     // Meanwhile another connection is served normally.
     let mut other = d.client();
     for i in 0..200 {
-        other.push(Tier::Sync, format!("other-{i}").as_bytes()).unwrap_or_else(|e| panic!("push {i}: {e}"));
+        other
+            .push(Tier::Sync, format!("other-{i}").as_bytes())
+            .unwrap_or_else(|e| panic!("push {i}: {e}"));
     }
     other.health().unwrap();
     // Now read the first connection's answers: all of them, in order.
@@ -346,8 +405,22 @@ fn a_client_that_does_not_read_its_acks_only_stalls_itself() {
     w.join().unwrap();
     stalled.expect_health();
     let all = d.read_all_records();
-    let unread: Vec<String> = all.iter().map(text).filter(|t| t.starts_with("unread-")).collect();
-    assert_eq!(unread, (0..n).map(|i| format!("unread-{i:05}")).collect::<Vec<_>>());
-    let others: Vec<String> = all.iter().map(text).filter(|t| t.starts_with("other-")).collect();
-    assert_eq!(others, (0..200).map(|i| format!("other-{i}")).collect::<Vec<_>>());
+    let unread: Vec<String> = all
+        .iter()
+        .map(text)
+        .filter(|t| t.starts_with("unread-"))
+        .collect();
+    assert_eq!(
+        unread,
+        (0..n).map(|i| format!("unread-{i:05}")).collect::<Vec<_>>()
+    );
+    let others: Vec<String> = all
+        .iter()
+        .map(text)
+        .filter(|t| t.starts_with("other-"))
+        .collect();
+    assert_eq!(
+        others,
+        (0..200).map(|i| format!("other-{i}")).collect::<Vec<_>>()
+    );
 }

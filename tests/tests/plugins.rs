@@ -69,13 +69,20 @@ fn push_workload(d: &Daemon) -> Vec<Vec<u8>> {
                 match conn {
                     0 => {
                         for r in &recs {
-                            c.push(Tier::Sync, r).unwrap_or_else(|e| panic!("conn 0 push: {e}"));
+                            c.push(Tier::Sync, r)
+                                .unwrap_or_else(|e| panic!("conn 0 push: {e}"));
                         }
                     }
                     1 | 3 => {
-                        let (size, tier) = if conn == 1 { (25, Tier::Sync) } else { (50, Tier::Buffered) };
+                        let (size, tier) = if conn == 1 {
+                            (25, Tier::Sync)
+                        } else {
+                            (50, Tier::Buffered)
+                        };
                         for chunk in recs.chunks(size) {
-                            let n = c.push_batch(tier, chunk).unwrap_or_else(|e| panic!("conn {conn} push_batch: {e}"));
+                            let n = c
+                                .push_batch(tier, chunk)
+                                .unwrap_or_else(|e| panic!("conn {conn} push_batch: {e}"));
                             assert_eq!(n as usize, chunk.len());
                         }
                     }
@@ -83,7 +90,8 @@ fn push_workload(d: &Daemon) -> Vec<Vec<u8>> {
                         let mut p = c.pipeline(16);
                         let mut acked = 0;
                         for r in &recs {
-                            p.push(Tier::Batched, r).unwrap_or_else(|e| panic!("conn 2 pipelined push: {e}"));
+                            p.push(Tier::Batched, r)
+                                .unwrap_or_else(|e| panic!("conn 2 pipelined push: {e}"));
                         }
                         p.flush().unwrap();
                         while p.outstanding() > 0 {
@@ -99,7 +107,10 @@ fn push_workload(d: &Daemon) -> Vec<Vec<u8>> {
             })
         })
         .collect();
-    handles.into_iter().flat_map(|h| h.join().expect("a producer thread panicked")).collect()
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("a producer thread panicked"))
+        .collect()
 }
 
 /// Waits until `path` holds at least `n` complete lines, then a little
@@ -132,19 +143,38 @@ fn check_file_output(lines: &[Vec<u8>], expected: &[Vec<u8>], what: &str) {
         );
         *counts.entry(l.as_slice()).or_default() += 1;
     }
-    let missing: Vec<String> =
-        expected.iter().filter(|p| !counts.contains_key(p.as_slice())).map(|p| String::from_utf8_lossy(p).into_owned()).take(5).collect();
-    assert!(missing.is_empty(), "{what}: payloads never written (first few): {missing:?}");
-    let twice: Vec<String> =
-        counts.iter().filter(|(_, n)| **n > 1).map(|(p, n)| format!("{} x{n}", String::from_utf8_lossy(p))).take(5).collect();
-    assert!(twice.is_empty(), "{what}: payloads written more than once without any failure: {twice:?}");
+    let missing: Vec<String> = expected
+        .iter()
+        .filter(|p| !counts.contains_key(p.as_slice()))
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .take(5)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{what}: payloads never written (first few): {missing:?}"
+    );
+    let twice: Vec<String> = counts
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(p, n)| format!("{} x{n}", String::from_utf8_lossy(p)))
+        .take(5)
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "{what}: payloads written more than once without any failure: {twice:?}"
+    );
     let mut order: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for l in lines {
-        let (conn, n) = parse_payload(l).unwrap_or_else(|| panic!("{what}: unparsable line {:?}", String::from_utf8_lossy(l)));
+        let (conn, n) = parse_payload(l)
+            .unwrap_or_else(|| panic!("{what}: unparsable line {:?}", String::from_utf8_lossy(l)));
         order.entry(conn).or_default().push(n);
     }
     for (conn, ns) in &order {
-        assert_eq!(*ns, (0..PER_CONNECTION).collect::<Vec<_>>(), "{what}: connection {conn}'s records are not in push order");
+        assert_eq!(
+            *ns,
+            (0..PER_CONNECTION).collect::<Vec<_>>(),
+            "{what}: connection {conn}'s records are not in push order"
+        );
     }
 }
 
@@ -161,15 +191,27 @@ fn file_plugin_delivers_every_record_in_order_byte_for_byte_like_the_builtin_fil
         toml_str(file_plugin().display().to_string()),
         toml_str(plugin_out.display().to_string())
     ));
-    assert!(d.stdout().contains("sink: plugin spillway-plugin-file"), "start-up line: {}", d.stdout());
+    assert!(
+        d.stdout().contains("sink: plugin spillway-plugin-file"),
+        "start-up line: {}",
+        d.stdout()
+    );
     let expected = push_workload(&d);
     assert_eq!(expected.len(), total);
     let plugin_lines = wait_lines(&d, &plugin_out, total);
     check_file_output(&plugin_lines, &expected, "file plugin");
     let s = stats(&d);
-    assert_eq!(shard_stat_sum(&s, "delivered_records"), total as u64, "ctl stats:\n{s}");
+    assert_eq!(
+        shard_stat_sum(&s, "delivered_records"),
+        total as u64,
+        "ctl stats:\n{s}"
+    );
     assert_eq!(shard_stat_sum(&s, "dead_lettered"), 0, "ctl stats:\n{s}");
-    assert!(d.stderr().contains("spillway-plugin-file"), "the log names the plugin:\n{}", d.stderr());
+    assert!(
+        d.stderr().contains("spillway-plugin-file"),
+        "the log names the plugin:\n{}",
+        d.stderr()
+    );
     d.terminate();
 
     // The same records through the built-in file sink.
@@ -188,12 +230,19 @@ fn file_plugin_delivers_every_record_in_order_byte_for_byte_like_the_builtin_fil
     let plugin_bytes = std::fs::read(&plugin_out).unwrap();
     let builtin_bytes = std::fs::read(&builtin_out).unwrap();
     assert!(plugin_bytes.ends_with(b"\n") && builtin_bytes.ends_with(b"\n"));
-    assert_eq!(plugin_bytes.len(), builtin_bytes.len(), "the two files differ in length");
+    assert_eq!(
+        plugin_bytes.len(),
+        builtin_bytes.len(),
+        "the two files differ in length"
+    );
     let mut p = plugin_lines;
     let mut q = builtin_lines;
     p.sort();
     q.sort();
-    assert!(p == q, "the plugin's lines differ from the built-in file sink's");
+    assert!(
+        p == q,
+        "the plugin's lines differ from the built-in file sink's"
+    );
 }
 
 // ---------------------------------------------------------------- 2. refused at start
@@ -209,24 +258,60 @@ fn a_plugin_built_for_another_abi_is_refused_at_start_naming_both_versions() {
         const header *spillway_sink_plugin_v1(void) { return &VTABLE; }
     "#;
     let so = compile_c(dir.path(), "libabi999", source);
-    let d = Daemon::configure(&format!("[sink]\ntype = \"plugin\"\npath = {}\n", toml_str(so.display().to_string())));
+    let d = Daemon::configure(&format!(
+        "[sink]\ntype = \"plugin\"\npath = {}\n",
+        toml_str(so.display().to_string())
+    ));
     let f = d.run_to_exit(Duration::from_secs(30));
-    assert!(!f.status.success(), "a daemon with an ABI v999 plugin must refuse to start; stderr:\n{}", f.stderr);
-    for needle in ["ABI v999", "ABI v1 ", "sink-sdk 9.9.9", &so.display().to_string()] {
-        assert!(f.stderr.contains(needle), "stderr should contain {needle:?}:\n{}", f.stderr);
+    assert!(
+        !f.status.success(),
+        "a daemon with an ABI v999 plugin must refuse to start; stderr:\n{}",
+        f.stderr
+    );
+    for needle in [
+        "ABI v999",
+        "ABI v1 ",
+        "sink-sdk 9.9.9",
+        &so.display().to_string(),
+    ] {
+        assert!(
+            f.stderr.contains(needle),
+            "stderr should contain {needle:?}:\n{}",
+            f.stderr
+        );
     }
-    assert!(!f.stdout.contains("spillway listening on"), "it must not have started: {}", f.stdout);
+    assert!(
+        !f.stdout.contains("spillway listening on"),
+        "it must not have started: {}",
+        f.stdout
+    );
 }
 
 #[test]
 fn a_missing_plugin_file_is_refused_at_start_naming_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nowhere").join("libnot_there.so");
-    let d = Daemon::configure(&format!("[sink]\ntype = \"plugin\"\npath = {}\n", toml_str(missing.display().to_string())));
+    let d = Daemon::configure(&format!(
+        "[sink]\ntype = \"plugin\"\npath = {}\n",
+        toml_str(missing.display().to_string())
+    ));
     let f = d.run_to_exit(Duration::from_secs(30));
-    assert!(!f.status.success(), "a daemon with a missing plugin must refuse to start; stderr:\n{}", f.stderr);
-    assert!(f.stderr.contains(&missing.display().to_string()), "stderr should name {}:\n{}", missing.display(), f.stderr);
-    assert!(!f.stdout.contains("spillway listening on"), "it must not have started: {}", f.stdout);
+    assert!(
+        !f.status.success(),
+        "a daemon with a missing plugin must refuse to start; stderr:\n{}",
+        f.stderr
+    );
+    assert!(
+        f.stderr.contains(&missing.display().to_string()),
+        "stderr should name {}:\n{}",
+        missing.display(),
+        f.stderr
+    );
+    assert!(
+        !f.stdout.contains("spillway listening on"),
+        "it must not have started: {}",
+        f.stdout
+    );
 }
 
 // ---------------------------------------------------------------- 3. panicking plugin
@@ -248,33 +333,67 @@ fn a_panicking_plugin_is_restarted_and_every_record_is_delivered() {
                     (0..100)
                         .map(|i| {
                             let p = format!("panicky{t}:{i}");
-                            c.push(Tier::Sync, p.as_bytes()).unwrap_or_else(|e| panic!("push {p}: {e}"));
+                            c.push(Tier::Sync, p.as_bytes())
+                                .unwrap_or_else(|e| panic!("push {p}: {e}"));
                             p
                         })
                         .collect::<Vec<_>>()
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
     };
     assert_eq!(expected.len(), 300);
-    let have = || -> HashSet<String> { ndjson_lines(&file).iter().map(|l| String::from_utf8_lossy(l).into_owned()).collect() };
-    let ok = wait_until(DELIVERY_TIMEOUT, || expected.iter().all(|p| have().contains(p)));
+    let have = || -> HashSet<String> {
+        ndjson_lines(&file)
+            .iter()
+            .map(|l| String::from_utf8_lossy(l).into_owned())
+            .collect()
+    };
+    let ok = wait_until(DELIVERY_TIMEOUT, || {
+        expected.iter().all(|p| have().contains(p))
+    });
     let got = have();
-    let missing: Vec<&String> = expected.iter().filter(|p| !got.contains(*p)).take(10).collect();
-    assert!(ok, "records never delivered (first few): {missing:?}; ctl stats:\n{}\nlog:\n{}", stats(&d), d.stderr());
+    let missing: Vec<&String> = expected
+        .iter()
+        .filter(|p| !got.contains(*p))
+        .take(10)
+        .collect();
+    assert!(
+        ok,
+        "records never delivered (first few): {missing:?}; ctl stats:\n{}\nlog:\n{}",
+        stats(&d),
+        d.stderr()
+    );
 
     // The panic was caught, named the plugin, and the instance was re-created.
     let log = d.stderr();
-    assert!(log.contains("panic_on_batch = 3"), "the log shows the plugin's panic message:\n{log}");
     assert!(
-        log.lines().any(|l| l.contains("spillway-plugin-file") && l.contains("panicked")),
+        log.contains("panic_on_batch = 3"),
+        "the log shows the plugin's panic message:\n{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("spillway-plugin-file") && l.contains("panicked")),
         "a log line names the plugin and says it panicked:\n{log}"
     );
-    assert!(log.contains("it will be re-created"), "the log says the instance is re-created:\n{log}");
+    assert!(
+        log.contains("it will be re-created"),
+        "the log says the instance is re-created:\n{log}"
+    );
     let s = stats(&d);
-    assert!(shard_stat_sum(&s, "sink_restarts") >= 1, "ctl stats shows sink restarts:\n{s}");
-    assert_eq!(shard_stat_sum(&s, "dead_lettered"), 0, "nothing dead-lettered:\n{s}");
+    assert!(
+        shard_stat_sum(&s, "sink_restarts") >= 1,
+        "ctl stats shows sink restarts:\n{s}"
+    );
+    assert_eq!(
+        shard_stat_sum(&s, "dead_lettered"),
+        0,
+        "nothing dead-lettered:\n{s}"
+    );
 
     // Still running and serving.
     assert!(d.is_running(), "the daemon died; log:\n{log}");
@@ -284,8 +403,14 @@ fn a_panicking_plugin_is_restarted_and_every_record_is_delivered() {
     for p in &after {
         c.push(Tier::Sync, p.as_bytes()).unwrap();
     }
-    let ok = wait_until(DELIVERY_TIMEOUT, || after.iter().all(|p| have().contains(p)));
-    assert!(ok, "records pushed after the panics were not delivered; log:\n{}", d.stderr());
+    let ok = wait_until(DELIVERY_TIMEOUT, || {
+        after.iter().all(|p| have().contains(p))
+    });
+    assert!(
+        ok,
+        "records pushed after the panics were not delivered; log:\n{}",
+        d.stderr()
+    );
     assert!(d.is_running());
     d.terminate();
 }
@@ -294,7 +419,11 @@ fn a_panicking_plugin_is_restarted_and_every_record_is_delivered() {
 
 /// A producer pushing `"{tag}:{n}"` at Sync until told to stop or the
 /// connection fails; returns the payloads that were acked.
-fn spawn_pg_producer(d: &Daemon, tag: String, stop: Arc<AtomicBool>) -> thread::JoinHandle<(Vec<String>, Option<String>)> {
+fn spawn_pg_producer(
+    d: &Daemon,
+    tag: String,
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<(Vec<String>, Option<String>)> {
     let mut c = d.client();
     thread::spawn(move || {
         let mut acked = Vec::new();
@@ -314,21 +443,45 @@ fn spawn_pg_producer(d: &Daemon, tag: String, stop: Arc<AtomicBool>) -> thread::
 }
 
 fn row_count(conninfo: &str, table: &str) -> Option<u64> {
-    psql(conninfo, &format!("SELECT count(*) FROM {table}")).ok()?.first()?.trim().parse().ok()
+    psql(conninfo, &format!("SELECT count(*) FROM {table}"))
+        .ok()?
+        .first()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Every payload in the table, with its identity.
 fn table_rows(conninfo: &str, table: &str) -> Vec<(i64, i64, String)> {
-    psql(conninfo, &format!("SELECT shard, seq, convert_from(payload, 'UTF8') FROM {table} ORDER BY shard, seq"))
-        .unwrap_or_else(|e| panic!("reading {table}: {e}"))
-        .iter()
-        .map(|l| {
-            let mut f = l.splitn(3, '|');
-            let shard = f.next().unwrap().parse().unwrap_or_else(|_| panic!("bad row {l:?}"));
-            let seq = f.next().unwrap_or("").parse().unwrap_or_else(|_| panic!("bad row {l:?}"));
-            (shard, seq, f.next().unwrap_or_else(|| panic!("bad row {l:?}")).to_string())
-        })
-        .collect()
+    psql(
+        conninfo,
+        &format!(
+            "SELECT shard, seq, convert_from(payload, 'UTF8') FROM {table} ORDER BY shard, seq"
+        ),
+    )
+    .unwrap_or_else(|e| panic!("reading {table}: {e}"))
+    .iter()
+    .map(|l| {
+        let mut f = l.splitn(3, '|');
+        let shard = f
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap_or_else(|_| panic!("bad row {l:?}"));
+        let seq = f
+            .next()
+            .unwrap_or("")
+            .parse()
+            .unwrap_or_else(|_| panic!("bad row {l:?}"));
+        (
+            shard,
+            seq,
+            f.next()
+                .unwrap_or_else(|| panic!("bad row {l:?}"))
+                .to_string(),
+        )
+    })
+    .collect()
 }
 
 #[test]
@@ -345,7 +498,11 @@ fn postgres_plugin_through_two_sigkills_writes_every_acked_record_exactly_once()
         toml_str(&table)
     );
     let mut d = Daemon::start(&config);
-    assert!(d.stdout().contains("spillway-plugin-postgres"), "start-up line: {}", d.stdout());
+    assert!(
+        d.stdout().contains("spillway-plugin-postgres"),
+        "start-up line: {}",
+        d.stdout()
+    );
 
     let mut acked: Vec<String> = Vec::new();
     // Two kill points: early in the first run (the table has just started
@@ -354,7 +511,9 @@ fn postgres_plugin_through_two_sigkills_writes_every_acked_record_exactly_once()
     for (round, kill_after_new_rows) in [(0, 40u64), (1, 600u64)] {
         let base = row_count(&conninfo, &table).unwrap_or(0);
         let stop = Arc::new(AtomicBool::new(false));
-        let producers: Vec<_> = (0..3).map(|p| spawn_pg_producer(&d, format!("r{round}p{p}"), stop.clone())).collect();
+        let producers: Vec<_> = (0..3)
+            .map(|p| spawn_pg_producer(&d, format!("r{round}p{p}"), stop.clone()))
+            .collect();
         // Kill while rows are being inserted: past the threshold, and the
         // count moved since the previous look.
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -378,7 +537,10 @@ fn postgres_plugin_through_two_sigkills_writes_every_acked_record_exactly_once()
         for h in producers {
             let (a, err) = h.join().expect("producer panicked");
             let err = err.expect("a producer kept going after SIGKILL");
-            assert!(!err.contains("Overloaded"), "round {round}: a push got Overloaded: {err}");
+            assert!(
+                !err.contains("Overloaded"),
+                "round {round}: a push got Overloaded: {err}"
+            );
             round_acked += a.len();
             acked.extend(a);
         }
@@ -405,7 +567,11 @@ fn postgres_plugin_through_two_sigkills_writes_every_acked_record_exactly_once()
             break rows;
         }
         if Instant::now() >= deadline {
-            let missing: Vec<&&str> = wanted.iter().filter(|p| !present.contains(**p)).take(10).collect();
+            let missing: Vec<&&str> = wanted
+                .iter()
+                .filter(|p| !present.contains(**p))
+                .take(10)
+                .collect();
             panic!(
                 "{} of {} acked records never reached {table} (first: {missing:?}); ctl stats:\n{}\nlog:\n{}",
                 wanted.iter().filter(|p| !present.contains(**p)).count(),
@@ -430,14 +596,32 @@ fn postgres_plugin_through_two_sigkills_writes_every_acked_record_exactly_once()
     for r in &rows {
         *per_payload.entry(r.2.as_str()).or_default() += 1;
     }
-    let dup: Vec<(&&str, &usize)> = per_payload.iter().filter(|(_, n)| **n > 1).take(10).collect();
-    assert!(dup.is_empty(), "payloads stored more than once (under different identities): {dup:?}");
+    let dup: Vec<(&&str, &usize)> = per_payload
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .take(10)
+        .collect();
+    assert!(
+        dup.is_empty(),
+        "payloads stored more than once (under different identities): {dup:?}"
+    );
     for p in &acked {
-        assert_eq!(per_payload.get(p.as_str()).copied().unwrap_or(0), 1, "acked {p} must be in {table} exactly once");
+        assert_eq!(
+            per_payload.get(p.as_str()).copied().unwrap_or(0),
+            1,
+            "acked {p} must be in {table} exactly once"
+        );
     }
-    let counts = psql(&conninfo, &format!("SELECT count(*), count(DISTINCT (shard, seq)) FROM {table}")).unwrap();
+    let counts = psql(
+        &conninfo,
+        &format!("SELECT count(*), count(DISTINCT (shard, seq)) FROM {table}"),
+    )
+    .unwrap();
     let (total, distinct) = counts[0].split_once('|').expect("two columns");
-    assert_eq!(total, distinct, "row count must equal distinct (shard, seq)");
+    assert_eq!(
+        total, distinct,
+        "row count must equal distinct (shard, seq)"
+    );
     assert_eq!(total.parse::<usize>().unwrap(), rows.len());
     let unacked = rows.len() - acked.len();
     say(&format!(

@@ -14,7 +14,21 @@ type Snapshot = BTreeMap<u32, Vec<(u64, Vec<u8>, u8, u64)>>;
 fn snapshot(d: &Daemon) -> Snapshot {
     d.read_shards()
         .into_iter()
-        .map(|(s, recs)| (s, recs.iter().map(|r| (r.seq, r.payload.to_vec(), r.meta.tier, r.meta.arrival_unix_us)).collect()))
+        .map(|(s, recs)| {
+            (
+                s,
+                recs.iter()
+                    .map(|r| {
+                        (
+                            r.seq,
+                            r.payload.to_vec(),
+                            r.meta.tier,
+                            r.meta.arrival_unix_us,
+                        )
+                    })
+                    .collect(),
+            )
+        })
         .collect()
 }
 
@@ -25,10 +39,15 @@ fn total(s: &Snapshot) -> usize {
 /// N from the start-up line "... recovered N records in M segments".
 fn recovered_count(d: &Daemon) -> u64 {
     let out = d.stdout();
-    let at = out.find("recovered ").unwrap_or_else(|| panic!("no \"recovered N records\" in stdout:\n{out}"));
+    let at = out
+        .find("recovered ")
+        .unwrap_or_else(|| panic!("no \"recovered N records\" in stdout:\n{out}"));
     let rest = &out[at + "recovered ".len()..];
     let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    assert!(rest[n.len()..].starts_with(" records"), "unexpected start-up line: {out}");
+    assert!(
+        rest[n.len()..].starts_with(" records"),
+        "unexpected start-up line: {out}"
+    );
     n.parse().unwrap()
 }
 
@@ -41,12 +60,23 @@ fn push_mix(d: &Daemon, tag: &str) -> Vec<Vec<String>> {
     let mut a = Vec::new();
     for i in 0..150 {
         let p = format!("{tag}-single:{i}");
-        single.push(if i % 2 == 0 { Tier::Sync } else { Tier::Batched }, p.as_bytes()).unwrap();
+        single
+            .push(
+                if i % 2 == 0 {
+                    Tier::Sync
+                } else {
+                    Tier::Batched
+                },
+                p.as_bytes(),
+            )
+            .unwrap();
         a.push(p);
     }
     let mut b = Vec::new();
     for j in 0..15 {
-        let recs: Vec<String> = (0..10).map(|k| format!("{tag}-batch:{}", j * 10 + k)).collect();
+        let recs: Vec<String> = (0..10)
+            .map(|k| format!("{tag}-batch:{}", j * 10 + k))
+            .collect();
         assert_eq!(batcher.push_batch(Tier::Batched, &recs).unwrap(), 10);
         b.extend(recs);
     }
@@ -72,18 +102,40 @@ fn assert_contains_in_order(d: &Daemon, conns: &[Vec<String>], context: &str) {
         let prefix = expected[0].split(':').next().unwrap().to_string() + ":";
         let found: Vec<(u32, Vec<String>)> = shards
             .iter()
-            .map(|(s, recs)| (*s, texts(recs).into_iter().filter(|t| t.starts_with(&prefix)).collect::<Vec<_>>()))
+            .map(|(s, recs)| {
+                (
+                    *s,
+                    texts(recs)
+                        .into_iter()
+                        .filter(|t| t.starts_with(&prefix))
+                        .collect::<Vec<_>>(),
+                )
+            })
             .filter(|(_, v)| !v.is_empty())
             .collect();
-        assert_eq!(found.len(), 1, "{context}: connection {i} ({prefix}) found in shards {:?}", found.iter().map(|f| f.0).collect::<Vec<_>>());
-        assert_eq!(&found[0].1, expected, "{context}: connection {i} ({prefix})");
+        assert_eq!(
+            found.len(),
+            1,
+            "{context}: connection {i} ({prefix}) found in shards {:?}",
+            found.iter().map(|f| f.0).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            &found[0].1, expected,
+            "{context}: connection {i} ({prefix})"
+        );
     }
 }
 
 fn assert_nothing_quarantined(d: &Daemon, context: &str) {
     let log = d.stderr();
-    assert!(!log.contains("quarantined a segment"), "{context}: a segment was quarantined:\n{log}");
-    assert!(!log.contains("cut a torn tail"), "{context}: a torn tail was cut:\n{log}");
+    assert!(
+        !log.contains("quarantined a segment"),
+        "{context}: a segment was quarantined:\n{log}"
+    );
+    assert!(
+        !log.contains("cut a torn tail"),
+        "{context}: a torn tail was cut:\n{log}"
+    );
 }
 
 #[test]
@@ -96,22 +148,38 @@ fn clean_stop_and_restart_recovers_every_record_and_reports_the_count() {
 
     d.terminate();
     let stopped = snapshot(&d);
-    assert!(stopped == before, "the records on disk changed during a clean stop");
+    assert!(
+        stopped == before,
+        "the records on disk changed during a clean stop"
+    );
     d.restart();
     assert_eq!(recovered_count(&d), 500, "stdout:\n{}", d.stdout());
-    assert!(d.stdout().contains("recovered 500 records"), "{}", d.stdout());
+    assert!(
+        d.stdout().contains("recovered 500 records"),
+        "{}",
+        d.stdout()
+    );
     assert_nothing_quarantined(&d, "after a clean stop");
     let after = snapshot(&d);
-    assert!(after == before, "recovery after a clean stop changed the records");
+    assert!(
+        after == before,
+        "recovery after a clean stop changed the records"
+    );
     assert_contains_in_order(&d, &conns, "after restart");
 
     // A second clean cycle changes nothing either.
     d.restart();
     assert_eq!(recovered_count(&d), 500);
-    assert!(snapshot(&d) == before, "a second clean restart changed the records");
+    assert!(
+        snapshot(&d) == before,
+        "a second clean restart changed the records"
+    );
 
     // New records get new sequence numbers.
-    let max_before: BTreeMap<u32, u64> = before.iter().filter_map(|(s, r)| r.last().map(|l| (*s, l.0))).collect();
+    let max_before: BTreeMap<u32, u64> = before
+        .iter()
+        .filter_map(|(s, r)| r.last().map(|l| (*s, l.0)))
+        .collect();
     let more = push_mix(&d, "more");
     assert_contains_in_order(&d, &conns, "after more pushes");
     assert_contains_in_order(&d, &more, "after more pushes");
@@ -119,12 +187,23 @@ fn clean_stop_and_restart_recovers_every_record_and_reports_the_count() {
     assert_eq!(total(&now), 1000);
     for (shard, recs) in &now {
         let old = before.get(shard).cloned().unwrap_or_default();
-        assert!(recs[..old.len()] == old[..], "shard {shard}: old records changed");
+        assert!(
+            recs[..old.len()] == old[..],
+            "shard {shard}: old records changed"
+        );
         for w in recs.windows(2) {
-            assert!(w[0].0 < w[1].0, "shard {shard}: sequence {} then {}", w[0].0, w[1].0);
+            assert!(
+                w[0].0 < w[1].0,
+                "shard {shard}: sequence {} then {}",
+                w[0].0,
+                w[1].0
+            );
         }
         if let Some(max) = max_before.get(shard) {
-            assert!(recs[old.len()..].iter().all(|r| r.0 > *max), "shard {shard}: a sequence number was reused");
+            assert!(
+                recs[old.len()..].iter().all(|r| r.0 > *max),
+                "shard {shard}: a sequence number was reused"
+            );
         }
     }
     d.terminate();
@@ -142,20 +221,29 @@ fn recovery_after_kill9_is_idempotent() {
     d.spawn();
     let first = snapshot(&d);
     assert_eq!(recovered_count(&d), 500);
-    assert!(first == pushed, "the first recovery changed acknowledged records");
+    assert!(
+        first == pushed,
+        "the first recovery changed acknowledged records"
+    );
     assert_contains_in_order(&d, &conns, "first recovery");
     assert_nothing_quarantined(&d, "first recovery (every write had completed)");
 
     d.kill9();
     d.spawn();
     assert_eq!(recovered_count(&d), 500);
-    assert!(snapshot(&d) == first, "the second recovery differs from the first");
+    assert!(
+        snapshot(&d) == first,
+        "the second recovery differs from the first"
+    );
     assert_nothing_quarantined(&d, "second recovery");
 
     d.kill9();
     d.spawn();
     assert_eq!(recovered_count(&d), 500);
-    assert!(snapshot(&d) == first, "the third recovery differs from the first");
+    assert!(
+        snapshot(&d) == first,
+        "the third recovery differs from the first"
+    );
 
     let more = push_mix(&d, "later");
     assert_contains_in_order(&d, &conns, "after pushing again");
@@ -174,7 +262,11 @@ fn recovery_of_a_torn_tail_is_idempotent() {
         .map(|i| {
             let mut client = d.client();
             let ready = ready.clone();
-            let mode = [Mode::Single(Tier::Sync), Mode::Batch(Tier::Batched, 20), Mode::Pipelined(Tier::Sync, 64)][i];
+            let mode = [
+                Mode::Single(Tier::Sync),
+                Mode::Batch(Tier::Batched, 20),
+                Mode::Pipelined(Tier::Sync, 64),
+            ][i];
             thread::spawn(move || {
                 ready.wait();
                 produce(&mut client, &format!("torn{i}"), mode, u64::MAX)
@@ -191,19 +283,31 @@ fn recovery_of_a_torn_tail_is_idempotent() {
     let first = snapshot(&d);
     let n1 = recovered_count(&d);
     assert_eq!(n1 as usize, total(&first));
-    assert!(first == seen_before, "recovery changed what the segment reader saw before it");
+    assert!(
+        first == seen_before,
+        "recovery changed what the segment reader saw before it"
+    );
     check_producers(&d.read_shards(), &outcomes, "first recovery");
 
     d.kill9();
     d.spawn();
     assert_eq!(recovered_count(&d), n1);
-    assert!(snapshot(&d) == first, "the second recovery differs from the first");
-    assert_nothing_quarantined(&d, "second recovery (the first one already repaired everything)");
+    assert!(
+        snapshot(&d) == first,
+        "the second recovery differs from the first"
+    );
+    assert_nothing_quarantined(
+        &d,
+        "second recovery (the first one already repaired everything)",
+    );
 
     d.kill9();
     d.spawn();
     assert_eq!(recovered_count(&d), n1);
-    assert!(snapshot(&d) == first, "the third recovery differs from the first");
+    assert!(
+        snapshot(&d) == first,
+        "the third recovery differs from the first"
+    );
     check_producers(&d.read_shards(), &outcomes, "third recovery");
     d.terminate();
 }
@@ -225,7 +329,9 @@ fn records_and_batches_larger_than_a_segment_survive_restarts() {
     huge.resize(2 * 1024 * 1024, b'h');
     client.push(Tier::Sync, &huge).unwrap();
     for i in 0..50 {
-        client.push(Tier::Sync, format!("tail:{i}").as_bytes()).unwrap();
+        client
+            .push(Tier::Sync, format!("tail:{i}").as_bytes())
+            .unwrap();
     }
     let check = |d: &Daemon, context: &str| {
         let recs = d.read_all_records();
@@ -233,8 +339,15 @@ fn records_and_batches_larger_than_a_segment_survive_restarts() {
         for (i, r) in recs[..3000].iter().enumerate() {
             assert!(r.payload[..] == batch[i][..], "{context}: batch record {i}");
         }
-        assert!(recs[3000].payload[..] == huge[..], "{context}: the 2 MiB record");
-        assert_eq!(texts(&recs[3001..]), (0..50).map(|i| format!("tail:{i}")).collect::<Vec<_>>(), "{context}");
+        assert!(
+            recs[3000].payload[..] == huge[..],
+            "{context}: the 2 MiB record"
+        );
+        assert_eq!(
+            texts(&recs[3001..]),
+            (0..50).map(|i| format!("tail:{i}")).collect::<Vec<_>>(),
+            "{context}"
+        );
         check_seqs(&d.read_shards(), context);
     };
     check(&d, "before restart");
@@ -271,7 +384,11 @@ fn lowering_the_shard_count_does_not_orphan_acknowledged_records() {
     match out {
         StartOrExit::Exited(f) => {
             assert!(!f.status.success());
-            assert!(f.stderr.contains("shard-001"), "refused to start without naming shard-001:\n{}", f.stderr);
+            assert!(
+                f.stderr.contains("shard-001"),
+                "refused to start without naming shard-001:\n{}",
+                f.stderr
+            );
         }
         StartOrExit::Started => {
             assert_eq!(
@@ -283,7 +400,11 @@ fn lowering_the_shard_count_does_not_orphan_acknowledged_records() {
             );
         }
     }
-    assert_eq!(d.read_all_records().len(), 2, "the records are still on disk");
+    assert_eq!(
+        d.read_all_records().len(),
+        2,
+        "the records are still on disk"
+    );
 }
 
 #[test]

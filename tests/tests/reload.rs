@@ -41,7 +41,10 @@ fn http_payloads(rx: &HttpReceiver) -> HashSet<String> {
 
 /// Lines of an NDJSON output file as text.
 fn file_payloads(path: &Path) -> HashSet<String> {
-    ndjson_lines(path).iter().map(|l| String::from_utf8_lossy(l).into_owned()).collect()
+    ndjson_lines(path)
+        .iter()
+        .map(|l| String::from_utf8_lossy(l).into_owned())
+        .collect()
 }
 
 /// Push `"{tag}:{i}"` for `i in 0..n` at Sync; each must be acked.
@@ -50,14 +53,20 @@ fn push_tagged(d: &Daemon, tag: &str, n: usize) -> Vec<String> {
     (0..n)
         .map(|i| {
             let p = format!("{tag}:{i}");
-            c.push(Tier::Sync, p.as_bytes()).unwrap_or_else(|e| panic!("push {p}: {e}; log:\n{}", d.stderr()));
+            c.push(Tier::Sync, p.as_bytes())
+                .unwrap_or_else(|e| panic!("push {p}: {e}; log:\n{}", d.stderr()));
             p
         })
         .collect()
 }
 
 /// Wait until every payload of `want` is in `have()`; panics with `what` after the timeout.
-fn wait_delivered(d: &Daemon, want: &[String], what: &str, mut have: impl FnMut() -> HashSet<String>) {
+fn wait_delivered(
+    d: &Daemon,
+    want: &[String],
+    what: &str,
+    mut have: impl FnMut() -> HashSet<String>,
+) {
     let ok = wait_until(DELIVERY_TIMEOUT, || {
         let h = have();
         want.iter().all(|p| h.contains(p))
@@ -65,7 +74,11 @@ fn wait_delivered(d: &Daemon, want: &[String], what: &str, mut have: impl FnMut(
     if !ok {
         let h = have();
         let missing: Vec<&String> = want.iter().filter(|p| !h.contains(*p)).take(10).collect();
-        panic!("{what}: never delivered (first few): {missing:?}; ctl stats:\n{}\nlog:\n{}", stats(d), d.stderr());
+        panic!(
+            "{what}: never delivered (first few): {missing:?}; ctl stats:\n{}\nlog:\n{}",
+            stats(d),
+            d.stderr()
+        );
     }
 }
 
@@ -99,7 +112,12 @@ fn spawn_producer(d: &Daemon, tag: &str, stop: Arc<AtomicBool>) -> thread::JoinH
     let mut c = d.client();
     let tag = tag.to_string();
     thread::spawn(move || {
-        let mut log = AckLog { tag: tag.clone(), acks: Vec::new(), overloaded: 0, error: None };
+        let mut log = AckLog {
+            tag: tag.clone(),
+            acks: Vec::new(),
+            overloaded: 0,
+            error: None,
+        };
         let mut n = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let p = format!("{tag}:{n}");
@@ -135,11 +153,17 @@ fn ctl_reload_under_load_switches_a_to_b_to_plugin_and_back_without_losing_a_rec
     let pfile = out.path().join("plugin.ndjson");
     let sink_a = http_sink(&rx_a);
     let sink_b = http_sink(&rx_b);
-    let sink_p = file_plugin_sink(&pfile, "linger_ms = 5\nretry_initial_ms = 20\nretry_max_ms = 300", "");
+    let sink_p = file_plugin_sink(
+        &pfile,
+        "linger_ms = 5\nretry_initial_ms = 20\nretry_max_ms = 300",
+        "",
+    );
     let mut d = Daemon::start(&sink_a);
 
     let stop = Arc::new(AtomicBool::new(false));
-    let producers: Vec<_> = (0..2).map(|i| spawn_producer(&d, &format!("load{i}"), stop.clone())).collect();
+    let producers: Vec<_> = (0..2)
+        .map(|i| spawn_producer(&d, &format!("load{i}"), stop.clone()))
+        .collect();
     let t0 = Instant::now();
     thread::sleep(Duration::from_millis(1000));
 
@@ -148,9 +172,21 @@ fn ctl_reload_under_load_switches_a_to_b_to_plugin_and_back_without_losing_a_rec
     let mut reloads: Vec<(Dest, Instant, Instant)> = Vec::new();
     let (mut dest, mut from) = (Dest::A, t0);
     let steps = [
-        (Dest::B, &sink_b, vec!["sink switched to http".to_string(), rx_b.url()]),
-        (Dest::Plugin, &sink_p, vec!["sink switched to plugin spillway-plugin-file".to_string()]),
-        (Dest::A, &sink_a, vec!["sink switched to http".to_string(), rx_a.url()]),
+        (
+            Dest::B,
+            &sink_b,
+            vec!["sink switched to http".to_string(), rx_b.url()],
+        ),
+        (
+            Dest::Plugin,
+            &sink_p,
+            vec!["sink switched to plugin spillway-plugin-file".to_string()],
+        ),
+        (
+            Dest::A,
+            &sink_a,
+            vec!["sink switched to http".to_string(), rx_a.url()],
+        ),
     ];
     for (next, cfg, expect) in steps {
         let started = Instant::now();
@@ -169,7 +205,11 @@ fn ctl_reload_under_load_switches_a_to_b_to_plugin_and_back_without_losing_a_rec
             d.stderr()
         );
         for e in &expect {
-            assert!(f.stdout.contains(e.as_str()), "ctl reload to {next:?} should say {e:?}, said:\n{}", f.stdout);
+            assert!(
+                f.stdout.contains(e.as_str()),
+                "ctl reload to {next:?} should say {e:?}, said:\n{}",
+                f.stdout
+            );
         }
         reloads.push((next, started, done));
         dest = next;
@@ -177,12 +217,25 @@ fn ctl_reload_under_load_switches_a_to_b_to_plugin_and_back_without_losing_a_rec
         thread::sleep(Duration::from_millis(1500));
     }
     stop.store(true, Ordering::Relaxed);
-    let logs: Vec<AckLog> = producers.into_iter().map(|h| h.join().expect("producer panicked")).collect();
+    let logs: Vec<AckLog> = producers
+        .into_iter()
+        .map(|h| h.join().expect("producer panicked"))
+        .collect();
     windows.push((dest, from, Instant::now()));
 
     for log in &logs {
-        assert!(log.error.is_none(), "producer {} failed: {:?}; log:\n{}", log.tag, log.error, d.stderr());
-        assert_eq!(log.overloaded, 0, "producer {} got Overloaded nacks during the reloads", log.tag);
+        assert!(
+            log.error.is_none(),
+            "producer {} failed: {:?}; log:\n{}",
+            log.tag,
+            log.error,
+            d.stderr()
+        );
+        assert_eq!(
+            log.overloaded, 0,
+            "producer {} got Overloaded nacks during the reloads",
+            log.tag
+        );
     }
     let s = stats(&d);
     assert_eq!(stat(&s, "reloads_succeeded"), 3, "ctl stats:\n{s}");
@@ -198,7 +251,11 @@ fn ctl_reload_under_load_switches_a_to_b_to_plugin_and_back_without_losing_a_rec
     };
     let wanted: Vec<String> = acked.iter().map(|a| a.0.clone()).collect();
     wait_delivered(&d, &wanted, "acked records after the reloads", all);
-    let (in_a, in_b, in_p) = (http_payloads(&rx_a), http_payloads(&rx_b), file_payloads(&pfile));
+    let (in_a, in_b, in_p) = (
+        http_payloads(&rx_a),
+        http_payloads(&rx_b),
+        file_payloads(&pfile),
+    );
     let set = |dest: Dest| match dest {
         Dest::A => &in_a,
         Dest::B => &in_b,
@@ -207,11 +264,25 @@ fn ctl_reload_under_load_switches_a_to_b_to_plugin_and_back_without_losing_a_rec
 
     // Records sent well after a reload went to the new sink, and only there.
     for (i, (dest, from, to)) in windows.iter().enumerate() {
-        let inside: Vec<&String> = acked.iter().filter(|a| a.1 >= *from && a.1 < *to).map(|a| &a.0).collect();
-        assert!(inside.len() >= 20, "window {i} ({dest:?}) holds only {} records: the producers stalled?", inside.len());
+        let inside: Vec<&String> = acked
+            .iter()
+            .filter(|a| a.1 >= *from && a.1 < *to)
+            .map(|a| &a.0)
+            .collect();
+        assert!(
+            inside.len() >= 20,
+            "window {i} ({dest:?}) holds only {} records: the producers stalled?",
+            inside.len()
+        );
         for p in &inside {
-            assert!(set(*dest).contains(*p), "window {i}: {p} was sent while {dest:?} was the sink but did not reach it");
-            for other in [Dest::A, Dest::B, Dest::Plugin].into_iter().filter(|o| o != dest) {
+            assert!(
+                set(*dest).contains(*p),
+                "window {i}: {p} was sent while {dest:?} was the sink but did not reach it"
+            );
+            for other in [Dest::A, Dest::B, Dest::Plugin]
+                .into_iter()
+                .filter(|o| o != dest)
+            {
                 assert!(
                     !set(other).contains(*p),
                     "window {i}: {p} was sent ≥ {SWITCH_GRACE:?} after the switch to {dest:?} but reached {other:?}"
@@ -238,7 +309,12 @@ fn ctl_reload_under_load_switches_a_to_b_to_plugin_and_back_without_losing_a_rec
             let (lo, hi) = (*s - Duration::from_millis(100), *e + SWITCH_GRACE);
             let near = logs
                 .iter()
-                .flat_map(|l| l.acks.windows(2).filter(|w| w[1].2 >= lo && w[0].2 <= hi).map(|w| w[1].2 - w[0].2))
+                .flat_map(|l| {
+                    l.acks
+                        .windows(2)
+                        .filter(|w| w[1].2 >= lo && w[0].2 <= hi)
+                        .map(|w| w[1].2 - w[0].2)
+                })
                 .max()
                 .unwrap_or_default();
             format!(
@@ -257,7 +333,11 @@ fn ctl_reload_under_load_switches_a_to_b_to_plugin_and_back_without_losing_a_rec
         worst.2.as_secs_f64(),
         reload_times.join(", ")
     ));
-    assert!(worst.0 < Duration::from_secs(2), "producers stalled for {:?} during the reloads", worst.0);
+    assert!(
+        worst.0 < Duration::from_secs(2),
+        "producers stalled for {:?} during the reloads",
+        worst.0
+    );
     d.terminate();
 }
 
@@ -269,7 +349,9 @@ fn sighup_reloads_the_config_file() {
     let rx_b = HttpReceiver::start();
     let mut d = Daemon::start(&http_sink(&rx_a));
     let before = push_tagged(&d, "before-hup", 10);
-    wait_delivered(&d, &before, "records before SIGHUP", || http_payloads(&rx_a));
+    wait_delivered(&d, &before, "records before SIGHUP", || {
+        http_payloads(&rx_a)
+    });
     let s = stats(&d);
     assert_eq!(stat(&s, "reloads_succeeded"), 0, "ctl stats:\n{s}");
 
@@ -277,20 +359,38 @@ fn sighup_reloads_the_config_file() {
     let pid = d.pid().unwrap() as libc::pid_t;
     // SAFETY: kill(2) on our own, unreaped child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
-    let reloaded = wait_step(Duration::from_secs(10), Duration::from_millis(50), || stat(&stats(&d), "reloads_succeeded") == 1);
+    let reloaded = wait_step(Duration::from_secs(10), Duration::from_millis(50), || {
+        stat(&stats(&d), "reloads_succeeded") == 1
+    });
     let s = stats(&d);
-    assert!(reloaded, "reloads_succeeded did not reach 1 after SIGHUP; ctl stats:\n{s}\nlog:\n{}", d.stderr());
+    assert!(
+        reloaded,
+        "reloads_succeeded did not reach 1 after SIGHUP; ctl stats:\n{s}\nlog:\n{}",
+        d.stderr()
+    );
     assert_eq!(stat(&s, "reloads_failed"), 0, "ctl stats:\n{s}");
-    assert!(stat_sink(&s).contains(&rx_b.url()), "ctl stats names the new sink:\n{s}");
+    assert!(
+        stat_sink(&s).contains(&rx_b.url()),
+        "ctl stats names the new sink:\n{s}"
+    );
     assert!(d.is_running(), "SIGHUP must not stop the daemon");
-    assert!(d.stderr().contains("SIGHUP"), "the log mentions the SIGHUP:\n{}", d.stderr());
+    assert!(
+        d.stderr().contains("SIGHUP"),
+        "the log mentions the SIGHUP:\n{}",
+        d.stderr()
+    );
 
     thread::sleep(SWITCH_GRACE);
     let after = push_tagged(&d, "after-hup", 20);
-    wait_delivered(&d, &after, "records after SIGHUP, at B", || http_payloads(&rx_b));
+    wait_delivered(&d, &after, "records after SIGHUP, at B", || {
+        http_payloads(&rx_b)
+    });
     let in_a = http_payloads(&rx_a);
     let wrong: Vec<&String> = after.iter().filter(|p| in_a.contains(*p)).collect();
-    assert!(wrong.is_empty(), "records pushed after the SIGHUP reload reached the old sink A: {wrong:?}");
+    assert!(
+        wrong.is_empty(),
+        "records pushed after the SIGHUP reload reached the old sink A: {wrong:?}"
+    );
     d.terminate();
 }
 
@@ -327,7 +427,10 @@ impl Watched {
             .stderr(File::create(&log).unwrap())
             .spawn()
             .expect("spawning spillway");
-        let mut w = Watched { child: Some(child), log };
+        let mut w = Watched {
+            child: Some(child),
+            log,
+        };
         let socket = d.socket_path().to_path_buf();
         let up = wait_until(START_TIMEOUT, || {
             Client::connect(&socket)
@@ -338,13 +441,19 @@ impl Watched {
                 })
                 .is_some()
         });
-        assert!(up, "the daemon with --watch-config did not come up; log:\n{}", w.log_text());
+        assert!(
+            up,
+            "the daemon with --watch-config did not come up; log:\n{}",
+            w.log_text()
+        );
         assert!(w.child.as_mut().unwrap().try_wait().unwrap().is_none());
         w
     }
 
     fn log_text(&self) -> String {
-        strip_ansi(&String::from_utf8_lossy(&fs::read(&self.log).unwrap_or_default()))
+        strip_ansi(&String::from_utf8_lossy(
+            &fs::read(&self.log).unwrap_or_default(),
+        ))
     }
 }
 
@@ -366,7 +475,9 @@ fn watch_config_switches_the_sink_when_the_file_changes() {
     let mut c = Client::connect(d.socket_path()).unwrap();
     c.set_timeout(Some(IO_TIMEOUT)).unwrap();
     c.push(Tier::Sync, b"watch-before").unwrap();
-    let ok = wait_until(DELIVERY_TIMEOUT, || http_payloads(&rx_a).contains("watch-before"));
+    let ok = wait_until(DELIVERY_TIMEOUT, || {
+        http_payloads(&rx_a).contains("watch-before")
+    });
     assert!(ok, "nothing reached A; log:\n{}", w.log_text());
 
     // Edit the file (no ctl, no signal), then push a record every 100 ms
@@ -376,17 +487,32 @@ fn watch_config_switches_the_sink_when_the_file_changes() {
     let edited = Instant::now();
     let mut i = 0;
     let switched = wait_step(Duration::from_secs(10), Duration::from_millis(100), || {
-        c.push(Tier::Sync, format!("watch-probe:{i}").as_bytes()).unwrap();
+        c.push(Tier::Sync, format!("watch-probe:{i}").as_bytes())
+            .unwrap();
         i += 1;
         !rx_b.accepted_records().is_empty()
     });
     let took = edited.elapsed();
-    assert!(switched, "the sink did not switch to B within 10 s of the edit; log:\n{}", w.log_text());
-    say(&format!("--watch-config: the first record reached B {} ms after the edit\n", took.as_millis()));
-    assert!(took < Duration::from_secs(5), "the switch took {took:?}; expected within a few seconds");
+    assert!(
+        switched,
+        "the sink did not switch to B within 10 s of the edit; log:\n{}",
+        w.log_text()
+    );
+    say(&format!(
+        "--watch-config: the first record reached B {} ms after the edit\n",
+        took.as_millis()
+    ));
+    assert!(
+        took < Duration::from_secs(5),
+        "the switch took {took:?}; expected within a few seconds"
+    );
     let s = ctl_socket(&admin_socket(&d), &["stats"]).stdout;
     assert_eq!(stat(&s, "reloads_succeeded"), 1, "ctl stats:\n{s}");
-    assert!(w.log_text().contains("config reloaded"), "log:\n{}", w.log_text());
+    assert!(
+        w.log_text().contains("config reloaded"),
+        "log:\n{}",
+        w.log_text()
+    );
 
     thread::sleep(SWITCH_GRACE);
     let after: Vec<String> = (0..20).map(|i| format!("watch-after:{i}")).collect();
@@ -397,9 +523,16 @@ fn watch_config_switches_the_sink_when_the_file_changes() {
         let h = http_payloads(&rx_b);
         after.iter().all(|p| h.contains(p))
     });
-    assert!(ok, "records after the edit did not all reach B; log:\n{}", w.log_text());
+    assert!(
+        ok,
+        "records after the edit did not all reach B; log:\n{}",
+        w.log_text()
+    );
     let in_a = http_payloads(&rx_a);
-    assert!(after.iter().all(|p| !in_a.contains(p)), "records after the switch reached the old sink A");
+    assert!(
+        after.iter().all(|p| !in_a.contains(p)),
+        "records after the switch reached the old sink A"
+    );
     drop(w);
     drop(d);
 }
@@ -416,7 +549,9 @@ fn check_rejected_reload(what: &str, breaker: impl Fn(&mut Daemon, &HttpReceiver
     let rx_b = HttpReceiver::start();
     let mut d = Daemon::start(&http_sink(&rx_a));
     let before = push_tagged(&d, "before", 5);
-    wait_delivered(&d, &before, "records before the reload", || http_payloads(&rx_a));
+    wait_delivered(&d, &before, "records before the reload", || {
+        http_payloads(&rx_a)
+    });
 
     let names = breaker(&mut d, &rx_b);
     let mut unnamed: Vec<String> = Vec::new();
@@ -433,7 +568,10 @@ fn check_rejected_reload(what: &str, breaker: impl Fn(&mut Daemon, &HttpReceiver
             d.config_text()
         );
         let message = format!("{}{}", f.stdout, f.stderr);
-        assert!(message.contains("reload rejected"), "{what}: ctl reload said:\n{message}");
+        assert!(
+            message.contains("reload rejected"),
+            "{what}: ctl reload said:\n{message}"
+        );
         // Checked last, so a poor message does not hide the other checks.
         for name in &names {
             if !message.contains(name.as_str()) {
@@ -441,14 +579,30 @@ fn check_rejected_reload(what: &str, breaker: impl Fn(&mut Daemon, &HttpReceiver
             }
         }
         let s = stats(&d);
-        assert_eq!(stat(&s, "reloads_failed"), attempt, "{what}: ctl stats:\n{s}");
+        assert_eq!(
+            stat(&s, "reloads_failed"),
+            attempt,
+            "{what}: ctl stats:\n{s}"
+        );
         assert_eq!(stat(&s, "reloads_succeeded"), 0, "{what}: ctl stats:\n{s}");
-        assert!(stat_sink(&s).contains(&rx_a.url()), "{what}: the running sink is still A:\n{s}");
+        assert!(
+            stat_sink(&s).contains(&rx_a.url()),
+            "{what}: the running sink is still A:\n{s}"
+        );
         assert!(d.is_running(), "{what}: the daemon stopped");
         let after = push_tagged(&d, &format!("after{attempt}"), 10);
-        wait_delivered(&d, &after, &format!("{what}: records after the rejected reload"), || http_payloads(&rx_a));
+        wait_delivered(
+            &d,
+            &after,
+            &format!("{what}: records after the rejected reload"),
+            || http_payloads(&rx_a),
+        );
     }
-    assert_eq!(rx_b.request_count(), 0, "{what}: nothing may reach B: the config naming it was rejected");
+    assert_eq!(
+        rx_b.request_count(),
+        0,
+        "{what}: nothing may reach B: the config naming it was rejected"
+    );
     assert!(
         unnamed.is_empty(),
         "{what}: the ctl reload message does not name the problem:\n{}\ndaemon log (tail):\n{}",
@@ -465,8 +619,15 @@ fn reload_rejects_a_toml_syntax_error_and_keeps_delivering() {
         let mut text = d.config_text();
         text.push_str("\nlinger_ms = = 5\n");
         fs::write(d.config_path(), &text).unwrap();
-        let line = text.lines().position(|l| l.starts_with("linger_ms = = 5")).unwrap() + 1;
-        vec![d.config_path().display().to_string(), format!("line {line}")]
+        let line = text
+            .lines()
+            .position(|l| l.starts_with("linger_ms = = 5"))
+            .unwrap()
+            + 1;
+        vec![
+            d.config_path().display().to_string(),
+            format!("line {line}"),
+        ]
     });
 }
 
@@ -490,7 +651,10 @@ fn reload_rejects_max_records_zero_naming_the_key() {
 fn reload_rejects_a_plugin_path_that_does_not_exist_naming_the_path() {
     check_rejected_reload("missing plugin", |d, _| {
         let missing = d.dir().join("plugins").join("libgone.so");
-        d.reconfigure(&format!("[sink]\ntype = \"plugin\"\npath = {}\n", toml_str(missing.display().to_string())));
+        d.reconfigure(&format!(
+            "[sink]\ntype = \"plugin\"\npath = {}\n",
+            toml_str(missing.display().to_string())
+        ));
         vec![missing.display().to_string()]
     });
 }
@@ -507,27 +671,45 @@ fn log_tail(d: &Daemon, lines: usize) -> String {
 fn a_change_outside_the_sink_table_is_reported_as_needing_a_restart_and_not_applied() {
     let rx_a = HttpReceiver::start();
     let mut d = Daemon::start(&http_sink(&rx_a));
-    d.reconfigure(&format!("[server]\nmax_connections = 3\n{}", http_sink(&rx_a)));
+    d.reconfigure(&format!(
+        "[server]\nmax_connections = 3\n{}",
+        http_sink(&rx_a)
+    ));
     let f = ctl_config(&d, &["reload"]);
-    assert!(f.status.success(), "ctl reload exited {}: {}{}", f.status, f.stdout, f.stderr);
     assert!(
-        f.stdout.lines().any(|l| l.contains("server.max_connections") && l.contains("restart")),
+        f.status.success(),
+        "ctl reload exited {}: {}{}",
+        f.status,
+        f.stdout,
+        f.stderr
+    );
+    assert!(
+        f.stdout
+            .lines()
+            .any(|l| l.contains("server.max_connections") && l.contains("restart")),
         "ctl reload should say server.max_connections needs a restart:\n{}",
         f.stdout
     );
-    assert!(f.stdout.contains("sink unchanged"), "the sink table did not change:\n{}", f.stdout);
+    assert!(
+        f.stdout.contains("sink unchanged"),
+        "the sink table did not change:\n{}",
+        f.stdout
+    );
 
     // Not applied: more than 3 connections are still served.
     let mut clients: Vec<Client> = (0..8).map(|_| d.client()).collect();
     for (i, c) in clients.iter_mut().enumerate() {
-        c.health().unwrap_or_else(|e| panic!("connection {i} of 8 was not served after the reload: {e}"));
+        c.health()
+            .unwrap_or_else(|e| panic!("connection {i} of 8 was not served after the reload: {e}"));
     }
     let s = stats(&d);
     assert_eq!(stat(&s, "connections_refused"), 0, "ctl stats:\n{s}");
     drop(clients);
 
     let after = push_tagged(&d, "outside-sink", 10);
-    wait_delivered(&d, &after, "records after the restart-only change", || http_payloads(&rx_a));
+    wait_delivered(&d, &after, "records after the restart-only change", || {
+        http_payloads(&rx_a)
+    });
     d.terminate();
 }
 
@@ -555,7 +737,10 @@ fn reload_on_the_embedded_default_config_says_there_is_no_file() {
         .stderr(File::create(&log).unwrap())
         .spawn()
         .unwrap();
-    let w = Watched { child: Some(child), log };
+    let w = Watched {
+        child: Some(child),
+        log,
+    };
     let socket = dir.path().join("spillway-data/spillway.sock");
     let admin = dir.path().join("spillway-data/admin.sock");
     let up = wait_until(START_TIMEOUT, || {
@@ -568,13 +753,31 @@ fn reload_on_the_embedded_default_config_says_there_is_no_file() {
                 })
                 .is_some()
     });
-    assert!(up, "the daemon on the embedded default did not come up; log:\n{}", w.log_text());
+    assert!(
+        up,
+        "the daemon on the embedded default did not come up; log:\n{}",
+        w.log_text()
+    );
 
     let f = ctl_socket(&admin, &["reload"]);
-    assert!(!f.status.success(), "ctl reload should fail on the embedded default; it said:\n{}{}", f.stdout, f.stderr);
-    assert!(f.stderr.contains("no file to reload"), "ctl reload should say there is no file to reload:\n{}", f.stderr);
+    assert!(
+        !f.status.success(),
+        "ctl reload should fail on the embedded default; it said:\n{}{}",
+        f.stdout,
+        f.stderr
+    );
+    assert!(
+        f.stderr.contains("no file to reload"),
+        "ctl reload should say there is no file to reload:\n{}",
+        f.stderr
+    );
     let s = ctl_socket(&admin, &["stats"]);
     assert!(s.status.success(), "ctl stats: {}", s.stderr);
-    assert_eq!(stat(&s.stdout, "reloads_failed"), 1, "ctl stats:\n{}", s.stdout);
+    assert_eq!(
+        stat(&s.stdout, "reloads_failed"),
+        1,
+        "ctl stats:\n{}",
+        s.stdout
+    );
     drop(w);
 }

@@ -51,8 +51,8 @@ fn ack_and_health_response_bytes_are_exact() {
     assert_eq!(
         hello,
         [
-            0x57, 0x45, 0x49, 0x52, 0x01, 0x01, 0x01, 0x00, 0x05, 0x00, 0x00, 0x00, 0x66, 0xad, 0x7d, 0x3c, 0x68,
-            0x65, 0x6c, 0x6c, 0x6f, 0x86, 0xa6, 0x10, 0x36
+            0x57, 0x45, 0x49, 0x52, 0x01, 0x01, 0x01, 0x00, 0x05, 0x00, 0x00, 0x00, 0x66, 0xad,
+            0x7d, 0x3c, 0x68, 0x65, 0x6c, 0x6c, 0x6f, 0x86, 0xa6, 0x10, 0x36
         ]
     );
     c.send(&hello);
@@ -60,17 +60,26 @@ fn ack_and_health_response_bytes_are_exact() {
     let ack = c.read_frame();
     assert_eq!(
         ack,
-        [0x57, 0x45, 0x49, 0x52, 0x01, 0x02, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc9, 0x47, 0x4b, 0x3a, 0x00, 0x00, 0x00, 0x00],
+        [
+            0x57, 0x45, 0x49, 0x52, 0x01, 0x02, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0xc9, 0x47,
+            0x4b, 0x3a, 0x00, 0x00, 0x00, 0x00
+        ],
         "ack bytes: {ack:02x?}"
     );
     assert_eq!(ack, expected_ack());
-    assert_eq!(u32::from_le_bytes(ack[12..16].try_into().unwrap()), crc32fast::hash(&ack[..12]));
+    assert_eq!(
+        u32::from_le_bytes(ack[12..16].try_into().unwrap()),
+        crc32fast::hash(&ack[..12])
+    );
 
     c.send(&health_frame());
     let hc = c.read_frame();
     assert_eq!(
         hc,
-        [0x57, 0x45, 0x49, 0x52, 0x01, 0x05, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x47, 0x79, 0xec, 0xff, 0x00, 0x00, 0x00, 0x00],
+        [
+            0x57, 0x45, 0x49, 0x52, 0x01, 0x05, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x47, 0x79,
+            0xec, 0xff, 0x00, 0x00, 0x00, 0x00
+        ],
         "health check response bytes: {hc:02x?}"
     );
 
@@ -92,7 +101,10 @@ fn health_check_is_answered_and_keeps_the_connection() {
     c.expect_health();
     // The tier byte of a health check is filler: any value is answered.
     c.send(&frame(msg::HEALTH_CHECK, 0x07, 0, &[]));
-    c.expect_frame(&expected_health_response(), "health check with tier byte 0x07");
+    c.expect_frame(
+        &expected_health_response(),
+        "health check with tier byte 0x07",
+    );
     // A payload on a health check is CRC-checked and ignored.
     c.send(&frame(msg::HEALTH_CHECK, 0x01, 0, b"ignored"));
     c.expect_frame(&expected_health_response(), "health check with a payload");
@@ -113,13 +125,23 @@ fn bad_magic_is_refused_and_closed() {
     f[..4].copy_from_slice(b"WEIX");
     fix_header_crc(&mut f);
     expect_refused(&d, &f, NackReason::BadMagic, "magic WEIX");
-    expect_refused(&d, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", NackReason::BadMagic, "an HTTP request");
+    expect_refused(
+        &d,
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+        NackReason::BadMagic,
+        "an HTTP request",
+    );
     // Decode order: magic before version and header CRC.
     let mut f = push_frame(Tier::Sync, b"payload");
     f[0] = b'X';
     f[4] = 9;
     f[12] ^= 0xff;
-    expect_refused(&d, &f, NackReason::BadMagic, "bad magic, version and header crc");
+    expect_refused(
+        &d,
+        &f,
+        NackReason::BadMagic,
+        "bad magic, version and header crc",
+    );
     assert!(stored(&d).is_empty());
 }
 
@@ -133,8 +155,8 @@ fn version_mismatch_is_refused_with_the_daemon_version_and_closed() {
     assert_eq!(
         got,
         [
-            0x57, 0x45, 0x49, 0x52, 0x01, 0x03, 0x01, 0x00, 0x02, 0x00, 0x00, 0x00, 0xf6, 0x84, 0x35, 0x36, 0x02, 0x01,
-            0xeb, 0x40, 0xe8, 0x04
+            0x57, 0x45, 0x49, 0x52, 0x01, 0x03, 0x01, 0x00, 0x02, 0x00, 0x00, 0x00, 0xf6, 0x84,
+            0x35, 0x36, 0x02, 0x01, 0xeb, 0x40, 0xe8, 0x04
         ],
         "version mismatch nack: {got:02x?}"
     );
@@ -143,7 +165,12 @@ fn version_mismatch_is_refused_with_the_daemon_version_and_closed() {
     // Decode order: version before the header CRC.
     let mut f = push_with_header_byte(4, 0x00);
     f[12] ^= 0x55;
-    expect_refused(&d, &f, NackReason::VersionMismatch, "version 0 with a bad header crc");
+    expect_refused(
+        &d,
+        &f,
+        NackReason::VersionMismatch,
+        "version 0 with a bad header crc",
+    );
     assert!(stored(&d).is_empty());
 }
 
@@ -152,11 +179,21 @@ fn bad_header_crc_is_refused_and_closed() {
     let d = Daemon::start("");
     let mut f = push_frame(Tier::Sync, b"payload");
     f[13] ^= 0x01;
-    expect_refused(&d, &f, NackReason::BadHeaderCrc, "header crc off by one bit");
+    expect_refused(
+        &d,
+        &f,
+        NackReason::BadHeaderCrc,
+        "header crc off by one bit",
+    );
     // A header byte changed without fixing the CRC (tier Sync -> Batched).
     let mut f = push_frame(Tier::Sync, b"payload");
     f[6] = 0x02;
-    expect_refused(&d, &f, NackReason::BadHeaderCrc, "tier changed after the crc");
+    expect_refused(
+        &d,
+        &f,
+        NackReason::BadHeaderCrc,
+        "tier changed after the crc",
+    );
     assert!(stored(&d).is_empty());
 }
 
@@ -170,7 +207,10 @@ fn payload_too_large_is_refused_from_the_header_alone() {
     let mut ok_batch = d.raw();
     let rec = [b'y'; 1016]; // 4 (count) + 4 (length) + 1016 = 1024 bytes of payload
     ok_batch.send(&batch_frame(Tier::Sync, &[&rec]));
-    ok_batch.expect_frame(&expected_ack_batch(1), "a 1024-byte batch payload at a 1024-byte cap");
+    ok_batch.expect_frame(
+        &expected_ack_batch(1),
+        "a 1024-byte batch payload at a 1024-byte cap",
+    );
 
     // Only the 16-byte header announcing 2000 bytes is sent: the nack must
     // come without the payload ever arriving.
@@ -178,8 +218,12 @@ fn payload_too_large_is_refused_from_the_header_alone() {
     let mut c = d.raw();
     c.send(&full[..16]);
     match c.read_frame_within(Duration::from_secs(5)) {
-        ReadOutcome::Frame(f) => assert_eq!(f, expected_nack(NackReason::PayloadTooLarge), "{f:02x?}"),
-        other => panic!("expected a PayloadTooLarge nack before the payload was sent, got {other:?}"),
+        ReadOutcome::Frame(f) => {
+            assert_eq!(f, expected_nack(NackReason::PayloadTooLarge), "{f:02x?}")
+        }
+        other => {
+            panic!("expected a PayloadTooLarge nack before the payload was sent, got {other:?}")
+        }
     }
     c.expect_closed();
 
@@ -187,16 +231,30 @@ fn payload_too_large_is_refused_from_the_header_alone() {
     let big = [b'q'; 1017];
     let mut f = batch_frame(Tier::Sync, &[&big]);
     f.truncate(16);
-    expect_refused(&d, &f, NackReason::PayloadTooLarge, "a 1025-byte batch payload");
+    expect_refused(
+        &d,
+        &f,
+        NackReason::PayloadTooLarge,
+        "a 1025-byte batch payload",
+    );
 
     // Decode order: reserved flags before the payload length.
     let mut f = full[..16].to_vec();
     f[7] = 0x80;
     fix_header_crc(&mut f);
-    expect_refused(&d, &f, NackReason::ReservedFlagsSet, "oversized with flags set");
+    expect_refused(
+        &d,
+        &f,
+        NackReason::ReservedFlagsSet,
+        "oversized with flags set",
+    );
 
     // Two connections, so possibly two shards: compare without order.
-    let mut lens: Vec<usize> = d.read_all_records().iter().map(|r| r.payload.len()).collect();
+    let mut lens: Vec<usize> = d
+        .read_all_records()
+        .iter()
+        .map(|r| r.payload.len())
+        .collect();
     lens.sort();
     assert_eq!(lens, [1016, 1024]);
     ok.expect_health();
@@ -219,44 +277,114 @@ fn bad_payload_crc_is_refused_and_closed() {
     let mut f = frame(msg::HEALTH_CHECK, 0x01, 0, b"abc");
     let n = f.len();
     f[n - 2] ^= 0x01;
-    expect_refused(&d, &f, NackReason::BadPayloadCrc, "health check payload crc");
+    expect_refused(
+        &d,
+        &f,
+        NackReason::BadPayloadCrc,
+        "health check payload crc",
+    );
     assert!(stored(&d).is_empty());
 }
 
 #[test]
 fn empty_payload_is_refused_and_closed() {
     let d = Daemon::start("");
-    expect_refused(&d, &push_frame(Tier::Sync, b""), NackReason::EmptyPayload, "empty push");
-    expect_refused(&d, &push_frame(Tier::Buffered, b""), NackReason::EmptyPayload, "empty buffered push");
-    expect_refused(&d, &frame(msg::PUSH_BATCH, 0x01, 0, b""), NackReason::EmptyPayload, "empty push batch frame");
+    expect_refused(
+        &d,
+        &push_frame(Tier::Sync, b""),
+        NackReason::EmptyPayload,
+        "empty push",
+    );
+    expect_refused(
+        &d,
+        &push_frame(Tier::Buffered, b""),
+        NackReason::EmptyPayload,
+        "empty buffered push",
+    );
+    expect_refused(
+        &d,
+        &frame(msg::PUSH_BATCH, 0x01, 0, b""),
+        NackReason::EmptyPayload,
+        "empty push batch frame",
+    );
     assert!(stored(&d).is_empty());
 }
 
 #[test]
 fn unknown_message_is_refused_and_closed() {
     let d = Daemon::start("");
-    expect_refused(&d, &frame(0x09, 0x01, 0, b"x"), NackReason::UnknownMessage, "unknown type 0x09");
-    expect_refused(&d, &frame(0x00, 0x01, 0, b"x"), NackReason::UnknownMessage, "unknown type 0x00");
-    expect_refused(&d, &frame(0xff, 0x01, 0, b""), NackReason::UnknownMessage, "unknown type 0xff");
+    expect_refused(
+        &d,
+        &frame(0x09, 0x01, 0, b"x"),
+        NackReason::UnknownMessage,
+        "unknown type 0x09",
+    );
+    expect_refused(
+        &d,
+        &frame(0x00, 0x01, 0, b"x"),
+        NackReason::UnknownMessage,
+        "unknown type 0x00",
+    );
+    expect_refused(
+        &d,
+        &frame(0xff, 0x01, 0, b""),
+        NackReason::UnknownMessage,
+        "unknown type 0xff",
+    );
     // Response types sent by a client.
-    expect_refused(&d, &frame(msg::ACK, 0x01, 0, b""), NackReason::UnknownMessage, "a client sending Ack (0x02)");
-    expect_refused(&d, &frame(msg::NACK, 0x01, 0, &[0x01]), NackReason::UnknownMessage, "a client sending Nack");
+    expect_refused(
+        &d,
+        &frame(msg::ACK, 0x01, 0, b""),
+        NackReason::UnknownMessage,
+        "a client sending Ack (0x02)",
+    );
+    expect_refused(
+        &d,
+        &frame(msg::NACK, 0x01, 0, &[0x01]),
+        NackReason::UnknownMessage,
+        "a client sending Nack",
+    );
     expect_refused(
         &d,
         &frame(msg::HEALTH_CHECK_RESPONSE, 0x01, 0, b""),
         NackReason::UnknownMessage,
         "a client sending HealthCheckResponse",
     );
-    expect_refused(&d, &frame(msg::ACK_BATCH, 0x01, 0, &[1, 0, 0, 0]), NackReason::UnknownMessage, "a client sending AckBatch");
+    expect_refused(
+        &d,
+        &frame(msg::ACK_BATCH, 0x01, 0, &[1, 0, 0, 0]),
+        NackReason::UnknownMessage,
+        "a client sending AckBatch",
+    );
     // Unknown tiers on pushes.
-    expect_refused(&d, &push_with_header_byte(6, 0x07), NackReason::UnknownMessage, "push with tier 0x07");
-    expect_refused(&d, &push_with_header_byte(6, 0x00), NackReason::UnknownMessage, "push with tier 0x00");
+    expect_refused(
+        &d,
+        &push_with_header_byte(6, 0x07),
+        NackReason::UnknownMessage,
+        "push with tier 0x07",
+    );
+    expect_refused(
+        &d,
+        &push_with_header_byte(6, 0x00),
+        NackReason::UnknownMessage,
+        "push with tier 0x00",
+    );
     let mut f = batch_frame(Tier::Sync, &[b"x"]);
     f[6] = 0x07;
     fix_header_crc(&mut f);
-    expect_refused(&d, &f, NackReason::UnknownMessage, "push batch with tier 0x07");
+    expect_refused(
+        &d,
+        &f,
+        NackReason::UnknownMessage,
+        "push batch with tier 0x07",
+    );
     // Decode order: message type before flags.
-    expect_refused(&d, &frame(0x09, 0x01, 0x01, b"x"), NackReason::UnknownMessage, "unknown type with flags set");
+    expect_refused(
+        &d,
+        &frame(0x09, 0x01, 0x01, b"x"),
+        NackReason::UnknownMessage,
+        "unknown type with flags set",
+    );
     assert!(stored(&d).is_empty());
 }
 
@@ -264,11 +392,26 @@ fn unknown_message_is_refused_and_closed() {
 fn reserved_flags_are_refused_and_closed() {
     let d = Daemon::start("");
     for flags in [0x01u8, 0x80, 0xff] {
-        expect_refused(&d, &push_with_header_byte(7, flags), NackReason::ReservedFlagsSet, &format!("flags {flags:#04x}"));
+        expect_refused(
+            &d,
+            &push_with_header_byte(7, flags),
+            NackReason::ReservedFlagsSet,
+            &format!("flags {flags:#04x}"),
+        );
     }
-    expect_refused(&d, &frame(msg::HEALTH_CHECK, 0x01, 0x02, b""), NackReason::ReservedFlagsSet, "health check with flags");
+    expect_refused(
+        &d,
+        &frame(msg::HEALTH_CHECK, 0x01, 0x02, b""),
+        NackReason::ReservedFlagsSet,
+        "health check with flags",
+    );
     // Decode order: flags before an empty payload.
-    expect_refused(&d, &frame(msg::PUSH, 0x01, 0x01, b""), NackReason::ReservedFlagsSet, "empty push with flags");
+    expect_refused(
+        &d,
+        &frame(msg::PUSH, 0x01, 0x01, b""),
+        NackReason::ReservedFlagsSet,
+        "empty push with flags",
+    );
     assert!(stored(&d).is_empty());
 }
 
@@ -276,23 +419,53 @@ fn reserved_flags_are_refused_and_closed() {
 fn malformed_push_batches_are_refused_and_closed() {
     let d = Daemon::start("");
     let batch = |payload: &[u8]| frame(msg::PUSH_BATCH, 0x01, 0, payload);
-    expect_refused(&d, &batch(&batch_payload(0, &[])), NackReason::EmptyPayload, "count 0");
+    expect_refused(
+        &d,
+        &batch(&batch_payload(0, &[])),
+        NackReason::EmptyPayload,
+        "count 0",
+    );
     // Count 0 followed by bytes is still count 0.
-    expect_refused(&d, &batch(&batch_payload(0, &[b"x"])), NackReason::EmptyPayload, "count 0 with a record");
+    expect_refused(
+        &d,
+        &batch(&batch_payload(0, &[b"x"])),
+        NackReason::EmptyPayload,
+        "count 0 with a record",
+    );
     // A record length running past the payload.
     let mut p = batch_payload(1, &[b"abc"]);
     p[4..8].copy_from_slice(&900u32.to_le_bytes());
-    expect_refused(&d, &batch(&p), NackReason::UnknownMessage, "length 900 with 3 bytes left");
+    expect_refused(
+        &d,
+        &batch(&p),
+        NackReason::UnknownMessage,
+        "length 900 with 3 bytes left",
+    );
     // Count larger than the records present.
-    expect_refused(&d, &batch(&batch_payload(3, &[b"a", b"b"])), NackReason::UnknownMessage, "count 3, two records");
+    expect_refused(
+        &d,
+        &batch(&batch_payload(3, &[b"a", b"b"])),
+        NackReason::UnknownMessage,
+        "count 3, two records",
+    );
     // Payload shorter than the count field.
-    expect_refused(&d, &batch(&[1, 0]), NackReason::UnknownMessage, "2-byte batch payload");
+    expect_refused(
+        &d,
+        &batch(&[1, 0]),
+        NackReason::UnknownMessage,
+        "2-byte batch payload",
+    );
     // Bytes after the last record.
     let mut p = batch_payload(1, &[b"a"]);
     p.push(0x42);
     expect_refused(&d, &batch(&p), NackReason::UnknownMessage, "trailing byte");
     // An empty record.
-    expect_refused(&d, &batch(&batch_payload(2, &[b"a", b""])), NackReason::EmptyPayload, "empty second record");
+    expect_refused(
+        &d,
+        &batch(&batch_payload(2, &[b"a", b""])),
+        NackReason::EmptyPayload,
+        "empty second record",
+    );
     // No record of a refused batch is stored (the valid first records included).
     assert!(stored(&d).is_empty(), "{:?}", stored(&d));
 }
@@ -319,11 +492,20 @@ fn frames_before_a_bad_one_are_answered_first_and_later_ones_dropped() {
     c.expect_frame(&expected_ack(), "answer 3 (push)");
     c.expect_frame(&expected_ack_batch(2), "answer 4 (batch)");
     c.expect_frame(&expected_ack(), "answer 5 (push)");
-    c.expect_frame(&expected_nack(NackReason::BadPayloadCrc), "answer 6 (bad frame)");
+    c.expect_frame(
+        &expected_nack(NackReason::BadPayloadCrc),
+        "answer 6 (bad frame)",
+    );
     c.expect_closed();
     let recs = d.read_all_records();
-    assert_eq!(texts(&recs), ["before-1", "before-2", "before-3", "before-4", "before-5"]);
-    assert_eq!(recs.iter().map(|r| r.meta.tier).collect::<Vec<_>>(), [1, 2, 3, 3, 1]);
+    assert_eq!(
+        texts(&recs),
+        ["before-1", "before-2", "before-3", "before-4", "before-5"]
+    );
+    assert_eq!(
+        recs.iter().map(|r| r.meta.tier).collect::<Vec<_>>(),
+        [1, 2, 3, 3, 1]
+    );
 
     // Same with a header-level fault (unknown type) after acked frames.
     let mut c = d.raw();
@@ -336,7 +518,10 @@ fn frames_before_a_bad_one_are_answered_first_and_later_ones_dropped() {
     c.expect_closed();
     let all_texts = stored(&d);
     assert!(all_texts.contains(&"second-1".to_string()));
-    assert!(!all_texts.iter().any(|t| t.starts_with("after")), "{all_texts:?}");
+    assert!(
+        !all_texts.iter().any(|t| t.starts_with("after")),
+        "{all_texts:?}"
+    );
 }
 
 #[test]
@@ -377,7 +562,8 @@ fn garbage_on_one_connection_does_not_harm_another() {
     let mut sent = Vec::new();
     for i in 0..300 {
         let p = format!("good-{i}");
-        good.push(Tier::Sync, p.as_bytes()).unwrap_or_else(|e| panic!("push {i} on the good connection: {e}"));
+        good.push(Tier::Sync, p.as_bytes())
+            .unwrap_or_else(|e| panic!("push {i} on the good connection: {e}"));
         sent.push(p);
         if i % 50 == 0 {
             good.health().unwrap();

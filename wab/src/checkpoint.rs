@@ -34,7 +34,12 @@ pub fn read_checkpoint<S: Storage>(storage: &S, shard_dir: &Path) -> io::Result<
     };
     let mut b = [0u8; LEN];
     let n = read_full_at(&file, 0, &mut b)?;
-    let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {why}", path.display()));
+    let bad = |why: String| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: {why}", path.display()),
+        )
+    };
     if n != LEN {
         return Err(bad(format!("{n} bytes, expected {LEN}")));
     }
@@ -44,13 +49,19 @@ pub fn read_checkpoint<S: Storage>(storage: &S, shard_dir: &Path) -> io::Result<
     let stored = u32_at(&b, 28);
     let computed = crc32fast::hash(&b[0..28]);
     if stored != computed {
-        return Err(bad(format!("CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")));
+        return Err(bad(format!(
+            "CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+        )));
     }
     Ok(u64_at(&b, 8))
 }
 
 /// Durably replace the checkpoint.
-pub fn write_checkpoint<S: Storage>(storage: &S, shard_dir: &Path, confirmed_next_seq: u64) -> io::Result<()> {
+pub fn write_checkpoint<S: Storage>(
+    storage: &S,
+    shard_dir: &Path,
+    confirmed_next_seq: u64,
+) -> io::Result<()> {
     let mut b = [0u8; LEN];
     b[0..8].copy_from_slice(&MAGIC);
     b[8..16].copy_from_slice(&confirmed_next_seq.to_le_bytes());

@@ -46,7 +46,8 @@ pub struct DeadLetter {
 
 impl DeadLetter {
     fn encode(&self) -> Bytes {
-        let mut b = BytesMut::with_capacity(ENVELOPE_FIXED + self.reason.len() + self.payload.len());
+        let mut b =
+            BytesMut::with_capacity(ENVELOPE_FIXED + self.reason.len() + self.payload.len());
         b.put_slice(&MAGIC);
         b.put_u32_le(self.shard);
         b.put_u64_le(self.seq);
@@ -116,13 +117,23 @@ impl<S: Storage> DeadLetterStore<S> {
         }
         let encoded: Vec<Bytes> = letters.iter().map(|l| l.encode()).collect();
         let bytes: u64 = encoded.iter().map(|e| e.len() as u64).sum();
-        let fits = self.active.as_ref().is_some_and(|a| a.fits(bytes, encoded.len() as u64));
+        let fits = self
+            .active
+            .as_ref()
+            .is_some_and(|a| a.fits(bytes, encoded.len() as u64));
         if !fits {
             self.roll()?;
         }
         let now = now_unix_us();
-        let meta = RecordMeta { tier: 1, arrival_unix_us: now }.pack();
-        let records: Vec<AppendRecord<'_>> = encoded.iter().map(|e| AppendRecord { payload: e, meta }).collect();
+        let meta = RecordMeta {
+            tier: 1,
+            arrival_unix_us: now,
+        }
+        .pack();
+        let records: Vec<AppendRecord<'_>> = encoded
+            .iter()
+            .map(|e| AppendRecord { payload: e, meta })
+            .collect();
         let active = self.active.as_mut().expect("rolled to a segment");
         active.append(&records)?;
         active.sync()?;
@@ -154,7 +165,9 @@ impl<S: Storage> DeadLetterStore<S> {
                 Ok(l) => {
                     by_id.insert((l.shard, l.seq), l);
                 }
-                Err(e) => tracing::error!(dl_seq = rec.seq, error = %e, "unreadable dead-letter record"),
+                Err(e) => {
+                    tracing::error!(dl_seq = rec.seq, error = %e, "unreadable dead-letter record")
+                }
             }
         }
         let mut all: Vec<DeadLetter> = by_id.into_values().collect();
@@ -165,7 +178,10 @@ impl<S: Storage> DeadLetterStore<S> {
     /// Remove the dead letters `select` picks; returns them. The store is
     /// rewritten: survivors go to a new sealed segment, then the old
     /// segments are deleted.
-    pub fn remove_where(&mut self, mut select: impl FnMut(&DeadLetter) -> bool) -> io::Result<Vec<DeadLetter>> {
+    pub fn remove_where(
+        &mut self,
+        mut select: impl FnMut(&DeadLetter) -> bool,
+    ) -> io::Result<Vec<DeadLetter>> {
         let all = self.list()?;
         let (removed, kept): (Vec<_>, Vec<_>) = all.into_iter().partition(|l| select(l));
         if removed.is_empty() {
@@ -217,7 +233,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let dl = dir.path().join("dead-letter");
         let mut store = DeadLetterStore::open(FsStorage, &dl).unwrap();
-        store.append(&[letter(0, 1, "HTTP 400"), letter(1, 2, "bad json")]).unwrap();
+        store
+            .append(&[letter(0, 1, "HTTP 400"), letter(1, 2, "bad json")])
+            .unwrap();
         store.append(&[letter(0, 3, "HTTP 422")]).unwrap();
         let all = store.list().unwrap();
         assert_eq!(all.len(), 3);
@@ -227,12 +245,19 @@ mod tests {
         drop(store);
         let mut store = DeadLetterStore::open(FsStorage, &dl).unwrap();
         let all = store.list().unwrap();
-        assert_eq!(all, vec![letter(1, 2, "bad json"), letter(0, 3, "HTTP 422")]);
+        assert_eq!(
+            all,
+            vec![letter(1, 2, "bad json"), letter(0, 3, "HTTP 422")]
+        );
         store.append(&[letter(2, 9, "x")]).unwrap();
         assert_eq!(store.list().unwrap().len(), 3);
         store.remove_where(|_| true).unwrap();
         assert!(store.list().unwrap().is_empty());
         drop(store);
-        assert!(DeadLetterStore::open(FsStorage, &dl).unwrap().list().unwrap().is_empty());
+        assert!(DeadLetterStore::open(FsStorage, &dl)
+            .unwrap()
+            .list()
+            .unwrap()
+            .is_empty());
     }
 }

@@ -78,7 +78,10 @@ fn crash_error() -> io::Error {
 impl FaultyStorage {
     pub fn new(faults: Vec<Fault>) -> Self {
         FaultyStorage {
-            state: Arc::new(Mutex::new(State { faults, ..Default::default() })),
+            state: Arc::new(Mutex::new(State {
+                faults,
+                ..Default::default()
+            })),
         }
     }
 
@@ -134,17 +137,26 @@ impl Storage for FaultyStorage {
 
     fn create(&self, path: &Path) -> io::Result<FaultyFile> {
         self.gate(Op::Create)?;
-        Ok(FaultyFile { inner: FsStorage.create(path)?, storage: self.clone() })
+        Ok(FaultyFile {
+            inner: FsStorage.create(path)?,
+            storage: self.clone(),
+        })
     }
 
     fn open(&self, path: &Path) -> io::Result<FaultyFile> {
         self.gate(Op::Open)?;
-        Ok(FaultyFile { inner: FsStorage.open(path)?, storage: self.clone() })
+        Ok(FaultyFile {
+            inner: FsStorage.open(path)?,
+            storage: self.clone(),
+        })
     }
 
     fn open_read(&self, path: &Path) -> io::Result<FaultyFile> {
         self.gate(Op::Open)?;
-        Ok(FaultyFile { inner: FsStorage.open_read(path)?, storage: self.clone() })
+        Ok(FaultyFile {
+            inner: FsStorage.open_read(path)?,
+            storage: self.clone(),
+        })
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -188,7 +200,8 @@ impl StorageFile for FaultyFile {
             Verdict::Tear(keep) => {
                 let flat: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
                 let keep = keep.min(flat.len());
-                self.inner.write_all_at(offset, &[IoSlice::new(&flat[..keep])])?;
+                self.inner
+                    .write_all_at(offset, &[IoSlice::new(&flat[..keep])])?;
                 Err(crash_error())
             }
         }

@@ -177,7 +177,9 @@ impl Footer {
 
     pub fn decode(b: &[u8; FOOTER_LEN]) -> Result<Self, FormatError> {
         if u32_at(b, 0) != FOOTER_MARKER || b[4..8] != FOOTER_MAGIC {
-            return Err(FormatError::BadFooter("missing marker or \"SEAL\" magic".into()));
+            return Err(FormatError::BadFooter(
+                "missing marker or \"SEAL\" magic".into(),
+            ));
         }
         let stored = u32_at(b, 36);
         let computed = crc32fast::hash(&b[0..36]);
@@ -251,20 +253,36 @@ mod tests {
 
     #[test]
     fn header_round_trip_and_zero_header() {
-        let h = SegmentHeader { shard: 3, segment_id: 42, first_seq: 1000, created_unix_us: 7 };
+        let h = SegmentHeader {
+            shard: 3,
+            segment_id: 42,
+            first_seq: 1000,
+            created_unix_us: 7,
+        };
         assert_eq!(SegmentHeader::decode(&h.encode()).unwrap(), Some(h));
         assert_eq!(SegmentHeader::decode(&[0u8; 64]).unwrap(), None);
         let mut bad = h.encode();
         bad[20] ^= 1;
-        assert!(matches!(SegmentHeader::decode(&bad), Err(FormatError::BadHeaderCrc { .. })));
+        assert!(matches!(
+            SegmentHeader::decode(&bad),
+            Err(FormatError::BadHeaderCrc { .. })
+        ));
         bad = h.encode();
         bad[0] = b'X';
-        assert!(matches!(SegmentHeader::decode(&bad), Err(FormatError::BadMagic(_))));
+        assert!(matches!(
+            SegmentHeader::decode(&bad),
+            Err(FormatError::BadMagic(_))
+        ));
     }
 
     #[test]
     fn footer_round_trip() {
-        let f = Footer { record_count: 9, end_offset: 4096, last_seq: 77, records_crc: 0xdead };
+        let f = Footer {
+            record_count: 9,
+            end_offset: 4096,
+            last_seq: 77,
+            records_crc: 0xdead,
+        };
         assert_eq!(Footer::decode(&f.encode()).unwrap(), f);
         let mut bad = f.encode();
         bad[9] ^= 0x80;
@@ -273,7 +291,10 @@ mod tests {
 
     #[test]
     fn meta_packs_tier_and_time() {
-        let m = RecordMeta { tier: 3, arrival_unix_us: 1_780_000_000_000_000 };
+        let m = RecordMeta {
+            tier: 3,
+            arrival_unix_us: 1_780_000_000_000_000,
+        };
         assert_eq!(RecordMeta::unpack(m.pack()), m);
     }
 
@@ -281,7 +302,10 @@ mod tests {
     fn names_classify() {
         assert_eq!(classify(&open_name(5)), Some(FileKind::Open(5)));
         assert_eq!(classify(&sealed_name(255)), Some(FileKind::Sealed(255)));
-        assert_eq!(classify("0000000000000005.open.tmp"), Some(FileKind::PartialPrealloc));
+        assert_eq!(
+            classify("0000000000000005.open.tmp"),
+            Some(FileKind::PartialPrealloc)
+        );
         assert_eq!(classify("checkpoint"), None);
     }
 }

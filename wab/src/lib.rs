@@ -38,7 +38,10 @@ pub fn read_shard<S: Storage>(storage: &S, dir: &Path) -> std::io::Result<Vec<St
     let mut readers = Vec::new();
     for path in storage.list(dir)? {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if !matches!(format::classify(name), Some(format::FileKind::Open(_) | format::FileKind::Sealed(_))) {
+        if !matches!(
+            format::classify(name),
+            Some(format::FileKind::Open(_) | format::FileKind::Sealed(_))
+        ) {
             continue;
         }
         if let Opened::Reader(r) = SegmentReader::open(storage, &path)? {

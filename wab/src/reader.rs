@@ -11,8 +11,8 @@ use std::path::Path;
 use bytes::{Bytes, BytesMut};
 
 use crate::format::{
-    record_crc, u32_at, u64_at, Footer, FormatError, RecordMeta, RecordsCrc, SegmentHeader, FOOTER_LEN,
-    FOOTER_MARKER, RECORD_BYTES_MAX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    record_crc, u32_at, u64_at, Footer, FormatError, RecordMeta, RecordsCrc, SegmentHeader,
+    FOOTER_LEN, FOOTER_MARKER, RECORD_BYTES_MAX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use crate::storage::{read_full_at, Storage, StorageFile};
 
@@ -180,7 +180,10 @@ impl<F: StorageFile> SegmentReader<F> {
                 // preallocated end, not a clean end of file.
                 if self.chunk.iter().any(|&b| b != 0) {
                     let have = self.chunk.len();
-                    return self.corrupt(at, format!("file ends {have} bytes into a record header (torn write)"));
+                    return self.corrupt(
+                        at,
+                        format!("file ends {have} bytes into a record header (torn write)"),
+                    );
                 }
                 return self.stop(End::EndOfFile);
             }
@@ -199,7 +202,10 @@ impl<F: StorageFile> SegmentReader<F> {
             return self.read_footer(at);
         }
         if len > RECORD_BYTES_MAX {
-            return self.corrupt(at, format!("record length {len} exceeds the {RECORD_BYTES_MAX}-byte maximum"));
+            return self.corrupt(
+                at,
+                format!("record length {len} exceeds the {RECORD_BYTES_MAX}-byte maximum"),
+            );
         }
         let total = RECORD_HEADER_LEN + len as usize;
         if at + total as u64 > self.limit {
@@ -207,7 +213,12 @@ impl<F: StorageFile> SegmentReader<F> {
         }
         let whole = match self.bytes_at(at, total)? {
             Some(w) => w,
-            None => return self.corrupt(at, format!("record of {len} bytes runs past the end of the file (torn write)")),
+            None => {
+                return self.corrupt(
+                    at,
+                    format!("record of {len} bytes runs past the end of the file (torn write)"),
+                )
+            }
         };
         let stored_crc = u32_at(&whole, 4);
         let meta = u64_at(&whole, 8);
@@ -216,7 +227,9 @@ impl<F: StorageFile> SegmentReader<F> {
         if stored_crc != computed {
             return self.corrupt(
                 at,
-                format!("record CRC mismatch (stored {stored_crc:#010x}, computed {computed:#010x})"),
+                format!(
+                    "record CRC mismatch (stored {stored_crc:#010x}, computed {computed:#010x})"
+                ),
             );
         }
         let record = StoredRecord {
@@ -247,7 +260,10 @@ impl<F: StorageFile> SegmentReader<F> {
             records_crc: self.records_crc.value(),
         };
         if footer != expected {
-            return self.corrupt(at, format!("footer {footer:?} does not match the records read {expected:?}"));
+            return self.corrupt(
+                at,
+                format!("footer {footer:?} does not match the records read {expected:?}"),
+            );
         }
         self.stop(End::Footer(footer))
     }

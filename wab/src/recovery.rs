@@ -86,9 +86,18 @@ pub struct Recovered<F> {
 /// Recover `dir` (created 0700 if missing). `min_next_seq` is a floor for
 /// the next sequence number (the drain checkpoint, so sequence numbers are
 /// never reused after every segment was deleted).
-pub fn recover_shard<S: Storage>(storage: &S, dir: &Path, shard: u32, min_next_seq: u64) -> io::Result<Recovered<S::File>> {
+pub fn recover_shard<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    shard: u32,
+    min_next_seq: u64,
+) -> io::Result<Recovered<S::File>> {
     storage.create_dir_all(dir)?;
-    let mut report = RecoveryReport { shard, next_seq: min_next_seq, ..Default::default() };
+    let mut report = RecoveryReport {
+        shard,
+        next_seq: min_next_seq,
+        ..Default::default()
+    };
     let mut entries: Vec<(FileKind, PathBuf)> = Vec::new();
     for path in storage.list(dir)? {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -124,8 +133,14 @@ pub fn recover_shard<S: Storage>(storage: &S, dir: &Path, shard: u32, min_next_s
             }
             FileKind::Open(id) => {
                 max_id = Some(max_id.map_or(id, |m| m.max(id)));
-                let newer_first_seq = starts.iter().filter(|(i, _)| *i > id).map(|(_, first)| *first).min();
-                if let Some(spare) = recover_open(storage, dir, &path, id, newer_first_seq, &mut report)? {
+                let newer_first_seq = starts
+                    .iter()
+                    .filter(|(i, _)| *i > id)
+                    .map(|(_, first)| *first)
+                    .min();
+                if let Some(spare) =
+                    recover_open(storage, dir, &path, id, newer_first_seq, &mut report)?
+                {
                     spare_candidates.push(spare);
                 }
             }
@@ -172,7 +187,15 @@ fn recover_sealed<S: Storage>(
 ) -> io::Result<()> {
     let mut reader = match SegmentReader::open(storage, path)? {
         Opened::Reader(r) => r,
-        Opened::Unused(_) => return quarantine(storage, dir, path, "sealed segment has an all-zero header", report),
+        Opened::Unused(_) => {
+            return quarantine(
+                storage,
+                dir,
+                path,
+                "sealed segment has an all-zero header",
+                report,
+            )
+        }
         Opened::BadHeader(e) => {
             if remove_if_empty_seal(storage, dir, path, report)? {
                 return Ok(());
@@ -224,7 +247,12 @@ fn recover_open<S: Storage>(
         Opened::Reader(r) => r,
         Opened::Unused(file) => {
             let capacity = file.len()?;
-            return Ok(Some(Preallocated { file, path: path.to_path_buf(), segment_id: id, capacity }));
+            return Ok(Some(Preallocated {
+                file,
+                path: path.to_path_buf(),
+                segment_id: id,
+                capacity,
+            }));
         }
         Opened::BadHeader(e) => {
             if !remove_if_empty_seal(storage, dir, path, report)? {
@@ -249,7 +277,12 @@ fn recover_open<S: Storage>(
         let keep = newer.saturating_sub(header.first_seq);
         let mut again = match SegmentReader::from_file(storage.open_read(path)?)? {
             Opened::Reader(r) => r,
-            _ => return Err(io::Error::other(format!("{}: header changed during recovery", path.display()))),
+            _ => {
+                return Err(io::Error::other(format!(
+                    "{}: header changed during recovery",
+                    path.display()
+                )))
+            }
         };
         while again.count() < keep && again.next()?.is_some() {}
         cut = again.offset();
@@ -278,7 +311,12 @@ fn recover_open<S: Storage>(
         last_seq: header.first_seq + count - 1,
         records_crc,
     };
-    let sealing = Sealing { file, path: path.to_path_buf(), segment_id: id, footer };
+    let sealing = Sealing {
+        file,
+        path: path.to_path_buf(),
+        segment_id: id,
+        footer,
+    };
     let sealed = seal(storage, dir, sealing)?;
     report.resealed.push((id, count, cut_bytes));
     report.segments.push(SegmentInfo {
@@ -295,7 +333,12 @@ fn recover_open<S: Storage>(
 /// [`seal`] put the footer (record_count 0, end_offset 0) at offset 0. It
 /// holds nothing, so it is removed rather than quarantined (its sequence
 /// numbers were never used). Returns whether `path` was such a file.
-fn remove_if_empty_seal<S: Storage>(storage: &S, dir: &Path, path: &Path, report: &mut RecoveryReport) -> io::Result<bool> {
+fn remove_if_empty_seal<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    path: &Path,
+    report: &mut RecoveryReport,
+) -> io::Result<bool> {
     let file = storage.open_read(path)?;
     let mut raw = [0u8; FOOTER_LEN];
     if read_full_at(&file, 0, &mut raw)? < FOOTER_LEN {
@@ -396,7 +439,12 @@ fn save_tail<S: Storage>(
         at += n as u64;
     }
     out.sync_all()?;
-    write_reason(storage, &qdir, &target, &format!("bytes cut from an unsealed segment at offset {from}: {detail}"))?;
+    write_reason(
+        storage,
+        &qdir,
+        &target,
+        &format!("bytes cut from an unsealed segment at offset {from}: {detail}"),
+    )?;
     storage.sync_dir(&qdir)?;
     tracing::warn!(segment = id, offset = from, bytes = last_nonzero_end - from, reason = detail, path = %target.display(), "cut a torn tail; saved the cut bytes in quarantine");
     report.quarantined.push((target, detail.to_string()));
@@ -404,10 +452,19 @@ fn save_tail<S: Storage>(
 }
 
 /// Move `path` into `<dir>/quarantine/` with a `.reason` file beside it.
-pub fn quarantine<S: Storage>(storage: &S, dir: &Path, path: &Path, reason: &str, report: &mut RecoveryReport) -> io::Result<()> {
+pub fn quarantine<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    path: &Path,
+    reason: &str,
+    report: &mut RecoveryReport,
+) -> io::Result<()> {
     let qdir = dir.join(QUARANTINE_DIR);
     storage.create_dir_all(&qdir)?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("segment");
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("segment");
     let target = qdir.join(name);
     write_reason(storage, &qdir, &target, reason)?;
     storage.rename(path, &target)?;
@@ -418,7 +475,12 @@ pub fn quarantine<S: Storage>(storage: &S, dir: &Path, path: &Path, reason: &str
     Ok(())
 }
 
-fn write_reason<S: Storage>(storage: &S, _qdir: &Path, target: &Path, reason: &str) -> io::Result<()> {
+fn write_reason<S: Storage>(
+    storage: &S,
+    _qdir: &Path,
+    target: &Path,
+    reason: &str,
+) -> io::Result<()> {
     let mut reason_path = target.as_os_str().to_owned();
     reason_path.push(".reason");
     let reason_path = PathBuf::from(reason_path);

@@ -52,7 +52,12 @@ pub fn preallocate<S: Storage>(
     file.sync_all()?;
     storage.rename(&tmp, &path)?;
     storage.sync_dir(dir)?;
-    Ok(Preallocated { file, path, segment_id, capacity })
+    Ok(Preallocated {
+        file,
+        path,
+        segment_id,
+        capacity,
+    })
 }
 
 /// One record to append: its payload and packed [`crate::RecordMeta`].
@@ -107,13 +112,18 @@ impl<F: StorageFile> ActiveSegment<F> {
 
     /// Bytes a group of records takes on disk (plus the header if it is first).
     pub fn bytes_needed(&self, payload_bytes: u64, records: u64) -> u64 {
-        let header = if self.write_offset == 0 { SEGMENT_HEADER_LEN as u64 } else { 0 };
+        let header = if self.write_offset == 0 {
+            SEGMENT_HEADER_LEN as u64
+        } else {
+            0
+        };
         header + payload_bytes + records * RECORD_HEADER_LEN as u64
     }
 
     /// Whether a group fits before the preallocated end (leaving room for the footer).
     pub fn fits(&self, payload_bytes: u64, records: u64) -> bool {
-        self.write_offset + self.bytes_needed(payload_bytes, records) + FOOTER_LEN as u64 <= self.capacity
+        self.write_offset + self.bytes_needed(payload_bytes, records) + FOOTER_LEN as u64
+            <= self.capacity
     }
 
     /// Append `records` with one vectored write (header first if the segment
@@ -122,12 +132,18 @@ impl<F: StorageFile> ActiveSegment<F> {
     /// A payload that is empty or longer than [`RECORD_BYTES_MAX`] is
     /// refused (`InvalidInput`) before anything is written.
     pub fn append(&mut self, records: &[AppendRecord<'_>]) -> io::Result<u64> {
-        if let Some(r) = records.iter().find(|r| r.payload.is_empty() || r.payload.len() > RECORD_BYTES_MAX as usize) {
+        if let Some(r) = records
+            .iter()
+            .find(|r| r.payload.is_empty() || r.payload.len() > RECORD_BYTES_MAX as usize)
+        {
             // A zero length is the end marker and a longer one fails the
             // reader's check: either would make every later record unreadable.
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("record payload of {} bytes (must be 1..={RECORD_BYTES_MAX})", r.payload.len()),
+                format!(
+                    "record payload of {} bytes (must be 1..={RECORD_BYTES_MAX})",
+                    r.payload.len()
+                ),
             ));
         }
         let first_seq = self.next_seq();
@@ -144,7 +160,11 @@ impl<F: StorageFile> ActiveSegment<F> {
         if starting {
             iov.push(IoSlice::new(&header_bytes));
         }
-        let mut total = if starting { SEGMENT_HEADER_LEN as u64 } else { 0 };
+        let mut total = if starting {
+            SEGMENT_HEADER_LEN as u64
+        } else {
+            0
+        };
         for (head, r) in heads.iter().zip(records) {
             iov.push(IoSlice::new(head));
             iov.push(IoSlice::new(r.payload));
@@ -196,7 +216,8 @@ pub struct Sealing<F> {
 /// `.sealed` file.
 pub fn seal<S: Storage>(storage: &S, dir: &Path, mut s: Sealing<S::File>) -> io::Result<PathBuf> {
     let footer = s.footer.encode();
-    s.file.write_all_at(s.footer.end_offset, &[IoSlice::new(&footer)])?;
+    s.file
+        .write_all_at(s.footer.end_offset, &[IoSlice::new(&footer)])?;
     s.file.set_len(s.footer.end_offset + FOOTER_LEN as u64)?;
     s.file.sync_all()?;
     let sealed = dir.join(sealed_name(s.segment_id));

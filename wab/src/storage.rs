@@ -98,7 +98,10 @@ impl Storage for FsStorage {
         if dir.is_dir() {
             return Ok(());
         }
-        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
     }
 
@@ -153,7 +156,10 @@ impl StorageFile for FsFile {
                 return Err(err);
             }
             if n == 0 && iov.iter().any(|v| v.iov_len > 0) {
-                return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote 0 bytes"));
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "pwritev wrote 0 bytes",
+                ));
             }
             let mut written = n as usize;
             offset += written as u64;
@@ -200,7 +206,11 @@ impl StorageFile for FsFile {
 
 /// Read exactly `buf.len()` bytes at `offset`, or fewer at end of file.
 /// Returns how many bytes were read.
-pub fn read_full_at<F: StorageFile>(file: &F, mut offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+pub fn read_full_at<F: StorageFile>(
+    file: &F,
+    mut offset: u64,
+    buf: &mut [u8],
+) -> io::Result<usize> {
     let mut filled = 0;
     while filled < buf.len() {
         let n = file.read_at(offset, &mut buf[filled..])?;

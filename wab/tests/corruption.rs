@@ -23,7 +23,8 @@ fn three_sealed(dir: &Path) -> Vec<(PathBuf, Vec<Rec>)> {
     let mut out = Vec::new();
     let mut seq = 0;
     for (id, n) in [(0u64, 5u64), (1, 4), (2, 5)] {
-        let mut seg = ActiveSegment::start(preallocate(&FsStorage, dir, id, CAP).unwrap(), SHARD, seq);
+        let mut seg =
+            ActiveSegment::start(preallocate(&FsStorage, dir, id, CAP).unwrap(), SHARD, seq);
         let r = recs(seq, n, |s| 20 + s as usize * 11);
         append(&mut seg, &r[..2]).unwrap();
         append(&mut seg, &r[2..]).unwrap();
@@ -55,7 +56,9 @@ fn spots(len: u64) -> Vec<(&'static str, u64, &'static str)> {
 fn corrupt_sealed_segment_is_quarantined_and_its_seqs_never_reused() {
     for target in 0..3usize {
         let probe = tempfile::tempdir().unwrap();
-        let len = fs::metadata(&three_sealed(probe.path())[target].0).unwrap().len();
+        let len = fs::metadata(&three_sealed(probe.path())[target].0)
+            .unwrap()
+            .len();
         for (spot, at, word) in spots(len) {
             let what = format!("segment {target}, {spot}");
             let tmp = tempfile::tempdir().unwrap();
@@ -64,9 +67,14 @@ fn corrupt_sealed_segment_is_quarantined_and_its_seqs_never_reused() {
             let (bad_path, _) = &segs[target];
             flip(bad_path, at);
             let bad_bytes = fs::read(bad_path).unwrap();
-            let others: Vec<&(PathBuf, Vec<Rec>)> =
-                segs.iter().enumerate().filter(|(i, _)| *i != target).map(|(_, s)| s).collect();
-            let other_bytes: Vec<Vec<u8>> = others.iter().map(|(p, _)| fs::read(p).unwrap()).collect();
+            let others: Vec<&(PathBuf, Vec<Rec>)> = segs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != target)
+                .map(|(_, s)| s)
+                .collect();
+            let other_bytes: Vec<Vec<u8>> =
+                others.iter().map(|(p, _)| fs::read(p).unwrap()).collect();
 
             let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
             let r = &rec.report;
@@ -76,10 +84,21 @@ fn corrupt_sealed_segment_is_quarantined_and_its_seqs_never_reused() {
             // Moved, byte for byte, with a reason beside it.
             assert!(!bad_path.exists(), "{what}");
             assert_eq!(fs::read(&qpath).unwrap(), bad_bytes, "{what}");
-            assert_eq!(names(&qdir), vec![name.clone(), format!("{name}.reason")], "{what}");
+            assert_eq!(
+                names(&qdir),
+                vec![name.clone(), format!("{name}.reason")],
+                "{what}"
+            );
             let reason = fs::read_to_string(qdir.join(format!("{name}.reason"))).unwrap();
-            assert!(reason.contains(word) && reason.ends_with('\n'), "{what}: reason {reason:?}");
-            assert_eq!(r.quarantined, vec![(qpath.clone(), reason.trim_end().to_string())], "{what}");
+            assert!(
+                reason.contains(word) && reason.ends_with('\n'),
+                "{what}: reason {reason:?}"
+            );
+            assert_eq!(
+                r.quarantined,
+                vec![(qpath.clone(), reason.trim_end().to_string())],
+                "{what}"
+            );
             assert_eq!(mode(&qdir), 0o700);
             assert_eq!(mode(&qpath), 0o600);
             // The others are untouched and still verified.
@@ -99,7 +118,11 @@ fn corrupt_sealed_segment_is_quarantined_and_its_seqs_never_reused() {
             let again = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
             assert_eq!(snapshot(&dir), before, "{what}");
             assert!(again.report.quarantined.is_empty());
-            assert_eq!((again.report.next_seq, again.report.next_segment_id), (14, 3), "{what}: on restart");
+            assert_eq!(
+                (again.report.next_seq, again.report.next_segment_id),
+                (14, 3),
+                "{what}: on restart"
+            );
         }
     }
 }
@@ -115,7 +138,9 @@ fn crash_while_quarantining_then_recover_again() {
     flip(&segs[2].0, 64 + 16 + 1);
     let base_dir = tmp.path().join("base");
     copy_dir(&state, &base_dir);
-    let base = recover_shard(&FsStorage, &base_dir, SHARD, 0).unwrap().report;
+    let base = recover_shard(&FsStorage, &base_dir, SHARD, 0)
+        .unwrap()
+        .report;
     assert_eq!((base.next_seq, base.next_segment_id), (14, 3));
     let base_files = snapshot(&base_dir);
     let counter = FaultyStorage::new(vec![]);
@@ -123,15 +148,32 @@ fn crash_while_quarantining_then_recover_again() {
     copy_dir(&state, &count_dir);
     recover_shard(&counter, &count_dir, SHARD, 0).unwrap();
     let mut points = 0;
-    for op in [Op::Create, Op::Open, Op::Write, Op::SyncAll, Op::Rename, Op::SyncDir, Op::Remove, Op::Read] {
+    for op in [
+        Op::Create,
+        Op::Open,
+        Op::Write,
+        Op::SyncAll,
+        Op::Rename,
+        Op::SyncDir,
+        Op::Remove,
+        Op::Read,
+    ] {
         for n in 1..=counter.count(op) {
             let dir = tmp.path().join(format!("{op:?}-{n}"));
             copy_dir(&state, &dir);
-            let faulty = FaultyStorage::new(vec![Fault { op, nth: n, kind: FaultKind::Crash }]);
+            let faulty = FaultyStorage::new(vec![Fault {
+                op,
+                nth: n,
+                kind: FaultKind::Crash,
+            }]);
             assert!(recover_shard(&faulty, &dir, SHARD, 0).is_err());
             let r = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap().report;
             assert_eq!(snapshot(&dir), base_files, "crash at {op:?} #{n}");
-            assert_eq!((r.next_seq, r.next_segment_id), (14, 3), "crash at {op:?} #{n}");
+            assert_eq!(
+                (r.next_seq, r.next_segment_id),
+                (14, 3),
+                "crash at {op:?} #{n}"
+            );
             points += 1;
         }
     }
@@ -143,23 +185,39 @@ fn sealed_segment_cut_short_or_zeroed_is_quarantined() {
     // (description, damage, expected reason fragment)
     type Damage = fn(&Path);
     let cases: [(&str, Damage, &str); 4] = [
-        ("footer cut off", |p| {
-            let b = fs::read(p).unwrap();
-            fs::write(p, &b[..b.len() - FOOTER_LEN]).unwrap();
-        }, "no footer"),
-        ("cut mid-footer", |p| {
-            let b = fs::read(p).unwrap();
-            fs::write(p, &b[..b.len() - 7]).unwrap();
-        }, "footer runs past the end"),
-        ("cut mid-record", |p| {
-            let b = fs::read(p).unwrap();
-            fs::write(p, &b[..100]).unwrap();
-        }, "torn write"),
-        ("header zeroed", |p| {
-            let mut b = fs::read(p).unwrap();
-            b[..64].fill(0);
-            fs::write(p, &b).unwrap();
-        }, "all-zero header"),
+        (
+            "footer cut off",
+            |p| {
+                let b = fs::read(p).unwrap();
+                fs::write(p, &b[..b.len() - FOOTER_LEN]).unwrap();
+            },
+            "no footer",
+        ),
+        (
+            "cut mid-footer",
+            |p| {
+                let b = fs::read(p).unwrap();
+                fs::write(p, &b[..b.len() - 7]).unwrap();
+            },
+            "footer runs past the end",
+        ),
+        (
+            "cut mid-record",
+            |p| {
+                let b = fs::read(p).unwrap();
+                fs::write(p, &b[..100]).unwrap();
+            },
+            "torn write",
+        ),
+        (
+            "header zeroed",
+            |p| {
+                let mut b = fs::read(p).unwrap();
+                b[..64].fill(0);
+                fs::write(p, &b).unwrap();
+            },
+            "all-zero header",
+        ),
     ];
     for (what, damage, word) in cases {
         let tmp = tempfile::tempdir().unwrap();
@@ -168,9 +226,19 @@ fn sealed_segment_cut_short_or_zeroed_is_quarantined() {
         damage(&segs[2].0);
         let r = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap().report;
         assert_eq!(r.quarantined.len(), 1, "{what}");
-        assert!(r.quarantined[0].1.contains(word), "{what}: {:?}", r.quarantined[0].1);
-        assert!(dir.join(QUARANTINE_DIR).join("0000000000000002.sealed.reason").exists());
-        assert_records(&read_shard(&FsStorage, &dir).unwrap(), &[segs[0].1.clone(), segs[1].1.clone()].concat());
+        assert!(
+            r.quarantined[0].1.contains(word),
+            "{what}: {:?}",
+            r.quarantined[0].1
+        );
+        assert!(dir
+            .join(QUARANTINE_DIR)
+            .join("0000000000000002.sealed.reason")
+            .exists());
+        assert_records(
+            &read_shard(&FsStorage, &dir).unwrap(),
+            &[segs[0].1.clone(), segs[1].1.clone()].concat(),
+        );
         // Cut off / zeroed header: the seqs known from what is left (the
         // header and intact records, or the footer) are not reused.
         let floor = match what {
@@ -188,15 +256,22 @@ fn sealed_segment_cut_short_or_zeroed_is_quarantined() {
 
 #[test]
 fn unsealed_segment_with_a_bad_header_is_quarantined() {
-    for (at, word) in [(0u64, "magic"), (9, "format version"), (30, "CRC mismatch"), (63, "CRC mismatch")] {
+    for (at, word) in [
+        (0u64, "magic"),
+        (9, "format version"),
+        (30, "CRC mismatch"),
+        (63, "CRC mismatch"),
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
-        let mut seg = ActiveSegment::start(preallocate(&FsStorage, &dir, 0, CAP).unwrap(), SHARD, 0);
+        let mut seg =
+            ActiveSegment::start(preallocate(&FsStorage, &dir, 0, CAP).unwrap(), SHARD, 0);
         let first = recs(0, 5, |_| 40);
         append(&mut seg, &first).unwrap();
         seg.sync().unwrap();
         seal(&FsStorage, &dir, seg.into_sealing()).unwrap();
-        let mut seg = ActiveSegment::start(preallocate(&FsStorage, &dir, 1, CAP).unwrap(), SHARD, 5);
+        let mut seg =
+            ActiveSegment::start(preallocate(&FsStorage, &dir, 1, CAP).unwrap(), SHARD, 5);
         append(&mut seg, &recs(5, 3, |_| 40)).unwrap();
         seg.sync().unwrap();
         let path = seg.path.clone();
@@ -207,8 +282,15 @@ fn unsealed_segment_with_a_bad_header_is_quarantined() {
         let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
         let r = &rec.report;
         let qdir = dir.join(QUARANTINE_DIR);
-        assert_eq!(names(&qdir), vec!["0000000000000001.open", "0000000000000001.open.reason"]);
-        assert_eq!(fs::read(qdir.join("0000000000000001.open")).unwrap(), bytes, "moved byte for byte");
+        assert_eq!(
+            names(&qdir),
+            vec!["0000000000000001.open", "0000000000000001.open.reason"]
+        );
+        assert_eq!(
+            fs::read(qdir.join("0000000000000001.open")).unwrap(),
+            bytes,
+            "moved byte for byte"
+        );
         let reason = fs::read_to_string(qdir.join("0000000000000001.open.reason")).unwrap();
         assert!(reason.contains(word), "byte {at}: {reason:?}");
         assert_eq!(names(&dir), vec!["0000000000000000.sealed", QUARANTINE_DIR]);
@@ -218,7 +300,9 @@ fn unsealed_segment_with_a_bad_header_is_quarantined() {
         // next_seq comes from the other segments (and the caller's floor).
         assert!(r.next_seq >= 5);
         assert_eq!(r.next_segment_id, 2);
-        let floor = recover_shard(&FsStorage, &dir, SHARD, 1_000).unwrap().report;
+        let floor = recover_shard(&FsStorage, &dir, SHARD, 1_000)
+            .unwrap()
+            .report;
         assert_eq!(floor.next_seq, 1_000);
         let before = snapshot(&dir);
         recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
@@ -247,7 +331,11 @@ fn spares_are_kept_stale_and_partial_preallocations_removed() {
     drop(seg);
     preallocate(&FsStorage, &dir, 3, CAP).unwrap();
     preallocate(&FsStorage, &dir, 4, 2 * CAP).unwrap();
-    let faulty = FaultyStorage::new(vec![Fault { op: Op::SyncAll, nth: 1, kind: FaultKind::Crash }]);
+    let faulty = FaultyStorage::new(vec![Fault {
+        op: Op::SyncAll,
+        nth: 1,
+        kind: FaultKind::Crash,
+    }]);
     assert!(preallocate(&faulty, &dir, 5, CAP).is_err());
     assert!(dir.join("0000000000000005.open.tmp").exists());
     assert!(!dir.join("0000000000000005.open").exists());
@@ -257,17 +345,32 @@ fn spares_are_kept_stale_and_partial_preallocations_removed() {
     assert_eq!(r.removed_partial, 1);
     assert_eq!(r.resealed, vec![(2, 2, 0)]);
     assert!(r.quarantined.is_empty());
-    let spares: Vec<(u64, u64, PathBuf)> = rec.spares.iter().map(|s| (s.segment_id, s.capacity, s.path.clone())).collect();
+    let spares: Vec<(u64, u64, PathBuf)> = rec
+        .spares
+        .iter()
+        .map(|s| (s.segment_id, s.capacity, s.path.clone()))
+        .collect();
     assert_eq!(
         spares,
-        vec![(3, CAP, dir.join("0000000000000003.open")), (4, 2 * CAP, dir.join("0000000000000004.open"))]
+        vec![
+            (3, CAP, dir.join("0000000000000003.open")),
+            (4, 2 * CAP, dir.join("0000000000000004.open"))
+        ]
     );
     assert_eq!(
         names(&dir),
-        vec!["0000000000000000.sealed", "0000000000000002.sealed", "0000000000000003.open", "0000000000000004.open"]
+        vec![
+            "0000000000000000.sealed",
+            "0000000000000002.sealed",
+            "0000000000000003.open",
+            "0000000000000004.open"
+        ]
     );
     assert_eq!((r.next_seq, r.next_segment_id), (5, 5));
-    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &[a.clone(), b.clone()].concat());
+    assert_records(
+        &read_shard(&FsStorage, &dir).unwrap(),
+        &[a.clone(), b.clone()].concat(),
+    );
 
     // A spare is ready to use: the daemon starts its next segment in it.
     let mut spares = rec.spares;
@@ -279,7 +382,10 @@ fn spares_are_kept_stale_and_partial_preallocations_removed() {
     drop(spares);
     let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
     assert_eq!(rec.report.resealed, vec![(3, 4, 0)]);
-    assert_eq!(rec.spares.iter().map(|s| s.segment_id).collect::<Vec<_>>(), vec![4]);
+    assert_eq!(
+        rec.spares.iter().map(|s| s.segment_id).collect::<Vec<_>>(),
+        vec![4]
+    );
     assert_eq!((rec.report.next_seq, rec.report.next_segment_id), (9, 5));
     assert_records(&read_shard(&FsStorage, &dir).unwrap(), &[a, b, c].concat());
 }
@@ -294,8 +400,21 @@ fn empty_and_missing_directories() {
     assert_eq!(mode(&dir), 0o700);
     assert_eq!(mode(&tmp.path().join("data")), 0o700);
     assert!(rec.report.segments.is_empty() && rec.spares.is_empty());
-    assert_eq!((rec.report.next_seq, rec.report.next_segment_id, rec.report.shard), (0, 0, 9));
-    assert_eq!(recover_shard(&FsStorage, &dir, 9, 77).unwrap().report.next_seq, 77);
+    assert_eq!(
+        (
+            rec.report.next_seq,
+            rec.report.next_segment_id,
+            rec.report.shard
+        ),
+        (0, 0, 9)
+    );
+    assert_eq!(
+        recover_shard(&FsStorage, &dir, 9, 77)
+            .unwrap()
+            .report
+            .next_seq,
+        77
+    );
     // Unrelated files are left alone.
     fs::write(dir.join("README"), b"x").unwrap();
     fs::write(dir.join("0000000000000001.bak"), b"x").unwrap();

@@ -15,13 +15,23 @@ use common::*;
 use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
 use spillway_wab::format::{classify, FileKind};
 use spillway_wab::{
-    preallocate, read_shard, recover_shard, seal, ActiveSegment, End, FsStorage, Opened, SegmentReader, Storage,
-    QUARANTINE_DIR,
+    preallocate, read_shard, recover_shard, seal, ActiveSegment, End, FsStorage, Opened,
+    SegmentReader, Storage, QUARANTINE_DIR,
 };
 
 const SHARD: u32 = 4;
-const ALL_OPS: [Op; 10] =
-    [Op::Create, Op::Open, Op::Write, Op::SyncData, Op::SyncAll, Op::SetLen, Op::Rename, Op::SyncDir, Op::Remove, Op::Read];
+const ALL_OPS: [Op; 10] = [
+    Op::Create,
+    Op::Open,
+    Op::Write,
+    Op::SyncData,
+    Op::SyncAll,
+    Op::SetLen,
+    Op::Rename,
+    Op::SyncDir,
+    Op::Remove,
+    Op::Read,
+];
 
 struct Workload {
     cap: u64,
@@ -41,7 +51,11 @@ impl Workload {
             groups.push(recs(seq, n, |s| 30 + (s as usize * 53) % 300));
             seq += n;
         }
-        Workload { cap: 2048, groups, seal_lag }
+        Workload {
+            cap: 2048,
+            groups,
+            seal_lag,
+        }
     }
 
     fn attempted(&self) -> Vec<Rec> {
@@ -106,14 +120,27 @@ struct Outcome {
 /// a second recovery changes nothing.
 #[track_caller]
 fn recover_and_check(dir: &Path, acked: &[Rec], attempted: &[Rec], what: &str) -> Outcome {
-    let rec = recover_shard(&FsStorage, dir, SHARD, 0).unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
+    let rec = recover_shard(&FsStorage, dir, SHARD, 0)
+        .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
     let records = read_shard(&FsStorage, dir).unwrap();
-    assert!(records.len() >= acked.len(), "{what}: lost acked records ({} < {})", records.len(), acked.len());
-    assert!(records.len() <= attempted.len(), "{what}: more records than written");
+    assert!(
+        records.len() >= acked.len(),
+        "{what}: lost acked records ({} < {})",
+        records.len(),
+        acked.len()
+    );
+    assert!(
+        records.len() <= attempted.len(),
+        "{what}: more records than written"
+    );
     assert_records(&records, &attempted[..records.len()]);
     let r = &rec.report;
     assert_eq!(r.next_seq, records.len() as u64, "{what}: next_seq");
-    assert_eq!(r.record_count(), records.len() as u64, "{what}: report record count");
+    assert_eq!(
+        r.record_count(),
+        records.len() as u64,
+        "{what}: report record count"
+    );
 
     let mut ids = BTreeSet::new();
     let mut open_ids = Vec::new();
@@ -131,13 +158,23 @@ fn recover_and_check(dir: &Path, acked: &[Rec], attempted: &[Rec], what: &str) -
             Some(FileKind::Sealed(id)) => {
                 ids.insert(id);
                 let (_, _, end, offset) = read_segment(&FsStorage, &path);
-                assert!(matches!(end, End::Footer(_)), "{what}: {name} ends with {end:?}");
-                assert_eq!(fs::metadata(&path).unwrap().len(), offset + 40, "{what}: {name} not truncated");
+                assert!(
+                    matches!(end, End::Footer(_)),
+                    "{what}: {name} ends with {end:?}"
+                );
+                assert_eq!(
+                    fs::metadata(&path).unwrap().len(),
+                    offset + 40,
+                    "{what}: {name} not truncated"
+                );
             }
             Some(FileKind::Open(id)) => {
                 ids.insert(id);
                 assert!(
-                    matches!(SegmentReader::open(&FsStorage, &path).unwrap(), Opened::Unused(_)),
+                    matches!(
+                        SegmentReader::open(&FsStorage, &path).unwrap(),
+                        Opened::Unused(_)
+                    ),
                     "{what}: {name} left unsealed with records"
                 );
                 open_ids.push(id);
@@ -149,7 +186,11 @@ fn recover_and_check(dir: &Path, acked: &[Rec], attempted: &[Rec], what: &str) -
     let spares: Vec<u64> = rec.spares.iter().map(|s| s.segment_id).collect();
     assert_eq!(spares, open_ids, "{what}: spares");
     if let Some(max) = ids.iter().max() {
-        assert!(r.next_segment_id > *max, "{what}: next_segment_id {} <= {max}", r.next_segment_id);
+        assert!(
+            r.next_segment_id > *max,
+            "{what}: next_segment_id {} <= {max}",
+            r.next_segment_id
+        );
     }
 
     let outcome = Outcome {
@@ -161,8 +202,16 @@ fn recover_and_check(dir: &Path, acked: &[Rec], attempted: &[Rec], what: &str) -
     };
     let again = recover_shard(&FsStorage, dir, SHARD, 0).unwrap();
     let a = &again.report;
-    assert!(a.quarantined.is_empty(), "{what}: second recovery quarantined {:?}", a.quarantined);
-    assert!(a.resealed.is_empty(), "{what}: second recovery resealed {:?}", a.resealed);
+    assert!(
+        a.quarantined.is_empty(),
+        "{what}: second recovery quarantined {:?}",
+        a.quarantined
+    );
+    assert!(
+        a.resealed.is_empty(),
+        "{what}: second recovery resealed {:?}",
+        a.resealed
+    );
     assert_eq!(a.removed_partial, 0);
     let second = Outcome {
         files: snapshot(dir),
@@ -176,7 +225,11 @@ fn recover_and_check(dir: &Path, acked: &[Rec], attempted: &[Rec], what: &str) -
 }
 
 /// Crashed states of one workload: (description, directory, acked records).
-fn crashed_states(w: &Workload, root: &Path, torn_keeps: &[usize]) -> Vec<(String, std::path::PathBuf, Vec<Rec>)> {
+fn crashed_states(
+    w: &Workload,
+    root: &Path,
+    torn_keeps: &[usize],
+) -> Vec<(String, std::path::PathBuf, Vec<Rec>)> {
     // A clean run first: it must ack everything, and it tells how many
     // operations of each kind there are to crash at.
     let counter = FaultyStorage::new(vec![]);
@@ -193,14 +246,31 @@ fn crashed_states(w: &Workload, root: &Path, torn_keeps: &[usize]) -> Vec<(Strin
     );
 
     let mut faults = Vec::new();
-    for op in [Op::Write, Op::SyncData, Op::SyncAll, Op::Rename, Op::SyncDir, Op::SetLen, Op::Create, Op::Remove] {
+    for op in [
+        Op::Write,
+        Op::SyncData,
+        Op::SyncAll,
+        Op::Rename,
+        Op::SyncDir,
+        Op::SetLen,
+        Op::Create,
+        Op::Remove,
+    ] {
         for n in 1..=counter.count(op) {
-            faults.push(Fault { op, nth: n, kind: FaultKind::Crash });
+            faults.push(Fault {
+                op,
+                nth: n,
+                kind: FaultKind::Crash,
+            });
         }
     }
     for n in 1..=counter.count(Op::Write) {
         for &keep in torn_keeps {
-            faults.push(Fault { op: Op::Write, nth: n, kind: FaultKind::TornWrite { keep } });
+            faults.push(Fault {
+                op: Op::Write,
+                nth: n,
+                kind: FaultKind::TornWrite { keep },
+            });
         }
     }
     let mut out = Vec::new();
@@ -227,7 +297,10 @@ fn crash_at_every_write_path_step_keeps_every_acked_record() {
             distinct.insert(o.records);
         }
         // The crash points cover the whole run, not just its start.
-        assert!(distinct.len() > 10, "crash points reached only {distinct:?} distinct record counts");
+        assert!(
+            distinct.len() > 10,
+            "crash points reached only {distinct:?} distinct record counts"
+        );
     }
 }
 
@@ -256,14 +329,25 @@ fn crash_during_recovery_then_recover_again_is_the_same() {
             copy_dir(state, &count_dir);
             let counter = FaultyStorage::new(vec![]);
             drop(recover_shard(&counter, &count_dir, SHARD, 0).unwrap());
-            assert_eq!(snapshot(&count_dir), base.files, "{what}: FaultyStorage without faults differs");
+            assert_eq!(
+                snapshot(&count_dir),
+                base.files,
+                "{what}: FaultyStorage without faults differs"
+            );
 
             for op in ALL_OPS {
                 for n in 1..=counter.count(op) {
                     let dir = root.path().join(format!("rec-{i}-{op:?}-{n}"));
                     copy_dir(state, &dir);
-                    let faulty = FaultyStorage::new(vec![Fault { op, nth: n, kind: FaultKind::Crash }]);
-                    assert!(recover_shard(&faulty, &dir, SHARD, 0).is_err(), "{what}: recovery crash {op:?} #{n}");
+                    let faulty = FaultyStorage::new(vec![Fault {
+                        op,
+                        nth: n,
+                        kind: FaultKind::Crash,
+                    }]);
+                    assert!(
+                        recover_shard(&faulty, &dir, SHARD, 0).is_err(),
+                        "{what}: recovery crash {op:?} #{n}"
+                    );
                     let what2 = format!("{what}, then recovery crashed at {op:?} #{n}");
                     let o = recover_and_check(&dir, acked, &w.attempted(), &what2);
                     assert!(o == base, "{what2}: differs from an uninterrupted recovery");
@@ -301,7 +385,11 @@ fn torn_write_during_recovery_then_recover_again() {
             for keep in [0usize, 2, 5, 39] {
                 let dir = root.path().join(format!("torn-{i}-{n}-{keep}"));
                 copy_dir(state, &dir);
-                let faulty = FaultyStorage::new(vec![Fault { op: Op::Write, nth: n, kind: FaultKind::TornWrite { keep } }]);
+                let faulty = FaultyStorage::new(vec![Fault {
+                    op: Op::Write,
+                    nth: n,
+                    kind: FaultKind::TornWrite { keep },
+                }]);
                 assert!(recover_shard(&faulty, &dir, SHARD, 0).is_err());
                 let what2 = format!("{what}, then recovery write #{n} torn at {keep}");
                 let o = recover_and_check(&dir, acked, &w.attempted(), &what2);
@@ -312,10 +400,18 @@ fn torn_write_during_recovery_then_recover_again() {
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect::<Vec<_>>()
                 };
-                assert!(segs(&o) == segs(&base), "{what2}: segments differ from an uninterrupted recovery");
+                assert!(
+                    segs(&o) == segs(&base),
+                    "{what2}: segments differ from an uninterrupted recovery"
+                );
                 assert_eq!(
                     (o.next_seq, o.next_segment_id, &o.spares, o.records),
-                    (base.next_seq, base.next_segment_id, &base.spares, base.records),
+                    (
+                        base.next_seq,
+                        base.next_segment_id,
+                        &base.spares,
+                        base.records
+                    ),
                     "{what2}"
                 );
                 fs::remove_dir_all(&dir).unwrap();

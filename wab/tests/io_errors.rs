@@ -7,7 +7,9 @@ use std::fs;
 
 use common::*;
 use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
-use spillway_wab::{preallocate, read_shard, recover_shard, seal, ActiveSegment, FsStorage, Storage};
+use spillway_wab::{
+    preallocate, read_shard, recover_shard, seal, ActiveSegment, FsStorage, Storage,
+};
 
 const CAP: u64 = 16 * 1024;
 
@@ -27,8 +29,16 @@ fn error_at_sync_data_surfaces_and_the_durable_offset_stays() {
             let dir = tmp.path();
             let storage = FaultyStorage::new(vec![]);
             let mut seg = ActiveSegment::start(preallocate(&storage, dir, 0, CAP).unwrap(), 0, 10);
-            assert_eq!(storage.count(Op::SyncData), 0, "preallocate uses fsync, not fdatasync");
-            storage.inject(Fault { op: Op::SyncData, nth: failing_sync, kind });
+            assert_eq!(
+                storage.count(Op::SyncData),
+                0,
+                "preallocate uses fsync, not fdatasync"
+            );
+            storage.inject(Fault {
+                op: Op::SyncData,
+                nth: failing_sync,
+                kind,
+            });
             let all = recs(10, 8, |s| 5 + s as usize);
             let groups = [&all[0..2], &all[2..5], &all[5..8]];
             let mut durable_recs = 0;
@@ -40,7 +50,10 @@ fn error_at_sync_data_surfaces_and_the_durable_offset_stays() {
                 if i as u64 + 1 == failing_sync {
                     let err = res.unwrap_err();
                     assert_eq!(err.raw_os_error(), Some(errno(kind)), "{kind:?}");
-                    assert_eq!(seg.durable_offset, before, "{kind:?}: durable offset moved on a failed sync");
+                    assert_eq!(
+                        seg.durable_offset, before,
+                        "{kind:?}: durable offset moved on a failed sync"
+                    );
                     assert_eq!(seg.write_offset, written);
                     assert!(!storage.crashed(), "an I/O error is not a crash");
                     break;
@@ -73,15 +86,39 @@ fn error_at_write_surfaces_and_nothing_is_counted() {
         let g1 = recs(0, 3, |_| 21);
         append(&mut seg, &g1).unwrap();
         seg.sync().unwrap();
-        let (w, d, c, crc) = (seg.write_offset, seg.durable_offset, seg.count, seg.records_crc.value());
-        storage.inject(Fault { op: Op::Write, nth: storage.count(Op::Write) + 1, kind });
+        let (w, d, c, crc) = (
+            seg.write_offset,
+            seg.durable_offset,
+            seg.count,
+            seg.records_crc.value(),
+        );
+        storage.inject(Fault {
+            op: Op::Write,
+            nth: storage.count(Op::Write) + 1,
+            kind,
+        });
         let err = append(&mut seg, &recs(3, 2, |_| 21)).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(errno(kind)));
-        assert_eq!((seg.write_offset, seg.durable_offset, seg.count, seg.records_crc.value()), (w, d, c, crc));
+        assert_eq!(
+            (
+                seg.write_offset,
+                seg.durable_offset,
+                seg.count,
+                seg.records_crc.value()
+            ),
+            (w, d, c, crc)
+        );
         assert_eq!(seg.next_seq(), 3);
         // The footer of a segment sealed now describes only what was written.
         let sealing = seg.into_sealing();
-        assert_eq!((sealing.footer.record_count, sealing.footer.end_offset, sealing.footer.last_seq), (3, w, 2));
+        assert_eq!(
+            (
+                sealing.footer.record_count,
+                sealing.footer.end_offset,
+                sealing.footer.last_seq
+            ),
+            (3, w, 2)
+        );
         seal(&storage, dir, sealing).unwrap();
         recover_shard(&FsStorage, dir, 0, 0).unwrap();
         assert_records(&read_shard(&FsStorage, dir).unwrap(), &g1);
@@ -93,17 +130,33 @@ fn enospc_while_preallocating_leaves_only_a_partial() {
     for op in [Op::Write, Op::SyncAll, Op::Rename] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let storage = FaultyStorage::new(vec![Fault { op, nth: 2, kind: FaultKind::Enospc }]);
+        let storage = FaultyStorage::new(vec![Fault {
+            op,
+            nth: 2,
+            kind: FaultKind::Enospc,
+        }]);
         // Two 1 MiB chunks: the second write fails for op == Write.
-        let cap = if op == Op::Write { 2 * 1024 * 1024 } else { CAP };
+        let cap = if op == Op::Write {
+            2 * 1024 * 1024
+        } else {
+            CAP
+        };
         preallocate(&storage, dir, 0, CAP).unwrap();
-        let err = preallocate(&storage, dir, 1, cap).err().expect("preallocate must fail");
+        let err = preallocate(&storage, dir, 1, cap)
+            .err()
+            .expect("preallocate must fail");
         assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{op:?}");
-        assert!(!dir.join("0000000000000001.open").exists(), "{op:?}: a failed preallocation must not look usable");
+        assert!(
+            !dir.join("0000000000000001.open").exists(),
+            "{op:?}: a failed preallocation must not look usable"
+        );
         assert!(dir.join("0000000000000001.open.tmp").exists());
         let rec = recover_shard(&FsStorage, dir, 0, 0).unwrap();
         assert_eq!(rec.report.removed_partial, 1);
-        assert_eq!(rec.spares.iter().map(|s| s.segment_id).collect::<Vec<_>>(), vec![0]);
+        assert_eq!(
+            rec.spares.iter().map(|s| s.segment_id).collect::<Vec<_>>(),
+            vec![0]
+        );
         assert_eq!(names(dir), vec!["0000000000000000.open"]);
     }
 }
@@ -120,13 +173,22 @@ fn error_while_sealing_leaves_a_segment_recovery_reseals() {
             append(&mut seg, &g).unwrap();
             seg.sync().unwrap();
             // The next operation of this kind is seal's.
-            storage.inject(Fault { op, nth: storage.count(op) + 1, kind });
+            storage.inject(Fault {
+                op,
+                nth: storage.count(op) + 1,
+                kind,
+            });
             let res = seal(&storage, dir, seg.into_sealing());
             assert_eq!(res.unwrap_err().raw_os_error(), Some(errno(kind)), "{op:?}");
             let rec = recover_shard(&FsStorage, dir, 0, 0).unwrap();
             assert_eq!(rec.report.segments.len(), 1);
             assert_eq!(names(dir), vec!["0000000000000000.sealed"], "{op:?}");
-            assert_eq!(fs::metadata(dir.join("0000000000000000.sealed")).unwrap().len(), 64 + 4 * 80 + 40);
+            assert_eq!(
+                fs::metadata(dir.join("0000000000000000.sealed"))
+                    .unwrap()
+                    .len(),
+                64 + 4 * 80 + 40
+            );
             assert_records(&read_shard(&FsStorage, dir).unwrap(), &g);
         }
     }
@@ -138,8 +200,14 @@ fn error_listing_or_creating_the_directory_fails_recovery() {
     let dir = tmp.path().join("shard-000");
     FsStorage.create_dir_all(&dir).unwrap();
     for op in [Op::Create, Op::Read] {
-        let storage = FaultyStorage::new(vec![Fault { op, nth: 1, kind: FaultKind::Eio }]);
-        let err = recover_shard(&storage, &dir, 0, 0).err().expect("recovery must fail");
+        let storage = FaultyStorage::new(vec![Fault {
+            op,
+            nth: 1,
+            kind: FaultKind::Eio,
+        }]);
+        let err = recover_shard(&storage, &dir, 0, 0)
+            .err()
+            .expect("recovery must fail");
         assert_eq!(err.raw_os_error(), Some(libc::EIO));
     }
 }

@@ -9,9 +9,12 @@ use std::fs;
 use common::*;
 use proptest::collection::vec;
 use proptest::prelude::*;
-use spillway_wab::format::{open_name, sealed_name, FOOTER_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN};
+use spillway_wab::format::{
+    open_name, sealed_name, FOOTER_LEN, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+};
 use spillway_wab::{
-    preallocate, read_shard, recover_shard, seal, ActiveSegment, End, FsStorage, Opened, RecordMeta, SegmentReader,
+    preallocate, read_shard, recover_shard, seal, ActiveSegment, End, FsStorage, Opened,
+    RecordMeta, SegmentReader,
 };
 
 /// Records from generated payloads and metadata, split into groups where
@@ -24,7 +27,10 @@ fn build(payloads: &[Vec<u8>], metas: &[(u8, u64)], first_seq: u64) -> Vec<Rec> 
         .map(|(i, (p, &(tier, arrival)))| Rec {
             seq: first_seq + i as u64,
             payload: p.clone(),
-            meta: RecordMeta { tier, arrival_unix_us: arrival },
+            meta: RecordMeta {
+                tier,
+                arrival_unix_us: arrival,
+            },
         })
         .collect()
 }

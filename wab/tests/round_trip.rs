@@ -8,13 +8,13 @@ use std::io::IoSlice;
 use common::*;
 use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
 use spillway_wab::format::{
-    classify, open_name, sealed_name, FileKind, Footer, RecordsCrc, FOOTER_LEN, RECORD_BYTES_MAX, RECORD_HEADER_LEN,
-    SEGMENT_HEADER_LEN,
+    classify, open_name, sealed_name, FileKind, Footer, RecordsCrc, FOOTER_LEN, RECORD_BYTES_MAX,
+    RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
 };
 use spillway_wab::storage::read_full_at;
 use spillway_wab::{
-    preallocate, read_shard, recover_shard, seal, shard_dir, ActiveSegment, AppendRecord, End, FsStorage, Opened,
-    RecordMeta, SegmentHeader, SegmentReader, Storage, StorageFile,
+    preallocate, read_shard, recover_shard, seal, shard_dir, ActiveSegment, AppendRecord, End,
+    FsStorage, Opened, RecordMeta, SegmentHeader, SegmentReader, Storage, StorageFile,
 };
 
 const CAP: u64 = 64 * 1024;
@@ -37,20 +37,36 @@ fn append_sync_read_seal_round_trip() {
     assert_eq!(names(&dir), vec!["0000000000000005.open"]);
     let bytes = fs::read(&open_path).unwrap();
     assert_eq!(bytes.len() as u64, CAP);
-    assert!(bytes.iter().all(|&b| b == 0), "preallocated segment must be all zeros");
+    assert!(
+        bytes.iter().all(|&b| b == 0),
+        "preallocated segment must be all zeros"
+    );
     assert_eq!(mode(&open_path), 0o600);
-    assert!(matches!(SegmentReader::open(&FsStorage, &open_path).unwrap(), Opened::Unused(_)));
+    assert!(matches!(
+        SegmentReader::open(&FsStorage, &open_path).unwrap(),
+        Opened::Unused(_)
+    ));
 
     let mut seg = ActiveSegment::start(pre, 7, 1000);
     assert_eq!(seg.next_seq(), 1000);
     assert!(seg.is_empty());
     let sizes = [1usize, 100, 4000, 17, 255, 256, 1, 2048];
     let all = recs(1000, 16, |s| sizes[(s % sizes.len() as u64) as usize]);
-    let groups: Vec<&[Rec]> = vec![&all[0..1], &all[1..4], &all[4..11], &all[11..13], &all[13..16]];
+    let groups: Vec<&[Rec]> = vec![
+        &all[0..1],
+        &all[1..4],
+        &all[4..11],
+        &all[11..13],
+        &all[13..16],
+    ];
 
     let mut expect_offset = 0u64;
     for g in &groups {
-        let header = if expect_offset == 0 { SEGMENT_HEADER_LEN as u64 } else { 0 };
+        let header = if expect_offset == 0 {
+            SEGMENT_HEADER_LEN as u64
+        } else {
+            0
+        };
         let needed = header + disk_len(g);
         let payload_bytes: u64 = g.iter().map(|r| r.payload.len() as u64).sum();
         assert_eq!(seg.bytes_needed(payload_bytes, g.len() as u64), needed);
@@ -60,7 +76,10 @@ fn append_sync_read_seal_round_trip() {
         assert_eq!(first, g[0].seq);
         expect_offset += needed;
         assert_eq!(seg.write_offset, expect_offset);
-        assert_eq!(seg.durable_offset, durable_before, "append alone must not move the durable offset");
+        assert_eq!(
+            seg.durable_offset, durable_before,
+            "append alone must not move the durable offset"
+        );
         seg.sync().unwrap();
         assert_eq!(seg.durable_offset, expect_offset);
     }
@@ -69,11 +88,17 @@ fn append_sync_read_seal_round_trip() {
 
     // The bytes on disk are exactly header ++ records, then zeros.
     let raw = fs::read(&open_path).unwrap();
-    assert_eq!(raw.len() as u64, CAP, "appends inside the preallocation must not grow the file");
+    assert_eq!(
+        raw.len() as u64,
+        CAP,
+        "appends inside the preallocation must not grow the file"
+    );
     let expected = group_bytes(Some(&seg.header), &all);
     assert_eq!(&raw[..expected.len()], &expected[..]);
     assert!(raw[expected.len()..].iter().all(|&b| b == 0));
-    let hdr = SegmentHeader::decode(raw[..64].try_into().unwrap()).unwrap().unwrap();
+    let hdr = SegmentHeader::decode(raw[..64].try_into().unwrap())
+        .unwrap()
+        .unwrap();
     assert_eq!((hdr.shard, hdr.segment_id, hdr.first_seq), (7, 5, 1000));
 
     // Read back the unsealed segment: every record, then End::Zeros.
@@ -87,7 +112,13 @@ fn append_sync_read_seal_round_trip() {
         assert_eq!(g.offset, at, "record offset of seq {}", w.seq);
         at += (RECORD_HEADER_LEN + w.payload.len()) as u64;
     }
-    assert_eq!(got[3].meta, RecordMeta { tier: meta(1003).tier, arrival_unix_us: meta(1003).arrival_unix_us });
+    assert_eq!(
+        got[3].meta,
+        RecordMeta {
+            tier: meta(1003).tier,
+            arrival_unix_us: meta(1003).arrival_unix_us
+        }
+    );
 
     // Seal: footer, truncate to end + 40, `.sealed`, 0600.
     let end_offset = seg.write_offset;
@@ -98,18 +129,31 @@ fn append_sync_read_seal_round_trip() {
     let sealing = seg.into_sealing();
     assert_eq!(
         sealing.footer,
-        Footer { record_count: 16, end_offset, last_seq: 1015, records_crc: crcs.value() }
+        Footer {
+            record_count: 16,
+            end_offset,
+            last_seq: 1015,
+            records_crc: crcs.value()
+        }
     );
     let sealed = seal(&FsStorage, &dir, sealing).unwrap();
     assert_eq!(sealed, dir.join("0000000000000005.sealed"));
     assert_eq!(names(&dir), vec!["0000000000000005.sealed"]);
-    assert_eq!(fs::metadata(&sealed).unwrap().len(), end_offset + FOOTER_LEN as u64);
+    assert_eq!(
+        fs::metadata(&sealed).unwrap().len(),
+        end_offset + FOOTER_LEN as u64
+    );
     assert_eq!(mode(&sealed), 0o600);
     let (_, got, end, _) = read_segment(&FsStorage, &sealed);
     assert_records(&got, &all);
     assert_eq!(
         end,
-        End::Footer(Footer { record_count: 16, end_offset, last_seq: 1015, records_crc: crcs.value() })
+        End::Footer(Footer {
+            record_count: 16,
+            end_offset,
+            last_seq: 1015,
+            records_crc: crcs.value()
+        })
     );
     assert_records(&read_shard(&FsStorage, &dir).unwrap(), &all);
 
@@ -120,14 +164,25 @@ fn append_sync_read_seal_round_trip() {
     let r = &rec.report;
     assert_eq!(r.segments.len(), 1);
     assert_eq!(
-        (r.segments[0].segment_id, r.segments[0].first_seq, r.segments[0].record_count, r.segments[0].bytes),
+        (
+            r.segments[0].segment_id,
+            r.segments[0].first_seq,
+            r.segments[0].record_count,
+            r.segments[0].bytes
+        ),
         (5, 1000, 16, end_offset)
     );
     assert!(r.resealed.is_empty() && r.quarantined.is_empty());
     assert_eq!((r.next_seq, r.next_segment_id), (1016, 6));
     assert!(rec.spares.is_empty());
     // The floor wins when it is higher.
-    assert_eq!(recover_shard(&FsStorage, &dir, 7, 5000).unwrap().report.next_seq, 5000);
+    assert_eq!(
+        recover_shard(&FsStorage, &dir, 7, 5000)
+            .unwrap()
+            .report
+            .next_seq,
+        5000
+    );
 }
 
 #[test]
@@ -139,7 +194,8 @@ fn several_segments_read_in_sequence_order() {
     let mut next = 0u64;
     // Ids deliberately not in seq order on disk listing terms: 0x10, 0x2, 0xa.
     for (id, n) in [(0x2u64, 3u64), (0xa, 5), (0x10, 2)] {
-        let mut seg = ActiveSegment::start(preallocate(&FsStorage, &dir, id, CAP).unwrap(), 0, next);
+        let mut seg =
+            ActiveSegment::start(preallocate(&FsStorage, &dir, id, CAP).unwrap(), 0, next);
         let g = recs(next, n, |s| 10 + s as usize * 3);
         append(&mut seg, &g).unwrap();
         seg.sync().unwrap();
@@ -151,15 +207,26 @@ fn several_segments_read_in_sequence_order() {
     }
     assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
     let rec = recover_shard(&FsStorage, &dir, 0, 0).unwrap();
-    let firsts: Vec<(u64, u64, u64)> =
-        rec.report.segments.iter().map(|s| (s.segment_id, s.first_seq, s.record_count)).collect();
+    let firsts: Vec<(u64, u64, u64)> = rec
+        .report
+        .segments
+        .iter()
+        .map(|s| (s.segment_id, s.first_seq, s.record_count))
+        .collect();
     assert_eq!(firsts, vec![(0x2, 0, 3), (0xa, 3, 5), (0x10, 8, 2)]);
     assert_eq!(rec.report.resealed, vec![(0x10, 2, 0)]);
-    assert_eq!((rec.report.next_seq, rec.report.next_segment_id), (10, 0x11));
+    assert_eq!(
+        (rec.report.next_seq, rec.report.next_segment_id),
+        (10, 0x11)
+    );
     assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
     assert_eq!(
         names(&dir),
-        vec!["0000000000000002.sealed", "000000000000000a.sealed", "0000000000000010.sealed"]
+        vec![
+            "0000000000000002.sealed",
+            "000000000000000a.sealed",
+            "0000000000000010.sealed"
+        ]
     );
     for n in names(&dir) {
         assert!(matches!(classify(&n), Some(FileKind::Sealed(_))));
@@ -174,10 +241,18 @@ fn invalid_payloads_are_refused_before_anything_is_written() {
     let dir = tmp.path();
     let mut seg = ActiveSegment::start(preallocate(&FsStorage, dir, 0, CAP).unwrap(), 0, 0);
     let path = seg.path.clone();
-    let err = seg.append(&[AppendRecord { payload: b"", meta: 0 }]).unwrap_err();
+    let err = seg
+        .append(&[AppendRecord {
+            payload: b"",
+            meta: 0,
+        }])
+        .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     assert_eq!((seg.write_offset, seg.count, seg.next_seq()), (0, 0, 0));
-    assert!(fs::read(&path).unwrap().iter().all(|&b| b == 0), "nothing may be written");
+    assert!(
+        fs::read(&path).unwrap().iter().all(|&b| b == 0),
+        "nothing may be written"
+    );
 
     let good = recs(0, 2, |_| 50);
     append(&mut seg, &good).unwrap();
@@ -186,15 +261,35 @@ fn invalid_payloads_are_refused_before_anything_is_written() {
     // A group with one bad record is refused whole.
     let p = payload(9, 30);
     let err = seg
-        .append(&[AppendRecord { payload: &p, meta: 1 }, AppendRecord { payload: &[], meta: 1 }])
+        .append(&[
+            AppendRecord {
+                payload: &p,
+                meta: 1,
+            },
+            AppendRecord {
+                payload: &[],
+                meta: 1,
+            },
+        ])
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     let big = vec![1u8; RECORD_BYTES_MAX as usize + 1];
-    let err = seg.append(&[AppendRecord { payload: &big, meta: 1 }]).unwrap_err();
+    let err = seg
+        .append(&[AppendRecord {
+            payload: &big,
+            meta: 1,
+        }])
+        .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
-    assert_eq!((seg.write_offset, seg.count, seg.durable_offset), (offset, 2, offset));
+    assert_eq!(
+        (seg.write_offset, seg.count, seg.durable_offset),
+        (offset, 2, offset)
+    );
     let raw = fs::read(&path).unwrap();
-    assert!(raw[offset as usize..].iter().all(|&b| b == 0), "nothing may be written past the last good group");
+    assert!(
+        raw[offset as usize..].iter().all(|&b| b == 0),
+        "nothing may be written past the last good group"
+    );
     // The segment is still fine to use.
     let more = recs(2, 1, |_| 7);
     append(&mut seg, &more).unwrap();
@@ -221,14 +316,22 @@ fn segment_sealed_before_its_first_record_is_not_quarantined() {
     let empty = ActiveSegment::start(preallocate(&FsStorage, &dir, 1, CAP).unwrap(), 1, 4);
     let sealed = seal(&FsStorage, &dir, empty.into_sealing()).unwrap();
     assert_eq!(fs::metadata(&sealed).unwrap().len(), FOOTER_LEN as u64);
-    let faulty = FaultyStorage::new(vec![Fault { op: Op::SetLen, nth: 1, kind: FaultKind::Crash }]);
+    let faulty = FaultyStorage::new(vec![Fault {
+        op: Op::SetLen,
+        nth: 1,
+        kind: FaultKind::Crash,
+    }]);
     let empty2 = ActiveSegment::start(preallocate(&faulty, &dir, 2, CAP).unwrap(), 1, 4);
     seal(&faulty, &dir, empty2.into_sealing()).unwrap_err();
     assert!(faulty.crashed());
 
     let rec = recover_shard(&FsStorage, &dir, 1, 0).unwrap();
     let r = &rec.report;
-    assert!(r.quarantined.is_empty(), "nothing to quarantine: {:?}", r.quarantined);
+    assert!(
+        r.quarantined.is_empty(),
+        "nothing to quarantine: {:?}",
+        r.quarantined
+    );
     assert!(!dir.join("quarantine").exists());
     assert_eq!(r.segments.len(), 1);
     assert_eq!((r.next_seq, r.next_segment_id), (4, 3));
@@ -242,10 +345,21 @@ fn segment_sealed_before_its_first_record_is_not_quarantined() {
     let mut hdr_only = ActiveSegment::start(preallocate(&FsStorage, &dir, 3, CAP).unwrap(), 1, 4);
     assert_eq!(hdr_only.append(&[]).unwrap(), 4);
     let sealed = seal(&FsStorage, &dir, hdr_only.into_sealing()).unwrap();
-    assert_eq!(fs::metadata(&sealed).unwrap().len(), (SEGMENT_HEADER_LEN + FOOTER_LEN) as u64);
+    assert_eq!(
+        fs::metadata(&sealed).unwrap().len(),
+        (SEGMENT_HEADER_LEN + FOOTER_LEN) as u64
+    );
     let (_, got, end, _) = read_segment(&FsStorage, &sealed);
     assert!(got.is_empty());
-    assert!(matches!(end, End::Footer(Footer { record_count: 0, end_offset: 64, last_seq: 3, .. })));
+    assert!(matches!(
+        end,
+        End::Footer(Footer {
+            record_count: 0,
+            end_offset: 64,
+            last_seq: 3,
+            ..
+        })
+    ));
     let rec = recover_shard(&FsStorage, &dir, 1, 0).unwrap();
     assert!(rec.report.quarantined.is_empty());
     assert_eq!(rec.report.segments.len(), 2);
@@ -266,7 +380,15 @@ fn reader_follows_a_growing_segment() {
     // Sizes chosen so groups straddle the reader's 256 KiB read-ahead.
     let sizes = [40_000usize, 3, 100_000, 700, 90_000, 1, 250_000, 12];
     let all = recs(500, 40, |s| sizes[(s % sizes.len() as u64) as usize]);
-    let groups: Vec<&[Rec]> = vec![&all[0..1], &all[1..5], &all[5..6], &all[6..14], &all[14..15], &all[15..30], &all[30..40]];
+    let groups: Vec<&[Rec]> = vec![
+        &all[0..1],
+        &all[1..5],
+        &all[5..6],
+        &all[6..14],
+        &all[14..15],
+        &all[15..30],
+        &all[30..40],
+    ];
 
     let first = &groups[0];
     append(&mut seg, first).unwrap();
@@ -281,7 +403,11 @@ fn reader_follows_a_growing_segment() {
         while let Some(r) = reader.next().unwrap() {
             seen.push(r);
         }
-        assert_eq!(reader.end(), None, "a followed segment must not end at the limit");
+        assert_eq!(
+            reader.end(),
+            None,
+            "a followed segment must not end at the limit"
+        );
     };
     drain(&mut reader, &mut seen);
     assert_records(&seen, first);
@@ -296,7 +422,8 @@ fn reader_follows_a_growing_segment() {
         seg.sync().unwrap();
         // Raise the limit in two steps: first into the middle of the group's
         // last record, then to the durable end.
-        let last_start = seg.durable_offset - (RECORD_HEADER_LEN + g.last().unwrap().payload.len()) as u64;
+        let last_start =
+            seg.durable_offset - (RECORD_HEADER_LEN + g.last().unwrap().payload.len()) as u64;
         reader.set_limit(last_start + 10);
         drain(&mut reader, &mut seen);
         assert_records(&seen, &all[..acked + g.len() - 1]);
@@ -315,14 +442,22 @@ fn reader_follows_a_growing_segment() {
     let footer = seg.into_sealing();
     let footer_bytes = footer.footer.encode();
     let mut f = FsStorage.open(&path).unwrap();
-    f.write_all_at(end_offset, &[IoSlice::new(&footer_bytes[..16])]).unwrap();
+    f.write_all_at(end_offset, &[IoSlice::new(&footer_bytes[..16])])
+        .unwrap();
     reader.set_limit(end_offset + 16);
     assert!(reader.next().unwrap().is_none());
-    assert_eq!(reader.end(), None, "the footer is past the limit: the reader must wait, not judge it");
+    assert_eq!(
+        reader.end(),
+        None,
+        "the footer is past the limit: the reader must wait, not judge it"
+    );
     let sealed = seal(&FsStorage, dir, footer).unwrap();
     reader.set_limit(end_offset + FOOTER_LEN as u64);
     assert!(reader.next().unwrap().is_none());
-    assert_eq!(reader.end(), Some(&End::Footer(footer_bytes_decode(&footer_bytes))));
+    assert_eq!(
+        reader.end(),
+        Some(&End::Footer(footer_bytes_decode(&footer_bytes)))
+    );
     assert_records(&seen, &all);
     let (_, got, _, _) = read_segment(&FsStorage, &sealed);
     assert_records(&got, &all);
@@ -343,7 +478,9 @@ fn no_stale_zeros_after_the_limit_is_raised() {
     let g1 = recs(0, 2, |_| 100);
     append(&mut seg, &g1).unwrap();
     seg.sync().unwrap();
-    let Opened::Reader(mut reader) = SegmentReader::open(&FsStorage, &path).unwrap() else { panic!() };
+    let Opened::Reader(mut reader) = SegmentReader::open(&FsStorage, &path).unwrap() else {
+        panic!()
+    };
     reader.set_limit(seg.durable_offset);
     let mut seen = Vec::new();
     while let Some(r) = reader.next().unwrap() {
@@ -372,7 +509,9 @@ fn no_stale_zeros_after_the_limit_is_raised() {
     assert!(reader.next().unwrap().is_none());
     assert_eq!(reader.end(), None);
     // With no limit the reader ends at the zeros after the last record.
-    let Opened::Reader(mut whole) = SegmentReader::open(&FsStorage, &path).unwrap() else { panic!() };
+    let Opened::Reader(mut whole) = SegmentReader::open(&FsStorage, &path).unwrap() else {
+        panic!()
+    };
     let mut n = 0;
     while whole.next().unwrap().is_some() {
         n += 1;
@@ -380,7 +519,10 @@ fn no_stale_zeros_after_the_limit_is_raised() {
     assert_eq!(n, all.len() + 1);
     assert_eq!(whole.end(), Some(&End::Zeros));
     let mut buf = [0u8; 16];
-    assert_eq!(read_full_at(whole.file_ref(), whole.offset(), &mut buf).unwrap(), 16);
+    assert_eq!(
+        read_full_at(whole.file_ref(), whole.offset(), &mut buf).unwrap(),
+        16
+    );
     assert_eq!(buf, [0u8; 16]);
 }
 
@@ -392,7 +534,9 @@ fn skip_to_resumes_at_a_sequence_number() {
     let all = recs(100, 10, |s| s as usize);
     append(&mut seg, &all).unwrap();
     seg.sync().unwrap();
-    let Opened::Reader(mut r) = SegmentReader::open(&FsStorage, &seg.path).unwrap() else { panic!() };
+    let Opened::Reader(mut r) = SegmentReader::open(&FsStorage, &seg.path).unwrap() else {
+        panic!()
+    };
     r.skip_to(106).unwrap();
     assert_eq!(r.next_seq(), 106);
     let mut rest = Vec::new();

@@ -11,7 +11,8 @@ use common::*;
 use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
 use spillway_wab::format::FOOTER_LEN;
 use spillway_wab::{
-    preallocate, read_shard, recover_shard, seal, ActiveSegment, End, FsStorage, Storage, QUARANTINE_DIR,
+    preallocate, read_shard, recover_shard, seal, ActiveSegment, End, FsStorage, Storage,
+    QUARANTINE_DIR,
 };
 
 const CAP: u64 = 64 * 1024;
@@ -21,17 +22,33 @@ const SHARD: u32 = 3;
 /// `first_seq`, then a group `torn` of which only the first `keep` bytes
 /// reach the file before the process dies. Returns the offset where the torn
 /// group starts and the bytes of it that reached the file.
-fn write_then_tear(dir: &Path, id: u64, cap: u64, first_seq: u64, acked: &[&[Rec]], torn: &[Rec], keep: usize) -> (u64, Vec<u8>) {
+fn write_then_tear(
+    dir: &Path,
+    id: u64,
+    cap: u64,
+    first_seq: u64,
+    acked: &[&[Rec]],
+    torn: &[Rec],
+    keep: usize,
+) -> (u64, Vec<u8>) {
     let storage = FaultyStorage::new(vec![]);
     storage.create_dir_all(dir).unwrap();
-    let mut seg = ActiveSegment::start(preallocate(&storage, dir, id, cap).unwrap(), SHARD, first_seq);
+    let mut seg = ActiveSegment::start(
+        preallocate(&storage, dir, id, cap).unwrap(),
+        SHARD,
+        first_seq,
+    );
     for g in acked {
         append(&mut seg, g).unwrap();
         seg.sync().unwrap();
     }
     let at = seg.write_offset;
     let header = seg.header;
-    storage.inject(Fault { op: Op::Write, nth: storage.count(Op::Write) + 1, kind: FaultKind::TornWrite { keep } });
+    storage.inject(Fault {
+        op: Op::Write,
+        nth: storage.count(Op::Write) + 1,
+        kind: FaultKind::TornWrite { keep },
+    });
     let durable = seg.durable_offset;
     append(&mut seg, torn).unwrap_err();
     assert!(storage.crashed());
@@ -65,29 +82,58 @@ fn torn_last_group_is_cut_saved_and_sealed() {
 
         let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
         let r = &rec.report;
-        assert_eq!(r.resealed, vec![(0, acked.len() as u64, CAP - cut)], "keep {keep}");
+        assert_eq!(
+            r.resealed,
+            vec![(0, acked.len() as u64, CAP - cut)],
+            "keep {keep}"
+        );
         assert_eq!(r.next_seq, 49, "keep {keep}");
         assert_eq!(r.next_segment_id, 1);
         assert_eq!(r.segments.len(), 1);
-        assert_eq!((r.segments[0].first_seq, r.segments[0].record_count), (40, 9));
+        assert_eq!(
+            (r.segments[0].first_seq, r.segments[0].record_count),
+            (40, 9)
+        );
         assert!(rec.spares.is_empty());
 
         // Exactly the acked records, sealed at the cut.
         let sealed = dir.join("0000000000000000.sealed");
-        assert_eq!(names(&dir), vec!["0000000000000000.sealed".to_string(), QUARANTINE_DIR.to_string()]);
-        assert_eq!(fs::metadata(&sealed).unwrap().len(), cut + FOOTER_LEN as u64, "keep {keep}");
+        assert_eq!(
+            names(&dir),
+            vec![
+                "0000000000000000.sealed".to_string(),
+                QUARANTINE_DIR.to_string()
+            ]
+        );
+        assert_eq!(
+            fs::metadata(&sealed).unwrap().len(),
+            cut + FOOTER_LEN as u64,
+            "keep {keep}"
+        );
         let (_, got, end, _) = read_segment(&FsStorage, &sealed);
         assert_records(&got, &acked);
-        assert!(matches!(end, End::Footer(f) if f.end_offset == cut && f.record_count == 9 && f.last_seq == 48));
+        assert!(
+            matches!(end, End::Footer(f) if f.end_offset == cut && f.record_count == 9 && f.last_seq == 48)
+        );
 
         // The torn bytes are in quarantine with a reason.
         let qdir = dir.join(QUARANTINE_DIR);
         let tail_name = format!("0000000000000000.tail-at-{cut}");
-        assert_eq!(names(&qdir), vec![tail_name.clone(), format!("{tail_name}.reason")], "keep {keep}");
-        assert_eq!(fs::read(qdir.join(&tail_name)).unwrap(), saved, "keep {keep}: saved tail bytes");
+        assert_eq!(
+            names(&qdir),
+            vec![tail_name.clone(), format!("{tail_name}.reason")],
+            "keep {keep}"
+        );
+        assert_eq!(
+            fs::read(qdir.join(&tail_name)).unwrap(),
+            saved,
+            "keep {keep}: saved tail bytes"
+        );
         let reason = fs::read_to_string(qdir.join(format!("{tail_name}.reason"))).unwrap();
         assert!(
-            reason.starts_with(&format!("bytes cut from an unsealed segment at offset {cut}: ")) && reason.ends_with('\n'),
+            reason.starts_with(&format!(
+                "bytes cut from an unsealed segment at offset {cut}: "
+            )) && reason.ends_with('\n'),
             "keep {keep}: reason {reason:?}"
         );
         assert_eq!(r.quarantined.len(), 1);
@@ -99,9 +145,16 @@ fn torn_last_group_is_cut_saved_and_sealed() {
         // Idempotent: the same again, nothing new.
         let before = snapshot(&dir);
         let again = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
-        assert_eq!(snapshot(&dir), before, "keep {keep}: second recovery changed the directory");
+        assert_eq!(
+            snapshot(&dir),
+            before,
+            "keep {keep}: second recovery changed the directory"
+        );
         assert!(again.report.quarantined.is_empty() && again.report.resealed.is_empty());
-        assert_eq!((again.report.next_seq, again.report.next_segment_id), (49, 1));
+        assert_eq!(
+            (again.report.next_seq, again.report.next_segment_id),
+            (49, 1)
+        );
         assert_eq!(again.report.segments, r.segments);
         assert_records(&read_shard(&FsStorage, &dir).unwrap(), &acked);
     }
@@ -118,7 +171,12 @@ fn tear_before_any_byte_reached_the_file() {
     assert_eq!(rec.report.resealed, vec![(0, 4, 0)]);
     assert!(rec.report.quarantined.is_empty());
     assert!(!dir.join(QUARANTINE_DIR).exists());
-    assert_eq!(fs::metadata(dir.join("0000000000000000.sealed")).unwrap().len(), cut + 40);
+    assert_eq!(
+        fs::metadata(dir.join("0000000000000000.sealed"))
+            .unwrap()
+            .len(),
+        cut + 40
+    );
     assert_records(&read_shard(&FsStorage, &dir).unwrap(), &g0);
     assert_eq!(rec.report.next_seq, 4);
 }
@@ -131,7 +189,12 @@ fn whole_records_of_a_torn_group_are_kept() {
     let g0 = recs(0, 2, |_| 64);
     let torn = recs(2, 3, |_| 20);
     let rec_len = 16 + 20;
-    for (keep, kept, tail) in [(rec_len, 1, 0usize), (rec_len + 5, 1, 5), (2 * rec_len + 36, 3, 0), (2 * rec_len + 30, 2, 30)] {
+    for (keep, kept, tail) in [
+        (rec_len, 1, 0usize),
+        (rec_len + 5, 1, 5),
+        (2 * rec_len + 36, 3, 0),
+        (2 * rec_len + 30, 2, 30),
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let (cut, written) = write_then_tear(&dir, 0, CAP, 0, &[&g0], &torn, keep);
@@ -145,7 +208,11 @@ fn whole_records_of_a_torn_group_are_kept() {
             assert!(!qdir.exists(), "keep {keep}");
         } else {
             let name = format!("0000000000000000.tail-at-{new_cut}");
-            assert_eq!(fs::read(qdir.join(&name)).unwrap(), trim_zeros(&written[kept * rec_len..]), "keep {keep}");
+            assert_eq!(
+                fs::read(qdir.join(&name)).unwrap(),
+                trim_zeros(&written[kept * rec_len..]),
+                "keep {keep}"
+            );
         }
         let before = snapshot(&dir);
         recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
@@ -163,7 +230,8 @@ fn torn_first_group_of_a_segment() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("shard-003");
         FsStorage.create_dir_all(&dir).unwrap();
-        let mut seg = ActiveSegment::start(preallocate(&FsStorage, &dir, 0, CAP).unwrap(), SHARD, 0);
+        let mut seg =
+            ActiveSegment::start(preallocate(&FsStorage, &dir, 0, CAP).unwrap(), SHARD, 0);
         append(&mut seg, &first).unwrap();
         seg.sync().unwrap();
         let sealed0 = seal(&FsStorage, &dir, seg.into_sealing()).unwrap();
@@ -174,7 +242,11 @@ fn torn_first_group_of_a_segment() {
 
         let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
         let r = &rec.report;
-        assert_eq!(fs::read(&sealed0).unwrap(), sealed0_bytes, "keep {keep}: other segment touched");
+        assert_eq!(
+            fs::read(&sealed0).unwrap(),
+            sealed0_bytes,
+            "keep {keep}: other segment touched"
+        );
         assert_records(&read_shard(&FsStorage, &dir).unwrap(), &first);
         assert_eq!((r.next_seq, r.next_segment_id), (5, 2), "keep {keep}");
         assert!(r.resealed.is_empty());
@@ -187,12 +259,24 @@ fn torn_first_group_of_a_segment() {
             continue;
         }
         assert!(rec.spares.is_empty());
-        assert_eq!(names(&dir), vec!["0000000000000000.sealed".to_string(), QUARANTINE_DIR.to_string()]);
-        let mut want = vec!["0000000000000001.open".to_string(), "0000000000000001.open.reason".to_string()];
+        assert_eq!(
+            names(&dir),
+            vec![
+                "0000000000000000.sealed".to_string(),
+                QUARANTINE_DIR.to_string()
+            ]
+        );
+        let mut want = vec![
+            "0000000000000001.open".to_string(),
+            "0000000000000001.open.reason".to_string(),
+        ];
         if keep > 64 {
             want.push("0000000000000001.tail-at-64".into());
             want.push("0000000000000001.tail-at-64.reason".into());
-            assert_eq!(fs::read(qdir.join("0000000000000001.tail-at-64")).unwrap(), trim_zeros(&written[64..]));
+            assert_eq!(
+                fs::read(qdir.join("0000000000000001.tail-at-64")).unwrap(),
+                trim_zeros(&written[64..])
+            );
         }
         want.sort();
         assert_eq!(names(&qdir), want, "keep {keep}");
@@ -208,7 +292,11 @@ fn torn_first_group_of_a_segment() {
         let again = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
         assert_eq!(snapshot(&dir), before, "keep {keep}");
         assert!(again.report.quarantined.is_empty());
-        assert_eq!((again.report.next_seq, again.report.next_segment_id), (5, 2), "keep {keep}");
+        assert_eq!(
+            (again.report.next_seq, again.report.next_segment_id),
+            (5, 2),
+            "keep {keep}"
+        );
     }
 }
 
@@ -225,12 +313,25 @@ fn tear_past_the_preallocated_end() {
         let dir = tmp.path().to_path_buf();
         let (cut, written) = write_then_tear(&dir, 0, cap, 0, &[&big], &torn, keep);
         assert!(cut > cap);
-        assert_eq!(fs::metadata(dir.join("0000000000000000.open")).unwrap().len(), cut + keep as u64);
+        assert_eq!(
+            fs::metadata(dir.join("0000000000000000.open"))
+                .unwrap()
+                .len(),
+            cut + keep as u64
+        );
         let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
-        assert_eq!(rec.report.resealed, vec![(0, 5, keep as u64)], "keep {keep}");
+        assert_eq!(
+            rec.report.resealed,
+            vec![(0, 5, keep as u64)],
+            "keep {keep}"
+        );
         let name = format!("0000000000000000.tail-at-{cut}");
         let qdir = dir.join(QUARANTINE_DIR);
-        assert_eq!(names(&qdir), vec![name.clone(), format!("{name}.reason")], "keep {keep}");
+        assert_eq!(
+            names(&qdir),
+            vec![name.clone(), format!("{name}.reason")],
+            "keep {keep}"
+        );
         assert_eq!(fs::read(qdir.join(&name)).unwrap(), trim_zeros(&written));
         let sealed = dir.join("0000000000000000.sealed");
         assert_eq!(fs::metadata(&sealed).unwrap().len(), cut + 40);

@@ -81,7 +81,10 @@ fn start_private_server() -> Result<String, String> {
         return Err(format!(
             "{} failed: {}",
             script.display(),
-            String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
         ));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())

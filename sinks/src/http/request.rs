@@ -174,7 +174,10 @@ mod tests {
         assert!(!is_contiguous(&[5, 7]));
         assert!(is_contiguous(&[u64::MAX - 1, u64::MAX]));
         assert_eq!(seqs_list(&[1, 5, 6]), "1,5-6");
-        assert_eq!(seqs_list(&[10, 11, 12, 13, 14, 16, 18, 19, 20]), "10-14,16,18-20");
+        assert_eq!(
+            seqs_list(&[10, 11, 12, 13, 14, 16, 18, 19, 20]),
+            "10-14,16,18-20"
+        );
         assert_eq!(seqs_list(&[7]), "7");
     }
 }

@@ -38,7 +38,12 @@ pub struct Behaviour {
 
 impl Default for Behaviour {
     fn default() -> Self {
-        Behaviour { status: 200, retry_after: None, delay: Duration::ZERO, reject_containing: None }
+        Behaviour {
+            status: 200,
+            retry_after: None,
+            delay: Duration::ZERO,
+            reject_containing: None,
+        }
     }
 }
 
@@ -62,7 +67,10 @@ impl Request {
     /// The first value of header `name` (case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
         let name = name.to_ascii_lowercase();
-        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Answered with a 2xx status.
@@ -127,7 +135,11 @@ impl HttpReceiver {
             .name("http-receiver".into())
             .spawn(move || accept_loop(listener, for_thread))
             .unwrap();
-        HttpReceiver { addr, shared, acceptor: Some(acceptor) }
+        HttpReceiver {
+            addr,
+            shared,
+            acceptor: Some(acceptor),
+        }
     }
 
     /// `http://127.0.0.1:PORT/ingest`
@@ -171,7 +183,13 @@ impl HttpReceiver {
 
     /// Requests read but not answered yet (being delayed).
     pub fn in_flight(&self) -> usize {
-        self.shared.requests.lock().unwrap().iter().filter(|r| r.status.is_none()).count()
+        self.shared
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.status.is_none())
+            .count()
     }
 
     /// Records of every request answered 2xx, in arrival order (request
@@ -181,7 +199,11 @@ impl HttpReceiver {
         let mut out = Vec::new();
         for (i, r) in reqs.iter().enumerate() {
             if r.accepted() {
-                out.extend(decode_request(r, i).unwrap_or_else(|e| panic!("request #{i} is malformed: {e}\n{}", describe(r))));
+                out.extend(
+                    decode_request(r, i).unwrap_or_else(|e| {
+                        panic!("request #{i} is malformed: {e}\n{}", describe(r))
+                    }),
+                );
             }
         }
         out
@@ -198,7 +220,11 @@ impl HttpReceiver {
                 return recs;
             }
             if Instant::now() >= deadline {
-                panic!("waited {timeout:?} for {n} distinct records, got {}:\n{}", distinct.len(), self.summary());
+                panic!(
+                    "waited {timeout:?} for {n} distinct records, got {}:\n{}",
+                    distinct.len(),
+                    self.summary()
+                );
             }
             thread::sleep(Duration::from_millis(10));
         }
@@ -206,7 +232,11 @@ impl HttpReceiver {
 
     /// Wait until every payload of `expected` was accepted at least once;
     /// panics after `timeout` naming (some of) the missing ones.
-    pub fn wait_for_payloads<S: AsRef<[u8]>>(&self, expected: &[S], timeout: Duration) -> Vec<Received> {
+    pub fn wait_for_payloads<S: AsRef<[u8]>>(
+        &self,
+        expected: &[S],
+        timeout: Duration,
+    ) -> Vec<Received> {
         let deadline = Instant::now() + timeout;
         loop {
             let recs = self.accepted_records();
@@ -237,9 +267,15 @@ impl HttpReceiver {
         let reqs = self.requests();
         let mut by_status: BTreeMap<String, usize> = BTreeMap::new();
         for r in &reqs {
-            *by_status.entry(r.status.map_or("pending".to_string(), |s| s.to_string())).or_default() += 1;
+            *by_status
+                .entry(r.status.map_or("pending".to_string(), |s| s.to_string()))
+                .or_default() += 1;
         }
-        let mut out = format!("{} requests over {} connections, by status {by_status:?}\n", reqs.len(), self.connections());
+        let mut out = format!(
+            "{} requests over {} connections, by status {by_status:?}\n",
+            reqs.len(),
+            self.connections()
+        );
         let skip = reqs.len().saturating_sub(8);
         for (i, r) in reqs.iter().enumerate().skip(skip) {
             out.push_str(&format!("  #{i}: {}\n", one_line(r)));
@@ -285,20 +321,31 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         let Ok(stream) = stream else { continue };
         let id = shared.connections.fetch_add(1, Ordering::Relaxed);
         let shared = shared.clone();
-        let _ = thread::Builder::new().name(format!("http-conn-{id}")).spawn(move || {
-            let _ = serve(stream, id, shared);
-        });
+        let _ = thread::Builder::new()
+            .name(format!("http-conn-{id}"))
+            .spawn(move || {
+                let _ = serve(stream, id, shared);
+            });
     }
 }
 
 /// Read one line (ending in CRLF or LF), polling the stop flag while idle.
 /// `Ok(None)` = the peer closed (or we are stopping) between requests.
-fn read_line(reader: &mut BufReader<TcpStream>, shared: &Shared, idle: bool) -> io::Result<Option<String>> {
+fn read_line(
+    reader: &mut BufReader<TcpStream>,
+    shared: &Shared,
+    idle: bool,
+) -> io::Result<Option<String>> {
     let mut line = Vec::new();
     loop {
         match reader.read_until(b'\n', &mut line) {
             Ok(0) if line.is_empty() => return Ok(None),
-            Ok(0) => return Err(io::Error::new(ErrorKind::UnexpectedEof, "EOF in the middle of a line")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "EOF in the middle of a line",
+                ))
+            }
             Ok(_) if line.ends_with(b"\n") => break,
             Ok(_) => continue,
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
@@ -313,7 +360,9 @@ fn read_line(reader: &mut BufReader<TcpStream>, shared: &Shared, idle: bool) -> 
     while matches!(line.last(), Some(b'\n' | b'\r')) {
         line.pop();
     }
-    String::from_utf8(line).map(Some).map_err(|e| io::Error::new(ErrorKind::InvalidData, e))
+    String::from_utf8(line)
+        .map(Some)
+        .map_err(|e| io::Error::new(ErrorKind::InvalidData, e))
 }
 
 fn read_exact_patiently(reader: &mut BufReader<TcpStream>, buf: &mut [u8]) -> io::Result<()> {
@@ -322,7 +371,11 @@ fn read_exact_patiently(reader: &mut BufReader<TcpStream>, buf: &mut [u8]) -> io
         match reader.read(&mut buf[at..]) {
             Ok(0) => return Err(io::Error::new(ErrorKind::UnexpectedEof, "EOF in a body")),
             Ok(n) => at += n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
             Err(e) => return Err(e),
         }
     }
@@ -350,24 +403,43 @@ fn serve(stream: TcpStream, connection: usize, shared: Arc<Shared>) -> io::Resul
         let mut headers = Vec::new();
         loop {
             let Some(line) = read_line(&mut reader, &shared, false)? else {
-                return Err(io::Error::new(ErrorKind::UnexpectedEof, "EOF in the headers"));
+                return Err(io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "EOF in the headers",
+                ));
             };
             if line.is_empty() {
                 break;
             }
-            let (k, v) = line.split_once(':').ok_or_else(|| io::Error::new(ErrorKind::InvalidData, format!("bad header line {line:?}")))?;
+            let (k, v) = line.split_once(':').ok_or_else(|| {
+                io::Error::new(ErrorKind::InvalidData, format!("bad header line {line:?}"))
+            })?;
             headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
         }
-        let get = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
         let mut body = Vec::new();
         if get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
             loop {
                 let size_line = read_line(&mut reader, &shared, false)?.unwrap_or_default();
-                let size = usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
-                    .map_err(|_| io::Error::new(ErrorKind::InvalidData, format!("bad chunk size {size_line:?}")))?;
+                let size =
+                    usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
+                        .map_err(|_| {
+                            io::Error::new(
+                                ErrorKind::InvalidData,
+                                format!("bad chunk size {size_line:?}"),
+                            )
+                        })?;
                 if size == 0 {
                     // Trailers until an empty line.
-                    while !read_line(&mut reader, &shared, false)?.unwrap_or_default().is_empty() {}
+                    while !read_line(&mut reader, &shared, false)?
+                        .unwrap_or_default()
+                        .is_empty()
+                    {}
                     break;
                 }
                 let start = body.len();
@@ -376,15 +448,26 @@ fn serve(stream: TcpStream, connection: usize, shared: Arc<Shared>) -> io::Resul
                 let _ = read_line(&mut reader, &shared, false)?;
             }
         } else if let Some(len) = get("content-length") {
-            let len: usize = len.parse().map_err(|_| io::Error::new(ErrorKind::InvalidData, "bad Content-Length"))?;
+            let len: usize = len
+                .parse()
+                .map_err(|_| io::Error::new(ErrorKind::InvalidData, "bad Content-Length"))?;
             body.resize(len, 0);
             read_exact_patiently(&mut reader, &mut body)?;
         }
-        let close = get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) || version == "HTTP/1.0";
+        let close = get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"))
+            || version == "HTTP/1.0";
         let behaviour = shared.behaviour.lock().unwrap().clone();
         let index = {
             let mut reqs = shared.requests.lock().unwrap();
-            reqs.push(Request { method, path, headers, body: body.clone(), at: Instant::now(), status: None, connection });
+            reqs.push(Request {
+                method,
+                path,
+                headers,
+                body: body.clone(),
+                at: Instant::now(),
+                status: None,
+                connection,
+            });
             reqs.len() - 1
         };
         if !behaviour.delay.is_zero() {
@@ -393,14 +476,31 @@ fn serve(stream: TcpStream, connection: usize, shared: Arc<Shared>) -> io::Resul
         let rejected = behaviour
             .reject_containing
             .as_deref()
-            .is_some_and(|needle| !needle.is_empty() && body.windows(needle.len()).any(|w| w == needle));
+            .is_some_and(|needle| {
+                !needle.is_empty() && body.windows(needle.len()).any(|w| w == needle)
+            });
         let (status, reason, text) = if rejected {
-            (400u16, "Bad Request", "rejected by the test receiver: poisoned record".to_string())
+            (
+                400u16,
+                "Bad Request",
+                "rejected by the test receiver: poisoned record".to_string(),
+            )
         } else {
             let s = behaviour.status;
-            (s, reason_phrase(s), if (200..300).contains(&s) { String::new() } else { format!("test receiver answers {s}") })
+            (
+                s,
+                reason_phrase(s),
+                if (200..300).contains(&s) {
+                    String::new()
+                } else {
+                    format!("test receiver answers {s}")
+                },
+            )
         };
-        let mut response = format!("HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n", text.len());
+        let mut response = format!(
+            "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n",
+            text.len()
+        );
         if !(200..300).contains(&status) {
             if let Some(ra) = &behaviour.retry_after {
                 response.push_str(&format!("Retry-After: {ra}\r\n"));
@@ -440,7 +540,11 @@ pub fn parse_seq_runs(s: &str) -> Result<Vec<u64>, String> {
     let mut out = Vec::new();
     for part in s.split(',') {
         let part = part.trim();
-        let parse = |x: &str| x.trim().parse::<u64>().map_err(|_| format!("bad seq {x:?} in Spillway-Seqs {s:?}"));
+        let parse = |x: &str| {
+            x.trim()
+                .parse::<u64>()
+                .map_err(|_| format!("bad seq {x:?} in Spillway-Seqs {s:?}"))
+        };
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (parse(a)?, parse(b)?);
@@ -474,7 +578,8 @@ pub fn decode_request(r: &Request, index: usize) -> Result<Vec<Received>, String
             if !r.body.is_empty() && !r.body.ends_with(b"\n") {
                 return Err("NDJSON body does not end with a newline".into());
             }
-            let mut lines: Vec<Vec<u8>> = r.body.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
+            let mut lines: Vec<Vec<u8>> =
+                r.body.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect();
             lines.pop(); // after the final newline
             lines
         }
@@ -482,7 +587,10 @@ pub fn decode_request(r: &Request, index: usize) -> Result<Vec<Received>, String
         other => return Err(format!("unexpected Content-Type {other:?}")),
     };
     if payloads.len() != count {
-        return Err(format!("Spillway-Record-Count {count} but the body holds {} records", payloads.len()));
+        return Err(format!(
+            "Spillway-Record-Count {count} but the body holds {} records",
+            payloads.len()
+        ));
     }
     let seqs: Vec<u64> = match r.header("spillway-seqs") {
         Some(runs) => parse_seq_runs(runs)?,
@@ -492,7 +600,9 @@ pub fn decode_request(r: &Request, index: usize) -> Result<Vec<Received>, String
         return Err(format!("{} seqs for {count} records", seqs.len()));
     }
     if seqs.first() != Some(&first) || seqs.last() != Some(&last) {
-        return Err(format!("seqs {seqs:?} disagree with Seq-First {first} / Seq-Last {last}"));
+        return Err(format!(
+            "seqs {seqs:?} disagree with Seq-First {first} / Seq-Last {last}"
+        ));
     }
     if seqs.windows(2).any(|w| w[0] >= w[1]) {
         return Err(format!("seqs not increasing: {seqs:?}"));
@@ -500,7 +610,13 @@ pub fn decode_request(r: &Request, index: usize) -> Result<Vec<Received>, String
     Ok(seqs
         .into_iter()
         .zip(payloads)
-        .map(|(seq, payload)| Received { shard, seq, payload, request: index, at: r.at })
+        .map(|(seq, payload)| Received {
+            shard,
+            seq,
+            payload,
+            request: index,
+            at: r.at,
+        })
         .collect())
 }
 

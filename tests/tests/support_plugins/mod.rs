@@ -20,13 +20,21 @@ pub fn workspace_root() -> PathBuf {
     let here = Path::new(env!("CARGO_MANIFEST_DIR"));
     here.ancestors()
         .find(|d| d.join("plugins/file/Cargo.toml").is_file())
-        .unwrap_or_else(|| panic!("no folder above {} holds plugins/file/Cargo.toml", here.display()))
+        .unwrap_or_else(|| {
+            panic!(
+                "no folder above {} holds plugins/file/Cargo.toml",
+                here.display()
+            )
+        })
         .to_path_buf()
 }
 
 /// `target/release`: the folder of the `spillway` binary the tests run.
 pub fn profile_dir() -> PathBuf {
-    spillway_bin().parent().expect("the spillway binary has a parent folder").to_path_buf()
+    spillway_bin()
+        .parent()
+        .expect("the spillway binary has a parent folder")
+        .to_path_buf()
 }
 
 /// `target/release/lib<lib>.so`, built with `cargo build --release -p
@@ -34,14 +42,20 @@ pub fn profile_dir() -> PathBuf {
 /// command and its output if that build fails.
 pub fn plugin_lib(package: &str, lib: &str) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
-    let mut built = BUILT.get_or_init(|| Mutex::new(HashMap::new())).lock().unwrap_or_else(|p| p.into_inner());
+    let mut built = BUILT
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     if let Some(p) = built.get(package) {
         return p.clone();
     }
     let profile = profile_dir();
     let so = profile.join(format!("lib{lib}.so"));
     if !so.is_file() {
-        let target = profile.parent().expect("<target>/release has a parent").to_path_buf();
+        let target = profile
+            .parent()
+            .expect("<target>/release has a parent")
+            .to_path_buf();
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         say(&format!(
             "{} is missing: running `cargo build --release -p {package}` (target folder {})\n",
@@ -107,8 +121,15 @@ pub fn compile_c(dir: &Path, name: &str, source: &str) -> PathBuf {
         .arg(&so)
         .arg(&c)
         .output()
-        .unwrap_or_else(|e| panic!("this test compiles a C plugin and needs `cc` (apt-get install gcc): {e}"));
-    assert!(out.status.success(), "cc failed on {}:\n{}", c.display(), String::from_utf8_lossy(&out.stderr));
+        .unwrap_or_else(|e| {
+            panic!("this test compiles a C plugin and needs `cc` (apt-get install gcc): {e}")
+        });
+    assert!(
+        out.status.success(),
+        "cc failed on {}:\n{}",
+        c.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
     so
 }
 
@@ -136,14 +157,22 @@ pub fn admin_socket(d: &Daemon) -> PathBuf {
 
 /// `spillway ctl --admin-socket <path> <args>`, whatever its exit status.
 pub fn ctl_socket(socket: &Path, args: &[&str]) -> Finished {
-    let mut argv: Vec<&OsStr> = vec!["ctl".as_ref(), "--admin-socket".as_ref(), socket.as_os_str()];
+    let mut argv: Vec<&OsStr> = vec![
+        "ctl".as_ref(),
+        "--admin-socket".as_ref(),
+        socket.as_os_str(),
+    ];
     argv.extend(args.iter().map(OsStr::new));
     run_spillway(&argv, Duration::from_secs(30))
 }
 
 /// `spillway ctl --config <the daemon's config file> <args>`, whatever its exit status.
 pub fn ctl_config(d: &Daemon, args: &[&str]) -> Finished {
-    let mut argv: Vec<&OsStr> = vec!["ctl".as_ref(), "--config".as_ref(), d.config_path().as_os_str()];
+    let mut argv: Vec<&OsStr> = vec![
+        "ctl".as_ref(),
+        "--config".as_ref(),
+        d.config_path().as_os_str(),
+    ];
     argv.extend(args.iter().map(OsStr::new));
     run_spillway(&argv, Duration::from_secs(30))
 }
@@ -151,7 +180,13 @@ pub fn ctl_config(d: &Daemon, args: &[&str]) -> Finished {
 /// `ctl stats` of a test daemon (through its admin socket); panics unless it succeeds.
 pub fn stats(d: &Daemon) -> String {
     let f = ctl_socket(&admin_socket(d), &["stats"]);
-    assert!(f.status.success(), "ctl stats exited with {}: {}\ndaemon log:\n{}", f.status, f.stderr, d.stderr());
+    assert!(
+        f.status.success(),
+        "ctl stats exited with {}: {}\ndaemon log:\n{}",
+        f.status,
+        f.stderr,
+        d.stderr()
+    );
     f.stdout
 }
 
@@ -184,7 +219,10 @@ pub fn shard_stat_sum(stats: &str, key: &str) -> u64 {
         if let Some((name, value)) = line.split_once(' ') {
             if name.starts_with("shard{") && name.ends_with(&suffix) {
                 found = true;
-                sum += value.trim().parse::<u64>().unwrap_or_else(|_| panic!("stats line {line:?}"));
+                sum += value
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or_else(|_| panic!("stats line {line:?}"));
             }
         }
     }
@@ -227,16 +265,37 @@ fn psql_bin() -> Option<PathBuf> {
 /// Runs one SQL command with `psql` (unaligned, tuples only, `|` between
 /// fields); returns its output lines.
 pub fn psql(conninfo: &str, sql: &str) -> Result<Vec<String>, String> {
-    let bin = psql_bin().ok_or("the `psql` client is not installed (apt-get install postgresql-client)")?;
+    let bin = psql_bin()
+        .ok_or("the `psql` client is not installed (apt-get install postgresql-client)")?;
     let out = Command::new(&bin)
-        .args(["-X", "-q", "-A", "-t", "-F", "|", "-v", "ON_ERROR_STOP=1", "-d", conninfo, "-c", sql])
+        .args([
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-F",
+            "|",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-d",
+            conninfo,
+            "-c",
+            sql,
+        ])
         .env("PGCONNECT_TIMEOUT", "5")
         .output()
         .map_err(|e| format!("running {}: {e}", bin.display()))?;
     if !out.status.success() {
-        return Err(format!("psql {sql:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+        return Err(format!(
+            "psql {sql:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
-    Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
 }
 
 /// The conninfo of a PostgreSQL server: `SPILLWAY_TEST_PG` (which must then
@@ -264,15 +323,23 @@ pub fn pg_server() -> Option<String> {
                 tail(&String::from_utf8_lossy(&out.stderr), 3).replace('\n', " / ")
             ));
         }
-        let conninfo = String::from_utf8_lossy(&out.stdout).lines().last().unwrap_or("").trim().to_string();
-        psql(&conninfo, "SELECT 1").map_err(|e| format!("{} started {conninfo:?} but: {e}", script.display()))?;
+        let conninfo = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        psql(&conninfo, "SELECT 1")
+            .map_err(|e| format!("{} started {conninfo:?} but: {e}", script.display()))?;
         Ok(conninfo)
     });
     match found {
         Ok(c) => Some(c.clone()),
         Err(why) => {
             let test = std::thread::current().name().unwrap_or("?").to_string();
-            say(&format!("SKIPPED: no PostgreSQL server could be started — {why} (test {test})\n"));
+            say(&format!(
+                "SKIPPED: no PostgreSQL server could be started — {why} (test {test})\n"
+            ));
             None
         }
     }

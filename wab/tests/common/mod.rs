@@ -9,8 +9,8 @@ use std::path::Path;
 
 use spillway_wab::format::{encode_record_header, record_crc, RECORD_HEADER_LEN};
 use spillway_wab::{
-    ActiveSegment, AppendRecord, End, Opened, RecordMeta, SegmentHeader, SegmentReader, Storage, StorageFile,
-    StoredRecord,
+    ActiveSegment, AppendRecord, End, Opened, RecordMeta, SegmentHeader, SegmentReader, Storage,
+    StorageFile, StoredRecord,
 };
 
 /// A record a test wrote, with the sequence number it should carry.
@@ -24,22 +24,38 @@ pub struct Rec {
 /// Deterministic payload of `len` bytes for record `i`; never a zero byte,
 /// so a payload can not be mistaken for preallocated space.
 pub fn payload(i: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|j| (((i * 131 + j as u64 * 7) % 251) + 1) as u8).collect()
+    (0..len)
+        .map(|j| (((i * 131 + j as u64 * 7) % 251) + 1) as u8)
+        .collect()
 }
 
 pub fn meta(i: u64) -> RecordMeta {
-    RecordMeta { tier: (i % 3) as u8 + 1, arrival_unix_us: 1_780_000_000_000_000 + i * 1_003 }
+    RecordMeta {
+        tier: (i % 3) as u8 + 1,
+        arrival_unix_us: 1_780_000_000_000_000 + i * 1_003,
+    }
 }
 
 /// Records `first..first + count`, payload sizes varying with the seq.
 pub fn recs(first: u64, count: u64, size: impl Fn(u64) -> usize) -> Vec<Rec> {
-    (first..first + count).map(|s| Rec { seq: s, payload: payload(s, size(s)), meta: meta(s) }).collect()
+    (first..first + count)
+        .map(|s| Rec {
+            seq: s,
+            payload: payload(s, size(s)),
+            meta: meta(s),
+        })
+        .collect()
 }
 
 /// Append `group` as one group and check the sequence number it got.
 pub fn append<F: StorageFile>(seg: &mut ActiveSegment<F>, group: &[Rec]) -> io::Result<u64> {
-    let records: Vec<AppendRecord<'_>> =
-        group.iter().map(|r| AppendRecord { payload: &r.payload, meta: r.meta.pack() }).collect();
+    let records: Vec<AppendRecord<'_>> = group
+        .iter()
+        .map(|r| AppendRecord {
+            payload: &r.payload,
+            meta: r.meta.pack(),
+        })
+        .collect();
     let first = seg.append(&records)?;
     if let Some(r) = group.first() {
         assert_eq!(first, r.seq, "append returned the wrong first seq");
@@ -55,14 +71,21 @@ pub fn group_bytes(header: Option<&SegmentHeader>, group: &[Rec]) -> Vec<u8> {
     }
     for r in group {
         let m = r.meta.pack();
-        out.extend_from_slice(&encode_record_header(r.payload.len() as u32, record_crc(m, &r.payload), m));
+        out.extend_from_slice(&encode_record_header(
+            r.payload.len() as u32,
+            record_crc(m, &r.payload),
+            m,
+        ));
         out.extend_from_slice(&r.payload);
     }
     out
 }
 
 pub fn disk_len(group: &[Rec]) -> u64 {
-    group.iter().map(|r| (RECORD_HEADER_LEN + r.payload.len()) as u64).sum()
+    group
+        .iter()
+        .map(|r| (RECORD_HEADER_LEN + r.payload.len()) as u64)
+        .sum()
 }
 
 /// Assert that `got` holds exactly `want`: seqs, payloads and metadata.
@@ -72,13 +95,21 @@ pub fn assert_records(got: &[StoredRecord], want: &[Rec]) {
     let want_seqs: Vec<u64> = want.iter().map(|r| r.seq).collect();
     assert_eq!(got_seqs, want_seqs, "record sequence numbers differ");
     for (g, w) in got.iter().zip(want) {
-        assert_eq!(g.payload.as_ref(), w.payload.as_slice(), "payload of seq {} differs", w.seq);
+        assert_eq!(
+            g.payload.as_ref(),
+            w.payload.as_slice(),
+            "payload of seq {} differs",
+            w.seq
+        );
         assert_eq!(g.meta, w.meta, "meta of seq {} differs", w.seq);
     }
 }
 
 /// Every record of one segment file, and why the reader stopped.
-pub fn read_segment<S: Storage>(storage: &S, path: &Path) -> (SegmentHeader, Vec<StoredRecord>, End, u64) {
+pub fn read_segment<S: Storage>(
+    storage: &S,
+    path: &Path,
+) -> (SegmentHeader, Vec<StoredRecord>, End, u64) {
     let mut r = match SegmentReader::open(storage, path).unwrap() {
         Opened::Reader(r) => r,
         Opened::Unused(_) => panic!("{} has an all-zero header", path.display()),
@@ -88,7 +119,12 @@ pub fn read_segment<S: Storage>(storage: &S, path: &Path) -> (SegmentHeader, Vec
     while let Some(rec) = r.next().unwrap() {
         out.push(rec);
     }
-    (*r.header(), out, r.end().cloned().expect("reader stopped without an end"), r.offset())
+    (
+        *r.header(),
+        out,
+        r.end().cloned().expect("reader stopped without an end"),
+        r.offset(),
+    )
 }
 
 /// Every file under `dir` (relative path → contents); directories map to
