@@ -148,33 +148,33 @@ fn crash_run(seed: u64, base_ms: u64, mode: Mode) {
 
 #[test]
 fn crash_at_20ms_sync_pushes() {
-    crash_run(0xC0FFEE_01, 20, Mode::Single(Tier::Sync));
+    crash_run(0xC0FF_EE01, 20, Mode::Single(Tier::Sync));
 }
 
 #[test]
 fn crash_at_50ms_batched_tier() {
-    crash_run(0xC0FFEE_02, 50, Mode::Single(Tier::Batched));
+    crash_run(0xC0FF_EE02, 50, Mode::Single(Tier::Batched));
 }
 
 #[test]
 fn crash_at_120ms_push_batch() {
-    crash_run(0xC0FFEE_03, 120, Mode::Batch(Tier::Sync, 10));
+    crash_run(0xC0FF_EE03, 120, Mode::Batch(Tier::Sync, 10));
 }
 
 #[test]
 fn crash_at_300ms_sync_pushes() {
-    crash_run(0xC0FFEE_04, 300, Mode::Single(Tier::Sync));
+    crash_run(0xC0FF_EE04, 300, Mode::Single(Tier::Sync));
 }
 
 #[test]
 fn crash_at_700ms_pipelined_sync() {
-    crash_run(0xC0FFEE_05, 700, Mode::Pipelined(Tier::Sync, 32));
+    crash_run(0xC0FF_EE05, 700, Mode::Pipelined(Tier::Sync, 32));
 }
 
 #[test]
 fn crash_at_200ms_buffered_push_batch() {
     // Buffered acks promise survival of a daemon crash (page cache), not of a power cut.
-    crash_run(0xC0FFEE_06, 200, Mode::Batch(Tier::Buffered, 3));
+    crash_run(0xC0FF_EE06, 200, Mode::Batch(Tier::Buffered, 3));
 }
 
 #[test]
