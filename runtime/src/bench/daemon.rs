@@ -62,9 +62,12 @@ impl Launcher {
             segment_bytes: overrides.segment_bytes.or(self.segment_bytes),
             sink_toml: overrides.sink_toml.as_deref().unwrap_or(NOOP_SINK),
         };
-        std::fs::write(&config, settings.config_text()).map_err(|e| format!("writing {}: {e}", config.display()))?;
+        let config_head = settings.config_head();
+        let text = format!("{config_head}{}", settings.sink_toml);
+        std::fs::write(&config, text).map_err(|e| format!("writing {}: {e}", config.display()))?;
         let child = spawn(&self.exe, &config, dir.path())?;
-        let mut daemon = BenchDaemon { child, socket, stopped: false, dir };
+        let admin_socket = dir.path().join("admin.sock");
+        let mut daemon = BenchDaemon { child, socket, admin_socket, config, config_head, stopped: false, dir };
         daemon.wait_ready()?;
         Ok(daemon)
     }
@@ -83,17 +86,23 @@ struct DaemonSettings<'a> {
 }
 
 impl DaemonSettings<'_> {
+    #[cfg(test)]
     fn config_text(&self) -> String {
+        format!("{}{}", self.config_head(), self.sink_toml)
+    }
+
+    /// Everything up to and including the `[sink]` line (the sink's body
+    /// comes last, so a scenario can rewrite it for a reload).
+    fn config_head(&self) -> String {
         let segment = self.segment_bytes.map(|b| format!("segment_bytes_max = {b}\n")).unwrap_or_default();
         format!(
             "# written by `spillway bench`\n[server]\nsocket_path = {}\ndata_dir = {}\nshards = {}\n\
              inflight_records_max = {INFLIGHT_RECORDS_MAX}\n\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
-             [log]\nlevel = \"warn\"\n\n[admin]\nsocket_path = {}\n\n[sink]\n{}",
+             [log]\nlevel = \"warn\"\n\n[admin]\nsocket_path = {}\n\n[sink]\n",
             toml_str(&self.dir.join("spillway.sock")),
             toml_str(&self.dir.join("wab")),
             self.shards,
             toml_str(&self.dir.join("admin.sock")),
-            self.sink_toml,
         )
     }
 }
@@ -108,6 +117,13 @@ fn spawn(exe: &Path, config: &Path, dir: &Path) -> Result<Child, String> {
         .arg(config)
         .current_dir(dir)
         .env_remove("RUST_LOG")
+        // The HTTP sink honours proxy variables; the bench's receivers are on loopback.
+        .env_remove("HTTP_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .env_remove("ALL_PROXY")
+        .env_remove("all_proxy")
         .env("NO_COLOR", "1")
         .stdin(Stdio::null())
         .stdout(out)
@@ -122,6 +138,11 @@ fn spawn(exe: &Path, config: &Path, dir: &Path) -> Result<Child, String> {
 pub struct BenchDaemon {
     child: Child,
     socket: PathBuf,
+    admin_socket: PathBuf,
+    /// The config file the daemon was started with (`ctl reload` re-reads it).
+    config: PathBuf,
+    /// Its text up to the `[sink]` line.
+    config_head: String,
     stopped: bool,
     /// Declared last: removed after the daemon has stopped.
     dir: tempfile::TempDir,
@@ -134,6 +155,33 @@ impl BenchDaemon {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    pub fn admin_socket(&self) -> &Path {
+        &self.admin_socket
+    }
+
+    pub fn config_path(&self) -> &Path {
+        &self.config
+    }
+
+    /// The daemon's folder (also its working folder).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Rewrites the config file with another `[sink]` body (for a reload).
+    pub fn rewrite_sink(&self, sink_toml: &str) -> Result<(), String> {
+        let text = format!("{}{sink_toml}", self.config_head);
+        // Write then rename, so the daemon never reads a half-written file.
+        let tmp = self.config.with_extension("toml.tmp");
+        std::fs::write(&tmp, text).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, &self.config).map_err(|e| format!("renaming {} to {}: {e}", tmp.display(), self.config.display()))
+    }
+
+    /// The last lines of the daemon's log, for error messages.
+    pub fn log_excerpt(&self) -> String {
+        self.log_tail()
     }
 
     fn log_tail(&self) -> String {

@@ -9,10 +9,13 @@
 //! machine; `report` prints the tables and JSON lines; `targets` judges.
 
 mod daemon;
+mod e2e;
 mod load;
 mod probes;
+mod receiver;
 mod report;
 mod scenarios;
+mod stamped;
 mod targets;
 
 use std::io::Write;
@@ -64,6 +67,7 @@ struct Settings {
     plan: Plan,
     probes: ProbeCounts,
     repeat: usize,
+    quick: bool,
 }
 
 impl Settings {
@@ -78,7 +82,7 @@ impl Settings {
             return Err(format!("--duration {seconds}: allowed 0 < SECONDS <= 3600"));
         }
         let plan = Plan { duration: Duration::from_secs_f64(seconds), warmup };
-        Ok(Settings { plan, probes, repeat: args.repeat as usize })
+        Ok(Settings { plan, probes, repeat: args.repeat as usize, quick: args.quick })
     }
 }
 
@@ -108,7 +112,12 @@ fn progress(line: &str) {
 fn summary(o: &Outcome) -> String {
     let rate = o.get(RATE).map(|r| format!("{} rec/s", report::thousands(r))).unwrap_or_default();
     let p50 = o.get(P50).map(|p| format!(", p50 {p:.1} µs")).unwrap_or_default();
-    format!("{}: {rate}{p50}", o.name)
+    // The within-run comparisons, so the spread over repeats shows on stderr.
+    let ratios: String = ["ratio", "p50_ratio", "speedup", "delivery_ratio", "max_ack_gap_ms"]
+        .iter()
+        .filter_map(|k| o.get(k).map(|v| format!(", {k} {v:.2}")))
+        .collect();
+    format!("{}: {rate}{p50}{ratios}", o.name)
 }
 
 /// Runs a probe `repeat` times; the median of each figure.
@@ -186,10 +195,18 @@ fn run_scenario(scenario: &Scenario, subject: &Subject, s: &Settings) -> Vec<Out
         return vec![Outcome::skipped(scenario.name, Kind::Scenario, why)];
     }
     let mut rows: Vec<Vec<Outcome>> = Vec::new();
-    for round in 0..s.repeat {
-        let ctx = Ctx { socket: &subject.socket, pid: subject.pid(), launcher: subject.launcher.as_ref(), plan: s.plan, round };
+    let repeat = scenario.max_repeats.map_or(s.repeat, |max| max.min(s.repeat));
+    for round in 0..repeat {
+        let ctx = Ctx {
+            socket: &subject.socket,
+            pid: subject.pid(),
+            launcher: subject.launcher.as_ref(),
+            plan: s.plan,
+            round,
+            quick: s.quick,
+        };
         match scenario.run_once(&ctx) {
-            Ok(outcomes) => collect_rows(&mut rows, outcomes, round, s.repeat),
+            Ok(outcomes) => collect_rows(&mut rows, outcomes, round, repeat),
             Err(LoadError::Unsupported(why)) => {
                 progress(&format!("{} skipped: {why}", scenario.name));
                 return vec![Outcome::skipped(scenario.name, Kind::Scenario, why)];
@@ -256,7 +273,7 @@ fn describe_setup(args: &BenchArgs, s: &Settings, work: &Path) -> String {
     let target = match &args.socket {
         Some(socket) => format!("daemon at --socket {}", socket.display()),
         None => format!(
-            "daemon started by the bench (shards {}, segment_bytes_max {}, noop sink)",
+            "daemon started by the bench (shards {}, segment_bytes_max {}, noop sink; the e2e, ingest_http, sink_ and reload_ scenarios start their own)",
             if args.shards == 0 { "= cores".to_string() } else { args.shards.to_string() },
             args.segment_bytes.map_or("default".to_string(), |b| b.to_string()),
         ),

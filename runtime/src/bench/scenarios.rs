@@ -8,6 +8,7 @@ use std::time::Duration;
 use spillway_client::Tier;
 
 use super::daemon::{Launcher, Overrides, RssSampler};
+use super::e2e;
 use super::load::{self, LoadError, Plan, Sample};
 use super::report::Outcome;
 
@@ -24,6 +25,8 @@ pub struct Ctx<'a> {
     pub plan: Plan,
     /// Which repeat this is (0-based), for scenarios that alternate order.
     pub round: usize,
+    /// `--quick`: the end-to-end scenarios shorten their own fixed durations.
+    pub quick: bool,
 }
 
 /// The load a scenario applies. All records are [`load::PAYLOAD`] (5 bytes).
@@ -46,10 +49,18 @@ pub struct Scenario {
     pub workload: Workload,
     /// Needs a daemon the bench starts (a config of its own): skipped with `--socket`.
     pub needs_own_daemon: bool,
+    /// Runs at most this many times whatever `--repeat` says (a long run
+    /// that is a sample of many seconds by itself).
+    pub max_repeats: Option<usize>,
 }
 
 const fn plain(name: &'static str, workload: Workload) -> Scenario {
-    Scenario { name, workload, needs_own_daemon: false }
+    Scenario { name, workload, needs_own_daemon: false, max_repeats: None }
+}
+
+/// A scenario with daemons (and sinks) of its own.
+const fn own(name: &'static str, run: fn(&Ctx) -> Result<Vec<Outcome>, LoadError>, max_repeats: Option<usize>) -> Scenario {
+    Scenario { name, workload: Workload::Custom(run), needs_own_daemon: true, max_repeats }
 }
 
 /// Every scenario, in run order.
@@ -63,7 +74,13 @@ pub const SCENARIOS: &[Scenario] = &[
     plain("batch_buffered_n1024", Workload::Batch(Tier::Buffered, 1024)),
     plain("thundering_herd_16", Workload::Herd { tier: Tier::Sync, connections: 16, rss: false }),
     plain("thundering_herd_64", Workload::Herd { tier: Tier::Sync, connections: 64, rss: true }),
-    Scenario { name: "segment_1mib_vs_default", workload: Workload::Custom(segment_compare), needs_own_daemon: true },
+    own("segment_1mib_vs_default", segment_compare, None),
+    own("e2e_slow_downstream", e2e::slow_downstream, Some(1)),
+    own("e2e_batched_vs_per_record", e2e::batched_vs_per_record, None),
+    own("e2e_light_load_latency", e2e::light_load_latency, Some(1)),
+    own("ingest_http_vs_noop", e2e::ingest_http_vs_noop, None),
+    own("sink_plugin_vs_builtin_file", e2e::plugin_vs_builtin_file, None),
+    own("reload_under_load", e2e::reload_under_load, None),
 ];
 
 /// Runs one workload against `socket`.

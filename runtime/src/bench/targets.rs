@@ -2,6 +2,7 @@
 //! (mostly relative to the machine probes or to `single_thread_sync`), so a
 //! verdict means the same thing on a fast NVMe box and on a slow VM disk.
 
+use super::e2e::BACKLOG_FLOOR;
 use super::report::{Outcome, Status, P50, RATE};
 
 /// Slack allowed on top of the probes' floor for the daemon's own work, µs.
@@ -12,6 +13,8 @@ const OVERHEAD_US: f64 = 30.0;
 pub enum Cmp {
     AtMost,
     AtLeast,
+    /// Strictly below.
+    Below,
 }
 
 /// The numbers behind a verdict.
@@ -36,6 +39,7 @@ impl Target {
             (Err(_), _) => "SKIP",
             (Ok(m), Cmp::AtMost) if m.value <= m.bound => "PASS",
             (Ok(m), Cmp::AtLeast) if m.value >= m.bound => "PASS",
+            (Ok(m), Cmp::Below) if m.value < m.bound => "PASS",
             _ => "FAIL",
         }
     }
@@ -88,6 +92,16 @@ const RULES: &[Rule] = &[
     ("RSS peak during thundering_herd_64 <= 64 MiB", Cmp::AtMost, rss_peak),
     ("segment 1 MiB / default, batch_durable_n1024 >= 0.8", Cmp::AtLeast, segment_batch),
     ("segment 1 MiB / default, pipelined_sync_w1024 >= 0.8", Cmp::AtLeast, segment_pipelined),
+    ("e2e_slow_downstream delivery rate >= 90% of ingest rate", Cmp::AtLeast, slow_delivery),
+    ("e2e_slow_downstream backlog: last 5 s max <= max(2x first 5 s max, 2000)", Cmp::AtMost, slow_backlog),
+    ("e2e_batched_vs_per_record: batched >= 10x faster per record", Cmp::AtLeast, batched_speedup),
+    ("e2e_light_load_latency push->arrival p50 < 20 ms", Cmp::Below, light_p50),
+    ("ingest_http_vs_noop single_thread_sync p50, HTTP / noop <= 1.15", Cmp::AtMost, http_vs_noop),
+    ("sink_plugin_vs_builtin_file plugin rate >= 90% of built-in", Cmp::AtLeast, plugin_vs_builtin),
+    ("reload_under_load Overloaded nacks = 0", Cmp::AtMost, reload_overloaded),
+    ("reload_under_load longest ack gap, reload start to 1 s after its report < 50 ms", Cmp::Below, reload_gap),
+    ("reload_under_load acked records missing at A and B = 0", Cmp::AtMost, reload_lost),
+    ("reload_under_load records on the old sink after a reload = 0", Cmp::AtMost, reload_misrouted),
 ];
 
 /// Every target, evaluated against this run's outcomes.
@@ -172,6 +186,74 @@ fn segment_pipelined(f: &Figures) -> Result<Measured, String> {
     segment(f, "pipelined_sync_w1024")
 }
 
+fn slow_delivery(f: &Figures) -> Result<Measured, String> {
+    let name = "e2e_slow_downstream";
+    let (ingest, delivered, r) = (f.get(name, RATE)?, f.get(name, "delivered_per_s")?, f.get(name, "delivery_ratio")?);
+    let detail = format!("{delivered:.0} / {ingest:.0} rec/s = {:.1}% (>= 90%)", r * 100.0);
+    Ok(Measured { value: r, bound: 0.9, detail })
+}
+
+fn slow_backlog(f: &Figures) -> Result<Measured, String> {
+    let name = "e2e_slow_downstream";
+    let (first, last) = (f.get(name, "backlog_first_max")?, f.get(name, "backlog_last_max")?);
+    let bound = (2.0 * first).max(BACKLOG_FLOOR);
+    let detail = format!("last {last:.0} vs max(2 x {first:.0}, {BACKLOG_FLOOR:.0}) = {bound:.0} records");
+    Ok(Measured { value: last, bound, detail })
+}
+
+fn batched_speedup(f: &Figures) -> Result<Measured, String> {
+    let batched = f.get("e2e_batched_vs_per_record/batched", "us_per_record")?;
+    let per_record = f.get("e2e_batched_vs_per_record/per_record", "us_per_record")?;
+    let speedup = f.get("e2e_batched_vs_per_record/batched", "speedup")?;
+    let detail = format!("{per_record:.2} vs {batched:.2} µs/record, median speedup {speedup:.1}x (>= 10x)");
+    Ok(Measured { value: speedup, bound: 10.0, detail })
+}
+
+fn light_p50(f: &Figures) -> Result<Measured, String> {
+    let value = f.get("e2e_light_load_latency", P50)? / 1000.0;
+    Ok(Measured { value, bound: 20.0, detail: format!("{value:.2} ms (< 20 ms)") })
+}
+
+fn http_vs_noop(f: &Figures) -> Result<Measured, String> {
+    let name = "ingest_http_vs_noop";
+    let (http, noop, r) = (f.get(name, P50)?, f.get(name, "noop_p50_us")?, f.get(name, "p50_ratio")?);
+    let detail = format!("HTTP {http:.1} vs noop {noop:.1} µs, median ratio {r:.2} (<= 1.15)");
+    Ok(Measured { value: r, bound: 1.15, detail })
+}
+
+fn plugin_vs_builtin(f: &Figures) -> Result<Measured, String> {
+    let name = "sink_plugin_vs_builtin_file";
+    let (plugin, builtin, r) = (f.get(name, RATE)?, f.get(name, "builtin_records_per_s")?, f.get(name, "ratio")?);
+    let detail = format!("plugin {plugin:.0} vs built-in {builtin:.0} rec/s, median ratio {r:.2} (>= 0.9)");
+    Ok(Measured { value: r, bound: 0.9, detail })
+}
+
+fn reload_count(f: &Figures, key: &str, what: &str) -> Result<Measured, String> {
+    let value = f.get("reload_under_load", key)?;
+    Ok(Measured { value, bound: 0.0, detail: format!("{value:.0} {what} (worst repeat; = 0)") })
+}
+
+fn reload_overloaded(f: &Figures) -> Result<Measured, String> {
+    reload_count(f, "overloaded_nacks", "Overloaded nacks")
+}
+
+fn reload_gap(f: &Figures) -> Result<Measured, String> {
+    let name = "reload_under_load";
+    let value = f.get(name, "max_ack_gap_ms")?;
+    let (worst, base) = (f.get(name, "max_ack_gap_worst_ms")?, f.get(name, "baseline_ack_gap_ms")?);
+    let around = f.get(name, "around_ack_gap_ms")?;
+    let detail = format!("median {value:.1} ms, worst repeat {worst:.1}; ±1 s around {around:.1}, no reload {base:.1} (< 50 ms)");
+    Ok(Measured { value, bound: 50.0, detail })
+}
+
+fn reload_lost(f: &Figures) -> Result<Measured, String> {
+    reload_count(f, "lost_records", "acked records found at neither receiver")
+}
+
+fn reload_misrouted(f: &Figures) -> Result<Measured, String> {
+    reload_count(f, "misrouted_records", "records pushed after a reload report delivered to the old sink")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +280,32 @@ mod tests {
         assert_eq!(targets[1].verdict(), "SKIP");
         assert_eq!(targets[4].verdict(), "FAIL"); // 20x < 25x
         assert!(targets[1].detail().contains("single_thread_buffered"));
+    }
+
+    #[test]
+    fn end_to_end_targets() {
+        let outcomes = vec![
+            outcome(
+                "e2e_slow_downstream",
+                Kind::Scenario,
+                &[
+                    (RATE, 20_000.0),
+                    ("delivered_per_s", 19_000.0),
+                    ("delivery_ratio", 0.95),
+                    ("backlog_first_max", 300.0),
+                    ("backlog_last_max", 2500.0),
+                ],
+            ),
+            outcome("e2e_light_load_latency", Kind::Scenario, &[(P50, 20_000.0)]),
+            outcome("reload_under_load", Kind::Scenario, &[("overloaded_nacks", 0.0), ("lost_records", 1.0)]),
+        ];
+        let targets = evaluate(&outcomes);
+        let verdict = |prefix: &str| targets.iter().find(|t| t.name.starts_with(prefix)).unwrap().verdict();
+        assert_eq!(verdict("e2e_slow_downstream delivery"), "PASS");
+        assert_eq!(verdict("e2e_slow_downstream backlog"), "FAIL"); // 2500 > max(600, 2000)
+        assert_eq!(verdict("e2e_light_load_latency"), "FAIL"); // 20 ms is not < 20 ms
+        assert_eq!(verdict("reload_under_load Overloaded"), "PASS");
+        assert_eq!(verdict("reload_under_load acked records missing"), "FAIL");
+        assert_eq!(verdict("reload_under_load longest"), "SKIP");
     }
 }

@@ -1,0 +1,696 @@
+//! End-to-end scenarios: each starts its own daemon(s) with the `[sink]` it
+//! needs (an HTTP sink to a loopback [`Receiver`], the built-in file sink,
+//! the file plugin) and measures delivery, not just ingest. See
+//! `docs/benchmarks.md` for what each one shows and why its target is what
+//! it is.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use spillway_client::Tier;
+
+use super::daemon::{BenchDaemon, Launcher, Overrides, NOOP_SINK};
+use super::load::{self, LoadError};
+use super::receiver::{micros_since, Receiver};
+use super::report::{new_histogram, Kind, Outcome, RATE};
+use super::scenarios::Ctx;
+use super::stamped::{self, record_id, Burst, Pace};
+
+/// Payload of the HTTP scenarios' records.
+const RECORD_BYTES: usize = 256;
+/// Requests in flight per paced producer (enough to keep its rate while an
+/// ack is awaited; a pipelined producer never waits for an fsync per record).
+const PACED_WINDOW: usize = 64;
+/// Requests in flight per producer pushing a fixed count.
+const PUSH_WINDOW: usize = 256;
+
+/// `e2e_slow_downstream`.
+const SLOW_PRODUCERS: usize = 16;
+const SLOW_OFFERED_PER_S: f64 = 20_000.0;
+const SLOW_DELAY: Duration = Duration::from_millis(5);
+/// A backlog below this many records (0.1 s of the offered load) passes
+/// whatever its trend: at that size it is what is in flight, not a queue.
+pub const BACKLOG_FLOOR: f64 = 2_000.0;
+/// Seconds of backlog samples compared at the start and at the end.
+const BACKLOG_WINDOW_S: usize = 5;
+
+/// `e2e_batched_vs_per_record`.
+const COMPARE_PRODUCERS: usize = 4;
+const COMPARE_RECORDS: u64 = 20_000;
+const COMPARE_RECORDS_QUICK: u64 = 5_000;
+
+/// `e2e_light_load_latency`.
+const LIGHT_RATE: f64 = 100.0;
+
+/// `sink_plugin_vs_builtin_file`.
+const FILE_RECORDS: u64 = 1_000_000;
+const FILE_RECORDS_QUICK: u64 = 200_000;
+const FILE_RECORD_BYTES: usize = 100;
+const FILE_FRAME: usize = 1000;
+const FILE_PRODUCERS: usize = 4;
+const FILE_WINDOW: usize = 4;
+const PLUGIN_FILE: &str = "libspillway_plugin_file.so";
+const DELIVERED_FILE: &str = "delivered.ndjson";
+/// Pause between building the backlog and releasing it, so the sealer's
+/// preallocation of the next segments (zero-fill + fsync) is not timed.
+const SETTLE: Duration = Duration::from_millis(1000);
+
+/// `reload_under_load`.
+const RELOAD_RATE: f64 = 5_000.0;
+/// The timeline, from the first push: warm-up until `RELOAD_BASELINE.0`,
+/// a window with no reload until `.1`, the reload to B at `RELOAD_TO_B`, the
+/// reload back to A at `RELOAD_TO_A`, the end at `RELOAD_END` (ms).
+const RELOAD_BASELINE: (u64, u64) = (500, 2500);
+const RELOAD_TO_B: u64 = 3500;
+const RELOAD_TO_A: u64 = 5500;
+const RELOAD_END: u64 = 6500;
+/// "Around a reload": from this long before its start to this long after its report.
+const RELOAD_AROUND_US: u64 = 1_000_000;
+
+/// How long delivery may take to catch up before a scenario fails.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn launcher<'a>(ctx: &Ctx<'a>) -> Result<&'a Launcher, LoadError> {
+    ctx.launcher.ok_or_else(|| LoadError::Unsupported("needs a daemon started by the bench".into()))
+}
+
+fn toml_string(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// The `[sink]` body of an HTTP sink to `url`.
+pub fn http_sink(url: &str, delivery: &str) -> String {
+    format!("type = \"http\"\nurl = {}\ndelivery = \"{delivery}\"\n", toml_string(url))
+}
+
+fn file_sink() -> String {
+    format!("type = \"file\"\npath = {}\nfsync = true\n", toml_string(DELIVERED_FILE))
+}
+
+fn plugin_sink(library: &Path) -> String {
+    format!(
+        "type = \"plugin\"\npath = {}\n\n[sink.options]\npath = {}\nfsync = true\n",
+        toml_string(&library.display().to_string()),
+        toml_string(DELIVERED_FILE)
+    )
+}
+
+fn start(launcher: &Launcher, label: &str, sink: String) -> Result<BenchDaemon, LoadError> {
+    launcher
+        .start(label, &Overrides { sink_toml: Some(sink), ..Overrides::default() })
+        .map_err(|e| LoadError::Failed(format!("starting the {label} daemon: {e}")))
+}
+
+fn stop_daemon(daemon: BenchDaemon, label: &str) -> Result<(), LoadError> {
+    daemon.stop().map_err(|e| LoadError::Failed(format!("stopping the {label} daemon: {e}")))
+}
+
+/// Sleeps until `until`; false if `stop` was raised first.
+fn sleep_until(until: Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return true;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(10)));
+    }
+}
+
+/// Polls `done` every `every` until it is true; how long that took.
+fn wait_for(what: &str, every: Duration, mut done: impl FnMut() -> Result<bool, String>) -> Result<Duration, LoadError> {
+    let start = Instant::now();
+    loop {
+        if done()? {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > DELIVERY_TIMEOUT {
+            return Err(LoadError::Failed(format!("{what}: not done within {DELIVERY_TIMEOUT:?}")));
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// Sum of the `shard{shard="N"}.delivered_records` lines of `ctl stats`.
+fn delivered_records(admin_socket: &Path) -> Result<u64, String> {
+    let body = crate::admin::call(&admin_socket.to_path_buf(), "stats").map_err(|e| format!("ctl stats: {e}"))?;
+    Ok(parse_delivered(&body))
+}
+
+fn parse_delivered(stats: &str) -> u64 {
+    stats
+        .lines()
+        .filter_map(|line| {
+            let (key, value) = line.split_once(' ')?;
+            let per_shard = key.starts_with("shard{") && key.ends_with("}.delivered_records");
+            per_shard.then(|| value.trim().parse::<u64>().ok()).flatten()
+        })
+        .sum()
+}
+
+/// `spillway ctl --config <config> reload`, as an operator would run it.
+fn ctl_reload(exe: &Path, config: &Path) -> Result<String, String> {
+    let out = Command::new(exe)
+        .arg("ctl")
+        .arg("--config")
+        .arg(config)
+        .arg("reload")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("running {} ctl reload: {e}", exe.display()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!("spillway ctl reload ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Notes what a receiver could not make sense of (there should be nothing).
+fn check_receiver(o: &mut Outcome, which: &str, r: &Receiver, stamped: bool) {
+    let who = if which.is_empty() { "the receiver".to_string() } else { format!("receiver {which}") };
+    if r.bad_requests() > 0 {
+        o.note(format!("{who} refused {} requests it could not parse", r.bad_requests()));
+    }
+    if stamped && r.unstamped() > 0 {
+        o.note(format!("{who} got {} records without a stamp", r.unstamped()));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// e2e_slow_downstream
+
+/// What the sampler saw during the measured window.
+struct Window {
+    seconds: f64,
+    acked: u64,
+    delivered: u64,
+    requests: u64,
+    /// acked − delivered, once a second.
+    backlog: Vec<i64>,
+    backlog_end: i64,
+}
+
+/// The largest backlog of the first and of the last `BACKLOG_WINDOW_S`
+/// samples (half the samples each if there are fewer than twice that).
+pub fn backlog_windows(samples: &[i64]) -> (f64, f64) {
+    if samples.is_empty() {
+        return (0.0, 0.0);
+    }
+    let k = (samples.len() / 2).clamp(1, BACKLOG_WINDOW_S);
+    let max = |s: &[i64]| s.iter().copied().max().unwrap_or(0).max(0) as f64;
+    (max(&samples[..k]), max(&samples[samples.len() - k..]))
+}
+
+/// 16 paced producers (20,000 records/s of 256 B at Sync in total) into a
+/// daemon whose HTTP sink's receiver takes 5 ms per request.
+pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+    let launcher = launcher(ctx)?;
+    let (warmup, measured) =
+        if ctx.quick { (Duration::from_secs(1), Duration::from_secs(5)) } else { (Duration::from_secs(2), Duration::from_secs(30)) };
+    let epoch = Instant::now();
+    let receiver = Receiver::start(epoch, SLOW_DELAY, false)?;
+    let daemon = start(launcher, "e2e-slow", http_sink(&receiver.url(), "batched"))?;
+    let socket = daemon.socket().to_path_buf();
+    let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
+    let pace = |i: usize| Pace {
+        producer: i as u64,
+        rate: SLOW_OFFERED_PER_S / SLOW_PRODUCERS as f64,
+        size: RECORD_BYTES,
+        window: PACED_WINDOW,
+        tier: Tier::Sync,
+        ack_times: false,
+    };
+    let producer = |i: usize| stamped::paced(&socket, pace(i), epoch, &stop, &acked);
+    let (sent, window) = stamped::with_producers(SLOW_PRODUCERS, &stop, producer, || {
+        if !sleep_until(Instant::now() + warmup, &stop) {
+            return None;
+        }
+        let t0 = Instant::now();
+        let (d0, q0, a0) = (receiver.records(), receiver.requests(), acked.load(Ordering::Acquire));
+        receiver.measure_from(micros_since(epoch));
+        let mut backlog = Vec::new();
+        for second in 1..=measured.as_secs() {
+            if !sleep_until(t0 + Duration::from_secs(second), &stop) {
+                return None;
+            }
+            // Delivered first: a record is acked before it can arrive.
+            let delivered = receiver.records();
+            backlog.push(acked.load(Ordering::Acquire) as i64 - delivered as i64);
+        }
+        let seconds = t0.elapsed().as_secs_f64();
+        let (d1, q1) = (receiver.records(), receiver.requests());
+        let a1 = acked.load(Ordering::Acquire);
+        Some(Window { seconds, acked: a1 - a0, delivered: d1 - d0, requests: q1 - q0, backlog, backlog_end: a1 as i64 - d1 as i64 })
+    });
+    let sent = sent?;
+    let w = window.ok_or_else(|| LoadError::Failed("the producers stopped early".into()))?;
+    let drain =
+        wait_for("delivering the rest after the producers stopped", Duration::from_millis(5), || Ok(receiver.records() >= sent.acked))?;
+    let (first, last) = backlog_windows(&w.backlog);
+    let mut o = Outcome::new("e2e_slow_downstream", Kind::Scenario);
+    o.set(RATE, w.acked as f64 / w.seconds)
+        .set("offered_records_per_s", SLOW_OFFERED_PER_S)
+        .set("delivered_per_s", w.delivered as f64 / w.seconds)
+        .set("delivery_ratio", w.delivered as f64 / w.acked.max(1) as f64)
+        .set("backlog_end", w.backlog_end as f64)
+        .set("backlog_first_max", first)
+        .set("backlog_last_max", last)
+        .set("backlog_peak", w.backlog.iter().copied().max().unwrap_or(0) as f64)
+        .set("records_per_request", w.delivered as f64 / w.requests.max(1) as f64)
+        .set("http_requests", w.requests as f64)
+        .set("records", w.acked as f64)
+        .set("elapsed_s", w.seconds)
+        .set("nacks", (sent.overloaded + sent.other_nacks) as f64)
+        .set("drain_after_stop_ms", drain.as_secs_f64() * 1000.0)
+        .set_latency("", &receiver.latency());
+    check_receiver(&mut o, "", &receiver, true);
+    stop_daemon(daemon, "e2e-slow")?;
+    Ok(vec![o])
+}
+
+// ---------------------------------------------------------------------------
+// e2e_batched_vs_per_record
+
+/// One backlog delivery: how long the receiver took to get every record.
+struct Drained {
+    records: u64,
+    bad_requests: u64,
+    elapsed: Duration,
+    requests: u64,
+    push: Duration,
+}
+
+/// Pushes `count` records while the receiver holds every request (the
+/// drains block on their first batch), then opens it and times until the
+/// last record arrived.
+fn drain_backlog(launcher: &Launcher, delivery: &str, count: u64) -> Result<Drained, LoadError> {
+    let epoch = Instant::now();
+    let receiver = Receiver::start(epoch, Duration::ZERO, false)?;
+    receiver.close_gate();
+    let label = format!("e2e-{delivery}");
+    let daemon = start(launcher, &label, http_sink(&receiver.url(), delivery))?;
+    let socket = daemon.socket().to_path_buf();
+    let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
+    let per_producer = count / COMPARE_PRODUCERS as u64;
+    let pushing = Instant::now();
+    let burst = |i: usize| Burst { producer: i as u64, count: per_producer, size: RECORD_BYTES, per_frame: 1, window: PUSH_WINDOW };
+    let producer = |i: usize| stamped::push_all(&socket, burst(i), epoch, &acked);
+    let (sent, ()) = stamped::with_producers(COMPARE_PRODUCERS, &stop, producer, || ());
+    let push = pushing.elapsed();
+    let opened = Instant::now();
+    receiver.open_gate();
+    let sent = sent?;
+    wait_for(&format!("{delivery} delivery of the backlog"), Duration::from_millis(1), || Ok(receiver.records() >= sent.acked))?;
+    let elapsed = receiver.last_arrival().map_or(Duration::ZERO, |t| t.saturating_duration_since(opened));
+    let (requests, bad_requests) = (receiver.requests(), receiver.bad_requests());
+    stop_daemon(daemon, &label)?;
+    Ok(Drained { records: sent.acked, bad_requests, elapsed, requests, push })
+}
+
+fn drained_row(name: &str, d: &Drained) -> Outcome {
+    let mut o = Outcome::new(name, Kind::Scenario);
+    let seconds = d.elapsed.as_secs_f64().max(1e-9);
+    o.set(RATE, d.records as f64 / seconds)
+        .set("us_per_record", seconds * 1e6 / d.records.max(1) as f64)
+        .set("records", d.records as f64)
+        .set("elapsed_s", seconds)
+        .set("http_requests", d.requests as f64)
+        .set("records_per_request", d.records as f64 / d.requests.max(1) as f64)
+        .set("push_s", d.push.as_secs_f64());
+    if d.bad_requests > 0 {
+        o.note(format!("the receiver refused {} requests it could not parse", d.bad_requests));
+    }
+    o
+}
+
+/// The same backlog delivered batched and per record, alternating which
+/// goes first from one repeat to the next.
+pub fn batched_vs_per_record(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+    let launcher = launcher(ctx)?;
+    let count = if ctx.quick { COMPARE_RECORDS_QUICK } else { COMPARE_RECORDS };
+    let (batched, per_record) = if ctx.round % 2 == 0 {
+        let b = drain_backlog(launcher, "batched", count)?;
+        (b, drain_backlog(launcher, "per_record", count)?)
+    } else {
+        let p = drain_backlog(launcher, "per_record", count)?;
+        (drain_backlog(launcher, "batched", count)?, p)
+    };
+    let mut b = drained_row("e2e_batched_vs_per_record/batched", &batched);
+    let p = drained_row("e2e_batched_vs_per_record/per_record", &per_record);
+    let speedup = p.get("us_per_record").unwrap_or(0.0) / b.get("us_per_record").unwrap_or(f64::INFINITY);
+    b.set("speedup", speedup);
+    Ok(vec![b, p])
+}
+
+// ---------------------------------------------------------------------------
+// e2e_light_load_latency
+
+/// One producer at 100 records/s into a batched HTTP sink whose receiver
+/// answers at once: push→arrival latency when nothing queues.
+pub fn light_load_latency(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+    let launcher = launcher(ctx)?;
+    let measured = Duration::from_secs(if ctx.quick { 3 } else { 10 });
+    let warmup = Duration::from_millis(500);
+    let epoch = Instant::now();
+    let receiver = Receiver::start(epoch, Duration::ZERO, false)?;
+    let daemon = start(launcher, "e2e-light", http_sink(&receiver.url(), "batched"))?;
+    let socket = daemon.socket().to_path_buf();
+    let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
+    let pace = Pace { producer: 0, rate: LIGHT_RATE, size: RECORD_BYTES, window: 8, tier: Tier::Sync, ack_times: false };
+    let (sent, window) = stamped::with_producers(
+        1,
+        &stop,
+        |_| stamped::paced(&socket, pace, epoch, &stop, &acked),
+        || {
+            if !sleep_until(Instant::now() + warmup, &stop) {
+                return None;
+            }
+            let (t0, a0) = (Instant::now(), acked.load(Ordering::Acquire));
+            receiver.measure_from(micros_since(epoch));
+            sleep_until(t0 + measured, &stop).then(|| (acked.load(Ordering::Acquire) - a0, t0.elapsed()))
+        },
+    );
+    let sent = sent?;
+    let (records, elapsed) = window.ok_or_else(|| LoadError::Failed("the producer stopped early".into()))?;
+    wait_for("delivering the last records", Duration::from_millis(2), || Ok(receiver.records() >= sent.acked))?;
+    let mut o = Outcome::new("e2e_light_load_latency", Kind::Scenario);
+    o.set(RATE, records as f64 / elapsed.as_secs_f64())
+        .set("records", records as f64)
+        .set("elapsed_s", elapsed.as_secs_f64())
+        .set("nacks", (sent.overloaded + sent.other_nacks) as f64)
+        .set("records_per_request", receiver.records() as f64 / receiver.requests().max(1) as f64)
+        .set_latency("", &receiver.latency());
+    check_receiver(&mut o, "", &receiver, true);
+    stop_daemon(daemon, "e2e-light")?;
+    Ok(vec![o])
+}
+
+// ---------------------------------------------------------------------------
+// ingest_http_vs_noop
+
+/// `single_thread_sync` against a daemon delivering to an HTTP receiver and
+/// against one with the noop sink, alternating which goes first.
+pub fn ingest_http_vs_noop(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+    let launcher = launcher(ctx)?;
+    let receiver = Receiver::start(Instant::now(), Duration::ZERO, false)?;
+    let http = start(launcher, "ingest-http", http_sink(&receiver.url(), "batched"))?;
+    let noop = start(launcher, "ingest-noop", NOOP_SINK.to_string())?;
+    let measure = |d: &BenchDaemon| load::serial_push(d.socket(), Tier::Sync, ctx.plan);
+    let (h, n) = if ctx.round % 2 == 0 {
+        let h = measure(&http)?;
+        (h, measure(&noop)?)
+    } else {
+        let n = measure(&noop)?;
+        (measure(&http)?, n)
+    };
+    let p50_us = |s: &load::Sample| s.latency.value_at_quantile(0.5) as f64 / 1000.0;
+    let mut o = h.to_outcome("ingest_http_vs_noop");
+    o.set("noop_p50_us", p50_us(&n))
+        .set("noop_records_per_s", n.rate())
+        .set("p50_ratio", p50_us(&h) / p50_us(&n))
+        .set("delivered", receiver.records() as f64);
+    check_receiver(&mut o, "", &receiver, false);
+    stop_daemon(noop, "ingest-noop")?;
+    stop_daemon(http, "ingest-http")?;
+    Ok(vec![o])
+}
+
+// ---------------------------------------------------------------------------
+// sink_plugin_vs_builtin_file
+
+/// The file plugin, next to the running executable.
+fn plugin_library(exe: &Path) -> Result<PathBuf, LoadError> {
+    let dir = exe.parent().ok_or_else(|| LoadError::Failed(format!("{} has no folder", exe.display())))?;
+    let library = dir.join(PLUGIN_FILE);
+    if library.is_file() {
+        Ok(library)
+    } else {
+        Err(LoadError::Unsupported(format!(
+            "no {PLUGIN_FILE} in {}: build it with cargo build --release -p spillway-plugin-file",
+            dir.display()
+        )))
+    }
+}
+
+/// One file delivery run.
+struct FileRun {
+    /// Records delivered by the sink under test.
+    records: u64,
+    /// From the release of the backlog to every record delivered.
+    elapsed: Duration,
+    /// Pushing the backlog.
+    push: Duration,
+    /// Records of the held first batches, which went to the receiver.
+    via_http: u64,
+    file_bytes: u64,
+}
+
+/// Builds a backlog of `count` records of 100 B (PushBatch of 1000, 4
+/// connections) while the daemon's sink is HTTP to a receiver that holds
+/// every request (each drain blocks on its first batch), switches the sink
+/// to `sink` with `ctl reload`, releases the receiver and times until
+/// `ctl stats` counts every record delivered. The held first batches go to
+/// the receiver; everything after them to `sink`.
+fn file_delivery(launcher: &Launcher, label: &str, sink: &str, count: u64) -> Result<FileRun, LoadError> {
+    let epoch = Instant::now();
+    let receiver = Receiver::start(epoch, Duration::ZERO, false)?;
+    receiver.close_gate();
+    let daemon = start(launcher, label, http_sink(&receiver.url(), "batched"))?;
+    let socket = daemon.socket().to_path_buf();
+    let admin = daemon.admin_socket().to_path_buf();
+    let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
+    let per_producer = count / FILE_PRODUCERS as u64;
+    let pushing = Instant::now();
+    let burst =
+        |i: usize| Burst { producer: i as u64, count: per_producer, size: FILE_RECORD_BYTES, per_frame: FILE_FRAME, window: FILE_WINDOW };
+    let producer = |i: usize| stamped::push_all(&socket, burst(i), epoch, &acked);
+    let (sent, ()) = stamped::with_producers(FILE_PRODUCERS, &stop, producer, || ());
+    let push = pushing.elapsed();
+    if sent.is_ok() {
+        std::thread::sleep(SETTLE);
+    }
+    let switched = match &sent {
+        Ok(_) => daemon.rewrite_sink(sink).and_then(|()| ctl_reload(&launcher.exe, daemon.config_path())),
+        Err(_) => Ok(String::new()),
+    };
+    let opened = Instant::now();
+    receiver.open_gate();
+    let sent = sent?;
+    switched.map_err(|e| LoadError::Failed(format!("{label}: switching to the sink under test: {e}")))?;
+    wait_for(&format!("{label}: delivering every record"), Duration::from_millis(2), || Ok(delivered_records(&admin)? >= sent.acked))?;
+    let elapsed = opened.elapsed();
+    let via_http = receiver.records();
+    let file_bytes = std::fs::metadata(daemon.dir().join(DELIVERED_FILE)).map(|m| m.len()).unwrap_or(0);
+    stop_daemon(daemon, label)?;
+    Ok(FileRun { records: sent.acked.saturating_sub(via_http), elapsed, push, via_http, file_bytes })
+}
+
+fn file_rate(run: &FileRun) -> f64 {
+    run.records as f64 / run.elapsed.as_secs_f64().max(1e-9)
+}
+
+/// Delivery through the example file plugin vs the built-in file sink,
+/// alternating which goes first.
+pub fn plugin_vs_builtin_file(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+    let launcher = launcher(ctx)?;
+    let library = plugin_library(&launcher.exe)?;
+    let plugin = plugin_sink(&library);
+    if let Err(e) = crate::config::Config::parse(&format!("[sink]\n{plugin}"), "the plugin sink config") {
+        return Err(LoadError::Unsupported(format!("this daemon does not accept type = \"plugin\" yet: {e}")));
+    }
+    let count = if ctx.quick { FILE_RECORDS_QUICK } else { FILE_RECORDS };
+    let builtin_sink = file_sink();
+    let (builtin, plug) = if ctx.round % 2 == 0 {
+        let b = file_delivery(launcher, "file-builtin", &builtin_sink, count)?;
+        (b, file_delivery(launcher, "file-plugin", &plugin, count)?)
+    } else {
+        let p = file_delivery(launcher, "file-plugin", &plugin, count)?;
+        (file_delivery(launcher, "file-builtin", &builtin_sink, count)?, p)
+    };
+    let mut o = Outcome::new("sink_plugin_vs_builtin_file", Kind::Scenario);
+    o.set(RATE, file_rate(&plug))
+        .set("builtin_records_per_s", file_rate(&builtin))
+        .set("ratio", file_rate(&plug) / file_rate(&builtin))
+        .set("records", plug.records as f64)
+        .set("elapsed_s", plug.elapsed.as_secs_f64())
+        .set("builtin_records", builtin.records as f64)
+        .set("builtin_elapsed_s", builtin.elapsed.as_secs_f64())
+        .set("push_s", plug.push.as_secs_f64())
+        .set("builtin_push_s", builtin.push.as_secs_f64())
+        .set("via_http", plug.via_http as f64)
+        .set("builtin_via_http", builtin.via_http as f64);
+    for (which, run) in [("plugin", &plug), ("built-in", &builtin)] {
+        let expected = run.records * (FILE_RECORD_BYTES as u64 + 1);
+        if run.file_bytes != expected {
+            o.note(format!("{which}: {DELIVERED_FILE} has {} bytes, expected {expected}", run.file_bytes));
+        }
+    }
+    Ok(vec![o])
+}
+
+// ---------------------------------------------------------------------------
+// reload_under_load
+
+/// When each reload started and when `ctl reload` reported it done (µs
+/// since the epoch).
+struct Reloads {
+    /// When pushing began.
+    begin: u64,
+    to_b: (u64, u64),
+    to_a: (u64, u64),
+    pushing: Duration,
+}
+
+/// The longest gap between consecutive acks (µs since the epoch, in order)
+/// whose later ack falls in `from..=to`.
+pub fn longest_gap(acks: &[u64], from: u64, to: u64) -> u64 {
+    acks.windows(2).filter(|w| (from..=to).contains(&w[1])).map(|w| w[1] - w[0]).max().unwrap_or(0)
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// A pipelined producer at 5,000 records/s while the sink is switched from
+/// receiver A to B and back with `ctl reload`.
+pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+    let launcher = launcher(ctx)?;
+    let epoch = Instant::now();
+    let a = Receiver::start(epoch, Duration::ZERO, true)?;
+    let b = Receiver::start(epoch, Duration::ZERO, true)?;
+    let (sink_a, sink_b) = (http_sink(&a.url(), "batched"), http_sink(&b.url(), "batched"));
+    let daemon = start(launcher, "reload", sink_a.clone())?;
+    let socket = daemon.socket().to_path_buf();
+    let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
+    let pace = Pace { producer: 0, rate: RELOAD_RATE, size: RECORD_BYTES, window: PACED_WINDOW, tier: Tier::Sync, ack_times: true };
+    let switch = |sink: &str| -> Result<(u64, u64), String> {
+        let started = micros_since(epoch);
+        daemon.rewrite_sink(sink)?;
+        ctl_reload(&launcher.exe, daemon.config_path())?;
+        Ok((started, micros_since(epoch)))
+    };
+    let (sent, reloads) = stamped::with_producers(
+        1,
+        &stop,
+        |_| stamped::paced(&socket, pace, epoch, &stop, &acked),
+        || {
+            let (begin, begin_us) = (Instant::now(), micros_since(epoch));
+            let at = |ms: u64| {
+                let reached = sleep_until(begin + Duration::from_millis(ms), &stop);
+                reached.then_some(()).ok_or_else(|| "the producer stopped early".to_string())
+            };
+            at(RELOAD_TO_B)?;
+            let to_b = switch(&sink_b)?;
+            at(RELOAD_TO_A)?;
+            let to_a = switch(&sink_a)?;
+            at(RELOAD_END)?;
+            Ok::<_, String>(Reloads { begin: begin_us, to_b, to_a, pushing: begin.elapsed() })
+        },
+    );
+    let sent = sent?;
+    let r = reloads.map_err(|e| LoadError::Failed(format!("{e}\n{}", daemon.log_excerpt())))?;
+    // Every acked record should arrive; stop waiting early only once they all have.
+    let nacked: HashSet<u64> = sent.nacked_ids.iter().copied().collect();
+    let expected: Vec<u64> = (0..sent.sent).map(|n| record_id(0, n)).filter(|id| !nacked.contains(id)).collect();
+    let mut lost = expected.len();
+    let all_arrived = wait_for("delivering every acked record to A or B", Duration::from_millis(20), || {
+        if a.records() + b.records() < sent.acked {
+            return Ok(false);
+        }
+        let (ids_a, ids_b) = (a.ids(), b.ids());
+        lost = expected.iter().filter(|id| !ids_a.contains_key(id) && !ids_b.contains_key(id)).count();
+        Ok(lost == 0)
+    });
+    let (ids_a, ids_b) = (a.ids(), b.ids());
+    if all_arrived.is_err() {
+        lost = expected.iter().filter(|id| !ids_a.contains_key(id) && !ids_b.contains_key(id)).count();
+    }
+    // Pushed after the switch to B was reported: at A only if it arrived after the switch back began.
+    let late_at_a = ids_a.values().filter(|r1| r1.sent_us > r.to_b.1 && r1.arrived_us < r.to_a.0).count();
+    // Pushed after the switch back to A was reported: never at B.
+    let late_at_b = ids_b.values().filter(|r2| r2.sent_us > r.to_a.1).count();
+    let in_both = ids_a.keys().filter(|id| ids_b.contains_key(id)).count() as u64;
+    let acks = &sent.ack_times_us;
+    // Gaps a reload can cause end after it started: from its start to 1 s after its report.
+    let after = |(started, done): (u64, u64)| longest_gap(acks, started, done + RELOAD_AROUND_US);
+    let (gap_b, gap_a) = (after(r.to_b), after(r.to_a));
+    // The 2 s around it: also the second before it started.
+    let around = |(started, done): (u64, u64)| longest_gap(acks, started.saturating_sub(RELOAD_AROUND_US), done + RELOAD_AROUND_US);
+    let around_max = around(r.to_b).max(around(r.to_a));
+    // The same with no reload near: 2 s before the first reload's window.
+    let (base_from, base_to) = (r.begin + RELOAD_BASELINE.0 * 1000, r.begin + RELOAD_BASELINE.1 * 1000);
+    let baseline = longest_gap(acks, base_from, base_to);
+    let mut latency = new_histogram();
+    for part in [a.latency(), b.latency()] {
+        latency.add(part).map_err(|e| LoadError::Failed(format!("merging latencies: {e}")))?;
+    }
+    let mut o = Outcome::new("reload_under_load", Kind::Scenario);
+    o.set(RATE, sent.acked as f64 / r.pushing.as_secs_f64())
+        .set("records", sent.acked as f64)
+        .set("elapsed_s", r.pushing.as_secs_f64())
+        .set("max_ack_gap_ms", ms(gap_a.max(gap_b)))
+        .set("max_ack_gap_worst_ms", ms(gap_a.max(gap_b)))
+        .set("ack_gap_to_b_ms", ms(gap_b))
+        .set("ack_gap_to_a_ms", ms(gap_a))
+        .set("around_ack_gap_ms", ms(around_max))
+        .set("baseline_ack_gap_ms", ms(baseline))
+        .set("reload_to_b_ms", ms(r.to_b.1 - r.to_b.0))
+        .set("reload_to_a_ms", ms(r.to_a.1 - r.to_a.0))
+        .set("overloaded_nacks", sent.overloaded as f64)
+        .set("nacks", (sent.overloaded + sent.other_nacks) as f64)
+        .set("lost_records", lost as f64)
+        .set("misrouted_records", (late_at_a + late_at_b) as f64)
+        .set("duplicates", (a.duplicates() + b.duplicates() + in_both) as f64)
+        .set("at_a", ids_a.len() as f64)
+        .set("at_b", ids_b.len() as f64)
+        .set_latency("", &latency);
+    check_receiver(&mut o, "A", &a, true);
+    check_receiver(&mut o, "B", &b, true);
+    stop_daemon(daemon, "reload")?;
+    Ok(vec![o])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sink_tables_are_valid_configs() {
+        for sink in [http_sink("http://127.0.0.1:9/ingest", "batched"), http_sink("http://127.0.0.1:9/x", "per_record"), file_sink()] {
+            crate::config::Config::parse(&format!("[sink]\n{sink}"), "bench").unwrap();
+        }
+        let plugin = plugin_sink(Path::new("/x/lib a.so"));
+        let value: toml::Value = toml::from_str(&format!("[sink]\n{plugin}")).unwrap();
+        assert_eq!(value["sink"]["options"]["path"].as_str(), Some(DELIVERED_FILE));
+        assert_eq!(value["sink"]["path"].as_str(), Some("/x/lib a.so"));
+    }
+
+    #[test]
+    fn delivered_lines() {
+        let stats = "wab_bytes_used 1\nshard{shard=\"0\"}.delivered_records 10\nshard{shard=\"0\"}.delivered_batches 2\nshard{shard=\"1\"}.delivered_records 5\n";
+        assert_eq!(parse_delivered(stats), 15);
+    }
+
+    #[test]
+    fn backlog_trend_windows() {
+        let samples: Vec<i64> = (1..=30).collect();
+        assert_eq!(backlog_windows(&samples), (5.0, 30.0));
+        assert_eq!(backlog_windows(&[3, 1, 4, 1, 5]), (3.0, 5.0));
+        assert_eq!(backlog_windows(&[-2]), (0.0, 0.0));
+        assert_eq!(backlog_windows(&[]), (0.0, 0.0));
+    }
+
+    #[test]
+    fn gaps_around_a_window() {
+        let acks = [0, 10, 20, 100, 105, 300];
+        assert_eq!(longest_gap(&acks, 0, 99), 10);
+        assert_eq!(longest_gap(&acks, 0, 100), 80);
+        assert_eq!(longest_gap(&acks, 101, 1000), 195);
+        assert_eq!(longest_gap(&acks, 400, 500), 0);
+    }
+}
