@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use bytes::Bytes;
-use spillway_actors::{AppendBatch, CommitTarget, DaemonStats, DrainStats, PendingRecord, ShardQueue, WabBudget};
+use spillway_actors::{
+    AppendBatch, CommitTarget, DaemonStats, DrainStats, PendingRecord, ShardQueue, WabBudget,
+};
 use spillway_wab::deadletter::{DeadLetter, DeadLetterStore};
 use spillway_wab::{FsStorage, RecordMeta};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -48,7 +50,10 @@ pub struct Admin {
 
 impl Admin {
     pub fn new(listener: std::os::unix::net::UnixListener, state: AdminState) -> Self {
-        Admin { listener: Some(listener), state: Rc::new(state) }
+        Admin {
+            listener: Some(listener),
+            state: Rc::new(state),
+        }
     }
 }
 
@@ -56,7 +61,9 @@ impl Actor for Admin {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let Some(std_listener) = self.listener.take() else { return };
+        let Some(std_listener) = self.listener.take() else {
+            return;
+        };
         let listener = match UnixListener::from_std(std_listener) {
             Ok(l) => l,
             Err(e) => {
@@ -130,18 +137,51 @@ fn health(state: &AdminState) -> String {
 fn stats(state: &AdminState) -> String {
     let mut out = String::new();
     let s = &state.stats;
-    let _ = writeln!(out, "connections_open {}", state.live_connections.load(Ordering::Relaxed));
-    let _ = writeln!(out, "connections_accepted {}", s.connections_accepted.load(Ordering::Relaxed));
-    let _ = writeln!(out, "connections_refused {}", s.connections_refused.load(Ordering::Relaxed));
-    let _ = writeln!(out, "read_timeouts {}", s.read_timeouts.load(Ordering::Relaxed));
+    let _ = writeln!(
+        out,
+        "connections_open {}",
+        state.live_connections.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "connections_accepted {}",
+        s.connections_accepted.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "connections_refused {}",
+        s.connections_refused.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "read_timeouts {}",
+        s.read_timeouts.load(Ordering::Relaxed)
+    );
     for reason in spillway_protocol::NackReason::ALL {
-        let _ = writeln!(out, "nacks{{reason=\"{}\"}} {}", reason.name(), s.nack_count(reason));
+        let _ = writeln!(
+            out,
+            "nacks{{reason=\"{}\"}} {}",
+            reason.name(),
+            s.nack_count(reason)
+        );
     }
-    let _ = writeln!(out, "wab_bytes_used {}", state.wab.used.load(Ordering::Relaxed));
+    let _ = writeln!(
+        out,
+        "wab_bytes_used {}",
+        state.wab.used.load(Ordering::Relaxed)
+    );
     let _ = writeln!(out, "wab_bytes_max {}", state.wab.max);
     let _ = writeln!(out, "sink {:?}", state.sink_description.lock().unwrap());
-    let _ = writeln!(out, "reloads_succeeded {}", state.reload_stats.succeeded.load(Ordering::Relaxed));
-    let _ = writeln!(out, "reloads_failed {}", state.reload_stats.failed.load(Ordering::Relaxed));
+    let _ = writeln!(
+        out,
+        "reloads_succeeded {}",
+        state.reload_stats.succeeded.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "reloads_failed {}",
+        state.reload_stats.failed.load(Ordering::Relaxed)
+    );
     for (q, d) in state.shards.iter().zip(&state.drains) {
         let st = &q.stats;
         let n = q.shard;
@@ -154,21 +194,60 @@ fn stats(state: &AdminState) -> String {
             ("records_written", records.to_string()),
             ("groups", groups.to_string()),
             ("fsyncs", fsyncs.to_string()),
-            ("fsync_failures", st.fsync_failures.load(Ordering::Relaxed).to_string()),
-            ("fsync_us_mean", (st.fsync_us_total.load(Ordering::Relaxed) / fsyncs.max(1)).to_string()),
-            ("fsync_us_max", st.fsync_us_max.load(Ordering::Relaxed).to_string()),
-            ("records_per_group", format!("{:.1}", records as f64 / groups.max(1) as f64)),
-            ("rotations", st.rotations.load(Ordering::Relaxed).to_string()),
+            (
+                "fsync_failures",
+                st.fsync_failures.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "fsync_us_mean",
+                (st.fsync_us_total.load(Ordering::Relaxed) / fsyncs.max(1)).to_string(),
+            ),
+            (
+                "fsync_us_max",
+                st.fsync_us_max.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "records_per_group",
+                format!("{:.1}", records as f64 / groups.max(1) as f64),
+            ),
+            (
+                "rotations",
+                st.rotations.load(Ordering::Relaxed).to_string(),
+            ),
             ("restarts", st.restarts.load(Ordering::Relaxed).to_string()),
-            ("bytes_held", st.bytes_held.load(Ordering::Relaxed).to_string()),
+            (
+                "bytes_held",
+                st.bytes_held.load(Ordering::Relaxed).to_string(),
+            ),
             ("durable_next_seq", w.next_seq.to_string()),
-            ("checkpoint", d.checkpoint.load(Ordering::Relaxed).to_string()),
-            ("delivered_records", d.delivered_records.load(Ordering::Relaxed).to_string()),
-            ("delivered_batches", d.delivered_batches.load(Ordering::Relaxed).to_string()),
-            ("delivery_retries", d.retries.load(Ordering::Relaxed).to_string()),
-            ("dead_lettered", d.dead_lettered.load(Ordering::Relaxed).to_string()),
-            ("sink_restarts", d.sink_restarts.load(Ordering::Relaxed).to_string()),
-            ("segments_deleted", d.segments_deleted.load(Ordering::Relaxed).to_string()),
+            (
+                "checkpoint",
+                d.checkpoint.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "delivered_records",
+                d.delivered_records.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "delivered_batches",
+                d.delivered_batches.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "delivery_retries",
+                d.retries.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "dead_lettered",
+                d.dead_lettered.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "sink_restarts",
+                d.sink_restarts.load(Ordering::Relaxed).to_string(),
+            ),
+            (
+                "segments_deleted",
+                d.segments_deleted.load(Ordering::Relaxed).to_string(),
+            ),
         ];
         for (k, v) in lines {
             let _ = writeln!(out, "shard{{shard=\"{n}\"}}.{k} {v}");
@@ -178,11 +257,19 @@ fn stats(state: &AdminState) -> String {
 }
 
 fn dead_letter_list(state: &AdminState) -> Result<String, String> {
-    let all = state.dead_letters.lock().unwrap().list().map_err(|e| e.to_string())?;
+    let all = state
+        .dead_letters
+        .lock()
+        .unwrap()
+        .list()
+        .map_err(|e| e.to_string())?;
     let mut out = String::new();
     let _ = writeln!(out, "{} dead letters", all.len());
     for l in all {
-        let preview: String = String::from_utf8_lossy(&l.payload).chars().take(60).collect();
+        let preview: String = String::from_utf8_lossy(&l.payload)
+            .chars()
+            .take(60)
+            .collect();
         let _ = writeln!(
             out,
             "{}:{}\ttier={}\tat_unix_us={}\tbytes={}\treason={}\tpayload={:?}",
@@ -242,7 +329,12 @@ impl CommitTarget for RequeueWaiter {
 /// Push the selected dead letters back into their shards (as new records,
 /// Sync, in their original order), then remove them from the store.
 async fn requeue(state: &AdminState, sel: Selection) -> Result<String, String> {
-    let all = state.dead_letters.lock().unwrap().list().map_err(|e| e.to_string())?;
+    let all = state
+        .dead_letters
+        .lock()
+        .unwrap()
+        .list()
+        .map_err(|e| e.to_string())?;
     let chosen: Vec<DeadLetter> = all.into_iter().filter(|l| sel.matches(l)).collect();
     if chosen.is_empty() {
         return Ok("requeued 0\n".into());
@@ -257,16 +349,27 @@ async fn requeue(state: &AdminState, sel: Selection) -> Result<String, String> {
         if letters.is_empty() {
             continue;
         }
-        let meta = RecordMeta { tier: spillway_protocol::Tier::Sync.as_byte(), arrival_unix_us: arrival }.pack();
-        let records: Vec<PendingRecord> =
-            letters.iter().map(|l| PendingRecord { payload: Bytes::clone(&l.payload), meta }).collect();
+        let meta = RecordMeta {
+            tier: spillway_protocol::Tier::Sync.as_byte(),
+            arrival_unix_us: arrival,
+        }
+        .pack();
+        let records: Vec<PendingRecord> = letters
+            .iter()
+            .map(|l| PendingRecord {
+                payload: Bytes::clone(&l.payload),
+                meta,
+            })
+            .collect();
         let bytes = records.iter().map(|r| r.payload.len() as u64).sum();
         let (tx, rx) = oneshot::channel();
         let waiter = Arc::new(RequeueWaiter(Mutex::new(Some(tx))));
         state.shards[i].push(AppendBatch::new(records, bytes, true, 0, waiter));
         match rx.await {
             Ok(Ok(_)) => {}
-            Ok(Err(reason)) => return Err(format!("shard {i} refused the requeued records: {reason}")),
+            Ok(Err(reason)) => {
+                return Err(format!("shard {i} refused the requeued records: {reason}"))
+            }
             Err(_) => return Err(format!("shard {i} went away during the requeue")),
         }
     }
@@ -283,9 +386,14 @@ async fn requeue(state: &AdminState, sel: Selection) -> Result<String, String> {
 /// Client side of the admin socket: send one command, return the body or the error.
 pub fn call(socket: &PathBuf, command: &str) -> Result<String, String> {
     use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket)
-        .map_err(|e| format!("connecting to the admin socket {}: {e} (is the daemon running?)", socket.display()))?;
-    s.write_all(format!("{command}\n").as_bytes()).map_err(|e| e.to_string())?;
+    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "connecting to the admin socket {}: {e} (is the daemon running?)",
+            socket.display()
+        )
+    })?;
+    s.write_all(format!("{command}\n").as_bytes())
+        .map_err(|e| e.to_string())?;
     let mut reply = String::new();
     s.read_to_string(&mut reply).map_err(|e| e.to_string())?;
     match reply.split_once('\n') {

@@ -21,11 +21,18 @@ const GIB: u64 = 1024 * MIB;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("reading {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{origin}: {message}")]
     Parse { origin: String, message: String },
     #[error("{key} = {value} is out of range: allowed {allowed}")]
-    Range { key: &'static str, value: String, allowed: String },
+    Range {
+        key: &'static str,
+        value: String,
+        allowed: String,
+    },
     #[error("{key}: {message}")]
     Invalid { key: &'static str, message: String },
     #[error("{0}")]
@@ -58,7 +65,9 @@ pub struct AdminConfig {
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        AdminConfig { socket_path: PathBuf::from("spillway-data/admin.sock") }
+        AdminConfig {
+            socket_path: PathBuf::from("spillway-data/admin.sock"),
+        }
     }
 }
 
@@ -141,62 +150,155 @@ pub struct LogConfig {
 
 impl Default for LogConfig {
     fn default() -> Self {
-        LogConfig { level: "info".into() }
+        LogConfig {
+            level: "info".into(),
+        }
     }
 }
 
-fn range_u64(key: &'static str, value: u64, min: u64, max: u64, unit: &str) -> Result<(), ConfigError> {
+fn range_u64(
+    key: &'static str,
+    value: u64,
+    min: u64,
+    max: u64,
+    unit: &str,
+) -> Result<(), ConfigError> {
     if (min..=max).contains(&value) {
         return Ok(());
     }
-    Err(ConfigError::Range { key, value: value.to_string(), allowed: format!("{min}..={max}{unit}") })
+    Err(ConfigError::Range {
+        key,
+        value: value.to_string(),
+        allowed: format!("{min}..={max}{unit}"),
+    })
 }
 
 impl Config {
     /// Parse and validate TOML text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let cfg: Config =
-            toml::from_str(text).map_err(|e| ConfigError::Parse { origin: origin.to_string(), message: e.to_string() })?;
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }
 
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Config::parse(&text, &path.display().to_string())
     }
 
     pub fn embedded_default() -> Config {
-        Config::parse(DEFAULT_CONFIG, "embedded default config").expect("the embedded default config is valid")
+        Config::parse(DEFAULT_CONFIG, "embedded default config")
+            .expect("the embedded default config is valid")
     }
 
     /// Check every range and cross-key rule.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let s = &self.server;
         if s.socket_path.as_os_str().is_empty() {
-            return Err(ConfigError::Invalid { key: "server.socket_path", message: "must not be empty".into() });
+            return Err(ConfigError::Invalid {
+                key: "server.socket_path",
+                message: "must not be empty".into(),
+            });
         }
         if s.socket_path.as_os_str().len() > 107 {
             return Err(ConfigError::Invalid {
                 key: "server.socket_path",
-                message: format!("{} is longer than the 107 bytes a Unix socket path may have", s.socket_path.display()),
+                message: format!(
+                    "{} is longer than the 107 bytes a Unix socket path may have",
+                    s.socket_path.display()
+                ),
             });
         }
         if s.data_dir.as_os_str().is_empty() {
-            return Err(ConfigError::Invalid { key: "server.data_dir", message: "must not be empty".into() });
+            return Err(ConfigError::Invalid {
+                key: "server.data_dir",
+                message: "must not be empty".into(),
+            });
         }
-        range_u64("server.shards", s.shards as u64, 0, 256, " (0 = one per core)")?;
-        range_u64("server.max_connections", s.max_connections as u64, 1, 65_536, "")?;
-        range_u64("server.payload_bytes_max", s.payload_bytes_max, 1, 16 * MIB, " bytes")?;
-        range_u64("server.connection_read_timeout_ms", s.connection_read_timeout_ms, 100, 600_000, " ms")?;
-        range_u64("server.inflight_records_max", s.inflight_records_max as u64, 1, 65_536, "")?;
-        range_u64("server.inflight_bytes_max", s.inflight_bytes_max, 64 * KIB, GIB, " bytes")?;
-        range_u64("server.shutdown_timeout_ms", s.shutdown_timeout_ms, 0, 600_000, " ms")?;
+        range_u64(
+            "server.shards",
+            s.shards as u64,
+            0,
+            256,
+            " (0 = one per core)",
+        )?;
+        range_u64(
+            "server.max_connections",
+            s.max_connections as u64,
+            1,
+            65_536,
+            "",
+        )?;
+        range_u64(
+            "server.payload_bytes_max",
+            s.payload_bytes_max,
+            1,
+            16 * MIB,
+            " bytes",
+        )?;
+        range_u64(
+            "server.connection_read_timeout_ms",
+            s.connection_read_timeout_ms,
+            100,
+            600_000,
+            " ms",
+        )?;
+        range_u64(
+            "server.inflight_records_max",
+            s.inflight_records_max as u64,
+            1,
+            65_536,
+            "",
+        )?;
+        range_u64(
+            "server.inflight_bytes_max",
+            s.inflight_bytes_max,
+            64 * KIB,
+            GIB,
+            " bytes",
+        )?;
+        range_u64(
+            "server.shutdown_timeout_ms",
+            s.shutdown_timeout_ms,
+            0,
+            600_000,
+            " ms",
+        )?;
         let w = &self.wab;
-        range_u64("wab.segment_bytes_max", w.segment_bytes_max, MIB, GIB, " bytes")?;
-        range_u64("wab.wab_bytes_max", w.wab_bytes_max, 4 * MIB, 16 * 1024 * GIB, " bytes")?;
-        range_u64("wab.buffered_flush_interval_ms", w.buffered_flush_interval_ms, 1, 60_000, " ms")?;
-        range_u64("wab.fsync_failures_max", w.fsync_failures_max as u64, 1, 100, "")?;
+        range_u64(
+            "wab.segment_bytes_max",
+            w.segment_bytes_max,
+            MIB,
+            GIB,
+            " bytes",
+        )?;
+        range_u64(
+            "wab.wab_bytes_max",
+            w.wab_bytes_max,
+            4 * MIB,
+            16 * 1024 * GIB,
+            " bytes",
+        )?;
+        range_u64(
+            "wab.buffered_flush_interval_ms",
+            w.buffered_flush_interval_ms,
+            1,
+            60_000,
+            " ms",
+        )?;
+        range_u64(
+            "wab.fsync_failures_max",
+            w.fsync_failures_max as u64,
+            1,
+            100,
+            "",
+        )?;
         range_u64("wab.flusher_spin_us", w.flusher_spin_us, 0, 10_000, " µs")?;
         if w.wab_bytes_max < w.segment_bytes_max {
             return Err(ConfigError::Invalid {
@@ -207,15 +309,22 @@ impl Config {
                 ),
             });
         }
-        if self.admin.socket_path.as_os_str().is_empty() || self.admin.socket_path == self.server.socket_path {
+        if self.admin.socket_path.as_os_str().is_empty()
+            || self.admin.socket_path == self.server.socket_path
+        {
             return Err(ConfigError::Invalid {
                 key: "admin.socket_path",
                 message: "must be set and differ from server.socket_path".into(),
             });
         }
-        self.sink.validate().map_err(|e| ConfigError::Sink(e.to_string()))?;
+        self.sink
+            .validate()
+            .map_err(|e| ConfigError::Sink(e.to_string()))?;
         if self.log.level.trim().is_empty() {
-            return Err(ConfigError::Invalid { key: "log.level", message: "must not be empty (try \"info\")".into() });
+            return Err(ConfigError::Invalid {
+                key: "log.level",
+                message: "must not be empty (try \"info\")".into(),
+            });
         }
         Ok(())
     }
@@ -225,7 +334,9 @@ impl Config {
         if self.server.shards > 0 {
             self.server.shards
         } else {
-            std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1)
+            std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(1)
         }
     }
 
@@ -242,7 +353,8 @@ impl Config {
             linger: Duration::from_millis(s.linger_ms),
             retry_initial: Duration::from_millis(s.retry_initial_ms),
             retry_max: Duration::from_millis(s.retry_max_ms),
-            max_retry_duration: (s.max_retry_duration_ms > 0).then(|| Duration::from_millis(s.max_retry_duration_ms)),
+            max_retry_duration: (s.max_retry_duration_ms > 0)
+                .then(|| Duration::from_millis(s.max_retry_duration_ms)),
         }
     }
 
@@ -258,7 +370,10 @@ mod tests {
     #[test]
     fn embedded_default_is_valid_and_matches_struct_defaults() {
         let cfg = Config::embedded_default();
-        assert_eq!(cfg.server.socket_path, PathBuf::from("spillway-data/spillway.sock"));
+        assert_eq!(
+            cfg.server.socket_path,
+            PathBuf::from("spillway-data/spillway.sock")
+        );
         assert_eq!(cfg.wab, WabConfig::default());
         let empty = Config::parse("", "empty").unwrap();
         assert_eq!(empty.server, ServerConfig::default());
@@ -277,7 +392,9 @@ mod tests {
 
     #[test]
     fn unknown_key_is_named() {
-        let err = Config::parse("[server]\nsockett_path = \"x\"\n", "t").unwrap_err().to_string();
+        let err = Config::parse("[server]\nsockett_path = \"x\"\n", "t")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("sockett_path"), "{err}");
         let err = Config::parse("[bogus]\n", "t").unwrap_err().to_string();
         assert!(err.contains("bogus"), "{err}");
@@ -285,21 +402,38 @@ mod tests {
 
     #[test]
     fn range_errors_name_key_and_range() {
-        let err = Config::parse("[wab]\nsegment_bytes_max = 1000\n", "t").unwrap_err().to_string();
-        assert!(err.contains("wab.segment_bytes_max") && err.contains("1048576..="), "{err}");
-        let err = Config::parse("[server]\nmax_connections = 0\n", "t").unwrap_err().to_string();
-        assert!(err.contains("server.max_connections") && err.contains("1..=65536"), "{err}");
-        let err = Config::parse("[server]\npayload_bytes_max = 20000000\n", "t").unwrap_err().to_string();
-        assert!(err.contains("server.payload_bytes_max"), "{err}");
-        let err = Config::parse("[wab]\nwab_bytes_max = 8388608\nsegment_bytes_max = 16777216\n", "t")
+        let err = Config::parse("[wab]\nsegment_bytes_max = 1000\n", "t")
             .unwrap_err()
             .to_string();
+        assert!(
+            err.contains("wab.segment_bytes_max") && err.contains("1048576..="),
+            "{err}"
+        );
+        let err = Config::parse("[server]\nmax_connections = 0\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("server.max_connections") && err.contains("1..=65536"),
+            "{err}"
+        );
+        let err = Config::parse("[server]\npayload_bytes_max = 20000000\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.payload_bytes_max"), "{err}");
+        let err = Config::parse(
+            "[wab]\nwab_bytes_max = 8388608\nsegment_bytes_max = 16777216\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("wab.wab_bytes_max"), "{err}");
     }
 
     #[test]
     fn wrong_type_is_named() {
-        let err = Config::parse("[server]\nshards = \"four\"\n", "t").unwrap_err().to_string();
+        let err = Config::parse("[server]\nshards = \"four\"\n", "t")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("shards"), "{err}");
     }
 }

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use spillway_actors::{
-    bind_socket, ConnectionContext, ConnectionLimits, DaemonStats, DrainStats, Listener, ShardQueue, SinkMaker, SinkSlot,
-    WabBudget,
+    bind_socket, ConnectionContext, ConnectionLimits, DaemonStats, DrainStats, Listener,
+    ShardQueue, SinkMaker, SinkSlot, WabBudget,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::FsStorage;
@@ -23,7 +23,7 @@ use spillway_wab::FsStorage;
 use crate::admin::{Admin, AdminState};
 use crate::config::Config;
 use crate::reload::Reloader;
-use crate::supervisor::{ShardSlot, Shutdown, Supervisor};
+use crate::supervisor::{Children, ShardSlot, Shutdown, Supervisor};
 
 /// Build the configured sink into the maker the drains use.
 pub fn sink_maker(cfg: &Config) -> Result<(SinkMaker, String), String> {
@@ -34,21 +34,35 @@ pub fn sink_maker(cfg: &Config) -> Result<(SinkMaker, String), String> {
 }
 
 /// Run the daemon until it is told to stop. Errors are start-up failures.
-pub fn run(cfg: Config, origin: &str, config_path: Option<PathBuf>, watch_config: bool) -> Result<(), String> {
+pub fn run(
+    cfg: Config,
+    origin: &str,
+    config_path: Option<PathBuf>,
+    watch_config: bool,
+) -> Result<(), String> {
     let system = actix_rt::System::new();
     let result = system.block_on(async move { start(cfg, origin, config_path, watch_config) });
     result?;
-    system.run().map_err(|e| format!("actor system failed: {e}"))
+    system
+        .run()
+        .map_err(|e| format!("actor system failed: {e}"))
 }
 
-fn start(cfg: Config, origin: &str, config_path: Option<PathBuf>, watch_config: bool) -> Result<(), String> {
+fn start(
+    cfg: Config,
+    origin: &str,
+    config_path: Option<PathBuf>,
+    watch_config: bool,
+) -> Result<(), String> {
     let std_listener = bind_socket(&cfg.server.socket_path).map_err(|e| e.to_string())?;
-    let admin_listener = bind_socket(&cfg.admin.socket_path).map_err(|e| format!("admin socket: {e}"))?;
+    let admin_listener =
+        bind_socket(&cfg.admin.socket_path).map_err(|e| format!("admin socket: {e}"))?;
     let (maker, sink_description) = sink_maker(&cfg)?;
     let sink = SinkSlot::new(maker, cfg.drain_settings(), sink_description.clone());
     let dl_dir = cfg.server.data_dir.join("dead-letter");
     let dead_letters = Arc::new(Mutex::new(
-        DeadLetterStore::open(FsStorage, &dl_dir).map_err(|e| format!("opening the dead-letter store {}: {e}", dl_dir.display()))?,
+        DeadLetterStore::open(FsStorage, &dl_dir)
+            .map_err(|e| format!("opening the dead-letter store {}: {e}", dl_dir.display()))?,
     ));
     let shard_count = shards_to_serve(&cfg)?;
     let wab = WabBudget::new(cfg.wab.wab_bytes_max, 0);
@@ -57,8 +71,13 @@ fn start(cfg: Config, origin: &str, config_path: Option<PathBuf>, watch_config: 
     let mut recovered_segments = 0;
     for shard in 0..shard_count {
         let queue = ShardQueue::new(shard);
-        let (addr, report) = Supervisor::start_shard(&cfg, queue.clone(), wab.clone())
-            .map_err(|e| format!("recovering shard {shard} in {}: {e}", cfg.server.data_dir.display()))?;
+        let (addr, report) =
+            Supervisor::start_shard(&cfg, queue.clone(), wab.clone()).map_err(|e| {
+                format!(
+                    "recovering shard {shard} in {}: {e}",
+                    cfg.server.data_dir.display()
+                )
+            })?;
         recovered_records += report.record_count();
         recovered_segments += report.segments.len();
         if !report.quarantined.is_empty() || !report.resealed.is_empty() {
@@ -70,11 +89,20 @@ fn start(cfg: Config, origin: &str, config_path: Option<PathBuf>, watch_config: 
             );
         }
         let drain_stats = Arc::new(DrainStats::default());
-        let drain = Supervisor::start_drain(&cfg, queue.clone(), wab.clone(), sink.clone(), dead_letters.clone(), drain_stats.clone())
-            .map_err(|e| format!("starting delivery for shard {shard}: {e}"))?;
+        let drain = Supervisor::start_drain(
+            &cfg,
+            queue.clone(),
+            wab.clone(),
+            sink.clone(),
+            dead_letters.clone(),
+            drain_stats.clone(),
+        )
+        .map_err(|e| format!("starting delivery for shard {shard}: {e}"))?;
         shards.push(ShardSlot::new(queue, addr, drain, drain_stats));
     }
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let arbiters: Vec<ArbiterHandle> = (0..cores).map(|_| Arbiter::new().handle()).collect();
     let conn_ctx = Arc::new(ConnectionContext {
         limits: ConnectionLimits {
@@ -116,7 +144,12 @@ fn start(cfg: Config, origin: &str, config_path: Option<PathBuf>, watch_config: 
         recovered_segments
     );
     let description = Arc::new(Mutex::new(sink_description.clone()));
-    let reloader = Rc::new(RefCell::new(Reloader::new(config_path, cfg.clone(), sink.clone(), description.clone())));
+    let reloader = Rc::new(RefCell::new(Reloader::new(
+        config_path,
+        cfg.clone(),
+        sink.clone(),
+        description.clone(),
+    )));
     let reload_stats = reloader.borrow().stats.clone();
     let for_admin = reloader.clone();
     let admin_state = AdminState {
@@ -131,7 +164,16 @@ fn start(cfg: Config, origin: &str, config_path: Option<PathBuf>, watch_config: 
         reload_stats,
     };
     Admin::new(admin_listener, admin_state).start();
-    let supervisor = Supervisor::new(cfg, conn_ctx, wab, arbiters, listener, shards, sink, dead_letters).start();
+    let children = Children {
+        conn_ctx,
+        wab,
+        arbiters,
+        listener,
+        shards,
+        sink,
+        dead_letters,
+    };
+    let supervisor = Supervisor::new(cfg, children).start();
     spawn_signal_handlers(supervisor);
     spawn_reload_triggers(reloader, watch_config);
     Ok(())
@@ -173,7 +215,11 @@ fn shards_to_serve(cfg: &Config) -> Result<u32, String> {
         Ok(entries) => {
             for e in entries.flatten() {
                 let name = e.file_name();
-                let Some(n) = name.to_str().and_then(|n| n.strip_prefix("shard-")).and_then(|n| n.parse::<u32>().ok()) else {
+                let Some(n) = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("shard-"))
+                    .and_then(|n| n.parse::<u32>().ok())
+                else {
                     continue;
                 };
                 highest = Some(highest.map_or(n, |h| h.max(n)));

@@ -16,7 +16,11 @@ use clap::{Parser, Subcommand};
 use crate::config::{Config, DEFAULT_CONFIG};
 
 #[derive(Parser)]
-#[command(name = "spillway", version, about = "A durable local write buffer: push over a Unix socket, acked when safe on disk, delivered downstream at least once.")]
+#[command(
+    name = "spillway",
+    version,
+    about = "A durable local write buffer: push over a Unix socket, acked when safe on disk, delivered downstream at least once."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -95,7 +99,11 @@ enum DeadLetterAction {
     },
 }
 
-fn ctl(config: Option<&PathBuf>, admin_socket: Option<PathBuf>, command: CtlCommand) -> Result<String, String> {
+fn ctl(
+    config: Option<&PathBuf>,
+    admin_socket: Option<PathBuf>,
+    command: CtlCommand,
+) -> Result<String, String> {
     let socket = match admin_socket {
         Some(s) => s,
         None => load(config)?.0.admin.socket_path,
@@ -104,9 +112,15 @@ fn ctl(config: Option<&PathBuf>, admin_socket: Option<PathBuf>, command: CtlComm
         CtlCommand::Health => "health".to_string(),
         CtlCommand::Stats => "stats".to_string(),
         CtlCommand::Reload => "reload".to_string(),
-        CtlCommand::DeadLetter { action: DeadLetterAction::List } => "dead-letter list".to_string(),
-        CtlCommand::DeadLetter { action: DeadLetterAction::Requeue { ids } } => format!("dead-letter requeue {}", ids.join(" ")),
-        CtlCommand::DeadLetter { action: DeadLetterAction::Drop { ids } } => format!("dead-letter drop {}", ids.join(" ")),
+        CtlCommand::DeadLetter {
+            action: DeadLetterAction::List,
+        } => "dead-letter list".to_string(),
+        CtlCommand::DeadLetter {
+            action: DeadLetterAction::Requeue { ids },
+        } => format!("dead-letter requeue {}", ids.join(" ")),
+        CtlCommand::DeadLetter {
+            action: DeadLetterAction::Drop { ids },
+        } => format!("dead-letter drop {}", ids.join(" ")),
     };
     admin::call(&socket, &line)
 }
@@ -114,13 +128,19 @@ fn ctl(config: Option<&PathBuf>, admin_socket: Option<PathBuf>, command: CtlComm
 fn init_logging(level: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { config, watch_config } => {
+        Command::Run {
+            config,
+            watch_config,
+        } => {
             let (cfg, origin) = match load(config.as_ref()) {
                 Ok(v) => v,
                 Err(e) => return fail(&e),
@@ -154,7 +174,11 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
-        Command::Ctl { config, admin_socket, command } => match ctl(config.as_ref(), admin_socket, command) {
+        Command::Ctl {
+            config,
+            admin_socket,
+            command,
+        } => match ctl(config.as_ref(), admin_socket, command) {
             Ok(body) => {
                 print!("{body}");
                 ExitCode::SUCCESS
@@ -170,7 +194,9 @@ fn main() -> ExitCode {
 
 fn load(path: Option<&PathBuf>) -> Result<(Config, String), String> {
     match path {
-        Some(p) => Config::load(p).map(|c| (c, p.display().to_string())).map_err(|e| e.to_string()),
+        Some(p) => Config::load(p)
+            .map(|c| (c, p.display().to_string()))
+            .map_err(|e| e.to_string()),
         None => Ok((Config::embedded_default(), "embedded default".to_string())),
     }
 }
@@ -184,17 +210,33 @@ fn inspect(data_dir: &std::path::Path, print_records: bool) -> Result<(), String
     let mut shards: Vec<PathBuf> = std::fs::read_dir(data_dir)
         .map_err(|e| format!("reading {}: {e}", data_dir.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("shard-")))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("shard-"))
+        })
         .collect();
     shards.sort();
     for dir in shards {
-        let records = spillway_wab::read_shard(&spillway_wab::FsStorage, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let records = spillway_wab::read_shard(&spillway_wab::FsStorage, &dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
         let first = records.first().map(|r| r.seq);
         let last = records.last().map(|r| r.seq);
-        println!("{}: {} records, seq {:?}..={:?}", dir.display(), records.len(), first, last);
+        println!(
+            "{}: {} records, seq {:?}..={:?}",
+            dir.display(),
+            records.len(),
+            first,
+            last
+        );
         if print_records {
             for r in records {
-                println!("  {} tier={} {}", r.seq, r.meta.tier, String::from_utf8_lossy(&r.payload));
+                println!(
+                    "  {} tier={} {}",
+                    r.seq,
+                    r.meta.tier,
+                    String::from_utf8_lossy(&r.payload)
+                );
             }
         }
     }

@@ -53,10 +53,24 @@ fn plugin_fingerprint(cfg: &Config) -> Option<(SystemTime, u64)> {
 }
 
 impl Reloader {
-    pub fn new(path: Option<PathBuf>, current: Config, slot: Arc<SinkSlot>, description: Arc<Mutex<String>>) -> Self {
+    pub fn new(
+        path: Option<PathBuf>,
+        current: Config,
+        slot: Arc<SinkSlot>,
+        description: Arc<Mutex<String>>,
+    ) -> Self {
         let seen_file = path.as_ref().and_then(|p| file_stamp(p));
         let plugin_file = plugin_fingerprint(&current);
-        Reloader { path, current, slot, description, stats: Arc::new(ReloadStats::default()), seen_file, settling: None, plugin_file }
+        Reloader {
+            path,
+            current,
+            slot,
+            description,
+            stats: Arc::new(ReloadStats::default()),
+            seen_file,
+            settling: None,
+            plugin_file,
+        }
     }
 
     /// Run a reload; `Ok` carries a report for `ctl reload`.
@@ -90,12 +104,17 @@ impl Reloader {
         let (maker, description) = sink_maker(&new)?;
         let mut probe = maker(0).map_err(|e| format!("building the new sink: {e}"))?;
         if let Health::Unhealthy(why) = probe.health_check() {
-            return Err(format!("the new sink {description} failed its health check: {why}"));
+            return Err(format!(
+                "the new sink {description} failed its health check: {why}"
+            ));
         }
         drop(probe);
-        self.slot.replace(maker, new.drain_settings(), description.clone());
+        self.slot
+            .replace(maker, new.drain_settings(), description.clone());
         *self.description.lock().unwrap() = description.clone();
-        report.push_str(&format!("sink switched to {description} (each shard switches at its next batch boundary)\n"));
+        report.push_str(&format!(
+            "sink switched to {description} (each shard switches at its next batch boundary)\n"
+        ));
         self.current.sink = new.sink;
         self.plugin_file = plugin_file;
         Ok(report)
@@ -106,7 +125,9 @@ impl Reloader {
     /// written is not read half-way.
     pub fn poll_file(&mut self) {
         let Some(path) = &self.path else { return };
-        let Some(stamp) = file_stamp(path) else { return };
+        let Some(stamp) = file_stamp(path) else {
+            return;
+        };
         if self.seen_file == Some(stamp) {
             self.settling = None;
             return;
@@ -135,14 +156,37 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
         ("server.socket_path", o.socket_path != n.socket_path),
         ("server.data_dir", o.data_dir != n.data_dir),
         ("server.shards", o.shards != n.shards),
-        ("server.max_connections", o.max_connections != n.max_connections),
-        ("server.payload_bytes_max", o.payload_bytes_max != n.payload_bytes_max),
-        ("server.connection_read_timeout_ms", o.connection_read_timeout_ms != n.connection_read_timeout_ms),
-        ("server.inflight_records_max", o.inflight_records_max != n.inflight_records_max),
-        ("server.inflight_bytes_max", o.inflight_bytes_max != n.inflight_bytes_max),
-        ("server.shutdown_timeout_ms", o.shutdown_timeout_ms != n.shutdown_timeout_ms),
+        (
+            "server.max_connections",
+            o.max_connections != n.max_connections,
+        ),
+        (
+            "server.payload_bytes_max",
+            o.payload_bytes_max != n.payload_bytes_max,
+        ),
+        (
+            "server.connection_read_timeout_ms",
+            o.connection_read_timeout_ms != n.connection_read_timeout_ms,
+        ),
+        (
+            "server.inflight_records_max",
+            o.inflight_records_max != n.inflight_records_max,
+        ),
+        (
+            "server.inflight_bytes_max",
+            o.inflight_bytes_max != n.inflight_bytes_max,
+        ),
+        (
+            "server.shutdown_timeout_ms",
+            o.shutdown_timeout_ms != n.shutdown_timeout_ms,
+        ),
     ];
-    keys.extend(server.iter().filter(|(_, changed)| *changed).map(|(k, _)| *k));
+    keys.extend(
+        server
+            .iter()
+            .filter(|(_, changed)| *changed)
+            .map(|(k, _)| *k),
+    );
     if old.wab != new.wab {
         keys.push("[wab]");
     }

@@ -17,8 +17,8 @@ use actix::prelude::*;
 use std::sync::Mutex;
 
 use spillway_actors::{
-    bind_socket, ConnectionContext, Drain, DrainConfig, DrainStats, FlusherConfig, Listener, ShardFlusher, ShardHealth,
-    ShardQueue, SinkSlot, StopDrain, StopShard, WabBudget,
+    bind_socket, ConnectionContext, Drain, DrainConfig, DrainStats, FlusherConfig, Listener,
+    ShardFlusher, ShardHealth, ShardQueue, SinkSlot, StopDrain, StopShard, WabBudget,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::{read_checkpoint, shard_dir, FsStorage};
@@ -52,7 +52,8 @@ impl RestartPolicy {
                 return None;
             }
         }
-        self.recent.retain(|t| now.duration_since(*t) < RESTART_WINDOW);
+        self.recent
+            .retain(|t| now.duration_since(*t) < RESTART_WINDOW);
         if self.recent.len() >= RESTARTS_MAX {
             self.given_up = true;
             return Some(false);
@@ -85,7 +86,12 @@ pub struct ShardSlot {
 }
 
 impl ShardSlot {
-    pub fn new(queue: Arc<ShardQueue>, addr: Addr<ShardFlusher>, drain: Addr<Drain>, drain_stats: Arc<DrainStats>) -> Self {
+    pub fn new(
+        queue: Arc<ShardQueue>,
+        addr: Addr<ShardFlusher>,
+        drain: Addr<Drain>,
+        drain_stats: Arc<DrainStats>,
+    ) -> Self {
         ShardSlot {
             queue,
             addr: Some(addr),
@@ -114,17 +120,29 @@ pub struct Supervisor {
     shutting_down: bool,
 }
 
+/// What the daemon started and hands to the supervisor to watch.
+pub struct Children {
+    pub conn_ctx: Arc<ConnectionContext>,
+    pub wab: Arc<WabBudget>,
+    /// The connection arbiters (a restarted listener spreads over them too).
+    pub arbiters: Vec<ArbiterHandle>,
+    pub listener: Addr<Listener>,
+    pub shards: Vec<ShardSlot>,
+    pub sink: Arc<SinkSlot>,
+    pub dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
+}
+
 impl Supervisor {
-    pub fn new(
-        cfg: Config,
-        conn_ctx: Arc<ConnectionContext>,
-        wab: Arc<WabBudget>,
-        arbiters: Vec<ArbiterHandle>,
-        listener: Addr<Listener>,
-        shards: Vec<ShardSlot>,
-        sink: Arc<SinkSlot>,
-        dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
-    ) -> Self {
+    pub fn new(cfg: Config, children: Children) -> Self {
+        let Children {
+            conn_ctx,
+            wab,
+            arbiters,
+            listener,
+            shards,
+            sink,
+            dead_letters,
+        } = children;
         Supervisor {
             cfg,
             conn_ctx,
@@ -174,7 +192,10 @@ impl Supervisor {
         dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
         stats: Arc<DrainStats>,
     ) -> std::io::Result<Addr<Drain>> {
-        let dcfg = DrainConfig { shard: queue.shard, dir: shard_dir(&cfg.server.data_dir, queue.shard) };
+        let dcfg = DrainConfig {
+            shard: queue.shard,
+            dir: shard_dir(&cfg.server.data_dir, queue.shard),
+        };
         let drain = Drain::spawn(FsStorage, dcfg, queue, wab, sink, dead_letters, stats)?;
         Ok(drain.start())
     }
@@ -203,7 +224,10 @@ impl Supervisor {
         match self.listener_policy.try_restart(now) {
             None => {}
             Some(false) => {
-                tracing::error!(restarts = RESTARTS_MAX, "the listener keeps dying; stopping the daemon");
+                tracing::error!(
+                    restarts = RESTARTS_MAX,
+                    "the listener keeps dying; stopping the daemon"
+                );
                 self.shutdown(ctx);
             }
             Some(true) => match bind_socket(&self.cfg.server.socket_path) {
@@ -243,9 +267,14 @@ impl Supervisor {
         match slot.policy.try_restart(now) {
             None => {}
             Some(false) => {
-                tracing::error!(shard, restarts = RESTARTS_MAX, "shard keeps failing; it stays stopped (pushes get InternalError)");
+                tracing::error!(
+                    shard,
+                    restarts = RESTARTS_MAX,
+                    "shard keeps failing; it stays stopped (pushes get InternalError)"
+                );
                 slot.queue.set_health(ShardHealth::Failed);
-                slot.queue.fail_queued(spillway_protocol::NackReason::InternalError);
+                slot.queue
+                    .fail_queued(spillway_protocol::NackReason::InternalError);
             }
             Some(true) => {
                 let held = slot.queue.stats.bytes_held.swap(0, Ordering::Relaxed);
@@ -253,11 +282,18 @@ impl Supervisor {
                 match Self::start_shard(&self.cfg, slot.queue.clone(), self.wab.clone()) {
                     Ok((addr, report)) => {
                         slot.queue.stats.restarts.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(shard, records = report.record_count(), resealed = report.resealed.len(), "restarted shard");
+                        tracing::warn!(
+                            shard,
+                            records = report.record_count(),
+                            resealed = report.resealed.len(),
+                            "restarted shard"
+                        );
                         slot.addr = Some(addr);
                         slot.dead_since = None;
                     }
-                    Err(e) => tracing::error!(shard, error = %e, "restarting shard failed; will retry"),
+                    Err(e) => {
+                        tracing::error!(shard, error = %e, "restarting shard failed; will retry")
+                    }
                 }
             }
         }
@@ -270,7 +306,10 @@ impl Supervisor {
         }
         let shard = slot.queue.shard;
         if slot.drain_dead_since.is_none() {
-            tracing::error!(shard, "drain died; delivery of this shard pauses until it restarts");
+            tracing::error!(
+                shard,
+                "drain died; delivery of this shard pauses until it restarts"
+            );
             slot.drain_dead_since = Some(now);
             slot.drain_policy.noticed(now);
             slot.drain = None;
@@ -278,7 +317,11 @@ impl Supervisor {
         match slot.drain_policy.try_restart(now) {
             None => {}
             Some(false) => {
-                tracing::error!(shard, restarts = RESTARTS_MAX, "drain keeps failing; delivery of this shard stays stopped (records are kept)");
+                tracing::error!(
+                    shard,
+                    restarts = RESTARTS_MAX,
+                    "drain keeps failing; delivery of this shard stays stopped (records are kept)"
+                );
             }
             Some(true) => {
                 let started = Self::start_drain(
@@ -295,7 +338,9 @@ impl Supervisor {
                         slot.drain = Some(addr);
                         slot.drain_dead_since = None;
                     }
-                    Err(e) => tracing::error!(shard, error = %e, "restarting drain failed; will retry"),
+                    Err(e) => {
+                        tracing::error!(shard, error = %e, "restarting drain failed; will retry")
+                    }
                 }
             }
         }
@@ -312,8 +357,17 @@ impl Supervisor {
         }
         let _ = std::fs::remove_file(&self.cfg.server.socket_path);
         let _ = std::fs::remove_file(&self.cfg.admin.socket_path);
-        let stops: Vec<_> = self.shards.iter_mut().filter_map(|s| s.addr.take()).map(|a| a.send(StopShard)).collect();
-        let drains: Vec<_> = self.shards.iter_mut().filter_map(|s| s.drain.take()).collect();
+        let stops: Vec<_> = self
+            .shards
+            .iter_mut()
+            .filter_map(|s| s.addr.take())
+            .map(|a| a.send(StopShard))
+            .collect();
+        let drains: Vec<_> = self
+            .shards
+            .iter_mut()
+            .filter_map(|s| s.drain.take())
+            .collect();
         let timeout = Duration::from_millis(self.cfg.server.shutdown_timeout_ms);
         let fut = async move {
             for s in stops {
@@ -321,9 +375,20 @@ impl Supervisor {
             }
             let deadline = Instant::now() + timeout;
             for d in &drains {
-                d.do_send(StopDrain { deadline, wait: false });
+                d.do_send(StopDrain {
+                    deadline,
+                    wait: false,
+                });
             }
-            let drain_stops: Vec<_> = drains.iter().map(|d| d.send(StopDrain { deadline, wait: true })).collect();
+            let drain_stops: Vec<_> = drains
+                .iter()
+                .map(|d| {
+                    d.send(StopDrain {
+                        deadline,
+                        wait: true,
+                    })
+                })
+                .collect();
             for s in drain_stops {
                 let _ = s.await;
             }
@@ -356,4 +421,3 @@ impl Handler<Shutdown> for Supervisor {
         self.shutdown(ctx);
     }
 }
-

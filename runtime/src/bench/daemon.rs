@@ -67,7 +67,15 @@ impl Launcher {
         std::fs::write(&config, text).map_err(|e| format!("writing {}: {e}", config.display()))?;
         let child = spawn(&self.exe, &config, dir.path())?;
         let admin_socket = dir.path().join("admin.sock");
-        let mut daemon = BenchDaemon { child, socket, admin_socket, config, config_head, stopped: false, dir };
+        let mut daemon = BenchDaemon {
+            child,
+            socket,
+            admin_socket,
+            config,
+            config_head,
+            stopped: false,
+            dir,
+        };
         daemon.wait_ready()?;
         Ok(daemon)
     }
@@ -94,7 +102,10 @@ impl DaemonSettings<'_> {
     /// Everything up to and including the `[sink]` line (the sink's body
     /// comes last, so a scenario can rewrite it for a reload).
     fn config_head(&self) -> String {
-        let segment = self.segment_bytes.map(|b| format!("segment_bytes_max = {b}\n")).unwrap_or_default();
+        let segment = self
+            .segment_bytes
+            .map(|b| format!("segment_bytes_max = {b}\n"))
+            .unwrap_or_default();
         format!(
             "# written by `spillway bench`\n[server]\nsocket_path = {}\ndata_dir = {}\nshards = {}\n\
              inflight_records_max = {INFLIGHT_RECORDS_MAX}\n\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
@@ -176,7 +187,13 @@ impl BenchDaemon {
         // Write then rename, so the daemon never reads a half-written file.
         let tmp = self.config.with_extension("toml.tmp");
         std::fs::write(&tmp, text).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &self.config).map_err(|e| format!("renaming {} to {}: {e}", tmp.display(), self.config.display()))
+        std::fs::rename(&tmp, &self.config).map_err(|e| {
+            format!(
+                "renaming {} to {}: {e}",
+                tmp.display(),
+                self.config.display()
+            )
+        })
     }
 
     /// The last lines of the daemon's log, for error messages.
@@ -195,13 +212,19 @@ impl BenchDaemon {
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 self.stopped = true;
-                return Err(format!("the daemon exited during start-up ({status}):\n{}", self.log_tail()));
+                return Err(format!(
+                    "the daemon exited during start-up ({status}):\n{}",
+                    self.log_tail()
+                ));
             }
             if health(&self.socket).is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!("the daemon did not answer within {READY_TIMEOUT:?}:\n{}", self.log_tail()));
+                return Err(format!(
+                    "the daemon did not answer within {READY_TIMEOUT:?}:\n{}",
+                    self.log_tail()
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -213,7 +236,10 @@ impl BenchDaemon {
             Ok(None) => Ok(()),
             Ok(Some(status)) => {
                 self.stopped = true;
-                Err(format!("the daemon exited ({status}); its log ends:\n{}", self.log_tail()))
+                Err(format!(
+                    "the daemon exited ({status}); its log ends:\n{}",
+                    self.log_tail()
+                ))
             }
             Err(e) => Err(format!("checking on the daemon: {e}")),
         }
@@ -235,14 +261,18 @@ impl BenchDaemon {
         while Instant::now() < deadline {
             match self.child.try_wait() {
                 Ok(Some(status)) if status.success() => return Ok(()),
-                Ok(Some(status)) => return Err(format!("daemon exited with {status}:\n{}", self.log_tail())),
+                Ok(Some(status)) => {
+                    return Err(format!("daemon exited with {status}:\n{}", self.log_tail()))
+                }
                 Ok(None) => std::thread::sleep(Duration::from_millis(20)),
                 Err(e) => return Err(format!("waiting for the daemon: {e}")),
             }
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
-        Err(format!("daemon did not stop within {STOP_TIMEOUT:?} of SIGTERM; killed"))
+        Err(format!(
+            "daemon did not stop within {STOP_TIMEOUT:?} of SIGTERM; killed"
+        ))
     }
 }
 
@@ -271,8 +301,12 @@ fn strip_ansi(text: &str) -> String {
 /// One health check on a fresh connection.
 pub fn health(socket: &Path) -> Result<(), String> {
     let mut client = Client::connect(socket).map_err(|e| e.to_string())?;
-    client.set_timeout(Some(Duration::from_secs(5))).map_err(|e| e.to_string())?;
-    client.health().map_err(|e| format!("health check on {}: {e}", socket.display()))
+    client
+        .set_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    client
+        .health()
+        .map_err(|e| format!("health check on {}: {e}", socket.display()))
 }
 
 /// VmRSS of a process in KiB.
@@ -317,23 +351,44 @@ mod tests {
     #[test]
     fn config_text_is_valid_with_the_bench_knobs() {
         let dir = Path::new("/tmp/a b");
-        let settings = DaemonSettings { dir, shards: 2, segment_bytes: Some(1 << 20), sink_toml: NOOP_SINK };
+        let settings = DaemonSettings {
+            dir,
+            shards: 2,
+            segment_bytes: Some(1 << 20),
+            sink_toml: NOOP_SINK,
+        };
         let text = settings.config_text();
         let value: toml::Value = toml::from_str(&text).unwrap();
-        assert_eq!(value["server"]["socket_path"].as_str(), Some("/tmp/a b/spillway.sock"));
-        assert_eq!(value["server"]["inflight_records_max"].as_integer(), Some(4096));
-        assert_eq!(value["wab"]["segment_bytes_max"].as_integer(), Some(1 << 20));
+        assert_eq!(
+            value["server"]["socket_path"].as_str(),
+            Some("/tmp/a b/spillway.sock")
+        );
+        assert_eq!(
+            value["server"]["inflight_records_max"].as_integer(),
+            Some(4096)
+        );
+        assert_eq!(
+            value["wab"]["segment_bytes_max"].as_integer(),
+            Some(1 << 20)
+        );
         assert_eq!(value["log"]["level"].as_str(), Some("warn"));
         assert_eq!(value["sink"]["type"].as_str(), Some("noop"));
         crate::config::Config::parse(&text, "bench").unwrap();
-        let default = DaemonSettings { segment_bytes: None, ..settings }.config_text();
+        let default = DaemonSettings {
+            segment_bytes: None,
+            ..settings
+        }
+        .config_text();
         assert!(!default.contains("segment_bytes_max"));
         crate::config::Config::parse(&default, "bench").unwrap();
     }
 
     #[test]
     fn strips_colours() {
-        assert_eq!(strip_ansi("\u{1b}[2mtime\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m x"), "time ERROR x");
+        assert_eq!(
+            strip_ansi("\u{1b}[2mtime\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m x"),
+            "time ERROR x"
+        );
     }
 
     #[test]

@@ -74,7 +74,8 @@ const RELOAD_AROUND_US: u64 = 1_000_000;
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn launcher<'a>(ctx: &Ctx<'a>) -> Result<&'a Launcher, LoadError> {
-    ctx.launcher.ok_or_else(|| LoadError::Unsupported("needs a daemon started by the bench".into()))
+    ctx.launcher
+        .ok_or_else(|| LoadError::Unsupported("needs a daemon started by the bench".into()))
 }
 
 fn toml_string(s: &str) -> String {
@@ -83,11 +84,17 @@ fn toml_string(s: &str) -> String {
 
 /// The `[sink]` body of an HTTP sink to `url`.
 pub fn http_sink(url: &str, delivery: &str) -> String {
-    format!("type = \"http\"\nurl = {}\ndelivery = \"{delivery}\"\n", toml_string(url))
+    format!(
+        "type = \"http\"\nurl = {}\ndelivery = \"{delivery}\"\n",
+        toml_string(url)
+    )
 }
 
 fn file_sink() -> String {
-    format!("type = \"file\"\npath = {}\nfsync = true\n", toml_string(DELIVERED_FILE))
+    format!(
+        "type = \"file\"\npath = {}\nfsync = true\n",
+        toml_string(DELIVERED_FILE)
+    )
 }
 
 fn plugin_sink(library: &Path) -> String {
@@ -100,12 +107,20 @@ fn plugin_sink(library: &Path) -> String {
 
 fn start(launcher: &Launcher, label: &str, sink: String) -> Result<BenchDaemon, LoadError> {
     launcher
-        .start(label, &Overrides { sink_toml: Some(sink), ..Overrides::default() })
+        .start(
+            label,
+            &Overrides {
+                sink_toml: Some(sink),
+                ..Overrides::default()
+            },
+        )
         .map_err(|e| LoadError::Failed(format!("starting the {label} daemon: {e}")))
 }
 
 fn stop_daemon(daemon: BenchDaemon, label: &str) -> Result<(), LoadError> {
-    daemon.stop().map_err(|e| LoadError::Failed(format!("stopping the {label} daemon: {e}")))
+    daemon
+        .stop()
+        .map_err(|e| LoadError::Failed(format!("stopping the {label} daemon: {e}")))
 }
 
 /// Sleeps until `until`; false if `stop` was raised first.
@@ -123,14 +138,20 @@ fn sleep_until(until: Instant, stop: &AtomicBool) -> bool {
 }
 
 /// Polls `done` every `every` until it is true; how long that took.
-fn wait_for(what: &str, every: Duration, mut done: impl FnMut() -> Result<bool, String>) -> Result<Duration, LoadError> {
+fn wait_for(
+    what: &str,
+    every: Duration,
+    mut done: impl FnMut() -> Result<bool, String>,
+) -> Result<Duration, LoadError> {
     let start = Instant::now();
     loop {
         if done()? {
             return Ok(start.elapsed());
         }
         if start.elapsed() > DELIVERY_TIMEOUT {
-            return Err(LoadError::Failed(format!("{what}: not done within {DELIVERY_TIMEOUT:?}")));
+            return Err(LoadError::Failed(format!(
+                "{what}: not done within {DELIVERY_TIMEOUT:?}"
+            )));
         }
         std::thread::sleep(every);
     }
@@ -138,7 +159,8 @@ fn wait_for(what: &str, every: Duration, mut done: impl FnMut() -> Result<bool, 
 
 /// Sum of the `shard{shard="N"}.delivered_records` lines of `ctl stats`.
 fn delivered_records(admin_socket: &Path) -> Result<u64, String> {
-    let body = crate::admin::call(&admin_socket.to_path_buf(), "stats").map_err(|e| format!("ctl stats: {e}"))?;
+    let body = crate::admin::call(&admin_socket.to_path_buf(), "stats")
+        .map_err(|e| format!("ctl stats: {e}"))?;
     Ok(parse_delivered(&body))
 }
 
@@ -148,7 +170,9 @@ fn parse_delivered(stats: &str) -> u64 {
         .filter_map(|line| {
             let (key, value) = line.split_once(' ')?;
             let per_shard = key.starts_with("shard{") && key.ends_with("}.delivered_records");
-            per_shard.then(|| value.trim().parse::<u64>().ok()).flatten()
+            per_shard
+                .then(|| value.trim().parse::<u64>().ok())
+                .flatten()
         })
         .sum()
 }
@@ -166,18 +190,32 @@ fn ctl_reload(exe: &Path, config: &Path) -> Result<String, String> {
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
-        Err(format!("spillway ctl reload ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
+        Err(format!(
+            "spillway ctl reload ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
 /// Notes what a receiver could not make sense of (there should be nothing).
 fn check_receiver(o: &mut Outcome, which: &str, r: &Receiver, stamped: bool) {
-    let who = if which.is_empty() { "the receiver".to_string() } else { format!("receiver {which}") };
+    let who = if which.is_empty() {
+        "the receiver".to_string()
+    } else {
+        format!("receiver {which}")
+    };
     if r.bad_requests() > 0 {
-        o.note(format!("{who} refused {} requests it could not parse", r.bad_requests()));
+        o.note(format!(
+            "{who} refused {} requests it could not parse",
+            r.bad_requests()
+        ));
     }
     if stamped && r.unstamped() > 0 {
-        o.note(format!("{who} got {} records without a stamp", r.unstamped()));
+        o.note(format!(
+            "{who} got {} records without a stamp",
+            r.unstamped()
+        ));
     }
 }
 
@@ -210,8 +248,11 @@ pub fn backlog_windows(samples: &[i64]) -> (f64, f64) {
 /// daemon whose HTTP sink's receiver takes 5 ms per request.
 pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     let launcher = launcher(ctx)?;
-    let (warmup, measured) =
-        if ctx.quick { (Duration::from_secs(1), Duration::from_secs(5)) } else { (Duration::from_secs(2), Duration::from_secs(30)) };
+    let (warmup, measured) = if ctx.quick {
+        (Duration::from_secs(1), Duration::from_secs(5))
+    } else {
+        (Duration::from_secs(2), Duration::from_secs(30))
+    };
     let epoch = Instant::now();
     let receiver = Receiver::start(epoch, SLOW_DELAY, false)?;
     let daemon = start(launcher, "e2e-slow", http_sink(&receiver.url(), "batched"))?;
@@ -231,7 +272,11 @@ pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
             return None;
         }
         let t0 = Instant::now();
-        let (d0, q0, a0) = (receiver.records(), receiver.requests(), acked.load(Ordering::Acquire));
+        let (d0, q0, a0) = (
+            receiver.records(),
+            receiver.requests(),
+            acked.load(Ordering::Acquire),
+        );
         receiver.measure_from(micros_since(epoch));
         let mut backlog = Vec::new();
         for second in 1..=measured.as_secs() {
@@ -245,12 +290,22 @@ pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
         let seconds = t0.elapsed().as_secs_f64();
         let (d1, q1) = (receiver.records(), receiver.requests());
         let a1 = acked.load(Ordering::Acquire);
-        Some(Window { seconds, acked: a1 - a0, delivered: d1 - d0, requests: q1 - q0, backlog, backlog_end: a1 as i64 - d1 as i64 })
+        Some(Window {
+            seconds,
+            acked: a1 - a0,
+            delivered: d1 - d0,
+            requests: q1 - q0,
+            backlog,
+            backlog_end: a1 as i64 - d1 as i64,
+        })
     });
     let sent = sent?;
     let w = window.ok_or_else(|| LoadError::Failed("the producers stopped early".into()))?;
-    let drain =
-        wait_for("delivering the rest after the producers stopped", Duration::from_millis(5), || Ok(receiver.records() >= sent.acked))?;
+    let drain = wait_for(
+        "delivering the rest after the producers stopped",
+        Duration::from_millis(5),
+        || Ok(receiver.records() >= sent.acked),
+    )?;
     let (first, last) = backlog_windows(&w.backlog);
     let mut o = Outcome::new("e2e_slow_downstream", Kind::Scenario);
     o.set(RATE, w.acked as f64 / w.seconds)
@@ -260,8 +315,14 @@ pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
         .set("backlog_end", w.backlog_end as f64)
         .set("backlog_first_max", first)
         .set("backlog_last_max", last)
-        .set("backlog_peak", w.backlog.iter().copied().max().unwrap_or(0) as f64)
-        .set("records_per_request", w.delivered as f64 / w.requests.max(1) as f64)
+        .set(
+            "backlog_peak",
+            w.backlog.iter().copied().max().unwrap_or(0) as f64,
+        )
+        .set(
+            "records_per_request",
+            w.delivered as f64 / w.requests.max(1) as f64,
+        )
         .set("http_requests", w.requests as f64)
         .set("records", w.acked as f64)
         .set("elapsed_s", w.seconds)
@@ -298,18 +359,36 @@ fn drain_backlog(launcher: &Launcher, delivery: &str, count: u64) -> Result<Drai
     let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
     let per_producer = count / COMPARE_PRODUCERS as u64;
     let pushing = Instant::now();
-    let burst = |i: usize| Burst { producer: i as u64, count: per_producer, size: RECORD_BYTES, per_frame: 1, window: PUSH_WINDOW };
+    let burst = |i: usize| Burst {
+        producer: i as u64,
+        count: per_producer,
+        size: RECORD_BYTES,
+        per_frame: 1,
+        window: PUSH_WINDOW,
+    };
     let producer = |i: usize| stamped::push_all(&socket, burst(i), epoch, &acked);
     let (sent, ()) = stamped::with_producers(COMPARE_PRODUCERS, &stop, producer, || ());
     let push = pushing.elapsed();
     let opened = Instant::now();
     receiver.open_gate();
     let sent = sent?;
-    wait_for(&format!("{delivery} delivery of the backlog"), Duration::from_millis(1), || Ok(receiver.records() >= sent.acked))?;
-    let elapsed = receiver.last_arrival().map_or(Duration::ZERO, |t| t.saturating_duration_since(opened));
+    wait_for(
+        &format!("{delivery} delivery of the backlog"),
+        Duration::from_millis(1),
+        || Ok(receiver.records() >= sent.acked),
+    )?;
+    let elapsed = receiver
+        .last_arrival()
+        .map_or(Duration::ZERO, |t| t.saturating_duration_since(opened));
     let (requests, bad_requests) = (receiver.requests(), receiver.bad_requests());
     stop_daemon(daemon, &label)?;
-    Ok(Drained { records: sent.acked, bad_requests, elapsed, requests, push })
+    Ok(Drained {
+        records: sent.acked,
+        bad_requests,
+        elapsed,
+        requests,
+        push,
+    })
 }
 
 fn drained_row(name: &str, d: &Drained) -> Outcome {
@@ -320,10 +399,16 @@ fn drained_row(name: &str, d: &Drained) -> Outcome {
         .set("records", d.records as f64)
         .set("elapsed_s", seconds)
         .set("http_requests", d.requests as f64)
-        .set("records_per_request", d.records as f64 / d.requests.max(1) as f64)
+        .set(
+            "records_per_request",
+            d.records as f64 / d.requests.max(1) as f64,
+        )
         .set("push_s", d.push.as_secs_f64());
     if d.bad_requests > 0 {
-        o.note(format!("the receiver refused {} requests it could not parse", d.bad_requests));
+        o.note(format!(
+            "the receiver refused {} requests it could not parse",
+            d.bad_requests
+        ));
     }
     o
 }
@@ -332,8 +417,12 @@ fn drained_row(name: &str, d: &Drained) -> Outcome {
 /// goes first from one repeat to the next.
 pub fn batched_vs_per_record(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     let launcher = launcher(ctx)?;
-    let count = if ctx.quick { COMPARE_RECORDS_QUICK } else { COMPARE_RECORDS };
-    let (batched, per_record) = if ctx.round % 2 == 0 {
+    let count = if ctx.quick {
+        COMPARE_RECORDS_QUICK
+    } else {
+        COMPARE_RECORDS
+    };
+    let (batched, per_record) = if ctx.round.is_multiple_of(2) {
         let b = drain_backlog(launcher, "batched", count)?;
         (b, drain_backlog(launcher, "per_record", count)?)
     } else {
@@ -342,7 +431,8 @@ pub fn batched_vs_per_record(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     };
     let mut b = drained_row("e2e_batched_vs_per_record/batched", &batched);
     let p = drained_row("e2e_batched_vs_per_record/per_record", &per_record);
-    let speedup = p.get("us_per_record").unwrap_or(0.0) / b.get("us_per_record").unwrap_or(f64::INFINITY);
+    let speedup =
+        p.get("us_per_record").unwrap_or(0.0) / b.get("us_per_record").unwrap_or(f64::INFINITY);
     b.set("speedup", speedup);
     Ok(vec![b, p])
 }
@@ -361,7 +451,14 @@ pub fn light_load_latency(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     let daemon = start(launcher, "e2e-light", http_sink(&receiver.url(), "batched"))?;
     let socket = daemon.socket().to_path_buf();
     let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
-    let pace = Pace { producer: 0, rate: LIGHT_RATE, size: RECORD_BYTES, window: 8, tier: Tier::Sync, ack_times: false };
+    let pace = Pace {
+        producer: 0,
+        rate: LIGHT_RATE,
+        size: RECORD_BYTES,
+        window: 8,
+        tier: Tier::Sync,
+        ack_times: false,
+    };
     let (sent, window) = stamped::with_producers(
         1,
         &stop,
@@ -372,18 +469,27 @@ pub fn light_load_latency(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
             }
             let (t0, a0) = (Instant::now(), acked.load(Ordering::Acquire));
             receiver.measure_from(micros_since(epoch));
-            sleep_until(t0 + measured, &stop).then(|| (acked.load(Ordering::Acquire) - a0, t0.elapsed()))
+            sleep_until(t0 + measured, &stop)
+                .then(|| (acked.load(Ordering::Acquire) - a0, t0.elapsed()))
         },
     );
     let sent = sent?;
-    let (records, elapsed) = window.ok_or_else(|| LoadError::Failed("the producer stopped early".into()))?;
-    wait_for("delivering the last records", Duration::from_millis(2), || Ok(receiver.records() >= sent.acked))?;
+    let (records, elapsed) =
+        window.ok_or_else(|| LoadError::Failed("the producer stopped early".into()))?;
+    wait_for(
+        "delivering the last records",
+        Duration::from_millis(2),
+        || Ok(receiver.records() >= sent.acked),
+    )?;
     let mut o = Outcome::new("e2e_light_load_latency", Kind::Scenario);
     o.set(RATE, records as f64 / elapsed.as_secs_f64())
         .set("records", records as f64)
         .set("elapsed_s", elapsed.as_secs_f64())
         .set("nacks", (sent.overloaded + sent.other_nacks) as f64)
-        .set("records_per_request", receiver.records() as f64 / receiver.requests().max(1) as f64)
+        .set(
+            "records_per_request",
+            receiver.records() as f64 / receiver.requests().max(1) as f64,
+        )
         .set_latency("", &receiver.latency());
     check_receiver(&mut o, "", &receiver, true);
     stop_daemon(daemon, "e2e-light")?;
@@ -398,10 +504,14 @@ pub fn light_load_latency(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
 pub fn ingest_http_vs_noop(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     let launcher = launcher(ctx)?;
     let receiver = Receiver::start(Instant::now(), Duration::ZERO, false)?;
-    let http = start(launcher, "ingest-http", http_sink(&receiver.url(), "batched"))?;
+    let http = start(
+        launcher,
+        "ingest-http",
+        http_sink(&receiver.url(), "batched"),
+    )?;
     let noop = start(launcher, "ingest-noop", NOOP_SINK.to_string())?;
     let measure = |d: &BenchDaemon| load::serial_push(d.socket(), Tier::Sync, ctx.plan);
-    let (h, n) = if ctx.round % 2 == 0 {
+    let (h, n) = if ctx.round.is_multiple_of(2) {
         let h = measure(&http)?;
         (h, measure(&noop)?)
     } else {
@@ -425,7 +535,9 @@ pub fn ingest_http_vs_noop(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
 
 /// The file plugin, next to the running executable.
 fn plugin_library(exe: &Path) -> Result<PathBuf, LoadError> {
-    let dir = exe.parent().ok_or_else(|| LoadError::Failed(format!("{} has no folder", exe.display())))?;
+    let dir = exe
+        .parent()
+        .ok_or_else(|| LoadError::Failed(format!("{} has no folder", exe.display())))?;
     let library = dir.join(PLUGIN_FILE);
     if library.is_file() {
         Ok(library)
@@ -456,7 +568,12 @@ struct FileRun {
 /// to `sink` with `ctl reload`, releases the receiver and times until
 /// `ctl stats` counts every record delivered. The held first batches go to
 /// the receiver; everything after them to `sink`.
-fn file_delivery(launcher: &Launcher, label: &str, sink: &str, count: u64) -> Result<FileRun, LoadError> {
+fn file_delivery(
+    launcher: &Launcher,
+    label: &str,
+    sink: &str,
+    count: u64,
+) -> Result<FileRun, LoadError> {
     let epoch = Instant::now();
     let receiver = Receiver::start(epoch, Duration::ZERO, false)?;
     receiver.close_gate();
@@ -466,8 +583,13 @@ fn file_delivery(launcher: &Launcher, label: &str, sink: &str, count: u64) -> Re
     let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
     let per_producer = count / FILE_PRODUCERS as u64;
     let pushing = Instant::now();
-    let burst =
-        |i: usize| Burst { producer: i as u64, count: per_producer, size: FILE_RECORD_BYTES, per_frame: FILE_FRAME, window: FILE_WINDOW };
+    let burst = |i: usize| Burst {
+        producer: i as u64,
+        count: per_producer,
+        size: FILE_RECORD_BYTES,
+        per_frame: FILE_FRAME,
+        window: FILE_WINDOW,
+    };
     let producer = |i: usize| stamped::push_all(&socket, burst(i), epoch, &acked);
     let (sent, ()) = stamped::with_producers(FILE_PRODUCERS, &stop, producer, || ());
     let push = pushing.elapsed();
@@ -475,19 +597,35 @@ fn file_delivery(launcher: &Launcher, label: &str, sink: &str, count: u64) -> Re
         std::thread::sleep(SETTLE);
     }
     let switched = match &sent {
-        Ok(_) => daemon.rewrite_sink(sink).and_then(|()| ctl_reload(&launcher.exe, daemon.config_path())),
+        Ok(_) => daemon
+            .rewrite_sink(sink)
+            .and_then(|()| ctl_reload(&launcher.exe, daemon.config_path())),
         Err(_) => Ok(String::new()),
     };
     let opened = Instant::now();
     receiver.open_gate();
     let sent = sent?;
-    switched.map_err(|e| LoadError::Failed(format!("{label}: switching to the sink under test: {e}")))?;
-    wait_for(&format!("{label}: delivering every record"), Duration::from_millis(2), || Ok(delivered_records(&admin)? >= sent.acked))?;
+    switched.map_err(|e| {
+        LoadError::Failed(format!("{label}: switching to the sink under test: {e}"))
+    })?;
+    wait_for(
+        &format!("{label}: delivering every record"),
+        Duration::from_millis(2),
+        || Ok(delivered_records(&admin)? >= sent.acked),
+    )?;
     let elapsed = opened.elapsed();
     let via_http = receiver.records();
-    let file_bytes = std::fs::metadata(daemon.dir().join(DELIVERED_FILE)).map(|m| m.len()).unwrap_or(0);
+    let file_bytes = std::fs::metadata(daemon.dir().join(DELIVERED_FILE))
+        .map(|m| m.len())
+        .unwrap_or(0);
     stop_daemon(daemon, label)?;
-    Ok(FileRun { records: sent.acked.saturating_sub(via_http), elapsed, push, via_http, file_bytes })
+    Ok(FileRun {
+        records: sent.acked.saturating_sub(via_http),
+        elapsed,
+        push,
+        via_http,
+        file_bytes,
+    })
 }
 
 fn file_rate(run: &FileRun) -> f64 {
@@ -500,17 +638,28 @@ pub fn plugin_vs_builtin_file(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     let launcher = launcher(ctx)?;
     let library = plugin_library(&launcher.exe)?;
     let plugin = plugin_sink(&library);
-    if let Err(e) = crate::config::Config::parse(&format!("[sink]\n{plugin}"), "the plugin sink config") {
-        return Err(LoadError::Unsupported(format!("this daemon does not accept type = \"plugin\" yet: {e}")));
+    if let Err(e) =
+        crate::config::Config::parse(&format!("[sink]\n{plugin}"), "the plugin sink config")
+    {
+        return Err(LoadError::Unsupported(format!(
+            "this daemon does not accept type = \"plugin\" yet: {e}"
+        )));
     }
-    let count = if ctx.quick { FILE_RECORDS_QUICK } else { FILE_RECORDS };
+    let count = if ctx.quick {
+        FILE_RECORDS_QUICK
+    } else {
+        FILE_RECORDS
+    };
     let builtin_sink = file_sink();
-    let (builtin, plug) = if ctx.round % 2 == 0 {
+    let (builtin, plug) = if ctx.round.is_multiple_of(2) {
         let b = file_delivery(launcher, "file-builtin", &builtin_sink, count)?;
         (b, file_delivery(launcher, "file-plugin", &plugin, count)?)
     } else {
         let p = file_delivery(launcher, "file-plugin", &plugin, count)?;
-        (file_delivery(launcher, "file-builtin", &builtin_sink, count)?, p)
+        (
+            file_delivery(launcher, "file-builtin", &builtin_sink, count)?,
+            p,
+        )
     };
     let mut o = Outcome::new("sink_plugin_vs_builtin_file", Kind::Scenario);
     o.set(RATE, file_rate(&plug))
@@ -527,7 +676,10 @@ pub fn plugin_vs_builtin_file(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     for (which, run) in [("plugin", &plug), ("built-in", &builtin)] {
         let expected = run.records * (FILE_RECORD_BYTES as u64 + 1);
         if run.file_bytes != expected {
-            o.note(format!("{which}: {DELIVERED_FILE} has {} bytes, expected {expected}", run.file_bytes));
+            o.note(format!(
+                "{which}: {DELIVERED_FILE} has {} bytes, expected {expected}",
+                run.file_bytes
+            ));
         }
     }
     Ok(vec![o])
@@ -549,7 +701,11 @@ struct Reloads {
 /// The longest gap between consecutive acks (µs since the epoch, in order)
 /// whose later ack falls in `from..=to`.
 pub fn longest_gap(acks: &[u64], from: u64, to: u64) -> u64 {
-    acks.windows(2).filter(|w| (from..=to).contains(&w[1])).map(|w| w[1] - w[0]).max().unwrap_or(0)
+    acks.windows(2)
+        .filter(|w| (from..=to).contains(&w[1]))
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or(0)
 }
 
 fn ms(us: u64) -> f64 {
@@ -563,11 +719,21 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     let epoch = Instant::now();
     let a = Receiver::start(epoch, Duration::ZERO, true)?;
     let b = Receiver::start(epoch, Duration::ZERO, true)?;
-    let (sink_a, sink_b) = (http_sink(&a.url(), "batched"), http_sink(&b.url(), "batched"));
+    let (sink_a, sink_b) = (
+        http_sink(&a.url(), "batched"),
+        http_sink(&b.url(), "batched"),
+    );
     let daemon = start(launcher, "reload", sink_a.clone())?;
     let socket = daemon.socket().to_path_buf();
     let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
-    let pace = Pace { producer: 0, rate: RELOAD_RATE, size: RECORD_BYTES, window: PACED_WINDOW, tier: Tier::Sync, ack_times: true };
+    let pace = Pace {
+        producer: 0,
+        rate: RELOAD_RATE,
+        size: RECORD_BYTES,
+        window: PACED_WINDOW,
+        tier: Tier::Sync,
+        ack_times: true,
+    };
     let switch = |sink: &str| -> Result<(u64, u64), String> {
         let started = micros_since(epoch);
         daemon.rewrite_sink(sink)?;
@@ -582,36 +748,59 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
             let (begin, begin_us) = (Instant::now(), micros_since(epoch));
             let at = |ms: u64| {
                 let reached = sleep_until(begin + Duration::from_millis(ms), &stop);
-                reached.then_some(()).ok_or_else(|| "the producer stopped early".to_string())
+                reached
+                    .then_some(())
+                    .ok_or_else(|| "the producer stopped early".to_string())
             };
             at(RELOAD_TO_B)?;
             let to_b = switch(&sink_b)?;
             at(RELOAD_TO_A)?;
             let to_a = switch(&sink_a)?;
             at(RELOAD_END)?;
-            Ok::<_, String>(Reloads { begin: begin_us, to_b, to_a, pushing: begin.elapsed() })
+            Ok::<_, String>(Reloads {
+                begin: begin_us,
+                to_b,
+                to_a,
+                pushing: begin.elapsed(),
+            })
         },
     );
     let sent = sent?;
     let r = reloads.map_err(|e| LoadError::Failed(format!("{e}\n{}", daemon.log_excerpt())))?;
     // Every acked record should arrive; stop waiting early only once they all have.
     let nacked: HashSet<u64> = sent.nacked_ids.iter().copied().collect();
-    let expected: Vec<u64> = (0..sent.sent).map(|n| record_id(0, n)).filter(|id| !nacked.contains(id)).collect();
+    let expected: Vec<u64> = (0..sent.sent)
+        .map(|n| record_id(0, n))
+        .filter(|id| !nacked.contains(id))
+        .collect();
     let mut lost = expected.len();
-    let all_arrived = wait_for("delivering every acked record to A or B", Duration::from_millis(20), || {
-        if a.records() + b.records() < sent.acked {
-            return Ok(false);
-        }
-        let (ids_a, ids_b) = (a.ids(), b.ids());
-        lost = expected.iter().filter(|id| !ids_a.contains_key(id) && !ids_b.contains_key(id)).count();
-        Ok(lost == 0)
-    });
+    let all_arrived = wait_for(
+        "delivering every acked record to A or B",
+        Duration::from_millis(20),
+        || {
+            if a.records() + b.records() < sent.acked {
+                return Ok(false);
+            }
+            let (ids_a, ids_b) = (a.ids(), b.ids());
+            lost = expected
+                .iter()
+                .filter(|id| !ids_a.contains_key(id) && !ids_b.contains_key(id))
+                .count();
+            Ok(lost == 0)
+        },
+    );
     let (ids_a, ids_b) = (a.ids(), b.ids());
     if all_arrived.is_err() {
-        lost = expected.iter().filter(|id| !ids_a.contains_key(id) && !ids_b.contains_key(id)).count();
+        lost = expected
+            .iter()
+            .filter(|id| !ids_a.contains_key(id) && !ids_b.contains_key(id))
+            .count();
     }
     // Pushed after the switch to B was reported: at A only if it arrived after the switch back began.
-    let late_at_a = ids_a.values().filter(|r1| r1.sent_us > r.to_b.1 && r1.arrived_us < r.to_a.0).count();
+    let late_at_a = ids_a
+        .values()
+        .filter(|r1| r1.sent_us > r.to_b.1 && r1.arrived_us < r.to_a.0)
+        .count();
     // Pushed after the switch back to A was reported: never at B.
     let late_at_b = ids_b.values().filter(|r2| r2.sent_us > r.to_a.1).count();
     let in_both = ids_a.keys().filter(|id| ids_b.contains_key(id)).count() as u64;
@@ -620,14 +809,25 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     let after = |(started, done): (u64, u64)| longest_gap(acks, started, done + RELOAD_AROUND_US);
     let (gap_b, gap_a) = (after(r.to_b), after(r.to_a));
     // The 2 s around it: also the second before it started.
-    let around = |(started, done): (u64, u64)| longest_gap(acks, started.saturating_sub(RELOAD_AROUND_US), done + RELOAD_AROUND_US);
+    let around = |(started, done): (u64, u64)| {
+        longest_gap(
+            acks,
+            started.saturating_sub(RELOAD_AROUND_US),
+            done + RELOAD_AROUND_US,
+        )
+    };
     let around_max = around(r.to_b).max(around(r.to_a));
     // The same with no reload near: 2 s before the first reload's window.
-    let (base_from, base_to) = (r.begin + RELOAD_BASELINE.0 * 1000, r.begin + RELOAD_BASELINE.1 * 1000);
+    let (base_from, base_to) = (
+        r.begin + RELOAD_BASELINE.0 * 1000,
+        r.begin + RELOAD_BASELINE.1 * 1000,
+    );
     let baseline = longest_gap(acks, base_from, base_to);
     let mut latency = new_histogram();
     for part in [a.latency(), b.latency()] {
-        latency.add(part).map_err(|e| LoadError::Failed(format!("merging latencies: {e}")))?;
+        latency
+            .add(part)
+            .map_err(|e| LoadError::Failed(format!("merging latencies: {e}")))?;
     }
     let mut o = Outcome::new("reload_under_load", Kind::Scenario);
     o.set(RATE, sent.acked as f64 / r.pushing.as_secs_f64())
@@ -645,7 +845,10 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
         .set("nacks", (sent.overloaded + sent.other_nacks) as f64)
         .set("lost_records", lost as f64)
         .set("misrouted_records", (late_at_a + late_at_b) as f64)
-        .set("duplicates", (a.duplicates() + b.duplicates() + in_both) as f64)
+        .set(
+            "duplicates",
+            (a.duplicates() + b.duplicates() + in_both) as f64,
+        )
         .set("at_a", ids_a.len() as f64)
         .set("at_b", ids_b.len() as f64)
         .set_latency("", &latency);
@@ -661,12 +864,19 @@ mod tests {
 
     #[test]
     fn sink_tables_are_valid_configs() {
-        for sink in [http_sink("http://127.0.0.1:9/ingest", "batched"), http_sink("http://127.0.0.1:9/x", "per_record"), file_sink()] {
+        for sink in [
+            http_sink("http://127.0.0.1:9/ingest", "batched"),
+            http_sink("http://127.0.0.1:9/x", "per_record"),
+            file_sink(),
+        ] {
             crate::config::Config::parse(&format!("[sink]\n{sink}"), "bench").unwrap();
         }
         let plugin = plugin_sink(Path::new("/x/lib a.so"));
         let value: toml::Value = toml::from_str(&format!("[sink]\n{plugin}")).unwrap();
-        assert_eq!(value["sink"]["options"]["path"].as_str(), Some(DELIVERED_FILE));
+        assert_eq!(
+            value["sink"]["options"]["path"].as_str(),
+            Some(DELIVERED_FILE)
+        );
         assert_eq!(value["sink"]["path"].as_str(), Some("/x/lib a.so"));
     }
 

@@ -64,7 +64,12 @@ pub struct Sample {
 
 impl Sample {
     fn new() -> Sample {
-        Sample { records: 0, elapsed: Duration::ZERO, latency: new_histogram(), nacks: 0 }
+        Sample {
+            records: 0,
+            elapsed: Duration::ZERO,
+            latency: new_histogram(),
+            nacks: 0,
+        }
     }
 
     pub fn rate(&self) -> f64 {
@@ -75,7 +80,9 @@ impl Sample {
     fn merge(&mut self, other: Sample) {
         self.records += other.records;
         self.elapsed = self.elapsed.max(other.elapsed);
-        self.latency.add(&other.latency).expect("histograms with the same bounds");
+        self.latency
+            .add(&other.latency)
+            .expect("histograms with the same bounds");
         self.nacks += other.nacks;
     }
 
@@ -93,7 +100,9 @@ impl Sample {
 
 fn connect(socket: &Path) -> Result<Client, String> {
     let mut client = Client::connect(socket).map_err(|e| e.to_string())?;
-    client.set_timeout(Some(CLIENT_TIMEOUT)).map_err(|e| e.to_string())?;
+    client
+        .set_timeout(Some(CLIENT_TIMEOUT))
+        .map_err(|e| e.to_string())?;
     Ok(client)
 }
 
@@ -102,9 +111,9 @@ fn acked<T>(result: Result<T, Error>) -> Result<bool, LoadError> {
     match result {
         Ok(_) => Ok(true),
         Err(e) if e.is_retryable() => Ok(false),
-        Err(e) if e.nack_reason() == Some(NackReason::UnknownMessage) => {
-            Err(LoadError::Unsupported(format!("the daemon does not support this request ({e})")))
-        }
+        Err(e) if e.nack_reason() == Some(NackReason::UnknownMessage) => Err(
+            LoadError::Unsupported(format!("the daemon does not support this request ({e})")),
+        ),
         Err(e) => Err(LoadError::Failed(e.to_string())),
     }
 }
@@ -157,7 +166,9 @@ pub fn serial_push(socket: &Path, tier: Tier, plan: Plan) -> Result<Sample, Load
 pub fn serial_batch(socket: &Path, tier: Tier, n: usize, plan: Plan) -> Result<Sample, LoadError> {
     let records = vec![PAYLOAD; n];
     let mut client = connect(socket)?;
-    serial(&mut client, plan, n as u64, |c| c.push_batch(tier, &records).map(drop))
+    serial(&mut client, plan, n as u64, |c| {
+        c.push_batch(tier, &records).map(drop)
+    })
 }
 
 /// A pipeline kept between `window - refill` and `window` requests deep;
@@ -178,7 +189,9 @@ impl Window<'_> {
         }
         while self.pipe.outstanding() < self.window {
             self.queued_at.push_back(Instant::now());
-            self.pipe.push(self.tier, PAYLOAD).map_err(|e| e.to_string())?;
+            self.pipe
+                .push(self.tier, PAYLOAD)
+                .map_err(|e| e.to_string())?;
         }
         Ok(self.pipe.flush().map_err(|e| e.to_string())?)
     }
@@ -186,7 +199,10 @@ impl Window<'_> {
     /// The next answer: its latency if acked, `None` after a retryable nack.
     fn recv(&mut self) -> Result<Option<Duration>, LoadError> {
         let result = self.pipe.recv();
-        let queued = self.queued_at.pop_front().expect("an answer for a queued request");
+        let queued = self
+            .queued_at
+            .pop_front()
+            .expect("an answer for a queued request");
         Ok(acked(result)?.then(|| queued.elapsed()))
     }
 
@@ -199,10 +215,21 @@ impl Window<'_> {
 }
 
 /// One connection, Pushes pipelined `window` deep (refilled in 1/16ths).
-pub fn pipelined_push(socket: &Path, tier: Tier, window: usize, plan: Plan) -> Result<Sample, LoadError> {
+pub fn pipelined_push(
+    socket: &Path,
+    tier: Tier,
+    window: usize,
+    plan: Plan,
+) -> Result<Sample, LoadError> {
     let mut client = connect(socket)?;
     let pipe = client.pipeline(window);
-    let mut w = Window { pipe, queued_at: VecDeque::new(), tier, window, refill: (window / 16).max(1) };
+    let mut w = Window {
+        pipe,
+        queued_at: VecDeque::new(),
+        tier,
+        window,
+        refill: (window / 16).max(1),
+    };
     for _ in 0..plan.warmup.max(window) {
         w.top_up()?;
         w.recv()?;
@@ -226,7 +253,12 @@ pub fn pipelined_push(socket: &Path, tier: Tier, window: usize, plan: Plan) -> R
 }
 
 /// One member of a herd: connect and warm up, wait for the others, measure.
-fn herd_member(socket: &Path, tier: Tier, plan: Plan, barrier: &Barrier) -> Result<Sample, LoadError> {
+fn herd_member(
+    socket: &Path,
+    tier: Tier,
+    plan: Plan,
+    barrier: &Barrier,
+) -> Result<Sample, LoadError> {
     let warmup = (plan.warmup / 10).max(10);
     let ready = connect(socket).map_err(LoadError::from).and_then(|mut c| {
         (0..warmup).try_for_each(|_| acked(c.push(tier, PAYLOAD)).map(drop))?;
@@ -239,7 +271,12 @@ fn herd_member(socket: &Path, tier: Tier, plan: Plan, barrier: &Barrier) -> Resu
 }
 
 /// `connections` threads, each with its own connection pushing serially.
-pub fn herd(socket: &Path, tier: Tier, connections: usize, plan: Plan) -> Result<Sample, LoadError> {
+pub fn herd(
+    socket: &Path,
+    tier: Tier,
+    connections: usize,
+    plan: Plan,
+) -> Result<Sample, LoadError> {
     let barrier = Arc::new(Barrier::new(connections));
     let handles: Vec<_> = (0..connections)
         .map(|_| {
@@ -253,7 +290,10 @@ pub fn herd(socket: &Path, tier: Tier, connections: usize, plan: Plan) -> Result
         match handle.join() {
             Ok(Ok(sample)) => total.merge(sample),
             Ok(Err(e)) => first_error = first_error.or(Some(e)),
-            Err(_) => first_error = first_error.or(Some(LoadError::Failed("a herd thread panicked".into()))),
+            Err(_) => {
+                first_error =
+                    first_error.or(Some(LoadError::Failed("a herd thread panicked".into())))
+            }
         }
     }
     first_error.map_or(Ok(total), Err)

@@ -73,31 +73,66 @@ struct Settings {
 impl Settings {
     fn from_args(args: &BenchArgs) -> Result<Settings, String> {
         let (seconds, warmup, probes) = if args.quick {
-            (0.4, 100, ProbeCounts { fsyncs: 300, batch_writes: 150, round_trips: 3000 })
+            (
+                0.4,
+                100,
+                ProbeCounts {
+                    fsyncs: 300,
+                    batch_writes: 150,
+                    round_trips: 3000,
+                },
+            )
         } else {
-            (3.0, 300, ProbeCounts { fsyncs: 1000, batch_writes: 500, round_trips: 10_000 })
+            (
+                3.0,
+                300,
+                ProbeCounts {
+                    fsyncs: 1000,
+                    batch_writes: 500,
+                    round_trips: 10_000,
+                },
+            )
         };
         let seconds = args.duration.unwrap_or(seconds);
         if seconds.is_nan() || seconds <= 0.0 || seconds > 3600.0 {
             return Err(format!("--duration {seconds}: allowed 0 < SECONDS <= 3600"));
         }
-        let plan = Plan { duration: Duration::from_secs_f64(seconds), warmup };
-        Ok(Settings { plan, probes, repeat: args.repeat as usize, quick: args.quick })
+        let plan = Plan {
+            duration: Duration::from_secs_f64(seconds),
+            warmup,
+        };
+        Ok(Settings {
+            plan,
+            probes,
+            repeat: args.repeat as usize,
+            quick: args.quick,
+        })
     }
 }
 
 /// The scenarios `--scenario` selects (all when none is given).
 fn select(names: &[String]) -> Result<Vec<&'static Scenario>, String> {
-    if let Some(unknown) = names.iter().find(|n| !SCENARIOS.iter().any(|s| s.name == n.as_str())) {
+    if let Some(unknown) = names
+        .iter()
+        .find(|n| !SCENARIOS.iter().any(|s| s.name == n.as_str()))
+    {
         let known: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
-        return Err(format!("unknown scenario {unknown:?}; known: {}", known.join(", ")));
+        return Err(format!(
+            "unknown scenario {unknown:?}; known: {}",
+            known.join(", ")
+        ));
     }
-    Ok(SCENARIOS.iter().filter(|s| names.is_empty() || names.iter().any(|n| n == s.name)).collect())
+    Ok(SCENARIOS
+        .iter()
+        .filter(|s| names.is_empty() || names.iter().any(|n| n == s.name))
+        .collect())
 }
 
 /// The bench's own folder, deleted when dropped.
 fn work_dir(data_dir: Option<&Path>) -> Result<tempfile::TempDir, String> {
-    let parent = data_dir.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+    let parent = data_dir
+        .map(Path::to_path_buf)
+        .unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
     tempfile::Builder::new()
         .prefix("spillway-bench-")
@@ -110,18 +145,34 @@ fn progress(line: &str) {
 }
 
 fn summary(o: &Outcome) -> String {
-    let rate = o.get(RATE).map(|r| format!("{} rec/s", report::thousands(r))).unwrap_or_default();
-    let p50 = o.get(P50).map(|p| format!(", p50 {p:.1} µs")).unwrap_or_default();
+    let rate = o
+        .get(RATE)
+        .map(|r| format!("{} rec/s", report::thousands(r)))
+        .unwrap_or_default();
+    let p50 = o
+        .get(P50)
+        .map(|p| format!(", p50 {p:.1} µs"))
+        .unwrap_or_default();
     // The within-run comparisons, so the spread over repeats shows on stderr.
-    let ratios: String = ["ratio", "p50_ratio", "speedup", "delivery_ratio", "max_ack_gap_ms"]
-        .iter()
-        .filter_map(|k| o.get(k).map(|v| format!(", {k} {v:.2}")))
-        .collect();
+    let ratios: String = [
+        "ratio",
+        "p50_ratio",
+        "speedup",
+        "delivery_ratio",
+        "max_ack_gap_ms",
+    ]
+    .iter()
+    .filter_map(|k| o.get(k).map(|v| format!(", {k} {v:.2}")))
+    .collect();
     format!("{}: {rate}{p50}{ratios}", o.name)
 }
 
 /// Runs a probe `repeat` times; the median of each figure.
-fn repeat_probe(name: &str, repeat: usize, mut probe: impl FnMut() -> Result<Outcome, String>) -> Outcome {
+fn repeat_probe(
+    name: &str,
+    repeat: usize,
+    mut probe: impl FnMut() -> Result<Outcome, String>,
+) -> Outcome {
     let mut runs = Vec::new();
     for round in 1..=repeat {
         match probe() {
@@ -151,12 +202,26 @@ impl Subject {
     fn open(args: &BenchArgs, work: &Path) -> Result<Subject, String> {
         if let Some(socket) = &args.socket {
             daemon::health(socket)?;
-            return Ok(Subject { socket: socket.clone(), launcher: None, daemon: None });
+            return Ok(Subject {
+                socket: socket.clone(),
+                launcher: None,
+                daemon: None,
+            });
         }
-        let exe = std::env::current_exe().map_err(|e| format!("finding the spillway executable: {e}"))?;
-        let launcher = Launcher { exe, parent: work.to_path_buf(), shards: args.shards, segment_bytes: args.segment_bytes };
+        let exe =
+            std::env::current_exe().map_err(|e| format!("finding the spillway executable: {e}"))?;
+        let launcher = Launcher {
+            exe,
+            parent: work.to_path_buf(),
+            shards: args.shards,
+            segment_bytes: args.segment_bytes,
+        };
         let daemon = launcher.start("daemon", &daemon::Overrides::default())?;
-        Ok(Subject { socket: daemon.socket().to_path_buf(), launcher: Some(launcher), daemon: Some(daemon) })
+        Ok(Subject {
+            socket: daemon.socket().to_path_buf(),
+            launcher: Some(launcher),
+            daemon: Some(daemon),
+        })
     }
 
     fn pid(&self) -> Option<u32> {
@@ -166,7 +231,11 @@ impl Subject {
     /// The daemon's resident memory after start-up, before any load.
     fn idle_rss(&self) -> Outcome {
         let Some(pid) = self.pid() else {
-            return Outcome::skipped("daemon_rss", Kind::Probe, "the daemon was not started by the bench (--socket)".into());
+            return Outcome::skipped(
+                "daemon_rss",
+                Kind::Probe,
+                "the daemon was not started by the bench (--socket)".into(),
+            );
         };
         std::thread::sleep(Duration::from_millis(300));
         match daemon::rss_kib(pid) {
@@ -175,12 +244,18 @@ impl Subject {
                 o.set("idle_mib", kib as f64 / 1024.0);
                 o
             }
-            None => Outcome::failed("daemon_rss", Kind::Probe, format!("no VmRSS in /proc/{pid}/status")),
+            None => Outcome::failed(
+                "daemon_rss",
+                Kind::Probe,
+                format!("no VmRSS in /proc/{pid}/status"),
+            ),
         }
     }
 
     fn check_alive(&mut self) -> Result<(), String> {
-        self.daemon.as_mut().map_or(Ok(()), BenchDaemon::check_alive)
+        self.daemon
+            .as_mut()
+            .map_or(Ok(()), BenchDaemon::check_alive)
     }
 
     fn stop(self) -> Result<(), String> {
@@ -195,7 +270,9 @@ fn run_scenario(scenario: &Scenario, subject: &Subject, s: &Settings) -> Vec<Out
         return vec![Outcome::skipped(scenario.name, Kind::Scenario, why)];
     }
     let mut rows: Vec<Vec<Outcome>> = Vec::new();
-    let repeat = scenario.max_repeats.map_or(s.repeat, |max| max.min(s.repeat));
+    let repeat = scenario
+        .max_repeats
+        .map_or(s.repeat, |max| max.min(s.repeat));
     for round in 0..repeat {
         let ctx = Ctx {
             socket: &subject.socket,
@@ -252,7 +329,10 @@ fn collect_rows(rows: &mut Vec<Vec<Outcome>>, outcomes: Vec<Outcome>, round: usi
 
 /// `2026-06-13 14:05 UTC` from the system clock.
 fn utc_now() -> String {
-    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0) as i64;
     let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Days since 1970-01-01 to a civil date (H. Hinnant's algorithm).
     let z = days + 719_468;
@@ -264,11 +344,17 @@ fn utc_now() -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02} {:02}:{:02} UTC", rem / 3600, rem % 3600 / 60)
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60
+    )
 }
 
 fn describe_setup(args: &BenchArgs, s: &Settings, work: &Path) -> String {
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let target = match &args.socket {
         Some(socket) => format!("daemon at --socket {}", socket.display()),
@@ -296,7 +382,12 @@ fn print_results(header: &str, outcomes: &[Outcome], targets: &[targets::Target]
     println!("targets:\n{}", report::target_table(targets));
 }
 
-fn write_json(path: &Path, header: &str, outcomes: &[Outcome], targets: &[targets::Target]) -> Result<(), String> {
+fn write_json(
+    path: &Path,
+    header: &str,
+    outcomes: &[Outcome],
+    targets: &[targets::Target],
+) -> Result<(), String> {
     let meta = serde_json::json!({
         "kind": "meta",
         "setup": header.trim(),
@@ -311,8 +402,10 @@ fn write_json(path: &Path, header: &str, outcomes: &[Outcome], targets: &[target
         text.push_str(&line.to_string());
         text.push('\n');
     }
-    let mut file = std::fs::File::create(path).map_err(|e| format!("creating {}: {e}", path.display()))?;
-    file.write_all(text.as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))
+    let mut file =
+        std::fs::File::create(path).map_err(|e| format!("creating {}: {e}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 pub fn run(args: BenchArgs) -> Result<(), String> {
@@ -331,7 +424,10 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         write_json(path, &header, &outcomes, &targets)?;
     }
     stopped.map_err(|e| format!("stopping the bench daemon: {e}"))?;
-    let failed = outcomes.iter().filter(|o| matches!(o.status, Status::Failed(_))).count();
+    let failed = outcomes
+        .iter()
+        .filter(|o| matches!(o.status, Status::Failed(_)))
+        .count();
     match failed {
         0 => Ok(()),
         n => Err(format!("{n} scenario(s) or probe(s) failed; see the table")),

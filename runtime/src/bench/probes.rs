@@ -40,12 +40,19 @@ fn io_err(what: &str, path: &Path) -> impl Fn(std::io::Error) -> String {
 
 /// A file of `len` zero bytes, written out and fsynced (like a WAB segment).
 fn prewritten(path: &Path, len: usize) -> Result<File, String> {
-    let mut file = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(path).map_err(io_err("creating", path))?;
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io_err("creating", path))?;
     let zeros = vec![0u8; 1 << 20];
     let mut left = len;
     while left > 0 {
         let n = left.min(zeros.len());
-        file.write_all(&zeros[..n]).map_err(io_err("zero-filling", path))?;
+        file.write_all(&zeros[..n])
+            .map_err(io_err("zero-filling", path))?;
         left -= n;
     }
     file.sync_all().map_err(io_err("fsyncing", path))?;
@@ -53,7 +60,11 @@ fn prewritten(path: &Path, len: usize) -> Result<File, String> {
 }
 
 /// `write(i)` then a timed `fdatasync`, `FSYNC_WARMUP + n` times; p50/p99 in µs.
-fn fsync_after(file: &File, n: usize, mut write: impl FnMut(usize) -> std::io::Result<()>) -> std::io::Result<(f64, f64)> {
+fn fsync_after(
+    file: &File,
+    n: usize,
+    mut write: impl FnMut(usize) -> std::io::Result<()>,
+) -> std::io::Result<(f64, f64)> {
     let mut hist = new_histogram();
     for i in 0..FSYNC_WARMUP + n {
         write(i)?;
@@ -72,8 +83,10 @@ fn append_probe(dir: &Path, n: usize, out: &mut Outcome) -> Result<(), String> {
     let mut file = File::create(&path).map_err(io_err("creating", &path))?;
     let bytes = [0x5au8; APPEND_BYTES];
     let handle = file.try_clone().map_err(io_err("opening", &path))?;
-    let (p50, p99) = fsync_after(&handle, n, |_| file.write_all(&bytes)).map_err(io_err("appending to", &path))?;
-    out.set("append_fsync_p50_us", p50).set("append_fsync_p99_us", p99);
+    let (p50, p99) = fsync_after(&handle, n, |_| file.write_all(&bytes))
+        .map_err(io_err("appending to", &path))?;
+    out.set("append_fsync_p50_us", p50)
+        .set("append_fsync_p99_us", p99);
     Ok(())
 }
 
@@ -82,8 +95,10 @@ fn prealloc_probe(dir: &Path, n: usize, out: &mut Outcome) -> Result<(), String>
     let file = prewritten(&path, (FSYNC_WARMUP + n) * APPEND_BYTES)?;
     let bytes = [0x5au8; APPEND_BYTES];
     let at = |i: usize| (i * APPEND_BYTES) as u64;
-    let (p50, p99) = fsync_after(&file, n, |i| file.write_all_at(&bytes, at(i))).map_err(io_err("writing", &path))?;
-    out.set("prealloc_fsync_p50_us", p50).set("prealloc_fsync_p99_us", p99);
+    let (p50, p99) = fsync_after(&file, n, |i| file.write_all_at(&bytes, at(i)))
+        .map_err(io_err("writing", &path))?;
+    out.set("prealloc_fsync_p50_us", p50)
+        .set("prealloc_fsync_p99_us", p99);
     Ok(())
 }
 
@@ -98,7 +113,8 @@ fn batch_probe(dir: &Path, rounds: usize, out: &mut Outcome) -> Result<(), Strin
     let mut busy = Duration::ZERO;
     for i in 0..FSYNC_WARMUP + rounds {
         let start = Instant::now();
-        file.write_all_at(&bytes, (i * chunk) as u64).map_err(io_err("writing", &path))?;
+        file.write_all_at(&bytes, (i * chunk) as u64)
+            .map_err(io_err("writing", &path))?;
         file.sync_data().map_err(io_err("fdatasync of", &path))?;
         if i >= FSYNC_WARMUP {
             record(&mut hist, start.elapsed());
@@ -106,7 +122,8 @@ fn batch_probe(dir: &Path, rounds: usize, out: &mut Outcome) -> Result<(), Strin
         }
     }
     let rate = (rounds * BATCH_RECORDS) as f64 / busy.as_secs_f64().max(1e-9);
-    out.set("batch256_records_per_s", rate).set_latency("batch256_", &hist);
+    out.set("batch256_records_per_s", rate)
+        .set_latency("batch256_", &hist);
     Ok(())
 }
 
@@ -131,14 +148,17 @@ fn echo(mut stream: UnixStream) {
 
 /// Unix-socket ping-pong round trips between two threads.
 pub fn socket_probe(counts: ProbeCounts) -> Result<Outcome, String> {
-    let (mut ours, theirs) = UnixStream::pair().map_err(|e| format!("socket probe: socketpair: {e}"))?;
+    let (mut ours, theirs) =
+        UnixStream::pair().map_err(|e| format!("socket probe: socketpair: {e}"))?;
     let echoer = std::thread::spawn(move || echo(theirs));
     let mut hist = new_histogram();
     let msg = [0xa5u8; MESSAGE_BYTES];
     let mut back = [0u8; MESSAGE_BYTES];
     for i in 0..RTT_WARMUP + counts.round_trips {
         let start = Instant::now();
-        ours.write_all(&msg).and_then(|_| ours.read_exact(&mut back)).map_err(|e| format!("socket probe: {e}"))?;
+        ours.write_all(&msg)
+            .and_then(|_| ours.read_exact(&mut back))
+            .map_err(|e| format!("socket probe: {e}"))?;
         if i >= RTT_WARMUP {
             record(&mut hist, start.elapsed());
         }

@@ -45,14 +45,19 @@ fn put_hex(out: &mut [u8], value: u64) {
 }
 
 fn get_hex(text: &[u8]) -> Option<u64> {
-    text.iter().try_fold(0u64, |acc, &b| Some(acc << 4 | (b as char).to_digit(16)? as u64))
+    text.iter().try_fold(0u64, |acc, &b| {
+        Some(acc << 4 | (b as char).to_digit(16)? as u64)
+    })
 }
 
 /// Fills `buf` (at least [`STAMP_BYTES`] long) with a stamped payload: the
 /// send time in µs since the shared epoch and the record's id, as hex, then
 /// `.` up to the end. No newline, so it is one NDJSON line.
 pub fn stamp(buf: &mut [u8], sent_us: u64, id: u64) {
-    assert!(buf.len() >= STAMP_BYTES, "a stamped payload needs {STAMP_BYTES} bytes");
+    assert!(
+        buf.len() >= STAMP_BYTES,
+        "a stamped payload needs {STAMP_BYTES} bytes"
+    );
     put_hex(&mut buf[..16], sent_us);
     put_hex(&mut buf[16..32], id);
     buf[STAMP_BYTES..].fill(b'.');
@@ -113,7 +118,11 @@ impl Shared {
     fn pass_gate(&self) {
         let mut open = self.gate_open.lock().unwrap_or_else(|p| p.into_inner());
         while !*open && !self.stop.load(Ordering::Acquire) {
-            open = self.gate.wait_timeout(open, POLL).unwrap_or_else(|p| p.into_inner()).0;
+            open = self
+                .gate
+                .wait_timeout(open, POLL)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 
@@ -130,9 +139,20 @@ impl Shared {
                 continue;
             };
             if sent_us >= t.measure_from_us {
-                t.latency.saturating_record(now_us.saturating_sub(sent_us).max(1) * 1000);
+                t.latency
+                    .saturating_record(now_us.saturating_sub(sent_us).max(1) * 1000);
             }
-            if self.keep_ids && t.ids.insert(id, Arrival { sent_us, arrived_us: now_us }).is_some() {
+            if self.keep_ids
+                && t.ids
+                    .insert(
+                        id,
+                        Arrival {
+                            sent_us,
+                            arrived_us: now_us,
+                        },
+                    )
+                    .is_some()
+            {
                 t.duplicates += 1;
             }
         }
@@ -154,8 +174,11 @@ impl Receiver {
     /// Listens on 127.0.0.1 (a free port). `delay`: how long each request
     /// is held before its `200`; `keep_ids`: remember every record's id.
     pub fn start(epoch: Instant, delay: Duration, keep_ids: bool) -> Result<Receiver, String> {
-        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("receiver: binding 127.0.0.1:0: {e}"))?;
-        let addr = listener.local_addr().map_err(|e| format!("receiver: {e}"))?;
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| format!("receiver: binding 127.0.0.1:0: {e}"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| format!("receiver: {e}"))?;
         let shared = Arc::new(Shared {
             epoch,
             delay,
@@ -180,7 +203,11 @@ impl Receiver {
             .name("bench-receiver".into())
             .spawn(move || accept_loop(listener, for_accept))
             .map_err(|e| format!("receiver: starting its thread: {e}"))?;
-        Ok(Receiver { addr, shared, accept: Some(accept) })
+        Ok(Receiver {
+            addr,
+            shared,
+            accept: Some(accept),
+        })
     }
 
     pub fn url(&self) -> String {
@@ -203,11 +230,19 @@ impl Receiver {
     }
 
     pub fn close_gate(&self) {
-        *self.shared.gate_open.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        *self
+            .shared
+            .gate_open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = false;
     }
 
     pub fn open_gate(&self) {
-        *self.shared.gate_open.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        *self
+            .shared
+            .gate_open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = true;
         self.shared.gate.notify_all();
     }
 
@@ -264,7 +299,9 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         }
         let Ok(stream) = stream else { continue };
         let shared = shared.clone();
-        let spawned = std::thread::Builder::new().name("bench-receiver-conn".into()).spawn(move || serve(stream, &shared));
+        let spawned = std::thread::Builder::new()
+            .name("bench-receiver-conn".into())
+            .spawn(move || serve(stream, &shared));
         if let Err(e) = spawned {
             eprintln!("bench: receiver: starting a connection thread: {e}");
         }
@@ -281,7 +318,12 @@ fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, chunk: &mut [u8], shared: &Sh
                 buf.extend_from_slice(&chunk[..n]);
                 return true;
             }
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
                 if shared.stop.load(Ordering::Acquire) {
                     return false;
                 }
@@ -307,9 +349,14 @@ struct Head {
 /// not take (chunked bodies, a bad length).
 fn parse_head(head: &[u8]) -> Result<Head, &'static str> {
     let text = String::from_utf8_lossy(head);
-    let mut parsed = Head { content_length: 0, close: false };
+    let mut parsed = Head {
+        content_length: 0,
+        close: false,
+    };
     for line in text.split("\r\n").skip(1) {
-        let Some((name, value)) = line.split_once(':') else { continue };
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
         let (name, value) = (name.trim(), value.trim());
         if name.eq_ignore_ascii_case("content-length") {
             parsed.content_length = value.parse().map_err(|_| "400 Bad Request")?;
@@ -327,7 +374,9 @@ fn parse_head(head: &[u8]) -> Result<Head, &'static str> {
 
 fn refuse(stream: &mut TcpStream, shared: &Shared, status: &str) {
     shared.bad_requests.fetch_add(1, Ordering::AcqRel);
-    let _ = stream.write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes());
+    let _ = stream.write_all(
+        format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
 }
 
 /// One keep-alive connection: requests in order until EOF.
@@ -391,14 +440,31 @@ mod tests {
 
     #[test]
     fn heads() {
-        let h = parse_head(b"POST /ingest HTTP/1.1\r\ncontent-length: 12\r\nConnection: close\r\n\r\n").unwrap();
-        assert_eq!(h, Head { content_length: 12, close: true });
-        assert_eq!(parse_head(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap(), Head { content_length: 0, close: false });
+        let h =
+            parse_head(b"POST /ingest HTTP/1.1\r\ncontent-length: 12\r\nConnection: close\r\n\r\n")
+                .unwrap();
+        assert_eq!(
+            h,
+            Head {
+                content_length: 12,
+                close: true
+            }
+        );
+        assert_eq!(
+            parse_head(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap(),
+            Head {
+                content_length: 0,
+                close: false
+            }
+        );
         assert!(parse_head(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").is_err());
     }
 
     fn post(stream: &mut TcpStream, body: &[u8]) {
-        let head = format!("POST /ingest HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len());
+        let head = format!(
+            "POST /ingest HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
         stream.write_all(head.as_bytes()).unwrap();
         stream.write_all(body).unwrap();
     }

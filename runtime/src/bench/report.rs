@@ -18,7 +18,13 @@ pub const P999: &str = "p999_us";
 
 /// Figures that count failures or a worst case: over repeats they are the
 /// maximum, not the median (one bad repeat must not be voted away).
-pub const WORST_OF_REPEATS: &[&str] = &["max_ack_gap_worst_ms", "overloaded_nacks", "lost_records", "misrouted_records", "duplicates"];
+pub const WORST_OF_REPEATS: &[&str] = &[
+    "max_ack_gap_worst_ms",
+    "overloaded_nacks",
+    "lost_records",
+    "misrouted_records",
+    "duplicates",
+];
 
 /// What produced an outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,15 +63,27 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn new(name: impl Into<String>, kind: Kind) -> Outcome {
-        Outcome { name: name.into(), kind, status: Status::Ok, figures: BTreeMap::new(), notes: Vec::new() }
+        Outcome {
+            name: name.into(),
+            kind,
+            status: Status::Ok,
+            figures: BTreeMap::new(),
+            notes: Vec::new(),
+        }
     }
 
     pub fn skipped(name: &str, kind: Kind, reason: String) -> Outcome {
-        Outcome { status: Status::Skipped(reason), ..Outcome::new(name, kind) }
+        Outcome {
+            status: Status::Skipped(reason),
+            ..Outcome::new(name, kind)
+        }
     }
 
     pub fn failed(name: &str, kind: Kind, reason: String) -> Outcome {
-        Outcome { status: Status::Failed(reason), ..Outcome::new(name, kind) }
+        Outcome {
+            status: Status::Failed(reason),
+            ..Outcome::new(name, kind)
+        }
     }
 
     pub fn set(&mut self, key: &str, value: f64) -> &mut Outcome {
@@ -90,7 +108,10 @@ impl Outcome {
         let us = |ns: u64| ns as f64 / 1000.0;
         self.set(&format!("{prefix}p50_us"), us(hist.value_at_quantile(0.50)));
         self.set(&format!("{prefix}p99_us"), us(hist.value_at_quantile(0.99)));
-        self.set(&format!("{prefix}p999_us"), us(hist.value_at_quantile(0.999)));
+        self.set(
+            &format!("{prefix}p999_us"),
+            us(hist.value_at_quantile(0.999)),
+        );
         self.set(&format!("{prefix}max_us"), us(hist.max()));
         self.set(&format!("{prefix}mean_us"), hist.mean() / 1000.0);
         self.set(&format!("{prefix}samples"), hist.len() as f64)
@@ -128,13 +149,17 @@ pub fn median_of(runs: &[Outcome]) -> Outcome {
     for key in keys {
         let mut values: Vec<f64> = runs.iter().filter_map(|r| r.get(key)).collect();
         if WORST_OF_REPEATS.contains(&key.as_str()) {
-            out.set(key, values.iter().copied().fold(f64::NEG_INFINITY, f64::max));
+            out.set(
+                key,
+                values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            );
             continue;
         }
         out.set(key, median(&mut values));
         if key == RATE && runs.len() > 1 {
             // Sorted by `median`: the spread over repeats, for noisy machines.
-            out.set("records_per_s_min", values[0]).set("records_per_s_max", values[values.len() - 1]);
+            out.set("records_per_s_min", values[0])
+                .set("records_per_s_max", values[values.len() - 1]);
         }
     }
     out.set("repeats", runs.len() as f64);
@@ -176,7 +201,10 @@ fn row_notes(o: &Outcome) -> String {
         Status::Ok => {}
     }
     if let (Some(rate), Some(ratio)) = (o.get("default_records_per_s"), o.get("ratio")) {
-        notes.push(format!("default {} rec/s, 1 MiB/default {ratio:.2}", thousands(rate)));
+        notes.push(format!(
+            "default {} rec/s, 1 MiB/default {ratio:.2}",
+            thousands(rate)
+        ));
     }
     notes.extend(delivery_notes(o));
     if let Some(peak) = o.get("rss_peak_mib") {
@@ -193,11 +221,22 @@ fn row_notes(o: &Outcome) -> String {
 fn delivery_notes(o: &Outcome) -> Vec<String> {
     let mut notes = Vec::new();
     let f = |k: &str| o.get(k);
-    if let (Some(rate), Some(ratio), Some(end)) = (f("delivered_per_s"), f("delivery_ratio"), f("backlog_end")) {
-        notes.push(format!("delivered {} rec/s ({:.1}% of ingest); backlog end {}", thousands(rate), ratio * 100.0, thousands(end)));
+    if let (Some(rate), Some(ratio), Some(end)) =
+        (f("delivered_per_s"), f("delivery_ratio"), f("backlog_end"))
+    {
+        notes.push(format!(
+            "delivered {} rec/s ({:.1}% of ingest); backlog end {}",
+            thousands(rate),
+            ratio * 100.0,
+            thousands(end)
+        ));
     }
     if let (Some(first), Some(last)) = (f("backlog_first_max"), f("backlog_last_max")) {
-        notes.push(format!("backlog max first/last 5 s {}/{}", thousands(first), thousands(last)));
+        notes.push(format!(
+            "backlog max first/last 5 s {}/{}",
+            thousands(first),
+            thousands(last)
+        ));
     }
     if let Some(us) = f("us_per_record") {
         notes.push(format!("{us:.2} µs/record"));
@@ -209,19 +248,31 @@ fn delivery_notes(o: &Outcome) -> Vec<String> {
         notes.push(format!("{rpr:.1} records/request"));
     }
     if let (Some(p50), Some(ratio)) = (f("noop_p50_us"), f("p50_ratio")) {
-        notes.push(format!("noop p50 {} µs, HTTP/noop {ratio:.2}", micros(Some(p50))));
+        notes.push(format!(
+            "noop p50 {} µs, HTTP/noop {ratio:.2}",
+            micros(Some(p50))
+        ));
     }
     if let (Some(rate), Some(ratio)) = (f("builtin_records_per_s"), f("ratio")) {
-        notes.push(format!("built-in file {} rec/s, plugin/built-in {ratio:.2}", thousands(rate)));
+        notes.push(format!(
+            "built-in file {} rec/s, plugin/built-in {ratio:.2}",
+            thousands(rate)
+        ));
     }
     if let (Some(gap), Some(worst)) = (f("max_ack_gap_ms"), f("max_ack_gap_worst_ms")) {
-        notes.push(format!("longest ack gap after a reload {gap:.1} ms (worst {worst:.1})"));
+        notes.push(format!(
+            "longest ack gap after a reload {gap:.1} ms (worst {worst:.1})"
+        ));
     }
     if let (Some(around), Some(base)) = (f("around_ack_gap_ms"), f("baseline_ack_gap_ms")) {
-        notes.push(format!("±1 s around {around:.1} ms, 2 s with no reload {base:.1} ms"));
+        notes.push(format!(
+            "±1 s around {around:.1} ms, 2 s with no reload {base:.1} ms"
+        ));
     }
     if let (Some(lost), Some(wrong)) = (f("lost_records"), f("misrouted_records")) {
-        notes.push(format!("{lost:.0} lost, {wrong:.0} on the old sink after a reload"));
+        notes.push(format!(
+            "{lost:.0} lost, {wrong:.0} on the old sink after a reload"
+        ));
     }
     if let (Some(a), Some(b)) = (f("at_a"), f("at_b")) {
         notes.push(format!("{} at A, {} at B", thousands(a), thousands(b)));
@@ -231,8 +282,16 @@ fn delivery_notes(o: &Outcome) -> Vec<String> {
 
 /// The scenario table: one row per scenario outcome.
 pub fn scenario_table(outcomes: &[Outcome]) -> String {
-    let rows: Vec<&Outcome> = outcomes.iter().filter(|o| o.kind == Kind::Scenario).collect();
-    let width = rows.iter().map(|o| o.name.len()).chain([8]).max().unwrap_or(8);
+    let rows: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| o.kind == Kind::Scenario)
+        .collect();
+    let width = rows
+        .iter()
+        .map(|o| o.name.len())
+        .chain([8])
+        .max()
+        .unwrap_or(8);
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -264,7 +323,13 @@ pub fn probe_table(outcomes: &[Outcome]) -> String {
             continue;
         }
         for (key, value) in o.figures.iter().filter(|(k, _)| probe_key_shown(k)) {
-            let _ = writeln!(s, "{:<14} {:<34} {:>12}", o.name, key, probe_value(key, *value));
+            let _ = writeln!(
+                s,
+                "{:<14} {:<34} {:>12}",
+                o.name,
+                key,
+                probe_value(key, *value)
+            );
         }
         for note in &o.notes {
             let _ = writeln!(s, "{:<14} {note}", o.name);
@@ -274,7 +339,10 @@ pub fn probe_table(outcomes: &[Outcome]) -> String {
 }
 
 fn probe_key_shown(key: &str) -> bool {
-    !(key == "repeats" || key.ends_with("samples") || key.ends_with("mean_us") || key.ends_with("max_us"))
+    !(key == "repeats"
+        || key.ends_with("samples")
+        || key.ends_with("mean_us")
+        || key.ends_with("max_us"))
 }
 
 fn probe_value(key: &str, value: f64) -> String {
@@ -290,7 +358,11 @@ fn probe_value(key: &str, value: f64) -> String {
 /// The targets section: PASS / FAIL / SKIP with the numbers.
 pub fn target_table(targets: &[Target]) -> String {
     let mut s = String::new();
-    let width = targets.iter().map(|t| t.name.chars().count()).max().unwrap_or(0);
+    let width = targets
+        .iter()
+        .map(|t| t.name.chars().count())
+        .max()
+        .unwrap_or(0);
     for t in targets {
         let _ = writeln!(s, "{:<4}  {:<width$} {}", t.verdict(), t.name, t.detail());
     }
@@ -298,7 +370,10 @@ pub fn target_table(targets: &[Target]) -> String {
 }
 
 fn figures_json(o: &Outcome) -> serde_json::Map<String, serde_json::Value> {
-    o.figures.iter().map(|(k, v)| (k.clone(), serde_json::json!(v))).collect()
+    o.figures
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+        .collect()
 }
 
 /// One JSON object per outcome.

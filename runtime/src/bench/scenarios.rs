@@ -39,7 +39,11 @@ pub enum Workload {
     Pipelined(Tier, usize),
     /// This many connections (threads), each pushing serially; `rss` samples
     /// the daemon's peak resident memory meanwhile.
-    Herd { tier: Tier, connections: usize, rss: bool },
+    Herd {
+        tier: Tier,
+        connections: usize,
+        rss: bool,
+    },
     /// Anything else; returns its own rows.
     Custom(fn(&Ctx) -> Result<Vec<Outcome>, LoadError>),
 }
@@ -55,31 +59,73 @@ pub struct Scenario {
 }
 
 const fn plain(name: &'static str, workload: Workload) -> Scenario {
-    Scenario { name, workload, needs_own_daemon: false, max_repeats: None }
+    Scenario {
+        name,
+        workload,
+        needs_own_daemon: false,
+        max_repeats: None,
+    }
 }
 
 /// A scenario with daemons (and sinks) of its own.
-const fn own(name: &'static str, run: fn(&Ctx) -> Result<Vec<Outcome>, LoadError>, max_repeats: Option<usize>) -> Scenario {
-    Scenario { name, workload: Workload::Custom(run), needs_own_daemon: true, max_repeats }
+const fn own(
+    name: &'static str,
+    run: fn(&Ctx) -> Result<Vec<Outcome>, LoadError>,
+    max_repeats: Option<usize>,
+) -> Scenario {
+    Scenario {
+        name,
+        workload: Workload::Custom(run),
+        needs_own_daemon: true,
+        max_repeats,
+    }
 }
 
 /// Every scenario, in run order.
 pub const SCENARIOS: &[Scenario] = &[
     plain("single_thread_sync", Workload::Serial(Tier::Sync)),
     plain("single_thread_buffered", Workload::Serial(Tier::Buffered)),
-    plain("pipelined_sync_w1024", Workload::Pipelined(Tier::Sync, 1024)),
+    plain(
+        "pipelined_sync_w1024",
+        Workload::Pipelined(Tier::Sync, 1024),
+    ),
     plain("batch_durable_n256", Workload::Batch(Tier::Sync, 256)),
     plain("batch_durable_n1024", Workload::Batch(Tier::Sync, 1024)),
     plain("batch_buffered_n256", Workload::Batch(Tier::Buffered, 256)),
-    plain("batch_buffered_n1024", Workload::Batch(Tier::Buffered, 1024)),
-    plain("thundering_herd_16", Workload::Herd { tier: Tier::Sync, connections: 16, rss: false }),
-    plain("thundering_herd_64", Workload::Herd { tier: Tier::Sync, connections: 64, rss: true }),
+    plain(
+        "batch_buffered_n1024",
+        Workload::Batch(Tier::Buffered, 1024),
+    ),
+    plain(
+        "thundering_herd_16",
+        Workload::Herd {
+            tier: Tier::Sync,
+            connections: 16,
+            rss: false,
+        },
+    ),
+    plain(
+        "thundering_herd_64",
+        Workload::Herd {
+            tier: Tier::Sync,
+            connections: 64,
+            rss: true,
+        },
+    ),
     own("segment_1mib_vs_default", segment_compare, None),
     own("e2e_slow_downstream", e2e::slow_downstream, Some(1)),
-    own("e2e_batched_vs_per_record", e2e::batched_vs_per_record, None),
+    own(
+        "e2e_batched_vs_per_record",
+        e2e::batched_vs_per_record,
+        None,
+    ),
     own("e2e_light_load_latency", e2e::light_load_latency, Some(1)),
     own("ingest_http_vs_noop", e2e::ingest_http_vs_noop, None),
-    own("sink_plugin_vs_builtin_file", e2e::plugin_vs_builtin_file, None),
+    own(
+        "sink_plugin_vs_builtin_file",
+        e2e::plugin_vs_builtin_file,
+        None,
+    ),
     own("reload_under_load", e2e::reload_under_load, None),
 ];
 
@@ -89,8 +135,12 @@ fn measure(workload: &Workload, socket: &Path, plan: Plan) -> Result<Sample, Loa
         Workload::Serial(tier) => load::serial_push(socket, tier, plan),
         Workload::Batch(tier, n) => load::serial_batch(socket, tier, n, plan),
         Workload::Pipelined(tier, window) => load::pipelined_push(socket, tier, window, plan),
-        Workload::Herd { tier, connections, .. } => load::herd(socket, tier, connections, plan),
-        Workload::Custom(_) => Err(LoadError::Failed("a custom workload has no single sample".into())),
+        Workload::Herd {
+            tier, connections, ..
+        } => load::herd(socket, tier, connections, plan),
+        Workload::Custom(_) => Err(LoadError::Failed(
+            "a custom workload has no single sample".into(),
+        )),
     }
 }
 
@@ -123,17 +173,28 @@ impl Scenario {
 /// The workloads compared across segment sizes.
 const SEGMENT_WORKLOADS: [(&str, Workload); 2] = [
     ("batch_durable_n1024", Workload::Batch(Tier::Sync, 1024)),
-    ("pipelined_sync_w1024", Workload::Pipelined(Tier::Sync, 1024)),
+    (
+        "pipelined_sync_w1024",
+        Workload::Pipelined(Tier::Sync, 1024),
+    ),
 ];
 
 /// A second daemon with 1 MiB segments against the main one, alternating
 /// which goes first from one repeat to the next.
 fn segment_compare(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
-    let launcher = ctx.launcher.ok_or_else(|| LoadError::Unsupported("needs a daemon started by the bench".into()))?;
-    let small = launcher.start("segment-1mib", &Overrides { segment_bytes: Some(MIB), ..Overrides::default() })?;
+    let launcher = ctx
+        .launcher
+        .ok_or_else(|| LoadError::Unsupported("needs a daemon started by the bench".into()))?;
+    let small = launcher.start(
+        "segment-1mib",
+        &Overrides {
+            segment_bytes: Some(MIB),
+            ..Overrides::default()
+        },
+    )?;
     let mut rows = Vec::new();
     for (name, workload) in &SEGMENT_WORKLOADS {
-        let (default, one_mib) = if ctx.round % 2 == 0 {
+        let (default, one_mib) = if ctx.round.is_multiple_of(2) {
             let d = measure(workload, ctx.socket, ctx.plan)?;
             (d, measure(workload, small.socket(), ctx.plan)?)
         } else {
@@ -141,12 +202,15 @@ fn segment_compare(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
             (measure(workload, ctx.socket, ctx.plan)?, s)
         };
         let mut o = one_mib.to_outcome(&format!("segment_1mib_vs_default/{name}"));
-        o.set("default_records_per_s", default.rate()).set("ratio", one_mib.rate() / default.rate());
+        o.set("default_records_per_s", default.rate())
+            .set("ratio", one_mib.rate() / default.rate());
         if let Some(bytes) = launcher.segment_bytes {
             o.note(format!("\"default\" here is --segment-bytes {bytes}"));
         }
         rows.push(o);
     }
-    small.stop().map_err(|e| format!("stopping the 1 MiB daemon: {e}"))?;
+    small
+        .stop()
+        .map_err(|e| format!("stopping the 1 MiB daemon: {e}"))?;
     Ok(rows)
 }

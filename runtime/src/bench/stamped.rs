@@ -31,7 +31,9 @@ pub fn record_id(producer: u64, n: u64) -> u64 {
 
 fn connect(socket: &Path) -> Result<Client, LoadError> {
     let mut client = Client::connect(socket).map_err(|e| LoadError::Failed(e.to_string()))?;
-    client.set_timeout(Some(CLIENT_TIMEOUT)).map_err(|e| LoadError::Failed(e.to_string()))?;
+    client
+        .set_timeout(Some(CLIENT_TIMEOUT))
+        .map_err(|e| LoadError::Failed(e.to_string()))?;
     Ok(client)
 }
 
@@ -103,9 +105,9 @@ impl Sent {
                 self.nacked_ids.extend(id..id + per_request);
                 Ok(())
             }
-            Err(e) if e.nack_reason() == Some(NackReason::UnknownMessage) => {
-                Err(LoadError::Unsupported(format!("the daemon does not support this request ({e})")))
-            }
+            Err(e) if e.nack_reason() == Some(NackReason::UnknownMessage) => Err(
+                LoadError::Unsupported(format!("the daemon does not support this request ({e})")),
+            ),
             Err(e) => Err(LoadError::Failed(e.to_string())),
         }
     }
@@ -116,7 +118,13 @@ impl Sent {
 /// (the connection was blocked reading an answer) is sent as soon as
 /// possible; its stamp is the time it was actually sent. `acked` is raised
 /// as acks arrive, for the caller to sample.
-pub fn paced(socket: &Path, pace: Pace, epoch: Instant, stop: &AtomicBool, acked: &AtomicU64) -> Result<Sent, LoadError> {
+pub fn paced(
+    socket: &Path,
+    pace: Pace,
+    epoch: Instant,
+    stop: &AtomicBool,
+    acked: &AtomicU64,
+) -> Result<Sent, LoadError> {
     let mut client = connect(socket)?;
     let mut pipe = client.pipeline(pace.window);
     let mut out = Sent::default();
@@ -129,7 +137,8 @@ pub fn paced(socket: &Path, pace: Pace, epoch: Instant, stop: &AtomicBool, acked
         while out.sent < due && in_flight.len() < pace.window {
             let id = record_id(pace.producer, out.sent);
             stamp(&mut buf, micros_since(epoch), id);
-            pipe.push(pace.tier, &buf).map_err(|e| LoadError::Failed(e.to_string()))?;
+            pipe.push(pace.tier, &buf)
+                .map_err(|e| LoadError::Failed(e.to_string()))?;
             in_flight.push_back(id);
             out.sent += 1;
             queued = true;
@@ -142,7 +151,10 @@ pub fn paced(socket: &Path, pace: Pace, epoch: Instant, stop: &AtomicBool, acked
             out.answer(id, result, epoch, pace.ack_times, acked, 1)?;
         } else {
             let next = start + Duration::from_secs_f64(out.sent as f64 / pace.rate);
-            std::thread::sleep(next.saturating_duration_since(Instant::now()).min(Duration::from_millis(10)));
+            std::thread::sleep(
+                next.saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(10)),
+            );
         }
     }
     while let Some(id) = in_flight.pop_front() {
@@ -166,8 +178,19 @@ pub struct Burst {
 }
 
 /// Sends `burst.count` stamped records on one pipelined connection.
-pub fn push_all(socket: &Path, burst: Burst, epoch: Instant, acked: &AtomicU64) -> Result<Sent, LoadError> {
-    let Burst { producer, count, size, per_frame, window } = burst;
+pub fn push_all(
+    socket: &Path,
+    burst: Burst,
+    epoch: Instant,
+    acked: &AtomicU64,
+) -> Result<Sent, LoadError> {
+    let Burst {
+        producer,
+        count,
+        size,
+        per_frame,
+        window,
+    } = burst;
     let mut client = connect(socket)?;
     let mut pipe = client.pipeline(window);
     let mut out = Sent::default();
@@ -182,7 +205,11 @@ pub fn push_all(socket: &Path, burst: Burst, epoch: Instant, acked: &AtomicU64) 
             for (i, rec) in frame.iter_mut().take(n as usize).enumerate() {
                 stamp(rec, now, first + i as u64);
             }
-            let sent = if per_frame <= 1 { pipe.push(Tier::Sync, &frame[0]) } else { pipe.push_batch(Tier::Sync, &frame[..n as usize]) };
+            let sent = if per_frame <= 1 {
+                pipe.push(Tier::Sync, &frame[0])
+            } else {
+                pipe.push_batch(Tier::Sync, &frame[..n as usize])
+            };
             sent.map_err(|e| LoadError::Failed(e.to_string()))?;
             in_flight.push_back((first, n));
             out.sent += n;
@@ -212,7 +239,12 @@ impl Drop for RaiseOnDrop<'_> {
 /// raises `stop` when `meanwhile` returns (and as soon as a producer fails,
 /// so `meanwhile` can watch `stop` to end early). The producers' merged
 /// results, or the first error, and what `meanwhile` returned.
-pub fn with_producers<F, G, R>(n: usize, stop: &AtomicBool, producer: F, meanwhile: G) -> (Result<Sent, LoadError>, R)
+pub fn with_producers<F, G, R>(
+    n: usize,
+    stop: &AtomicBool,
+    producer: F,
+    meanwhile: G,
+) -> (Result<Sent, LoadError>, R)
 where
     F: Fn(usize) -> Result<Sent, LoadError> + Sync,
     G: FnOnce() -> R,
@@ -240,7 +272,10 @@ where
             match handle.join() {
                 Ok(Ok(sent)) => total.merge(sent),
                 Ok(Err(e)) => first_error = first_error.or(Some(e)),
-                Err(_) => first_error = first_error.or(Some(LoadError::Failed("a producer thread panicked".into()))),
+                Err(_) => {
+                    first_error =
+                        first_error.or(Some(LoadError::Failed("a producer thread panicked".into())))
+                }
             }
         }
         (first_error.map_or(Ok(total), Err), during)

@@ -82,32 +82,115 @@ impl Figures<'_> {
 type Rule = (&'static str, Cmp, fn(&Figures) -> Result<Measured, String>);
 
 const RULES: &[Rule] = &[
-    ("single_thread_sync p50 <= prealloc fsync p50 + socket RTT p50 + 30 µs", Cmp::AtMost, sync_p50),
-    ("single_thread_buffered p50 <= socket RTT p50 + 30 µs", Cmp::AtMost, buffered_p50),
-    ("batch_durable_n256 rate >= 50% of the disk probe's 256-record rate", Cmp::AtLeast, batch_vs_disk),
-    ("batch_durable_n256 rate >= 150x single_thread_sync rate", Cmp::AtLeast, batch_vs_single),
-    ("pipelined_sync_w1024 rate >= 25x single_thread_sync rate", Cmp::AtLeast, pipelined_vs_single),
-    ("thundering_herd_64 rate >= 8x single_thread_sync rate", Cmp::AtLeast, herd_vs_single),
+    (
+        "single_thread_sync p50 <= prealloc fsync p50 + socket RTT p50 + 30 µs",
+        Cmp::AtMost,
+        sync_p50,
+    ),
+    (
+        "single_thread_buffered p50 <= socket RTT p50 + 30 µs",
+        Cmp::AtMost,
+        buffered_p50,
+    ),
+    (
+        "batch_durable_n256 rate >= 50% of the disk probe's 256-record rate",
+        Cmp::AtLeast,
+        batch_vs_disk,
+    ),
+    (
+        "batch_durable_n256 rate >= 150x single_thread_sync rate",
+        Cmp::AtLeast,
+        batch_vs_single,
+    ),
+    (
+        "pipelined_sync_w1024 rate >= 25x single_thread_sync rate",
+        Cmp::AtLeast,
+        pipelined_vs_single,
+    ),
+    (
+        "thundering_herd_64 rate >= 8x single_thread_sync rate",
+        Cmp::AtLeast,
+        herd_vs_single,
+    ),
     ("RSS idle after start-up <= 20 MiB", Cmp::AtMost, rss_idle),
-    ("RSS peak during thundering_herd_64 <= 64 MiB", Cmp::AtMost, rss_peak),
-    ("segment 1 MiB / default, batch_durable_n1024 >= 0.8", Cmp::AtLeast, segment_batch),
-    ("segment 1 MiB / default, pipelined_sync_w1024 >= 0.8", Cmp::AtLeast, segment_pipelined),
-    ("e2e_slow_downstream delivery rate >= 90% of ingest rate", Cmp::AtLeast, slow_delivery),
-    ("e2e_slow_downstream backlog: last 5 s max <= max(2x first 5 s max, 2000)", Cmp::AtMost, slow_backlog),
-    ("e2e_batched_vs_per_record: batched >= 10x faster per record", Cmp::AtLeast, batched_speedup),
-    ("e2e_light_load_latency push->arrival p50 < 20 ms", Cmp::Below, light_p50),
-    ("ingest_http_vs_noop single_thread_sync p50, HTTP / noop <= 1.15", Cmp::AtMost, http_vs_noop),
-    ("sink_plugin_vs_builtin_file plugin rate >= 90% of built-in", Cmp::AtLeast, plugin_vs_builtin),
-    ("reload_under_load Overloaded nacks = 0", Cmp::AtMost, reload_overloaded),
-    ("reload_under_load longest ack gap, reload start to 1 s after its report < 50 ms", Cmp::Below, reload_gap),
-    ("reload_under_load acked records missing at A and B = 0", Cmp::AtMost, reload_lost),
-    ("reload_under_load records on the old sink after a reload = 0", Cmp::AtMost, reload_misrouted),
+    (
+        "RSS peak during thundering_herd_64 <= 64 MiB",
+        Cmp::AtMost,
+        rss_peak,
+    ),
+    (
+        "segment 1 MiB / default, batch_durable_n1024 >= 0.8",
+        Cmp::AtLeast,
+        segment_batch,
+    ),
+    (
+        "segment 1 MiB / default, pipelined_sync_w1024 >= 0.8",
+        Cmp::AtLeast,
+        segment_pipelined,
+    ),
+    (
+        "e2e_slow_downstream delivery rate >= 90% of ingest rate",
+        Cmp::AtLeast,
+        slow_delivery,
+    ),
+    (
+        "e2e_slow_downstream backlog: last 5 s max <= max(2x first 5 s max, 2000)",
+        Cmp::AtMost,
+        slow_backlog,
+    ),
+    (
+        "e2e_batched_vs_per_record: batched >= 10x faster per record",
+        Cmp::AtLeast,
+        batched_speedup,
+    ),
+    (
+        "e2e_light_load_latency push->arrival p50 < 20 ms",
+        Cmp::Below,
+        light_p50,
+    ),
+    (
+        "ingest_http_vs_noop single_thread_sync p50, HTTP / noop <= 1.15",
+        Cmp::AtMost,
+        http_vs_noop,
+    ),
+    (
+        "sink_plugin_vs_builtin_file plugin rate >= 90% of built-in",
+        Cmp::AtLeast,
+        plugin_vs_builtin,
+    ),
+    (
+        "reload_under_load Overloaded nacks = 0",
+        Cmp::AtMost,
+        reload_overloaded,
+    ),
+    (
+        "reload_under_load longest ack gap, reload start to 1 s after its report < 50 ms",
+        Cmp::Below,
+        reload_gap,
+    ),
+    (
+        "reload_under_load acked records missing at A and B = 0",
+        Cmp::AtMost,
+        reload_lost,
+    ),
+    (
+        "reload_under_load records on the old sink after a reload = 0",
+        Cmp::AtMost,
+        reload_misrouted,
+    ),
 ];
 
 /// Every target, evaluated against this run's outcomes.
 pub fn evaluate(outcomes: &[Outcome]) -> Vec<Target> {
     let figures = Figures(outcomes);
-    RULES.iter().map(|(name, cmp, rule)| Target { name, cmp: *cmp, result: rule(&figures) }).collect()
+    RULES
+        .iter()
+        .map(|(name, cmp, rule)| Target {
+            name,
+            cmp: *cmp,
+            result: rule(&figures),
+        })
+        .collect()
 }
 
 fn sync_p50(f: &Figures) -> Result<Measured, String> {
@@ -116,21 +199,33 @@ fn sync_p50(f: &Figures) -> Result<Measured, String> {
     let rtt = f.get("socket_probe", "rtt_p50_us")?;
     let bound = fsync + rtt + OVERHEAD_US;
     let detail = format!("{value:.1} µs vs {fsync:.1} + {rtt:.1} + {OVERHEAD_US} = {bound:.1} µs");
-    Ok(Measured { value, bound, detail })
+    Ok(Measured {
+        value,
+        bound,
+        detail,
+    })
 }
 
 fn buffered_p50(f: &Figures) -> Result<Measured, String> {
     let value = f.get("single_thread_buffered", P50)?;
     let rtt = f.get("socket_probe", "rtt_p50_us")?;
     let bound = rtt + OVERHEAD_US;
-    Ok(Measured { value, bound, detail: format!("{value:.1} µs vs {rtt:.1} + {OVERHEAD_US} = {bound:.1} µs") })
+    Ok(Measured {
+        value,
+        bound,
+        detail: format!("{value:.1} µs vs {rtt:.1} + {OVERHEAD_US} = {bound:.1} µs"),
+    })
 }
 
 /// `value / base` against a minimum multiple.
 fn ratio(value: f64, base: f64, min: f64, what: &str) -> Measured {
     let r = value / base;
     let detail = format!("{value:.0} / {base:.0} rec/s = {r:.2}x ({what} >= {min}x)");
-    Measured { value: r, bound: min, detail }
+    Measured {
+        value: r,
+        bound: min,
+        detail,
+    }
 }
 
 fn batch_vs_disk(f: &Figures) -> Result<Measured, String> {
@@ -138,7 +233,11 @@ fn batch_vs_disk(f: &Figures) -> Result<Measured, String> {
     let disk = f.get("disk_probe", "batch256_records_per_s")?;
     let r = rate / disk;
     let detail = format!("{rate:.0} / {disk:.0} rec/s = {:.0}% (>= 50%)", r * 100.0);
-    Ok(Measured { value: r, bound: 0.5, detail })
+    Ok(Measured {
+        value: r,
+        bound: 0.5,
+        detail,
+    })
 }
 
 fn single(f: &Figures) -> Result<f64, String> {
@@ -146,19 +245,38 @@ fn single(f: &Figures) -> Result<f64, String> {
 }
 
 fn batch_vs_single(f: &Figures) -> Result<Measured, String> {
-    Ok(ratio(f.get("batch_durable_n256", RATE)?, single(f)?, 150.0, "need"))
+    Ok(ratio(
+        f.get("batch_durable_n256", RATE)?,
+        single(f)?,
+        150.0,
+        "need",
+    ))
 }
 
 fn pipelined_vs_single(f: &Figures) -> Result<Measured, String> {
-    Ok(ratio(f.get("pipelined_sync_w1024", RATE)?, single(f)?, 25.0, "need"))
+    Ok(ratio(
+        f.get("pipelined_sync_w1024", RATE)?,
+        single(f)?,
+        25.0,
+        "need",
+    ))
 }
 
 fn herd_vs_single(f: &Figures) -> Result<Measured, String> {
-    Ok(ratio(f.get("thundering_herd_64", RATE)?, single(f)?, 8.0, "need"))
+    Ok(ratio(
+        f.get("thundering_herd_64", RATE)?,
+        single(f)?,
+        8.0,
+        "need",
+    ))
 }
 
 fn mib_limit(value: f64, bound: f64) -> Measured {
-    Measured { value, bound, detail: format!("{value:.1} MiB (<= {bound} MiB)") }
+    Measured {
+        value,
+        bound,
+        detail: format!("{value:.1} MiB (<= {bound} MiB)"),
+    }
 }
 
 fn rss_idle(f: &Figures) -> Result<Measured, String> {
@@ -166,7 +284,10 @@ fn rss_idle(f: &Figures) -> Result<Measured, String> {
 }
 
 fn rss_peak(f: &Figures) -> Result<Measured, String> {
-    Ok(mib_limit(f.get("thundering_herd_64", "rss_peak_mib")?, 64.0))
+    Ok(mib_limit(
+        f.get("thundering_herd_64", "rss_peak_mib")?,
+        64.0,
+    ))
 }
 
 fn segment(f: &Figures, workload: &str) -> Result<Measured, String> {
@@ -174,8 +295,13 @@ fn segment(f: &Figures, workload: &str) -> Result<Measured, String> {
     let small = f.get(&name, RATE)?;
     let default = f.get(&name, "default_records_per_s")?;
     let r = f.get(&name, "ratio")?;
-    let detail = format!("1 MiB {small:.0} vs default {default:.0} rec/s, median ratio {r:.2} (>= 0.8)");
-    Ok(Measured { value: r, bound: 0.8, detail })
+    let detail =
+        format!("1 MiB {small:.0} vs default {default:.0} rec/s, median ratio {r:.2} (>= 0.8)");
+    Ok(Measured {
+        value: r,
+        bound: 0.8,
+        detail,
+    })
 }
 
 fn segment_batch(f: &Figures) -> Result<Measured, String> {
@@ -188,49 +314,98 @@ fn segment_pipelined(f: &Figures) -> Result<Measured, String> {
 
 fn slow_delivery(f: &Figures) -> Result<Measured, String> {
     let name = "e2e_slow_downstream";
-    let (ingest, delivered, r) = (f.get(name, RATE)?, f.get(name, "delivered_per_s")?, f.get(name, "delivery_ratio")?);
-    let detail = format!("{delivered:.0} / {ingest:.0} rec/s = {:.1}% (>= 90%)", r * 100.0);
-    Ok(Measured { value: r, bound: 0.9, detail })
+    let (ingest, delivered, r) = (
+        f.get(name, RATE)?,
+        f.get(name, "delivered_per_s")?,
+        f.get(name, "delivery_ratio")?,
+    );
+    let detail = format!(
+        "{delivered:.0} / {ingest:.0} rec/s = {:.1}% (>= 90%)",
+        r * 100.0
+    );
+    Ok(Measured {
+        value: r,
+        bound: 0.9,
+        detail,
+    })
 }
 
 fn slow_backlog(f: &Figures) -> Result<Measured, String> {
     let name = "e2e_slow_downstream";
-    let (first, last) = (f.get(name, "backlog_first_max")?, f.get(name, "backlog_last_max")?);
+    let (first, last) = (
+        f.get(name, "backlog_first_max")?,
+        f.get(name, "backlog_last_max")?,
+    );
     let bound = (2.0 * first).max(BACKLOG_FLOOR);
-    let detail = format!("last {last:.0} vs max(2 x {first:.0}, {BACKLOG_FLOOR:.0}) = {bound:.0} records");
-    Ok(Measured { value: last, bound, detail })
+    let detail =
+        format!("last {last:.0} vs max(2 x {first:.0}, {BACKLOG_FLOOR:.0}) = {bound:.0} records");
+    Ok(Measured {
+        value: last,
+        bound,
+        detail,
+    })
 }
 
 fn batched_speedup(f: &Figures) -> Result<Measured, String> {
     let batched = f.get("e2e_batched_vs_per_record/batched", "us_per_record")?;
     let per_record = f.get("e2e_batched_vs_per_record/per_record", "us_per_record")?;
     let speedup = f.get("e2e_batched_vs_per_record/batched", "speedup")?;
-    let detail = format!("{per_record:.2} vs {batched:.2} µs/record, median speedup {speedup:.1}x (>= 10x)");
-    Ok(Measured { value: speedup, bound: 10.0, detail })
+    let detail =
+        format!("{per_record:.2} vs {batched:.2} µs/record, median speedup {speedup:.1}x (>= 10x)");
+    Ok(Measured {
+        value: speedup,
+        bound: 10.0,
+        detail,
+    })
 }
 
 fn light_p50(f: &Figures) -> Result<Measured, String> {
     let value = f.get("e2e_light_load_latency", P50)? / 1000.0;
-    Ok(Measured { value, bound: 20.0, detail: format!("{value:.2} ms (< 20 ms)") })
+    Ok(Measured {
+        value,
+        bound: 20.0,
+        detail: format!("{value:.2} ms (< 20 ms)"),
+    })
 }
 
 fn http_vs_noop(f: &Figures) -> Result<Measured, String> {
     let name = "ingest_http_vs_noop";
-    let (http, noop, r) = (f.get(name, P50)?, f.get(name, "noop_p50_us")?, f.get(name, "p50_ratio")?);
+    let (http, noop, r) = (
+        f.get(name, P50)?,
+        f.get(name, "noop_p50_us")?,
+        f.get(name, "p50_ratio")?,
+    );
     let detail = format!("HTTP {http:.1} vs noop {noop:.1} µs, median ratio {r:.2} (<= 1.15)");
-    Ok(Measured { value: r, bound: 1.15, detail })
+    Ok(Measured {
+        value: r,
+        bound: 1.15,
+        detail,
+    })
 }
 
 fn plugin_vs_builtin(f: &Figures) -> Result<Measured, String> {
     let name = "sink_plugin_vs_builtin_file";
-    let (plugin, builtin, r) = (f.get(name, RATE)?, f.get(name, "builtin_records_per_s")?, f.get(name, "ratio")?);
-    let detail = format!("plugin {plugin:.0} vs built-in {builtin:.0} rec/s, median ratio {r:.2} (>= 0.9)");
-    Ok(Measured { value: r, bound: 0.9, detail })
+    let (plugin, builtin, r) = (
+        f.get(name, RATE)?,
+        f.get(name, "builtin_records_per_s")?,
+        f.get(name, "ratio")?,
+    );
+    let detail =
+        format!("plugin {plugin:.0} vs built-in {builtin:.0} rec/s, median ratio {r:.2} (>= 0.9)");
+    Ok(Measured {
+        value: r,
+        bound: 0.9,
+        detail,
+    })
 }
 
 fn reload_count(f: &Figures, key: &str, what: &str) -> Result<Measured, String> {
     let value = f.get("reload_under_load", key)?;
-    Ok(Measured { value, bound: 0.0, detail: format!("{value:.0} {what} (worst repeat; = 0)") })
+    Ok(Measured {
+        value,
+        bound: 0.0,
+        detail: format!("{value:.0} {what} (worst repeat; = 0)"),
+    })
 }
 
 fn reload_overloaded(f: &Figures) -> Result<Measured, String> {
@@ -240,10 +415,17 @@ fn reload_overloaded(f: &Figures) -> Result<Measured, String> {
 fn reload_gap(f: &Figures) -> Result<Measured, String> {
     let name = "reload_under_load";
     let value = f.get(name, "max_ack_gap_ms")?;
-    let (worst, base) = (f.get(name, "max_ack_gap_worst_ms")?, f.get(name, "baseline_ack_gap_ms")?);
+    let (worst, base) = (
+        f.get(name, "max_ack_gap_worst_ms")?,
+        f.get(name, "baseline_ack_gap_ms")?,
+    );
     let around = f.get(name, "around_ack_gap_ms")?;
     let detail = format!("median {value:.1} ms, worst repeat {worst:.1}; ±1 s around {around:.1}, no reload {base:.1} (< 50 ms)");
-    Ok(Measured { value, bound: 50.0, detail })
+    Ok(Measured {
+        value,
+        bound: 50.0,
+        detail,
+    })
 }
 
 fn reload_lost(f: &Figures) -> Result<Measured, String> {
@@ -251,7 +433,11 @@ fn reload_lost(f: &Figures) -> Result<Measured, String> {
 }
 
 fn reload_misrouted(f: &Figures) -> Result<Measured, String> {
-    reload_count(f, "misrouted_records", "records pushed after a reload report delivered to the old sink")
+    reload_count(
+        f,
+        "misrouted_records",
+        "records pushed after a reload report delivered to the old sink",
+    )
 }
 
 #[cfg(test)]
@@ -270,8 +456,16 @@ mod tests {
     #[test]
     fn verdicts_use_figures_of_the_run() {
         let outcomes = vec![
-            outcome("single_thread_sync", Kind::Scenario, &[(RATE, 1000.0), (P50, 150.0)]),
-            outcome("disk_probe", Kind::Probe, &[("prealloc_fsync_p50_us", 100.0)]),
+            outcome(
+                "single_thread_sync",
+                Kind::Scenario,
+                &[(RATE, 1000.0), (P50, 150.0)],
+            ),
+            outcome(
+                "disk_probe",
+                Kind::Probe,
+                &[("prealloc_fsync_p50_us", 100.0)],
+            ),
             outcome("socket_probe", Kind::Probe, &[("rtt_p50_us", 30.0)]),
             outcome("pipelined_sync_w1024", Kind::Scenario, &[(RATE, 20_000.0)]),
         ];
@@ -297,10 +491,20 @@ mod tests {
                 ],
             ),
             outcome("e2e_light_load_latency", Kind::Scenario, &[(P50, 20_000.0)]),
-            outcome("reload_under_load", Kind::Scenario, &[("overloaded_nacks", 0.0), ("lost_records", 1.0)]),
+            outcome(
+                "reload_under_load",
+                Kind::Scenario,
+                &[("overloaded_nacks", 0.0), ("lost_records", 1.0)],
+            ),
         ];
         let targets = evaluate(&outcomes);
-        let verdict = |prefix: &str| targets.iter().find(|t| t.name.starts_with(prefix)).unwrap().verdict();
+        let verdict = |prefix: &str| {
+            targets
+                .iter()
+                .find(|t| t.name.starts_with(prefix))
+                .unwrap()
+                .verdict()
+        };
         assert_eq!(verdict("e2e_slow_downstream delivery"), "PASS");
         assert_eq!(verdict("e2e_slow_downstream backlog"), "FAIL"); // 2500 > max(600, 2000)
         assert_eq!(verdict("e2e_light_load_latency"), "FAIL"); // 20 ms is not < 20 ms
