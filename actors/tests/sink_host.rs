@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sink_sdk::{Batch, Limits, Outcome, Record, RecordOutcome, Sink};
+use sink_sdk::{records, Batch, Limits, Outcome, Record, RecordOutcome, Sink};
 use spillway_actors::{
     AppendBatch, CommitTarget, Drain, DrainConfig, DrainSettings, DrainStats, FlusherConfig,
     PendingRecord, ShardFlusher, ShardQueue, SinkHost, SinkMaker, SinkSlot, WabBudget,
@@ -136,20 +136,6 @@ fn settings(max_records: usize) -> DrainSettings {
 fn payloads(first_seq: u64, n: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| format!("rec-{}", first_seq + i as u64).into_bytes())
-        .collect()
-}
-
-fn records(shard: u32, first_seq: u64, payloads: &[Vec<u8>]) -> Vec<Record<'_>> {
-    payloads
-        .iter()
-        .enumerate()
-        .map(|(i, p)| Record {
-            shard,
-            seq: first_seq + i as u64,
-            tier: 1,
-            arrival_unix_us: 1,
-            payload: p,
-        })
         .collect()
 }
 

@@ -178,6 +178,23 @@ impl<'a> Batch<'a> {
     }
 }
 
+/// [`Record`] views over `payloads`, with consecutive sequence numbers from
+/// `first_seq`, tier 1 (Sync) and arrival time 0: the records a sink's unit
+/// test hands to [`Batch::new`].
+pub fn records<P: AsRef<[u8]>>(shard: u32, first_seq: u64, payloads: &[P]) -> Vec<Record<'_>> {
+    payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Record {
+            shard,
+            seq: first_seq + i as u64,
+            tier: 1,
+            arrival_unix_us: 0,
+            payload: p.as_ref(),
+        })
+        .collect()
+}
+
 /// How large a batch the sink accepts. The drain never offers more.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {

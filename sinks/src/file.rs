@@ -175,7 +175,7 @@ impl Sink for FileSink {
 mod tests {
     use super::*;
     use sink_sdk::output::rotated_files;
-    use sink_sdk::{Record, RecordOutcome};
+    use sink_sdk::{records, Record, RecordOutcome};
     use std::os::unix::fs::PermissionsExt;
 
     fn config(path: &Path) -> SinkConfig {
@@ -183,20 +183,6 @@ mod tests {
             path: Some(path.to_path_buf()),
             ..SinkConfig::empty(SinkKind::File)
         }
-    }
-
-    fn records<'a>(shard: u32, first_seq: u64, payloads: &[&'a [u8]]) -> Vec<Record<'a>> {
-        payloads
-            .iter()
-            .enumerate()
-            .map(|(i, p)| Record {
-                shard,
-                seq: first_seq + i as u64,
-                tier: 1,
-                arrival_unix_us: 0,
-                payload: p,
-            })
-            .collect()
     }
 
     fn deliver(sink: &mut dyn Sink, recs: &[Record<'_>]) -> Outcome {
@@ -263,7 +249,10 @@ mod tests {
         let path = dir.path().join("out.ndjson");
         let factory = FileFactory::new(&config(&path)).unwrap();
         let mut sink = factory.create(0).unwrap();
-        let outcome = deliver(&mut *sink, &records(0, 1, &[b"one", b"t\nwo", b"three"]));
+        let outcome = deliver(
+            &mut *sink,
+            &records(0, 1, &[&b"one"[..], b"t\nwo", b"three"]),
+        );
         assert_eq!(
             outcome,
             Outcome::Split(vec![
@@ -297,7 +286,7 @@ mod tests {
         let factory = FileFactory::new(&cfg).unwrap();
         let mut sink = factory.create(0).unwrap();
         assert_eq!(
-            deliver(&mut *sink, &records(0, 1, &[b"a\nb", b""])),
+            deliver(&mut *sink, &records(0, 1, &[&b"a\nb"[..], b""])),
             Outcome::Committed
         );
         assert_eq!(

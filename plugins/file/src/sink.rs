@@ -128,7 +128,7 @@ impl Sink for FileSink {
 mod tests {
     use super::*;
     use sink_sdk::output::rotated_files;
-    use sink_sdk::{Record, RecordOutcome};
+    use sink_sdk::{records, Record, RecordOutcome};
     use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
@@ -138,20 +138,6 @@ mod tests {
 
     fn opts(path: &Path, extra: &str) -> String {
         format!("path = {:?}\n{extra}", path.display().to_string())
-    }
-
-    fn records<'a>(shard: u32, first_seq: u64, payloads: &[&'a [u8]]) -> Vec<Record<'a>> {
-        payloads
-            .iter()
-            .enumerate()
-            .map(|(i, p)| Record {
-                shard,
-                seq: first_seq + i as u64,
-                tier: 1,
-                arrival_unix_us: 0,
-                payload: p,
-            })
-            .collect()
     }
 
     fn deliver(sink: &mut FileSink, recs: &[Record<'_>]) -> Outcome {
@@ -213,7 +199,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.ndjson");
         let mut s = sink(&opts(&path, ""));
-        let outcome = deliver(&mut s, &records(0, 1, &[b"one", b"t\nwo", b"three"]));
+        let outcome = deliver(&mut s, &records(0, 1, &[&b"one"[..], b"t\nwo", b"three"]));
         let Outcome::Split(o) = outcome else {
             panic!("{outcome:?}")
         };
