@@ -51,7 +51,21 @@ pub mod msg {
 
 /// Path of the daemon binary: `target/release/spillway`, beside the
 /// `target/release/deps/` folder the test executable lives in.
+///
+/// `cargo test --workspace` does not build another package's binary for
+/// these tests, so the first call in each test process runs
+/// `cargo build --release -p spillway` into the same target folder (a
+/// no-op when it is up to date; cargo's lock serialises concurrent test
+/// processes). That also keeps a stale binary from being tested.
 pub fn spillway_bin() -> PathBuf {
+    static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(build_spillway)
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn build_spillway() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().expect("current_exe");
     let deps = exe.parent().expect("test executable has a parent folder");
     let profile_dir = if deps.file_name().is_some_and(|n| n == "deps") {
@@ -60,14 +74,42 @@ pub fn spillway_bin() -> PathBuf {
         deps
     };
     let bin = profile_dir.join("spillway");
-    if !bin.is_file() {
-        panic!(
-            "the spillway daemon binary is missing at {}: build it with `cargo build --release -p spillway` \
-             (or run `cargo test --release --workspace`, which builds it)",
+    let target_dir = profile_dir.parent().expect("profile folder has a parent");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = Command::new(&cargo)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "spillway",
+            "--target-dir",
+        ])
+        .arg(target_dir)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            return Err(format!(
+                "building the daemon (`cargo build --release -p spillway`) failed:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            ))
+        }
+        // No cargo here: use the binary if someone built it.
+        Err(e) if bin.is_file() => eprintln!(
+            "could not run cargo ({e}); testing the existing {}",
             bin.display()
-        );
+        ),
+        Err(e) => return Err(format!("cannot run cargo to build the daemon: {e}")),
     }
-    bin
+    if !bin.is_file() {
+        return Err(format!(
+            "the spillway daemon binary is missing at {} after building it",
+            bin.display()
+        ));
+    }
+    Ok(bin)
 }
 
 /// Outcome of a `spillway` invocation that was expected to exit by itself.
