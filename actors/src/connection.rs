@@ -479,21 +479,5 @@ impl Handler<Progress> for Connection {
     }
 }
 
-/// Sent by the supervisor on shutdown: stop reading new frames; the
-/// connection closes once every frame it already took is answered.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StopReading;
-
-impl Handler<StopReading> for Connection {
-    type Result = ();
-
-    fn handle(&mut self, _: StopReading, ctx: &mut Context<Self>) {
-        self.read_closed = true;
-        self.parked = None;
-        self.flush(ctx);
-    }
-}
-
 /// Shared id source for connections (log correlation).
 pub static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(1);

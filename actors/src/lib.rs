@@ -18,12 +18,12 @@ pub mod sealer;
 pub mod shard;
 pub mod stats;
 
-pub use connection::{Connection, ConnectionContext, ConnectionLimits, StopReading};
+pub use connection::{Connection, ConnectionContext, ConnectionLimits};
 pub use drain::{
     Drain, DrainConfig, DrainSettings, DrainStats, SinkHost, SinkMaker, SinkSlot, StopDrain,
 };
 pub use flusher::{FlusherConfig, ShardFlusher, StopShard};
-pub use listener::{bind_socket, BindError, Listener};
+pub use listener::{bind_socket, BindError, Listener, StopListening};
 pub use sealer::{SealerMsg, SegmentSealer};
 pub use shard::{
     AppendBatch, CommitTarget, PendingRecord, ShardHealth, ShardQueue, ShardStats, WabBudget,

@@ -194,3 +194,16 @@ impl Actor for Listener {
         }
     }
 }
+
+/// Sent by the supervisor on shutdown: accept nothing more. The listening
+/// socket closes with the actor.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopListening;
+
+impl Handler<StopListening> for Listener {
+    type Result = ();
+    fn handle(&mut self, _: StopListening, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}

@@ -18,7 +18,8 @@ use std::sync::Mutex;
 
 use spillway_actors::{
     bind_socket, ConnectionContext, Drain, DrainConfig, DrainStats, FlusherConfig, Listener,
-    ShardFlusher, ShardHealth, ShardQueue, SinkSlot, StopDrain, StopShard, WabBudget,
+    ShardFlusher, ShardHealth, ShardQueue, SinkSlot, StopDrain, StopListening, StopShard,
+    WabBudget,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::{read_checkpoint, shard_dir, FsStorage};
@@ -353,7 +354,7 @@ impl Supervisor {
         self.shutting_down = true;
         tracing::info!("shutting down: no new connections; answering what is in flight");
         if let Some(l) = self.listener.take() {
-            drop(l);
+            l.do_send(StopListening);
         }
         let _ = std::fs::remove_file(&self.cfg.server.socket_path);
         let _ = std::fs::remove_file(&self.cfg.admin.socket_path);
@@ -368,10 +369,17 @@ impl Supervisor {
             .iter_mut()
             .filter_map(|s| s.drain.take())
             .collect();
+        let queues: Vec<_> = self.shards.iter().map(|s| s.queue.clone()).collect();
         let timeout = Duration::from_millis(self.cfg.server.shutdown_timeout_ms);
         let fut = async move {
             for s in stops {
                 let _ = s.await;
+            }
+            // The flushers are gone: frames that still arrive on open
+            // connections are nacked (InternalError, retryable) at once
+            // rather than queued for nobody.
+            for q in &queues {
+                q.set_health(ShardHealth::Failed);
             }
             let deadline = Instant::now() + timeout;
             for d in &drains {
