@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sink_sdk::{records, Batch, Limits, Outcome, Record, RecordOutcome, Sink};
+use sink_sdk::{records, Batch, Limits, Outcome, RecordOutcome, Sink};
 use spillway_actors::{
     AppendBatch, CommitTarget, Drain, DrainConfig, DrainSettings, DrainStats, FlusherConfig,
     PendingRecord, ShardFlusher, ShardQueue, SinkHost, SinkMaker, SinkSlot, WabBudget,
