@@ -429,3 +429,54 @@ impl Handler<Shutdown> for Supervisor {
         self.shutdown(ctx);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restarts_back_off_and_stop_at_the_cap() {
+        let mut p = RestartPolicy::default();
+        let t0 = Instant::now();
+        p.noticed(t0);
+        // Not before the first backoff.
+        assert_eq!(p.try_restart(t0), None);
+        let mut now = t0 + BACKOFF_BASE;
+        let mut gaps = Vec::new();
+        for _ in 0..RESTARTS_MAX {
+            assert_eq!(p.try_restart(now), Some(true));
+            let next = p.not_before.unwrap();
+            gaps.push(next - now);
+            // Too early for the next one.
+            assert_eq!(p.try_restart(now), None);
+            now = next;
+        }
+        assert!(
+            gaps.windows(2).all(|w| w[1] >= w[0]),
+            "backoff grows: {gaps:?}"
+        );
+        assert!(gaps.iter().all(|g| *g <= BACKOFF_MAX));
+        // Past the cap within the window: give up, once and for good.
+        assert_eq!(p.try_restart(now), Some(false));
+        assert_eq!(p.try_restart(now + RESTART_WINDOW * 2), None);
+    }
+
+    #[test]
+    fn old_restarts_leave_the_window() {
+        let mut p = RestartPolicy::default();
+        let t0 = Instant::now();
+        for i in 0..RESTARTS_MAX as u32 {
+            p.not_before = None;
+            assert_eq!(
+                p.try_restart(t0 + Duration::from_millis(i as u64)),
+                Some(true)
+            );
+        }
+        p.not_before = None;
+        // A minute later the earlier restarts no longer count.
+        assert_eq!(
+            p.try_restart(t0 + RESTART_WINDOW + Duration::from_secs(1)),
+            Some(true)
+        );
+    }
+}
