@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use sink_sdk::{Batch, Health, Outcome, Record, RecordOutcome, Sink};
 use spillway_wab::deadletter::{DeadLetter, DeadLetterStore};
-use spillway_wab::format::{classify, now_unix_us, sealed_name, FileKind};
+use spillway_wab::format::{classify, now_unix_us, open_name, sealed_name, FileKind};
 use spillway_wab::{
     read_checkpoint, write_checkpoint, End, Opened, SegmentReader, Storage, StoredRecord,
 };
@@ -748,7 +748,19 @@ impl<S: Storage> DrainThread<S> {
                 break;
             }
             let path = self.dir.join(sealed_name(f.segment_id));
-            match self.storage.remove(&path) {
+            let mut removed = self.storage.remove(&path);
+            if removed
+                .as_ref()
+                .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+            {
+                // Never sealed: the flusher abandoned it after an I/O error
+                // (or the sealer is behind). The reader finished it, so the
+                // flusher no longer writes it and every record in it is
+                // confirmed: it can go as it is. (A seal still in progress
+                // then fails to rename and says so; nothing is lost.)
+                removed = self.storage.remove(&self.dir.join(open_name(f.segment_id)));
+            }
+            match removed {
                 Ok(()) => {
                     self.wab.release(f.bytes);
                     let _ = self.queue.stats.bytes_held.fetch_update(
@@ -759,8 +771,10 @@ impl<S: Storage> DrainThread<S> {
                     self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
                     self.finished.pop_front();
                 }
-                // Not sealed yet (the sealer is behind) or abandoned: try later.
-                Err(_) => break,
+                Err(e) => {
+                    tracing::debug!(shard = self.shard, segment = f.segment_id, error = %e, "confirmed segment not deleted yet; will retry");
+                    break;
+                }
             }
         }
     }
