@@ -322,10 +322,7 @@ impl<S: Storage> FlusherThread<S> {
         let start = Instant::now();
         let result = self.active.as_mut().unwrap().sync();
         let us = start.elapsed().as_micros() as u64;
-        let stats = &self.queue.stats;
-        stats.fsyncs.fetch_add(1, Ordering::Relaxed);
-        stats.fsync_us_total.fetch_add(us, Ordering::Relaxed);
-        stats.fsync_us_max.fetch_max(us, Ordering::Relaxed);
+        self.queue.stats.record_fsync(us);
         if result.is_ok() {
             self.unsynced_since = None;
             self.publish();

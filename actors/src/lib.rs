@@ -27,6 +27,6 @@ pub use listener::{bind_socket, BindError, Listener, StopListening};
 pub use sealer::{SealerMsg, SegmentSealer};
 pub use shard::{
     AppendBatch, CommitTarget, PendingRecord, ShardHealth, ShardQueue, ShardStats, WabBudget,
-    Watermark,
+    Watermark, FSYNC_BUCKETS_US,
 };
 pub use stats::{DaemonStats, RateLimiter};

@@ -105,10 +105,34 @@ pub struct ShardStats {
     /// Sum of fdatasync durations, microseconds (mean = this / fsyncs).
     pub fsync_us_total: AtomicU64,
     pub fsync_us_max: AtomicU64,
+    /// fdatasync latency histogram: counts per bucket of
+    /// [`FSYNC_BUCKETS_US`] (upper bounds, microseconds), plus one for
+    /// slower. Exported as a Prometheus histogram: fsync cost can grow
+    /// several-fold under sustained load, and an operator must see it.
+    pub fsync_us_buckets: [AtomicU64; FSYNC_BUCKETS_US.len() + 1],
     pub rotations: AtomicU64,
     pub restarts: AtomicU64,
     /// Bytes of this shard's segments counted in the WAB budget.
     pub bytes_held: AtomicU64,
+}
+
+/// Upper bounds (µs) of the fdatasync latency histogram buckets.
+pub const FSYNC_BUCKETS_US: [u64; 12] = [
+    25, 50, 100, 150, 200, 300, 500, 1_000, 2_000, 5_000, 20_000, 100_000,
+];
+
+impl ShardStats {
+    /// Count one fdatasync that took `us` microseconds.
+    pub fn record_fsync(&self, us: u64) {
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.fsync_us_total.fetch_add(us, Ordering::Relaxed);
+        self.fsync_us_max.fetch_max(us, Ordering::Relaxed);
+        let i = FSYNC_BUCKETS_US
+            .iter()
+            .position(|&b| us <= b)
+            .unwrap_or(FSYNC_BUCKETS_US.len());
+        self.fsync_us_buckets[i].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The global cap on bytes held in the write-ahead buffer.

@@ -45,13 +45,20 @@ pub struct AdminState {
 /// Serves the admin socket. Runs on the system arbiter.
 pub struct Admin {
     listener: Option<std::os::unix::net::UnixListener>,
+    /// `admin.metrics_address`, when set.
+    metrics: Option<std::net::TcpListener>,
     state: Rc<AdminState>,
 }
 
 impl Admin {
-    pub fn new(listener: std::os::unix::net::UnixListener, state: AdminState) -> Self {
+    pub fn new(
+        listener: std::os::unix::net::UnixListener,
+        metrics: Option<std::net::TcpListener>,
+        state: AdminState,
+    ) -> Self {
         Admin {
             listener: Some(listener),
+            metrics,
             state: Rc::new(state),
         }
     }
@@ -61,6 +68,24 @@ impl Actor for Admin {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(std_metrics) = self.metrics.take() {
+            match tokio::net::TcpListener::from_std(std_metrics) {
+                Ok(listener) => {
+                    let state = self.state.clone();
+                    ctx.spawn(
+                        async move {
+                            loop {
+                                if let Ok((stream, _)) = listener.accept().await {
+                                    actix_rt::spawn(serve_metrics(stream, state.clone()));
+                                }
+                            }
+                        }
+                        .into_actor(self),
+                    );
+                }
+                Err(e) => tracing::error!(error = %e, "metrics listener unusable"),
+            }
+        }
         let Some(std_listener) = self.listener.take() else {
             return;
         };
@@ -108,6 +133,7 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
     match words.as_slice() {
         ["health"] => Ok(health(state)),
         ["stats"] => Ok(stats(state)),
+        ["metrics"] => Ok(prometheus(state)),
         ["dead-letter", "list"] => dead_letter_list(state),
         ["dead-letter", "drop", sel @ ..] => {
             let sel = Selection::parse(sel)?;
@@ -121,7 +147,7 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         },
         [] => Err("empty command".into()),
         _ => Err(format!(
-            "unknown command {line:?}; try: health | stats | dead-letter list | dead-letter requeue all|SHARD:SEQ... | dead-letter drop all|SHARD:SEQ... | reload"
+            "unknown command {line:?}; try: health | stats | metrics | dead-letter list | dead-letter requeue all|SHARD:SEQ... | dead-letter drop all|SHARD:SEQ... | reload"
         )),
     }
 }
@@ -254,6 +280,268 @@ fn stats(state: &AdminState) -> String {
         }
     }
     out
+}
+
+/// Prometheus text exposition (format 0.0.4) of every counter: served by
+/// `ctl metrics` and on `admin.metrics_address` at `GET /metrics`.
+pub fn prometheus(state: &AdminState) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, v) in samples {
+            let _ = writeln!(out, "{name}{labels} {v}");
+        }
+    };
+    let s = &state.stats;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    family(
+        "spillway_connections_open",
+        "gauge",
+        "Open producer connections.",
+        &[(
+            String::new(),
+            state.live_connections.load(Ordering::Relaxed) as u64,
+        )],
+    );
+    family(
+        "spillway_connections_accepted_total",
+        "counter",
+        "Producer connections accepted.",
+        &[(String::new(), load(&s.connections_accepted))],
+    );
+    family(
+        "spillway_connections_refused_total",
+        "counter",
+        "Connections closed at once because server.max_connections were open.",
+        &[(String::new(), load(&s.connections_refused))],
+    );
+    family(
+        "spillway_read_timeouts_total",
+        "counter",
+        "Connections closed because a frame stalled mid-way.",
+        &[(String::new(), load(&s.read_timeouts))],
+    );
+    let nacks: Vec<(String, u64)> = spillway_protocol::NackReason::ALL
+        .iter()
+        .map(|r| (format!("{{reason=\"{}\"}}", r.name()), s.nack_count(*r)))
+        .collect();
+    family(
+        "spillway_nacks_total",
+        "counter",
+        "Nacks sent, by reason.",
+        &nacks,
+    );
+    family(
+        "spillway_wab_bytes",
+        "gauge",
+        "Bytes held in the write-ahead buffer (undelivered records).",
+        &[(String::new(), load(&state.wab.used))],
+    );
+    family(
+        "spillway_wab_bytes_max",
+        "gauge",
+        "wab.wab_bytes_max: past it pushes get Overloaded.",
+        &[(String::new(), state.wab.max)],
+    );
+    family(
+        "spillway_reloads_total",
+        "counter",
+        "Config reloads, by result.",
+        &[
+            (
+                "{result=\"succeeded\"}".to_string(),
+                load(&state.reload_stats.succeeded),
+            ),
+            (
+                "{result=\"failed\"}".to_string(),
+                load(&state.reload_stats.failed),
+            ),
+        ],
+    );
+    type Get = fn(&ShardQueue, &DrainStats) -> u64;
+    let per_shard: [(&str, &str, &str, Get); 17] = [
+        (
+            "spillway_shard_up",
+            "gauge",
+            "1 while the shard accepts writes.",
+            |q, _| u64::from(q.health() == spillway_actors::ShardHealth::Running),
+        ),
+        (
+            "spillway_records_written_total",
+            "counter",
+            "Records written to the WAB.",
+            |q, _| q.stats.records.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_payload_bytes_written_total",
+            "counter",
+            "Payload bytes written to the WAB.",
+            |q, _| q.stats.bytes.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_group_commits_total",
+            "counter",
+            "Group commits (one write, at most one fdatasync each).",
+            |q, _| q.stats.groups.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_fsync_failures_total",
+            "counter",
+            "Failed fdatasyncs (their groups were nacked).",
+            |q, _| q.stats.fsync_failures.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_write_failures_total",
+            "counter",
+            "Failed segment writes (their groups were nacked).",
+            |q, _| q.stats.write_failures.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_segment_rotations_total",
+            "counter",
+            "Segments sealed.",
+            |q, _| q.stats.rotations.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_shard_restarts_total",
+            "counter",
+            "Restarts of the shard's flusher by the supervisor.",
+            |q, _| q.stats.restarts.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_shard_bytes",
+            "gauge",
+            "Bytes of the shard's segments counted against wab_bytes_max.",
+            |q, _| q.stats.bytes_held.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_durable_next_seq",
+            "gauge",
+            "Every record below this sequence number is durable.",
+            |q, _| q.durable().next_seq,
+        ),
+        (
+            "spillway_checkpoint_seq",
+            "gauge",
+            "Every record below this sequence number is delivered or dead-lettered (on disk).",
+            |_, d| d.checkpoint.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_delivered_records_total",
+            "counter",
+            "Records the sink committed.",
+            |_, d| d.delivered_records.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_delivered_batches_total",
+            "counter",
+            "Batches the sink committed.",
+            |_, d| d.delivered_batches.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_delivery_retries_total",
+            "counter",
+            "Transient delivery failures (each followed by a backoff).",
+            |_, d| d.retries.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_dead_lettered_total",
+            "counter",
+            "Records moved to the dead-letter store.",
+            |_, d| d.dead_lettered.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_sink_restarts_total",
+            "counter",
+            "Sink instances re-created after a panic or a failed creation.",
+            |_, d| d.sink_restarts.load(Ordering::Relaxed),
+        ),
+        (
+            "spillway_segments_deleted_total",
+            "counter",
+            "Delivered segments deleted.",
+            |_, d| d.segments_deleted.load(Ordering::Relaxed),
+        ),
+    ];
+    for (name, kind, help, get) in per_shard {
+        let samples: Vec<(String, u64)> = state
+            .shards
+            .iter()
+            .zip(&state.drains)
+            .map(|(q, d)| (format!("{{shard=\"{}\"}}", q.shard), get(q, d)))
+            .collect();
+        family(name, kind, help, &samples);
+    }
+    let _ = writeln!(
+        out,
+        "# HELP spillway_fsync_seconds fdatasync latency of group commits."
+    );
+    let _ = writeln!(out, "# TYPE spillway_fsync_seconds histogram");
+    for q in &state.shards {
+        let st = &q.stats;
+        let mut cumulative = 0;
+        for (i, bound) in spillway_actors::FSYNC_BUCKETS_US.iter().enumerate() {
+            cumulative += st.fsync_us_buckets[i].load(Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "spillway_fsync_seconds_bucket{{shard=\"{}\",le=\"{}\"}} {cumulative}",
+                q.shard,
+                *bound as f64 / 1e6
+            );
+        }
+        let count = st.fsyncs.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "spillway_fsync_seconds_bucket{{shard=\"{}\",le=\"+Inf\"}} {count}",
+            q.shard
+        );
+        let sum = st.fsync_us_total.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(
+            out,
+            "spillway_fsync_seconds_sum{{shard=\"{}\"}} {sum}",
+            q.shard
+        );
+        let _ = writeln!(
+            out,
+            "spillway_fsync_seconds_count{{shard=\"{}\"}} {count}",
+            q.shard
+        );
+    }
+    out
+}
+
+/// Serve `GET /metrics` on a TCP listener (HTTP/1.1, one request per
+/// connection). Anything else gets 404; a request over 8 KiB or slower than
+/// 5 s is dropped.
+async fn serve_metrics(stream: tokio::net::TcpStream, state: Rc<AdminState>) {
+    use tokio::io::AsyncBufReadExt as _;
+    let (rd, mut wr) = stream.into_split();
+    let mut reader = BufReader::new(rd.take(8192));
+    let mut request_line = String::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        reader.read_line(&mut request_line),
+    )
+    .await;
+    if !matches!(read, Ok(Ok(n)) if n > 0) {
+        return;
+    }
+    let (status, body) = match request_line
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["GET", "/metrics", ..] => ("200 OK", prometheus(&state)),
+        _ => ("404 Not Found", "try GET /metrics\n".to_string()),
+    };
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = wr.write_all(head.as_bytes()).await;
+    let _ = wr.write_all(body.as_bytes()).await;
+    let _ = wr.shutdown().await;
 }
 
 fn dead_letter_list(state: &AdminState) -> Result<String, String> {

@@ -61,12 +61,15 @@ pub struct Config {
 pub struct AdminConfig {
     /// Unix socket (mode 0600) for `spillway ctl`.
     pub socket_path: PathBuf,
+    /// `host:port` serving Prometheus metrics at `GET /metrics`; unset = off.
+    pub metrics_address: Option<String>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
             socket_path: PathBuf::from("spillway-data/admin.sock"),
+            metrics_address: None,
         }
     }
 }

@@ -57,6 +57,16 @@ fn start(
     let std_listener = bind_socket(&cfg.server.socket_path).map_err(|e| e.to_string())?;
     let admin_listener =
         bind_socket(&cfg.admin.socket_path).map_err(|e| format!("admin socket: {e}"))?;
+    let metrics_listener = match &cfg.admin.metrics_address {
+        Some(addr) => {
+            let l = std::net::TcpListener::bind(addr)
+                .map_err(|e| format!("admin.metrics_address {addr}: {e}"))?;
+            l.set_nonblocking(true)
+                .map_err(|e| format!("admin.metrics_address {addr}: {e}"))?;
+            Some(l)
+        }
+        None => None,
+    };
     let (maker, sink_description) = sink_maker(&cfg)?;
     let sink = SinkSlot::new(maker, cfg.drain_settings(), sink_description.clone());
     let dl_dir = cfg.server.data_dir.join("dead-letter");
@@ -163,7 +173,7 @@ fn start(
         reload: Some(Box::new(move || for_admin.borrow_mut().reload())),
         reload_stats,
     };
-    Admin::new(admin_listener, admin_state).start();
+    Admin::new(admin_listener, metrics_listener, admin_state).start();
     let children = Children {
         conn_ctx,
         wab,

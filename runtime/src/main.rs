@@ -74,6 +74,8 @@ enum CtlCommand {
     Health,
     /// Counters: connections, nacks, WAB bytes, fsyncs, delivery.
     Stats,
+    /// The same counters (and the fsync latency histogram) in Prometheus text format.
+    Metrics,
     /// Records the sink rejected for good.
     DeadLetter {
         #[command(subcommand)]
@@ -111,6 +113,7 @@ fn ctl(
     let line = match command {
         CtlCommand::Health => "health".to_string(),
         CtlCommand::Stats => "stats".to_string(),
+        CtlCommand::Metrics => "metrics".to_string(),
         CtlCommand::Reload => "reload".to_string(),
         CtlCommand::DeadLetter {
             action: DeadLetterAction::List,

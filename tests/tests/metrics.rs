@@ -1,0 +1,113 @@
+//! Prometheus metrics: `admin.metrics_address` serves `GET /metrics`, and
+//! `spillway ctl metrics` prints the same exposition. The counters follow
+//! what the daemon did (records written, fsyncs, nacks).
+
+mod support_plugins;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+use spillway_client::Tier;
+use spillway_tests::Daemon;
+use support_plugins::{admin_socket, ctl_socket};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// Sum of every sample of `name` (over its labels).
+fn sum(exposition: &str, name: &str) -> u64 {
+    exposition
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64)
+        .sum()
+}
+
+#[test]
+fn metrics_endpoint_and_ctl_metrics_report_what_happened() {
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n"
+    ));
+    let before = http_get(port, "/metrics");
+    let accepted_before = sum(&before, "spillway_connections_accepted_total");
+    let mut c = d.client();
+    for i in 0..25 {
+        c.push(Tier::Sync, format!("r{i}").as_bytes()).unwrap();
+    }
+    c.push_batch(Tier::Sync, &[b"a".as_slice(), b"b", b"c"])
+        .unwrap();
+
+    let reply = http_get(port, "/metrics");
+    let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert_eq!(sum(body, "spillway_records_written_total"), 28, "{body}");
+    assert!(
+        body.contains("# TYPE spillway_fsync_seconds histogram"),
+        "{body}"
+    );
+    let fsyncs = sum(body, "spillway_fsync_seconds_count");
+    assert!(
+        fsyncs >= 1 && fsyncs <= 26,
+        "one fsync per group at most: {fsyncs}"
+    );
+    // The +Inf bucket of each shard equals its count.
+    assert_eq!(
+        body.lines()
+            .filter(|l| l.contains("le=\"+Inf\""))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum::<u64>(),
+        fsyncs
+    );
+    assert_eq!(sum(body, "spillway_shard_up"), 2, "both shards running");
+    assert_eq!(
+        sum(body, "spillway_connections_accepted_total"),
+        accepted_before + 1
+    );
+
+    // A bad frame shows up as a nack by reason.
+    let mut raw = std::os::unix::net::UnixStream::connect(d.socket_path()).unwrap();
+    raw.write_all(b"NOPE0123456789ab").unwrap();
+    let mut buf = [0u8; 64];
+    let _ = raw.read(&mut buf);
+    std::thread::sleep(Duration::from_millis(100));
+    let body = http_get(port, "/metrics");
+    assert!(
+        body.contains("spillway_nacks_total{reason=\"bad_magic\"} 1"),
+        "{body}"
+    );
+
+    assert!(http_get(port, "/other").starts_with("HTTP/1.1 404"));
+
+    let ctl = ctl_socket(&admin_socket(&d), &["metrics"]);
+    assert!(ctl.status.success());
+    assert_eq!(sum(&ctl.stdout, "spillway_records_written_total"), 28);
+}
+
+#[test]
+fn a_bad_metrics_address_is_refused_naming_the_key() {
+    let d = Daemon::configure("[admin]\nmetrics_address = \"localhost-9187\"\n");
+    let finished = d.run_to_exit(Duration::from_secs(20));
+    assert!(!finished.status.success());
+    assert!(
+        finished.stderr.contains("admin.metrics_address"),
+        "{}",
+        finished.stderr
+    );
+}
