@@ -64,7 +64,7 @@ fn metrics_endpoint_and_ctl_metrics_report_what_happened() {
     );
     let fsyncs = sum(body, "spillway_fsync_seconds_count");
     assert!(
-        fsyncs >= 1 && fsyncs <= 26,
+        (1..=26).contains(&fsyncs),
         "one fsync per group at most: {fsyncs}"
     );
     // The +Inf bucket of each shard equals its count.
