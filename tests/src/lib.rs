@@ -1141,3 +1141,46 @@ pub fn parse_tagged(payload: &[u8]) -> Option<(String, u64)> {
     let (tag, n) = s.rsplit_once(':')?;
     Some((tag.to_string(), n.parse().ok()?))
 }
+
+/// Start `spillway run` with NO `--config` (the embedded default) in the
+/// working folder `dir`, stderr to `log`; it dies with the test process.
+pub fn spawn_on_embedded_default(dir: &Path, log: &Path) -> Child {
+    let mut cmd = Command::new(spillway_bin());
+    // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd.arg("run")
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).expect("creating the daemon log"))
+        .spawn()
+        .expect("starting spillway")
+}
+
+/// Sum over shards of a per-shard counter of `ctl stats`
+/// (`shard{shard="N"}.KEY V`); panics if there is none.
+pub fn shard_stat_sum(stats: &str, key: &str) -> u64 {
+    let suffix = format!("}}.{key}");
+    let mut found = false;
+    let mut sum = 0;
+    for line in stats.lines() {
+        if let Some((name, value)) = line.split_once(' ') {
+            if name.starts_with("shard{") && name.ends_with(&suffix) {
+                found = true;
+                sum += value
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or_else(|_| panic!("stats line {line:?}"));
+            }
+        }
+    }
+    assert!(found, "no per-shard {key} in ctl stats:\n{stats}");
+    sum
+}

@@ -10,10 +10,9 @@ mod support_http;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
-use std::fs::{self, File};
-use std::os::unix::process::CommandExt;
+use std::fs;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -46,26 +45,6 @@ fn ctl(d: &Daemon, args: &[&str]) -> String {
         d.stderr()
     );
     f.stdout
-}
-
-/// Sum over shards of a per-shard counter of `ctl stats` (`shard{shard="N"}.KEY V`).
-fn shard_stat_sum(stats: &str, key: &str) -> u64 {
-    let suffix = format!("}}.{key}");
-    let mut found = false;
-    let mut sum = 0;
-    for line in stats.lines() {
-        if let Some((name, value)) = line.split_once(' ') {
-            if name.starts_with("shard{") && name.ends_with(&suffix) {
-                found = true;
-                sum += value
-                    .trim()
-                    .parse::<u64>()
-                    .unwrap_or_else(|_| panic!("stats line {line:?}"));
-            }
-        }
-    }
-    assert!(found, "no per-shard {key} in ctl stats:\n{stats}");
-    sum
 }
 
 /// Push `n` records `"{tag}:{i}"` at Sync, each of which must be acked.
@@ -880,24 +859,7 @@ impl Drop for Bare {
 fn embedded_default_config_delivers_to_the_local_file() {
     let dir = tempfile::Builder::new().prefix("swdef").tempdir().unwrap();
     let log = dir.path().join("daemon.log");
-    let mut cmd = Command::new(spillway_bin());
-    // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    let child = cmd
-        .arg("run")
-        .current_dir(dir.path())
-        .env_remove("RUST_LOG")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let child = spillway_tests::spawn_on_embedded_default(dir.path(), &log);
     let mut bare = Bare(Some(child));
     let socket = dir.path().join("spillway-data/spillway.sock");
     let log_text = || String::from_utf8_lossy(&fs::read(&log).unwrap_or_default()).into_owned();

@@ -719,24 +719,7 @@ fn a_change_outside_the_sink_table_is_reported_as_needing_a_restart_and_not_appl
 fn reload_on_the_embedded_default_config_says_there_is_no_file() {
     let dir = tempfile::Builder::new().prefix("swrl").tempdir().unwrap();
     let log = dir.path().join("daemon.log");
-    let mut cmd = Command::new(spillway_bin());
-    // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    let child = cmd
-        .arg("run")
-        .current_dir(dir.path())
-        .env_remove("RUST_LOG")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let child = spillway_tests::spawn_on_embedded_default(dir.path(), &log);
     let w = Watched {
         child: Some(child),
         log,

@@ -210,26 +210,6 @@ pub fn stat_sink(stats: &str) -> String {
         .to_string()
 }
 
-/// Sum over shards of a per-shard counter (`shard{shard="N"}.KEY V`).
-pub fn shard_stat_sum(stats: &str, key: &str) -> u64 {
-    let suffix = format!("}}.{key}");
-    let mut found = false;
-    let mut sum = 0;
-    for line in stats.lines() {
-        if let Some((name, value)) = line.split_once(' ') {
-            if name.starts_with("shard{") && name.ends_with(&suffix) {
-                found = true;
-                sum += value
-                    .trim()
-                    .parse::<u64>()
-                    .unwrap_or_else(|_| panic!("stats line {line:?}"));
-            }
-        }
-    }
-    assert!(found, "no per-shard {key} in ctl stats:\n{stats}");
-    sum
-}
-
 // ---------------------------------------------------------------- output files
 
 /// The complete lines (each ended by `\n`, which is removed) of an NDJSON
