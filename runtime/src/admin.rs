@@ -160,123 +160,241 @@ fn health(state: &AdminState) -> String {
     out
 }
 
+/// A counter shown by `ctl stats` (as `key`) and exported to Prometheus (as
+/// `metric`): one list, so the two views never drift apart.
+struct Counter<G> {
+    key: &'static str,
+    metric: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    get: G,
+}
+
+type GlobalGet = fn(&AdminState) -> u64;
+type ShardGet = fn(&ShardQueue, &DrainStats) -> u64;
+
+fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+fn global_counters() -> [Counter<GlobalGet>; 6] {
+    [
+        Counter {
+            key: "connections_open",
+            metric: "spillway_connections_open",
+            kind: "gauge",
+            help: "Open producer connections.",
+            get: |s| s.live_connections.load(Ordering::Relaxed) as u64,
+        },
+        Counter {
+            key: "connections_accepted",
+            metric: "spillway_connections_accepted_total",
+            kind: "counter",
+            help: "Producer connections accepted.",
+            get: |s| load(&s.stats.connections_accepted),
+        },
+        Counter {
+            key: "connections_refused",
+            metric: "spillway_connections_refused_total",
+            kind: "counter",
+            help: "Connections closed at once because server.max_connections were open.",
+            get: |s| load(&s.stats.connections_refused),
+        },
+        Counter {
+            key: "read_timeouts",
+            metric: "spillway_read_timeouts_total",
+            kind: "counter",
+            help: "Connections closed because a frame stalled mid-way.",
+            get: |s| load(&s.stats.read_timeouts),
+        },
+        Counter {
+            key: "wab_bytes_used",
+            metric: "spillway_wab_bytes",
+            kind: "gauge",
+            help: "Bytes held in the write-ahead buffer (undelivered records).",
+            get: |s| load(&s.wab.used),
+        },
+        Counter {
+            key: "wab_bytes_max",
+            metric: "spillway_wab_bytes_max",
+            kind: "gauge",
+            help: "wab.wab_bytes_max: past it pushes get Overloaded.",
+            get: |s| s.wab.max,
+        },
+    ]
+}
+
+fn shard_counters() -> [Counter<ShardGet>; 18] {
+    [
+        Counter {
+            key: "up",
+            metric: "spillway_shard_up",
+            kind: "gauge",
+            help: "1 while the shard accepts writes.",
+            get: |q, _| u64::from(q.health() == spillway_actors::ShardHealth::Running),
+        },
+        Counter {
+            key: "records_written",
+            metric: "spillway_records_written_total",
+            kind: "counter",
+            help: "Records written to the WAB.",
+            get: |q, _| load(&q.stats.records),
+        },
+        Counter {
+            key: "payload_bytes_written",
+            metric: "spillway_payload_bytes_written_total",
+            kind: "counter",
+            help: "Payload bytes written to the WAB.",
+            get: |q, _| load(&q.stats.bytes),
+        },
+        Counter {
+            key: "groups",
+            metric: "spillway_group_commits_total",
+            kind: "counter",
+            help: "Group commits (one write, at most one fdatasync each).",
+            get: |q, _| load(&q.stats.groups),
+        },
+        Counter {
+            key: "fsyncs",
+            metric: "spillway_fsyncs_total",
+            kind: "counter",
+            help: "fdatasyncs of segments.",
+            get: |q, _| load(&q.stats.fsyncs),
+        },
+        Counter {
+            key: "fsync_failures",
+            metric: "spillway_fsync_failures_total",
+            kind: "counter",
+            help: "Failed fdatasyncs (their groups were nacked).",
+            get: |q, _| load(&q.stats.fsync_failures),
+        },
+        Counter {
+            key: "write_failures",
+            metric: "spillway_write_failures_total",
+            kind: "counter",
+            help: "Failed segment writes (their groups were nacked).",
+            get: |q, _| load(&q.stats.write_failures),
+        },
+        Counter {
+            key: "rotations",
+            metric: "spillway_segment_rotations_total",
+            kind: "counter",
+            help: "Segments sealed.",
+            get: |q, _| load(&q.stats.rotations),
+        },
+        Counter {
+            key: "restarts",
+            metric: "spillway_shard_restarts_total",
+            kind: "counter",
+            help: "Restarts of the shard's flusher by the supervisor.",
+            get: |q, _| load(&q.stats.restarts),
+        },
+        Counter {
+            key: "bytes_held",
+            metric: "spillway_shard_bytes",
+            kind: "gauge",
+            help: "Bytes of the shard's segments counted against wab_bytes_max.",
+            get: |q, _| load(&q.stats.bytes_held),
+        },
+        Counter {
+            key: "durable_next_seq",
+            metric: "spillway_durable_next_seq",
+            kind: "gauge",
+            help: "Every record below this sequence number is durable.",
+            get: |q, _| q.durable().next_seq,
+        },
+        Counter {
+            key: "checkpoint",
+            metric: "spillway_checkpoint_seq",
+            kind: "gauge",
+            help:
+                "Every record below this sequence number is delivered or dead-lettered (on disk).",
+            get: |_, d| load(&d.checkpoint),
+        },
+        Counter {
+            key: "delivered_records",
+            metric: "spillway_delivered_records_total",
+            kind: "counter",
+            help: "Records the sink committed.",
+            get: |_, d| load(&d.delivered_records),
+        },
+        Counter {
+            key: "delivered_batches",
+            metric: "spillway_delivered_batches_total",
+            kind: "counter",
+            help: "Batches the sink committed.",
+            get: |_, d| load(&d.delivered_batches),
+        },
+        Counter {
+            key: "delivery_retries",
+            metric: "spillway_delivery_retries_total",
+            kind: "counter",
+            help: "Transient delivery failures (each followed by a backoff).",
+            get: |_, d| load(&d.retries),
+        },
+        Counter {
+            key: "dead_lettered",
+            metric: "spillway_dead_lettered_total",
+            kind: "counter",
+            help: "Records moved to the dead-letter store.",
+            get: |_, d| load(&d.dead_lettered),
+        },
+        Counter {
+            key: "sink_restarts",
+            metric: "spillway_sink_restarts_total",
+            kind: "counter",
+            help: "Sink instances re-created after a panic or a failed creation.",
+            get: |_, d| load(&d.sink_restarts),
+        },
+        Counter {
+            key: "segments_deleted",
+            metric: "spillway_segments_deleted_total",
+            kind: "counter",
+            help: "Delivered segments deleted.",
+            get: |_, d| load(&d.segments_deleted),
+        },
+    ]
+}
+
+/// `ctl stats`: the counters for a human, plus a few derived figures.
 fn stats(state: &AdminState) -> String {
     let mut out = String::new();
-    let s = &state.stats;
-    let _ = writeln!(
-        out,
-        "connections_open {}",
-        state.live_connections.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "connections_accepted {}",
-        s.connections_accepted.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "connections_refused {}",
-        s.connections_refused.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "read_timeouts {}",
-        s.read_timeouts.load(Ordering::Relaxed)
-    );
+    for c in global_counters() {
+        let _ = writeln!(out, "{} {}", c.key, (c.get)(state));
+    }
     for reason in spillway_protocol::NackReason::ALL {
         let _ = writeln!(
             out,
             "nacks{{reason=\"{}\"}} {}",
             reason.name(),
-            s.nack_count(reason)
+            state.stats.nack_count(reason)
         );
     }
-    let _ = writeln!(
-        out,
-        "wab_bytes_used {}",
-        state.wab.used.load(Ordering::Relaxed)
-    );
-    let _ = writeln!(out, "wab_bytes_max {}", state.wab.max);
     let _ = writeln!(out, "sink {:?}", state.sink_description.lock().unwrap());
     let _ = writeln!(
         out,
         "reloads_succeeded {}",
-        state.reload_stats.succeeded.load(Ordering::Relaxed)
+        load(&state.reload_stats.succeeded)
     );
-    let _ = writeln!(
-        out,
-        "reloads_failed {}",
-        state.reload_stats.failed.load(Ordering::Relaxed)
-    );
+    let _ = writeln!(out, "reloads_failed {}", load(&state.reload_stats.failed));
     for (q, d) in state.shards.iter().zip(&state.drains) {
         let st = &q.stats;
-        let n = q.shard;
-        let fsyncs = st.fsyncs.load(Ordering::Relaxed);
-        let groups = st.groups.load(Ordering::Relaxed);
-        let records = st.records.load(Ordering::Relaxed);
-        let w = q.durable();
-        let lines = [
+        let (fsyncs, groups, records) = (load(&st.fsyncs), load(&st.groups), load(&st.records));
+        let derived = [
             ("health", format!("{:?}", q.health())),
-            ("records_written", records.to_string()),
-            ("groups", groups.to_string()),
-            ("fsyncs", fsyncs.to_string()),
-            (
-                "fsync_failures",
-                st.fsync_failures.load(Ordering::Relaxed).to_string(),
-            ),
             (
                 "fsync_us_mean",
-                (st.fsync_us_total.load(Ordering::Relaxed) / fsyncs.max(1)).to_string(),
+                (load(&st.fsync_us_total) / fsyncs.max(1)).to_string(),
             ),
-            (
-                "fsync_us_max",
-                st.fsync_us_max.load(Ordering::Relaxed).to_string(),
-            ),
+            ("fsync_us_max", load(&st.fsync_us_max).to_string()),
             (
                 "records_per_group",
                 format!("{:.1}", records as f64 / groups.max(1) as f64),
             ),
-            (
-                "rotations",
-                st.rotations.load(Ordering::Relaxed).to_string(),
-            ),
-            ("restarts", st.restarts.load(Ordering::Relaxed).to_string()),
-            (
-                "bytes_held",
-                st.bytes_held.load(Ordering::Relaxed).to_string(),
-            ),
-            ("durable_next_seq", w.next_seq.to_string()),
-            (
-                "checkpoint",
-                d.checkpoint.load(Ordering::Relaxed).to_string(),
-            ),
-            (
-                "delivered_records",
-                d.delivered_records.load(Ordering::Relaxed).to_string(),
-            ),
-            (
-                "delivered_batches",
-                d.delivered_batches.load(Ordering::Relaxed).to_string(),
-            ),
-            (
-                "delivery_retries",
-                d.retries.load(Ordering::Relaxed).to_string(),
-            ),
-            (
-                "dead_lettered",
-                d.dead_lettered.load(Ordering::Relaxed).to_string(),
-            ),
-            (
-                "sink_restarts",
-                d.sink_restarts.load(Ordering::Relaxed).to_string(),
-            ),
-            (
-                "segments_deleted",
-                d.segments_deleted.load(Ordering::Relaxed).to_string(),
-            ),
         ];
-        for (k, v) in lines {
-            let _ = writeln!(out, "shard{{shard=\"{n}\"}}.{k} {v}");
+        let counted = shard_counters().map(|c| (c.key, (c.get)(q, d).to_string()));
+        for (k, v) in derived.into_iter().chain(counted) {
+            let _ = writeln!(out, "shard{{shard=\"{}\"}}.{k} {v}", q.shard);
         }
     }
     out
@@ -293,38 +411,17 @@ pub fn prometheus(state: &AdminState) -> String {
             let _ = writeln!(out, "{name}{labels} {v}");
         }
     };
-    let s = &state.stats;
-    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    family(
-        "spillway_connections_open",
-        "gauge",
-        "Open producer connections.",
-        &[(
-            String::new(),
-            state.live_connections.load(Ordering::Relaxed) as u64,
-        )],
-    );
-    family(
-        "spillway_connections_accepted_total",
-        "counter",
-        "Producer connections accepted.",
-        &[(String::new(), load(&s.connections_accepted))],
-    );
-    family(
-        "spillway_connections_refused_total",
-        "counter",
-        "Connections closed at once because server.max_connections were open.",
-        &[(String::new(), load(&s.connections_refused))],
-    );
-    family(
-        "spillway_read_timeouts_total",
-        "counter",
-        "Connections closed because a frame stalled mid-way.",
-        &[(String::new(), load(&s.read_timeouts))],
-    );
+    for c in global_counters() {
+        family(c.metric, c.kind, c.help, &[(String::new(), (c.get)(state))]);
+    }
     let nacks: Vec<(String, u64)> = spillway_protocol::NackReason::ALL
         .iter()
-        .map(|r| (format!("{{reason=\"{}\"}}", r.name()), s.nack_count(*r)))
+        .map(|r| {
+            (
+                format!("{{reason=\"{}\"}}", r.name()),
+                state.stats.nack_count(*r),
+            )
+        })
         .collect();
     family(
         "spillway_nacks_total",
@@ -332,146 +429,30 @@ pub fn prometheus(state: &AdminState) -> String {
         "Nacks sent, by reason.",
         &nacks,
     );
-    family(
-        "spillway_wab_bytes",
-        "gauge",
-        "Bytes held in the write-ahead buffer (undelivered records).",
-        &[(String::new(), load(&state.wab.used))],
-    );
-    family(
-        "spillway_wab_bytes_max",
-        "gauge",
-        "wab.wab_bytes_max: past it pushes get Overloaded.",
-        &[(String::new(), state.wab.max)],
-    );
+    let reloads = [
+        (
+            "{result=\"succeeded\"}".to_string(),
+            load(&state.reload_stats.succeeded),
+        ),
+        (
+            "{result=\"failed\"}".to_string(),
+            load(&state.reload_stats.failed),
+        ),
+    ];
     family(
         "spillway_reloads_total",
         "counter",
         "Config reloads, by result.",
-        &[
-            (
-                "{result=\"succeeded\"}".to_string(),
-                load(&state.reload_stats.succeeded),
-            ),
-            (
-                "{result=\"failed\"}".to_string(),
-                load(&state.reload_stats.failed),
-            ),
-        ],
+        &reloads,
     );
-    type Get = fn(&ShardQueue, &DrainStats) -> u64;
-    let per_shard: [(&str, &str, &str, Get); 17] = [
-        (
-            "spillway_shard_up",
-            "gauge",
-            "1 while the shard accepts writes.",
-            |q, _| u64::from(q.health() == spillway_actors::ShardHealth::Running),
-        ),
-        (
-            "spillway_records_written_total",
-            "counter",
-            "Records written to the WAB.",
-            |q, _| q.stats.records.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_payload_bytes_written_total",
-            "counter",
-            "Payload bytes written to the WAB.",
-            |q, _| q.stats.bytes.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_group_commits_total",
-            "counter",
-            "Group commits (one write, at most one fdatasync each).",
-            |q, _| q.stats.groups.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_fsync_failures_total",
-            "counter",
-            "Failed fdatasyncs (their groups were nacked).",
-            |q, _| q.stats.fsync_failures.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_write_failures_total",
-            "counter",
-            "Failed segment writes (their groups were nacked).",
-            |q, _| q.stats.write_failures.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_segment_rotations_total",
-            "counter",
-            "Segments sealed.",
-            |q, _| q.stats.rotations.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_shard_restarts_total",
-            "counter",
-            "Restarts of the shard's flusher by the supervisor.",
-            |q, _| q.stats.restarts.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_shard_bytes",
-            "gauge",
-            "Bytes of the shard's segments counted against wab_bytes_max.",
-            |q, _| q.stats.bytes_held.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_durable_next_seq",
-            "gauge",
-            "Every record below this sequence number is durable.",
-            |q, _| q.durable().next_seq,
-        ),
-        (
-            "spillway_checkpoint_seq",
-            "gauge",
-            "Every record below this sequence number is delivered or dead-lettered (on disk).",
-            |_, d| d.checkpoint.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_delivered_records_total",
-            "counter",
-            "Records the sink committed.",
-            |_, d| d.delivered_records.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_delivered_batches_total",
-            "counter",
-            "Batches the sink committed.",
-            |_, d| d.delivered_batches.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_delivery_retries_total",
-            "counter",
-            "Transient delivery failures (each followed by a backoff).",
-            |_, d| d.retries.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_dead_lettered_total",
-            "counter",
-            "Records moved to the dead-letter store.",
-            |_, d| d.dead_lettered.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_sink_restarts_total",
-            "counter",
-            "Sink instances re-created after a panic or a failed creation.",
-            |_, d| d.sink_restarts.load(Ordering::Relaxed),
-        ),
-        (
-            "spillway_segments_deleted_total",
-            "counter",
-            "Delivered segments deleted.",
-            |_, d| d.segments_deleted.load(Ordering::Relaxed),
-        ),
-    ];
-    for (name, kind, help, get) in per_shard {
+    for c in shard_counters() {
         let samples: Vec<(String, u64)> = state
             .shards
             .iter()
             .zip(&state.drains)
-            .map(|(q, d)| (format!("{{shard=\"{}\"}}", q.shard), get(q, d)))
+            .map(|(q, d)| (format!("{{shard=\"{}\"}}", q.shard), (c.get)(q, d)))
             .collect();
-        family(name, kind, help, &samples);
+        family(c.metric, c.kind, c.help, &samples);
     }
     let _ = writeln!(
         out,

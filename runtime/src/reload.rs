@@ -48,8 +48,7 @@ fn plugin_fingerprint(cfg: &Config) -> Option<(SystemTime, u64)> {
     if cfg.sink.kind != spillway_sinks::SinkKind::Plugin {
         return None;
     }
-    let meta = std::fs::metadata(cfg.sink.path.as_ref()?).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
+    file_stamp(cfg.sink.path.as_ref()?)
 }
 
 impl Reloader {

@@ -446,7 +446,8 @@ impl SinkConfig {
         Ok(())
     }
 
-    fn validate_file(&self) -> Result<(), SinkConfigError> {
+    /// `path`, required and naming a file (`what` says which kind, for the error).
+    fn required_path(&self, what: &str) -> Result<&PathBuf, SinkConfigError> {
         let Some(path) = &self.path else {
             return Err(SinkConfigError::Missing {
                 key: "path",
@@ -456,9 +457,14 @@ impl SinkConfig {
         if path.as_os_str().is_empty() || path.file_name().is_none() {
             return Err(SinkConfigError::Invalid {
                 key: "path".into(),
-                reason: format!("{path:?} does not name a file"),
+                reason: format!("{path:?} does not name {what}"),
             });
         }
+        Ok(path)
+    }
+
+    fn validate_file(&self) -> Result<(), SinkConfigError> {
+        self.required_path("a file")?;
         if let Some(v) = self.rotate_bytes {
             check_range("rotate_bytes", v, &ROTATE_BYTES_RANGE, " (1 MiB..=64 GiB)")?;
         }
@@ -466,20 +472,7 @@ impl SinkConfig {
     }
 
     fn validate_plugin(&self) -> Result<(), SinkConfigError> {
-        let Some(path) = &self.path else {
-            return Err(SinkConfigError::Missing {
-                key: "path",
-                kind: self.kind,
-            });
-        };
-        if path.as_os_str().is_empty() || path.file_name().is_none() {
-            return Err(SinkConfigError::Invalid {
-                key: "path".into(),
-                reason: format!(
-                    "{path:?} does not name a shared library (e.g. target/release/libmy_sink.so)"
-                ),
-            });
-        }
+        self.required_path("a shared library (e.g. target/release/libmy_sink.so)")?;
         Ok(())
     }
 
