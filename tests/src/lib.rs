@@ -428,36 +428,16 @@ impl Daemon {
     fn command(&self) -> Command {
         let stdout = File::create(self.stdout_path()).expect("stdout log");
         let stderr = File::create(self.stderr_path()).expect("stderr log");
-        let mut cmd = Command::new(spillway_bin());
-        // If the test process dies (a panic in another thread aborting it, a
-        // timeout kill), its daemons must not live on.
-        // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        cmd.arg("run")
-            .arg("--config")
+        let mut cmd = run_command(self.dir.path());
+        cmd.arg("--config")
             .arg(&self.config_path)
-            .current_dir(self.dir.path())
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr);
         cmd
     }
 
     fn health_ok(&self) -> bool {
-        let Ok(mut c) = Client::connect(&self.socket) else {
-            return false;
-        };
-        if c.set_timeout(Some(Duration::from_secs(2))).is_err() {
-            return false;
-        }
-        c.health().is_ok()
+        answers_health(&self.socket)
     }
 
     /// Start again on the same config and data folder. A daemon still
@@ -1142,9 +1122,10 @@ pub fn parse_tagged(payload: &[u8]) -> Option<(String, u64)> {
     Some((tag.to_string(), n.parse().ok()?))
 }
 
-/// Start `spillway run` with NO `--config` (the embedded default) in the
-/// working folder `dir`, stderr to `log`; it dies with the test process.
-pub fn spawn_on_embedded_default(dir: &Path, log: &Path) -> Child {
+/// `spillway run` in the working folder `dir`, stdin closed, plain logs.
+/// The daemon dies with the test process: a test that panics in another
+/// thread or is killed must not leave daemons behind.
+pub fn run_command(dir: &Path) -> Command {
     let mut cmd = Command::new(spillway_bin());
     // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
     unsafe {
@@ -1157,11 +1138,29 @@ pub fn spawn_on_embedded_default(dir: &Path, log: &Path) -> Child {
         .current_dir(dir)
         .env_remove("RUST_LOG")
         .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Start `spillway run` with NO `--config` (the embedded default) in the
+/// working folder `dir`, stderr to `log`.
+pub fn spawn_on_embedded_default(dir: &Path, log: &Path) -> Child {
+    run_command(dir)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("creating the daemon log"))
         .spawn()
         .expect("starting spillway")
+}
+
+/// Whether a daemon answers a health check on `socket` (2 s timeout).
+pub fn answers_health(socket: &Path) -> bool {
+    let Ok(mut c) = Client::connect(socket) else {
+        return false;
+    };
+    if c.set_timeout(Some(Duration::from_secs(2))).is_err() {
+        return false;
+    }
+    c.health().is_ok()
 }
 
 /// Sum over shards of a per-shard counter of `ctl stats`

@@ -863,15 +863,7 @@ fn embedded_default_config_delivers_to_the_local_file() {
     let mut bare = Bare(Some(child));
     let socket = dir.path().join("spillway-data/spillway.sock");
     let log_text = || String::from_utf8_lossy(&fs::read(&log).unwrap_or_default()).into_owned();
-    let up = wait_until(START_TIMEOUT, || {
-        Client::connect(&socket)
-            .ok()
-            .and_then(|mut c| {
-                c.set_timeout(Some(Duration::from_secs(2))).ok()?;
-                c.health().ok()
-            })
-            .is_some()
-    });
+    let up = wait_until(START_TIMEOUT, || answers_health(&socket));
     assert!(
         up,
         "the daemon on the embedded default did not come up; log:\n{}",

@@ -12,9 +12,8 @@ mod support_plugins;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -406,23 +405,10 @@ struct Watched {
 impl Watched {
     fn start(d: &Daemon) -> Watched {
         let log = d.dir().join("watch-stderr.log");
-        let mut cmd = Command::new(spillway_bin());
-        // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
-        let child = cmd
-            .arg("run")
+        let child = run_command(d.dir())
             .arg("--config")
             .arg(d.config_path())
             .arg("--watch-config")
-            .current_dir(d.dir())
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&log).unwrap())
             .spawn()
@@ -432,15 +418,7 @@ impl Watched {
             log,
         };
         let socket = d.socket_path().to_path_buf();
-        let up = wait_until(START_TIMEOUT, || {
-            Client::connect(&socket)
-                .ok()
-                .and_then(|mut c| {
-                    c.set_timeout(Some(Duration::from_secs(2))).ok()?;
-                    c.health().ok()
-                })
-                .is_some()
-        });
+        let up = wait_until(START_TIMEOUT, || answers_health(&socket));
         assert!(
             up,
             "the daemon with --watch-config did not come up; log:\n{}",
@@ -726,16 +704,7 @@ fn reload_on_the_embedded_default_config_says_there_is_no_file() {
     };
     let socket = dir.path().join("spillway-data/spillway.sock");
     let admin = dir.path().join("spillway-data/admin.sock");
-    let up = wait_until(START_TIMEOUT, || {
-        admin.exists()
-            && Client::connect(&socket)
-                .ok()
-                .and_then(|mut c| {
-                    c.set_timeout(Some(Duration::from_secs(2))).ok()?;
-                    c.health().ok()
-                })
-                .is_some()
-    });
+    let up = wait_until(START_TIMEOUT, || admin.exists() && answers_health(&socket));
     assert!(
         up,
         "the daemon on the embedded default did not come up; log:\n{}",
