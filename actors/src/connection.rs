@@ -38,6 +38,12 @@ pub struct ConnectionLimits {
     pub payload_bytes_max: u32,
     /// A frame that has started arriving must be complete within this time.
     pub read_timeout: Duration,
+    /// A connection with no partial frame and nothing waiting for an ack is
+    /// closed after this long without a byte.
+    pub idle_timeout: Duration,
+    /// Bytes all connections together may reserve for frames larger than
+    /// [`READ_CHUNK`] while they arrive (`server.read_buffer_bytes_max`).
+    pub read_buffer_bytes_max: u64,
     pub inflight_records_max: usize,
     pub inflight_bytes_max: u64,
 }
@@ -45,8 +51,12 @@ pub struct ConnectionLimits {
 /// Unwritten response bytes past which a connection stops reading (a peer
 /// that does not read its acks is not allowed to grow our buffer).
 const OUT_BYTES_MAX: usize = 64 * 1024;
-/// Read buffer grows in steps of this size.
-const READ_CHUNK: usize = 64 * 1024;
+/// Every connection's read buffer may hold this much without asking the
+/// shared read-buffer budget; a frame larger than this reserves its size
+/// from the budget before its buffer grows past it.
+pub const READ_CHUNK: usize = 64 * 1024;
+/// How soon a connection waiting for read-buffer budget looks again.
+const BUDGET_RETRY: Duration = Duration::from_millis(10);
 /// Bytes each record takes in a segment besides its payload (its header),
 /// counted against the WAB budget at admission.
 const RECORD_OVERHEAD: u64 = 16;
@@ -83,6 +93,11 @@ pub struct Connection {
     rbuf: BytesMut,
     /// When the first byte of the (incomplete) frame at the front of `rbuf` arrived.
     frame_started: Option<Instant>,
+    /// Bytes of the shared read-buffer budget reserved for the frame at the
+    /// front of `rbuf` (0 while it fits [`READ_CHUNK`]).
+    reserved: u64,
+    /// Waiting for read-buffer budget: a retry timer is armed.
+    budget_wait: bool,
     /// A decoded request that did not fit the window; admitted first when it frees.
     parked: Option<Request>,
     reading: bool,
@@ -114,6 +129,8 @@ impl Connection {
             responder,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             frame_started: None,
+            reserved: 0,
+            budget_wait: false,
             parked: None,
             reading: false,
             read_closed: false,
@@ -147,22 +164,47 @@ impl Connection {
                 return;
             }
         }
+        if self.budget_wait {
+            return;
+        }
+        if !self.reserve_for_frame() {
+            // The frame at the front needs budget that others hold: wait
+            // without reading (holding at most READ_CHUNK), and look again.
+            // The stall clock does not run meanwhile; it is not the
+            // client's fault.
+            self.budget_wait = true;
+            self.shared
+                .stats
+                .read_buffer_pauses
+                .fetch_add(1, Ordering::Relaxed);
+            ctx.run_later(BUDGET_RETRY, |act, ctx| {
+                act.budget_wait = false;
+                if act.frame_started.is_some() {
+                    act.frame_started = Some(Instant::now());
+                }
+                act.read_more(ctx);
+            });
+            return;
+        }
         let Some(mut reader) = self.reader.take() else {
             return;
         };
-        self.reserve_for_frame();
         let mut buf = std::mem::take(&mut self.rbuf);
-        let stall_limit = self.frame_started.map(|t| {
-            let elapsed = t.elapsed();
-            self.shared.limits.read_timeout.saturating_sub(elapsed)
-        });
+        let limit = match self.frame_started {
+            Some(t) => Wait::Stall(self.shared.limits.read_timeout.saturating_sub(t.elapsed())),
+            None if buf.is_empty() => Wait::Idle(self.shared.limits.idle_timeout),
+            None => Wait::Stall(self.shared.limits.read_timeout),
+        };
         self.reading = true;
         let fut = async move {
-            let result = match stall_limit {
-                None => reader.read_buf(&mut buf).await,
-                Some(left) => match tokio::time::timeout(left, reader.read_buf(&mut buf)).await {
-                    Ok(r) => r,
-                    Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "frame stalled")),
+            let left = match limit {
+                Wait::Stall(d) | Wait::Idle(d) => d,
+            };
+            let result = match tokio::time::timeout(left, reader.read_buf(&mut buf)).await {
+                Ok(r) => ReadEnd::Data(r),
+                Err(_) => match limit {
+                    Wait::Stall(_) => ReadEnd::Stalled,
+                    Wait::Idle(_) => ReadEnd::Idle,
                 },
             };
             (reader, buf, result)
@@ -175,24 +217,61 @@ impl Connection {
         }));
     }
 
-    /// Make room for the rest of the frame at the front of the buffer (its
-    /// length is known once the header is in), within the payload cap.
-    fn reserve_for_frame(&mut self) {
+    /// Make room for more of the frame at the front of the buffer. A frame
+    /// that fits [`READ_CHUNK`] needs nothing; a larger one (its length is
+    /// known once its header is in) first reserves its size from the shared
+    /// budget, then its buffer grows as its bytes arrive (at most doubling
+    /// what has arrived), never to the declared length at once: a client
+    /// that declares 16 MiB and sends 15 holds about 15, and the budget caps
+    /// what all such clients hold together. False: no budget yet, wait.
+    fn reserve_for_frame(&mut self) -> bool {
         let mut need = READ_CHUNK;
         if self.rbuf.len() >= HEADER_LEN {
             let len = u32::from_le_bytes(self.rbuf[8..12].try_into().unwrap());
             if len <= self.shared.limits.payload_bytes_max {
-                need = need.max(HEADER_LEN + len as usize + TRAILER_LEN - self.rbuf.len());
+                let frame = HEADER_LEN + len as usize + TRAILER_LEN;
+                if frame > READ_CHUNK && self.reserved == 0 && !self.take_budget(frame as u64) {
+                    return false;
+                }
+                let remaining = frame.saturating_sub(self.rbuf.len());
+                need = remaining.min(self.rbuf.len().max(READ_CHUNK));
             }
         }
         if self.rbuf.capacity() - self.rbuf.len() < need / 4 {
             self.rbuf.reserve(need);
         }
+        true
     }
 
-    fn on_read(&mut self, result: io::Result<usize>, ctx: &mut Context<Self>) {
+    /// Reserve `bytes` of the read-buffer budget for the front frame. The
+    /// first reservation always succeeds (the cap is at least the largest
+    /// frame), so one frame can always make progress.
+    fn take_budget(&mut self, bytes: u64) -> bool {
+        let held = &self.shared.stats.read_buffer_bytes;
+        let cap = self.shared.limits.read_buffer_bytes_max;
+        let before = held.fetch_add(bytes, Ordering::AcqRel);
+        if before > 0 && before + bytes > cap {
+            held.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        self.reserved = bytes;
+        true
+    }
+
+    /// The reserved frame is decoded (or the connection is going away).
+    fn release_budget(&mut self) {
+        if self.reserved > 0 {
+            self.shared
+                .stats
+                .read_buffer_bytes
+                .fetch_sub(self.reserved, Ordering::AcqRel);
+            self.reserved = 0;
+        }
+    }
+
+    fn on_read(&mut self, result: ReadEnd, ctx: &mut Context<Self>) {
         match result {
-            Ok(0) => {
+            ReadEnd::Data(Ok(0)) => {
                 self.read_closed = true;
                 if !self.rbuf.is_empty() {
                     tracing::debug!(
@@ -203,21 +282,41 @@ impl Connection {
                 }
                 self.flush(ctx);
             }
-            Ok(_) => self.process(ctx),
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+            ReadEnd::Data(Ok(_)) => self.process(ctx),
+            ReadEnd::Stalled => {
                 self.shared
                     .stats
                     .read_timeouts
                     .fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(
+                if self.shared.stats.log_limiter.allow() {
+                    tracing::warn!(
+                        conn = self.id,
+                        buffered = self.rbuf.len(),
+                        timeout_ms = self.shared.limits.read_timeout.as_millis() as u64,
+                        "a frame stalled mid-way for longer than server.connection_read_timeout_ms; closing the connection"
+                    );
+                }
+                ctx.stop();
+            }
+            ReadEnd::Idle => {
+                let waiting = !self.responder.lock().slots.is_empty();
+                if waiting {
+                    // Not idle: earlier frames still wait for their acks.
+                    self.read_more(ctx);
+                    return;
+                }
+                self.shared
+                    .stats
+                    .idle_timeouts
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(
                     conn = self.id,
-                    buffered = self.rbuf.len(),
-                    timeout_ms = self.shared.limits.read_timeout.as_millis() as u64,
-                    "a frame stalled mid-way for longer than server.connection_read_timeout_ms; closing the connection"
+                    idle_ms = self.shared.limits.idle_timeout.as_millis() as u64,
+                    "closing a connection idle for server.connection_idle_timeout_ms"
                 );
                 ctx.stop();
             }
-            Err(e) => {
+            ReadEnd::Data(Err(e)) => {
                 tracing::debug!(conn = self.id, error = %e, "read failed; closing");
                 ctx.stop();
             }
@@ -260,6 +359,11 @@ impl Connection {
         // The stall clock runs per frame, and only while we wait on the
         // client: a consumed frame restarts it for the next one, and a
         // connection paused at its window is not the client's fault.
+        if consumed_frame {
+            // The reserved frame was the one at the front: it is decoded, its
+            // bytes now belong to records bounded by the in-flight window.
+            self.release_budget();
+        }
         self.frame_started = if self.rbuf.is_empty() || self.parked.is_some() {
             None
         } else if consumed_frame {
@@ -428,6 +532,22 @@ impl Connection {
     }
 }
 
+/// Which clock bounds the next read.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// A frame has started: it must be complete within this.
+    Stall(Duration),
+    /// Nothing has started: the connection may sit idle this long.
+    Idle(Duration),
+}
+
+/// How a read ended.
+enum ReadEnd {
+    Data(io::Result<usize>),
+    Stalled,
+    Idle,
+}
+
 /// The batch being assembled from one read.
 #[derive(Default)]
 struct Building {
@@ -461,6 +581,7 @@ impl Drop for Connection {
     /// flusher thread writes to the descriptor again.
     fn drop(&mut self) {
         self.responder.lock().closed = true;
+        self.release_budget();
     }
 }
 

@@ -9,6 +9,7 @@
 //! This crate may depend on the protocol, the WAB and sink-sdk; it must not
 //! depend on the runtime (config files, CLI) or on any particular sink.
 
+pub mod accept;
 pub mod connection;
 pub mod drain;
 pub mod flusher;
@@ -16,17 +17,20 @@ pub mod listener;
 pub mod responder;
 pub mod sealer;
 pub mod shard;
+pub mod socket_dir;
 pub mod stats;
 
+pub use accept::AcceptErrors;
 pub use connection::{Connection, ConnectionContext, ConnectionLimits};
 pub use drain::{
     Drain, DrainConfig, DrainSettings, DrainStats, SinkHost, SinkMaker, SinkSlot, StopDrain,
 };
 pub use flusher::{FlusherConfig, ShardFlusher, StopShard};
-pub use listener::{bind_socket, BindError, Listener, StopListening};
+pub use listener::{bind_socket, ensure_socket_folder, BindError, Listener, StopListening};
 pub use sealer::{SealerMsg, SegmentSealer};
 pub use shard::{
     AppendBatch, CommitTarget, PendingRecord, ShardHealth, ShardQueue, ShardStats, WabBudget,
     Watermark, FSYNC_BUCKETS_US,
 };
+pub use socket_dir::{check_socket_dir, InsecureSocketDir, SocketLock};
 pub use stats::{DaemonStats, RateLimiter};

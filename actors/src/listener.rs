@@ -3,8 +3,9 @@
 //! arbiters (round robin, one per core), pinned to a shard.
 //!
 //! [`bind_socket`] prepares the socket file: parent folder created 0700 if
-//! missing, a stale socket left by a dead daemon replaced, a live one
-//! refused, the new socket chmod 0600 (created under a restrictive umask so
+//! missing, a folder another user could write refused (see
+//! [`crate::socket_dir`]), a stale socket left by a dead daemon replaced, a
+//! live one refused, the new socket chmod 0600 (created under a restrictive umask so
 //! it is never reachable by others, even for an instant).
 
 use std::io;
@@ -18,8 +19,10 @@ use std::sync::Arc;
 use actix::prelude::*;
 use tokio::net::UnixListener;
 
+use crate::accept::AcceptErrors;
 use crate::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
 use crate::shard::ShardQueue;
+use crate::socket_dir::{check_socket_dir, InsecureSocketDir};
 
 /// Why the socket could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -32,21 +35,20 @@ pub enum BindError {
     Folder { path: PathBuf, source: io::Error },
     #[error("binding {path}: {source}")]
     Bind { path: PathBuf, source: io::Error },
+    #[error("refusing to put a socket where another user could replace it: {0} (fix the folder's owner or mode, see docs/security.md; or accept the risk with server.allow_insecure_socket_dir = true)")]
+    InsecureFolder(InsecureSocketDir),
 }
 
-/// Bind the daemon's socket, replacing a stale one.
-pub fn bind_socket(path: &Path) -> Result<StdUnixListener, BindError> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        if !parent.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(parent)
-                .map_err(|source| BindError::Folder {
-                    path: parent.to_path_buf(),
-                    source,
-                })?;
+/// Bind the daemon's socket, replacing a stale one. The socket's folder must
+/// pass [`check_socket_dir`]; with `allow_insecure_dir` a failing folder is
+/// only warned about (at every start).
+pub fn bind_socket(path: &Path, allow_insecure_dir: bool) -> Result<StdUnixListener, BindError> {
+    ensure_socket_folder(path)?;
+    if let Err(insecure) = check_socket_dir(path) {
+        if !allow_insecure_dir {
+            return Err(BindError::InsecureFolder(insecure));
         }
+        tracing::warn!(socket = %path.display(), folder = %insecure.folder.display(), why = %insecure.why, "server.allow_insecure_socket_dir = true: another user could replace this socket and receive its records");
     }
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
@@ -81,6 +83,23 @@ pub fn bind_socket(path: &Path) -> Result<StdUnixListener, BindError> {
     Ok(listener)
 }
 
+/// Create the socket's folder (0700) if it is missing.
+pub fn ensure_socket_folder(path: &Path) -> Result<(), BindError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(parent)
+                .map_err(|source| BindError::Folder {
+                    path: parent.to_path_buf(),
+                    source,
+                })?;
+        }
+    }
+    Ok(())
+}
+
 /// Accepts connections. Runs on the system arbiter.
 pub struct Listener {
     listener: Option<StdUnixListener>,
@@ -91,6 +110,8 @@ pub struct Listener {
     max_connections: usize,
     next_arbiter: usize,
     next_shard: usize,
+    /// Pauses the loop (instead of spinning) while accept fails, e.g. EMFILE.
+    accept_errors: AcceptErrors,
 }
 
 impl Listener {
@@ -110,18 +131,27 @@ impl Listener {
             max_connections,
             next_arbiter: 0,
             next_shard: 0,
+            accept_errors: AcceptErrors::new("producer"),
         }
     }
 
     fn accept_loop(&mut self, ctx: &mut Context<Self>, listener: Rc<UnixListener>) {
         let l = listener.clone();
         let fut = async move { l.accept().await };
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-            match res {
-                Ok((stream, _)) => act.on_accept(stream),
-                Err(e) => tracing::warn!(error = %e, "accept failed"),
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
+            Ok((stream, _)) => {
+                act.accept_errors.accepted();
+                act.on_accept(stream);
+                act.accept_loop(ctx, listener);
             }
-            act.accept_loop(ctx, listener);
+            Err(e) => {
+                act.shared
+                    .stats
+                    .accept_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                let pause = act.accept_errors.failed(&e);
+                ctx.run_later(pause, move |act, ctx| act.accept_loop(ctx, listener));
+            }
         }));
     }
 

@@ -14,6 +14,16 @@ pub struct DaemonStats {
     /// Closed at once because `max_connections` were open.
     pub connections_refused: AtomicU64,
     pub read_timeouts: AtomicU64,
+    /// Closed after `connection_idle_timeout_ms` with nothing in progress.
+    pub idle_timeouts: AtomicU64,
+    /// `accept()` failures (EMFILE and the like); the loop pauses on each.
+    pub accept_failures: AtomicU64,
+    /// Bytes held right now by read buffers beyond their first
+    /// [`crate::connection::READ_CHUNK`] (partially received frames),
+    /// capped by `server.read_buffer_bytes_max`.
+    pub read_buffer_bytes: AtomicU64,
+    /// Times a connection paused reading because that cap was reached.
+    pub read_buffer_pauses: AtomicU64,
     /// Nacks sent, indexed by reason byte (index 0 unused).
     pub nacks: [AtomicU64; 11],
     /// Limits warnings about bad clients so one hostile peer cannot flood the log.

@@ -177,7 +177,7 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn global_counters() -> [Counter<GlobalGet>; 6] {
+fn global_counters() -> [Counter<GlobalGet>; 11] {
     [
         Counter {
             key: "connections_open",
@@ -206,6 +206,41 @@ fn global_counters() -> [Counter<GlobalGet>; 6] {
             kind: "counter",
             help: "Connections closed because a frame stalled mid-way.",
             get: |s| load(&s.stats.read_timeouts),
+        },
+        Counter {
+            key: "idle_timeouts",
+            metric: "spillway_idle_timeouts_total",
+            kind: "counter",
+            help: "Connections closed after server.connection_idle_timeout_ms with nothing in progress.",
+            get: |s| load(&s.stats.idle_timeouts),
+        },
+        Counter {
+            key: "accept_failures",
+            metric: "spillway_accept_failures_total",
+            kind: "counter",
+            help: "accept() failures (EMFILE: out of file descriptors, and the like); each pauses the accept loop.",
+            get: |s| load(&s.stats.accept_failures),
+        },
+        Counter {
+            key: "read_buffer_bytes",
+            metric: "spillway_read_buffer_bytes",
+            kind: "gauge",
+            help: "Read-buffer budget reserved by frames larger than 64 KiB while they arrive.",
+            get: |s| load(&s.stats.read_buffer_bytes),
+        },
+        Counter {
+            key: "read_buffer_pauses",
+            metric: "spillway_read_buffer_pauses_total",
+            kind: "counter",
+            help: "Times a connection waited before reading because server.read_buffer_bytes_max was reserved.",
+            get: |s| load(&s.stats.read_buffer_pauses),
+        },
+        Counter {
+            key: "log_write_failures",
+            metric: "spillway_log_write_failures_total",
+            kind: "counter",
+            help: "Log writes dropped because stderr failed (closed pipe, full disk).",
+            get: |_| crate::logging::log_write_failures(),
         },
         Counter {
             key: "wab_bytes_used",

@@ -90,6 +90,18 @@ pub struct ServerConfig {
     pub payload_bytes_max: u64,
     /// A frame that has started must be complete within this. 100..=600000 ms.
     pub connection_read_timeout_ms: u64,
+    /// A connection with nothing in progress (no partial frame, no frame
+    /// waiting for its ack) for this long is closed, so idle sockets cannot
+    /// hold `max_connections` against other producers. 1000..=86400000 ms.
+    pub connection_idle_timeout_ms: u64,
+    /// Bytes all connections together may hold in partially received frames
+    /// (beyond a 64 KiB read buffer each); past it, connections wait before
+    /// reading more. At least payload_bytes_max; up to 64 GiB.
+    pub read_buffer_bytes_max: u64,
+    /// Start even when another user could replace the socket (its folder, or
+    /// one above it, is writable by others): warned at every start. See
+    /// docs/security.md.
+    pub allow_insecure_socket_dir: bool,
     /// Records one connection may have waiting for their commit. 1..=65536.
     pub inflight_records_max: u32,
     /// Payload bytes one connection may have waiting. 64 KiB..=1 GiB.
@@ -107,6 +119,9 @@ impl Default for ServerConfig {
             max_connections: 1024,
             payload_bytes_max: 16 * MIB,
             connection_read_timeout_ms: 10_000,
+            connection_idle_timeout_ms: 300_000,
+            read_buffer_bytes_max: 256 * MIB,
+            allow_insecure_socket_dir: false,
             inflight_records_max: 4096,
             inflight_bytes_max: 32 * MIB,
             shutdown_timeout_ms: 5_000,
@@ -129,6 +144,11 @@ pub struct WabConfig {
     /// How long a flusher spins waiting for the next batch before it sleeps,
     /// microseconds. 0..=10000; 0 never spins.
     pub flusher_spin_us: u64,
+    /// Payload bytes one group commit takes at most (one batch is always
+    /// taken, however large). Small records queued behind huge ones ride the
+    /// next group instead of waiting for hundreds of MiB to be written and
+    /// fsynced. 64 KiB..=1 GiB.
+    pub group_bytes_max: u64,
 }
 
 impl Default for WabConfig {
@@ -139,6 +159,7 @@ impl Default for WabConfig {
             buffered_flush_interval_ms: 100,
             fsync_failures_max: 3,
             flusher_spin_us: 200,
+            group_bytes_max: 4 * MIB,
         }
     }
 }
@@ -253,6 +274,20 @@ impl Config {
             " ms",
         )?;
         range_u64(
+            "server.connection_idle_timeout_ms",
+            s.connection_idle_timeout_ms,
+            1_000,
+            86_400_000,
+            " ms",
+        )?;
+        range_u64(
+            "server.read_buffer_bytes_max",
+            s.read_buffer_bytes_max,
+            s.payload_bytes_max.max(MIB),
+            64 * GIB,
+            " bytes (at least server.payload_bytes_max, so the largest frame can arrive)",
+        )?;
+        range_u64(
             "server.inflight_records_max",
             s.inflight_records_max as u64,
             1,
@@ -303,6 +338,13 @@ impl Config {
             "",
         )?;
         range_u64("wab.flusher_spin_us", w.flusher_spin_us, 0, 10_000, " µs")?;
+        range_u64(
+            "wab.group_bytes_max",
+            w.group_bytes_max,
+            64 * KIB,
+            GIB,
+            " bytes",
+        )?;
         if w.wab_bytes_max < w.segment_bytes_max {
             return Err(ConfigError::Invalid {
                 key: "wab.wab_bytes_max",
@@ -323,12 +365,10 @@ impl Config {
         self.sink
             .validate()
             .map_err(|e| ConfigError::Sink(e.to_string()))?;
-        if self.log.level.trim().is_empty() {
-            return Err(ConfigError::Invalid {
-                key: "log.level",
-                message: "must not be empty (try \"info\")".into(),
-            });
-        }
+        crate::logging::check_level(&self.log.level).map_err(|message| ConfigError::Invalid {
+            key: "log.level",
+            message,
+        })?;
         Ok(())
     }
 
@@ -341,6 +381,10 @@ impl Config {
                 .map(|n| n.get() as u32)
                 .unwrap_or(1)
         }
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.server.connection_idle_timeout_ms)
     }
 
     pub fn read_timeout(&self) -> Duration {
@@ -430,6 +474,17 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("wab.wab_bytes_max"), "{err}");
+    }
+
+    #[test]
+    fn bad_log_level_is_named() {
+        let err = Config::parse("[log]\nlevel = \"verbose!!\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("log.level: ") && err.contains("verbose!!"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! `spillway run`: start the actor system on a validated config, print
 //! where things are, and wait for a signal.
 //!
-//! Start-up order: bind the socket (fails fast if another daemon owns it),
-//! recover every shard (before any push is accepted), start the flushers,
-//! the connection arbiters (one per core), the listener, the supervisor,
-//! then the signal handlers. SIGTERM / SIGINT stop gracefully.
+//! Start-up order: take the data folder's lock (a second daemon exits here,
+//! naming the holder), raise and check the file descriptor limit, lock and
+//! bind the sockets (refused in a folder another user could write; fails
+//! fast if another daemon owns them), recover every shard (before any push
+//! is accepted), start the flushers, the connection arbiters (one per
+//! core), the listener, the supervisor, then the signal handlers. SIGTERM /
+//! SIGINT stop gracefully.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -14,14 +17,16 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use spillway_actors::{
-    bind_socket, ConnectionContext, ConnectionLimits, DaemonStats, DrainStats, Listener,
-    ShardQueue, SinkMaker, SinkSlot, WabBudget,
+    bind_socket, ensure_socket_folder, ConnectionContext, ConnectionLimits, DaemonStats,
+    DrainStats, Listener, ShardQueue, SinkMaker, SinkSlot, SocketLock, WabBudget,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::FsStorage;
 
 use crate::admin::{Admin, AdminState};
 use crate::config::Config;
+use crate::lock::DataDirLock;
+use crate::logging::say;
 use crate::reload::Reloader;
 use crate::supervisor::{Children, ShardSlot, Shutdown, Supervisor};
 
@@ -40,6 +45,8 @@ pub fn run(
     config_path: Option<PathBuf>,
     watch_config: bool,
 ) -> Result<(), String> {
+    // Held until the process exits: the data folder and the sockets have one owner.
+    let _owner = take_ownership(&cfg)?;
     let system = actix_rt::System::new();
     let result = system.block_on(async move { start(cfg, origin, config_path, watch_config) });
     result?;
@@ -48,15 +55,92 @@ pub fn run(
         .map_err(|e| format!("actor system failed: {e}"))
 }
 
+/// The locks a running daemon holds for its whole life.
+struct Ownership {
+    _data: DataDirLock,
+    _socket: SocketLock,
+    _admin: SocketLock,
+}
+
+/// Take the data folder (before recovery reads anything) and the socket
+/// names; check the descriptor limit and the free space. Fails with a
+/// message naming the folder, the holder or the numbers.
+fn take_ownership(cfg: &Config) -> Result<Ownership, String> {
+    let data_dir = &cfg.server.data_dir;
+    create_data_dir(data_dir)
+        .map_err(|e| format!("creating the data folder {}: {e}", data_dir.display()))?;
+    let data = DataDirLock::acquire(data_dir)?;
+    let limit = crate::fd_limit::raise_soft_limit()
+        .map_err(|e| format!("reading the file descriptor limit: {e}"))?;
+    crate::fd_limit::check(
+        limit,
+        u64::from(cfg.server.max_connections),
+        u64::from(cfg.shard_count()),
+    )?;
+    warn_if_disk_smaller(cfg);
+    let mut locks = Vec::new();
+    for (what, path) in [
+        ("server.socket_path", &cfg.server.socket_path),
+        ("admin.socket_path", &cfg.admin.socket_path),
+    ] {
+        ensure_socket_folder(path).map_err(|e| format!("{what}: {e}"))?;
+        locks.push(SocketLock::acquire(path).map_err(|e| format!("{what}: {e}"))?);
+    }
+    let admin = locks.pop().expect("two socket locks");
+    let socket = locks.pop().expect("two socket locks");
+    Ok(Ownership {
+        _data: data,
+        _socket: socket,
+        _admin: admin,
+    })
+}
+
+/// Create the data folder (0700) and make its name durable.
+fn create_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use spillway_wab::Storage;
+    FsStorage.create_dir_all(dir)
+}
+
+/// `wab.wab_bytes_max` above the data folder's free space means the disk,
+/// not the budget, will stop producers: say so at start.
+fn warn_if_disk_smaller(cfg: &Config) {
+    let Some(free) = free_bytes(&cfg.server.data_dir) else {
+        return;
+    };
+    if cfg.wab.wab_bytes_max > free {
+        tracing::warn!(
+            data_dir = %cfg.server.data_dir.display(),
+            free_bytes = free,
+            wab_bytes_max = cfg.wab.wab_bytes_max,
+            "wab.wab_bytes_max is larger than the free space of the data folder: the disk will fill before the budget does (pushes then get Overloaded until delivery frees space); lower wab.wab_bytes_max to fit"
+        );
+    }
+}
+
+/// Bytes available to this user on the file system holding `dir`.
+pub fn free_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a struct to fill.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
 fn start(
     cfg: Config,
     origin: &str,
     config_path: Option<PathBuf>,
     watch_config: bool,
 ) -> Result<(), String> {
-    let std_listener = bind_socket(&cfg.server.socket_path).map_err(|e| e.to_string())?;
-    let admin_listener =
-        bind_socket(&cfg.admin.socket_path).map_err(|e| format!("admin socket: {e}"))?;
+    let insecure_ok = cfg.server.allow_insecure_socket_dir;
+    let std_listener = bind_socket(&cfg.server.socket_path, insecure_ok)
+        .map_err(|e| format!("server.socket_path: {e}"))?;
+    let admin_listener = bind_socket(&cfg.admin.socket_path, insecure_ok)
+        .map_err(|e| format!("admin.socket_path: {e}"))?;
     let metrics_listener = match &cfg.admin.metrics_address {
         Some(addr) => {
             let l = std::net::TcpListener::bind(addr)
@@ -118,6 +202,8 @@ fn start(
         limits: ConnectionLimits {
             payload_bytes_max: cfg.server.payload_bytes_max as u32,
             read_timeout: cfg.read_timeout(),
+            idle_timeout: cfg.idle_timeout(),
+            read_buffer_bytes_max: cfg.server.read_buffer_bytes_max,
             inflight_records_max: cfg.server.inflight_records_max as usize,
             inflight_bytes_max: cfg.server.inflight_bytes_max,
         },
@@ -143,7 +229,7 @@ fn start(
         wab_bytes_used = wab.used.load(std::sync::atomic::Ordering::Relaxed),
         "spillway is listening"
     );
-    println!(
+    say(&format!(
         "spillway listening on {} (data in {}, {} shards, sink: {}, config: {}); recovered {} records in {} segments",
         cfg.server.socket_path.display(),
         cfg.server.data_dir.display(),
@@ -152,7 +238,7 @@ fn start(
         origin,
         recovered_records,
         recovered_segments
-    );
+    ));
     let description = Arc::new(Mutex::new(sink_description.clone()));
     let reloader = Rc::new(RefCell::new(Reloader::new(
         config_path,

@@ -5,6 +5,9 @@ mod admin;
 mod bench;
 mod config;
 mod daemon;
+mod fd_limit;
+mod lock;
+mod logging;
 mod reload;
 mod supervisor;
 
@@ -128,15 +131,6 @@ fn ctl(
     admin::call(&socket, &line)
 }
 
-fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -148,7 +142,7 @@ fn main() -> ExitCode {
                 Ok(v) => v,
                 Err(e) => return fail(&e),
             };
-            init_logging(&cfg.log.level);
+            logging::init(&cfg.log.level);
             match daemon::run(cfg, &origin, config, watch_config) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -164,14 +158,14 @@ fn main() -> ExitCode {
             }
             match load(config.as_ref()) {
                 Ok((_, origin)) => {
-                    println!("{origin}: ok");
+                    logging::say(&format!("{origin}: ok"));
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(&e),
             }
         }
         Command::Bench(args) => {
-            init_logging("warn");
+            logging::init("warn");
             match bench::run(args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
@@ -205,7 +199,7 @@ fn load(path: Option<&PathBuf>) -> Result<(Config, String), String> {
 }
 
 fn fail(msg: &str) -> ExitCode {
-    eprintln!("spillway: {msg}");
+    logging::say_err(&format!("spillway: {msg}"));
     ExitCode::FAILURE
 }
 

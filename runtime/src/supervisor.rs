@@ -231,7 +231,10 @@ impl Supervisor {
                 );
                 self.shutdown(ctx);
             }
-            Some(true) => match bind_socket(&self.cfg.server.socket_path) {
+            Some(true) => match bind_socket(
+                &self.cfg.server.socket_path,
+                self.cfg.server.allow_insecure_socket_dir,
+            ) {
                 Ok(std_listener) => {
                     let shards = self.shards.iter().map(|s| s.queue.clone()).collect();
                     let listener = Listener::new(

@@ -1,0 +1,115 @@
+//! What an accept loop does when `accept()` fails.
+//!
+//! With every file descriptor in use, `accept()` fails with EMFILE at once,
+//! and the pending connection stays in the backlog: a loop that retries
+//! straight away spins a core and, measured before this existed, wrote
+//! millions of WARN lines (over a GB of log in seconds). [`AcceptErrors`]
+//! pauses the loop instead, doubling the pause while the resource shortage
+//! lasts (as tokio-style accept loops do), and logs at most one line per
+//! [`LOG_EVERY`] with the count of failures since the last line.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+/// First pause after a resource error (EMFILE, ENFILE, ENOBUFS, ENOMEM).
+const PAUSE_FIRST: Duration = Duration::from_millis(5);
+/// Longest pause between accept attempts while resources stay short.
+const PAUSE_MAX: Duration = Duration::from_secs(1);
+/// Pause after any other error, so no error can make the loop spin.
+const PAUSE_OTHER: Duration = Duration::from_millis(1);
+/// At most one log line per this interval.
+pub const LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// Backoff and log throttling for one accept loop.
+#[derive(Debug)]
+pub struct AcceptErrors {
+    /// Which socket, for the log line.
+    what: &'static str,
+    pause: Duration,
+    last_log: Option<Instant>,
+    /// Failures not yet reported in a log line.
+    unreported: u64,
+    /// Every failure so far (exported as a counter by the caller).
+    pub total: u64,
+}
+
+/// Whether an accept error means "out of descriptors or memory": the
+/// condition lasts until something is freed, so retrying at once is futile.
+pub fn is_resource_error(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+impl AcceptErrors {
+    pub fn new(what: &'static str) -> Self {
+        AcceptErrors {
+            what,
+            pause: PAUSE_FIRST,
+            last_log: None,
+            unreported: 0,
+            total: 0,
+        }
+    }
+
+    /// A successful accept: the shortage (if any) is over.
+    pub fn accepted(&mut self) {
+        self.pause = PAUSE_FIRST;
+    }
+
+    /// Count and maybe log `e`; returns how long to wait before the next accept.
+    pub fn failed(&mut self, e: &io::Error) -> Duration {
+        self.total += 1;
+        self.unreported += 1;
+        let now = Instant::now();
+        if self
+            .last_log
+            .is_none_or(|t| now.duration_since(t) >= LOG_EVERY)
+        {
+            let resource = is_resource_error(e);
+            tracing::warn!(
+                socket = self.what,
+                error = %e,
+                failures = self.unreported,
+                hint = if resource {
+                    "out of file descriptors or memory: raise the fd limit (ulimit -n / LimitNOFILE) or lower server.max_connections"
+                } else {
+                    ""
+                },
+                "accept failed; pausing before the next attempt (at most one such line per second)"
+            );
+            self.last_log = Some(now);
+            self.unreported = 0;
+        }
+        if is_resource_error(e) {
+            let pause = self.pause;
+            self.pause = (self.pause * 2).min(PAUSE_MAX);
+            pause
+        } else {
+            PAUSE_OTHER
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_errors_back_off_up_to_the_cap_and_reset_on_success() {
+        let mut a = AcceptErrors::new("test");
+        let emfile = io::Error::from_raw_os_error(libc::EMFILE);
+        let pauses: Vec<Duration> = (0..12).map(|_| a.failed(&emfile)).collect();
+        assert_eq!(pauses[0], PAUSE_FIRST);
+        assert!(pauses.windows(2).all(|w| w[1] >= w[0]), "{pauses:?}");
+        assert_eq!(*pauses.last().unwrap(), PAUSE_MAX);
+        assert_eq!(a.total, 12);
+        // Only the first failure was logged; the rest wait for the next second.
+        assert_eq!(a.unreported, 11);
+        a.accepted();
+        assert_eq!(a.failed(&emfile), PAUSE_FIRST);
+        let other = io::Error::from_raw_os_error(libc::ECONNABORTED);
+        assert_eq!(a.failed(&other), PAUSE_OTHER);
+    }
+}

@@ -1,0 +1,77 @@
+//! File descriptors: raise the soft limit at start, and refuse a
+//! `max_connections` that would leave the shards without descriptors.
+//!
+//! Every connection holds one descriptor. Measured before this existed:
+//! with a 1,024-descriptor limit and the default `max_connections = 1024`,
+//! 1,100 idle connections made segment rotation fail for lack of a
+//! descriptor and the shard stopped. So the connections may use only what
+//! is left after a reserve for the WAB (active and spare segments, the
+//! sealer's and drain's files, checkpoints, the dead-letter store), the
+//! sinks (HTTP connections, plugin files) and the admin sockets.
+
+/// Descriptors kept for everything but producer connections, besides the
+/// per-shard share below.
+pub const FD_RESERVE: u64 = 64;
+/// Descriptors one shard may hold at once: active segment, spare being
+/// preallocated, segment being sealed, drain reader, checkpoint, directory
+/// fsyncs, with headroom.
+pub const FDS_PER_SHARD: u64 = 8;
+
+/// The soft `RLIMIT_NOFILE` after raising it as far as the hard limit allows.
+pub fn raise_soft_limit() -> std::io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct we pass.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            tracing::debug!(
+                from = lim.rlim_cur,
+                to = lim.rlim_max,
+                "raised the soft file descriptor limit to the hard limit"
+            );
+            return Ok(lim.rlim_max);
+        }
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// Refuse `max_connections` when `limit` descriptors cannot hold them plus
+/// the reserve; the message names both numbers and the fixes.
+pub fn check(limit: u64, max_connections: u64, shards: u64) -> Result<(), String> {
+    let reserve = FD_RESERVE + FDS_PER_SHARD * shards;
+    if max_connections.saturating_add(reserve) <= limit {
+        return Ok(());
+    }
+    let fits = limit.saturating_sub(reserve);
+    Err(format!(
+        "server.max_connections = {max_connections} does not fit the file descriptor limit of {limit}: \
+         {reserve} are kept for segments, checkpoints, sinks and admin ({FD_RESERVE} + {FDS_PER_SHARD} per shard \
+         x {shards} shards), so at most {fits} connections fit; lower server.max_connections to {fits} or raise \
+         the limit (ulimit -n, or LimitNOFILE= in the systemd unit)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_connections_must_leave_the_reserve() {
+        check(20_000, 1024, 2).unwrap();
+        let err = check(1024, 1024, 2).unwrap_err();
+        assert!(err.contains("server.max_connections = 1024"), "{err}");
+        assert!(err.contains("limit of 1024"), "{err}");
+        assert!(err.contains("at most 944 connections"), "{err}");
+        check(1024, 944, 2).unwrap();
+    }
+}
