@@ -7,7 +7,22 @@
 //! After a crash every operation fails, as if the process had died: what was
 //! written before stays in the files (a process crash keeps the page cache),
 //! and a test then runs recovery on the same directory with [`FsStorage`].
+//!
+//! [`FaultyStorage::power_cut`] goes further: it drops every directory
+//! entry (file or folder) created or renamed into a folder since that
+//! folder's last [`Storage::sync_dir`], the way a power loss may on a real
+//! file system, then crashes. A rename that was not made durable is undone
+//! (the file gets its old name back, and a file it replaced gets its old
+//! contents back). Only names are modelled: file data that was written but
+//! not fsynced survives, so this seam catches missing directory fsyncs,
+//! not missing `fdatasync`s. Removals are taken as durable at once.
+//!
+//! [`FaultyStorage::fail_every`] makes every operation of a kind fail (a
+//! full disk: every `Create` fails with ENOSPC, while writes into space
+//! already allocated still work).
 
+use std::collections::BTreeMap;
+use std::fs;
 use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -52,11 +67,32 @@ pub struct Fault {
     pub kind: FaultKind,
 }
 
+/// A directory entry a power cut would drop: how it came to be.
+#[derive(Debug, Clone)]
+enum Undurable {
+    /// Created (file or folder) since its folder's last fsync.
+    Created,
+    /// Renamed here from `from`; `replaced` holds the contents of a file
+    /// the rename replaced, to restore on a power cut.
+    Renamed {
+        from: PathBuf,
+        replaced: Option<Vec<u8>>,
+    },
+}
+
+/// Files this large are not kept for restoring after a power cut (the WAB
+/// only ever renames small files, checkpoints, over existing ones).
+const REPLACED_KEEP_BYTES_MAX: u64 = 1024 * 1024;
+
 #[derive(Debug, Default)]
 struct State {
     counts: [u64; OP_KINDS],
     faults: Vec<Fault>,
+    /// Operations that fail every time (see [`FaultyStorage::fail_every`]).
+    always: Vec<(Op, FaultKind)>,
     crashed: bool,
+    /// Entries not yet made durable by an fsync of their folder.
+    undurable: BTreeMap<PathBuf, Undurable>,
 }
 
 /// Fault-injecting storage; clones share one fault plan and counters.
@@ -90,6 +126,72 @@ impl FaultyStorage {
         self.state.lock().unwrap().faults.push(fault);
     }
 
+    /// Make every later operation of kind `op` fail with `kind` (only
+    /// [`FaultKind::Eio`] and [`FaultKind::Enospc`] make sense here).
+    pub fn fail_every(&self, op: Op, kind: FaultKind) {
+        assert!(
+            matches!(kind, FaultKind::Eio | FaultKind::Enospc),
+            "fail_every takes an error, not {kind:?}"
+        );
+        self.state.lock().unwrap().always.push((op, kind));
+    }
+
+    /// Stop failing operations of kind `op` (undoes [`Self::fail_every`]).
+    pub fn stop_failing(&self, op: Op) {
+        self.state.lock().unwrap().always.retain(|(o, _)| *o != op);
+    }
+
+    /// Entries a power cut would drop now (for test messages).
+    pub fn undurable(&self) -> Vec<PathBuf> {
+        self.state
+            .lock()
+            .unwrap()
+            .undurable
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// Simulate a power cut: drop every entry created or renamed into a
+    /// folder since that folder's last fsync (a folder with everything in
+    /// it), undo renames that were not made durable, then crash (every later
+    /// operation fails). Returns the entries dropped or renamed back.
+    pub fn power_cut(&self) -> io::Result<Vec<PathBuf>> {
+        let mut st = self.state.lock().unwrap();
+        st.crashed = true;
+        let entries = std::mem::take(&mut st.undurable);
+        drop(st);
+        // Deepest first: undo what happened inside a folder before the
+        // folder itself goes.
+        let mut entries: Vec<(PathBuf, Undurable)> = entries.into_iter().collect();
+        entries.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
+        let mut dropped = Vec::new();
+        for (path, how) in entries {
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue; // already gone with its folder, or removed
+            };
+            match how {
+                Undurable::Renamed { from, replaced }
+                    if from.parent().is_some_and(|p| p.is_dir()) =>
+                {
+                    fs::rename(&path, &from)?;
+                    if let Some(bytes) = replaced {
+                        fs::write(&path, bytes)?;
+                    }
+                }
+                _ if meta.is_dir() => fs::remove_dir_all(&path)?,
+                _ => fs::remove_file(&path)?,
+            }
+            dropped.push(path);
+        }
+        Ok(dropped)
+    }
+
+    fn note_created(&self, path: &Path) {
+        let mut st = self.state.lock().unwrap();
+        st.undurable.insert(path.to_path_buf(), Undurable::Created);
+    }
+
     pub fn crashed(&self) -> bool {
         self.state.lock().unwrap().crashed
     }
@@ -106,6 +208,14 @@ impl FaultyStorage {
         }
         st.counts[op as usize] += 1;
         let n = st.counts[op as usize];
+        if let Some((_, kind)) = st.always.iter().find(|(o, _)| *o == op) {
+            let errno = if *kind == FaultKind::Enospc {
+                libc::ENOSPC
+            } else {
+                libc::EIO
+            };
+            return Verdict::Fail(io::Error::from_raw_os_error(errno));
+        }
         let Some(fault) = st.faults.iter().find(|f| f.op == op && f.nth == n).copied() else {
             return Verdict::Go;
         };
@@ -137,8 +247,10 @@ impl Storage for FaultyStorage {
 
     fn create(&self, path: &Path) -> io::Result<FaultyFile> {
         self.gate(Op::Create)?;
+        let inner = FsStorage.create(path)?;
+        self.note_created(path);
         Ok(FaultyFile {
-            inner: FsStorage.create(path)?,
+            inner,
             storage: self.clone(),
         })
     }
@@ -161,22 +273,72 @@ impl Storage for FaultyStorage {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         self.gate(Op::Rename)?;
-        FsStorage.rename(from, to)
+        let replaced = match fs::metadata(to) {
+            Ok(m) if m.is_file() && m.len() <= REPLACED_KEEP_BYTES_MAX => fs::read(to).ok(),
+            _ => None,
+        };
+        FsStorage.rename(from, to)?;
+        let mut st = self.state.lock().unwrap();
+        // A name created and renamed before any fsync was never durable
+        // under either name: the power cut drops it.
+        let how = match st.undurable.remove(from) {
+            Some(Undurable::Created) => Undurable::Created,
+            Some(Undurable::Renamed { from: first, .. }) => Undurable::Renamed {
+                from: first,
+                replaced,
+            },
+            None => Undurable::Renamed {
+                from: from.to_path_buf(),
+                replaced,
+            },
+        };
+        st.undurable.insert(to.to_path_buf(), how);
+        Ok(())
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.gate(Op::SyncDir)?;
-        FsStorage.sync_dir(dir)
+        FsStorage.sync_dir(dir)?;
+        let mut st = self.state.lock().unwrap();
+        st.undurable
+            .retain(|p, _| crate::storage::parent_of(p) != dir);
+        Ok(())
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
         self.gate(Op::Remove)?;
-        FsStorage.remove(path)
+        FsStorage.remove(path)?;
+        self.state.lock().unwrap().undurable.remove(path);
+        Ok(())
     }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         self.gate(Op::Create)?;
-        FsStorage.create_dir_all(dir)
+        // Which components are new, so a power cut can drop them (this
+        // method never fsyncs a parent: that is what the seam is for).
+        let mut missing = Vec::new();
+        let mut at = Some(dir);
+        while let Some(p) = at.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+            missing.push(p.to_path_buf());
+            at = p.parent();
+        }
+        FsStorage.create_dir_all(dir)?;
+        for p in missing {
+            self.note_created(&p);
+        }
+        Ok(())
+    }
+
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        // mkdir of an existing folder fails with EEXIST before anything
+        // could run out of space, so this is not counted as a Create.
+        if fs::symlink_metadata(dir).is_ok() {
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        self.gate(Op::Create)?;
+        FsStorage.create_dir(dir)?;
+        self.note_created(dir);
+        Ok(())
     }
 
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {

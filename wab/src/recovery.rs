@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use crate::format::{classify, FileKind, Footer, FOOTER_LEN};
 use crate::reader::{End, Opened, SegmentReader};
 use crate::segment::{seal, Preallocated, Sealing};
-use crate::storage::{read_full_at, Storage, StorageFile};
+use crate::storage::{create_dir_durable, read_full_at, Storage, StorageFile};
 
 /// Name of the folder (inside each shard directory) untrusted files go to.
 pub const QUARANTINE_DIR: &str = "quarantine";
@@ -92,7 +92,9 @@ pub fn recover_shard<S: Storage>(
     shard: u32,
     min_next_seq: u64,
 ) -> io::Result<Recovered<S::File>> {
-    storage.create_dir_all(dir)?;
+    // The shard folder (and data_dir if missing) must be a durable name
+    // before any record in it is acknowledged.
+    create_dir_durable(storage, dir)?;
     let mut report = RecoveryReport {
         shard,
         next_seq: min_next_seq,
@@ -427,7 +429,7 @@ fn save_tail<S: Storage>(
         return Ok(());
     }
     let qdir = dir.join(QUARANTINE_DIR);
-    storage.create_dir_all(&qdir)?;
+    create_dir_durable(storage, &qdir)?;
     let target = qdir.join(format!("{id:016x}.tail-at-{from}"));
     let _ = storage.remove(&target);
     let mut out = storage.create(&target)?;
@@ -460,7 +462,7 @@ pub fn quarantine<S: Storage>(
     report: &mut RecoveryReport,
 ) -> io::Result<()> {
     let qdir = dir.join(QUARANTINE_DIR);
-    storage.create_dir_all(&qdir)?;
+    create_dir_durable(storage, &qdir)?;
     let name = path
         .file_name()
         .and_then(|n| n.to_str())

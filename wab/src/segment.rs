@@ -32,6 +32,11 @@ pub struct Preallocated<F> {
 }
 
 /// Create `<dir>/<id>.open` filled with `capacity` zero bytes, durably.
+///
+/// If any step fails (ENOSPC while writing zeros, an fsync error, ...) the
+/// partial file is removed before the error is returned: a failed
+/// preallocation must never keep filling the disk it ran out of. (After a
+/// crash the `.open.tmp` is left; recovery removes it.)
 pub fn preallocate<S: Storage>(
     storage: &S,
     dir: &Path,
@@ -42,22 +47,43 @@ pub fn preallocate<S: Storage>(
     let path = dir.join(open_name(segment_id));
     let _ = storage.remove(&tmp);
     let mut file = storage.create(&tmp)?;
-    let zeros = vec![0u8; ZERO_CHUNK];
-    let mut offset = 0u64;
-    while offset < capacity {
-        let n = (capacity - offset).min(ZERO_CHUNK as u64) as usize;
-        file.write_all_at(offset, &[IoSlice::new(&zeros[..n])])?;
-        offset += n as u64;
+    let filled = (|| {
+        let zeros = vec![0u8; ZERO_CHUNK];
+        let mut offset = 0u64;
+        while offset < capacity {
+            let n = (capacity - offset).min(ZERO_CHUNK as u64) as usize;
+            file.write_all_at(offset, &[IoSlice::new(&zeros[..n])])?;
+            offset += n as u64;
+        }
+        file.sync_all()?;
+        storage.rename(&tmp, &path)
+    })();
+    if let Err(e) = filled {
+        discard(storage, &tmp, segment_id, &e);
+        return Err(e);
     }
-    file.sync_all()?;
-    storage.rename(&tmp, &path)?;
-    storage.sync_dir(dir)?;
+    // Renamed: the file is complete. If the rename cannot be made durable
+    // the caller gets an error and will not use the file, so it goes too.
+    if let Err(e) = storage.sync_dir(dir) {
+        discard(storage, &path, segment_id, &e);
+        return Err(e);
+    }
     Ok(Preallocated {
         file,
         path,
         segment_id,
         capacity,
     })
+}
+
+/// Remove what a failed preallocation left; a failure to do so is only
+/// logged (the caller reports the first error, and recovery removes a
+/// leftover `.open.tmp` or reuses a zero `.open` as a spare).
+fn discard<S: Storage>(storage: &S, path: &Path, segment_id: u64, cause: &io::Error) {
+    if let Err(e) = storage.remove(path) {
+        tracing::warn!(path = %path.display(), segment = segment_id, cause = %cause, error = %e,
+            "preallocation failed and its partial file could not be removed");
+    }
 }
 
 /// One record to append: its payload and packed [`crate::RecordMeta`].

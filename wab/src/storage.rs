@@ -5,7 +5,11 @@
 //! plain system calls; callers are generic over `S: Storage`, so the seam is
 //! monomorphised away and costs nothing on the hot path. Tests use
 //! [`crate::fault::FaultyStorage`] to inject torn writes, EIO, ENOSPC and
-//! crashes at a chosen step.
+//! crashes at a chosen step, and power cuts that drop every directory
+//! entry whose folder was not fsynced.
+//!
+//! A name (file or folder) is durable only once its parent folder has been
+//! fsynced; [`create_dir_durable`] is how the WAB makes its folders.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, IoSlice};
@@ -30,8 +34,20 @@ pub trait Storage: Clone + Send + Sync + 'static {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Remove a file.
     fn remove(&self, path: &Path) -> io::Result<()>;
-    /// Create a directory and its parents with mode 0700.
+    /// Create a directory and its parents with mode 0700. Not durable (no
+    /// parent is fsynced): the WAB itself uses [`create_dir_durable`].
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Create one directory with mode 0700; fails with `AlreadyExists` if
+    /// it exists and `NotFound` if its parent does not. Not durable until
+    /// the parent is fsynced ([`create_dir_durable`] does both).
+    ///
+    /// The default is the plain system call, so a `Storage` written before
+    /// this method existed keeps working.
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        fs::DirBuilder::new().mode(0o700).create(dir)?;
+        // The umask may have cleared bits; the mode is part of the contract.
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+    }
     /// The entries of a directory (full paths), unordered.
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
 }
@@ -112,6 +128,61 @@ impl Storage for FsStorage {
         }
         Ok(paths)
     }
+}
+
+/// Create `dir` and every missing parent (mode 0700), durably: after each
+/// folder is made its parent is fsynced, from the first missing component
+/// down, so a power cut cannot make the new folder (and every segment and
+/// checkpoint inside it) vanish. The existing top folder's fsync covers the
+/// first new entry.
+///
+/// When `dir` already exists its parent is fsynced anyway (one fsync, at
+/// start-up): an earlier run may have crashed between creating it and the
+/// fsync, and a restart without a power cut would otherwise trust a name
+/// the disk never got. Parents of `dir` that already existed are trusted.
+pub fn create_dir_durable<S: Storage>(storage: &S, dir: &Path) -> io::Result<()> {
+    // Errors are the system's own (errno kept, so callers can tell ENOSPC
+    // from EIO); the caller names the shard it was opening.
+    if !make_dir(storage, dir)? {
+        storage.sync_dir(parent_of(dir))?;
+    }
+    Ok(())
+}
+
+/// Create `dir` (and missing parents, each followed by an fsync of its
+/// parent); `Ok(false)` if it already existed.
+fn make_dir<S: Storage>(storage: &S, dir: &Path) -> io::Result<bool> {
+    match storage.create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+            let Some(parent) = parent else { return Err(e) };
+            make_dir(storage, parent)?;
+            match storage.create_dir(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    storage.sync_dir(parent_of(dir))?;
+    Ok(true)
+}
+
+/// The folder holding `path` (`.` for a bare relative name).
+pub fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Whether `e` says the file system (or the user's quota) is full.
+pub fn is_no_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+        || e.kind() == io::ErrorKind::StorageFull
 }
 
 /// A file of [`FsStorage`].

@@ -125,40 +125,58 @@ fn error_at_write_surfaces_and_nothing_is_counted() {
     }
 }
 
+/// A preallocation that fails part-way (ENOSPC on the k-th zero write, at
+/// the fsync or at the rename) removes its `.open.tmp` and returns the
+/// error: it must not keep filling the disk that ran out of space.
 #[test]
-fn enospc_while_preallocating_leaves_only_a_partial() {
-    for op in [Op::Write, Op::SyncAll, Op::Rename] {
+fn enospc_while_preallocating_removes_the_partial_file() {
+    let mib = 1024 * 1024;
+    for (op, nth) in [
+        (Op::Write, 2),
+        (Op::Write, 3),
+        (Op::Write, 6),
+        (Op::SyncAll, 2),
+        (Op::Rename, 2),
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
         let storage = FaultyStorage::new(vec![Fault {
             op,
-            nth: 2,
+            nth,
             kind: FaultKind::Enospc,
         }]);
-        // Two 1 MiB chunks: the second write fails for op == Write.
-        let cap = if op == Op::Write {
-            2 * 1024 * 1024
-        } else {
-            CAP
-        };
+        // Segment 0 takes one write; segment 1 is five 1 MiB chunks, so
+        // Write #k fails its (k-1)-th chunk.
         preallocate(&storage, dir, 0, CAP).unwrap();
-        let err = preallocate(&storage, dir, 1, cap)
+        let err = preallocate(&storage, dir, 1, 5 * mib)
             .err()
             .expect("preallocate must fail");
-        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{op:?}");
-        assert!(
-            !dir.join("0000000000000001.open").exists(),
-            "{op:?}: a failed preallocation must not look usable"
+        let what = format!("{op:?} #{nth}");
+        assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{what}");
+        assert_eq!(
+            names(dir),
+            vec!["0000000000000000.open"],
+            "{what}: the partial file must be gone"
         );
-        assert!(dir.join("0000000000000001.open.tmp").exists());
         let rec = recover_shard(&FsStorage, dir, 0, 0).unwrap();
-        assert_eq!(rec.report.removed_partial, 1);
+        assert_eq!(rec.report.removed_partial, 0);
         assert_eq!(
             rec.spares.iter().map(|s| s.segment_id).collect::<Vec<_>>(),
             vec![0]
         );
         assert_eq!(names(dir), vec!["0000000000000000.open"]);
     }
+    // A crash (not an error) leaves the `.open.tmp` for recovery to remove.
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = FaultyStorage::new(vec![Fault {
+        op: Op::Write,
+        nth: 2,
+        kind: FaultKind::Crash,
+    }]);
+    assert!(preallocate(&storage, tmp.path(), 0, 2 * mib).is_err());
+    assert!(tmp.path().join("0000000000000000.open.tmp").exists());
+    let rec = recover_shard(&FsStorage, tmp.path(), 0, 0).unwrap();
+    assert_eq!(rec.report.removed_partial, 1);
 }
 
 #[test]
@@ -196,10 +214,13 @@ fn error_while_sealing_leaves_a_segment_recovery_reseals() {
 
 #[test]
 fn error_listing_or_creating_the_directory_fails_recovery() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("shard-000");
-    FsStorage.create_dir_all(&dir).unwrap();
-    for op in [Op::Create, Op::Read] {
+    for op in [Op::Create, Op::SyncDir, Op::Read] {
+        let tmp = tempfile::tempdir().unwrap();
+        // Listing needs an existing folder; creating needs a missing one.
+        let dir = tmp.path().join("shard-000");
+        if op == Op::Read {
+            FsStorage.create_dir_all(&dir).unwrap();
+        }
         let storage = FaultyStorage::new(vec![Fault {
             op,
             nth: 1,
@@ -208,6 +229,6 @@ fn error_listing_or_creating_the_directory_fails_recovery() {
         let err = recover_shard(&storage, &dir, 0, 0)
             .err()
             .expect("recovery must fail");
-        assert_eq!(err.raw_os_error(), Some(libc::EIO));
+        assert_eq!(err.raw_os_error(), Some(libc::EIO), "{op:?}");
     }
 }
