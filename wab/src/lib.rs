@@ -19,7 +19,7 @@ pub mod storage;
 
 use std::path::{Path, PathBuf};
 
-pub use checkpoint::{read_checkpoint, write_checkpoint};
+pub use checkpoint::{load_checkpoint, read_checkpoint, write_checkpoint, CheckpointLoad};
 pub use format::{FormatError, RecordMeta, SegmentHeader};
 pub use reader::{End, Opened, SegmentReader, StoredRecord};
 pub use recovery::{recover_shard, Recovered, RecoveryReport, SegmentInfo, QUARANTINE_DIR};
