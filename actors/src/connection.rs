@@ -29,7 +29,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
 use crate::responder::{Progress, Responder, Slot, State};
-use crate::shard::{AppendBatch, PendingRecord, ShardHealth, ShardQueue, WabBudget};
+use crate::shard::{AppendBatch, PendingRecord, ShardQueue, WabBudget};
 use crate::stats::DaemonStats;
 
 /// Per-connection limits, from `[server]`.
@@ -400,8 +400,13 @@ impl Connection {
         }
         let (tier, records, is_batch) = match req {
             Request::HealthCheck => {
-                st.slots
-                    .push_back(Slot::Ready(Response::HealthCheckResponse));
+                // Healthy means this connection's pushes can be written now;
+                // otherwise the answer is the nack a push would get.
+                let answer = match self.shard.refusal() {
+                    None => Response::HealthCheckResponse,
+                    Some(reason) => Response::Nack(reason),
+                };
+                st.slots.push_back(Slot::Ready(answer));
                 return Ok(());
             }
             Request::Push { tier, ref payload } => (tier, std::slice::from_ref(payload), false),
@@ -415,8 +420,8 @@ impl Connection {
         {
             return Err(req);
         }
-        if self.shard.health() == ShardHealth::Failed {
-            self.nack_retryable(st, NackReason::InternalError);
+        if let Some(reason) = self.shard.refusal() {
+            self.nack_retryable(st, reason);
             return Ok(());
         }
         let disk_bytes = bytes + RECORD_OVERHEAD * n as u64;

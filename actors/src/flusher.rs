@@ -9,9 +9,19 @@
 //! the next fsync, at the latest `buffered_flush_interval` later.
 //!
 //! After a failed write or fdatasync nothing in that group is acknowledged
-//! (InternalError, retryable), the segment is abandoned (never fsynced
-//! again: the kernel may have dropped its dirty pages) and a fresh one is
-//! started. `fsync_failures_max` failures in a row stop the shard visibly.
+//! (InternalError, or Overloaded when the disk is full; both retryable), the
+//! segment is abandoned (never fsynced again: the kernel may have dropped
+//! its dirty pages) and a fresh one is started for the next push. While no
+//! segment can be had (preallocation or rotation refused: a full disk), or
+//! after `fsync_failures_max` failures in a row, the shard is `Unwritable`:
+//! pushes are refused at once and the flusher retries with backoff (at most
+//! [`SEGMENT_RETRY_MAX`] apart), so it writes again by itself once the cause
+//! is gone. Health (wire, ctl, metrics) says so meanwhile.
+//!
+//! A group takes at most `group_bytes_max` payload bytes (one batch always),
+//! and batches of other connections may ride past one that does not fit
+//! (per-connection order is kept): small records queued behind huge ones
+//! wait for one huge write, not for hundreds of MiB.
 //!
 //! The actor half runs on an arbiter and exists for supervision: it checks
 //! that the thread is alive and stops itself when it is not, which the root
@@ -45,6 +55,8 @@ pub struct FlusherConfig {
     pub fsync_failures_max: u32,
     /// How long the flusher spins for the next batch before sleeping.
     pub spin: Duration,
+    /// Payload bytes one group takes at most (one batch is always taken).
+    pub group_bytes_max: u64,
 }
 
 /// How long the flusher waits for the sealer's spare segment before
@@ -85,11 +97,14 @@ impl ShardFlusher {
 
         let next_segment_id = Arc::new(AtomicU64::new(report.next_segment_id));
         let mut spares = recovered.spares.into_iter();
+        // A shard that cannot preallocate its first segment (a full disk)
+        // still starts: it refuses pushes (Overloaded) and retries, while
+        // its drain delivers and frees space.
         let first = match spares.next() {
-            Some(s) => s,
+            Some(s) => Ok(s),
             None => {
                 let id = next_segment_id.fetch_add(1, Ordering::Relaxed);
-                preallocate(&storage, &cfg.dir, id, cfg.segment_bytes_max)?
+                preallocate(&storage, &cfg.dir, id, cfg.segment_bytes_max)
             }
         };
         // Invariant: one spare is either waiting in the channel or being
@@ -97,7 +112,7 @@ impl ShardFlusher {
         // while a seal waits behind it.
         let (spare_tx, spare_rx) = sync_channel(1);
         let have_spare = match spares.next() {
-            Some(extra) => spare_tx.try_send(extra).is_ok(),
+            Some(extra) => spare_tx.try_send(Ok(extra)).is_ok(),
             None => false,
         };
         for unused in spares {
@@ -111,29 +126,50 @@ impl ShardFlusher {
             next_segment_id.clone(),
             spare_tx,
         )?;
-        if !have_spare {
+        let mut spares_requested = 1;
+        if !have_spare && first.is_ok() {
             let _ = sealer.tx.send(SealerMsg::PrepareSegment);
+        } else if !have_spare {
+            spares_requested = 0;
         }
-        let active = ActiveSegment::start(first, cfg.shard, report.next_seq);
+        let active = match first {
+            Ok(pre) => Some(ActiveSegment::start(pre, cfg.shard, report.next_seq)),
+            Err(e) => {
+                tracing::error!(shard = cfg.shard, error = %e, "cannot preallocate a segment at start; the shard refuses pushes until it can (retrying with backoff)");
+                queue.set_unwritable(&e, "no segment to write");
+                None
+            }
+        };
         queue.publish_durable(Watermark {
-            segment_id: active.header.segment_id,
+            segment_id: active
+                .as_ref()
+                .map_or(next_segment_id.load(Ordering::Relaxed), |a| {
+                    a.header.segment_id
+                }),
             offset: 0,
             next_seq: report.next_seq,
         });
+        let writable = active.is_some();
         let worker = FlusherThread {
             storage,
             cfg: cfg.clone(),
             queue: queue.clone(),
             wab,
-            active: Some(active),
+            active,
             spares: spare_rx,
+            spares_requested,
             sealer: sealer.tx,
             next_segment_id,
             unsynced_since: None,
             failures_in_row: 0,
+            retry_at: None,
+            retry_wait: SEGMENT_RETRY_FIRST,
+            resume_seq: report.next_seq,
         };
         queue.clear_shutdown();
-        queue.set_health(ShardHealth::Running);
+        if writable {
+            queue.set_writable();
+        }
         let thread = thread::Builder::new()
             .name(format!("flusher-{}", cfg.shard))
             .spawn(move || worker.run())?;
@@ -199,40 +235,72 @@ impl Handler<StopShard> for ShardFlusher {
     }
 }
 
+/// First wait before trying again to get a segment after a failure
+/// (preallocation or rotation refused, or `fsync_failures_max` failed
+/// writes/fsyncs in a row); it doubles up to [`SEGMENT_RETRY_MAX`].
+const SEGMENT_RETRY_FIRST: Duration = Duration::from_millis(50);
+/// Longest wait between attempts, so a shard is writable again within about
+/// this long after its disk has space (or works) again.
+const SEGMENT_RETRY_MAX: Duration = Duration::from_secs(1);
+
 /// State owned by the flusher's OS thread.
 struct FlusherThread<S: Storage> {
     storage: S,
     cfg: FlusherConfig,
     queue: Arc<ShardQueue>,
     wab: Arc<WabBudget>,
-    /// `None` only while a rotation is in progress.
+    /// `None` while the shard has no segment to write: after a failure,
+    /// until a fresh one is ready (see [`Self::ensure_segment`]).
     active: Option<ActiveSegment<S::File>>,
-    spares: Receiver<Preallocated<S::File>>,
+    /// The sealer's preallocated segments, or why it could not make one.
+    spares: Receiver<io::Result<Preallocated<S::File>>>,
+    /// Spares asked of the sealer and not yet received (0 or 1), so the
+    /// sealer never blocks on a full channel while a seal waits behind it.
+    spares_requested: u32,
     sealer: Sender<SealerMsg<S::File>>,
     next_segment_id: Arc<AtomicU64>,
     /// When the oldest write not yet covered by an fsync happened.
     unsynced_since: Option<Instant>,
+    /// Failed segment writes and fdatasyncs in a row (a success resets it).
     failures_in_row: u32,
+    /// No attempt to get a segment before this (backoff after a failure).
+    retry_at: Option<Instant>,
+    /// The current backoff step.
+    retry_wait: Duration,
+    /// First sequence number of the next fresh segment: past every record
+    /// written to the abandoned one (a failed fsync does not prove those
+    /// bytes absent; Buffered records among them were acknowledged).
+    resume_seq: u64,
 }
 
 impl<S: Storage> FlusherThread<S> {
     fn run(mut self) {
         let mut group: Vec<AppendBatch> = Vec::new();
         loop {
-            let deadline = self
-                .unsynced_since
-                .map(|t| t + self.cfg.buffered_flush_interval);
-            self.queue.take_all(deadline, &mut group);
+            let deadline = self.wake_deadline();
+            self.queue
+                .take_group(deadline, self.cfg.group_bytes_max, &mut group);
             if group.is_empty() {
                 if self.queue.shutdown_requested() {
                     break;
                 }
                 self.flush_buffered();
+                if self.active.is_none() {
+                    // Nobody is pushing: still try, so the shard's health
+                    // turns back by itself once the disk has recovered.
+                    let _ = self.ensure_segment();
+                }
                 continue;
             }
             if self.queue.health() == ShardHealth::Failed {
                 for b in group.drain(..) {
                     b.complete(Err(NackReason::InternalError));
+                }
+                continue;
+            }
+            if let Err(reason) = self.ensure_segment() {
+                for b in group.drain(..) {
+                    b.complete(Err(reason));
                 }
                 continue;
             }
@@ -247,6 +315,65 @@ impl<S: Storage> FlusherThread<S> {
         let _ = self.sealer.send(SealerMsg::Stop);
     }
 
+    /// When the thread must wake even if nothing is pushed: the periodic
+    /// fsync of Buffered records, or the next attempt to get a segment.
+    fn wake_deadline(&self) -> Option<Instant> {
+        let flush = self
+            .unsynced_since
+            .map(|t| t + self.cfg.buffered_flush_interval);
+        let retry = if self.active.is_none() {
+            Some(self.retry_at.unwrap_or_else(Instant::now))
+        } else {
+            None
+        };
+        match (flush, retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Make sure there is a segment to write, starting a fresh one if the
+    /// last was abandoned. While none can be had (and during the backoff
+    /// between attempts) the answer is the nack every push gets: Overloaded
+    /// when the disk is full (retryable: delivery frees space), else
+    /// InternalError.
+    fn ensure_segment(&mut self) -> Result<(), NackReason> {
+        if self.active.is_some() {
+            return Ok(());
+        }
+        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+            return Err(self.queue.unwritable_nack());
+        }
+        match self.next_spare() {
+            Ok(pre) => {
+                let active = ActiveSegment::start(pre, self.cfg.shard, self.resume_seq);
+                tracing::info!(
+                    shard = self.cfg.shard,
+                    segment = active.header.segment_id,
+                    "writing again in a fresh segment"
+                );
+                self.active = Some(active);
+                self.retry_at = None;
+                self.retry_wait = SEGMENT_RETRY_FIRST;
+                self.queue.set_writable();
+                Ok(())
+            }
+            Err(e) => {
+                self.back_off();
+                self.queue.set_unwritable(&e, "no segment to write");
+                if self.queue.stats.log_segment_failure() {
+                    tracing::error!(shard = self.cfg.shard, error = %e, retry_in_ms = self.retry_wait.as_millis() as u64, "cannot start a segment; pushes are refused until one can be started (retrying with backoff)");
+                }
+                Err(self.queue.unwritable_nack())
+            }
+        }
+    }
+
+    fn back_off(&mut self) {
+        self.retry_at = Some(Instant::now() + self.retry_wait);
+        self.retry_wait = (self.retry_wait * 2).min(SEGMENT_RETRY_MAX);
+    }
+
     /// Write one group, fsync if needed, answer every batch.
     fn commit(&mut self, group: &mut Vec<AppendBatch>) {
         let records: u64 = group.iter().map(|b| b.records.len() as u64).sum();
@@ -254,7 +381,18 @@ impl<S: Storage> FlusherThread<S> {
         let needs_fsync = group.iter().any(|b| b.needs_fsync);
         if !self.active().fits(payload, records) && !self.active().is_empty() {
             if let Err(e) = self.rotate() {
-                self.fail_group(group, "rotating to a new segment", &e);
+                // The full segment is still good (everything in it was
+                // acked after its fsync): keep it, refuse this group, and
+                // let the next push try the rotation again.
+                self.queue.set_unwritable(&e, "no segment to rotate into");
+                self.back_off();
+                if self.queue.stats.log_segment_failure() {
+                    tracing::error!(shard = self.cfg.shard, error = %e, "cannot rotate to a new segment; the group is refused and the rotation retried with backoff");
+                }
+                let reason = self.queue.unwritable_nack();
+                for b in group.drain(..) {
+                    b.complete(Err(reason));
+                }
                 return;
             }
         }
@@ -295,6 +433,10 @@ impl<S: Storage> FlusherThread<S> {
             .is_some_and(|t| t.elapsed() >= self.cfg.buffered_flush_interval);
         if needs_fsync || due {
             if let Err(e) = self.sync() {
+                self.queue
+                    .stats
+                    .fsync_failures
+                    .fetch_add(1, Ordering::Relaxed);
                 self.fail_group(group, "fdatasync", &e);
                 return;
             }
@@ -315,7 +457,7 @@ impl<S: Storage> FlusherThread<S> {
     fn active(&self) -> &ActiveSegment<S::File> {
         self.active
             .as_ref()
-            .expect("active segment present outside rotation")
+            .expect("active segment present (ensure_segment ran)")
     }
 
     fn sync(&mut self) -> io::Result<()> {
@@ -350,56 +492,52 @@ impl<S: Storage> FlusherThread<S> {
                 .fsync_failures
                 .fetch_add(1, Ordering::Relaxed);
             tracing::error!(shard = self.cfg.shard, error = %e, "fdatasync of buffered records failed; abandoning the segment");
-            self.after_failure();
+            self.after_failure(&e);
         }
     }
 
-    /// Nack the group, abandon the segment, start a new one; stop the shard
-    /// after too many failures in a row.
+    /// Nack the group and abandon the segment (see [`Self::after_failure`]).
     fn fail_group(&mut self, group: &mut Vec<AppendBatch>, what: &str, e: &io::Error) {
-        if what == "fdatasync" {
-            self.queue
-                .stats
-                .fsync_failures
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        tracing::error!(shard = self.cfg.shard, error = %e, records = group.iter().map(|b| b.records.len()).sum::<usize>(), "{what} failed; the group is nacked (InternalError) and the segment abandoned");
-        // Abandon (and maybe stop the shard) first, so the state a client
-        // sees after its nack already reflects the failure.
-        self.after_failure();
+        tracing::error!(shard = self.cfg.shard, error = %e, records = group.iter().map(|b| b.records.len()).sum::<usize>(), "{what} failed; the group is nacked and the segment abandoned (never written or fsynced again)");
+        // Abandon first, so the state a client sees after its nack already
+        // reflects the failure.
+        self.after_failure(e);
+        let reason = nack_for(e);
         for b in group.drain(..) {
-            b.complete(Err(NackReason::InternalError));
+            b.complete(Err(reason));
         }
     }
 
-    fn after_failure(&mut self) {
+    /// After a failed write or fdatasync: the segment is abandoned (the
+    /// kernel may have dropped its dirty pages, so it is never fsynced
+    /// again; recovery checks it at the next start) and the next push
+    /// starts a fresh one. After `fsync_failures_max` failures in a row the
+    /// shard stops trying on every push and backs off instead (up to
+    /// [`SEGMENT_RETRY_MAX`] between attempts) until a write and fsync
+    /// succeed again; it never stops for good on its own.
+    fn after_failure(&mut self, e: &io::Error) {
         self.failures_in_row += 1;
         self.unsynced_since = None;
         if let Some(old) = self.active.take() {
-            let next_seq = old.next_seq();
+            self.resume_seq = old.next_seq();
             let _ = self.sealer.send(SealerMsg::AbandonSegment {
                 path: old.path.clone(),
                 durable_offset: old.durable_offset,
             });
-            drop(old);
-            if self.failures_in_row < self.cfg.fsync_failures_max {
-                match self.next_spare() {
-                    Ok(pre) => {
-                        self.active = Some(ActiveSegment::start(pre, self.cfg.shard, next_seq));
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::error!(shard = self.cfg.shard, error = %e, "no new segment after a failure")
-                    }
-                }
-            }
         }
-        tracing::error!(
-            shard = self.cfg.shard,
-            failures_in_row = self.failures_in_row,
-            "shard stopped after repeated storage failures; its pushes get InternalError until the daemon is restarted"
-        );
-        self.queue.set_health(ShardHealth::Failed);
+        self.queue
+            .set_unwritable(e, "the last write or fsync failed");
+        if self.failures_in_row >= self.cfg.fsync_failures_max {
+            self.back_off();
+            tracing::error!(
+                shard = self.cfg.shard,
+                failures_in_row = self.failures_in_row,
+                retry_in_ms = self.retry_wait.as_millis() as u64,
+                "repeated storage failures: pushes to this shard are refused until a fresh segment can be written (retrying with backoff)"
+            );
+        } else {
+            self.retry_at = None;
+        }
     }
 
     /// Hand the full segment to the sealer and continue in a preallocated one.
@@ -407,7 +545,14 @@ impl<S: Storage> FlusherThread<S> {
         if self.active().write_offset > self.active().durable_offset {
             // Buffered records not yet covered: make them durable (and
             // visible to the drain) before the segment leaves this thread.
-            self.sync()?;
+            if let Err(e) = self.sync() {
+                self.queue
+                    .stats
+                    .fsync_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                self.after_failure(&e);
+                return Err(e);
+            }
         }
         let pre = self.next_spare()?;
         let old = self.active.take().unwrap();
@@ -417,20 +562,53 @@ impl<S: Storage> FlusherThread<S> {
         Ok(())
     }
 
-    /// The sealer's next preallocated segment (asking for another), or one
-    /// preallocated here if the sealer is late.
+    /// The sealer's next preallocated segment, or one preallocated here if
+    /// the sealer is late or could not make one; asks the sealer for the
+    /// next spare either way.
     fn next_spare(&mut self) -> io::Result<Preallocated<S::File>> {
-        let _ = self.sealer.send(SealerMsg::PrepareSegment);
-        match self.spares.recv_timeout(SPARE_WAIT) {
-            Ok(pre) => Ok(pre),
+        if self.spares_requested == 0 {
+            let _ = self.sealer.send(SealerMsg::PrepareSegment);
+            self.spares_requested = 1;
+        }
+        let result = match self.spares.recv_timeout(SPARE_WAIT) {
+            Ok(got) => {
+                self.spares_requested = 0;
+                match got {
+                    Ok(pre) => Ok(pre),
+                    Err(e) => {
+                        tracing::debug!(shard = self.cfg.shard, error = %e, "the sealer could not preallocate; trying inline");
+                        self.preallocate_inline()
+                    }
+                }
+            }
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                 tracing::warn!(
                     shard = self.cfg.shard,
                     "sealer late with a spare segment; preallocating inline"
                 );
-                let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
-                preallocate(&self.storage, &self.cfg.dir, id, self.cfg.segment_bytes_max)
+                self.preallocate_inline()
             }
+        };
+        if result.is_ok() && self.spares_requested == 0 {
+            let _ = self.sealer.send(SealerMsg::PrepareSegment);
+            self.spares_requested = 1;
         }
+        result
+    }
+
+    fn preallocate_inline(&self) -> io::Result<Preallocated<S::File>> {
+        let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
+        preallocate(&self.storage, &self.cfg.dir, id, self.cfg.segment_bytes_max)
+    }
+}
+
+/// The nack for records a storage error kept off the disk: a full disk is
+/// Overloaded (retryable, and delivery frees space), anything else
+/// InternalError.
+pub fn nack_for(e: &io::Error) -> NackReason {
+    if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) {
+        NackReason::Overloaded
+    } else {
+        NackReason::InternalError
     }
 }

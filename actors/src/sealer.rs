@@ -42,7 +42,7 @@ struct SealerThread<S: Storage> {
     shard: u32,
     segment_bytes: u64,
     next_segment_id: Arc<AtomicU64>,
-    spares: SyncSender<Preallocated<S::File>>,
+    spares: SyncSender<std::io::Result<Preallocated<S::File>>>,
     stats: Arc<crate::shard::ShardQueue>,
 }
 
@@ -55,7 +55,7 @@ impl<F: spillway_wab::StorageFile> SegmentSealer<F> {
         queue: Arc<crate::shard::ShardQueue>,
         segment_bytes: u64,
         next_segment_id: Arc<AtomicU64>,
-        spares: SyncSender<Preallocated<F>>,
+        spares: SyncSender<std::io::Result<Preallocated<F>>>,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         let shard = queue.shard;
@@ -94,17 +94,14 @@ impl<S: Storage> SealerThread<S> {
 
     fn prepare(&self) {
         let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
-        match preallocate(&self.storage, &self.dir, id, self.segment_bytes) {
-            Ok(pre) => {
-                // The flusher may be gone (shutdown): then the spare stays on disk for next time.
-                let _ = self.spares.send(pre);
-            }
-            Err(e) => {
-                // The flusher notices the missing spare and preallocates inline
-                // (and reports the error there if the disk is really full).
-                tracing::error!(shard = self.shard, segment = id, error = %e, "could not preallocate the next segment");
-            }
+        let result = preallocate(&self.storage, &self.dir, id, self.segment_bytes);
+        if let Err(e) = &result {
+            // The flusher gets the error at once (rather than waiting for a
+            // spare that is not coming), tries inline, and reports it.
+            tracing::debug!(shard = self.shard, segment = id, error = %e, "could not preallocate the next segment");
         }
+        // The flusher may be gone (shutdown): then a spare stays on disk for next time.
+        let _ = self.spares.send(result);
     }
 
     fn seal(&self, sealing: Sealing<S::File>) {

@@ -64,6 +64,14 @@ impl AppendBatch {
         }
     }
 
+    /// Identifies the connection that sent the batch (its reply target),
+    /// so a group can keep each connection's batches in order.
+    pub fn sender_id(&self) -> usize {
+        self.reply
+            .as_ref()
+            .map_or(0, |r| Arc::as_ptr(r) as *const () as usize)
+    }
+
     /// Answer the sender. Called exactly once; a batch dropped unanswered
     /// (a flusher that panicked) answers `InternalError` from `Drop`.
     pub fn complete(mut self, result: Result<u64, NackReason>) {
@@ -88,9 +96,14 @@ pub enum ShardHealth {
     /// Recovering or restarting: batches queue up and wait.
     Starting = 0,
     Running = 1,
-    /// Stopped after a failure that must not be papered over (repeated
-    /// fsync failure, corrupt state). Pushes get InternalError until restart.
+    /// Stopped for good: the supervisor gave up restarting it, or the
+    /// daemon is shutting down. Pushes get InternalError until restart.
     Failed = 2,
+    /// Cannot write right now (no segment: the disk is full, or writes and
+    /// fsyncs keep failing). Pushes are refused at once (Overloaded for a
+    /// full disk, else InternalError) while the flusher retries with
+    /// backoff; it turns `Running` by itself once a fresh segment works.
+    Unwritable = 3,
 }
 
 /// Counters a shard exports (metrics, `ctl stats`, bench).
@@ -112,6 +125,13 @@ pub struct ShardStats {
     pub fsync_us_buckets: [AtomicU64; FSYNC_BUCKETS_US.len() + 1],
     pub rotations: AtomicU64,
     pub restarts: AtomicU64,
+    /// Times the shard became unwritable (no segment could be started, or
+    /// a write/fsync failed).
+    pub unwritable_events: AtomicU64,
+    /// When the last "cannot start a segment" error was logged (µs since
+    /// the Unix epoch), so a full disk logs one line per interval, not one
+    /// per retry.
+    segment_failure_logged_us: AtomicU64,
     /// Bytes of this shard's segments counted in the WAB budget.
     pub bytes_held: AtomicU64,
 }
@@ -121,7 +141,22 @@ pub const FSYNC_BUCKETS_US: [u64; 12] = [
     25, 50, 100, 150, 200, 300, 500, 1_000, 2_000, 5_000, 20_000, 100_000,
 ];
 
+/// At most one "cannot start a segment" line per shard per this interval.
+const SEGMENT_FAILURE_LOG_EVERY_US: u64 = 10_000_000;
+
 impl ShardStats {
+    /// Whether to log a failed segment start now (rate-limited).
+    pub fn log_segment_failure(&self) -> bool {
+        let now = spillway_wab::format::now_unix_us();
+        let last = self.segment_failure_logged_us.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < SEGMENT_FAILURE_LOG_EVERY_US {
+            return false;
+        }
+        self.segment_failure_logged_us
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// Count one fdatasync that took `us` microseconds.
     pub fn record_fsync(&self, us: u64) {
         self.fsyncs.fetch_add(1, Ordering::Relaxed);
@@ -191,6 +226,9 @@ pub struct ShardQueue {
     spin_us: AtomicU64,
     wakeup: Condvar,
     health: AtomicU8,
+    /// While `Unwritable`: the nack byte pushes get, and why (for health).
+    unwritable_nack: AtomicU8,
+    unwritable_why: Mutex<String>,
     shutdown: AtomicBool,
     durable: Mutex<Watermark>,
     durable_changed: Condvar,
@@ -212,6 +250,8 @@ impl ShardQueue {
             spin_us: AtomicU64::new(SPIN_BEFORE_SLEEP_DEFAULT.as_micros() as u64),
             wakeup: Condvar::new(),
             health: AtomicU8::new(ShardHealth::Starting as u8),
+            unwritable_nack: AtomicU8::new(NackReason::InternalError.as_byte()),
+            unwritable_why: Mutex::new(String::new()),
             shutdown: AtomicBool::new(false),
             durable: Mutex::new(Watermark::default()),
             durable_changed: Condvar::new(),
@@ -228,12 +268,80 @@ impl ShardQueue {
         match self.health.load(Ordering::Acquire) {
             0 => ShardHealth::Starting,
             1 => ShardHealth::Running,
+            3 => ShardHealth::Unwritable,
             _ => ShardHealth::Failed,
         }
     }
 
     pub fn set_health(&self, h: ShardHealth) {
         self.health.store(h as u8, Ordering::Release);
+    }
+
+    /// The shard cannot write (flusher thread): record why, and the nack
+    /// pushes get meanwhile (Overloaded for a full disk).
+    pub fn set_unwritable(&self, error: &std::io::Error, context: &str) {
+        let nack = if matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+            NackReason::Overloaded
+        } else {
+            NackReason::InternalError
+        };
+        self.unwritable_nack
+            .store(nack.as_byte(), Ordering::Release);
+        *self.unwritable_why.lock().unwrap() = format!("{context}: {error}");
+        if self.health() != ShardHealth::Unwritable {
+            self.stats.unwritable_events.fetch_add(1, Ordering::Relaxed);
+        }
+        // A shard the supervisor stopped for good stays Failed.
+        let _ = self.health.compare_exchange(
+            ShardHealth::Running as u8,
+            ShardHealth::Unwritable as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        let _ = self.health.compare_exchange(
+            ShardHealth::Starting as u8,
+            ShardHealth::Unwritable as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// The shard writes again (flusher thread).
+    pub fn set_writable(&self) {
+        let _ = self.health.compare_exchange(
+            ShardHealth::Unwritable as u8,
+            ShardHealth::Running as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        let _ = self.health.compare_exchange(
+            ShardHealth::Starting as u8,
+            ShardHealth::Running as u8,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        self.unwritable_why.lock().unwrap().clear();
+    }
+
+    /// The nack a push gets while the shard is `Unwritable`.
+    pub fn unwritable_nack(&self) -> NackReason {
+        NackReason::from_byte(self.unwritable_nack.load(Ordering::Acquire))
+            .unwrap_or(NackReason::InternalError)
+    }
+
+    /// Why the shard cannot write (empty when it can).
+    pub fn unwritable_why(&self) -> String {
+        self.unwritable_why.lock().unwrap().clone()
+    }
+
+    /// The nack a push (or a health check) gets now, if the shard cannot
+    /// take records: `None` while it is running or (re)starting.
+    pub fn refusal(&self) -> Option<NackReason> {
+        match self.health() {
+            ShardHealth::Running | ShardHealth::Starting => None,
+            ShardHealth::Unwritable => Some(self.unwritable_nack()),
+            ShardHealth::Failed => Some(NackReason::InternalError),
+        }
     }
 
     /// Publish a new durable watermark (flusher thread).
@@ -271,15 +379,33 @@ impl ShardQueue {
         self.wakeup.notify_one();
     }
 
-    /// Take everything queued, waiting until something arrives, `deadline`
-    /// passes or shutdown is requested. Empty result = deadline or shutdown.
-    pub fn take_all(&self, deadline: Option<Instant>, into: &mut Vec<AppendBatch>) {
+    /// Take the next group: everything queued, up to `bytes_max` payload
+    /// bytes, waiting until something arrives, `deadline` passes or
+    /// shutdown is requested. Empty result = deadline or shutdown.
+    ///
+    /// The first batch is always taken, however large, and the batches
+    /// after it may add up to `bytes_max` more. A later batch that would
+    /// pass that stays queued, and so does every later batch of
+    /// the same connection (its order must hold), but batches of other
+    /// connections behind it still ride this group: a small producer queued
+    /// behind a 16 MiB record waits for one such write, not for all of them.
+    pub fn take_group(
+        &self,
+        deadline: Option<Instant>,
+        bytes_max: u64,
+        into: &mut Vec<AppendBatch>,
+    ) {
         self.spin_for_work(deadline);
         let mut q = self.queue.lock().unwrap();
         loop {
             if !q.is_empty() {
-                into.extend(q.drain(..));
-                self.queued.store(0, Ordering::Release);
+                let total: u64 = q.iter().map(|b| b.bytes).sum();
+                if total <= bytes_max {
+                    into.extend(q.drain(..));
+                } else {
+                    Self::take_within(&mut q, bytes_max, into);
+                }
+                self.queued.store(q.len(), Ordering::Release);
                 return;
             }
             if self.shutdown.load(Ordering::Acquire) {
@@ -292,6 +418,30 @@ impl ShardQueue {
                 None => self.wakeup.wait(q).unwrap(),
             };
         }
+    }
+
+    /// The bounded, order-keeping selection of [`Self::take_group`].
+    fn take_within(q: &mut VecDeque<AppendBatch>, bytes_max: u64, into: &mut Vec<AppendBatch>) {
+        let mut taken = 0u64;
+        let mut held_back: Vec<usize> = Vec::new();
+        let mut kept = VecDeque::with_capacity(q.len());
+        for b in q.drain(..) {
+            let sender = b.sender_id();
+            let first = into.is_empty();
+            let fits = taken.saturating_add(b.bytes) <= bytes_max;
+            if (first || fits) && !held_back.contains(&sender) {
+                if !first {
+                    // The first batch rides free: a huge one at the front
+                    // must not shut out the small ones behind it.
+                    taken += b.bytes;
+                }
+                into.push(b);
+            } else {
+                held_back.push(sender);
+                kept.push_back(b);
+            }
+        }
+        *q = kept;
     }
 
     /// Spin (yielding the core to anything runnable) for up to
@@ -336,5 +486,70 @@ impl ShardQueue {
         for b in drained {
             b.complete(Err(reason));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nobody;
+    impl CommitTarget for Nobody {
+        fn committed(&self, _: u64, _: Result<u64, NackReason>) {}
+    }
+
+    fn batch(from: &Arc<dyn CommitTarget>, token: u64, bytes: u64) -> AppendBatch {
+        AppendBatch::new(Vec::new(), bytes, true, token, from.clone())
+    }
+
+    fn tokens(group: &[AppendBatch]) -> Vec<u64> {
+        group.iter().map(|b| b.token).collect()
+    }
+
+    #[test]
+    fn a_group_is_bounded_and_small_batches_ride_past_a_huge_one_in_order() {
+        const MIB: u64 = 1 << 20;
+        let q = ShardQueue::new(0);
+        q.set_spin(Duration::ZERO);
+        let huge: Arc<dyn CommitTarget> = Arc::new(Nobody);
+        let small: Arc<dyn CommitTarget> = Arc::new(Nobody);
+        // Queue: huge 1, huge 2, small 10, huge 3, small 11.
+        q.push(batch(&huge, 1, 16 * MIB));
+        q.push(batch(&huge, 2, 16 * MIB));
+        q.push(batch(&small, 10, 100));
+        q.push(batch(&huge, 3, 16 * MIB));
+        q.push(batch(&small, 11, 100));
+        let mut group = Vec::new();
+        q.take_group(None, 4 * MIB, &mut group);
+        // The first batch always goes, however large; the small producer's
+        // batches ride along; huge 2 and 3 wait, in order.
+        assert_eq!(tokens(&group), [1, 10, 11]);
+        group.clear();
+        q.take_group(None, 4 * MIB, &mut group);
+        assert_eq!(tokens(&group), [2]);
+        group.clear();
+        q.take_group(None, 4 * MIB, &mut group);
+        assert_eq!(tokens(&group), [3]);
+        for b in group.drain(..) {
+            b.complete(Ok(0));
+        }
+    }
+
+    #[test]
+    fn a_connection_whose_batch_waits_keeps_its_later_batches_behind_it() {
+        let q = ShardQueue::new(0);
+        q.set_spin(Duration::ZERO);
+        let a: Arc<dyn CommitTarget> = Arc::new(Nobody);
+        let b: Arc<dyn CommitTarget> = Arc::new(Nobody);
+        q.push(batch(&a, 1, 900));
+        q.push(batch(&b, 2, 1500)); // does not fit: b is held back
+        q.push(batch(&b, 3, 10)); // fits, but must not pass b's batch 2
+        q.push(batch(&a, 4, 10));
+        let mut group = Vec::new();
+        q.take_group(None, 1000, &mut group);
+        assert_eq!(tokens(&group), [1, 4]);
+        group.clear();
+        q.take_group(None, 1000, &mut group);
+        assert_eq!(tokens(&group), [2, 3]);
     }
 }

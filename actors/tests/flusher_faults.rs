@@ -1,8 +1,11 @@
 //! The flusher under storage faults, through the storage seam: a failed
 //! fdatasync is never acknowledged (its group gets InternalError), the
 //! segment is abandoned for a fresh one, acknowledged records survive in
-//! recovery, and `fsync_failures_max` failures in a row stop the shard
-//! visibly while a healthy shard keeps working.
+//! recovery; `fsync_failures_max` failures in a row make the shard
+//! visibly unwritable (pushes refused at once, retried with backoff) until a
+//! fresh segment works again, while a healthy shard keeps working; a full
+//! disk (ENOSPC on a write, a preallocation or a rotation) gives Overloaded
+//! and heals by itself once space is back.
 
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -34,6 +37,7 @@ fn config(dir: &std::path::Path, fsync_failures_max: u32) -> FlusherConfig {
         buffered_flush_interval: Duration::from_millis(50),
         fsync_failures_max,
         spin: Duration::ZERO,
+        group_bytes_max: 4 << 20,
     }
 }
 
@@ -117,9 +121,10 @@ fn a_failed_fdatasync_is_nacked_the_segment_abandoned_and_acked_records_survive(
 }
 
 #[test]
-fn repeated_fsync_failures_stop_the_shard_and_its_pushes_get_internal_error() {
+fn repeated_fsync_failures_make_the_shard_unwritable_until_a_fresh_segment_works() {
     let dir = tempfile::tempdir().unwrap();
-    let faults = (1..=10)
+    // fdatasyncs 1..=4 fail: the disk misbehaves for a while, then recovers.
+    let faults = (1..=4)
         .map(|nth| Fault {
             op: Op::SyncData,
             nth,
@@ -130,7 +135,7 @@ fn repeated_fsync_failures_stop_the_shard_and_its_pushes_get_internal_error() {
     let queue = ShardQueue::new(0);
     let wab = WabBudget::new(1 << 30, 0);
     let (flusher, _) = ShardFlusher::open(
-        storage,
+        storage.clone(),
         config(dir.path(), 2),
         queue.clone(),
         wab.clone(),
@@ -149,12 +154,42 @@ fn repeated_fsync_failures_stop_the_shard_and_its_pushes_get_internal_error() {
     );
     assert_eq!(
         queue.health(),
-        ShardHealth::Failed,
-        "two failures in a row with fsync_failures_max = 2 stop the shard"
+        ShardHealth::Unwritable,
+        "two failures in a row with fsync_failures_max = 2 make the shard unwritable"
     );
-    assert_eq!(
-        push(&queue, &target, &rx, 3, "z"),
-        Err(NackReason::InternalError)
+    assert!(
+        queue.unwritable_why().contains("Input/output error"),
+        "{}",
+        queue.unwritable_why()
+    );
+    assert_eq!(queue.refusal(), Some(NackReason::InternalError));
+
+    // Pushes keep being retried (each on a fresh segment, never on the one
+    // whose fsync failed) until the disk works again: then the shard is
+    // Running again without a restart.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut token = 3;
+    let acked = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the shard never wrote again after the faults ended"
+        );
+        token += 1;
+        if let Ok(seq) = push(&queue, &target, &rx, token, "after") {
+            break seq;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(queue.health(), ShardHealth::Running);
+    assert!(queue.refusal().is_none());
+    assert!(push(&queue, &target, &rx, token + 1, "more").is_ok());
+    assert_eq!(storage.count(Op::SyncData) >= 6, true);
+    assert!(
+        queue
+            .stats
+            .unwritable_events
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 1
     );
 
     // Another shard on healthy storage is unaffected.
@@ -168,10 +203,150 @@ fn repeated_fsync_failures_stop_the_shard_and_its_pushes_get_internal_error() {
         0,
     )
     .unwrap();
-    assert!(push(&other, &target, &rx, 4, "fine").is_ok());
+    assert!(push(&other, &target, &rx, 1000, "fine").is_ok());
     assert_eq!(other.health(), ShardHealth::Running);
     drop(flusher);
     drop(other_flusher);
+
+    // The acked records survive recovery, and no acked record was written
+    // to a segment after its fsync failed.
+    recover_shard(&FsStorage, dir.path(), 0, 0).unwrap();
+    let got: Vec<(u64, String)> = read_shard(&FsStorage, dir.path())
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.seq, String::from_utf8(r.payload.to_vec()).unwrap()))
+        .filter(|(_, p)| p != "x" && p != "y")
+        .collect();
+    let after: Vec<&(u64, String)> = got.iter().filter(|(_, p)| p == "after").collect();
+    assert!(after.iter().any(|(seq, _)| *seq == acked), "{got:?}");
+    assert!(got.iter().any(|(_, p)| p == "more"), "{got:?}");
+}
+
+/// Wait (bounded) until the storage has done at least `n` writes.
+fn wait_writes(storage: &FaultyStorage, n: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while storage.count(Op::Write) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sealer never preallocated its spare"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_full_disk_at_start_gives_overloaded_and_heals_without_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    // The first preallocations fail: the disk is full when the daemon starts.
+    let faults = (1..=3)
+        .map(|nth| Fault {
+            op: Op::Write,
+            nth,
+            kind: FaultKind::Enospc,
+        })
+        .collect();
+    let storage = FaultyStorage::new(faults);
+    let queue = ShardQueue::new(0);
+    let wab = WabBudget::new(1 << 30, 0);
+    let (flusher, _) = ShardFlusher::open(
+        storage.clone(),
+        config(dir.path(), 3),
+        queue.clone(),
+        wab,
+        0,
+    )
+    .expect("a full disk does not stop the shard from starting");
+    assert_eq!(queue.health(), ShardHealth::Unwritable);
+    assert_eq!(queue.refusal(), Some(NackReason::Overloaded));
+    let (tx, rx) = mpsc::channel();
+    let target = Arc::new(Collect(tx));
+    assert_eq!(
+        push(&queue, &target, &rx, 1, "early"),
+        Err(NackReason::Overloaded),
+        "a push while the disk is full is refused as Overloaded (retryable)"
+    );
+    // No partial preallocation is left filling the disk.
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Space is back after the injected failures: the shard heals by itself.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while queue.health() != ShardHealth::Running {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the shard did not start a segment by itself once space was back"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(push(&queue, &target, &rx, 2, "later").is_ok());
+    drop(flusher);
+    let got: Vec<String> = read_shard(&FsStorage, dir.path())
+        .unwrap()
+        .into_iter()
+        .map(|r| String::from_utf8(r.payload.to_vec()).unwrap())
+        .collect();
+    assert_eq!(got, ["later"]);
+}
+
+#[test]
+fn a_refused_rotation_keeps_the_full_segment_and_retries() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = FaultyStorage::new(Vec::new());
+    let queue = ShardQueue::new(0);
+    let wab = WabBudget::new(1 << 30, 0);
+    let (flusher, _) = ShardFlusher::open(
+        storage.clone(),
+        config(dir.path(), 3),
+        queue.clone(),
+        wab,
+        0,
+    )
+    .unwrap();
+    wait_writes(&storage, 2);
+    let (tx, rx) = mpsc::channel();
+    let target = Arc::new(Collect(tx));
+    // Fill most of the 1 MiB segment.
+    let big = "b".repeat(700 * 1024);
+    assert!(push(&queue, &target, &rx, 1, &big).is_ok());
+    // The next group needs a rotation; the spare was taken, and the
+    // preallocation of the one after it fails for lack of space (every
+    // write fails for a while).
+    let next = storage.count(Op::Write) + 1;
+    for k in 0..6 {
+        storage.inject(Fault {
+            op: Op::Write,
+            nth: next + k,
+            kind: FaultKind::Enospc,
+        });
+    }
+    let mut token = 2;
+    let mut refused = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "never wrote again");
+        token += 1;
+        match push(&queue, &target, &rx, token, &big) {
+            Ok(_) => break,
+            Err(r) => {
+                assert_eq!(r, NackReason::Overloaded, "a full disk is Overloaded");
+                refused += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(refused >= 1, "the fault was never hit");
+    assert_eq!(queue.health(), ShardHealth::Running);
+    drop(flusher);
+    recover_shard(&FsStorage, dir.path(), 0, 0).unwrap();
+    let got = read_shard(&FsStorage, dir.path()).unwrap();
+    assert_eq!(
+        got.len(),
+        2,
+        "the first record and the one acked after the retry"
+    );
 }
 
 #[test]
@@ -190,14 +365,7 @@ fn a_failed_write_is_nacked_and_the_next_push_lands_in_a_fresh_segment() {
     .unwrap();
     // Start-up preallocates two 1 MiB segments, one write each (inline and
     // the sealer's spare); wait for both so the next write is a push's.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while storage.count(Op::Write) < 2 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the sealer never preallocated its spare"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_writes(&storage, 2);
     let (tx, rx) = mpsc::channel();
     let target = Arc::new(Collect(tx));
     assert!(push(&queue, &target, &rx, 1, "one").is_ok());
@@ -209,8 +377,8 @@ fn a_failed_write_is_nacked_and_the_next_push_lands_in_a_fresh_segment() {
     });
     assert_eq!(
         push(&queue, &target, &rx, 2, "two"),
-        Err(NackReason::InternalError),
-        "a group whose write failed is not acked"
+        Err(NackReason::Overloaded),
+        "a group whose write failed for lack of space is not acked (Overloaded: retryable)"
     );
     assert!(push(&queue, &target, &rx, 3, "three").is_ok());
     assert_eq!(

@@ -127,6 +127,7 @@ fn a_panicking_flusher_answers_internal_error_and_its_actor_stops() {
         buffered_flush_interval: Duration::from_millis(50),
         fsync_failures_max: 3,
         spin: Duration::ZERO,
+        group_bytes_max: 4 << 20,
     };
     let queue = ShardQueue::new(0);
     let wab = WabBudget::new(1 << 30, 0);

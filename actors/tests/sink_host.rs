@@ -403,6 +403,7 @@ impl Rig {
             buffered_flush_interval: Duration::from_millis(50),
             fsync_failures_max: 3,
             spin: Duration::ZERO,
+            group_bytes_max: 4 << 20,
         };
         let (flusher, _report) = ShardFlusher::open(FsStorage, cfg, queue.clone(), wab.clone(), 0)
             .expect("opening the shard");

@@ -155,7 +155,16 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
 fn health(state: &AdminState) -> String {
     let mut out = String::new();
     for q in &state.shards {
-        let _ = writeln!(out, "shard {} {:?}", q.shard, q.health());
+        let _ = write!(out, "shard {} {:?}", q.shard, q.health());
+        if let Some(reason) = q.refusal() {
+            let why = q.unwritable_why();
+            if why.is_empty() {
+                let _ = write!(out, " (pushes get {})", reason.name());
+            } else {
+                let _ = write!(out, " ({why}; pushes get {}, retrying)", reason.name());
+            }
+        }
+        out.push('\n');
     }
     out
 }
@@ -259,7 +268,7 @@ fn global_counters() -> [Counter<GlobalGet>; 11] {
     ]
 }
 
-fn shard_counters() -> [Counter<ShardGet>; 18] {
+fn shard_counters() -> [Counter<ShardGet>; 19] {
     [
         Counter {
             key: "up",
@@ -267,6 +276,13 @@ fn shard_counters() -> [Counter<ShardGet>; 18] {
             kind: "gauge",
             help: "1 while the shard accepts writes.",
             get: |q, _| u64::from(q.health() == spillway_actors::ShardHealth::Running),
+        },
+        Counter {
+            key: "unwritable_events",
+            metric: "spillway_shard_unwritable_total",
+            kind: "counter",
+            help: "Times the shard could not write (full disk, failed write or fsync); it retries by itself.",
+            get: |q, _| load(&q.stats.unwritable_events),
         },
         Counter {
             key: "records_written",

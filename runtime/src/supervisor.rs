@@ -167,6 +167,7 @@ impl Supervisor {
             buffered_flush_interval: cfg.buffered_flush_interval(),
             fsync_failures_max: cfg.wab.fsync_failures_max,
             spin: Duration::from_micros(cfg.wab.flusher_spin_us),
+            group_bytes_max: cfg.wab.group_bytes_max,
         }
     }
 
