@@ -40,6 +40,8 @@ pub struct Overrides {
     pub segment_bytes: Option<u64>,
     /// The body of the `[sink]` table, instead of [`NOOP_SINK`].
     pub sink_toml: Option<String>,
+    /// `server.connection_read_timeout_ms` (`None` = the daemon's default).
+    pub read_timeout_ms: Option<u64>,
 }
 
 /// Ingest scenarios measure the daemon, not a sink: records are drained and
@@ -61,6 +63,7 @@ impl Launcher {
             shards: self.shards,
             segment_bytes: overrides.segment_bytes.or(self.segment_bytes),
             sink_toml: overrides.sink_toml.as_deref().unwrap_or(NOOP_SINK),
+            read_timeout_ms: overrides.read_timeout_ms,
         };
         let config_head = settings.config_head();
         let text = format!("{config_head}{}", settings.sink_toml);
@@ -91,6 +94,7 @@ struct DaemonSettings<'a> {
     shards: u32,
     segment_bytes: Option<u64>,
     sink_toml: &'a str,
+    read_timeout_ms: Option<u64>,
 }
 
 impl DaemonSettings<'_> {
@@ -106,9 +110,13 @@ impl DaemonSettings<'_> {
             .segment_bytes
             .map(|b| format!("segment_bytes_max = {b}\n"))
             .unwrap_or_default();
+        let read_timeout = self
+            .read_timeout_ms
+            .map(|ms| format!("connection_read_timeout_ms = {ms}\n"))
+            .unwrap_or_default();
         format!(
             "# written by `spillway bench`\n[server]\nsocket_path = {}\ndata_dir = {}\nshards = {}\n\
-             inflight_records_max = {INFLIGHT_RECORDS_MAX}\n\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
+             inflight_records_max = {INFLIGHT_RECORDS_MAX}\n{read_timeout}\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
              [log]\nlevel = \"warn\"\n\n[admin]\nsocket_path = {}\n\n[sink]\n",
             toml_str(&self.dir.join("spillway.sock")),
             toml_str(&self.dir.join("wab")),
@@ -285,7 +293,7 @@ impl Drop for BenchDaemon {
 }
 
 /// Drops terminal colour sequences (`ESC [ ... m`) from a log excerpt.
-fn strip_ansi(text: &str) -> String {
+pub fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();
     while let Some(c) = chars.next() {
@@ -356,6 +364,7 @@ mod tests {
             shards: 2,
             segment_bytes: Some(1 << 20),
             sink_toml: NOOP_SINK,
+            read_timeout_ms: Some(1000),
         };
         let text = settings.config_text();
         let value: toml::Value = toml::from_str(&text).unwrap();
@@ -372,14 +381,20 @@ mod tests {
             Some(1 << 20)
         );
         assert_eq!(value["log"]["level"].as_str(), Some("warn"));
+        assert_eq!(
+            value["server"]["connection_read_timeout_ms"].as_integer(),
+            Some(1000)
+        );
         assert_eq!(value["sink"]["type"].as_str(), Some("noop"));
         crate::config::Config::parse(&text, "bench").unwrap();
         let default = DaemonSettings {
             segment_bytes: None,
+            read_timeout_ms: None,
             ..settings
         }
         .config_text();
         assert!(!default.contains("segment_bytes_max"));
+        assert!(!default.contains("connection_read_timeout_ms"));
         crate::config::Config::parse(&default, "bench").unwrap();
     }
 

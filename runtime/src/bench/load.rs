@@ -60,6 +60,9 @@ pub struct Sample {
     pub latency: Histogram<u64>,
     /// Retryable nacks (Overloaded, InternalError): not counted as records.
     pub nacks: u64,
+    /// Connecting and warming up, before the measurement (serial loads; the
+    /// longest, after [`Sample::append`]).
+    pub warmup: Duration,
 }
 
 impl Sample {
@@ -69,6 +72,7 @@ impl Sample {
             elapsed: Duration::ZERO,
             latency: new_histogram(),
             nacks: 0,
+            warmup: Duration::ZERO,
         }
     }
 
@@ -84,6 +88,17 @@ impl Sample {
             .add(&other.latency)
             .expect("histograms with the same bounds");
         self.nacks += other.nacks;
+    }
+
+    /// Adds a later measurement of the same load: counts and durations add up.
+    pub fn append(&mut self, other: Sample) {
+        self.records += other.records;
+        self.elapsed += other.elapsed;
+        self.latency
+            .add(&other.latency)
+            .expect("histograms with the same bounds");
+        self.nacks += other.nacks;
+        self.warmup = self.warmup.max(other.warmup);
     }
 
     /// The scenario outcome: rate, latency percentiles (µs), counts.
@@ -145,28 +160,31 @@ fn measure(
 
 /// Warm-up then measurement of one serial request type on one connection.
 fn serial(
-    client: &mut Client,
+    socket: &Path,
     plan: Plan,
     per_request: u64,
     mut op: impl FnMut(&mut Client) -> Result<(), Error>,
 ) -> Result<Sample, LoadError> {
+    let started = Instant::now();
+    let mut client = connect(socket)?;
     for _ in 0..plan.warmup {
-        acked(op(client))?;
+        acked(op(&mut client))?;
     }
-    measure(plan.duration, per_request, || acked(op(client)))
+    let warmup = started.elapsed();
+    let mut sample = measure(plan.duration, per_request, || acked(op(&mut client)))?;
+    sample.warmup = warmup;
+    Ok(sample)
 }
 
 /// One connection, one Push at a time.
 pub fn serial_push(socket: &Path, tier: Tier, plan: Plan) -> Result<Sample, LoadError> {
-    let mut client = connect(socket)?;
-    serial(&mut client, plan, 1, |c| c.push(tier, PAYLOAD))
+    serial(socket, plan, 1, |c| c.push(tier, PAYLOAD))
 }
 
 /// One connection, one PushBatch of `n` records at a time.
 pub fn serial_batch(socket: &Path, tier: Tier, n: usize, plan: Plan) -> Result<Sample, LoadError> {
     let records = vec![PAYLOAD; n];
-    let mut client = connect(socket)?;
-    serial(&mut client, plan, n as u64, |c| {
+    serial(socket, plan, n as u64, |c| {
         c.push_batch(tier, &records).map(drop)
     })
 }

@@ -10,6 +10,7 @@
 
 mod daemon;
 mod e2e;
+mod hostile;
 mod load;
 mod probes;
 mod receiver;
@@ -157,6 +158,8 @@ fn summary(o: &Outcome) -> String {
     let ratios: String = [
         "ratio",
         "p50_ratio",
+        "p99_ratio",
+        "rss_peak_mib",
         "speedup",
         "delivery_ratio",
         "max_ack_gap_ms",
@@ -359,7 +362,7 @@ fn describe_setup(args: &BenchArgs, s: &Settings, work: &Path) -> String {
     let target = match &args.socket {
         Some(socket) => format!("daemon at --socket {}", socket.display()),
         None => format!(
-            "daemon started by the bench (shards {}, segment_bytes_max {}, noop sink; the e2e, ingest_http, sink_ and reload_ scenarios start their own)",
+            "daemon started by the bench (shards {}, segment_bytes_max {}, noop sink; the e2e, ingest_http, sink_, reload_ and hostile scenarios start their own)",
             if args.shards == 0 { "= cores".to_string() } else { args.shards.to_string() },
             args.segment_bytes.map_or("default".to_string(), |b| b.to_string()),
         ),

@@ -24,6 +24,7 @@ pub const WORST_OF_REPEATS: &[&str] = &[
     "lost_records",
     "misrouted_records",
     "duplicates",
+    "rss_peak_worst_mib",
 ];
 
 /// What produced an outcome.
@@ -210,6 +211,7 @@ fn row_notes(o: &Outcome) -> String {
     if let Some(peak) = o.get("rss_peak_mib") {
         notes.push(format!("RSS peak {peak:.1} MiB"));
     }
+    notes.extend(hostile_notes(o));
     if let Some(nacks) = o.get("nacks").filter(|n| *n > 0.0) {
         notes.push(format!("{nacks:.0} retryable nacks"));
     }
@@ -276,6 +278,35 @@ fn delivery_notes(o: &Outcome) -> Vec<String> {
     }
     if let (Some(a), Some(b)) = (f("at_a"), f("at_b")) {
         notes.push(format!("{} at A, {} at B", thousands(a), thousands(b)));
+    }
+    notes
+}
+
+/// Notes of the `hostile/under_attack` row, from its figures.
+fn hostile_notes(o: &Outcome) -> Vec<String> {
+    let mut notes = Vec::new();
+    let f = |k: &str| o.get(k);
+    if let (Some(p50), Some(p99)) = (f("p50_ratio"), f("p99_ratio")) {
+        if f("attack_open_avg").is_some() {
+            notes.push(format!("p50/p99 {p50:.2}x/{p99:.2}x of no_attack"));
+        }
+    }
+    if let (Some(open), Some(closed)) = (f("attack_open_avg"), f("attack_closed_by_daemon")) {
+        notes.push(format!(
+            "{open:.0} attack connections open on average, {closed:.0} closed by the daemon"
+        ));
+    }
+    if let (Some(accepted), Some(timeouts)) =
+        (f("daemon_connections_accepted"), f("daemon_read_timeouts"))
+    {
+        notes.push(format!(
+            "daemon: {} accepted, {timeouts:.0} read timeouts, {} nacks",
+            thousands(accepted),
+            thousands(f("daemon_nacks").unwrap_or(0.0))
+        ));
+    }
+    if let Some(lines) = f("log_lines") {
+        notes.push(format!("{lines:.0} log lines"));
     }
     notes
 }

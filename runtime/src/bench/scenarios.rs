@@ -9,6 +9,7 @@ use spillway_client::Tier;
 
 use super::daemon::{Launcher, Overrides, RssSampler};
 use super::e2e;
+use super::hostile;
 use super::load::{self, LoadError, Plan, Sample};
 use super::report::Outcome;
 
@@ -127,6 +128,7 @@ pub const SCENARIOS: &[Scenario] = &[
         None,
     ),
     own("reload_under_load", e2e::reload_under_load, None),
+    own("hostile", hostile::hostile, None),
 ];
 
 /// Runs one workload against `socket`.

@@ -3,7 +3,7 @@
 //! verdict means the same thing on a fast NVMe box and on a slow VM disk.
 
 use super::e2e::BACKLOG_FLOOR;
-use super::report::{Outcome, Status, P50, RATE};
+use super::report::{Outcome, Status, P50, P99, RATE};
 
 /// Slack allowed on top of the probes' floor for the daemon's own work, µs.
 const OVERHEAD_US: f64 = 30.0;
@@ -177,6 +177,16 @@ const RULES: &[Rule] = &[
         "reload_under_load records on the old sink after a reload = 0",
         Cmp::AtMost,
         reload_misrouted,
+    ),
+    (
+        "hostile p99 under attack <= 3x p99 without attack",
+        Cmp::AtMost,
+        hostile_p99,
+    ),
+    (
+        "hostile daemon RSS peak during the attack <= 256 MiB",
+        Cmp::AtMost,
+        hostile_rss,
     ),
 ];
 
@@ -438,6 +448,32 @@ fn reload_misrouted(f: &Figures) -> Result<Measured, String> {
         "misrouted_records",
         "records pushed after a reload report delivered to the old sink",
     )
+}
+
+/// The row of the `hostile` scenario that holds its comparisons.
+const HOSTILE: &str = "hostile/under_attack";
+
+fn hostile_p99(f: &Figures) -> Result<Measured, String> {
+    let (attack, base, r) = (
+        f.get(HOSTILE, P99)?,
+        f.get(HOSTILE, "baseline_p99_us")?,
+        f.get(HOSTILE, "p99_ratio")?,
+    );
+    let detail =
+        format!("under attack {attack:.0} vs no attack {base:.0} µs, median ratio {r:.2} (<= 3)");
+    Ok(Measured {
+        value: r,
+        bound: 3.0,
+        detail,
+    })
+}
+
+fn hostile_rss(f: &Figures) -> Result<Measured, String> {
+    let mut m = mib_limit(f.get(HOSTILE, "rss_peak_mib")?, 256.0);
+    if let Ok(worst) = f.get(HOSTILE, "rss_peak_worst_mib") {
+        m.detail = format!("median {} (worst repeat {worst:.1} MiB)", m.detail);
+    }
+    Ok(m)
 }
 
 #[cfg(test)]
