@@ -214,6 +214,19 @@ impl SinkHost {
         reason
     }
 
+    /// Whether the sink answers its health check now (a cheap probe while
+    /// backing off: an HTTP sink only opens a TCP connection). False when
+    /// there is no instance or the check panics.
+    pub fn probe(&mut self) -> bool {
+        let Some(inst) = self.instance.as_mut() else {
+            return false;
+        };
+        matches!(
+            catch_unwind(AssertUnwindSafe(|| inst.health_check())),
+            Ok(Health::Healthy)
+        )
+    }
+
     /// Deliver one batch; a panic becomes a Retry and a restart of the instance.
     pub fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
         if let Err(reason) = self.ensure_instance() {
@@ -489,6 +502,8 @@ struct RetryState {
     last_log: Option<Instant>,
 }
 
+/// How often a backing-off drain checks whether the sink is back.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How often a shard logs a still-failing sink at warn level.
 const RETRY_LOG_EVERY: Duration = Duration::from_secs(10);
 /// Longest the on-disk checkpoint lags the confirmed point while busy.
@@ -752,13 +767,16 @@ impl<S: Storage> DrainThread<S> {
             if removed
                 .as_ref()
                 .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+                && self.queue.was_abandoned(f.segment_id, false)
             {
-                // Never sealed: the flusher abandoned it after an I/O error
-                // (or the sealer is behind). The reader finished it, so the
-                // flusher no longer writes it and every record in it is
-                // confirmed: it can go as it is. (A seal still in progress
-                // then fails to rename and says so; nothing is lost.)
+                // Never sealed: the flusher abandoned it after an I/O error.
+                // The reader finished it, so the flusher no longer writes it
+                // and every record in it is confirmed: it can go as it is.
+                // (Any other unsealed segment is being sealed: wait for it.)
                 removed = self.storage.remove(&self.dir.join(open_name(f.segment_id)));
+                if removed.is_ok() {
+                    self.queue.was_abandoned(f.segment_id, true);
+                }
             }
             match removed {
                 Ok(()) => {
@@ -829,8 +847,38 @@ impl<S: Storage> DrainThread<S> {
         } else {
             tracing::debug!(shard = self.shard, attempts = self.retry.attempts, reason = %reason, "delivery retry");
         }
-        self.sleep(delay);
+        self.back_off(delay, after.unwrap_or(Duration::ZERO));
         Ok(())
+    }
+
+    /// Wait `delay` before the next attempt, but probe the sink every
+    /// [`PROBE_EVERY`] meanwhile and retry as soon as it answers: the
+    /// backoff grows while the sink is down (up to `retry_max`), and without
+    /// probes delivery resumed up to 5 s after a 5 s outage ended, 19.5 s
+    /// after a 12 s one. A probe is one health check per second, which
+    /// does not hammer a sink that is still down. A retry-after the sink
+    /// asked for (`honour`) is waited out before any probe.
+    fn back_off(&mut self, delay: Duration, honour: Duration) {
+        let start = Instant::now();
+        self.sleep(honour.min(delay));
+        loop {
+            let elapsed = start.elapsed();
+            if self.stopping() || elapsed >= delay {
+                return;
+            }
+            self.sleep((delay - elapsed).min(PROBE_EVERY));
+            if self.stopping() || start.elapsed() >= delay {
+                return;
+            }
+            if self.host.probe() {
+                tracing::info!(
+                    shard = self.shard,
+                    waited_ms = start.elapsed().as_millis() as u64,
+                    "the sink answers its health check again; retrying now"
+                );
+                return;
+            }
+        }
     }
 
     /// xorshift64: jitter needs spread, not cryptographic quality.

@@ -309,8 +309,17 @@ impl<S: Storage> FlusherThread<S> {
         self.flush_buffered();
         self.queue.fail_queued(NackReason::InternalError);
         if let Some(active) = self.active.take() {
-            // Not sealed: the next start's recovery seals it at its last record.
-            drop(active);
+            if active.is_empty() || self.unsynced_since.is_some() {
+                // Empty: it stays a spare for the next start. Unsynced (the
+                // last fsync failed just now): recovery checks it.
+                drop(active);
+            } else {
+                // A clean stop leaves only sealed segments, so the next
+                // start has nothing to repair (and says nothing about it).
+                let _ = self
+                    .sealer
+                    .send(SealerMsg::SealSegment(active.into_sealing()));
+            }
         }
         let _ = self.sealer.send(SealerMsg::Stop);
     }
@@ -520,6 +529,7 @@ impl<S: Storage> FlusherThread<S> {
         self.unsynced_since = None;
         if let Some(old) = self.active.take() {
             self.resume_seq = old.next_seq();
+            self.queue.mark_abandoned(old.header.segment_id);
             let _ = self.sealer.send(SealerMsg::AbandonSegment {
                 path: old.path.clone(),
                 durable_offset: old.durable_offset,
@@ -606,7 +616,7 @@ impl<S: Storage> FlusherThread<S> {
 /// Overloaded (retryable, and delivery frees space), anything else
 /// InternalError.
 pub fn nack_for(e: &io::Error) -> NackReason {
-    if e.raw_os_error() == Some(libc::ENOSPC) || e.raw_os_error() == Some(libc::EDQUOT) {
+    if spillway_wab::storage::is_no_space(e) {
         NackReason::Overloaded
     } else {
         NackReason::InternalError

@@ -232,6 +232,11 @@ pub struct ShardQueue {
     shutdown: AtomicBool,
     durable: Mutex<Watermark>,
     durable_changed: Condvar,
+    /// Ids of segments the flusher abandoned after an I/O failure: they are
+    /// never sealed while running, so the drain may delete them `.open`
+    /// once confirmed. Any other `.open` segment the drain has finished is
+    /// being sealed, and is deleted only once sealed.
+    abandoned: Mutex<Vec<u64>>,
     pub stats: ShardStats,
 }
 
@@ -255,6 +260,7 @@ impl ShardQueue {
             shutdown: AtomicBool::new(false),
             durable: Mutex::new(Watermark::default()),
             durable_changed: Condvar::new(),
+            abandoned: Mutex::new(Vec::new()),
             stats: ShardStats::default(),
         })
     }
@@ -280,11 +286,7 @@ impl ShardQueue {
     /// The shard cannot write (flusher thread): record why, and the nack
     /// pushes get meanwhile (Overloaded for a full disk).
     pub fn set_unwritable(&self, error: &std::io::Error, context: &str) {
-        let nack = if matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
-            NackReason::Overloaded
-        } else {
-            NackReason::InternalError
-        };
+        let nack = crate::flusher::nack_for(error);
         self.unwritable_nack
             .store(nack.as_byte(), Ordering::Release);
         *self.unwritable_why.lock().unwrap() = format!("{context}: {error}");
@@ -362,6 +364,22 @@ impl ShardQueue {
             .wait_timeout_while(guard, timeout, |w| *w == seen)
             .unwrap();
         *guard
+    }
+
+    /// The flusher gave up on segment `id` (it stays `.open`, unsealed).
+    pub fn mark_abandoned(&self, id: u64) {
+        self.abandoned.lock().unwrap().push(id);
+    }
+
+    /// Whether segment `id` was abandoned; `forget` drops it from the list
+    /// (the drain deleted it).
+    pub fn was_abandoned(&self, id: u64, forget: bool) -> bool {
+        let mut list = self.abandoned.lock().unwrap();
+        let found = list.iter().position(|&a| a == id);
+        if let (Some(i), true) = (found, forget) {
+            list.swap_remove(i);
+        }
+        found.is_some()
     }
 
     /// Wake anyone waiting on the watermark (shutdown).

@@ -67,7 +67,7 @@ struct Ownership {
 /// message naming the folder, the holder or the numbers.
 fn take_ownership(cfg: &Config) -> Result<Ownership, String> {
     let data_dir = &cfg.server.data_dir;
-    create_data_dir(data_dir)
+    spillway_wab::storage::create_dir_durable(&FsStorage, data_dir)
         .map_err(|e| format!("creating the data folder {}: {e}", data_dir.display()))?;
     let data = DataDirLock::acquire(data_dir)?;
     let limit = crate::fd_limit::raise_soft_limit()
@@ -93,12 +93,6 @@ fn take_ownership(cfg: &Config) -> Result<Ownership, String> {
         _socket: socket,
         _admin: admin,
     })
-}
-
-/// Create the data folder (0700) and make its name durable.
-fn create_data_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    use spillway_wab::Storage;
-    FsStorage.create_dir_all(dir)
 }
 
 /// `wab.wab_bytes_max` above the data folder's free space means the disk,
