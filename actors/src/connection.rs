@@ -29,7 +29,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
 use crate::responder::{Progress, Responder, Slot, State};
-use crate::shard::{AppendBatch, PendingRecord, ShardQueue, WabBudget};
+use crate::shard::{AppendBatch, PendingRecords, ShardQueue, WabBudget};
 use crate::stats::DaemonStats;
 
 /// Per-connection limits, from `[server]`.
@@ -398,7 +398,7 @@ impl Connection {
         if st.slots.len() >= limits.inflight_records_max {
             return Err(req);
         }
-        let (tier, records, is_batch) = match req {
+        let (tier, is_batch) = match req {
             Request::HealthCheck => {
                 // Healthy means this connection's pushes can be written now;
                 // otherwise the answer is the nack a push would get.
@@ -409,11 +409,11 @@ impl Connection {
                 st.slots.push_back(Slot::Ready(answer));
                 return Ok(());
             }
-            Request::Push { tier, ref payload } => (tier, std::slice::from_ref(payload), false),
-            Request::PushBatch { tier, ref records } => (tier, records.as_slice(), true),
+            Request::Push { tier, .. } => (tier, false),
+            Request::PushBatch { tier, .. } => (tier, true),
         };
-        let n = records.len();
-        let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
+        let n = req.record_count();
+        let bytes = req.payload_bytes() as u64;
         if st.inflight_records > 0
             && (st.inflight_records + n > limits.inflight_records_max
                 || st.inflight_bytes + bytes > limits.inflight_bytes_max)
@@ -434,10 +434,11 @@ impl Connection {
             arrival_unix_us: batch.arrival_us(),
         }
         .pack();
-        batch.records.extend(records.iter().map(|p| PendingRecord {
-            payload: p.clone(),
-            meta,
-        }));
+        match req {
+            Request::Push { payload, .. } => batch.records.push_one(payload, meta),
+            Request::PushBatch { records, .. } => batch.records.push_batch(records, meta),
+            Request::HealthCheck => unreachable!("answered above"),
+        }
         batch.bytes += bytes;
         batch.disk_bytes += disk_bytes;
         batch.needs_fsync |= tier.needs_fsync();
@@ -556,7 +557,7 @@ enum ReadEnd {
 /// The batch being assembled from one read.
 #[derive(Default)]
 struct Building {
-    records: Vec<PendingRecord>,
+    records: PendingRecords,
     bytes: u64,
     disk_bytes: u64,
     needs_fsync: bool,

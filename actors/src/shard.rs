@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use spillway_protocol::NackReason;
+use spillway_protocol::{BatchRecords, NackReason};
 
 /// One record waiting to be written.
 #[derive(Debug, Clone)]
@@ -22,6 +22,64 @@ pub struct PendingRecord {
     pub payload: Bytes,
     /// Packed [`spillway_wab::RecordMeta`] (tier and arrival time).
     pub meta: u64,
+}
+
+/// The records of one [`AppendBatch`], in order: single pushes, and whole
+/// PushBatch frames kept packed ([`BatchRecords`]), so a frame of millions
+/// of tiny records costs a few words here, not tens of bytes per record.
+#[derive(Debug, Clone, Default)]
+pub struct PendingRecords {
+    items: Vec<(Pending, u64)>,
+    count: usize,
+}
+
+#[derive(Debug, Clone)]
+enum Pending {
+    One(Bytes),
+    Batch(BatchRecords),
+}
+
+impl PendingRecords {
+    /// One pushed record, with its packed meta.
+    pub fn push_one(&mut self, payload: Bytes, meta: u64) {
+        self.items.push((Pending::One(payload), meta));
+        self.count += 1;
+    }
+
+    /// Every record of a PushBatch frame, sharing one meta.
+    pub fn push_batch(&mut self, records: BatchRecords, meta: u64) {
+        self.count += records.len();
+        self.items.push((Pending::Batch(records), meta));
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Every record in order: (payload, packed meta).
+    pub fn for_each(&self, mut f: impl FnMut(Bytes, u64)) {
+        for (item, meta) in &self.items {
+            match item {
+                Pending::One(p) => f(p.clone(), *meta),
+                Pending::Batch(b) => b.iter().for_each(|p| f(p, *meta)),
+            }
+        }
+    }
+}
+
+impl From<Vec<PendingRecord>> for PendingRecords {
+    fn from(records: Vec<PendingRecord>) -> Self {
+        let mut out = PendingRecords::default();
+        for r in records {
+            out.push_one(r.payload, r.meta);
+        }
+        out
+    }
 }
 
 /// Who is told that an [`AppendBatch`] is durable. Called on the flusher's
@@ -37,7 +95,7 @@ pub trait CommitTarget: Send + Sync {
 
 /// Everything one connection decoded from one read, headed for one shard.
 pub struct AppendBatch {
-    pub records: Vec<PendingRecord>,
+    pub records: PendingRecords,
     /// Payload bytes in `records`.
     pub bytes: u64,
     /// True if any record is Sync or Batched: the group must be fdatasynced
@@ -49,14 +107,14 @@ pub struct AppendBatch {
 
 impl AppendBatch {
     pub fn new(
-        records: Vec<PendingRecord>,
+        records: impl Into<PendingRecords>,
         bytes: u64,
         needs_fsync: bool,
         token: u64,
         reply: Arc<dyn CommitTarget>,
     ) -> Self {
         AppendBatch {
-            records,
+            records: records.into(),
             bytes,
             needs_fsync,
             token,

@@ -18,11 +18,13 @@
 //! assert!(buf.is_empty());
 //! ```
 
+mod batch;
 mod frame;
 mod request;
 mod response;
 mod types;
 
+pub use batch::{BatchIter, BatchRecords};
 pub use bytes::{Bytes, BytesMut};
 
 pub use frame::{encode_frame, HEADER_LEN, MAGIC, PAYLOAD_BYTES_HARD_MAX, TRAILER_LEN, VERSION};

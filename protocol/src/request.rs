@@ -9,9 +9,7 @@ use crate::frame::{
 };
 use crate::types::{MessageType, NackReason, Tier};
 
-/// Bytes of the record count at the front of a PushBatch payload, and of each
-/// record's length prefix.
-const BATCH_LEN_FIELD: usize = 4;
+use crate::batch::{BatchRecords, BATCH_LEN_FIELD};
 
 /// A request decoded by the daemon. Payloads are zero-copy slices (`Bytes`) of the read buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,8 +25,9 @@ pub enum Request {
     PushBatch {
         /// Durability the client asked for, shared by every record.
         tier: Tier,
-        /// The records in order (at least one, none empty).
-        records: Vec<Bytes>,
+        /// The records in order (at least one, none empty), packed as they
+        /// arrived (see [`BatchRecords`]).
+        records: BatchRecords,
     },
     /// A liveness probe.
     HealthCheck,
@@ -48,7 +47,7 @@ impl Request {
     pub fn payload_bytes(&self) -> usize {
         match self {
             Self::Push { payload, .. } => payload.len(),
-            Self::PushBatch { records, .. } => records.iter().map(Bytes::len).sum(),
+            Self::PushBatch { records, .. } => records.payload_bytes(),
             Self::HealthCheck => 0,
         }
     }
@@ -123,7 +122,7 @@ pub fn decode_request(
         Kind::Push(tier) => Request::Push { tier, payload },
         Kind::PushBatch(tier) => Request::PushBatch {
             tier,
-            records: split_batch(&payload),
+            records: BatchRecords::from_validated(payload),
         },
         Kind::HealthCheck => Request::HealthCheck,
     }))
@@ -270,21 +269,6 @@ fn validate_record(rest: &[u8], index: u32, count: u32) -> Result<&[u8], Request
     Ok(&rest[len as usize..])
 }
 
-/// Slices the records out of a payload that [`validate_batch`] accepted.
-fn split_batch(payload: &Bytes) -> Vec<Bytes> {
-    let count = read_u32(&payload[..BATCH_LEN_FIELD]) as usize;
-    // Validation bounded count by the payload size, so this cannot over-allocate.
-    let mut records = Vec::with_capacity(count);
-    let mut at = BATCH_LEN_FIELD;
-    for _ in 0..count {
-        let len = read_u32(&payload[at..at + BATCH_LEN_FIELD]) as usize;
-        at += BATCH_LEN_FIELD;
-        records.push(payload.slice(at..at + len));
-        at += len;
-    }
-    records
-}
-
 /// Appends a Push frame carrying `payload` at `tier`.
 ///
 /// No validation: an empty payload encodes fine (and the daemon nacks it).
@@ -370,7 +354,7 @@ mod tests {
         assert_eq!((push.record_count(), push.payload_bytes()), (1, 5));
         let batch = Request::PushBatch {
             tier: Tier::Sync,
-            records: vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cde")],
+            records: vec![Bytes::from_static(b"ab"), Bytes::from_static(b"cde")].into(),
         };
         assert_eq!((batch.record_count(), batch.payload_bytes()), (2, 5));
         let hc = Request::HealthCheck;

@@ -360,7 +360,7 @@ fn well_formed_batch_decodes_to_its_records() {
         got,
         Request::PushBatch {
             tier: Tier::Buffered,
-            records: records.iter().map(|r| Bytes::copy_from_slice(r)).collect(),
+            records: records.to_vec().into(),
         }
     );
     assert_eq!(got.record_count(), 3);
@@ -542,7 +542,8 @@ fn back_to_back_frames_decode_in_sequence() {
                 records: vec![
                     Bytes::copy_from_slice(&i.to_le_bytes()),
                     Bytes::copy_from_slice(&(i + 1).to_le_bytes()),
-                ],
+                ]
+                .into(),
             },
             _ => Request::HealthCheck,
         };
@@ -568,7 +569,10 @@ fn payloads_are_slices_of_the_read_buffer() {
     let Some(Request::PushBatch { records, .. }) = decode_request(&mut buf, 4096).unwrap() else {
         panic!("expected a batch");
     };
-    assert!(records.iter().all(inside), "batch records were copied");
+    assert!(
+        records.iter().all(|r| inside(&r)),
+        "batch records were copied"
+    );
 }
 
 #[test]

@@ -21,8 +21,12 @@ fn request() -> impl Strategy<Value = Request> {
     let record = prop::collection::vec(any::<u8>(), 1..64).prop_map(Bytes::from);
     prop_oneof![
         (tier(), record.clone()).prop_map(|(tier, payload)| Request::Push { tier, payload }),
-        (tier(), prop::collection::vec(record, 1..8))
-            .prop_map(|(tier, records)| Request::PushBatch { tier, records }),
+        (tier(), prop::collection::vec(record, 1..8)).prop_map(|(tier, records)| {
+            Request::PushBatch {
+                tier,
+                records: records.into(),
+            }
+        }),
         Just(Request::HealthCheck),
     ]
 }
@@ -30,7 +34,7 @@ fn request() -> impl Strategy<Value = Request> {
 fn encode_request(r: &Request, out: &mut BytesMut) {
     match r {
         Request::Push { tier, payload } => encode_push(*tier, payload, out),
-        Request::PushBatch { tier, records } => encode_push_batch(*tier, records, out),
+        Request::PushBatch { tier, records } => encode_push_batch(*tier, &records.to_vec(), out),
         Request::HealthCheck => encode_health_check(out),
     }
 }
@@ -56,7 +60,7 @@ proptest! {
         prop_assert_eq!(buf.len(), push_batch_frame_len(records.iter().map(Vec::len)));
         let got = decode_request(&mut buf, PAYLOAD_BYTES_HARD_MAX).unwrap();
         let records: Vec<Bytes> = records.into_iter().map(Bytes::from).collect();
-        prop_assert_eq!(got, Some(Request::PushBatch { tier, records }));
+        prop_assert_eq!(got, Some(Request::PushBatch { tier, records: records.into() }));
         prop_assert!(buf.is_empty());
     }
 
