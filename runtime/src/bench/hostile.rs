@@ -708,11 +708,13 @@ impl Sampler {
     }
 }
 
-/// The global counters of `ctl stats` that an attack moves.
-const DAEMON_COUNTERS: [&str; 3] = [
+/// The global counters of `ctl stats` that an attack moves (one the
+/// daemon does not report is left out of the figures).
+const DAEMON_COUNTERS: [&str; 4] = [
     "connections_accepted",
     "connections_refused",
     "read_timeouts",
+    "idle_timeouts",
 ];
 
 /// `key value` lines of `ctl stats`, with every `nacks{...}` line summed
