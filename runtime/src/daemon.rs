@@ -47,9 +47,25 @@ pub fn run(
 ) -> Result<(), String> {
     // Held until the process exits: the data folder and the sockets have one owner.
     let _owner = take_ownership(&cfg)?;
+    let sockets = [
+        cfg.server.socket_path.clone(),
+        cfg.admin.socket_path.clone(),
+    ];
     let system = actix_rt::System::new();
     let result = system.block_on(async move { start(cfg, origin, config_path, watch_config) });
-    result?;
+    if let Err(e) = result {
+        // The socket names are ours (their locks are held): leave no
+        // socket behind that nobody answers.
+        for path in &sockets {
+            let _ = std::fs::remove_file(path);
+        }
+        // Actors started before the failure (earlier shards' flushers and
+        // drains) must be stopped inside the runtime: dropping the system
+        // with them still queued panicked ("there is no reactor running").
+        System::current().stop();
+        let _ = system.run();
+        return Err(e);
+    }
     system
         .run()
         .map_err(|e| format!("actor system failed: {e}"))
