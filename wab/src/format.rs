@@ -7,10 +7,13 @@
 //! record   := len u32 (1..=16 MiB) | crc u32 | meta u64 | payload[len]
 //!             crc  = CRC-32 of meta (LE bytes) ++ payload
 //!             meta = arrival_unix_us (low 56 bits) | tier (high 8 bits)
+//! gap      := 0xFFFF_FFFE u32 | crc u32 | skip_bytes u32 | lost_records u32
+//!             crc = CRC-32 of bytes 8..16; written by recovery over damaged
+//!             records, followed by skip_bytes damaged bytes left in place
 //! end      := a record header of 16 zero bytes, or end of file
 //! footer   := 0xFFFF_FFFF u32 | "SEAL" | record_count u64 | end_offset u64
 //!             | last_seq u64 | records_crc u32 | crc u32      (40 bytes)
-//!             records_crc = CRC-32 of every record's crc (LE) in order
+//!             records_crc = CRC-32 of every record's (and gap's) crc (LE) in order
 //! ```
 //! All integers little-endian. Segments are preallocated with zeros, so
 //! the first all-zero record header marks the end of an unsealed segment.
@@ -26,6 +29,10 @@ pub const FOOTER_LEN: usize = 40;
 /// The `len` value that announces a footer instead of a record.
 pub const FOOTER_MARKER: u32 = u32::MAX;
 pub const FOOTER_MAGIC: [u8; 4] = *b"SEAL";
+/// The `len` value that announces a GAP frame: damaged records recovery
+/// replaced in place (see [`GapFrame`]).
+pub const GAP_MARKER: u32 = u32::MAX - 1;
+pub const GAP_FRAME_LEN: usize = 16;
 /// No record can be larger than the protocol's hard payload cap.
 pub const RECORD_BYTES_MAX: u32 = 16 * 1024 * 1024;
 const ARRIVAL_MASK: u64 = (1 << 56) - 1;
@@ -147,6 +154,64 @@ impl RecordsCrc {
     }
     pub fn value(&self) -> u32 {
         self.0.clone().finalize()
+    }
+}
+
+/// A GAP frame: recovery writes it in place over damaged records so that
+/// the records after them keep their positional sequence numbers.
+///
+/// ```text
+/// 0..4   marker       u32 0xFFFF_FFFE (where a record's len would be)
+/// 4..8   crc          u32, CRC-32 of bytes 8..16
+/// 8..12  skip_bytes   u32, damaged bytes after the frame, left in place
+/// 12..16 lost_records u32, positions (sequence numbers) the damage took
+/// ```
+/// A reader skips `16 + skip_bytes` bytes, counts `lost_records` positions
+/// and adds `crc` to the running records CRC (so a footer written after
+/// the salvage checks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GapFrame {
+    pub skip_bytes: u32,
+    pub lost_records: u32,
+}
+
+impl GapFrame {
+    pub fn encode(&self) -> [u8; GAP_FRAME_LEN] {
+        let mut b = [0u8; GAP_FRAME_LEN];
+        b[0..4].copy_from_slice(&GAP_MARKER.to_le_bytes());
+        b[8..12].copy_from_slice(&self.skip_bytes.to_le_bytes());
+        b[12..16].copy_from_slice(&self.lost_records.to_le_bytes());
+        let crc = crc32fast::hash(&b[8..16]);
+        b[4..8].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// The frame and its CRC, or `None` if `b` is not a valid GAP frame.
+    pub fn decode(b: &[u8]) -> Option<(GapFrame, u32)> {
+        if b.len() < GAP_FRAME_LEN || u32_at(b, 0) != GAP_MARKER {
+            return None;
+        }
+        let crc = u32_at(b, 4);
+        if crc32fast::hash(&b[8..16]) != crc {
+            return None;
+        }
+        Some((
+            GapFrame {
+                skip_bytes: u32_at(b, 8),
+                lost_records: u32_at(b, 12),
+            },
+            crc,
+        ))
+    }
+
+    /// Bytes from the frame's offset to the next record.
+    pub fn span(&self) -> u64 {
+        GAP_FRAME_LEN as u64 + self.skip_bytes as u64
+    }
+
+    /// The CRC stored in (and folded into the records CRC for) this frame.
+    pub fn crc(&self) -> u32 {
+        u32_at(&self.encode(), 4)
     }
 }
 
@@ -287,6 +352,21 @@ mod tests {
         let mut bad = f.encode();
         bad[9] ^= 0x80;
         assert!(Footer::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn gap_frame_round_trip_and_crc() {
+        let g = GapFrame {
+            skip_bytes: 1234,
+            lost_records: 3,
+        };
+        let b = g.encode();
+        assert_eq!(GapFrame::decode(&b), Some((g, g.crc())));
+        for i in 0..GAP_FRAME_LEN {
+            let mut bad = b;
+            bad[i] ^= 0x10;
+            assert_eq!(GapFrame::decode(&bad), None, "byte {i}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod fault;
 pub mod format;
 pub mod reader;
 pub mod recovery;
+mod salvage;
 pub mod segment;
 pub mod storage;
 

@@ -11,8 +11,9 @@ use std::path::Path;
 use bytes::{Bytes, BytesMut};
 
 use crate::format::{
-    record_crc, u32_at, u64_at, Footer, FormatError, RecordMeta, RecordsCrc, SegmentHeader,
-    FOOTER_LEN, FOOTER_MARKER, RECORD_BYTES_MAX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    record_crc, u32_at, u64_at, Footer, FormatError, GapFrame, RecordMeta, RecordsCrc,
+    SegmentHeader, FOOTER_LEN, FOOTER_MARKER, GAP_MARKER, RECORD_BYTES_MAX, RECORD_HEADER_LEN,
+    SEGMENT_HEADER_LEN,
 };
 use crate::storage::{read_full_at, Storage, StorageFile};
 
@@ -28,6 +29,19 @@ pub struct StoredRecord {
     pub payload: Bytes,
     /// Offset of the record header in the segment file.
     pub offset: u64,
+}
+
+/// A GAP frame the reader stepped over: records recovery found damaged and
+/// replaced in place (see [`GapFrame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassedGap {
+    /// Offset of the frame (where the damaged bytes started).
+    pub offset: u64,
+    /// Sequence number of the first lost record.
+    pub first_seq: u64,
+    pub lost_records: u64,
+    /// Bytes from the frame to the next record (frame + damaged bytes).
+    pub span: u64,
 }
 
 /// Why a reader stopped.
@@ -58,8 +72,10 @@ pub struct SegmentReader<F> {
     header: SegmentHeader,
     /// Offset of the next record header.
     offset: u64,
+    /// Positions read: records returned plus records lost in GAP frames.
     count: u64,
     records_crc: RecordsCrc,
+    gaps: Vec<PassedGap>,
     /// Read-ahead: bytes of the file starting at `chunk_start`.
     chunk: Bytes,
     chunk_start: u64,
@@ -67,6 +83,14 @@ pub struct SegmentReader<F> {
     /// active segment); `u64::MAX` for a closed file.
     limit: u64,
     end: Option<End>,
+    /// Set by `next_inner` when it stepped over a GAP frame (not an end).
+    gap_passed: bool,
+}
+
+enum Frame {
+    Record(StoredRecord),
+    Gap,
+    Stop,
 }
 
 impl<F: StorageFile> SegmentReader<F> {
@@ -97,10 +121,12 @@ impl<F: StorageFile> SegmentReader<F> {
                 offset: SEGMENT_HEADER_LEN as u64,
                 count: 0,
                 records_crc: RecordsCrc::new(),
+                gaps: Vec::new(),
                 chunk: Bytes::new(),
                 chunk_start: 0,
                 limit: u64::MAX,
                 end: None,
+                gap_passed: false,
             })),
         }
     }
@@ -114,9 +140,20 @@ impl<F: StorageFile> SegmentReader<F> {
         self.offset
     }
 
-    /// Records read so far.
+    /// Positions read so far: records returned plus records the GAP frames
+    /// passed say were lost (sequence numbers are positional).
     pub fn count(&self) -> u64 {
         self.count
+    }
+
+    /// GAP frames passed so far, in file order.
+    pub fn gaps(&self) -> &[PassedGap] {
+        &self.gaps
+    }
+
+    /// Records lost in the GAP frames passed so far.
+    pub fn lost_records(&self) -> u64 {
+        self.gaps.iter().map(|g| g.lost_records).sum()
     }
 
     /// Sequence number the next record will carry.
@@ -163,8 +200,30 @@ impl<F: StorageFile> SegmentReader<F> {
     }
 
     /// The next record, `Ok(None)` at the end (see [`Self::end`]) or at the limit.
+    /// GAP frames are stepped over (the sequence numbers they hold are skipped).
     #[allow(clippy::should_implement_trait)] // fallible: io::Result, unlike Iterator::next
     pub fn next(&mut self) -> io::Result<Option<StoredRecord>> {
+        loop {
+            match self.next_frame()? {
+                Frame::Record(r) => return Ok(Some(r)),
+                Frame::Gap => continue,
+                Frame::Stop => return Ok(None),
+            }
+        }
+    }
+
+    fn next_frame(&mut self) -> io::Result<Frame> {
+        match self.next_inner()? {
+            Some(r) => Ok(Frame::Record(r)),
+            None if self.gap_passed => {
+                self.gap_passed = false;
+                Ok(Frame::Gap)
+            }
+            None => Ok(Frame::Stop),
+        }
+    }
+
+    fn next_inner(&mut self) -> io::Result<Option<StoredRecord>> {
         if self.end.is_some() {
             return Ok(None);
         }
@@ -200,6 +259,37 @@ impl<F: StorageFile> SegmentReader<F> {
                 return Ok(None);
             }
             return self.read_footer(at);
+        }
+        if len == GAP_MARKER {
+            let Some((gap, crc)) = GapFrame::decode(&head) else {
+                return self.corrupt(at, "GAP frame fails its CRC".into());
+            };
+            let next = at + gap.span();
+            if next > self.limit {
+                return Ok(None);
+            }
+            // The damaged bytes stay in place: the frame must not point
+            // past the end of the file.
+            if next > self.file.len()? {
+                return self.corrupt(
+                    at,
+                    format!(
+                        "GAP frame skips {} bytes past the end of the file",
+                        gap.skip_bytes
+                    ),
+                );
+            }
+            self.gaps.push(PassedGap {
+                offset: at,
+                first_seq: self.next_seq(),
+                lost_records: gap.lost_records as u64,
+                span: gap.span(),
+            });
+            self.records_crc.add(crc);
+            self.count += gap.lost_records as u64;
+            self.offset = next;
+            self.gap_passed = true;
+            return Ok(None);
         }
         if len > RECORD_BYTES_MAX {
             return self.corrupt(

@@ -2,15 +2,20 @@
 //!
 //! - `*.open.tmp`: a preallocation that never finished; it never held a
 //!   record, so it is removed.
-//! - `*.sealed`: verified end to end (header, every record CRC, footer);
-//!   a segment that fails is moved to `quarantine/`, never deleted.
+//! - `*.sealed`: verified end to end (header, every record CRC, footer).
+//!   Damaged records are salvaged in place (see [`crate::salvage`]): a GAP
+//!   frame replaces them, the footer is rewritten, every other record stays
+//!   under its own sequence number. Only a segment that cannot be salvaged
+//!   (bad header, no usable footer, counts that do not add up) is moved to
+//!   `quarantine/` whole, never deleted.
 //! - `*.open` with an all-zero header: a spare preallocated segment, kept for
 //!   reuse if it is newer than every used segment.
 //! - `*.open` with a bad header: quarantined.
-//! - `*.open` with a good header: read up to the first record that fails its
-//!   check (a torn write: a group whose fdatasync never returned, so it was
-//!   never acked). Non-zero bytes past that point are copied to
-//!   `quarantine/` first; then the segment is sealed at the cut.
+//! - `*.open` with a good header: damage in the middle (valid records after
+//!   it) is salvaged like a sealed segment's; a bad record with nothing
+//!   valid after it is a torn write (a group whose fdatasync never
+//!   returned, so it was never acked): the non-zero bytes from there are
+//!   copied to `quarantine/` first, then the segment is sealed at the cut.
 //!
 //! - `*.open` whose records run past the first seq of a newer segment: the
 //!   overlap was written by an append that failed (the writer abandoned the
@@ -24,14 +29,20 @@
 //!
 //! Every step is idempotent: a crash during recovery followed by another
 //! recovery gives the same directory.
+//!
+//! Nothing here needs free space to make progress: footers and GAP frames
+//! are written in place, sealing truncates, moving a file is a rename. The
+//! copies and `.reason` files written to `quarantine/` are evidence, not
+//! data the shard needs: on ENOSPC they are logged and skipped.
 
 use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 
-use crate::format::{classify, FileKind, Footer, FOOTER_LEN};
-use crate::reader::{End, Opened, SegmentReader};
+use crate::format::{classify, FileKind, Footer, GapFrame, SegmentHeader, FOOTER_LEN};
+use crate::reader::{End, Opened, PassedGap, SegmentReader};
+use crate::salvage::{self, footer_like, Hole};
 use crate::segment::{seal, Preallocated, Sealing};
-use crate::storage::{create_dir_durable, read_full_at, Storage, StorageFile};
+use crate::storage::{create_dir_durable, is_no_space, read_full_at, Storage, StorageFile};
 
 /// Name of the folder (inside each shard directory) untrusted files go to.
 pub const QUARANTINE_DIR: &str = "quarantine";
@@ -42,10 +53,63 @@ pub struct SegmentInfo {
     pub path: PathBuf,
     pub segment_id: u64,
     pub first_seq: u64,
+    /// Positions (sequence numbers) the segment covers: its records plus
+    /// the records its GAP frames say were lost.
     pub record_count: u64,
     /// Bytes of header and records (the file is this plus the footer);
     /// what the segment counts against `wab_bytes_max`.
     pub bytes: u64,
+    /// Records lost to damage inside the segment (GAP frames), now or in
+    /// an earlier recovery.
+    pub lost_records: u64,
+}
+
+/// Damaged records in a segment replaced in place by a GAP frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Salvaged {
+    pub segment_id: u64,
+    /// Offset of the damaged bytes (now the GAP frame).
+    pub offset: u64,
+    /// Length of the damaged stretch, frame included.
+    pub damaged_bytes: u64,
+    pub lost_records: u64,
+    /// First and last sequence number lost (inclusive).
+    pub lost_seqs: (u64, u64),
+    /// Intact records the segment keeps.
+    pub kept_records: u64,
+    /// Copy of the damaged bytes in `quarantine/` (`None` if it could not
+    /// be written, e.g. for lack of space).
+    pub saved_to: Option<PathBuf>,
+}
+
+/// Sequence numbers no file holds any more: a segment deleted from outside
+/// (between two segments, or between the checkpoint and the oldest one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeqGap {
+    /// First and last missing sequence number (inclusive).
+    pub first: u64,
+    pub last: u64,
+    /// The `quarantine/gap-<first>-<last>.reason` file (`None` if it could
+    /// not be written).
+    pub reason_file: Option<PathBuf>,
+    /// Found by this start (false: an earlier start reported it already).
+    pub new: bool,
+}
+
+impl SeqGap {
+    pub fn count(&self) -> u64 {
+        self.last - self.first + 1
+    }
+}
+
+/// A checkpoint that claimed more than the data holds (see `open_shard`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UntrustedCheckpoint {
+    /// The value it held, kept as a floor for new sequence numbers.
+    pub value: u64,
+    /// One past the highest sequence number any segment shows.
+    pub data_end: u64,
+    pub moved_to: PathBuf,
 }
 
 /// What recovery found and did; logged at start-up.
@@ -61,6 +125,18 @@ pub struct RecoveryReport {
     pub quarantined: Vec<(PathBuf, String)>,
     /// Unfinished preallocations removed.
     pub removed_partial: usize,
+    /// Damaged records replaced by GAP frames (this start, or an earlier
+    /// one that crashed before the segment's footer or seal was written).
+    pub salvaged: Vec<Salvaged>,
+    /// Sealed segments whose footer alone was damaged and has been
+    /// rewritten from the (intact) records: (segment id, what was wrong).
+    pub footers_repaired: Vec<(u64, String)>,
+    /// Sequence ranges no file holds (filled by `open_shard`).
+    pub gaps: Vec<SeqGap>,
+    /// Records known lost: every salvaged hole and every gap above.
+    pub lost_records: u64,
+    /// Set when the checkpoint was ahead of the data (by `open_shard`).
+    pub untrusted_checkpoint: Option<UntrustedCheckpoint>,
     /// The sequence number the next record will get.
     pub next_seq: u64,
     /// The id the next preallocated segment will get.
@@ -68,8 +144,12 @@ pub struct RecoveryReport {
 }
 
 impl RecoveryReport {
+    /// Records held (positions minus records lost inside segments).
     pub fn record_count(&self) -> u64 {
-        self.segments.iter().map(|s| s.record_count).sum()
+        self.segments
+            .iter()
+            .map(|s| s.record_count - s.lost_records)
+            .sum()
     }
 
     pub fn bytes(&self) -> u64 {
@@ -107,6 +187,9 @@ pub fn recover_shard<S: Storage>(
             entries.push((kind, path));
         }
     }
+    // In name order (= id order): reports and logs come out the same way
+    // on every run.
+    entries.sort_by(|a, b| a.1.cmp(&b.1));
     // Where every segment with a valid header starts. The writer starts a
     // segment at the next sequence number it has counted, so a segment
     // starting at X proves that nothing at or past X in an older segment was
@@ -177,6 +260,7 @@ pub fn recover_shard<S: Storage>(
         report.next_seq = report.next_seq.max(s.first_seq + s.record_count);
     }
     report.next_segment_id = max_id.map_or(0, |m| m + 1);
+    report.lost_records = report.salvaged.iter().map(|s| s.lost_records).sum();
     Ok(Recovered { report, spares })
 }
 
@@ -187,7 +271,8 @@ fn recover_sealed<S: Storage>(
     id: u64,
     report: &mut RecoveryReport,
 ) -> io::Result<()> {
-    let mut reader = match SegmentReader::open(storage, path)? {
+    // Read-write: a damaged segment is salvaged in place.
+    let mut reader = match SegmentReader::from_file(storage.open(path)?)? {
         Opened::Reader(r) => r,
         Opened::Unused(_) => {
             return quarantine(
@@ -206,21 +291,20 @@ fn recover_sealed<S: Storage>(
         }
     };
     while reader.next()?.is_some() {}
-    match reader.end() {
+    match reader.end().cloned() {
         Some(End::Footer(_)) => {
-            let bytes = reader.offset();
             report.segments.push(SegmentInfo {
                 path: path.to_path_buf(),
                 segment_id: id,
                 first_seq: reader.header().first_seq,
                 record_count: reader.count(),
-                bytes,
+                bytes: reader.offset(),
+                lost_records: reader.lost_records(),
             });
             Ok(())
         }
         Some(End::Corrupt { offset, detail }) => {
-            let reason = format!("sealed segment fails its check at offset {offset}: {detail}");
-            quarantine(storage, dir, path, &reason, report)
+            salvage_sealed(storage, dir, path, id, reader, offset, &detail, report)
         }
         other => {
             let reason = format!("sealed segment has no footer (ended with {other:?})");
@@ -228,6 +312,276 @@ fn recover_sealed<S: Storage>(
         }
     }
 }
+
+/// A sealed segment failed its check at `offset`. Salvage it in place if
+/// its footer (the anchor that says how many records it holds) or at least
+/// the footer's position survives; otherwise quarantine it whole.
+#[allow(clippy::too_many_arguments)]
+fn salvage_sealed<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    path: &Path,
+    id: u64,
+    reader: SegmentReader<S::File>,
+    offset: u64,
+    detail: &str,
+    report: &mut RecoveryReport,
+) -> io::Result<()> {
+    let header = *reader.header();
+    let positions = reader.count();
+    let earlier_gaps = reader.gaps().to_vec();
+    let mut file = reader.into_file();
+    let why = format!("sealed segment fails its check at offset {offset}: {detail}");
+    let len = file.len()?;
+    let min_len = (crate::format::SEGMENT_HEADER_LEN + FOOTER_LEN) as u64;
+    if len < min_len {
+        return quarantine(storage, dir, path, &why, report);
+    }
+    let footer_at = len - FOOTER_LEN as u64;
+    let mut raw = [0u8; FOOTER_LEN];
+    if read_full_at(&file, footer_at, &mut raw)? < FOOTER_LEN || offset > footer_at {
+        return quarantine(storage, dir, path, &why, report);
+    }
+    // The footer's count is the anchor, if the footer is whole and agrees
+    // with the header and its own position.
+    let anchor = match Footer::decode(&raw) {
+        Ok(f)
+            if f.end_offset == footer_at
+                && f.last_seq
+                    == header
+                        .first_seq
+                        .wrapping_add(f.record_count)
+                        .wrapping_sub(1) =>
+        {
+            Some(f.record_count)
+        }
+        _ => None,
+    };
+    if anchor.is_none() && !footer_like(&raw) {
+        // Cut short or overwritten at the end: where its records end is
+        // not known.
+        return quarantine(storage, dir, path, &why, report);
+    }
+    let plan = match salvage::plan(&file, offset, positions, footer_at, true, anchor)? {
+        Ok(p) => p,
+        Err(cannot) => {
+            let reason = format!("{why}; cannot be salvaged: {cannot}");
+            return quarantine(storage, dir, path, &reason, report);
+        }
+    };
+    let first = report.salvaged.len();
+    write_gap_frames(storage, dir, &mut file, path, &header, &plan.holes, report)?;
+    // The footer is rewritten from the records as they now read (GAP
+    // frames fold their CRC into the running records CRC).
+    let mut again = match SegmentReader::from_file(storage.open_read(path)?)? {
+        Opened::Reader(r) => r,
+        _ => return Err(changed(path)),
+    };
+    again.set_limit(footer_at);
+    while again.next()?.is_some() {}
+    if again.offset() != footer_at || again.count() != plan.positions {
+        return Err(io::Error::other(format!(
+            "{}: salvage planned {} records up to offset {footer_at}, reading back gives {} up to {}",
+            path.display(),
+            plan.positions,
+            again.count(),
+            again.offset()
+        )));
+    }
+    let footer = Footer {
+        record_count: again.count(),
+        end_offset: footer_at,
+        last_seq: header.first_seq.wrapping_add(again.count()).wrapping_sub(1),
+        records_crc: again.records_crc(),
+    };
+    file.write_all_at(footer_at, &[IoSlice::new(&footer.encode())])?;
+    file.sync_all()?;
+    let lost = again.lost_records();
+    let kept = again.count() - lost;
+    // Frames an earlier recovery wrote before crashing (its footer was not
+    // rewritten yet) are this salvage too.
+    report_earlier_gaps(dir, id, &earlier_gaps, report, first);
+    for s in &mut report.salvaged[first..] {
+        s.kept_records = kept;
+    }
+    if report.salvaged.len() == first {
+        tracing::error!(segment = id, path = %path.display(), reason = %why,
+            "rewrote the damaged footer of a sealed segment from its intact records; no record lost");
+        report.footers_repaired.push((id, why));
+    } else {
+        log_salvage(path, id, &report.salvaged[first..], kept);
+    }
+    report.segments.push(SegmentInfo {
+        path: path.to_path_buf(),
+        segment_id: id,
+        first_seq: header.first_seq,
+        record_count: again.count(),
+        bytes: footer_at,
+        lost_records: lost,
+    });
+    Ok(())
+}
+
+fn changed(path: &Path) -> io::Error {
+    io::Error::other(format!(
+        "{}: header changed during recovery",
+        path.display()
+    ))
+}
+
+/// Copy each hole's bytes to quarantine (best effort), then write its GAP
+/// frame over it, in place. Pushes one [`Salvaged`] per hole (kept_records
+/// filled in by the caller).
+fn write_gap_frames<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    file: &mut S::File,
+    path: &Path,
+    header: &SegmentHeader,
+    holes: &[Hole],
+    report: &mut RecoveryReport,
+) -> io::Result<()> {
+    let id = header.segment_id;
+    for h in holes {
+        let lost = h
+            .lost
+            .ok_or_else(|| io::Error::other("salvage left a hole uncounted"))?;
+        let span = h.end - h.start;
+        let (Ok(skip), Ok(lost32)) = (
+            u32::try_from(span - crate::format::GAP_FRAME_LEN as u64),
+            u32::try_from(lost),
+        ) else {
+            return Err(io::Error::other(format!(
+                "{}: damaged stretch of {span} bytes / {lost} records at offset {} is too large for a GAP frame",
+                path.display(),
+                h.start
+            )));
+        };
+        let first_seq = header.first_seq + h.first_position;
+        let last_seq = first_seq + lost - 1;
+        // The file name, not the path: the text must not change when the
+        // data folder moves (a rerun after a crash rewrites it identically).
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+        let reason = format!(
+            "damaged bytes at offset {}..{} of segment {id} ({file_name}): {}; {lost} record(s) lost, \
+             seqs {first_seq}..={last_seq}; replaced in place by a GAP frame, every other record kept",
+            h.start, h.end, h.detail
+        );
+        let name = format!("{id:016x}.damaged-at-{}", h.start);
+        let saved_to = save_copy(storage, dir, file, &name, h.start, h.end, &reason)?;
+        let frame = GapFrame {
+            skip_bytes: skip,
+            lost_records: lost32,
+        };
+        file.write_all_at(h.start, &[IoSlice::new(&frame.encode())])?;
+        report.salvaged.push(Salvaged {
+            segment_id: id,
+            offset: h.start,
+            damaged_bytes: span,
+            lost_records: lost,
+            lost_seqs: (first_seq, last_seq),
+            kept_records: 0,
+            saved_to,
+        });
+    }
+    Ok(())
+}
+
+/// Report GAP frames found in a segment this recovery finishes (an earlier
+/// recovery wrote them and crashed before sealing or fixing the footer),
+/// before the entries from index `from` on.
+fn report_earlier_gaps(
+    dir: &Path,
+    id: u64,
+    gaps: &[PassedGap],
+    report: &mut RecoveryReport,
+    from: usize,
+) {
+    let earlier: Vec<Salvaged> = gaps
+        .iter()
+        .map(|g| {
+            let copy = dir
+                .join(QUARANTINE_DIR)
+                .join(format!("{id:016x}.damaged-at-{}", g.offset));
+            Salvaged {
+                segment_id: id,
+                offset: g.offset,
+                damaged_bytes: g.span,
+                lost_records: g.lost_records,
+                lost_seqs: (g.first_seq, g.first_seq + g.lost_records.max(1) - 1),
+                kept_records: 0,
+                saved_to: copy.exists().then_some(copy),
+            }
+        })
+        .collect();
+    report.salvaged.splice(from..from, earlier);
+}
+
+fn log_salvage(path: &Path, id: u64, holes: &[Salvaged], kept: u64) {
+    let lost: u64 = holes.iter().map(|h| h.lost_records).sum();
+    let seqs: Vec<String> = holes
+        .iter()
+        .map(|h| format!("{}..={}", h.lost_seqs.0, h.lost_seqs.1))
+        .collect();
+    tracing::error!(
+        segment = id,
+        path = %path.display(),
+        lost_records = lost,
+        kept_records = kept,
+        lost_seqs = %seqs.join(", "),
+        "damaged records in a segment: replaced in place by GAP frames; these acknowledged records \
+         are lost (copies of the damaged bytes are in quarantine), every other record is kept"
+    );
+}
+
+/// Copy `[from, to)` of `file` to `quarantine/<name>` with a `.reason`.
+/// Evidence only: on ENOSPC (or a full quota) the partial copy is removed,
+/// the failure logged, and `None` returned.
+fn save_copy<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    file: &S::File,
+    name: &str,
+    from: u64,
+    to: u64,
+    reason: &str,
+) -> io::Result<Option<PathBuf>> {
+    let qdir = dir.join(QUARANTINE_DIR);
+    let target = qdir.join(name);
+    let copied = (|| {
+        create_dir_durable(storage, &qdir)?;
+        let _ = storage.remove(&target);
+        let mut out = storage.create(&target)?;
+        let mut buf = vec![0u8; COPY_CHUNK_BYTES];
+        let mut at = from;
+        while at < to {
+            let want = ((to - at) as usize).min(buf.len());
+            let n = read_full_at(file, at, &mut buf[..want])?;
+            if n == 0 {
+                break;
+            }
+            out.write_all_at(at - from, &[IoSlice::new(&buf[..n])])?;
+            at += n as u64;
+        }
+        out.sync_all()
+    })();
+    match copied {
+        Ok(()) => {}
+        Err(e) if is_no_space(&e) => {
+            let _ = storage.remove(&target);
+            tracing::error!(path = %target.display(), error = %e, reason,
+                "no space to save damaged bytes in quarantine; carrying on without the copy");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    }
+    write_reason(storage, &qdir, &target, reason)?;
+    storage.sync_dir(&qdir)?;
+    Ok(Some(target))
+}
+
+/// Bytes copied at a time into quarantine.
+const COPY_CHUNK_BYTES: usize = 1024 * 1024;
 
 /// Returns the file as a spare if it is an unused preallocated segment.
 ///
@@ -264,16 +618,48 @@ fn recover_open<S: Storage>(
         }
     };
     while reader.next()?.is_some() {}
+    let header = *reader.header();
+    let earlier_gaps = reader.gaps().to_vec();
+    let first_salvaged = report.salvaged.len();
+    // Damage with valid records after it is salvaged in place (GAP frames);
+    // then the segment is read again and what is left to cut is a torn
+    // tail (or damage that could not be counted, `forced_cut`).
+    let mut forced_cut: Option<(u64, String)> = None;
+    let mut footer_at: Option<u64> = None;
+    if let Some(End::Corrupt { offset, .. }) = reader.end().cloned() {
+        let positions = reader.count();
+        let mut file = reader.into_file();
+        let file_len = file.len()?;
+        let anchor = newer_first_seq
+            .filter(|&n| n >= header.first_seq)
+            .map(|n| n - header.first_seq);
+        let plan = salvage::plan(&file, offset, positions, file_len, false, anchor)?
+            .map_err(|why| io::Error::other(format!("{}: {why}", path.display())))?;
+        write_gap_frames(storage, dir, &mut file, path, &header, &plan.holes, report)?;
+        forced_cut = plan.cut;
+        footer_at = plan.footer_at;
+        reader = match SegmentReader::from_file(file)? {
+            Opened::Reader(r) => r,
+            _ => return Err(changed(path)),
+        };
+        while reader.next()?.is_some() {}
+    }
     let mut cut = reader.offset();
     let file_len = reader.file_ref().len()?;
-    let header = *reader.header();
     let mut count = reader.count();
     let mut records_crc = reader.records_crc();
     // Why the bytes from `cut` on are not kept, if any are not.
     let mut cut_detail = match reader.end() {
-        Some(End::Corrupt { detail, .. }) => Some(detail.clone()),
+        // A footer a crashed seal left, now stale (the GAP frames changed
+        // the records CRC): sealing again overwrites it; nothing to cut.
+        Some(End::Corrupt { offset, .. }) if Some(*offset) == footer_at => None,
+        Some(End::Corrupt { offset, detail }) => Some(match &forced_cut {
+            Some((at, why)) if at == offset => why.clone(),
+            _ => detail.clone(),
+        }),
         _ => None,
     };
+    let mut lost = reader.lost_records();
     let file = reader.into_file();
     if let Some(newer) = newer_first_seq.filter(|&s| s < header.first_seq + count) {
         let keep = newer.saturating_sub(header.first_seq);
@@ -290,6 +676,7 @@ fn recover_open<S: Storage>(
         cut = again.offset();
         count = again.count();
         records_crc = again.records_crc();
+        lost = again.lost_records();
         cut_detail = Some(format!(
             "records from seq {newer} on overlap a newer segment that starts at that seq \
              (written by an append that failed, never acked)"
@@ -300,8 +687,9 @@ fn recover_open<S: Storage>(
         cut_bytes = file_len.saturating_sub(cut);
         save_tail(storage, dir, &file, id, cut, file_len, detail, report)?;
     }
-    if count == 0 {
-        // Header only (its first group was torn): no record to keep.
+    if count == lost {
+        // Header only (its first group was torn), or nothing but damage:
+        // no record to keep.
         let reason = "unsealed segment holds no intact record";
         quarantine(storage, dir, path, reason, report)?;
         report.next_seq = report.next_seq.max(header.first_seq);
@@ -320,6 +708,14 @@ fn recover_open<S: Storage>(
         footer,
     };
     let sealed = seal(storage, dir, sealing)?;
+    report_earlier_gaps(dir, id, &earlier_gaps, report, first_salvaged);
+    let kept = count - lost;
+    for s in &mut report.salvaged[first_salvaged..] {
+        s.kept_records = kept;
+    }
+    if report.salvaged.len() > first_salvaged {
+        log_salvage(path, id, &report.salvaged[first_salvaged..], kept);
+    }
     report.resealed.push((id, count, cut_bytes));
     report.segments.push(SegmentInfo {
         path: sealed,
@@ -327,6 +723,7 @@ fn recover_open<S: Storage>(
         first_seq: header.first_seq,
         record_count: count,
         bytes: cut,
+        lost_records: lost,
     });
     Ok(None)
 }
@@ -428,26 +825,12 @@ fn save_tail<S: Storage>(
     if last_nonzero_end == from {
         return Ok(());
     }
-    let qdir = dir.join(QUARANTINE_DIR);
-    create_dir_durable(storage, &qdir)?;
-    let target = qdir.join(format!("{id:016x}.tail-at-{from}"));
-    let _ = storage.remove(&target);
-    let mut out = storage.create(&target)?;
-    let mut at = from;
-    while at < last_nonzero_end {
-        let want = ((last_nonzero_end - at) as usize).min(buf.len());
-        let n = read_full_at(file, at, &mut buf[..want])?;
-        out.write_all_at(at - from, &[IoSlice::new(&buf[..n])])?;
-        at += n as u64;
-    }
-    out.sync_all()?;
-    write_reason(
-        storage,
-        &qdir,
-        &target,
-        &format!("bytes cut from an unsealed segment at offset {from}: {detail}"),
-    )?;
-    storage.sync_dir(&qdir)?;
+    let name = format!("{id:016x}.tail-at-{from}");
+    let reason = format!("bytes cut from an unsealed segment at offset {from}: {detail}");
+    let Some(target) = save_copy(storage, dir, file, &name, from, last_nonzero_end, &reason)?
+    else {
+        return Ok(());
+    };
     tracing::warn!(segment = id, offset = from, bytes = last_nonzero_end - from, reason = detail, path = %target.display(), "cut a torn tail; saved the cut bytes in quarantine");
     report.quarantined.push((target, detail.to_string()));
     Ok(())
@@ -477,6 +860,8 @@ pub fn quarantine<S: Storage>(
     Ok(())
 }
 
+/// Write `<target>.reason`. Evidence only: on ENOSPC the partial file is
+/// removed and the failure logged (the reason is in the log line too).
 fn write_reason<S: Storage>(
     storage: &S,
     _qdir: &Path,
@@ -487,8 +872,19 @@ fn write_reason<S: Storage>(
     reason_path.push(".reason");
     let reason_path = PathBuf::from(reason_path);
     let _ = storage.remove(&reason_path);
-    let mut f = storage.create(&reason_path)?;
-    let text = format!("{reason}\n");
-    f.write_all_at(0, &[IoSlice::new(text.as_bytes())])?;
-    f.sync_all()
+    let written = (|| {
+        let mut f = storage.create(&reason_path)?;
+        let text = format!("{reason}\n");
+        f.write_all_at(0, &[IoSlice::new(text.as_bytes())])?;
+        f.sync_all()
+    })();
+    match written {
+        Err(e) if is_no_space(&e) => {
+            let _ = storage.remove(&reason_path);
+            tracing::error!(path = %reason_path.display(), error = %e, reason,
+                "no space to write a quarantine reason file; carrying on without it");
+            Ok(())
+        }
+        other => other,
+    }
 }

@@ -1,5 +1,7 @@
-//! Damaged segments: a sealed segment that fails its check, an unsealed one
-//! with a bad header, spare and partial preallocations.
+//! Damaged segments: a sealed segment that fails its check (a damaged
+//! record is salvaged, a damaged footer rewritten, a damaged header
+//! quarantines the segment), an unsealed one with a bad header, spare and
+//! partial preallocations.
 
 mod common;
 
@@ -35,9 +37,36 @@ fn three_sealed(dir: &Path) -> Vec<(PathBuf, Vec<Rec>)> {
     out
 }
 
+/// What recovery does about damage at a spot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// The damaged record is replaced by a GAP frame (the first or last
+    /// record of the segment is lost); the rest is kept.
+    SalvageFirst,
+    SalvageLast,
+    /// Only the footer is damaged: rewritten from the records.
+    FooterRewritten,
+    /// The header is needed to number the records: quarantined whole.
+    Quarantined,
+}
+
 /// Where to damage a sealed segment, and a word its quarantine reason must
 /// contain.
-fn spots(len: u64) -> Vec<(&'static str, u64, &'static str)> {
+fn spots(len: u64) -> Vec<(&'static str, u64, &'static str, Outcome)> {
+    use Outcome::*;
+    let outcome = |spot: &str| match spot {
+        "first record payload" | "first record length" => SalvageFirst,
+        "last record CRC" => SalvageLast,
+        s if s.starts_with("footer") => FooterRewritten,
+        _ => Quarantined,
+    };
+    spots_and_words(len)
+        .into_iter()
+        .map(|(spot, at, word)| (spot, at, word, outcome(spot)))
+        .collect()
+}
+
+fn spots_and_words(len: u64) -> Vec<(&'static str, u64, &'static str)> {
     vec![
         ("first record payload", 64 + 16 + 3, "record CRC mismatch"),
         ("first record length", 64, "offset 64"),
@@ -53,18 +82,19 @@ fn spots(len: u64) -> Vec<(&'static str, u64, &'static str)> {
 }
 
 #[test]
-fn corrupt_sealed_segment_is_quarantined_and_its_seqs_never_reused() {
+fn corrupt_sealed_segment_is_salvaged_or_quarantined_and_its_seqs_never_reused() {
     for target in 0..3usize {
         let probe = tempfile::tempdir().unwrap();
         let len = fs::metadata(&three_sealed(probe.path())[target].0)
             .unwrap()
             .len();
-        for (spot, at, word) in spots(len) {
+        for (spot, at, word, outcome) in spots(len) {
             let what = format!("segment {target}, {spot}");
             let tmp = tempfile::tempdir().unwrap();
             let dir = tmp.path().join("shard-002");
             let segs = three_sealed(&dir);
-            let (bad_path, _) = &segs[target];
+            let (bad_path, bad_recs) = &segs[target];
+            let orig_bytes = fs::read(bad_path).unwrap();
             flip(bad_path, at);
             let bad_bytes = fs::read(bad_path).unwrap();
             let others: Vec<&(PathBuf, Vec<Rec>)> = segs
@@ -81,36 +111,81 @@ fn corrupt_sealed_segment_is_quarantined_and_its_seqs_never_reused() {
             let name = bad_path.file_name().unwrap().to_str().unwrap().to_string();
             let qdir = dir.join(QUARANTINE_DIR);
             let qpath = qdir.join(&name);
-            // Moved, byte for byte, with a reason beside it.
-            assert!(!bad_path.exists(), "{what}");
-            assert_eq!(fs::read(&qpath).unwrap(), bad_bytes, "{what}");
-            assert_eq!(
-                names(&qdir),
-                vec![name.clone(), format!("{name}.reason")],
-                "{what}"
-            );
-            let reason = fs::read_to_string(qdir.join(format!("{name}.reason"))).unwrap();
-            assert!(
-                reason.contains(word) && reason.ends_with('\n'),
-                "{what}: reason {reason:?}"
-            );
-            assert_eq!(
-                r.quarantined,
-                vec![(qpath.clone(), reason.trim_end().to_string())],
-                "{what}"
-            );
-            assert_eq!(mode(&qdir), 0o700);
-            assert_eq!(mode(&qpath), 0o600);
             // The others are untouched and still verified.
             for ((p, _), b) in others.iter().zip(&other_bytes) {
                 assert_eq!(&fs::read(p).unwrap(), b, "{what}: {} changed", p.display());
             }
-            let seg_ids: Vec<u64> = r.segments.iter().map(|s| s.segment_id).collect();
-            let want_ids: Vec<u64> = (0..3).filter(|i| *i != target as u64).collect();
-            assert_eq!(seg_ids, want_ids, "{what}");
-            let want_records: Vec<Rec> = others.iter().flat_map(|(_, r)| r.clone()).collect();
-            assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want_records);
-            // The quarantined segment's seqs (up to 13) and id are never reused.
+            match outcome {
+                Outcome::Quarantined => {
+                    // Moved, byte for byte, with a reason beside it.
+                    assert!(!bad_path.exists(), "{what}");
+                    assert_eq!(fs::read(&qpath).unwrap(), bad_bytes, "{what}");
+                    assert_eq!(
+                        names(&qdir),
+                        vec![name.clone(), format!("{name}.reason")],
+                        "{what}"
+                    );
+                    let reason = fs::read_to_string(qdir.join(format!("{name}.reason"))).unwrap();
+                    assert!(
+                        reason.contains(word) && reason.ends_with('\n'),
+                        "{what}: reason {reason:?}"
+                    );
+                    assert_eq!(
+                        r.quarantined,
+                        vec![(qpath.clone(), reason.trim_end().to_string())],
+                        "{what}"
+                    );
+                    assert_eq!(mode(&qdir), 0o700);
+                    assert_eq!(mode(&qpath), 0o600);
+                    let seg_ids: Vec<u64> = r.segments.iter().map(|s| s.segment_id).collect();
+                    let want_ids: Vec<u64> = (0..3).filter(|i| *i != target as u64).collect();
+                    assert_eq!(seg_ids, want_ids, "{what}");
+                    let want_records: Vec<Rec> =
+                        others.iter().flat_map(|(_, r)| r.clone()).collect();
+                    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want_records);
+                }
+                Outcome::SalvageFirst | Outcome::SalvageLast => {
+                    let lost = if outcome == Outcome::SalvageFirst {
+                        bad_recs[0].seq
+                    } else {
+                        bad_recs.last().unwrap().seq
+                    };
+                    assert!(r.quarantined.is_empty(), "{what}: {:?}", r.quarantined);
+                    assert_eq!(r.salvaged.len(), 1, "{what}");
+                    let s = &r.salvaged[0];
+                    assert_eq!(
+                        (s.segment_id, s.lost_records, s.lost_seqs),
+                        (target as u64, 1, (lost, lost)),
+                        "{what}"
+                    );
+                    assert_eq!(s.kept_records, bad_recs.len() as u64 - 1, "{what}");
+                    let reason = fs::read_to_string(format!(
+                        "{}.reason",
+                        s.saved_to.as_ref().unwrap().display()
+                    ))
+                    .unwrap();
+                    assert!(reason.contains(word), "{what}: reason {reason:?}");
+                    assert_eq!(mode(&qdir), 0o700);
+                    assert!(bad_path.exists(), "{what}: still in place");
+                    assert_eq!(r.segments.len(), 3, "{what}");
+                    let want: Vec<Rec> = segs
+                        .iter()
+                        .flat_map(|(_, r)| r.clone())
+                        .filter(|r| r.seq != lost)
+                        .collect();
+                    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
+                }
+                Outcome::FooterRewritten => {
+                    assert!(r.quarantined.is_empty() && r.salvaged.is_empty(), "{what}");
+                    assert_eq!(r.footers_repaired.len(), 1, "{what}");
+                    assert_eq!(r.footers_repaired[0].0, target as u64);
+                    assert!(!qdir.exists(), "{what}");
+                    assert_eq!(fs::read(bad_path).unwrap(), orig_bytes, "{what}");
+                    let want: Vec<Rec> = segs.iter().flat_map(|(_, r)| r.clone()).collect();
+                    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
+                }
+            }
+            // The damaged segment's seqs (up to 13) and id are never reused.
             assert_eq!((r.next_seq, r.next_segment_id), (14, 3), "{what}");
 
             // Idempotent, and the quarantined seqs still count on the next start.
@@ -118,6 +193,7 @@ fn corrupt_sealed_segment_is_quarantined_and_its_seqs_never_reused() {
             let again = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
             assert_eq!(snapshot(&dir), before, "{what}");
             assert!(again.report.quarantined.is_empty());
+            assert!(again.report.salvaged.is_empty() && again.report.footers_repaired.is_empty());
             assert_eq!(
                 (again.report.next_seq, again.report.next_segment_id),
                 (14, 3),
@@ -127,15 +203,17 @@ fn corrupt_sealed_segment_is_quarantined_and_its_seqs_never_reused() {
     }
 }
 
-/// Crash the recovery that quarantines the newest sealed segment at each of
-/// its steps; the rerun must end the same (in particular: next_seq past the
-/// quarantined records even when the crash came right after the move).
+/// Crash the recovery that quarantines the newest sealed segment (a
+/// damaged header) at each of its steps; the rerun must end the same (in
+/// particular: next_seq past the quarantined records even when the crash
+/// came right after the move). A damaged record is salvaged instead; the
+/// same crash test for salvage is in salvage.rs.
 #[test]
 fn crash_while_quarantining_then_recover_again() {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     let segs = three_sealed(&state);
-    flip(&segs[2].0, 64 + 16 + 1);
+    flip(&segs[2].0, 30);
     let base_dir = tmp.path().join("base");
     copy_dir(&state, &base_dir);
     let base = recover_shard(&FsStorage, &base_dir, SHARD, 0)
