@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use bytes::Bytes;
 use spillway_actors::{
-    AppendBatch, CommitTarget, DaemonStats, DrainStats, PendingRecord, ShardQueue, WabBudget,
+    AcceptErrors, AppendBatch, CommitTarget, DaemonStats, DrainStats, PendingRecord, ShardQueue,
+    WabBudget,
 };
 use spillway_wab::deadletter::{DeadLetter, DeadLetterStore};
 use spillway_wab::{FsStorage, RecordMeta};
@@ -74,9 +75,14 @@ impl Actor for Admin {
                     let state = self.state.clone();
                     ctx.spawn(
                         async move {
+                            let mut errors = AcceptErrors::new("metrics");
                             loop {
-                                if let Ok((stream, _)) = listener.accept().await {
-                                    actix_rt::spawn(serve_metrics(stream, state.clone()));
+                                match listener.accept().await {
+                                    Ok((stream, _)) => {
+                                        errors.accepted();
+                                        actix_rt::spawn(serve_metrics(stream, state.clone()));
+                                    }
+                                    Err(e) => actix_rt::time::sleep(errors.failed(&e)).await,
                                 }
                             }
                         }
@@ -99,12 +105,14 @@ impl Actor for Admin {
         let state = self.state.clone();
         ctx.spawn(
             async move {
+                let mut errors = AcceptErrors::new("admin");
                 loop {
                     match listener.accept().await {
                         Ok((stream, _)) => {
+                            errors.accepted();
                             actix_rt::spawn(serve(stream, state.clone()));
                         }
-                        Err(e) => tracing::warn!(error = %e, "admin accept failed"),
+                        Err(e) => actix_rt::time::sleep(errors.failed(&e)).await,
                     }
                 }
             }

@@ -184,7 +184,10 @@ fn start(
             })?;
         recovered_records += report.record_count();
         recovered_segments += report.segments.len();
-        if !report.quarantined.is_empty() || !report.resealed.is_empty() {
+        // Resealing an unsealed segment at its last record is routine after
+        // a crash; only cut bytes or quarantined files are a repair.
+        let repaired = !report.quarantined.is_empty() || report.resealed.iter().any(|r| r.2 > 0);
+        if repaired {
             tracing::warn!(
                 shard,
                 resealed = report.resealed.len(),
