@@ -191,6 +191,8 @@ pub struct CheckpointLoad {
     pub moved_aside: Option<PathBuf>,
     /// Generation of the slot read (0: old format or none).
     pub generation: u64,
+    /// A valid checkpoint was read (false: none yet, or moved aside).
+    pub found: bool,
 }
 
 /// Load a starting shard's checkpoint. A file with no valid slot does not
@@ -219,6 +221,7 @@ pub fn load_checkpoint<S: Storage>(storage: &S, shard_dir: &Path) -> io::Result<
             return Ok(CheckpointLoad {
                 confirmed: s.confirmed_next_seq,
                 generation: s.generation,
+                found: true,
                 ..Default::default()
             });
         }
@@ -236,6 +239,7 @@ pub fn load_checkpoint<S: Storage>(storage: &S, shard_dir: &Path) -> io::Result<
         detail: Some(why),
         moved_aside: Some(aside),
         generation: 0,
+        found: false,
     })
 }
 
@@ -362,7 +366,6 @@ fn legacy_in_place<S: Storage>(
 /// (the values of `checkpoint.ahead-*` files, the times in the names of
 /// `checkpoint.corrupt-*` files). See `open_shard` for how they floor
 /// `next_seq`.
-#[allow(dead_code)] // used by open_shard (next commit)
 pub(crate) fn moved_aside_floors<S: Storage>(
     storage: &S,
     shard_dir: &Path,

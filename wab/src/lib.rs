@@ -4,8 +4,10 @@
 //! `<data_dir>/shard-NNN/`. This crate owns their byte format
 //! ([`format`]), the storage seam every file operation goes through
 //! ([`storage`], with fault injection in [`fault`]), writing and sealing
-//! ([`segment`]), reading back ([`reader`]) and crash recovery
-//! ([`recovery`]). It knows nothing of sockets, actors or sinks; the daemon's
+//! ([`segment`]), reading back ([`reader`]), crash recovery and salvage
+//! ([`recovery`]), the delivery checkpoint ([`checkpoint`]) and opening a
+//! shard at start-up ([`shard::open_shard`], which checks the two against
+//! each other). It knows nothing of sockets, actors or sinks; the daemon's
 //! actors drive it from their own threads.
 
 pub mod checkpoint;
@@ -16,6 +18,7 @@ pub mod reader;
 pub mod recovery;
 mod salvage;
 pub mod segment;
+pub mod shard;
 pub mod storage;
 
 use std::path::{Path, PathBuf};
@@ -23,9 +26,13 @@ use std::path::{Path, PathBuf};
 pub use checkpoint::{load_checkpoint, read_checkpoint, write_checkpoint, CheckpointLoad};
 pub use format::{FormatError, RecordMeta, SegmentHeader};
 pub use reader::{End, Opened, SegmentReader, StoredRecord};
-pub use recovery::{recover_shard, Recovered, RecoveryReport, SegmentInfo, QUARANTINE_DIR};
+pub use recovery::{
+    recover_shard, Recovered, RecoveryReport, Salvaged, SegmentInfo, SeqGap, UntrustedCheckpoint,
+    QUARANTINE_DIR,
+};
 pub use segment::{preallocate, seal, ActiveSegment, AppendRecord, Preallocated, Sealing};
-pub use storage::{FsStorage, Storage, StorageFile};
+pub use shard::{open_shard, OpenedShard};
+pub use storage::{create_dir_durable, FsStorage, Storage, StorageFile};
 
 /// Directory of shard `shard` under `data_dir`.
 pub fn shard_dir(data_dir: &Path, shard: u32) -> PathBuf {
@@ -33,8 +40,10 @@ pub fn shard_dir(data_dir: &Path, shard: u32) -> PathBuf {
 }
 
 /// Read every record of every segment (sealed or not) in `dir`, in sequence
-/// order, checking every CRC; stops at the first bad record of a segment.
-/// This is the reader `spillway ctl` and the tests use.
+/// order, checking every CRC; steps over GAP frames (records recovery found
+/// damaged), so each record keeps its own sequence number; stops at the
+/// first bad record of a segment (this reader changes nothing: salvage is
+/// recovery's job). This is the reader `spillway ctl` and the tests use.
 pub fn read_shard<S: Storage>(storage: &S, dir: &Path) -> std::io::Result<Vec<StoredRecord>> {
     let mut readers = Vec::new();
     for path in storage.list(dir)? {

@@ -773,6 +773,55 @@ fn quarantined_segments<S: Storage>(storage: &S, dir: &Path) -> io::Result<Vec<(
     Ok(out)
 }
 
+/// The sequence ranges `[first, end)` the segment files in `quarantine/`
+/// are known to cover: from a valid header (`first_seq` up to the file's
+/// seq floor) or, without one, from a valid footer at the end of the file
+/// (`last_seq + 1 - record_count ..= last_seq`). Used to tell a gap a
+/// quarantine explains from one nothing explains.
+pub(crate) fn quarantined_ranges<S: Storage>(
+    storage: &S,
+    dir: &Path,
+) -> io::Result<Vec<(u64, u64)>> {
+    let paths = match storage.list(&dir.join(QUARANTINE_DIR)) {
+        Ok(p) => p,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for path in paths {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !matches!(
+            classify(name),
+            Some(FileKind::Open(_) | FileKind::Sealed(_))
+        ) {
+            continue;
+        }
+        let end = seq_floor(storage, &path)?;
+        let file = storage.open_read(&path)?;
+        let first = match SegmentReader::from_file(file)? {
+            Opened::Reader(r) => Some(r.header().first_seq),
+            _ => {
+                let file = storage.open_read(&path)?;
+                let len = file.len()?;
+                let mut raw = [0u8; FOOTER_LEN];
+                if len >= FOOTER_LEN as u64
+                    && read_full_at(&file, len - FOOTER_LEN as u64, &mut raw)? == FOOTER_LEN
+                {
+                    Footer::decode(&raw)
+                        .ok()
+                        .map(|f| f.last_seq.wrapping_add(1).saturating_sub(f.record_count))
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(first) = first.filter(|&f| f < end) {
+            out.push((first, end));
+        }
+    }
+    Ok(out)
+}
+
 /// One past the highest sequence number a (possibly damaged) segment file
 /// shows evidence of: a valid header's `first_seq` plus the records that
 /// pass their check, and a valid footer's `last_seq + 1` at the end of the
