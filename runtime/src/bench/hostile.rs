@@ -802,6 +802,8 @@ fn top_messages(text: &str, n: usize) -> Vec<(u64, String)> {
 /// drift of the machine over the repeat (other work, the disk) weighs on
 /// both phases alike.
 const SLICES: u32 = 3;
+/// With `--quick`: one slice of each (B A, or A B), the whole `--duration`.
+const QUICK_SLICES: u32 = 1;
 
 /// What the attack slices of one repeat add up to.
 #[derive(Default)]
@@ -829,6 +831,8 @@ struct Totals {
     ready_min: Option<u64>,
     panics: usize,
     stop_ms_max: f64,
+    /// The longest wait from an attack's start until every attacker attacked.
+    ramp_max: Duration,
 }
 
 /// Adds `b - a` of every counter to `into`.
@@ -872,6 +876,7 @@ fn under_attack(
     let mut running = start_attack(daemon.socket(), horizon)?;
     let sampler = Sampler::start(pid, running.attack.clone());
     let ready = running.wait_ready();
+    t.ramp_max = t.ramp_max.max(attack_started.elapsed());
     std::thread::sleep(SETTLE);
     let c0 = counts(&running.attack);
     let d0 = daemon_counters(daemon);
@@ -933,6 +938,7 @@ fn attack_figures(t: &Totals) -> Vec<(String, f64)> {
     put("attack_window_s".into(), secs);
     put("attack_ready".into(), t.ready_min.unwrap_or(0) as f64);
     put("attack_stop_ms".into(), t.stop_ms_max);
+    put("attack_ramp_ms".into(), t.ramp_max.as_secs_f64() * 1000.0);
     let (mut open, mut closed, mut connects) = (0.0, 0, 0);
     for (i, kind) in KINDS.iter().enumerate() {
         let k = kind.name();
@@ -1012,28 +1018,29 @@ pub fn hostile(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     };
     load::serial_push(daemon.socket(), Tier::Sync, warm)?;
     std::thread::sleep(PHASE_GAP);
+    let slices = if ctx.quick { QUICK_SLICES } else { SLICES };
     let slice = Plan {
-        duration: ctx.plan.duration / SLICES,
+        duration: ctx.plan.duration / slices,
         ..ctx.plan
     };
     let (mut base, mut attacked, mut totals) = (None, None, Totals::default());
     let (mut base_cpu, mut base_time) = (Some(Duration::ZERO), Duration::ZERO);
     let attack_first = !ctx.round.is_multiple_of(2);
-    for i in 0..2 * SLICES {
+    for i in 0..2 * slices {
         // B A A B B A ..., or A B B A A B ...
         let attack = i.div_ceil(2) % 2 == 1;
         let attack = attack != attack_first;
         if attack {
             let first = attacked.is_none();
             let sample = under_attack(&daemon, slice, &mut totals, first)?;
-            slice_progress(i, "under attack", &sample);
+            slice_progress(i, slices, "under attack", &sample);
             append(&mut attacked, sample);
         } else {
             let started = Instant::now();
             let (sample, cpu) = alone(&daemon, slice)?;
             base_time += started.elapsed();
             base_cpu = base_cpu.zip(cpu).map(|(a, b)| a + b);
-            slice_progress(i, "no attack", &sample);
+            slice_progress(i, slices, "no attack", &sample);
             append(&mut base, sample);
             std::thread::sleep(PHASE_GAP);
         }
@@ -1085,12 +1092,12 @@ pub fn hostile(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
 }
 
 /// One slice's figures on stderr, so the spread within a repeat shows.
-fn slice_progress(i: u32, phase: &str, s: &Sample) {
+fn slice_progress(i: u32, slices: u32, phase: &str, s: &Sample) {
     let q = |q: f64| s.latency.value_at_quantile(q) as f64 / 1000.0;
     progress(&format!(
         "hostile slice {}/{}, {phase}: {:.0} rec/s, p50 {:.1} µs, p99 {:.1} µs",
         i + 1,
-        2 * SLICES,
+        2 * slices,
         s.rate(),
         q(0.5),
         q(0.99)
