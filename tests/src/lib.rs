@@ -529,6 +529,61 @@ impl Daemon {
         }
     }
 
+    /// Like [`Daemon::run_to_exit_or_start`], with `adjust` applied to the
+    /// command before it is spawned (resource limits through `pre_exec`,
+    /// extra environment, ...).
+    pub fn run_to_exit_or_start_with(
+        &mut self,
+        timeout: Duration,
+        adjust: impl FnOnce(&mut Command),
+    ) -> StartOrExit {
+        assert!(self.child.is_none(), "the daemon is already running");
+        self.runs += 1;
+        let mut cmd = self.command();
+        adjust(&mut cmd);
+        self.child = Some(cmd.spawn().expect("spawning spillway"));
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("try_wait") {
+                self.child = None;
+                return StartOrExit::Exited(Finished {
+                    status,
+                    stdout: self.stdout(),
+                    stderr: self.stderr(),
+                });
+            }
+            if self.stdout().contains("spillway listening on") && self.health_ok() {
+                return StartOrExit::Started;
+            }
+            if Instant::now() >= deadline {
+                self.kill9();
+                panic!(
+                    "spillway neither started nor exited within {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Like [`Daemon::spawn`], with `adjust` applied to the command first;
+    /// panics (with the daemon's stderr) if it exits during start-up.
+    pub fn spawn_with(&mut self, adjust: impl FnOnce(&mut Command)) {
+        if let StartOrExit::Exited(f) = self.run_to_exit_or_start_with(START_TIMEOUT, adjust) {
+            panic!(
+                "spillway exited during start-up with {}; config:\n{}\nstderr:\n{}",
+                f.status,
+                self.config_text(),
+                f.stderr
+            );
+        }
+    }
+
+    /// Path of the current (or last) run's stderr log file.
+    pub fn stderr_log_path(&self) -> PathBuf {
+        self.stderr_path()
+    }
+
     /// Process id of the running daemon.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
