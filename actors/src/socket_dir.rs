@@ -131,7 +131,7 @@ impl SocketLock {
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
                 return Err(format!(
-                    "another spillway daemon owns the socket {} (its lock {} is held); \
+                    "another spillway daemon is already listening on {} (it holds the lock {}); \
                      stop it, or set another socket path",
                     socket.display(),
                     path.display()
@@ -185,7 +185,7 @@ mod tests {
         let sock = top.path().join("s.sock");
         let held = SocketLock::acquire(&sock).unwrap();
         let err = SocketLock::acquire(&sock).unwrap_err();
-        assert!(err.contains("owns the socket"), "{err}");
+        assert!(err.contains("already listening"), "{err}");
         drop(held);
         SocketLock::acquire(&sock).unwrap();
     }

@@ -57,7 +57,13 @@ pub fn run(
         // The socket names are ours (their locks are held): leave no
         // socket behind that nobody answers.
         for path in &sockets {
-            let _ = std::fs::remove_file(path);
+            let is_socket = std::fs::symlink_metadata(path)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            // Only a socket, never another file that happens to sit there;
+            // with its lock held, a socket here is ours or a dead daemon's.
+            if is_socket {
+                let _ = std::fs::remove_file(path);
+            }
         }
         // Actors started before the failure (earlier shards' flushers and
         // drains) must be stopped inside the runtime: dropping the system
