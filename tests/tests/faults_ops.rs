@@ -1031,7 +1031,9 @@ fn stalled_huge_frames_hold_bounded_memory() {
 fn a_pushbatch_of_millions_of_one_byte_records_costs_bounded_memory() {
     // Just under 16 MiB: 4-byte count + n x (4-byte length + 1 byte).
     const N: usize = (16 * MIB as usize - 4) / 5;
-    let d = Daemon::start("[wab]\nsegment_bytes_max = 67108864\n");
+    // Test defaults: 1 MiB segments, so the 57 MB of records (with their
+    // headers) is also a group larger than a segment.
+    let d = Daemon::start("");
     let pid = d.pid().unwrap();
     let mut payload = Vec::with_capacity(4 + 5 * N);
     payload.extend_from_slice(&(N as u32).to_le_bytes());
