@@ -98,6 +98,9 @@ pub struct Connection {
     reserved: u64,
     /// Waiting for read-buffer budget: a retry timer is armed.
     budget_wait: bool,
+    /// Since when the peer has taken none of our response bytes (while
+    /// responses wait for the socket to become writable).
+    write_stalled_since: Option<Instant>,
     /// A decoded request that did not fit the window; admitted first when it frees.
     parked: Option<Request>,
     reading: bool,
@@ -131,6 +134,7 @@ impl Connection {
             frame_started: None,
             reserved: 0,
             budget_wait: false,
+            write_stalled_since: None,
             parked: None,
             reading: false,
             read_closed: false,
@@ -220,21 +224,32 @@ impl Connection {
     /// Make room for more of the frame at the front of the buffer. A frame
     /// that fits [`READ_CHUNK`] needs nothing; a larger one (its length is
     /// known once its header is in) first reserves its size from the shared
-    /// budget, then its buffer grows as its bytes arrive (at most doubling
-    /// what has arrived), never to the declared length at once: a client
-    /// that declares 16 MiB and sends 15 holds about 15, and the budget caps
-    /// what all such clients hold together. False: no budget yet, wait.
+    /// budget, so the budget caps what all partially received frames hold
+    /// together; its memory becomes resident as its bytes arrive: a client
+    /// that declares 16 MiB and sends 15 holds about 15. False: no budget
+    /// yet, wait.
     fn reserve_for_frame(&mut self) -> bool {
         let mut need = READ_CHUNK;
         if self.rbuf.len() >= HEADER_LEN {
             let len = u32::from_le_bytes(self.rbuf[8..12].try_into().unwrap());
             if len <= self.shared.limits.payload_bytes_max {
                 let frame = HEADER_LEN + len as usize + TRAILER_LEN;
-                if frame > READ_CHUNK && self.reserved == 0 && !self.take_budget(frame as u64) {
-                    return false;
+                if frame > READ_CHUNK && self.reserved == 0 {
+                    if !self.take_budget(frame as u64) {
+                        return false;
+                    }
+                    if self.rbuf.capacity() < frame {
+                        // One allocation of the frame's size (address space,
+                        // not memory: its pages become resident only as the
+                        // bytes arrive), rather than doubling steps that
+                        // copy and leave freed buffers behind in the heap.
+                        let mut sized = BytesMut::with_capacity(frame.max(self.rbuf.len()));
+                        sized.extend_from_slice(&self.rbuf);
+                        self.rbuf = sized;
+                    }
                 }
                 let remaining = frame.saturating_sub(self.rbuf.len());
-                need = remaining.min(self.rbuf.len().max(READ_CHUNK));
+                need = remaining.min(READ_CHUNK);
             }
         }
         if self.rbuf.capacity() - self.rbuf.len() < need / 4 {
@@ -504,10 +519,38 @@ impl Connection {
 
     /// The socket is full: wait until it is writable, off the actor, then
     /// write through tokio (so its readiness tracking stays right).
+    ///
+    /// A peer that takes none of our bytes for `connection_read_timeout_ms`
+    /// (a producer that never reads its acks) is closed: it would otherwise
+    /// hold its window, and a connection slot, for ever.
     fn write_when_ready(&mut self, ctx: &mut Context<Self>) {
         let writer = self.writer.clone();
-        let fut = async move { writer.writable().await };
+        let since = *self.write_stalled_since.get_or_insert_with(Instant::now);
+        let left = self
+            .shared
+            .limits
+            .read_timeout
+            .saturating_sub(since.elapsed());
+        let fut = async move { tokio::time::timeout(left, writer.writable()).await };
         ctx.spawn(fut.into_actor(self).map(|r, act, ctx| {
+            let r = match r {
+                Ok(r) => r,
+                Err(_) => {
+                    act.shared
+                        .stats
+                        .write_timeouts
+                        .fetch_add(1, Ordering::Relaxed);
+                    if act.shared.stats.log_limiter.allow() {
+                        tracing::warn!(
+                            conn = act.id,
+                            timeout_ms = act.shared.limits.read_timeout.as_millis() as u64,
+                            "the peer read none of its responses for server.connection_read_timeout_ms; closing the connection"
+                        );
+                    }
+                    ctx.stop();
+                    return;
+                }
+            };
             if let Err(e) = r {
                 tracing::debug!(conn = act.id, error = %e, "socket failed; closing");
                 ctx.stop();
@@ -517,7 +560,13 @@ impl Connection {
             let mut st = responder.lock();
             while !st.out.is_empty() {
                 match act.writer.try_write(&st.out) {
-                    Ok(n) => st.out.advance(n),
+                    Ok(n) => {
+                        if n > 0 {
+                            // Progress: the stall clock starts again.
+                            act.write_stalled_since = Some(Instant::now());
+                        }
+                        st.out.advance(n)
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         drop(st);
                         act.write_when_ready(ctx);
@@ -532,6 +581,7 @@ impl Connection {
                 }
             }
             st.writing_async = false;
+            act.write_stalled_since = None;
             drop(st);
             act.flush(ctx);
         }));

@@ -31,7 +31,7 @@ use sink_sdk::{Batch, Health, Outcome, Record, RecordOutcome, Sink};
 use spillway_wab::deadletter::{DeadLetter, DeadLetterStore};
 use spillway_wab::format::{classify, now_unix_us, open_name, sealed_name, FileKind};
 use spillway_wab::{
-    read_checkpoint, write_checkpoint, End, Opened, SegmentReader, Storage, StoredRecord,
+    load_checkpoint, write_checkpoint, End, Opened, SegmentReader, Storage, StoredRecord,
 };
 
 use crate::shard::{ShardQueue, WabBudget, Watermark};
@@ -397,7 +397,11 @@ impl Drain {
         dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
         stats: Arc<DrainStats>,
     ) -> io::Result<Drain> {
-        let confirmed = read_checkpoint(&storage, &cfg.dir)?;
+        // The shard was opened first (`open_shard`), which moved an
+        // unreadable or untrustworthy checkpoint aside; one that became
+        // unreadable since is moved aside here (delivery then restarts at
+        // the oldest record: at-least-once).
+        let confirmed = load_checkpoint(&storage, &cfg.dir)?.confirmed;
         stats.checkpoint.store(confirmed, Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
         let worker = DrainThread {
@@ -739,8 +743,8 @@ impl<S: Storage> DrainThread<S> {
         Ok(())
     }
 
-    /// Write the checkpoint if it lags. Checkpoint writes cost two fsyncs on
-    /// the disk the flusher fsyncs too, so they are throttled to one per
+    /// Write the checkpoint if it lags. A checkpoint write costs an fdatasync
+    /// on the disk the flusher fsyncs too, so they are throttled to one per
     /// [`CHECKPOINT_EVERY`] (and forced before a segment is deleted, when
     /// idle, and at shutdown): a crash redelivers at most that much, which
     /// at-least-once delivery allows.

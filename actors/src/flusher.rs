@@ -39,7 +39,8 @@ use actix::prelude::*;
 use bytes::Bytes;
 use spillway_protocol::NackReason;
 use spillway_wab::{
-    preallocate, recover_shard, ActiveSegment, AppendRecord, Preallocated, RecoveryReport, Storage,
+    preallocate, recover_shard, ActiveSegment, AppendRecord, Preallocated, Recovered,
+    RecoveryReport, Storage,
 };
 
 use crate::sealer::{SealerMsg, SegmentSealer};
@@ -89,8 +90,26 @@ impl ShardFlusher {
         min_next_seq: u64,
     ) -> io::Result<(ShardFlusher, RecoveryReport)> {
         queue.set_health(ShardHealth::Starting);
-        queue.set_spin(cfg.spin);
         let recovered = recover_shard(&storage, &cfg.dir, cfg.shard, min_next_seq)?;
+        Self::open_recovered(storage, cfg, queue, wab, recovered)
+    }
+
+    /// Start the sealer and flusher threads on a shard folder that has
+    /// already been recovered (the daemon recovers through
+    /// `spillway_wab::open_shard`, which also checks the checkpoint).
+    pub fn open_recovered<S: Storage>(
+        storage: S,
+        cfg: FlusherConfig,
+        queue: Arc<ShardQueue>,
+        wab: Arc<WabBudget>,
+        recovered: Recovered<S::File>,
+    ) -> io::Result<(ShardFlusher, RecoveryReport)> {
+        queue.set_health(ShardHealth::Starting);
+        queue.set_spin(cfg.spin);
+        queue
+            .stats
+            .records_lost
+            .store(recovered.report.lost_records, Ordering::Relaxed);
         let report = recovered.report;
         let accounted = report.bytes();
         wab.add(accounted);

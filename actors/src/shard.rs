@@ -183,6 +183,10 @@ pub struct ShardStats {
     pub fsync_us_buckets: [AtomicU64; FSYNC_BUCKETS_US.len() + 1],
     pub rotations: AtomicU64,
     pub restarts: AtomicU64,
+    /// Acknowledged records recovery found missing or damaged at the last
+    /// start (sequence gaps and salvaged records): each also logged as an
+    /// ERROR with its range and kept in `quarantine/` with a `.reason`.
+    pub records_lost: AtomicU64,
     /// Times the shard became unwritable (no segment could be started, or
     /// a write/fsync failed).
     pub unwritable_events: AtomicU64,

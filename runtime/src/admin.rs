@@ -194,7 +194,7 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn global_counters() -> [Counter<GlobalGet>; 11] {
+fn global_counters() -> [Counter<GlobalGet>; 12] {
     [
         Counter {
             key: "connections_open",
@@ -223,6 +223,13 @@ fn global_counters() -> [Counter<GlobalGet>; 11] {
             kind: "counter",
             help: "Connections closed because a frame stalled mid-way.",
             get: |s| load(&s.stats.read_timeouts),
+        },
+        Counter {
+            key: "write_timeouts",
+            metric: "spillway_write_timeouts_total",
+            kind: "counter",
+            help: "Connections closed because the peer read none of its responses for server.connection_read_timeout_ms.",
+            get: |s| load(&s.stats.write_timeouts),
         },
         Counter {
             key: "idle_timeouts",
@@ -276,7 +283,7 @@ fn global_counters() -> [Counter<GlobalGet>; 11] {
     ]
 }
 
-fn shard_counters() -> [Counter<ShardGet>; 19] {
+fn shard_counters() -> [Counter<ShardGet>; 20] {
     [
         Counter {
             key: "up",
@@ -284,6 +291,13 @@ fn shard_counters() -> [Counter<ShardGet>; 19] {
             kind: "gauge",
             help: "1 while the shard accepts writes.",
             get: |q, _| u64::from(q.health() == spillway_actors::ShardHealth::Running),
+        },
+        Counter {
+            key: "records_lost",
+            metric: "spillway_records_lost",
+            kind: "gauge",
+            help: "Acknowledged records recovery found missing or damaged at the last start (gaps, salvaged records); see quarantine/*.reason.",
+            get: |q, _| load(&q.stats.records_lost),
         },
         Counter {
             key: "unwritable_events",

@@ -192,8 +192,37 @@ fn start(
         recovered_segments += report.segments.len();
         // Resealing an unsealed segment at its last record is routine after
         // a crash; only cut bytes or quarantined files are a repair.
-        let repaired = !report.quarantined.is_empty() || report.resealed.iter().any(|r| r.2 > 0);
-        if repaired {
+        let repaired = !report.quarantined.is_empty()
+            || report.resealed.iter().any(|r| r.2 > 0)
+            || !report.salvaged.is_empty()
+            || !report.footers_repaired.is_empty()
+            || report.untrusted_checkpoint.is_some()
+            || report.gaps.iter().any(|g| g.new);
+        // Losses found now are errors; ones an earlier start already
+        // reported (their .reason files exist) are only mentioned.
+        let newly_lost: u64 = report.salvaged.iter().map(|s| s.lost_records).sum::<u64>()
+            + report
+                .gaps
+                .iter()
+                .filter(|g| g.new)
+                .map(|g| g.count())
+                .sum::<u64>();
+        if newly_lost > 0 {
+            tracing::error!(
+                shard,
+                lost_records = newly_lost,
+                gaps = report.gaps.iter().filter(|g| g.new).count(),
+                salvaged_segments = report.salvaged.len(),
+                "acknowledged records are missing or damaged in this shard (see the lines above and quarantine/*.reason); every other record is delivered"
+            );
+        } else if report.lost_records > 0 {
+            tracing::info!(
+                shard,
+                lost_records = report.lost_records,
+                "records lost before an earlier start are still recorded in quarantine/*.reason"
+            );
+        }
+        if repaired && newly_lost == 0 {
             tracing::warn!(
                 shard,
                 resealed = report.resealed.len(),

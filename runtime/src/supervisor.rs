@@ -22,7 +22,7 @@ use spillway_actors::{
     WabBudget,
 };
 use spillway_wab::deadletter::DeadLetterStore;
-use spillway_wab::{read_checkpoint, shard_dir, FsStorage};
+use spillway_wab::{open_shard, shard_dir, FsStorage};
 
 use crate::config::Config;
 
@@ -178,10 +178,12 @@ impl Supervisor {
         wab: Arc<WabBudget>,
     ) -> std::io::Result<(Addr<ShardFlusher>, spillway_wab::RecoveryReport)> {
         let fcfg = Self::flusher_config(cfg, queue.shard);
-        // The checkpoint floors the next sequence number, so identities are
-        // never reused even after every segment was delivered and deleted.
-        let confirmed = read_checkpoint(&FsStorage, &fcfg.dir)?;
-        let (flusher, report) = ShardFlusher::open(FsStorage, fcfg, queue, wab, confirmed)?;
+        // One place checks the checkpoint against the segments (gaps, a
+        // checkpoint ahead of the data, an unreadable one moved aside) and
+        // floors the next sequence number, so identities are never reused.
+        let opened = open_shard(&FsStorage, &fcfg.dir, queue.shard)?;
+        let (flusher, report) =
+            ShardFlusher::open_recovered(FsStorage, fcfg, queue, wab, opened.recovered)?;
         Ok((flusher.start(), report))
     }
 
