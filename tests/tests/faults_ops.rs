@@ -1023,6 +1023,16 @@ fn stalled_huge_frames_hold_bounded_memory() {
     drop(conns);
     let mut c = connect_healthy(&d, Duration::from_secs(10));
     c.push(Tier::Sync, b"after-stall").unwrap();
+    // Every reservation goes back to the budget once its connection is gone.
+    let mut left = u64::MAX;
+    let released = wait_until(Duration::from_secs(10), || {
+        left = stat(&ctl(&d, &["stats"]), "read_buffer_bytes");
+        left == 0
+    });
+    assert!(
+        released,
+        "{left} bytes of read buffer still reserved 10 s after every stalled connection closed"
+    );
 }
 
 // ---------------------------------------------------------------- 7. million-record batch
