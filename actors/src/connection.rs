@@ -55,8 +55,9 @@ const OUT_BYTES_MAX: usize = 64 * 1024;
 /// shared read-buffer budget; a frame larger than this reserves its size
 /// from the budget before its buffer grows past it.
 pub const READ_CHUNK: usize = 64 * 1024;
-/// How soon a connection waiting for read-buffer budget looks again.
-const BUDGET_RETRY: Duration = Duration::from_millis(10);
+/// Longest a connection waiting for read-buffer budget sleeps before it
+/// looks again; it is woken at once when a reservation is released.
+const BUDGET_RETRY_MAX: Duration = Duration::from_millis(250);
 /// Bytes each record takes in a segment besides its payload (its header),
 /// counted against the WAB budget at admission.
 const RECORD_OVERHEAD: u64 = 16;
@@ -68,6 +69,42 @@ pub struct ConnectionContext {
     pub stats: Arc<DaemonStats>,
     /// Open connections; the listener compares it with `max_connections`.
     pub live: Arc<AtomicUsize>,
+    /// Wakes connections waiting for read-buffer budget when some is freed.
+    pub read_budget: Arc<ReadBudget>,
+}
+
+/// Tells connections waiting for read-buffer budget that some was released
+/// (the bytes themselves are counted in `DaemonStats::read_buffer_bytes`).
+/// Waking on release rather than polling: measured with 385 connections
+/// waiting, a 10 ms poll cost ~34,000 wake-ups a second.
+#[derive(Debug, Default)]
+pub struct ReadBudget {
+    /// Bumped on every release, so a waiter that checked before a release
+    /// and starts waiting after it does not miss it.
+    epoch: AtomicU64,
+    freed: tokio::sync::Notify,
+}
+
+impl ReadBudget {
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    fn released(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.freed.notify_waiters();
+    }
+
+    /// Wait until a release after `seen` (or `max` passes).
+    async fn wait_for_release(&self, seen: u64, max: Duration) {
+        let notified = self.freed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.epoch() != seen {
+            return;
+        }
+        let _ = tokio::time::timeout(max, notified).await;
+    }
 }
 
 /// Decrements the open-connection count when the actor goes away, however it goes.
@@ -171,23 +208,26 @@ impl Connection {
         if self.budget_wait {
             return;
         }
+        let epoch = self.shared.read_budget.epoch();
         if !self.reserve_for_frame() {
             // The frame at the front needs budget that others hold: wait
-            // without reading (holding at most READ_CHUNK), and look again.
-            // The stall clock does not run meanwhile; it is not the
-            // client's fault.
+            // without reading (holding at most READ_CHUNK) until some is
+            // released, and look again. The stall clock does not run
+            // meanwhile; it is not the client's fault.
             self.budget_wait = true;
             self.shared
                 .stats
                 .read_buffer_pauses
                 .fetch_add(1, Ordering::Relaxed);
-            ctx.run_later(BUDGET_RETRY, |act, ctx| {
+            let budget = self.shared.read_budget.clone();
+            let fut = async move { budget.wait_for_release(epoch, BUDGET_RETRY_MAX).await };
+            ctx.spawn(fut.into_actor(self).map(|_, act, ctx| {
                 act.budget_wait = false;
                 if act.frame_started.is_some() {
                     act.frame_started = Some(Instant::now());
                 }
                 act.read_more(ctx);
-            });
+            }));
             return;
         }
         let Some(mut reader) = self.reader.take() else {
@@ -281,6 +321,7 @@ impl Connection {
                 .read_buffer_bytes
                 .fetch_sub(self.reserved, Ordering::AcqRel);
             self.reserved = 0;
+            self.shared.read_budget.released();
         }
     }
 

@@ -184,6 +184,7 @@ impl ShardFlusher {
             failures_in_row: 0,
             retry_at: None,
             retry_wait: SEGMENT_RETRY_FIRST,
+            rotate_pending: false,
             resume_seq: report.next_seq,
         };
         queue.clear_shutdown();
@@ -293,6 +294,9 @@ struct FlusherThread<S: Storage> {
     retry_at: Option<Instant>,
     /// The current backoff step.
     retry_wait: Duration,
+    /// A rotation failed (no space for the next segment): the full active
+    /// segment is kept and the rotation retried after `retry_at`.
+    rotate_pending: bool,
     /// First sequence number of the next fresh segment: past every record
     /// written to the abandoned one (a failed fsync does not prove those
     /// bytes absent; Buffered records among them were acknowledged).
@@ -311,10 +315,13 @@ impl<S: Storage> FlusherThread<S> {
                     break;
                 }
                 self.flush_buffered();
+                // Nobody is pushing (an unwritable shard refuses pushes at
+                // the door): still try, so the shard writes again by itself
+                // once the disk has recovered.
                 if self.active.is_none() {
-                    // Nobody is pushing: still try, so the shard's health
-                    // turns back by itself once the disk has recovered.
                     let _ = self.ensure_segment();
+                } else if self.rotate_pending {
+                    self.retry_rotation();
                 }
                 continue;
             }
@@ -356,7 +363,7 @@ impl<S: Storage> FlusherThread<S> {
         let flush = self
             .unsynced_since
             .map(|t| t + self.cfg.buffered_flush_interval);
-        let retry = if self.active.is_none() {
+        let retry = if self.active.is_none() || self.rotate_pending {
             Some(self.retry_at.unwrap_or_else(Instant::now))
         } else {
             None
@@ -404,6 +411,38 @@ impl<S: Storage> FlusherThread<S> {
         }
     }
 
+    /// The full segment could not be rotated (no space for the next one):
+    /// try again once the backoff has passed.
+    fn retry_rotation(&mut self) {
+        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        match self.rotate() {
+            Ok(()) => {
+                tracing::info!(
+                    shard = self.cfg.shard,
+                    "rotated to a fresh segment; writing again"
+                );
+                self.rotated_again();
+            }
+            Err(e) => {
+                self.back_off();
+                self.queue.set_unwritable(&e, "no segment to rotate into");
+                if self.queue.stats.log_segment_failure() {
+                    tracing::error!(shard = self.cfg.shard, error = %e, retry_in_ms = self.retry_wait.as_millis() as u64, "still cannot rotate to a new segment; pushes are refused until it can (retrying with backoff)");
+                }
+            }
+        }
+    }
+
+    /// A rotation that had failed worked: the shard writes again.
+    fn rotated_again(&mut self) {
+        self.rotate_pending = false;
+        self.retry_at = None;
+        self.retry_wait = SEGMENT_RETRY_FIRST;
+        self.queue.set_writable();
+    }
+
     fn back_off(&mut self) {
         self.retry_at = Some(Instant::now() + self.retry_wait);
         self.retry_wait = (self.retry_wait * 2).min(SEGMENT_RETRY_MAX);
@@ -418,7 +457,9 @@ impl<S: Storage> FlusherThread<S> {
             if let Err(e) = self.rotate() {
                 // The full segment is still good (everything in it was
                 // acked after its fsync): keep it, refuse this group, and
-                // let the next push try the rotation again.
+                // try the rotation again after a backoff (from the idle
+                // loop too: the shard refuses pushes meanwhile).
+                self.rotate_pending = true;
                 self.queue.set_unwritable(&e, "no segment to rotate into");
                 self.back_off();
                 if self.queue.stats.log_segment_failure() {
@@ -429,6 +470,9 @@ impl<S: Storage> FlusherThread<S> {
                     b.complete(Err(reason));
                 }
                 return;
+            }
+            if self.rotate_pending {
+                self.rotated_again();
             }
         }
         let before = self.active().write_offset;

@@ -21,7 +21,7 @@ pub mod socket_dir;
 pub mod stats;
 
 pub use accept::AcceptErrors;
-pub use connection::{Connection, ConnectionContext, ConnectionLimits};
+pub use connection::{Connection, ConnectionContext, ConnectionLimits, ReadBudget};
 pub use drain::{
     Drain, DrainConfig, DrainSettings, DrainStats, SinkHost, SinkMaker, SinkSlot, StopDrain,
 };

@@ -37,7 +37,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{
-    load_checkpoint, move_aside, moved_aside_floors, CheckpointLoad, AHEAD_PREFIX,
+    load_checkpoint, move_aside, moved_aside_floors, write_checkpoint, CheckpointLoad, AHEAD_PREFIX,
 };
 use crate::recovery::{
     quarantined_ranges, recover_shard, Recovered, SeqGap, UntrustedCheckpoint, QUARANTINE_DIR,
@@ -149,6 +149,24 @@ pub fn open_shard<S: Storage>(
         }
     }
     report.lost_records += report.gaps.iter().map(|g| g.count()).sum::<u64>();
+    if !checkpoint.found || checkpoint.corrupt || report.untrusted_checkpoint.is_some() {
+        // Leave a checkpoint that says where delivery restarts (the oldest
+        // record kept, or nothing to deliver), written now while there is
+        // space: later updates go in place and need none, so a disk that
+        // fills before the first delivery cannot block every confirmation
+        // (and with it every deletion). A later start then reads this one
+        // instead of guessing again.
+        confirmed = report
+            .segments
+            .first()
+            .map_or(report.next_seq, |s| s.first_seq);
+        if let Err(e) = write_checkpoint(storage, dir, confirmed) {
+            if !is_no_space(&e) {
+                return Err(e);
+            }
+            tracing::warn!(shard, error = %e, "no space to create the delivery checkpoint yet; it is created at the first delivery");
+        }
+    }
     Ok(OpenedShard {
         recovered,
         confirmed,

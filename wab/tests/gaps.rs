@@ -113,7 +113,10 @@ fn checkpoint_ahead_of_the_data_is_moved_aside_and_delivery_restarts_at_the_olde
         .to_str()
         .unwrap()
         .starts_with("checkpoint.ahead-"));
-    assert!(!checkpoint_path(&dir).exists());
+    // A fresh checkpoint records the restart point (the oldest record), so
+    // the next start need not guess again and the disk need not have space
+    // for it later.
+    assert_eq!(read_checkpoint(&FsStorage, &dir).unwrap(), 3);
     // Deliver from the oldest record; never reuse a seq the sink may have
     // seen under the untrusted checkpoint.
     assert_eq!(o.confirmed, 3);
@@ -126,7 +129,7 @@ fn checkpoint_ahead_of_the_data_is_moved_aside_and_delivery_restarts_at_the_olde
     let again = open_shard(&FsStorage, &dir, SHARD).unwrap();
     let r = &again.recovered.report;
     quiet(r, "after the jump");
-    assert_eq!((again.confirmed, r.next_seq), (0, 102));
+    assert_eq!((again.confirmed, r.next_seq), (3, 102));
 }
 
 #[test]
@@ -142,13 +145,15 @@ fn corrupt_checkpoint_with_no_segment_floors_next_seq_at_the_clock() {
     let before = now_unix_us();
     let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
     assert!(o.checkpoint.corrupt);
-    assert_eq!(o.confirmed, 0);
     let r = &o.recovered.report;
     quiet(r, "corrupt, no segment");
     let floor = r.next_seq;
     assert!(floor >= before, "next_seq {floor} below the clock {before}");
-    // Records written from the floor on; no checkpoint yet. The next start
-    // neither reports a gap nor lowers the numbering.
+    // Nothing to deliver: the fresh checkpoint says so.
+    assert_eq!(o.confirmed, floor);
+    assert_eq!(read_checkpoint(&FsStorage, &dir).unwrap(), floor);
+    // Records written from the floor on. The next start neither reports a
+    // gap nor lowers the numbering.
     sealed(&dir, 0, &[(floor, 3)]);
     let again = open_shard(&FsStorage, &dir, SHARD).unwrap();
     quiet(&again.recovered.report, "after the floor");
@@ -164,7 +169,9 @@ fn corrupt_checkpoint_with_segments_redelivers_from_the_oldest() {
     fs::write(checkpoint_path(&dir), b"garbage").unwrap();
     let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
     assert!(o.checkpoint.corrupt && o.checkpoint.moved_aside.is_some());
-    assert_eq!(o.confirmed, 0);
+    // Redeliver from the oldest record kept, and record that durably.
+    assert_eq!(o.confirmed, 20);
+    assert_eq!(read_checkpoint(&FsStorage, &dir).unwrap(), 20);
     let r = &o.recovered.report;
     // Seqs before 20 were delivered and deleted, or never existed: not a
     // loss anyone can see, so not reported as one.
