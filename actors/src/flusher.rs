@@ -44,7 +44,9 @@ use spillway_wab::{
 };
 
 use crate::sealer::{SealerMsg, SegmentSealer};
-use crate::shard::{AppendBatch, ShardHealth, ShardQueue, WabBudget, Watermark};
+use crate::shard::{
+    AppendBatch, GroupBound, ShardHealth, ShardQueue, WabBudget, Watermark, GROUP_RECORDS_MAX,
+};
 
 /// Settings of one shard's flusher.
 #[derive(Debug, Clone)]
@@ -308,8 +310,11 @@ impl<S: Storage> FlusherThread<S> {
         let mut group: Vec<AppendBatch> = Vec::new();
         loop {
             let deadline = self.wake_deadline();
-            self.queue
-                .take_group(deadline, self.cfg.group_bytes_max, &mut group);
+            let bound = GroupBound {
+                bytes: self.cfg.group_bytes_max,
+                records: GROUP_RECORDS_MAX,
+            };
+            self.queue.take_group(deadline, bound, &mut group);
             if group.is_empty() {
                 if self.queue.shutdown_requested() {
                     break;

@@ -147,6 +147,26 @@ impl Drop for AppendBatch {
     }
 }
 
+/// How much one group commit takes besides its first batch (which is
+/// always taken whole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupBound {
+    /// Payload bytes (`wab.group_bytes_max`): a huge record's write and
+    /// fsync is not shared by hundreds of MiB more.
+    pub bytes: u64,
+    /// Records: every record costs CRC and header work before the write,
+    /// so without this bound a flood of tiny records (4 MiB of 5-byte
+    /// payloads is 800,000 records) would make one group's preparation,
+    /// and every ack riding in it, wait for all of them.
+    pub records: usize,
+}
+
+/// Default [`GroupBound::records`]: on the order of a millisecond of
+/// per-record work, while the records per fsync stay far past where group
+/// commit stops paying (the bench's pipelined scenarios put ~1,000 records
+/// in a group).
+pub const GROUP_RECORDS_MAX: usize = 16 * 1024;
+
 /// Health of a shard, readable by every connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -472,18 +492,19 @@ impl ShardQueue {
     pub fn take_group(
         &self,
         deadline: Option<Instant>,
-        bytes_max: u64,
+        bound: GroupBound,
         into: &mut Vec<AppendBatch>,
     ) {
         self.spin_for_work(deadline);
         let mut q = self.queue.lock().unwrap();
         loop {
             if !q.is_empty() {
-                let total: u64 = q.iter().map(|b| b.bytes).sum();
-                if total <= bytes_max {
+                let bytes: u64 = q.iter().map(|b| b.bytes).sum();
+                let records: usize = q.iter().map(|b| b.records.len()).sum();
+                if bytes <= bound.bytes && records <= bound.records {
                     into.extend(q.drain(..));
                 } else {
-                    Self::take_within(&mut q, bytes_max, into);
+                    Self::take_within(&mut q, bound, into);
                 }
                 self.queued.store(q.len(), Ordering::Release);
                 return;
@@ -501,19 +522,22 @@ impl ShardQueue {
     }
 
     /// The bounded, order-keeping selection of [`Self::take_group`].
-    fn take_within(q: &mut VecDeque<AppendBatch>, bytes_max: u64, into: &mut Vec<AppendBatch>) {
-        let mut taken = 0u64;
+    fn take_within(q: &mut VecDeque<AppendBatch>, bound: GroupBound, into: &mut Vec<AppendBatch>) {
+        let mut taken_bytes = 0u64;
+        let mut taken_records = 0usize;
         let mut held_back: Vec<usize> = Vec::new();
         let mut kept = VecDeque::with_capacity(q.len());
         for b in q.drain(..) {
             let sender = b.sender_id();
             let first = into.is_empty();
-            let fits = taken.saturating_add(b.bytes) <= bytes_max;
+            let fits = taken_bytes.saturating_add(b.bytes) <= bound.bytes
+                && taken_records + b.records.len() <= bound.records;
             if (first || fits) && !held_back.contains(&sender) {
                 if !first {
                     // The first batch rides free: a huge one at the front
                     // must not shut out the small ones behind it.
-                    taken += b.bytes;
+                    taken_bytes += b.bytes;
+                    taken_records += b.records.len();
                 }
                 into.push(b);
             } else {
@@ -582,6 +606,13 @@ mod tests {
         AppendBatch::new(Vec::new(), bytes, true, token, from.clone())
     }
 
+    fn bound(bytes: u64) -> GroupBound {
+        GroupBound {
+            bytes,
+            records: GROUP_RECORDS_MAX,
+        }
+    }
+
     fn tokens(group: &[AppendBatch]) -> Vec<u64> {
         group.iter().map(|b| b.token).collect()
     }
@@ -600,19 +631,50 @@ mod tests {
         q.push(batch(&huge, 3, 16 * MIB));
         q.push(batch(&small, 11, 100));
         let mut group = Vec::new();
-        q.take_group(None, 4 * MIB, &mut group);
+        q.take_group(None, bound(4 * MIB), &mut group);
         // The first batch always goes, however large; the small producer's
         // batches ride along; huge 2 and 3 wait, in order.
         assert_eq!(tokens(&group), [1, 10, 11]);
         group.clear();
-        q.take_group(None, 4 * MIB, &mut group);
+        q.take_group(None, bound(4 * MIB), &mut group);
         assert_eq!(tokens(&group), [2]);
         group.clear();
-        q.take_group(None, 4 * MIB, &mut group);
+        q.take_group(None, bound(4 * MIB), &mut group);
         assert_eq!(tokens(&group), [3]);
         for b in group.drain(..) {
             b.complete(Ok(0));
         }
+    }
+
+    #[test]
+    fn a_group_is_bounded_in_records_too() {
+        let q = ShardQueue::new(0);
+        q.set_spin(Duration::ZERO);
+        let a: Arc<dyn CommitTarget> = Arc::new(Nobody);
+        let b: Arc<dyn CommitTarget> = Arc::new(Nobody);
+        let rec = |n: usize| -> Vec<PendingRecord> {
+            (0..n)
+                .map(|_| PendingRecord {
+                    payload: Bytes::from_static(b"x"),
+                    meta: 0,
+                })
+                .collect()
+        };
+        q.push(AppendBatch::new(rec(5), 5, true, 1, a.clone()));
+        q.push(AppendBatch::new(rec(8), 8, true, 2, b.clone()));
+        q.push(AppendBatch::new(rec(8), 8, true, 3, a.clone()));
+        let bound = GroupBound {
+            bytes: 1 << 20,
+            records: 10,
+        };
+        let mut group = Vec::new();
+        q.take_group(None, bound, &mut group);
+        // The first batch rides free; b's 8 records fit the bound of 10;
+        // a's second batch (8 more) does not and waits.
+        assert_eq!(tokens(&group), [1, 2]);
+        group.clear();
+        q.take_group(None, bound, &mut group);
+        assert_eq!(tokens(&group), [3]);
     }
 
     #[test]
@@ -626,10 +688,10 @@ mod tests {
         q.push(batch(&b, 3, 10)); // fits, but must not pass b's batch 2
         q.push(batch(&a, 4, 10));
         let mut group = Vec::new();
-        q.take_group(None, 1000, &mut group);
+        q.take_group(None, bound(1000), &mut group);
         assert_eq!(tokens(&group), [1, 4]);
         group.clear();
-        q.take_group(None, 1000, &mut group);
+        q.take_group(None, bound(1000), &mut group);
         assert_eq!(tokens(&group), [2, 3]);
     }
 }

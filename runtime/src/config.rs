@@ -120,7 +120,7 @@ impl Default for ServerConfig {
             payload_bytes_max: 16 * MIB,
             connection_read_timeout_ms: 10_000,
             connection_idle_timeout_ms: 300_000,
-            read_buffer_bytes_max: 256 * MIB,
+            read_buffer_bytes_max: 128 * MIB,
             allow_insecure_socket_dir: false,
             inflight_records_max: 4096,
             inflight_bytes_max: 32 * MIB,
