@@ -302,6 +302,10 @@ pub struct Watermark {
 pub struct ShardQueue {
     pub shard: u32,
     queue: Mutex<VecDeque<AppendBatch>>,
+    /// The last group passed over an oversized batch at the front (see
+    /// `take_within`); the next one must take it. Read and written only
+    /// under the `queue` lock.
+    passed_over: AtomicBool,
     /// Length of `queue`, readable without the lock (the flusher spins on it).
     queued: AtomicUsize,
     /// How long the flusher spins for work before sleeping, microseconds.
@@ -333,6 +337,7 @@ impl ShardQueue {
         Arc::new(ShardQueue {
             shard,
             queue: Mutex::new(VecDeque::new()),
+            passed_over: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             spin_us: AtomicU64::new(SPIN_BEFORE_SLEEP_DEFAULT.as_micros() as u64),
             wakeup: Condvar::new(),
@@ -504,7 +509,7 @@ impl ShardQueue {
                 if bytes <= bound.bytes && records <= bound.records {
                     into.extend(q.drain(..));
                 } else {
-                    Self::take_within(&mut q, bound, into);
+                    self.take_within(&mut q, bound, into);
                 }
                 self.queued.store(q.len(), Ordering::Release);
                 return;
@@ -522,20 +527,56 @@ impl ShardQueue {
     }
 
     /// The bounded, order-keeping selection of [`Self::take_group`].
-    fn take_within(q: &mut VecDeque<AppendBatch>, bound: GroupBound, into: &mut Vec<AppendBatch>) {
+    ///
+    /// A batch larger than the bound at the front of the queue is passed
+    /// over once: if batches of other connections fit, they form this group
+    /// on their own and the large one leads the next. A small Sync push
+    /// then waits for at most one large write and fsync (the one in
+    /// progress), not two, and the large batch is delayed by at most one
+    /// small group, so neither starves.
+    fn take_within(
+        &self,
+        q: &mut VecDeque<AppendBatch>,
+        bound: GroupBound,
+        into: &mut Vec<AppendBatch>,
+    ) {
+        let oversized = q
+            .front()
+            .is_some_and(|b| b.bytes > bound.bytes || b.records.len() > bound.records);
+        if oversized && !self.passed_over.load(Ordering::Relaxed) {
+            let front_sender = q.front().map(AppendBatch::sender_id);
+            Self::select(q, bound, false, front_sender, into);
+            if !into.is_empty() {
+                self.passed_over.store(true, Ordering::Relaxed);
+                return;
+            }
+        }
+        self.passed_over.store(false, Ordering::Relaxed);
+        Self::select(q, bound, true, None, into);
+    }
+
+    /// Move the batches that fit `bound` from `q` into `into`, keeping each
+    /// connection's order: once one of a connection's batches stays, so do
+    /// its later ones (`held` starts with that connection, if given). With
+    /// `first_free` the first batch taken is not counted against the bound.
+    fn select(
+        q: &mut VecDeque<AppendBatch>,
+        bound: GroupBound,
+        first_free: bool,
+        held: Option<usize>,
+        into: &mut Vec<AppendBatch>,
+    ) {
         let mut taken_bytes = 0u64;
         let mut taken_records = 0usize;
-        let mut held_back: Vec<usize> = Vec::new();
+        let mut held_back: Vec<usize> = held.into_iter().collect();
         let mut kept = VecDeque::with_capacity(q.len());
         for b in q.drain(..) {
             let sender = b.sender_id();
-            let first = into.is_empty();
+            let free = first_free && into.is_empty();
             let fits = taken_bytes.saturating_add(b.bytes) <= bound.bytes
                 && taken_records + b.records.len() <= bound.records;
-            if (first || fits) && !held_back.contains(&sender) {
-                if !first {
-                    // The first batch rides free: a huge one at the front
-                    // must not shut out the small ones behind it.
+            if (free || fits) && !held_back.contains(&sender) {
+                if !free {
                     taken_bytes += b.bytes;
                     taken_records += b.records.len();
                 }
@@ -632,9 +673,13 @@ mod tests {
         q.push(batch(&small, 11, 100));
         let mut group = Vec::new();
         q.take_group(None, bound(4 * MIB), &mut group);
-        // The first batch always goes, however large; the small producer's
-        // batches ride along; huge 2 and 3 wait, in order.
-        assert_eq!(tokens(&group), [1, 10, 11]);
+        // The huge batch at the front is passed over once: the small
+        // producer's batches go first, on their own.
+        assert_eq!(tokens(&group), [10, 11]);
+        group.clear();
+        // Then the huge ones, in order, each leading its own group.
+        q.take_group(None, bound(4 * MIB), &mut group);
+        assert_eq!(tokens(&group), [1]);
         group.clear();
         q.take_group(None, bound(4 * MIB), &mut group);
         assert_eq!(tokens(&group), [2]);
