@@ -71,6 +71,9 @@ pub struct ConnectionContext {
     pub live: Arc<AtomicUsize>,
     /// Wakes connections waiting for read-buffer budget when some is freed.
     pub read_budget: Arc<ReadBudget>,
+    /// Set when the daemon begins to shut down (the supervisor then removes
+    /// the socket files itself; nobody else did).
+    pub stopping: std::sync::atomic::AtomicBool,
 }
 
 /// Tells connections waiting for read-buffer budget that some was released

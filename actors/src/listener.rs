@@ -9,12 +9,13 @@
 //! it is never reachable by others, even for an instant).
 
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::net::UnixListener;
@@ -208,6 +209,59 @@ impl Listener {
     }
 }
 
+/// How often the listener checks that its socket file is still its own.
+const SOCKET_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// (device, inode) of a file, to tell one socket file from another.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+impl Listener {
+    /// Check every [`SOCKET_CHECK_EVERY`] that the socket's name still
+    /// leads to this listener. If another process unlinked it (and maybe
+    /// bound its own under the same name), producers connecting now reach
+    /// that process, not this daemon: an ERROR says so (once per change),
+    /// rather than nobody noticing. See docs/security.md.
+    fn watch_socket_file(&self, listener: &StdUnixListener, ctx: &mut Context<Self>) {
+        let Some(path) = listener
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+        else {
+            return;
+        };
+        let Some(ours) = file_identity(&path) else {
+            return;
+        };
+        let mut reported = false;
+        ctx.run_interval(SOCKET_CHECK_EVERY, move |act, _| {
+            if act.shared.stopping.load(Ordering::Acquire) {
+                return;
+            }
+            let now = file_identity(&path);
+            if now == Some(ours) {
+                reported = false;
+                return;
+            }
+            if !reported {
+                reported = true;
+                act.shared
+                    .stats
+                    .socket_replaced
+                    .fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    socket = %path.display(),
+                    state = if now.is_none() { "removed" } else { "replaced by another file" },
+                    "the daemon's socket was removed or replaced by someone else: producers connecting now do not reach this daemon (restart it; check who can write the socket's folder, see docs/security.md)"
+                );
+            }
+        });
+    }
+}
+
 impl Actor for Listener {
     type Context = Context<Self>;
 
@@ -215,6 +269,7 @@ impl Actor for Listener {
         let Some(std_listener) = self.listener.take() else {
             return;
         };
+        self.watch_socket_file(&std_listener, ctx);
         match UnixListener::from_std(std_listener) {
             Ok(l) => self.accept_loop(ctx, Rc::new(l)),
             Err(e) => {

@@ -19,6 +19,9 @@ pub struct DaemonStats {
     pub write_timeouts: AtomicU64,
     /// Closed after `connection_idle_timeout_ms` with nothing in progress.
     pub idle_timeouts: AtomicU64,
+    /// Times the producer socket's name was found removed or replaced by
+    /// another file (someone else could now receive producers' records).
+    pub socket_replaced: AtomicU64,
     /// `accept()` failures (EMFILE and the like); the loop pauses on each.
     pub accept_failures: AtomicU64,
     /// Bytes held right now by read buffers beyond their first

@@ -194,7 +194,7 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn global_counters() -> [Counter<GlobalGet>; 12] {
+fn global_counters() -> [Counter<GlobalGet>; 13] {
     [
         Counter {
             key: "connections_open",
@@ -223,6 +223,13 @@ fn global_counters() -> [Counter<GlobalGet>; 12] {
             kind: "counter",
             help: "Connections closed because a frame stalled mid-way.",
             get: |s| load(&s.stats.read_timeouts),
+        },
+        Counter {
+            key: "socket_replaced",
+            metric: "spillway_socket_replaced_total",
+            kind: "counter",
+            help: "Times the producer socket's name was found removed or replaced by someone else (producers then reach another process).",
+            get: |s| load(&s.stats.socket_replaced),
         },
         Counter {
             key: "write_timeouts",

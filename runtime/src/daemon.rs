@@ -279,6 +279,7 @@ fn start(
         stats: Arc::new(DaemonStats::default()),
         live: Arc::new(AtomicUsize::new(0)),
         read_budget: Arc::new(ReadBudget::default()),
+        stopping: std::sync::atomic::AtomicBool::new(false),
     });
     let listener = Listener::new(
         std_listener,

@@ -359,6 +359,7 @@ impl Supervisor {
         }
         self.shutting_down = true;
         tracing::info!("shutting down: no new connections; answering what is in flight");
+        self.conn_ctx.stopping.store(true, Ordering::Release);
         if let Some(l) = self.listener.take() {
             l.do_send(StopListening);
         }

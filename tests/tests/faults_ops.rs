@@ -481,6 +481,37 @@ fn socket_folder_writable_by_nobody_is_refused() {
     );
 }
 
+/// The hijack itself, when it happens anyway (say the folder was made
+/// writable after the daemon started): the daemon notices within seconds
+/// that its socket's name no longer leads to it, and says so loudly.
+#[test]
+fn a_socket_replaced_under_a_running_daemon_is_reported() {
+    let d = Daemon::start("");
+    let mut c = d.client();
+    c.push(Tier::Sync, b"before").unwrap();
+    fs::remove_file(d.socket_path()).unwrap();
+    let impostor = std::os::unix::net::UnixListener::bind(d.socket_path()).unwrap();
+    let noticed = wait_until(Duration::from_secs(10), || {
+        d.stderr().contains("socket was removed or replaced")
+    });
+    assert!(
+        noticed,
+        "the replaced socket went unnoticed:\n{}",
+        d.stderr()
+    );
+    let line = d
+        .stderr()
+        .lines()
+        .find(|l| l.contains("socket was removed or replaced"))
+        .unwrap()
+        .to_string();
+    assert!(line.contains("ERROR"), "{line}");
+    assert_eq!(stat(&ctl(&d, &["stats"]), "socket_replaced"), 1);
+    // The connection made before keeps working: it is this daemon's.
+    c.push(Tier::Sync, b"after").unwrap();
+    drop(impostor);
+}
+
 // ---------------------------------------------------------------- 3. closed log pipe
 
 #[test]
