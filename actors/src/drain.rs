@@ -277,6 +277,7 @@ impl<S: Storage> Cursor<S> {
     fn next(
         &mut self,
         wm: Watermark,
+        queue: &ShardQueue,
         finished: &mut VecDeque<Finished>,
     ) -> io::Result<Option<StoredRecord>> {
         loop {
@@ -289,8 +290,11 @@ impl<S: Storage> Cursor<S> {
                 reader.set_limit(wm.offset);
             } else if id < wm.segment_id {
                 // No longer written: read it to its end (the limit set while
-                // it was the active segment would end it early).
-                reader.set_limit(u64::MAX);
+                // it was the active segment would end it early), or, if the
+                // flusher abandoned it, to the end of what was acknowledged
+                // (the failed group after it was nacked).
+                let end = queue.abandoned(id, false).map_or(u64::MAX, |a| a.acked_end);
+                reader.set_limit(end);
             } else {
                 return Ok(None);
             }
@@ -304,9 +308,16 @@ impl<S: Storage> Cursor<S> {
                     if let Some(End::Corrupt { offset, detail }) = reader.end() {
                         tracing::error!(segment = id, offset, detail = %detail, "segment fails its check while draining; the rest of it is skipped (it stays on disk)");
                     }
+                    // An abandoned segment ends where the next one starts
+                    // (past the nacked records), so it is deleted only once
+                    // the checkpoint is there too: no restart in between
+                    // can mistake the nacked numbers for a gap.
+                    let end_seq = queue
+                        .abandoned(id, false)
+                        .map_or(reader.next_seq(), |a| a.next_seq.max(reader.next_seq()));
                     finished.push_back(Finished {
                         segment_id: id,
-                        end_seq: reader.next_seq(),
+                        end_seq,
                         bytes: reader.offset(),
                     });
                     self.last_done = Some(id);
@@ -591,7 +602,7 @@ impl<S: Storage> DrainThread<S> {
     fn fill(&mut self, wm: Watermark) -> io::Result<()> {
         let (max_records, max_bytes) = self.host.batch_limits();
         while self.pending.len() < max_records && self.pending_bytes < max_bytes {
-            match self.cursor.next(wm, &mut self.finished)? {
+            match self.cursor.next(wm, &self.queue, &mut self.finished)? {
                 Some(rec) => {
                     if self.pending.is_empty() {
                         self.pending_since = Some(Instant::now());
@@ -771,7 +782,7 @@ impl<S: Storage> DrainThread<S> {
             if removed
                 .as_ref()
                 .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
-                && self.queue.was_abandoned(f.segment_id, false)
+                && self.queue.abandoned(f.segment_id, false).is_some()
             {
                 // Never sealed: the flusher abandoned it after an I/O error.
                 // The reader finished it, so the flusher no longer writes it
@@ -779,7 +790,7 @@ impl<S: Storage> DrainThread<S> {
                 // (Any other unsealed segment is being sealed: wait for it.)
                 removed = self.storage.remove(&self.dir.join(open_name(f.segment_id)));
                 if removed.is_ok() {
-                    self.queue.was_abandoned(f.segment_id, true);
+                    self.queue.abandoned(f.segment_id, true);
                 }
             }
             match removed {

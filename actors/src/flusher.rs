@@ -45,7 +45,8 @@ use spillway_wab::{
 
 use crate::sealer::{SealerMsg, SegmentSealer};
 use crate::shard::{
-    AppendBatch, GroupBound, ShardHealth, ShardQueue, WabBudget, Watermark, GROUP_RECORDS_MAX,
+    Abandoned, AppendBatch, GroupBound, ShardHealth, ShardQueue, WabBudget, Watermark,
+    GROUP_RECORDS_MAX,
 };
 
 /// Settings of one shard's flusher.
@@ -489,7 +490,7 @@ impl<S: Storage> FlusherThread<S> {
                     .stats
                     .write_failures
                     .fetch_add(1, Ordering::Relaxed);
-                self.fail_group(group, "writing a group", &e);
+                self.fail_group(group, "writing a group", &e, before);
                 return;
             }
         };
@@ -511,7 +512,7 @@ impl<S: Storage> FlusherThread<S> {
                     .stats
                     .fsync_failures
                     .fetch_add(1, Ordering::Relaxed);
-                self.fail_group(group, "fdatasync", &e);
+                self.fail_group(group, "fdatasync", &e, before);
                 return;
             }
         }
@@ -611,16 +612,22 @@ impl<S: Storage> FlusherThread<S> {
                 .fsync_failures
                 .fetch_add(1, Ordering::Relaxed);
             tracing::error!(shard = self.cfg.shard, error = %e, "fdatasync of buffered records failed; abandoning the segment");
-            self.after_failure(&e);
+            self.after_failure(&e, None);
         }
     }
 
     /// Nack the group and abandon the segment (see [`Self::after_failure`]).
-    fn fail_group(&mut self, group: &mut Vec<AppendBatch>, what: &str, e: &io::Error) {
+    fn fail_group(
+        &mut self,
+        group: &mut Vec<AppendBatch>,
+        what: &str,
+        e: &io::Error,
+        group_offset: u64,
+    ) {
         tracing::error!(shard = self.cfg.shard, error = %e, records = group.iter().map(|b| b.records.len()).sum::<usize>(), "{what} failed; the group is nacked and the segment abandoned (never written or fsynced again)");
         // Abandon first, so the state a client sees after its nack already
         // reflects the failure.
-        self.after_failure(e);
+        self.after_failure(e, Some(group_offset));
         let reason = nack_for(e);
         for b in group.drain(..) {
             b.complete(Err(reason));
@@ -634,12 +641,20 @@ impl<S: Storage> FlusherThread<S> {
     /// shard stops trying on every push and backs off instead (up to
     /// [`SEGMENT_RETRY_MAX`] between attempts) until a write and fsync
     /// succeed again; it never stops for good on its own.
-    fn after_failure(&mut self, e: &io::Error) {
+    ///
+    /// `acked_end`: where the records that were nacked start (the failed
+    /// group's offset); `None` when every record written was acknowledged
+    /// (a failed fsync of Buffered records).
+    fn after_failure(&mut self, e: &io::Error, acked_end: Option<u64>) {
         self.failures_in_row += 1;
         self.unsynced_since = None;
         if let Some(old) = self.active.take() {
             self.resume_seq = old.next_seq();
-            self.queue.mark_abandoned(old.header.segment_id);
+            self.queue.mark_abandoned(Abandoned {
+                segment_id: old.header.segment_id,
+                acked_end: acked_end.unwrap_or(old.write_offset),
+                next_seq: self.resume_seq,
+            });
             let _ = self.sealer.send(SealerMsg::AbandonSegment {
                 path: old.path.clone(),
                 durable_offset: old.durable_offset,
@@ -670,7 +685,7 @@ impl<S: Storage> FlusherThread<S> {
                     .stats
                     .fsync_failures
                     .fetch_add(1, Ordering::Relaxed);
-                self.after_failure(&e);
+                self.after_failure(&e, None);
                 return Err(e);
             }
         }

@@ -29,8 +29,8 @@ pub use flusher::{FlusherConfig, ShardFlusher, StopShard};
 pub use listener::{bind_socket, ensure_socket_folder, BindError, Listener, StopListening};
 pub use sealer::{SealerMsg, SegmentSealer};
 pub use shard::{
-    AppendBatch, CommitTarget, GroupBound, PendingRecord, PendingRecords, ShardHealth, ShardQueue,
-    ShardStats, WabBudget, Watermark, FSYNC_BUCKETS_US,
+    Abandoned, AppendBatch, CommitTarget, GroupBound, PendingRecord, PendingRecords, ShardHealth,
+    ShardQueue, ShardStats, WabBudget, Watermark, FSYNC_BUCKETS_US,
 };
 pub use socket_dir::{check_socket_dir, InsecureSocketDir, SocketLock};
 pub use stats::{DaemonStats, RateLimiter};

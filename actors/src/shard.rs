@@ -285,6 +285,21 @@ impl WabBudget {
     }
 }
 
+/// A segment the flusher abandoned after a failed write or fdatasync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Abandoned {
+    pub segment_id: u64,
+    /// Every record before this offset was acknowledged (fsynced, or
+    /// Buffered and in the page cache); the group whose write or fsync
+    /// failed starts here and was nacked, so the drain delivers nothing
+    /// from here on (the producer retries those records itself).
+    pub acked_end: u64,
+    /// The sequence number the next segment starts at: the nacked records'
+    /// numbers are never used again, and the drain counts the abandoned
+    /// segment as ending there.
+    pub next_seq: u64,
+}
+
 /// How far a shard's records are durable: everything in segments with a
 /// lower id, and everything before `offset` in segment `segment_id`.
 /// Published by the flusher after each successful fdatasync; the drain
@@ -322,7 +337,7 @@ pub struct ShardQueue {
     /// never sealed while running, so the drain may delete them `.open`
     /// once confirmed. Any other `.open` segment the drain has finished is
     /// being sealed, and is deleted only once sealed.
-    abandoned: Mutex<Vec<u64>>,
+    abandoned: Mutex<Vec<Abandoned>>,
     pub stats: ShardStats,
 }
 
@@ -453,20 +468,21 @@ impl ShardQueue {
         *guard
     }
 
-    /// The flusher gave up on segment `id` (it stays `.open`, unsealed).
-    pub fn mark_abandoned(&self, id: u64) {
-        self.abandoned.lock().unwrap().push(id);
+    /// The flusher gave up on a segment (it stays `.open`, unsealed).
+    pub fn mark_abandoned(&self, segment: Abandoned) {
+        self.abandoned.lock().unwrap().push(segment);
     }
 
-    /// Whether segment `id` was abandoned; `forget` drops it from the list
-    /// (the drain deleted it).
-    pub fn was_abandoned(&self, id: u64, forget: bool) -> bool {
+    /// The abandoned segment `id`, if it is one; `forget` drops it from
+    /// the list (the drain deleted it).
+    pub fn abandoned(&self, id: u64, forget: bool) -> Option<Abandoned> {
         let mut list = self.abandoned.lock().unwrap();
-        let found = list.iter().position(|&a| a == id);
-        if let (Some(i), true) = (found, forget) {
-            list.swap_remove(i);
+        let found = list.iter().position(|a| a.segment_id == id)?;
+        let a = list[found];
+        if forget {
+            list.swap_remove(found);
         }
-        found.is_some()
+        Some(a)
     }
 
     /// Wake anyone waiting on the watermark (shutdown).
