@@ -183,7 +183,7 @@ fn repeated_fsync_failures_make_the_shard_unwritable_until_a_fresh_segment_works
     assert_eq!(queue.health(), ShardHealth::Running);
     assert!(queue.refusal().is_none());
     assert!(push(&queue, &target, &rx, token + 1, "more").is_ok());
-    assert_eq!(storage.count(Op::SyncData) >= 6, true);
+    assert!(storage.count(Op::SyncData) >= 6);
     assert!(
         queue
             .stats
