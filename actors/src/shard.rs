@@ -396,35 +396,35 @@ impl ShardQueue {
             self.stats.unwritable_events.fetch_add(1, Ordering::Relaxed);
         }
         // A shard the supervisor stopped for good stays Failed.
-        let _ = self.health.compare_exchange(
-            ShardHealth::Running as u8,
-            ShardHealth::Unwritable as u8,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-        let _ = self.health.compare_exchange(
-            ShardHealth::Starting as u8,
-            ShardHealth::Unwritable as u8,
-            Ordering::AcqRel,
-            Ordering::Acquire,
+        self.transition(
+            &[ShardHealth::Running, ShardHealth::Starting],
+            ShardHealth::Unwritable,
         );
     }
 
     /// The shard writes again (flusher thread).
     pub fn set_writable(&self) {
-        let _ = self.health.compare_exchange(
-            ShardHealth::Unwritable as u8,
-            ShardHealth::Running as u8,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-        let _ = self.health.compare_exchange(
-            ShardHealth::Starting as u8,
-            ShardHealth::Running as u8,
-            Ordering::AcqRel,
-            Ordering::Acquire,
+        self.transition(
+            &[ShardHealth::Unwritable, ShardHealth::Starting],
+            ShardHealth::Running,
         );
         self.unwritable_why.lock().unwrap().clear();
+    }
+
+    /// Move the health to `to` if it is one of `from` (so the flusher never
+    /// overrides a `Failed` the supervisor set).
+    fn transition(&self, from: &[ShardHealth], to: ShardHealth) {
+        for f in from {
+            let moved = self.health.compare_exchange(
+                *f as u8,
+                to as u8,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            if moved.is_ok() {
+                return;
+            }
+        }
     }
 
     /// The nack a push gets while the shard is `Unwritable`.

@@ -13,9 +13,8 @@
 //! started at once cannot both decide that the socket is stale and replace
 //! each other's.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 const WRITABLE_BY_GROUP_OR_OTHERS: u32 = 0o022;
@@ -117,29 +116,16 @@ impl SocketLock {
         let mut name = socket.as_os_str().to_owned();
         name.push(".lock");
         let path = PathBuf::from(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(|e| format!("opening the socket lock {}: {e}", path.display()))?;
-        // SAFETY: flock on a descriptor we own.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let err = std::io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                return Err(format!(
-                    "another spillway daemon is already listening on {} (it holds the lock {}); \
-                     stop it, or set another socket path",
-                    socket.display(),
-                    path.display()
-                ));
-            }
-            return Err(format!("locking {}: {err}", path.display()));
+        match spillway_wab::lock::try_lock_file(&path) {
+            Ok(Ok(file)) => Ok(SocketLock { _file: file, path }),
+            Ok(Err(_held)) => Err(format!(
+                "another spillway daemon is already listening on {} (it holds the lock {}); \
+                 stop it, or set another socket path",
+                socket.display(),
+                path.display()
+            )),
+            Err(e) => Err(format!("locking {}: {e}", path.display())),
         }
-        Ok(SocketLock { _file: file, path })
     }
 }
 

@@ -21,11 +21,10 @@ use spillway_actors::{
     DrainStats, Listener, ReadBudget, ShardQueue, SinkMaker, SinkSlot, SocketLock, WabBudget,
 };
 use spillway_wab::deadletter::DeadLetterStore;
-use spillway_wab::FsStorage;
+use spillway_wab::{DataDirLock, FsStorage};
 
 use crate::admin::{Admin, AdminState};
 use crate::config::Config;
-use crate::lock::DataDirLock;
 use crate::logging::say;
 use crate::reload::Reloader;
 use crate::supervisor::{Children, ShardSlot, Shutdown, Supervisor};

@@ -6,7 +6,6 @@ mod bench;
 mod config;
 mod daemon;
 mod fd_limit;
-mod lock;
 mod logging;
 mod reload;
 mod supervisor;

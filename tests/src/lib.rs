@@ -632,6 +632,27 @@ impl Daemon {
     }
 
     /// Standard output of the current (or last) run.
+    /// `spillway ctl --config <this daemon's config> <args>`; panics (with
+    /// the daemon's log) unless it exits 0.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let mut argv: Vec<&std::ffi::OsStr> = vec![
+            "ctl".as_ref(),
+            "--config".as_ref(),
+            self.config_path().as_os_str(),
+        ];
+        argv.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+        let f = run_spillway(&argv, Duration::from_secs(20));
+        assert!(
+            f.status.success(),
+            "spillway ctl {args:?} exited with {}: stdout:\n{}\nstderr:\n{}\ndaemon log:\n{}",
+            f.status,
+            f.stdout,
+            f.stderr,
+            self.stderr()
+        );
+        f.stdout
+    }
+
     pub fn stdout(&self) -> String {
         read_lossy(&self.stdout_path())
     }

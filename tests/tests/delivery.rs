@@ -9,7 +9,6 @@
 mod support_http;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::OsStr;
 use std::fs;
 use std::path::Path;
 use std::process::Child;
@@ -25,26 +24,6 @@ const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 /// A `[sink]` table for the receiver, plus extra `key = value` lines.
 fn http_sink(rx: &HttpReceiver, extra: &str) -> String {
     format!("[sink]\ntype = \"http\"\nurl = \"{}\"\n{extra}\n", rx.url())
-}
-
-/// `spillway ctl --config <daemon's config> <args>`; panics unless it exits 0.
-fn ctl(d: &Daemon, args: &[&str]) -> String {
-    let mut argv: Vec<&OsStr> = vec![
-        "ctl".as_ref(),
-        "--config".as_ref(),
-        d.config_path().as_os_str(),
-    ];
-    argv.extend(args.iter().map(|a| OsStr::new(*a)));
-    let f = run_spillway(&argv, Duration::from_secs(20));
-    assert!(
-        f.status.success(),
-        "spillway ctl {args:?} exited with {}: stdout:\n{}\nstderr:\n{}\ndaemon log:\n{}",
-        f.status,
-        f.stdout,
-        f.stderr,
-        d.stderr()
-    );
-    f.stdout
 }
 
 /// Push `n` records `"{tag}:{i}"` at Sync, each of which must be acked.
@@ -336,7 +315,7 @@ fn outage_is_ridden_out_with_retries() {
         (0..300).collect::<Vec<_>>(),
         "out of push order"
     );
-    let stats = ctl(&d, &["stats"]);
+    let stats = d.ctl(&["stats"]);
     let retries = shard_stat_sum(&stats, "delivery_retries");
     eprintln!(
         "outage: {failed} requests answered 503, delivery_retries = {retries}, {} requests in all",
@@ -383,7 +362,7 @@ fn retry_after_is_honoured_up_to_retry_max() {
 
 /// The `ctl dead-letter list` lines (after the count line) and the count.
 fn dead_letters(d: &Daemon) -> (usize, Vec<String>) {
-    let out = ctl(d, &["dead-letter", "list"]);
+    let out = d.ctl(&["dead-letter", "list"]);
     let mut lines = out.lines();
     let head = lines.next().unwrap_or_default();
     let n: usize = head
@@ -469,7 +448,7 @@ fn permanent_rejection_is_dead_lettered_requeued_and_dropped() {
 
     // Fix the receiver, requeue: the record arrives (as a new record).
     rx.reject_containing(None);
-    let out = ctl(&d, &["dead-letter", "requeue", "all"]);
+    let out = d.ctl(&["dead-letter", "requeue", "all"]);
     assert_eq!(out.trim(), "requeued 1");
     let recs = rx.wait_for_payloads(&[b"poison"], DELIVERY_TIMEOUT);
     let requeued: Vec<&Received> = recs.iter().filter(|r| r.payload == b"poison").collect();
@@ -487,7 +466,7 @@ fn permanent_rejection_is_dead_lettered_requeued_and_dropped() {
     let lines = wait_dead_letters(&d, 1);
     assert!(lines[0].contains("payload=\"poison-2\""), "{lines:?}");
     let id = lines[0].split('\t').next().unwrap().to_string();
-    let out = ctl(&d, &["dead-letter", "drop", &id]);
+    let out = d.ctl(&["dead-letter", "drop", &id]);
     assert_eq!(out.trim(), "dropped 1");
     assert_eq!(dead_letters(&d).0, 0);
     rx.reject_containing(None);
@@ -497,7 +476,7 @@ fn permanent_rejection_is_dead_lettered_requeued_and_dropped() {
         !recs.iter().any(|r| r.payload == b"poison-2"),
         "a dropped dead letter was delivered"
     );
-    let stats = ctl(&d, &["stats"]);
+    let stats = d.ctl(&["stats"]);
     assert_eq!(shard_stat_sum(&stats, "dead_lettered"), 2, "{stats}");
 }
 
@@ -726,7 +705,7 @@ fn records_written_across_segment_rotations_while_the_sink_is_busy_are_all_deliv
                 acked.len(),
                 runs(&missing),
                 rx.summary(),
-                ctl(&d, &["stats"])
+                d.ctl(&["stats"])
             );
         }
         thread::sleep(Duration::from_millis(50));

@@ -15,7 +15,6 @@
 mod support_http;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -51,29 +50,9 @@ fn accepting(rx: &HttpReceiver, extra: &str) -> String {
     )
 }
 
-/// `spillway ctl --config <daemon's config> <args>`; panics unless it exits 0.
-fn ctl(d: &Daemon, args: &[&str]) -> String {
-    let mut argv: Vec<&OsStr> = vec![
-        "ctl".as_ref(),
-        "--config".as_ref(),
-        d.config_path().as_os_str(),
-    ];
-    argv.extend(args.iter().map(|a| OsStr::new(*a)));
-    let f = run_spillway(&argv, Duration::from_secs(20));
-    assert!(
-        f.status.success(),
-        "spillway ctl {args:?} exited with {}: stdout:\n{}\nstderr:\n{}\ndaemon log:\n{}",
-        f.status,
-        f.stdout,
-        f.stderr,
-        d.stderr()
-    );
-    f.stdout
-}
-
 /// `records_lost` of `ctl stats`, summed over shards.
 fn records_lost(d: &Daemon) -> u64 {
-    shard_stat_sum(&ctl(d, &["stats"]), "records_lost")
+    shard_stat_sum(&d.ctl(&["stats"]), "records_lost")
 }
 
 /// A ~1 KB payload that names its tag and number.
@@ -667,7 +646,7 @@ fn a_flipped_byte_in_the_open_segment_keeps_the_records_after_it() {
 
 /// The `ctl dead-letter list` ids (`shard:seq`, the first column).
 fn dead_letter_ids(d: &Daemon) -> Vec<String> {
-    let out = ctl(d, &["dead-letter", "list"]);
+    let out = d.ctl(&["dead-letter", "list"]);
     let mut lines = out.lines();
     let n: usize = lines
         .next()

@@ -9,7 +9,6 @@
 
 mod support_http;
 
-use std::ffi::OsStr;
 use std::fs;
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -49,26 +48,6 @@ fn require_root(what: &str) -> bool {
     );
     eprintln!("SKIPPED: not root, cannot {what} (this test runs as root in CI)");
     false
-}
-
-/// `spillway ctl --config <daemon's config> <args>`; panics unless it exits 0.
-fn ctl(d: &Daemon, args: &[&str]) -> String {
-    let mut argv: Vec<&OsStr> = vec![
-        "ctl".as_ref(),
-        "--config".as_ref(),
-        d.config_path().as_os_str(),
-    ];
-    argv.extend(args.iter().map(|a| OsStr::new(*a)));
-    let f = run_spillway(&argv, Duration::from_secs(20));
-    assert!(
-        f.status.success(),
-        "spillway ctl {args:?} exited with {}: stdout:\n{}\nstderr:\n{}\ndaemon log:\n{}",
-        f.status,
-        f.stdout,
-        f.stderr,
-        d.stderr()
-    );
-    f.stdout
 }
 
 /// A global counter of `ctl stats` (`KEY VALUE`).
@@ -506,7 +485,7 @@ fn a_socket_replaced_under_a_running_daemon_is_reported() {
         .unwrap()
         .to_string();
     assert!(line.contains("ERROR"), "{line}");
-    assert_eq!(stat(&ctl(&d, &["stats"]), "socket_replaced"), 1);
+    assert_eq!(stat(&d.ctl(&["stats"]), "socket_replaced"), 1);
     // The connection made before keeps working: it is this daemon's.
     c.push(Tier::Sync, b"after").unwrap();
     drop(impostor);
@@ -597,7 +576,7 @@ fn closed_log_pipe_does_not_kill_the_daemon() {
         "the daemon died after its log pipe was closed"
     );
     // The log writes did fail (so this test did exercise the closed pipe).
-    let stats = ctl(&d, &["stats"]);
+    let stats = d.ctl(&["stats"]);
     let failures = stat(&stats, "log_write_failures");
     eprintln!("closed log pipe: {failures} log writes dropped");
     assert!(
@@ -733,7 +712,7 @@ fn fd_exhaustion_under_a_low_ulimit() {
             .unwrap_or_else(|e| panic!("producer {p} after the flood: {e}"));
     }
     keeper.push(Tier::Sync, b"keeper-after").unwrap();
-    let stats = ctl(&d, &["stats"]);
+    let stats = d.ctl(&["stats"]);
     eprintln!(
         "accept_failures {}, connections_refused {}, connections_accepted {}",
         stat(&stats, "accept_failures"),
@@ -818,7 +797,7 @@ fn fd_exhaustion_under_a_low_ulimit() {
         sealed_segments(&d),
         d.stderr()
     );
-    let stats = ctl(&d, &["stats"]);
+    let stats = d.ctl(&["stats"]);
     eprintln!(
         "after exhaustion: accept_failures {}",
         stat(&stats, "accept_failures")
@@ -916,7 +895,7 @@ fn idle_connections_time_out() {
     }
     let mut c = connect_healthy(&d, Duration::from_secs(3));
     c.push(Tier::Sync, b"after-idle-holders").unwrap();
-    let stats = ctl(&d, &["stats"]);
+    let stats = d.ctl(&["stats"]);
     assert!(
         stat(&stats, "idle_timeouts") >= 4,
         "idle_timeouts counter:\n{stats}"
@@ -1013,7 +992,7 @@ fn stalled_huge_frames_hold_bounded_memory() {
             thread::sleep(Duration::from_millis(5));
         }
     }
-    let stats = ctl(&d, &["stats"]);
+    let stats = d.ctl(&["stats"]);
     peak_rss = peak_rss.max(status_kib(pid, "VmRSS"));
     let hwm = status_kib(pid, "VmHWM");
     stop.store(true, Ordering::Relaxed);
@@ -1061,7 +1040,7 @@ fn stalled_huge_frames_hold_bounded_memory() {
     // Every reservation goes back to the budget once its connection is gone.
     let mut left = u64::MAX;
     let released = wait_until(Duration::from_secs(10), || {
-        left = stat(&ctl(&d, &["stats"]), "read_buffer_bytes");
+        left = stat(&d.ctl(&["stats"]), "read_buffer_bytes");
         left == 0
     });
     assert!(
@@ -1122,7 +1101,7 @@ fn a_pushbatch_of_millions_of_one_byte_records_costs_bounded_memory() {
         ),
         other => panic!("no answer to the batch of {N} records: {other:?}"),
     }
-    let stats = ctl(&d, &["stats"]);
+    let stats = d.ctl(&["stats"]);
     assert_eq!(
         shard_stat_sum(&stats, "records_written"),
         N as u64,

@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod deadletter;
 pub mod fault;
 pub mod format;
+pub mod lock;
 pub mod reader;
 pub mod recovery;
 mod salvage;
@@ -25,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 pub use checkpoint::{load_checkpoint, read_checkpoint, write_checkpoint, CheckpointLoad};
 pub use format::{FormatError, RecordMeta, SegmentHeader};
+pub use lock::DataDirLock;
 pub use reader::{End, Opened, SegmentReader, StoredRecord};
 pub use recovery::{
     recover_shard, Recovered, RecoveryReport, Salvaged, SegmentInfo, SeqGap, UntrustedCheckpoint,
