@@ -36,7 +36,6 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use bytes::Bytes;
 use spillway_protocol::NackReason;
 use spillway_wab::{
     preallocate, recover_shard, ActiveSegment, AppendRecord, Preallocated, Recovered,
@@ -535,20 +534,15 @@ impl<S: Storage> FlusherThread<S> {
     /// failing one is never acknowledged (and its seqs are not reused).
     fn write_group(&mut self, group: &[AppendBatch], records: usize) -> io::Result<u64> {
         let mut first_seq = None;
-        let mut chunk: Vec<(Bytes, u64)> = Vec::with_capacity(records.min(WRITE_CHUNK_RECORDS));
-        let mut result = Ok(());
+        let mut chunk: Vec<AppendRecord<'_>> = Vec::with_capacity(records.min(WRITE_CHUNK_RECORDS));
         for b in group {
-            b.records.for_each(|payload, meta| {
-                if result.is_err() {
-                    return;
-                }
-                chunk.push((payload, meta));
+            for (payload, meta) in b.records.iter() {
+                chunk.push(AppendRecord { payload, meta });
                 if chunk.len() == WRITE_CHUNK_RECORDS {
-                    result = self.append_chunk(&mut chunk, &mut first_seq);
+                    self.append_chunk(&mut chunk, &mut first_seq)?;
                 }
-            });
+            }
         }
-        result?;
         if !chunk.is_empty() {
             self.append_chunk(&mut chunk, &mut first_seq)?;
         }
@@ -557,18 +551,10 @@ impl<S: Storage> FlusherThread<S> {
 
     fn append_chunk(
         &mut self,
-        chunk: &mut Vec<(Bytes, u64)>,
+        chunk: &mut Vec<AppendRecord<'_>>,
         first_seq: &mut Option<u64>,
     ) -> io::Result<()> {
-        let slices: Vec<AppendRecord<'_>> = chunk
-            .iter()
-            .map(|(payload, meta)| AppendRecord {
-                payload,
-                meta: *meta,
-            })
-            .collect();
-        let seq = self.active.as_mut().unwrap().append(&slices)?;
-        drop(slices);
+        let seq = self.active.as_mut().unwrap().append(chunk)?;
         first_seq.get_or_insert(seq);
         chunk.clear();
         Ok(())

@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use spillway_protocol::{BatchRecords, NackReason};
+use spillway_protocol::{BatchRecords, BatchSlices, NackReason};
 
 /// One record waiting to be written.
 #[derive(Debug, Clone)]
@@ -61,13 +61,48 @@ impl PendingRecords {
         self.count == 0
     }
 
-    /// Every record in order: (payload, packed meta).
-    pub fn for_each(&self, mut f: impl FnMut(Bytes, u64)) {
-        for (item, meta) in &self.items {
-            match item {
-                Pending::One(p) => f(p.clone(), *meta),
-                Pending::Batch(b) => b.iter().for_each(|p| f(p, *meta)),
+    /// Every record in order: (payload, packed meta), borrowed (no
+    /// allocation, and no reference count touched per record).
+    pub fn iter(&self) -> PendingIter<'_> {
+        PendingIter {
+            items: self.items.iter(),
+            current: None,
+        }
+    }
+}
+
+/// Iterator of [`PendingRecords::iter`].
+pub struct PendingIter<'a> {
+    items: std::slice::Iter<'a, (Pending, u64)>,
+    /// The item being walked, and its meta.
+    current: Option<(Walk<'a>, u64)>,
+}
+
+enum Walk<'a> {
+    One(Option<&'a [u8]>),
+    Batch(BatchSlices<'a>),
+}
+
+impl<'a> Iterator for PendingIter<'a> {
+    type Item = (&'a [u8], u64);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if let Some((walk, meta)) = &mut self.current {
+                let next = match walk {
+                    Walk::One(p) => p.take(),
+                    Walk::Batch(b) => b.next(),
+                };
+                if let Some(p) = next {
+                    return Some((p, *meta));
+                }
             }
+            let (item, meta) = self.items.next()?;
+            let walk = match item {
+                Pending::One(p) => Walk::One(Some(&p[..])),
+                Pending::Batch(b) => Walk::Batch(b.slices()),
+            };
+            self.current = Some((walk, *meta));
         }
     }
 }

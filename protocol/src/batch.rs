@@ -59,6 +59,16 @@ impl BatchRecords {
         }
     }
 
+    /// The records in order, borrowed from the frame (no reference count
+    /// is touched per record: the daemon's write path uses this).
+    pub fn slices(&self) -> BatchSlices<'_> {
+        BatchSlices {
+            body: &self.body,
+            at: 0,
+            left: self.count,
+        }
+    }
+
     /// The records as a vector (one `Bytes` each; for tests and small batches).
     pub fn to_vec(&self) -> Vec<Bytes> {
         self.iter().collect()
@@ -83,6 +93,32 @@ impl<T: AsRef<[u8]>> From<Vec<T>> for BatchRecords {
             body: body.freeze(),
             count: u32::try_from(records.len()).expect("more than u32::MAX records"),
         }
+    }
+}
+
+/// Borrowed records of a [`BatchRecords`], in order.
+pub struct BatchSlices<'a> {
+    body: &'a [u8],
+    at: usize,
+    left: u32,
+}
+
+impl<'a> Iterator for BatchSlices<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let len = read_u32(&self.body[self.at..self.at + BATCH_LEN_FIELD]) as usize;
+        let start = self.at + BATCH_LEN_FIELD;
+        self.at = start + len;
+        Some(&self.body[start..start + len])
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
     }
 }
 
@@ -124,5 +160,11 @@ mod tests {
         assert_eq!((b.len(), b.payload_bytes()), (3, 6));
         assert_eq!(b.to_vec(), vec![&b"a"[..], b"bcd", b"ef"]);
         assert_eq!(b.iter().len(), 3);
+        assert!(b.slices().eq(b
+            .iter()
+            .map(|r| r.to_vec())
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|v| &v[..])));
     }
 }

@@ -24,7 +24,7 @@ mod request;
 mod response;
 mod types;
 
-pub use batch::{BatchIter, BatchRecords};
+pub use batch::{BatchIter, BatchRecords, BatchSlices};
 pub use bytes::{Bytes, BytesMut};
 
 pub use frame::{encode_frame, HEADER_LEN, MAGIC, PAYLOAD_BYTES_HARD_MAX, TRAILER_LEN, VERSION};
