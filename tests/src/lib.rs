@@ -112,6 +112,24 @@ fn build_spillway() -> Result<PathBuf, String> {
     Ok(bin)
 }
 
+/// `spillway ctl --config <config> <args>`; panics unless it exits 0, with
+/// `daemon_log()` (the daemon's stderr, or a tail of it) in the message.
+pub fn run_ctl(config: &Path, args: &[&str], daemon_log: impl FnOnce() -> String) -> String {
+    let mut argv: Vec<&std::ffi::OsStr> =
+        vec!["ctl".as_ref(), "--config".as_ref(), config.as_os_str()];
+    argv.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+    let f = run_spillway(&argv, Duration::from_secs(20));
+    assert!(
+        f.status.success(),
+        "spillway ctl {args:?} exited with {}: stdout:\n{}\nstderr:\n{}\ndaemon log:\n{}",
+        f.status,
+        f.stdout,
+        f.stderr,
+        daemon_log()
+    );
+    f.stdout
+}
+
 /// Outcome of a `spillway` invocation that was expected to exit by itself.
 #[derive(Debug)]
 pub struct Finished {
@@ -501,32 +519,7 @@ impl Daemon {
     /// Start the daemon if it will start, or collect its exit if it refuses
     /// (exits within `timeout` without ever answering a health check).
     pub fn run_to_exit_or_start(&mut self, timeout: Duration) -> StartOrExit {
-        assert!(self.child.is_none(), "the daemon is already running");
-        self.runs += 1;
-        let child = self.command().spawn().expect("spawning spillway");
-        self.child = Some(child);
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("try_wait") {
-                self.child = None;
-                return StartOrExit::Exited(Finished {
-                    status,
-                    stdout: self.stdout(),
-                    stderr: self.stderr(),
-                });
-            }
-            if self.stdout().contains("spillway listening on") && self.health_ok() {
-                return StartOrExit::Started;
-            }
-            if Instant::now() >= deadline {
-                self.kill9();
-                panic!(
-                    "spillway neither started nor exited within {timeout:?}; stderr:\n{}",
-                    self.stderr()
-                );
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
+        self.run_to_exit_or_start_with(timeout, |_| {})
     }
 
     /// Like [`Daemon::run_to_exit_or_start`], with `adjust` applied to the
@@ -635,22 +628,7 @@ impl Daemon {
     /// `spillway ctl --config <this daemon's config> <args>`; panics (with
     /// the daemon's log) unless it exits 0.
     pub fn ctl(&self, args: &[&str]) -> String {
-        let mut argv: Vec<&std::ffi::OsStr> = vec![
-            "ctl".as_ref(),
-            "--config".as_ref(),
-            self.config_path().as_os_str(),
-        ];
-        argv.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
-        let f = run_spillway(&argv, Duration::from_secs(20));
-        assert!(
-            f.status.success(),
-            "spillway ctl {args:?} exited with {}: stdout:\n{}\nstderr:\n{}\ndaemon log:\n{}",
-            f.status,
-            f.stdout,
-            f.stderr,
-            self.stderr()
-        );
-        f.stdout
+        run_ctl(self.config_path(), args, || self.stderr())
     }
 
     pub fn stdout(&self) -> String {

@@ -20,7 +20,6 @@ mod support_disk;
 mod support_http;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::ffi::OsStr;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -165,22 +164,7 @@ impl EioDaemon {
     }
 
     fn ctl(&self, args: &[&str]) -> String {
-        let mut argv: Vec<&OsStr> = vec![
-            "ctl".as_ref(),
-            "--config".as_ref(),
-            self.d.config_path().as_os_str(),
-        ];
-        argv.extend(args.iter().map(|a| OsStr::new(*a)));
-        let f = run_spillway(&argv, Duration::from_secs(20));
-        assert!(
-            f.status.success(),
-            "spillway ctl {args:?} exited with {}: stdout:\n{}\nstderr:\n{}\ndaemon log (tail):\n{}",
-            f.status,
-            f.stdout,
-            f.stderr,
-            tail(&self.d.stderr(), 40)
-        );
-        f.stdout
+        run_ctl(self.d.config_path(), args, || tail(&self.d.stderr(), 40))
     }
 
     /// `ctl health` as (shard, state word, whole line).

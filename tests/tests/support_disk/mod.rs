@@ -14,7 +14,6 @@
 
 #![allow(dead_code)]
 
-use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -396,22 +395,7 @@ impl DiskDaemon {
 
     /// `spillway ctl --config <config> <args>`; panics unless it exits 0.
     pub fn ctl(&self, args: &[&str]) -> String {
-        let mut argv: Vec<&OsStr> = vec![
-            "ctl".as_ref(),
-            "--config".as_ref(),
-            self.d.config_path().as_os_str(),
-        ];
-        argv.extend(args.iter().map(|a| OsStr::new(*a)));
-        let f = run_spillway(&argv, Duration::from_secs(20));
-        assert!(
-            f.status.success(),
-            "spillway ctl {args:?} exited with {}: stdout:\n{}\nstderr:\n{}\ndaemon log:\n{}",
-            f.status,
-            f.stdout,
-            f.stderr,
-            self.stderr()
-        );
-        f.stdout
+        run_ctl(self.d.config_path(), args, || self.stderr())
     }
 
     /// `ctl health` as (shard, state word, whole line).
