@@ -268,6 +268,10 @@ struct Cursor<S: Storage> {
     storage: S,
     dir: PathBuf,
     reader: Option<(u64, SegmentReader<S::File>)>,
+    /// Where the reader's segment ends once it is no longer written (its
+    /// end, or an abandoned segment's acknowledged end): looked up once
+    /// per segment, not per record.
+    closed_limit: Option<u64>,
     last_done: Option<u64>,
     next_seq: u64,
 }
@@ -293,7 +297,9 @@ impl<S: Storage> Cursor<S> {
                 // it was the active segment would end it early), or, if the
                 // flusher abandoned it, to the end of what was acknowledged
                 // (the failed group after it was nacked).
-                let end = queue.abandoned(id, false).map_or(u64::MAX, |a| a.acked_end);
+                let end = *self.closed_limit.get_or_insert_with(|| {
+                    queue.abandoned(id, false).map_or(u64::MAX, |a| a.acked_end)
+                });
                 reader.set_limit(end);
             } else {
                 return Ok(None);
@@ -365,6 +371,7 @@ impl<S: Storage> Cursor<S> {
         }
         let (_, id, reader) = candidates.swap_remove(pick);
         self.reader = Some((id, reader));
+        self.closed_limit = None;
         Ok(true)
     }
 }
@@ -420,6 +427,7 @@ impl Drain {
                 storage: storage.clone(),
                 dir: cfg.dir.clone(),
                 reader: None,
+                closed_limit: None,
                 last_done: None,
                 next_seq: confirmed,
             },
