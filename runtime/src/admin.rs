@@ -9,7 +9,6 @@
 //! `dead-letter drop all|<shard>:<seq>...`, `reload`.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -126,11 +125,8 @@ async fn serve(stream: UnixStream, state: Rc<AdminState>) {
     let mut line = String::new();
     let mut reader = BufReader::new(rd.take(COMMAND_BYTES_MAX as u64));
     let reply = match reader.read_line(&mut line).await {
-        Ok(_) => match execute(line.trim(), &state).await {
-            Ok(body) => format!("ok\n{body}"),
-            Err(e) => format!("error: {e}\n"),
-        },
-        Err(e) => format!("error: reading the command: {e}\n"),
+        Ok(_) => spillway_ctl::reply(execute(line.trim(), &state).await),
+        Err(e) => spillway_ctl::reply(Err(format!("reading the command: {e}"))),
     };
     let _ = wr.write_all(reply.as_bytes()).await;
     let _ = wr.shutdown().await;
@@ -730,27 +726,4 @@ async fn requeue(state: &AdminState, sel: Selection) -> Result<String, String> {
         .remove_where(|l| ids.contains(&(l.shard, l.seq)))
         .map_err(|e| format!("requeued, but removing them from the dead-letter store failed (they may be delivered twice): {e}"))?;
     Ok(format!("requeued {}\n", chosen.len()))
-}
-
-/// Client side of the admin socket: send one command, return the body or the error.
-pub fn call(socket: &PathBuf, command: &str) -> Result<String, String> {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
-        format!(
-            "connecting to the admin socket {}: {e} (is the daemon running?)",
-            socket.display()
-        )
-    })?;
-    s.write_all(format!("{command}\n").as_bytes())
-        .map_err(|e| e.to_string())?;
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).map_err(|e| e.to_string())?;
-    match reply.split_once('\n') {
-        Some(("ok", body)) => Ok(body.to_string()),
-        // Errors may span lines (a TOML error shows the offending line).
-        _ => match reply.strip_prefix("error: ") {
-            Some(err) => Err(err.trim_end().to_string()),
-            None => Err(format!("unexpected reply {reply:?}")),
-        },
-    }
 }

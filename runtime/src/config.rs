@@ -437,6 +437,17 @@ mod tests {
         }
     }
 
+    /// The bench cannot link this parser, so its configs are checked here.
+    #[cfg(feature = "bench")]
+    #[test]
+    fn every_config_the_bench_writes_is_accepted() {
+        let texts = spillway_bench::written_configs();
+        assert!(texts.len() >= 5, "{texts:?}");
+        for text in texts {
+            Config::parse(&text, "bench").unwrap_or_else(|e| panic!("{e}\n{text}"));
+        }
+    }
+
     #[test]
     fn unknown_key_is_named() {
         let err = Config::parse("[server]\nsockett_path = \"x\"\n", "t")

@@ -2,7 +2,6 @@
 //! running daemon with `ctl`, measure with `bench`, `inspect` a data folder.
 
 mod admin;
-mod bench;
 mod config;
 mod daemon;
 mod fd_limit;
@@ -48,7 +47,8 @@ enum Command {
         default: bool,
     },
     /// Measure: ingest scenarios plus disk and socket probes of this machine.
-    Bench(bench::BenchArgs),
+    #[cfg(feature = "bench")]
+    Bench(spillway_bench::BenchArgs),
     /// Talk to a running daemon over its admin socket.
     Ctl {
         /// The daemon's config file (for admin.socket_path); the embedded default if omitted.
@@ -127,7 +127,7 @@ fn ctl(
             action: DeadLetterAction::Drop { ids },
         } => format!("dead-letter drop {}", ids.join(" ")),
     };
-    admin::call(&socket, &line)
+    spillway_ctl::call(&socket, &line)
 }
 
 fn main() -> ExitCode {
@@ -163,9 +163,10 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+        #[cfg(feature = "bench")]
         Command::Bench(args) => {
             logging::init("warn");
-            match bench::run(args) {
+            match spillway_bench::run(args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }

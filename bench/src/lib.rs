@@ -3,11 +3,21 @@
 //! and Unix sockets, and judges the results against targets relative to
 //! those probes. See `docs/benchmarks.md`.
 //!
-//! Layout: this file holds the options and the orchestration; `daemon`
-//! starts and stops bench daemons and samples their memory; `load` drives
-//! the connections; `scenarios` lists the scenarios; `probes` measures the
-//! machine; `report` prints the tables and JSON lines; `targets` judges.
+//! The daemon binary links this crate behind its default `bench` feature and
+//! hands `spillway bench` over to [`run`]; the bench starts that same binary
+//! (`std::env::current_exe`) as the daemon it measures, and talks to it only
+//! through its sockets and files, never by linking the daemon.
+//!
+//! Layout: this file holds the options and the orchestration; `context` is
+//! what every scenario gets; `daemon` starts and stops bench daemons and
+//! samples their memory; `load` drives the connections; `scenarios` lists
+//! the scenarios, `e2e` (delivery, reload) and `hostile` (bad clients) are
+//! the scenarios with their own daemons; `receiver` is the loopback HTTP
+//! sink they deliver to, `stamped` its producers; `probes` measures the
+//! machine; `report` prints the scenario table and JSON lines; `targets`
+//! judges and prints the verdicts.
 
+mod context;
 mod daemon;
 mod e2e;
 mod hostile;
@@ -23,11 +33,26 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use context::Ctx;
 use daemon::{BenchDaemon, Launcher};
 use load::{LoadError, Plan};
 use probes::ProbeCounts;
 use report::{median_of, Kind, Outcome, Status, P50, RATE};
-use scenarios::{Ctx, Scenario, SCENARIOS};
+use scenarios::{Scenario, SCENARIOS};
+
+/// Every config file the bench writes for its daemons: the daemon's whole
+/// file with each knob the bench varies, and each `[sink]` table of the
+/// end-to-end scenarios. The daemon's tests check that it accepts them all
+/// (the bench cannot: it does not link the daemon's config).
+pub fn written_configs() -> Vec<String> {
+    let dir = Path::new("/tmp/bench dir");
+    let mut texts = vec![
+        daemon::config_text(dir, None, None),
+        daemon::config_text(dir, Some(1 << 20), Some(1000)),
+    ];
+    texts.extend(e2e::sink_tables().iter().map(|t| format!("[sink]\n{t}")));
+    texts
+}
 
 /// Options of `spillway bench`.
 #[derive(clap::Args, Debug)]
@@ -382,7 +407,7 @@ fn print_results(header: &str, outcomes: &[Outcome], targets: &[targets::Target]
     println!("\n{header}");
     println!("{}", report::scenario_table(outcomes));
     println!("probes (medians):\n{}", report::probe_table(outcomes));
-    println!("targets:\n{}", report::target_table(targets));
+    println!("targets:\n{}", targets::table(targets));
 }
 
 fn write_json(
@@ -399,7 +424,7 @@ fn write_json(
     });
     let mut lines = vec![meta];
     lines.extend(outcomes.iter().map(report::outcome_json));
-    lines.extend(targets.iter().map(report::target_json));
+    lines.extend(targets.iter().map(targets::json));
     let mut text = String::new();
     for line in lines {
         text.push_str(&line.to_string());

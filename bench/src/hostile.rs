@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use spillway_protocol::{encode_frame, encode_push, Tier, HEADER_LEN};
 
+use super::context::Ctx;
 use super::daemon::{rss_kib, strip_ansi, BenchDaemon, Overrides};
 use super::load::{self, LoadError, Plan, Sample};
 use super::report::{Outcome, P50, P99};
-use super::scenarios::Ctx;
 
 /// Hostile connections in all.
 pub const ATTACKERS: usize = 200;
@@ -761,7 +761,7 @@ const DAEMON_COUNTERS: [&str; 4] = [
 /// `key value` lines of `ctl stats`, with every `nacks{...}` line summed
 /// as `nacks`.
 fn daemon_counters(daemon: &BenchDaemon) -> Result<Vec<(String, u64)>, String> {
-    let body = crate::admin::call(&daemon.admin_socket().to_path_buf(), "stats")
+    let body = spillway_ctl::call(daemon.admin_socket(), "stats")
         .map_err(|e| format!("ctl stats: {e}"))?;
     Ok(parse_counters(&body))
 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use spillway_client::Tier;
 
-use super::daemon::{Launcher, Overrides, RssSampler};
+use super::context::Ctx;
+use super::daemon::{Overrides, RssSampler};
 use super::e2e;
 use super::hostile;
 use super::load::{self, LoadError, Plan, Sample};
@@ -15,20 +16,6 @@ use super::report::Outcome;
 
 const MIB: u64 = 1024 * 1024;
 const RSS_SAMPLE_EVERY: Duration = Duration::from_millis(5);
-
-/// What a scenario runs against.
-pub struct Ctx<'a> {
-    pub socket: &'a Path,
-    /// The daemon's pid, when the bench started it (`None` with `--socket`).
-    pub pid: Option<u32>,
-    /// Starts further daemons (`None` with `--socket`).
-    pub launcher: Option<&'a Launcher>,
-    pub plan: Plan,
-    /// Which repeat this is (0-based), for scenarios that alternate order.
-    pub round: usize,
-    /// `--quick`: the end-to-end scenarios shorten their own fixed durations.
-    pub quick: bool,
-}
 
 /// The load a scenario applies. All records are [`load::PAYLOAD`] (5 bytes).
 pub enum Workload {

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use spillway_client::Tier;
 
+use super::context::Ctx;
 use super::daemon::{BenchDaemon, Launcher, Overrides, NOOP_SINK};
 use super::load::{self, LoadError};
 use super::receiver::{micros_since, Receiver};
 use super::report::{new_histogram, Kind, Outcome, RATE};
-use super::scenarios::Ctx;
 use super::stamped::{self, record_id, Burst, Pace};
 
 /// Payload of the HTTP scenarios' records.
@@ -159,8 +159,7 @@ fn wait_for(
 
 /// Sum of the `shard{shard="N"}.delivered_records` lines of `ctl stats`.
 fn delivered_records(admin_socket: &Path) -> Result<u64, String> {
-    let body = crate::admin::call(&admin_socket.to_path_buf(), "stats")
-        .map_err(|e| format!("ctl stats: {e}"))?;
+    let body = spillway_ctl::call(admin_socket, "stats").map_err(|e| format!("ctl stats: {e}"))?;
     Ok(parse_delivered(&body))
 }
 
@@ -632,15 +631,26 @@ fn file_rate(run: &FileRun) -> f64 {
     run.records as f64 / run.elapsed.as_secs_f64().max(1e-9)
 }
 
+/// Every `[sink]` body the end-to-end scenarios write (the plugin's with a
+/// placeholder library path), for the daemon's own test that it accepts
+/// each of them.
+pub fn sink_tables() -> Vec<String> {
+    vec![
+        NOOP_SINK.to_string(),
+        http_sink("http://127.0.0.1:9/ingest", "batched"),
+        http_sink("http://127.0.0.1:9/x", "per_record"),
+        file_sink(),
+        plugin_sink(Path::new("/x/lib a.so")),
+    ]
+}
+
 /// Delivery through the example file plugin vs the built-in file sink,
 /// alternating which goes first.
 pub fn plugin_vs_builtin_file(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
     let launcher = launcher(ctx)?;
     let library = plugin_library(&launcher.exe)?;
     let plugin = plugin_sink(&library);
-    if let Err(e) =
-        crate::config::Config::parse(&format!("[sink]\n{plugin}"), "the plugin sink config")
-    {
+    if let Err(e) = launcher.check_sink(&plugin) {
         return Err(LoadError::Unsupported(format!(
             "this daemon does not accept type = \"plugin\" yet: {e}"
         )));
@@ -863,14 +873,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sink_tables_are_valid_configs() {
-        for sink in [
-            http_sink("http://127.0.0.1:9/ingest", "batched"),
-            http_sink("http://127.0.0.1:9/x", "per_record"),
-            file_sink(),
-        ] {
-            crate::config::Config::parse(&format!("[sink]\n{sink}"), "bench").unwrap();
-        }
+    fn the_plugin_sink_table_names_the_library_and_the_file() {
         let plugin = plugin_sink(Path::new("/x/lib a.so"));
         let value: toml::Value = toml::from_str(&format!("[sink]\n{plugin}")).unwrap();
         assert_eq!(

@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::targets::Target;
-
 /// Figure keys shared by scenarios, the table and the targets.
 pub const RATE: &str = "records_per_s";
 pub const P50: &str = "p50_us";
@@ -386,20 +384,6 @@ fn probe_value(key: &str, value: f64) -> String {
     }
 }
 
-/// The targets section: PASS / FAIL / SKIP with the numbers.
-pub fn target_table(targets: &[Target]) -> String {
-    let mut s = String::new();
-    let width = targets
-        .iter()
-        .map(|t| t.name.chars().count())
-        .max()
-        .unwrap_or(0);
-    for t in targets {
-        let _ = writeln!(s, "{:<4}  {:<width$} {}", t.verdict(), t.name, t.detail());
-    }
-    s
-}
-
 fn figures_json(o: &Outcome) -> serde_json::Map<String, serde_json::Value> {
     o.figures
         .iter()
@@ -421,18 +405,6 @@ pub fn outcome_json(o: &Outcome) -> serde_json::Value {
         "reason": reason,
         "figures": figures_json(o),
         "notes": o.notes,
-    })
-}
-
-/// One JSON object per target.
-pub fn target_json(t: &Target) -> serde_json::Value {
-    serde_json::json!({
-        "kind": "target",
-        "name": t.name,
-        "verdict": t.verdict(),
-        "value": t.value(),
-        "bound": t.bound(),
-        "detail": t.detail(),
     })
 }
 

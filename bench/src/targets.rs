@@ -2,6 +2,8 @@
 //! (mostly relative to the machine probes or to `single_thread_sync`), so a
 //! verdict means the same thing on a fast NVMe box and on a slow VM disk.
 
+use std::fmt::Write as _;
+
 use super::e2e::BACKLOG_FLOOR;
 use super::report::{Outcome, Status, P50, P99, RATE};
 
@@ -476,10 +478,36 @@ fn hostile_rss(f: &Figures) -> Result<Measured, String> {
     Ok(m)
 }
 
+/// The targets section: PASS / FAIL / SKIP with the numbers.
+pub fn table(targets: &[Target]) -> String {
+    let mut s = String::new();
+    let width = targets
+        .iter()
+        .map(|t| t.name.chars().count())
+        .max()
+        .unwrap_or(0);
+    for t in targets {
+        let _ = writeln!(s, "{:<4}  {:<width$} {}", t.verdict(), t.name, t.detail());
+    }
+    s
+}
+
+/// One JSON object per target.
+pub fn json(t: &Target) -> serde_json::Value {
+    serde_json::json!({
+        "kind": "target",
+        "name": t.name,
+        "verdict": t.verdict(),
+        "value": t.value(),
+        "bound": t.bound(),
+        "detail": t.detail(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::Kind;
+    use crate::report::Kind;
 
     fn outcome(name: &str, kind: Kind, figures: &[(&str, f64)]) -> Outcome {
         let mut o = Outcome::new(name, kind);
