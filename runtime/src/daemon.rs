@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use spillway_actors::{
     bind_socket, ensure_socket_folder, ConnectionContext, ConnectionLimits, DaemonStats,
-    DrainStats, Listener, ReadBudget, ShardQueue, SinkMaker, SinkSlot, SocketLock, WabBudget,
+    DrainStats, Listener, ReadBudget, ShardQueue, SinkSlot, SocketLock, WabBudget,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::{DataDirLock, FsStorage};
@@ -27,15 +27,8 @@ use crate::admin::{Admin, AdminState};
 use crate::config::Config;
 use crate::logging::say;
 use crate::reload::Reloader;
+use crate::sink::sink_maker;
 use crate::supervisor::{Children, ShardSlot, Shutdown, Supervisor};
-
-/// Build the configured sink into the maker the drains use.
-pub fn sink_maker(cfg: &Config) -> Result<(SinkMaker, String), String> {
-    let factory = spillway_sinks::build(&cfg.sink).map_err(|e| format!("sink: {e}"))?;
-    let description = factory.describe();
-    let maker: SinkMaker = Arc::new(move |shard| factory.create(shard));
-    Ok((maker, description))
-}
 
 /// Run the daemon until it is told to stop. Errors are start-up failures.
 pub fn run(

@@ -3,10 +3,12 @@
 
 mod admin;
 mod config;
+mod ctl;
 mod daemon;
 mod fd_limit;
 mod logging;
 mod reload;
+mod sink;
 mod supervisor;
 
 use std::path::PathBuf;
@@ -15,6 +17,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::config::{Config, DEFAULT_CONFIG};
+use crate::ctl::CtlCommand;
 
 #[derive(Parser)]
 #[command(
@@ -70,66 +73,6 @@ enum Command {
     },
 }
 
-#[derive(Subcommand)]
-enum CtlCommand {
-    /// Per-shard health.
-    Health,
-    /// Counters: connections, nacks, WAB bytes, fsyncs, delivery.
-    Stats,
-    /// The same counters (and the fsync latency histogram) in Prometheus text format.
-    Metrics,
-    /// Records the sink rejected for good.
-    DeadLetter {
-        #[command(subcommand)]
-        action: DeadLetterAction,
-    },
-    /// Re-read the config file and switch the sink without a restart.
-    Reload,
-}
-
-#[derive(Subcommand)]
-enum DeadLetterAction {
-    /// List dead letters: identity SHARD:SEQ, reason, payload preview.
-    List,
-    /// Push dead letters back for delivery (`all` or SHARD:SEQ ...).
-    Requeue {
-        #[arg(required = true)]
-        ids: Vec<String>,
-    },
-    /// Delete dead letters for good (`all` or SHARD:SEQ ...).
-    Drop {
-        #[arg(required = true)]
-        ids: Vec<String>,
-    },
-}
-
-fn ctl(
-    config: Option<&PathBuf>,
-    admin_socket: Option<PathBuf>,
-    command: CtlCommand,
-) -> Result<String, String> {
-    let socket = match admin_socket {
-        Some(s) => s,
-        None => load(config)?.0.admin.socket_path,
-    };
-    let line = match command {
-        CtlCommand::Health => "health".to_string(),
-        CtlCommand::Stats => "stats".to_string(),
-        CtlCommand::Metrics => "metrics".to_string(),
-        CtlCommand::Reload => "reload".to_string(),
-        CtlCommand::DeadLetter {
-            action: DeadLetterAction::List,
-        } => "dead-letter list".to_string(),
-        CtlCommand::DeadLetter {
-            action: DeadLetterAction::Requeue { ids },
-        } => format!("dead-letter requeue {}", ids.join(" ")),
-        CtlCommand::DeadLetter {
-            action: DeadLetterAction::Drop { ids },
-        } => format!("dead-letter drop {}", ids.join(" ")),
-    };
-    spillway_ctl::call(&socket, &line)
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -175,7 +118,7 @@ fn main() -> ExitCode {
             config,
             admin_socket,
             command,
-        } => match ctl(config.as_ref(), admin_socket, command) {
+        } => match ctl::run(admin_socket, || Ok(load(config.as_ref())?.0), command) {
             Ok(body) => {
                 print!("{body}");
                 ExitCode::SUCCESS

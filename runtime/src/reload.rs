@@ -17,7 +17,7 @@ use sink_sdk::Health;
 use spillway_actors::SinkSlot;
 
 use crate::config::Config;
-use crate::daemon::sink_maker;
+use crate::sink::sink_maker;
 
 /// Counters exported by `ctl stats`.
 #[derive(Debug, Default)]

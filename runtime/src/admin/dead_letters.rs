@@ -1,0 +1,152 @@
+//! `ctl dead-letter list | requeue | drop`: what the operator does with
+//! records the sink rejected for good.
+
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use spillway_actors::{AppendBatch, CommitTarget, PendingRecord};
+use spillway_wab::deadletter::DeadLetter;
+use spillway_wab::RecordMeta;
+use tokio::sync::oneshot;
+
+use super::AdminState;
+
+/// `dead-letter list`: one line per dead letter, with a payload preview.
+pub(super) fn list(state: &AdminState) -> Result<String, String> {
+    let all = state
+        .dead_letters
+        .lock()
+        .unwrap()
+        .list()
+        .map_err(|e| e.to_string())?;
+    let mut out = String::new();
+    let _ = writeln!(out, "{} dead letters", all.len());
+    for l in all {
+        let preview: String = String::from_utf8_lossy(&l.payload)
+            .chars()
+            .take(60)
+            .collect();
+        let _ = writeln!(
+            out,
+            "{}:{}\ttier={}\tat_unix_us={}\tbytes={}\treason={}\tpayload={:?}",
+            l.shard,
+            l.seq,
+            l.tier,
+            l.dead_lettered_unix_us,
+            l.payload.len(),
+            l.reason,
+            preview
+        );
+    }
+    Ok(out)
+}
+
+/// Which dead letters a requeue/drop applies to.
+pub(super) enum Selection {
+    All,
+    Ids(Vec<(u32, u64)>),
+}
+
+impl Selection {
+    pub(super) fn parse(words: &[&str]) -> Result<Selection, String> {
+        match words {
+            [] => Err("say which dead letters: all, or SHARD:SEQ identities as shown by `dead-letter list`".into()),
+            ["all"] => Ok(Selection::All),
+            ids => ids
+                .iter()
+                .map(|w| {
+                    let (s, q) = w.split_once(':').ok_or_else(|| format!("{w:?} is not SHARD:SEQ"))?;
+                    Ok((s.parse().map_err(|_| format!("bad shard in {w:?}"))?, q.parse().map_err(|_| format!("bad seq in {w:?}"))?))
+                })
+                .collect::<Result<Vec<_>, String>>()
+                .map(Selection::Ids),
+        }
+    }
+
+    fn matches(&self, l: &DeadLetter) -> bool {
+        match self {
+            Selection::All => true,
+            Selection::Ids(ids) => ids.contains(&(l.shard, l.seq)),
+        }
+    }
+}
+
+/// `dead-letter drop`: remove the selected dead letters for good.
+pub(super) fn drop(state: &AdminState, sel: Selection) -> Result<String, String> {
+    let removed = state
+        .dead_letters
+        .lock()
+        .unwrap()
+        .remove_where(|l| sel.matches(l))
+        .map_err(|e| e.to_string())?;
+    Ok(format!("dropped {}\n", removed.len()))
+}
+
+/// Receives the commit of a requeued batch (on the flusher's thread).
+struct RequeueWaiter(Mutex<Option<oneshot::Sender<Result<u64, spillway_protocol::NackReason>>>>);
+
+impl CommitTarget for RequeueWaiter {
+    fn committed(&self, _token: u64, result: Result<u64, spillway_protocol::NackReason>) {
+        if let Some(tx) = self.0.lock().unwrap().take() {
+            let _ = tx.send(result);
+        }
+    }
+}
+
+/// Push the selected dead letters back into their shards (as new records,
+/// Sync, in their original order), then remove them from the store.
+pub(super) async fn requeue(state: &AdminState, sel: Selection) -> Result<String, String> {
+    let all = state
+        .dead_letters
+        .lock()
+        .unwrap()
+        .list()
+        .map_err(|e| e.to_string())?;
+    let chosen: Vec<DeadLetter> = all.into_iter().filter(|l| sel.matches(l)).collect();
+    if chosen.is_empty() {
+        return Ok("requeued 0\n".into());
+    }
+    let shards = state.shards.len() as u32;
+    let mut by_shard: Vec<Vec<&DeadLetter>> = vec![Vec::new(); shards as usize];
+    for l in &chosen {
+        by_shard[(l.shard % shards) as usize].push(l);
+    }
+    let arrival = spillway_wab::format::now_unix_us();
+    for (i, letters) in by_shard.iter().enumerate() {
+        if letters.is_empty() {
+            continue;
+        }
+        let meta = RecordMeta {
+            tier: spillway_protocol::Tier::Sync.as_byte(),
+            arrival_unix_us: arrival,
+        }
+        .pack();
+        let records: Vec<PendingRecord> = letters
+            .iter()
+            .map(|l| PendingRecord {
+                payload: Bytes::clone(&l.payload),
+                meta,
+            })
+            .collect();
+        let bytes = records.iter().map(|r| r.payload.len() as u64).sum();
+        let (tx, rx) = oneshot::channel();
+        let waiter = Arc::new(RequeueWaiter(Mutex::new(Some(tx))));
+        state.shards[i].push(AppendBatch::new(records, bytes, true, 0, waiter));
+        match rx.await {
+            Ok(Ok(_)) => {}
+            Ok(Err(reason)) => {
+                return Err(format!("shard {i} refused the requeued records: {reason}"))
+            }
+            Err(_) => return Err(format!("shard {i} went away during the requeue")),
+        }
+    }
+    let ids: Vec<(u32, u64)> = chosen.iter().map(|l| (l.shard, l.seq)).collect();
+    state
+        .dead_letters
+        .lock()
+        .unwrap()
+        .remove_where(|l| ids.contains(&(l.shard, l.seq)))
+        .map_err(|e| format!("requeued, but removing them from the dead-letter store failed (they may be delivered twice): {e}"))?;
+    Ok(format!("requeued {}\n", chosen.len()))
+}

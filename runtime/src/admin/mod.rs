@@ -1,0 +1,179 @@
+//! The admin socket: what `spillway ctl` talks to.
+//!
+//! A Unix socket (mode 0600, `admin.socket_path`) speaking a line protocol:
+//! the client writes one command line; the daemon answers `ok` or
+//! `error: <why>` on the first line, then the body, then closes.
+//!
+//! Commands: `health`, `stats`, `metrics`, `dead-letter list`,
+//! `dead-letter requeue all|<shard>:<seq>...`,
+//! `dead-letter drop all|<shard>:<seq>...`, `reload`.
+//!
+//! This file holds the actor (it serves the admin socket and, when
+//! `admin.metrics_address` is set, the metrics listener), the command
+//! dispatch and `health`. The rest, one job per file: `metrics` (the
+//! counter table and its two renderings, `ctl stats` and Prometheus text),
+//! `http` (`GET /metrics`), `dead_letters` (list, requeue, drop). The
+//! framing of replies is `spillway_ctl`'s, shared with the ctl client.
+
+mod dead_letters;
+mod http;
+mod metrics;
+
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+use actix::prelude::*;
+use spillway_actors::{AcceptErrors, DaemonStats, DrainStats, ShardQueue, WabBudget};
+use spillway_wab::deadletter::DeadLetterStore;
+use spillway_wab::FsStorage;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+use dead_letters::Selection;
+
+/// Longest command line accepted.
+const COMMAND_BYTES_MAX: usize = 4096;
+
+/// Everything the admin commands read or act on.
+pub struct AdminState {
+    pub shards: Vec<Arc<ShardQueue>>,
+    pub drains: Vec<Arc<DrainStats>>,
+    pub wab: Arc<WabBudget>,
+    pub stats: Arc<DaemonStats>,
+    pub live_connections: Arc<std::sync::atomic::AtomicUsize>,
+    pub dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
+    pub sink_description: Arc<Mutex<String>>,
+    /// Runs a reload and returns its report (set by the daemon).
+    pub reload: Option<Box<dyn Fn() -> Result<String, String>>>,
+    pub reload_stats: Arc<crate::reload::ReloadStats>,
+}
+
+/// Serves the admin socket. Runs on the system arbiter.
+pub struct Admin {
+    listener: Option<std::os::unix::net::UnixListener>,
+    /// `admin.metrics_address`, when set.
+    metrics: Option<std::net::TcpListener>,
+    state: Rc<AdminState>,
+}
+
+impl Admin {
+    pub fn new(
+        listener: std::os::unix::net::UnixListener,
+        metrics: Option<std::net::TcpListener>,
+        state: AdminState,
+    ) -> Self {
+        Admin {
+            listener: Some(listener),
+            metrics,
+            state: Rc::new(state),
+        }
+    }
+}
+
+impl Actor for Admin {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if let Some(std_metrics) = self.metrics.take() {
+            match tokio::net::TcpListener::from_std(std_metrics) {
+                Ok(listener) => {
+                    let state = self.state.clone();
+                    ctx.spawn(
+                        async move {
+                            let mut errors = AcceptErrors::new("metrics");
+                            loop {
+                                match listener.accept().await {
+                                    Ok((stream, _)) => {
+                                        errors.accepted();
+                                        actix_rt::spawn(http::serve_metrics(stream, state.clone()));
+                                    }
+                                    Err(e) => actix_rt::time::sleep(errors.failed(&e)).await,
+                                }
+                            }
+                        }
+                        .into_actor(self),
+                    );
+                }
+                Err(e) => tracing::error!(error = %e, "metrics listener unusable"),
+            }
+        }
+        let Some(std_listener) = self.listener.take() else {
+            return;
+        };
+        let listener = match UnixListener::from_std(std_listener) {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "admin socket unusable");
+                return;
+            }
+        };
+        let state = self.state.clone();
+        ctx.spawn(
+            async move {
+                let mut errors = AcceptErrors::new("admin");
+                loop {
+                    match listener.accept().await {
+                        Ok((stream, _)) => {
+                            errors.accepted();
+                            actix_rt::spawn(serve(stream, state.clone()));
+                        }
+                        Err(e) => actix_rt::time::sleep(errors.failed(&e)).await,
+                    }
+                }
+            }
+            .into_actor(self),
+        );
+    }
+}
+
+async fn serve(stream: UnixStream, state: Rc<AdminState>) {
+    let (rd, mut wr) = stream.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(rd.take(COMMAND_BYTES_MAX as u64));
+    let reply = match reader.read_line(&mut line).await {
+        Ok(_) => spillway_ctl::reply(execute(line.trim(), &state).await),
+        Err(e) => spillway_ctl::reply(Err(format!("reading the command: {e}"))),
+    };
+    let _ = wr.write_all(reply.as_bytes()).await;
+    let _ = wr.shutdown().await;
+}
+
+async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        ["health"] => Ok(health(state)),
+        ["stats"] => Ok(metrics::stats(state)),
+        ["metrics"] => Ok(metrics::prometheus(state)),
+        ["dead-letter", "list"] => dead_letters::list(state),
+        ["dead-letter", "drop", sel @ ..] => dead_letters::drop(state, Selection::parse(sel)?),
+        ["dead-letter", "requeue", sel @ ..] => {
+            dead_letters::requeue(state, Selection::parse(sel)?).await
+        }
+        ["reload"] => match &state.reload {
+            Some(f) => f(),
+            None => Err("reload is not available".into()),
+        },
+        [] => Err("empty command".into()),
+        _ => Err(format!(
+            "unknown command {line:?}; try: health | stats | metrics | dead-letter list | dead-letter requeue all|SHARD:SEQ... | dead-letter drop all|SHARD:SEQ... | reload"
+        )),
+    }
+}
+
+fn health(state: &AdminState) -> String {
+    let mut out = String::new();
+    for q in &state.shards {
+        let _ = write!(out, "shard {} {:?}", q.shard, q.health());
+        if let Some(reason) = q.refusal() {
+            let why = q.unwritable_why();
+            if why.is_empty() {
+                let _ = write!(out, " (pushes get {})", reason.name());
+            } else {
+                let _ = write!(out, " ({why}; pushes get {}, retrying)", reason.name());
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
