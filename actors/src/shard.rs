@@ -335,6 +335,16 @@ pub struct Abandoned {
     pub next_seq: u64,
 }
 
+impl Abandoned {
+    /// Where the segment ends for its readers.
+    pub fn cut(&self) -> spillway_wab::follow::Cut {
+        spillway_wab::follow::Cut {
+            acked_end: self.acked_end,
+            next_seq: self.next_seq,
+        }
+    }
+}
+
 /// How far a shard's records are durable: everything in segments with a
 /// lower id, and everything before `offset` in segment `segment_id`.
 /// Published by the flusher after each successful fdatasync; the drain
@@ -345,6 +355,16 @@ pub struct Watermark {
     pub offset: u64,
     /// Sequence number the next record will get; all below are durable.
     pub next_seq: u64,
+}
+
+impl Watermark {
+    /// Where readers may read up to.
+    pub fn tail(&self) -> spillway_wab::follow::Tail {
+        spillway_wab::follow::Tail {
+            segment_id: self.segment_id,
+            offset: self.offset,
+        }
+    }
 }
 
 /// The part of a shard connections see. Shared by `Arc`; survives flusher

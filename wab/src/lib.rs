@@ -5,7 +5,8 @@
 //! ([`format`]), the storage seam every file operation goes through
 //! ([`storage`], with fault injection in [`fault`]), writing and sealing
 //! ([`segment`]), reading back ([`reader`]), crash recovery and salvage
-//! ([`recovery`]), the delivery checkpoint ([`checkpoint`]) and opening a
+//! ([`recovery`]), following a live shard for delivery ([`follow`]), the
+//! delivery checkpoint ([`checkpoint`]) and opening a
 //! shard at start-up ([`shard::open_shard`], which checks the two against
 //! each other). It knows nothing of sockets, actors or sinks; the daemon's
 //! actors drive it from their own threads.
@@ -13,6 +14,7 @@
 pub mod checkpoint;
 pub mod deadletter;
 pub mod fault;
+pub mod follow;
 pub mod format;
 pub mod lock;
 pub mod reader;

@@ -1,0 +1,349 @@
+//! The supervised actor owning a shard's drain thread, and the thread's
+//! main loop: follow the durable tail, batch, deliver (`delivery`), retry
+//! (`retry`), confirm, write the checkpoint, remove finished segments.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use spillway_wab::deadletter::DeadLetterStore;
+use spillway_wab::follow::{Removed, ShardFollower};
+use spillway_wab::format::now_unix_us;
+use spillway_wab::{load_checkpoint, write_checkpoint, Storage, StoredRecord};
+
+use super::retry::RetryState;
+use super::sink_host::{SinkHost, SinkSlot};
+use super::DrainStats;
+use crate::shard::{ShardQueue, WabBudget, Watermark};
+
+/// Longest the on-disk checkpoint lags the confirmed point while busy.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
+/// How long an idle drain sleeps before looking again (it is woken by new
+/// durable records anyway).
+const IDLE_WAIT: Duration = Duration::from_millis(500);
+/// Pause after a failed read of the segments or a failed checkpoint write
+/// before the drain tries again.
+const IO_ERROR_PAUSE: Duration = Duration::from_secs(1);
+/// How often the actor checks that its thread is alive.
+const LIVENESS_CHECK_EVERY: Duration = Duration::from_millis(200);
+/// How often a stopping actor looks whether its thread has finished.
+const JOIN_POLL: Duration = Duration::from_millis(5);
+/// How long a dropped (not stopped) drain waits for its thread.
+const DROP_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest a drain sleeps without looking at its stop flag.
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+/// Settings of one shard's drain thread.
+pub struct DrainConfig {
+    pub shard: u32,
+    pub dir: PathBuf,
+}
+
+/// The supervised actor owning a shard's drain thread.
+pub struct Drain {
+    shard: u32,
+    stop: Arc<AtomicBool>,
+    queue: Arc<ShardQueue>,
+    thread: Option<JoinHandle<()>>,
+    pub stats: Arc<DrainStats>,
+}
+
+/// Sent on shutdown: finish (or give up on) the batch in flight by
+/// `deadline`, then stop. Nothing is lost either way: an unconfirmed batch is
+/// delivered again after the restart. Every drain gets the same deadline, so
+/// a daemon stops within one `shutdown_timeout_ms` however many shards it has.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct StopDrain {
+    pub deadline: Instant,
+    /// False: only raise the stop flag (so every drain starts finishing at
+    /// once); true: also wait for the thread until `deadline` and stop the actor.
+    pub wait: bool,
+}
+
+impl Drain {
+    /// Start the drain thread of a shard.
+    pub fn spawn<S: Storage>(
+        storage: S,
+        cfg: DrainConfig,
+        queue: Arc<ShardQueue>,
+        wab: Arc<WabBudget>,
+        slot: Arc<SinkSlot>,
+        dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
+        stats: Arc<DrainStats>,
+    ) -> io::Result<Drain> {
+        // The shard was opened first (`open_shard`), which moved an
+        // unreadable or untrustworthy checkpoint aside; one that became
+        // unreadable since is moved aside here (delivery then restarts at
+        // the oldest record: at-least-once).
+        let confirmed = load_checkpoint(&storage, &cfg.dir)?.confirmed;
+        stats.checkpoint.store(confirmed, Ordering::Relaxed);
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = DrainThread {
+            follower: ShardFollower::new(storage.clone(), cfg.dir.clone(), confirmed),
+            host: SinkHost::new(cfg.shard, slot, stats.clone()),
+            storage,
+            shard: cfg.shard,
+            dir: cfg.dir,
+            queue: queue.clone(),
+            wab,
+            dead_letters,
+            stats: stats.clone(),
+            stop: stop.clone(),
+            confirmed,
+            persisted: confirmed,
+            last_persist: Instant::now(),
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            pending_since: None,
+            retry: RetryState::default(),
+            rng: now_unix_us() | 1,
+        };
+        let thread = thread::Builder::new()
+            .name(format!("drain-{}", cfg.shard))
+            .spawn(move || worker.run())?;
+        Ok(Drain {
+            shard: cfg.shard,
+            stop,
+            queue,
+            thread: Some(thread),
+            stats,
+        })
+    }
+
+    /// Ask the thread to stop after its current batch, without waiting.
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.queue.wake_durable_waiters();
+    }
+
+    fn stop_and_join(&mut self, deadline: Instant) {
+        self.request_stop();
+        let Some(t) = self.thread.take() else { return };
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        while !t.is_finished() && Instant::now() < deadline {
+            thread::sleep(JOIN_POLL);
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        } else {
+            tracing::warn!(shard = self.shard, timeout_ms = timeout.as_millis() as u64, "sink batch still in flight at shutdown; abandoning it (it is delivered again after restart)");
+        }
+    }
+}
+
+impl Actor for Drain {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(LIVENESS_CHECK_EVERY, |act, ctx| {
+            let dead = act.thread.as_ref().is_none_or(|t| t.is_finished());
+            if dead && !act.stop.load(Ordering::Acquire) {
+                tracing::error!(
+                    shard = act.shard,
+                    "drain thread died; stopping it for the supervisor"
+                );
+                ctx.stop();
+            }
+        });
+    }
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        self.stop_and_join(Instant::now() + DROP_STOP_TIMEOUT);
+    }
+}
+
+impl Handler<StopDrain> for Drain {
+    type Result = ();
+    fn handle(&mut self, msg: StopDrain, ctx: &mut Context<Self>) {
+        if !msg.wait {
+            self.request_stop();
+            return;
+        }
+        self.stop_and_join(msg.deadline);
+        ctx.stop();
+    }
+}
+
+/// One shard's drain thread: its state between batches.
+pub(super) struct DrainThread<S: Storage> {
+    pub(super) storage: S,
+    pub(super) shard: u32,
+    pub(super) dir: PathBuf,
+    pub(super) queue: Arc<ShardQueue>,
+    pub(super) wab: Arc<WabBudget>,
+    pub(super) dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
+    pub(super) stats: Arc<DrainStats>,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) host: SinkHost,
+    /// Reads the shard's durable records in order, across segments.
+    follower: ShardFollower<S>,
+    /// Every record below this is confirmed (by the sink or the dead-letter store).
+    pub(super) confirmed: u64,
+    /// What the checkpoint file on disk says (<= `confirmed`).
+    pub(super) persisted: u64,
+    pub(super) last_persist: Instant,
+    /// Read, not yet confirmed, in order.
+    pub(super) pending: VecDeque<StoredRecord>,
+    pub(super) pending_bytes: usize,
+    /// When the oldest pending record was read (linger starts there).
+    pub(super) pending_since: Option<Instant>,
+    pub(super) retry: RetryState,
+    pub(super) rng: u64,
+}
+
+impl<S: Storage> DrainThread<S> {
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn run(mut self) {
+        self.deliver_until_stopped();
+        if let Err(e) = self.persist() {
+            tracing::error!(shard = self.shard, error = %e, "writing the final delivery checkpoint failed; some records will be delivered again");
+        }
+    }
+
+    fn deliver_until_stopped(&mut self) {
+        while !self.stopping() {
+            self.host.check_reload();
+            let wm = self.queue.durable();
+            if let Err(e) = self.fill(wm) {
+                tracing::error!(shard = self.shard, error = %e, "reading segments for delivery failed; retrying");
+                self.sleep(IO_ERROR_PAUSE);
+                continue;
+            }
+            if self.pending.is_empty() {
+                if let Err(e) = self.persist() {
+                    tracing::error!(shard = self.shard, error = %e, "writing the delivery checkpoint failed; will retry");
+                }
+                self.delete_confirmed_segments();
+                self.queue.wait_durable(wm, IDLE_WAIT);
+                continue;
+            }
+            let (max_records, max_bytes) = self.host.batch_limits();
+            let full = self.pending.len() >= max_records || self.pending_bytes >= max_bytes;
+            let linger_left = self.pending_since.map_or(Duration::ZERO, |t| {
+                self.host.settings().linger.saturating_sub(t.elapsed())
+            });
+            if !full && !linger_left.is_zero() {
+                self.queue.wait_durable(wm, linger_left);
+                continue;
+            }
+            if let Err(e) = self.deliver_one(max_records, max_bytes) {
+                tracing::error!(shard = self.shard, error = %e, "recording delivery progress failed; the batch will be delivered again");
+                self.sleep(IO_ERROR_PAUSE);
+            }
+        }
+    }
+
+    /// Read durable records until the batch limits are reached.
+    fn fill(&mut self, wm: Watermark) -> io::Result<()> {
+        let (max_records, max_bytes) = self.host.batch_limits();
+        while self.pending.len() < max_records && self.pending_bytes < max_bytes {
+            let queue = &self.queue;
+            let next = self
+                .follower
+                .next(wm.tail(), |id| queue.abandoned(id, false).map(|a| a.cut()))?;
+            match next {
+                Some(rec) => {
+                    if self.pending.is_empty() {
+                        self.pending_since = Some(Instant::now());
+                    }
+                    self.pending_bytes += rec.payload.len();
+                    self.pending.push_back(rec);
+                }
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Move the confirmed point; persist it when due.
+    pub(super) fn confirm(&mut self, next_seq: u64) -> io::Result<()> {
+        self.confirmed = next_seq;
+        let segment_freed = self
+            .follower
+            .oldest_finished()
+            .is_some_and(|f| f.end_seq <= next_seq);
+        if segment_freed || self.last_persist.elapsed() >= CHECKPOINT_EVERY {
+            self.persist()?;
+        }
+        self.delete_confirmed_segments();
+        Ok(())
+    }
+
+    /// Write the checkpoint if it lags. A checkpoint write costs an fdatasync
+    /// on the disk the flusher fsyncs too, so they are throttled to one per
+    /// [`CHECKPOINT_EVERY`] (and forced before a segment is deleted, when
+    /// idle, and at shutdown): a crash redelivers at most that much, which
+    /// at-least-once delivery allows.
+    fn persist(&mut self) -> io::Result<()> {
+        if self.persisted == self.confirmed {
+            return Ok(());
+        }
+        write_checkpoint(&self.storage, &self.dir, self.confirmed)?;
+        self.persisted = self.confirmed;
+        self.last_persist = Instant::now();
+        self.stats
+            .checkpoint
+            .store(self.confirmed, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Remove every finished segment whose records are all behind the
+    /// on-disk checkpoint, releasing its bytes from the WAB budget.
+    fn delete_confirmed_segments(&mut self) {
+        loop {
+            let Some(id) = self.follower.oldest_finished().map(|f| f.segment_id) else {
+                return;
+            };
+            // Never sealed: the flusher abandoned it after an I/O error. The
+            // follower finished it, so the flusher no longer writes it and,
+            // once confirmed, it can go as it is. (Any other unsealed
+            // segment is being sealed: wait for it.)
+            let abandoned = self.queue.abandoned(id, false).is_some();
+            match self
+                .follower
+                .remove_oldest_finished(self.persisted, abandoned)
+            {
+                Ok(None) => return,
+                Ok(Some((f, removed))) => {
+                    if removed == Removed::Unsealed {
+                        self.queue.abandoned(id, true);
+                    }
+                    self.wab.release(f.bytes);
+                    let _ = self.queue.stats.bytes_held.fetch_update(
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                        |v| Some(v.saturating_sub(f.bytes)),
+                    );
+                    self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    tracing::debug!(shard = self.shard, segment = id, error = %e, "confirmed segment not deleted yet; will retry");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sleep, waking early on shutdown.
+    pub(super) fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        while !self.stopping() {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            thread::sleep((until - now).min(SLEEP_SLICE));
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The sink side of a drain: the daemon's current sink ([`SinkSlot`],
+//! shared by every drain and replaced by a reload) and one shard's running
+//! instance of it ([`SinkHost`]: created on demand, its panics caught, re-created
+//! with backoff, switched at a batch boundary after a reload).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sink_sdk::{Batch, Health, Outcome, Sink};
+
+use super::DrainStats;
+
+/// Creates a sink instance for a shard. Called at start, after a panic,
+/// and after a reload.
+pub type SinkMaker = Arc<dyn Fn(u32) -> Result<Box<dyn Sink>, String> + Send + Sync>;
+
+/// Batching and retry settings of the drain (from `[sink]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrainSettings {
+    pub max_records: usize,
+    pub max_bytes: usize,
+    pub linger: Duration,
+    pub retry_initial: Duration,
+    pub retry_max: Duration,
+    /// `None`: retry transient failures forever.
+    pub max_retry_duration: Option<Duration>,
+}
+
+/// The current sink of the daemon, shared by every drain. A reload stores
+/// a new maker and bumps `epoch`; each drain switches at its next batch
+/// boundary.
+pub struct SinkSlot {
+    inner: Mutex<(SinkMaker, DrainSettings, String)>,
+    epoch: AtomicU64,
+}
+
+impl SinkSlot {
+    pub fn new(maker: SinkMaker, settings: DrainSettings, description: String) -> Arc<Self> {
+        Arc::new(SinkSlot {
+            inner: Mutex::new((maker, settings, description)),
+            epoch: AtomicU64::new(1),
+        })
+    }
+
+    /// Install a new sink; drains pick it up between batches.
+    pub fn replace(&self, maker: SinkMaker, settings: DrainSettings, description: String) {
+        *self.inner.lock().unwrap() = (maker, settings, description);
+        self.epoch.fetch_add(1, Ordering::Release);
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub fn current(&self) -> (SinkMaker, DrainSettings, String) {
+        self.inner.lock().unwrap().clone()
+    }
+}
+
+/// Runs the sink for one shard: creates the instance, catches its panics,
+/// recreates it with backoff, and switches to a reloaded sink between batches.
+pub struct SinkHost {
+    shard: u32,
+    slot: Arc<SinkSlot>,
+    epoch: u64,
+    maker: SinkMaker,
+    settings: DrainSettings,
+    instance: Option<Box<dyn Sink>>,
+    /// Failures (panics, creation errors) in a row; drives the backoff.
+    failures: u32,
+    not_before: Option<Instant>,
+    stats: Arc<DrainStats>,
+}
+
+/// First wait before re-creating a failed sink instance; it doubles with
+/// every failure in a row, up to [`SINK_RESTART_BACKOFF_MAX`].
+const SINK_RESTART_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
+/// Longest wait before re-creating a failed sink instance.
+const SINK_RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".into()
+    }
+}
+
+impl SinkHost {
+    pub fn new(shard: u32, slot: Arc<SinkSlot>, stats: Arc<DrainStats>) -> Self {
+        let epoch = slot.epoch();
+        let (maker, settings, _) = slot.current();
+        SinkHost {
+            shard,
+            slot,
+            epoch,
+            maker,
+            settings,
+            instance: None,
+            failures: 0,
+            not_before: None,
+            stats,
+        }
+    }
+
+    pub fn settings(&self) -> &DrainSettings {
+        &self.settings
+    }
+
+    /// Switch to a reloaded sink if there is one (call between batches).
+    pub fn check_reload(&mut self) {
+        let epoch = self.slot.epoch();
+        if epoch == self.epoch {
+            return;
+        }
+        let (maker, settings, description) = self.slot.current();
+        tracing::info!(shard = self.shard, sink = %description, "switching to the reloaded sink at a batch boundary");
+        self.epoch = epoch;
+        self.maker = maker;
+        self.settings = settings;
+        self.instance = None;
+        self.failures = 0;
+        self.not_before = None;
+    }
+
+    /// The effective (max_records, max_bytes) for the next batch.
+    pub fn batch_limits(&mut self) -> (usize, usize) {
+        let (r, b) = (self.settings.max_records, self.settings.max_bytes);
+        match self.instance.as_ref() {
+            Some(i) => {
+                let l = i.limits();
+                (r.min(l.max_records.max(1)), b.min(l.max_bytes.max(1)))
+            }
+            None => (r, b),
+        }
+    }
+
+    fn ensure_instance(&mut self) -> Result<(), String> {
+        if self.instance.is_some() {
+            return Ok(());
+        }
+        if let Some(t) = self.not_before {
+            let now = Instant::now();
+            if now < t {
+                thread::sleep(t - now);
+            }
+        }
+        let maker = self.maker.clone();
+        let shard = self.shard;
+        match catch_unwind(AssertUnwindSafe(|| maker(shard))) {
+            Ok(Ok(mut inst)) => {
+                if let Ok(Health::Unhealthy(why)) =
+                    catch_unwind(AssertUnwindSafe(|| inst.health_check()))
+                {
+                    tracing::warn!(shard, sink = inst.name(), reason = %why, "sink reports unhealthy; delivering anyway (failures will be retried)");
+                }
+                self.instance = Some(inst);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(self.failed(format!("creating the sink failed: {e}"))),
+            Err(p) => Err(self.failed(format!(
+                "creating the sink panicked: {}",
+                panic_message(&*p)
+            ))),
+        }
+    }
+
+    fn failed(&mut self, reason: String) -> String {
+        self.failures += 1;
+        self.stats.sink_restarts.fetch_add(1, Ordering::Relaxed);
+        let backoff = SINK_RESTART_BACKOFF_INITIAL
+            .saturating_mul(1 << (self.failures - 1).min(10))
+            .min(SINK_RESTART_BACKOFF_MAX);
+        self.not_before = Some(Instant::now() + backoff);
+        tracing::error!(shard = self.shard, reason = %reason, restart_in_ms = backoff.as_millis() as u64, "sink instance failed; it will be re-created");
+        reason
+    }
+
+    /// Whether the sink answers its health check now (a cheap probe while
+    /// backing off: an HTTP sink only opens a TCP connection). False when
+    /// there is no instance or the check panics.
+    pub fn probe(&mut self) -> bool {
+        let Some(inst) = self.instance.as_mut() else {
+            return false;
+        };
+        matches!(
+            catch_unwind(AssertUnwindSafe(|| inst.health_check())),
+            Ok(Health::Healthy)
+        )
+    }
+
+    /// Deliver one batch; a panic becomes a Retry and a restart of the instance.
+    pub fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
+        if let Err(reason) = self.ensure_instance() {
+            return Outcome::Retry {
+                after: None,
+                reason,
+            };
+        }
+        let inst = self.instance.as_mut().unwrap();
+        match catch_unwind(AssertUnwindSafe(|| inst.deliver(batch))) {
+            Ok(outcome) => {
+                self.failures = 0;
+                outcome
+            }
+            Err(p) => {
+                let name = inst.name().to_string();
+                self.instance = None;
+                let reason = self.failed(format!("sink {name} panicked: {}", panic_message(&*p)));
+                Outcome::Retry {
+                    after: None,
+                    reason,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Following a shard's segments while they are written: the reader the
+//! drain delivers from, and the removal of segments it has finished.
+//!
+//! [`read_shard`](crate::read_shard) reads a quiet shard once; a
+//! [`ShardFollower`] reads a live one record by record, up to the writer's
+//! durable [`Tail`], from the segment that holds its next sequence number
+//! into the ones after it as they appear. It finds segments by listing the
+//! shard folder and reading their headers (a segment's name says its id,
+//! its header its first sequence number), so callers never build file
+//! names or scan folders themselves.
+//!
+//! A segment the writer gave up on after an I/O error (it stays `.open`,
+//! never sealed) is read only up to what was acknowledged: the caller says
+//! which segments those are, and where they end, through [`Cut`].
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::format::{classify, open_name, sealed_name, FileKind};
+use crate::reader::{End, Opened, SegmentReader, StoredRecord};
+use crate::storage::Storage;
+
+/// How far the writer has made records durable: every record before
+/// `offset` in segment `segment_id` (and every record of earlier segments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tail {
+    pub segment_id: u64,
+    pub offset: u64,
+}
+
+/// Where a segment the writer abandoned ends for its readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// Every record before this offset was acknowledged; none after it was.
+    pub acked_end: u64,
+    /// The sequence number the next segment starts at (the numbers of the
+    /// unacknowledged records after `acked_end` are never used again).
+    pub next_seq: u64,
+}
+
+/// A segment the follower has read to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FinishedSegment {
+    pub segment_id: u64,
+    /// Sequence number after its last record: once everything before it is
+    /// confirmed, the segment may be removed.
+    pub end_seq: u64,
+    /// Bytes of the segment file that were read (what it holds of the WAB).
+    pub bytes: u64,
+}
+
+/// Reads one shard's records in sequence order, following the durable tail.
+pub struct ShardFollower<S: Storage> {
+    storage: S,
+    dir: PathBuf,
+    reader: Option<(u64, SegmentReader<S::File>)>,
+    /// Where the reader's segment ends once it is no longer written (its
+    /// end, or an abandoned segment's acknowledged end): looked up once
+    /// per segment, not per record.
+    closed_limit: Option<u64>,
+    last_done: Option<u64>,
+    next_seq: u64,
+    /// Segments read to their end, oldest first, until the caller removes them.
+    finished: VecDeque<FinishedSegment>,
+}
+
+impl<S: Storage> ShardFollower<S> {
+    /// A follower of the shard in `dir` whose first record is the one at or
+    /// after `next_seq` (the delivery checkpoint).
+    pub fn new(storage: S, dir: PathBuf, next_seq: u64) -> Self {
+        ShardFollower {
+            storage,
+            dir,
+            reader: None,
+            closed_limit: None,
+            last_done: None,
+            next_seq,
+            finished: VecDeque::new(),
+        }
+    }
+
+    /// The next durable record at or after the last one returned, if there
+    /// is one yet. `cut` says whether a segment was abandoned by the writer
+    /// and where it ends.
+    pub fn next(
+        &mut self,
+        tail: Tail,
+        cut: impl Fn(u64) -> Option<Cut>,
+    ) -> io::Result<Option<StoredRecord>> {
+        loop {
+            if self.reader.is_none() && !self.open_next(tail)? {
+                return Ok(None);
+            }
+            let (id, reader) = self.reader.as_mut().unwrap();
+            let id = *id;
+            if id == tail.segment_id {
+                reader.set_limit(tail.offset);
+            } else if id < tail.segment_id {
+                // No longer written: read it to its end (the limit set while
+                // it was the active segment would end it early), or, if the
+                // writer abandoned it, to the end of what was acknowledged.
+                let end = *self
+                    .closed_limit
+                    .get_or_insert_with(|| cut(id).map_or(u64::MAX, |c| c.acked_end));
+                reader.set_limit(end);
+            } else {
+                return Ok(None);
+            }
+            match reader.next()? {
+                Some(rec) if rec.seq < self.next_seq => continue,
+                Some(rec) => {
+                    self.next_seq = rec.seq + 1;
+                    return Ok(Some(rec));
+                }
+                None if id < tail.segment_id => {
+                    if let Some(End::Corrupt { offset, detail }) = reader.end() {
+                        tracing::error!(segment = id, offset, detail = %detail, "segment fails its check while draining; the rest of it is skipped (it stays on disk)");
+                    }
+                    // An abandoned segment ends where the next one starts
+                    // (past the unacknowledged records), so it is removed
+                    // only once everything up to there is confirmed: no
+                    // restart in between can mistake those numbers for a gap.
+                    let end_seq =
+                        cut(id).map_or(reader.next_seq(), |c| c.next_seq.max(reader.next_seq()));
+                    self.finished.push_back(FinishedSegment {
+                        segment_id: id,
+                        end_seq,
+                        bytes: reader.offset(),
+                    });
+                    self.last_done = Some(id);
+                    self.reader = None;
+                }
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The oldest segment read to its end and not yet removed.
+    pub fn oldest_finished(&self) -> Option<&FinishedSegment> {
+        self.finished.front()
+    }
+
+    /// Remove the oldest finished segment's file, if every record in it is
+    /// below `confirmed_end`. `abandoned`: the writer gave up on it, so it
+    /// may still be `.open` (any other unsealed segment is being sealed and
+    /// is left for a later call). `Ok(None)`: nothing to remove (yet).
+    pub fn remove_oldest_finished(
+        &mut self,
+        confirmed_end: u64,
+        abandoned: bool,
+    ) -> io::Result<Option<(FinishedSegment, Removed)>> {
+        let Some(&f) = self.finished.front() else {
+            return Ok(None);
+        };
+        if f.end_seq > confirmed_end {
+            return Ok(None);
+        }
+        let removed = remove_segment(&self.storage, &self.dir, f.segment_id, abandoned)?;
+        self.finished.pop_front();
+        Ok(Some((f, removed)))
+    }
+
+    /// Open the segment that holds `next_seq` (or the next one after the
+    /// last finished). False when there is none yet.
+    fn open_next(&mut self, tail: Tail) -> io::Result<bool> {
+        let mut candidates: Vec<(u64, u64, SegmentReader<S::File>)> = Vec::new();
+        for path in self.storage.list(&self.dir)? {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let id = match classify(name) {
+                Some(FileKind::Open(id) | FileKind::Sealed(id)) => id,
+                _ => continue,
+            };
+            if id > tail.segment_id || self.last_done.is_some_and(|d| id <= d) {
+                continue;
+            }
+            let file = match self.storage.open_read(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue, // renamed by the sealer meanwhile
+                Err(e) => return Err(e),
+            };
+            if let Opened::Reader(r) = SegmentReader::from_file(file)? {
+                candidates.push((r.header().first_seq, id, r));
+            }
+        }
+        candidates.sort_by_key(|c| (c.0, c.1));
+        let pick = if self.last_done.is_some() {
+            0
+        } else {
+            // First open: the last segment starting at or before next_seq.
+            candidates
+                .iter()
+                .rposition(|c| c.0 <= self.next_seq)
+                .unwrap_or(0)
+        };
+        if candidates.is_empty() {
+            return Ok(false);
+        }
+        let (_, id, reader) = candidates.swap_remove(pick);
+        self.reader = Some((id, reader));
+        self.closed_limit = None;
+        Ok(true)
+    }
+}
+
+/// Which file [`remove_segment`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removed {
+    Sealed,
+    /// The `.open` file of a segment that was never sealed.
+    Unsealed,
+}
+
+/// Remove segment `id` of the shard in `dir`: its sealed file, or, when
+/// `unsealed_too` and there is no sealed one, its `.open` file. An error
+/// (NotFound included) leaves both in place.
+pub fn remove_segment<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    id: u64,
+    unsealed_too: bool,
+) -> io::Result<Removed> {
+    match storage.remove(&dir.join(sealed_name(id))) {
+        Ok(()) => Ok(Removed::Sealed),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && unsealed_too => {
+            storage.remove(&dir.join(open_name(id)))?;
+            Ok(Removed::Unsealed)
+        }
+        Err(e) => Err(e),
+    }
+}

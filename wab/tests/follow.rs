@@ -1,0 +1,150 @@
+//! `ShardFollower`: reads a live shard up to the durable tail and no
+//! further, moves on to the next segment once the writer has, starts at the
+//! checkpoint, reads an abandoned segment only to its acknowledged end, and
+//! removes a finished segment only once everything in it is confirmed.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use spillway_wab::follow::{Cut, Removed, ShardFollower, Tail};
+use spillway_wab::format::{open_name, sealed_name};
+use spillway_wab::{preallocate, seal, ActiveSegment, FsStorage, Storage, StorageFile};
+
+const SHARD: u32 = 3;
+const CAP: u64 = 16 * 1024;
+
+fn start_segment(dir: &Path, id: u64, first_seq: u64) -> ActiveSegment<<FsStorage as Storage>::File> {
+    let pre = preallocate(&FsStorage, dir, id, CAP).unwrap();
+    ActiveSegment::start(pre, SHARD, first_seq)
+}
+
+fn tail_of<F: StorageFile>(id: u64, seg: &ActiveSegment<F>) -> Tail {
+    Tail {
+        segment_id: id,
+        offset: seg.durable_offset,
+    }
+}
+
+/// Every record the follower gives now, by sequence number.
+fn drain_now(
+    f: &mut ShardFollower<FsStorage>,
+    tail: Tail,
+    cut: impl Fn(u64) -> Option<Cut> + Copy,
+) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    while let Some(rec) = f.next(tail, cut).unwrap() {
+        seqs.push(rec.seq);
+    }
+    seqs
+}
+
+fn no_cut(_: u64) -> Option<Cut> {
+    None
+}
+
+#[test]
+fn follows_the_durable_tail_across_a_rotation_and_removes_only_what_is_confirmed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-003");
+    FsStorage.create_dir_all(&dir).unwrap();
+    let mut seg0 = start_segment(&dir, 0, 0);
+    append(&mut seg0, &recs(0, 5, |_| 20)).unwrap();
+    seg0.sync().unwrap();
+    let mut f = ShardFollower::new(FsStorage, dir.clone(), 0);
+    assert_eq!(
+        drain_now(&mut f, tail_of(0, &seg0), no_cut),
+        vec![0, 1, 2, 3, 4]
+    );
+
+    // Written but not yet durable: not read.
+    append(&mut seg0, &recs(5, 3, |_| 20)).unwrap();
+    let not_synced = Tail {
+        segment_id: 0,
+        offset: seg0.durable_offset,
+    };
+    assert_eq!(drain_now(&mut f, not_synced, no_cut), Vec::<u64>::new());
+    seg0.sync().unwrap();
+    assert_eq!(drain_now(&mut f, tail_of(0, &seg0), no_cut), vec![5, 6, 7]);
+    assert!(
+        f.oldest_finished().is_none(),
+        "the active segment is not finished"
+    );
+
+    // Rotation: segment 0 sealed, segment 1 active.
+    seal(&FsStorage, &dir, seg0.into_sealing()).unwrap();
+    let mut seg1 = start_segment(&dir, 1, 8);
+    append(&mut seg1, &recs(8, 2, |_| 20)).unwrap();
+    seg1.sync().unwrap();
+    assert_eq!(drain_now(&mut f, tail_of(1, &seg1), no_cut), vec![8, 9]);
+    let done = *f.oldest_finished().expect("segment 0 finished");
+    assert_eq!((done.segment_id, done.end_seq), (0, 8));
+    assert!(done.bytes > 0);
+
+    // Not everything in segment 0 confirmed: it stays.
+    assert_eq!(f.remove_oldest_finished(7, false).unwrap(), None);
+    assert!(dir.join(sealed_name(0)).exists());
+    let (gone, how) = f.remove_oldest_finished(8, false).unwrap().unwrap();
+    assert_eq!((gone, how), (done, Removed::Sealed));
+    assert!(!dir.join(sealed_name(0)).exists());
+    assert!(f.oldest_finished().is_none());
+}
+
+#[test]
+fn starts_at_the_checkpoint_in_the_segment_that_holds_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-003");
+    FsStorage.create_dir_all(&dir).unwrap();
+    let mut seg0 = start_segment(&dir, 0, 0);
+    append(&mut seg0, &recs(0, 4, |_| 10)).unwrap();
+    seg0.sync().unwrap();
+    seal(&FsStorage, &dir, seg0.into_sealing()).unwrap();
+    let mut seg1 = start_segment(&dir, 1, 4);
+    append(&mut seg1, &recs(4, 4, |_| 10)).unwrap();
+    seg1.sync().unwrap();
+    let mut f = ShardFollower::new(FsStorage, dir.clone(), 6);
+    assert_eq!(drain_now(&mut f, tail_of(1, &seg1), no_cut), vec![6, 7]);
+    assert!(
+        f.oldest_finished().is_none(),
+        "segment 0 was never read, so the follower does not own its removal"
+    );
+}
+
+#[test]
+fn an_abandoned_segment_is_read_to_its_acknowledged_end_and_removed_unsealed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-003");
+    FsStorage.create_dir_all(&dir).unwrap();
+    let mut seg0 = start_segment(&dir, 0, 0);
+    append(&mut seg0, &recs(0, 3, |_| 10)).unwrap();
+    seg0.sync().unwrap();
+    let acked_end = seg0.durable_offset;
+    // A group that was written, then nacked (its fsync failed): records 3, 4.
+    append(&mut seg0, &recs(3, 2, |_| 10)).unwrap();
+    seg0.sync().unwrap();
+    drop(seg0);
+    let mut seg1 = start_segment(&dir, 1, 5);
+    append(&mut seg1, &recs(5, 1, |_| 10)).unwrap();
+    seg1.sync().unwrap();
+    let cut = |id: u64| {
+        (id == 0).then_some(Cut {
+            acked_end,
+            next_seq: 5,
+        })
+    };
+    let mut f = ShardFollower::new(FsStorage, dir.clone(), 0);
+    assert_eq!(drain_now(&mut f, tail_of(1, &seg1), cut), vec![0, 1, 2, 5]);
+    let done = *f.oldest_finished().unwrap();
+    assert_eq!(
+        (done.segment_id, done.end_seq),
+        (0, 5),
+        "ends where the next segment starts, past the nacked numbers"
+    );
+    // Not marked abandoned: an unsealed segment is left for the sealer.
+    assert!(f.remove_oldest_finished(5, false).is_err());
+    assert!(dir.join(open_name(0)).exists());
+    let (_, how) = f.remove_oldest_finished(5, true).unwrap().unwrap();
+    assert_eq!(how, Removed::Unsealed);
+    assert!(!dir.join(open_name(0)).exists());
+}
