@@ -393,7 +393,7 @@ impl Config {
 
     /// The drain's batching and retry settings, from `[sink]`.
     pub fn drain_settings(&self) -> spillway_actors::DrainSettings {
-        let s = &self.sink;
+        let s = self.sink.drain();
         spillway_actors::DrainSettings {
             max_records: s.max_records as usize,
             max_bytes: s.max_bytes as usize,

@@ -45,10 +45,7 @@ pub struct Reloader {
 
 /// (mtime, size) of the plugin library a config points at, if it is a plugin.
 fn plugin_fingerprint(cfg: &Config) -> Option<(SystemTime, u64)> {
-    if cfg.sink.kind != spillway_sinks::SinkKind::Plugin {
-        return None;
-    }
-    file_stamp(cfg.sink.path.as_ref()?)
+    file_stamp(cfg.sink.plugin_path()?)
 }
 
 impl Reloader {

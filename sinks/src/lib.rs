@@ -5,10 +5,15 @@
 //! drop, for benchmarks). Each implements `sink_sdk::Sink`, the one contract
 //! plugins implement too.
 //!
-//! The daemon turns the user's `[sink]` table ([`SinkConfig`]) into a
-//! [`SinkFactory`] with [`build`], once per start or reload. The drain then
-//! asks the factory for one instance per shard, and for a fresh one after
-//! an instance panicked. Instances of one factory are independent or share
+//! Every sink has the same rooms: a `config` module with the keys the user
+//! writes (their defaults, ranges and checks), and the sink itself.
+//! [`config`] is the `[sink]` table: it dispatches on `type` and holds the
+//! drain's keys, which every type shares.
+//!
+//! The daemon turns the user's `[sink]` table ([`SinkConfig`], checked once
+//! when it was read) into a [`SinkFactory`] with [`build`], once per start
+//! or reload. The drain then asks the factory for one instance per shard,
+//! and for a fresh one after an instance panicked. Instances of one factory are independent or share
 //! state safely through it (the file sink's single file is behind a mutex).
 //!
 //! This crate must not depend on the daemon (actors, runtime, WAB): it sees
@@ -25,11 +30,12 @@ mod test_server;
 
 use std::sync::Arc;
 
-use sink_sdk::{Limits, Sink};
+use sink_sdk::Sink;
 
-pub use config::{SinkConfig, SinkConfigError, SinkKind};
+use config::SinkSettings;
+pub use config::{DrainConfig, SinkConfig, SinkConfigError, SinkKind, TypeConfig};
 
-/// Makes sink instances for one validated `[sink]` config.
+/// Makes sink instances for one checked `[sink]` config.
 pub trait SinkFactory: Send + Sync {
     /// A new instance for `shard`. Called once per shard at start, and again
     /// after an instance panicked (the old one is gone by then).
@@ -39,28 +45,22 @@ pub trait SinkFactory: Send + Sync {
     fn describe(&self) -> String;
 }
 
-/// Validates `cfg`, reads what it refers to (the bearer token variable, the
-/// output file) and prepares the state the instances share. An error names
-/// the key (`sink.<key>`) and what is wrong; on reload it leaves the old sink
+/// Builds the sink of a checked `cfg`: reads what it refers to (the bearer
+/// token variable, the output file, the plugin library) and prepares the
+/// state the instances share. Does not check `cfg` again; a table that
+/// failed its check is refused with that problem. An error names the key
+/// (`sink.<key>`) and what is wrong; on reload it leaves the old sink
 /// running.
 pub fn build(cfg: &SinkConfig) -> Result<Arc<dyn SinkFactory>, String> {
-    cfg.validate().map_err(|e| e.to_string())?;
-    let factory: Arc<dyn SinkFactory> = match cfg.kind {
-        SinkKind::Http => Arc::new(http::HttpFactory::new(cfg)?),
-        SinkKind::File => Arc::new(file::FileFactory::new(cfg)?),
-        SinkKind::Noop => Arc::new(noop::NoopFactory::new(limits(cfg))),
-        SinkKind::Plugin => {
-            let path = cfg.path.as_deref().expect("validated: plugin has a path");
-            Arc::new(plugin::PluginFactory::load(path, &cfg.options_toml())?)
-        }
+    let settings = cfg.settings().map_err(|e| e.to_string())?;
+    let factory: Arc<dyn SinkFactory> = match settings {
+        SinkSettings::Http(http) => Arc::new(http::HttpFactory::new(http)?),
+        SinkSettings::File(file) => Arc::new(file::FileFactory::new(file)?),
+        SinkSettings::Noop(limits) => Arc::new(noop::NoopFactory::new(*limits)),
+        SinkSettings::Plugin(plugin) => Arc::new(plugin::PluginFactory::load(
+            &plugin.path,
+            &plugin.options_toml,
+        )?),
     };
     Ok(factory)
-}
-
-/// The batch limits the drain's keys ask for.
-pub(crate) fn limits(cfg: &SinkConfig) -> Limits {
-    Limits {
-        max_records: cfg.max_records as usize,
-        max_bytes: cfg.max_bytes as usize,
-    }
 }

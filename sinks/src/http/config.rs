@@ -1,21 +1,245 @@
-//! The HTTP sink's settings, resolved once from the user's [`SinkConfig`]
-//! when the sink is built: defaults filled in, the URL parsed, the bearer
-//! token read from the environment, the static headers assembled. Every
-//! instance (one per shard) shares the same immutable [`HttpSettings`].
+//! The HTTP sink's keys ([`HttpConfig`]: what the user writes, with its
+//! defaults, ranges and checks) and the [`HttpSettings`] they resolve to.
+//!
+//! [`HttpConfig::check`] runs once per table (see `crate::config`): it
+//! checks every key, parses the URL and the headers, and fills in the
+//! defaults. The bearer token is read from the environment only when the
+//! sink is built ([`HttpSettings::with_bearer_token`]), at start and at
+//! every reload. Every instance (one per shard) shares the same immutable
+//! [`HttpSettings`].
 
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use reqwest::{Method, Url};
+use serde::de::MapAccess;
+use serde::Deserialize;
 use sink_sdk::Limits;
 
-use crate::config::{
-    check_http_url, Delivery, HttpEncoding, SinkConfig, SinkKind, DEFAULT_CONCURRENCY,
-    DEFAULT_TIMEOUT_MS,
-};
+use crate::config::{check_range, DrainConfig, SinkConfigError, SinkKind};
+
+pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const TIMEOUT_MS_RANGE: RangeInclusive<u64> = 100..=600_000;
+pub(crate) const DEFAULT_CONCURRENCY: u32 = 8;
+pub(crate) const CONCURRENCY_RANGE: RangeInclusive<u32> = 1..=256;
+
+/// How the HTTP sink maps records to requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// One request per batch, the body framed by `encoding`.
+    #[default]
+    Batched,
+    /// One request per record, the raw payload as the body.
+    PerRecord,
+}
+
+/// HTTP method of every request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum HttpMethod {
+    #[default]
+    #[serde(rename = "POST")]
+    Post,
+    #[serde(rename = "PUT")]
+    Put,
+    #[serde(rename = "PATCH")]
+    Patch,
+}
+
+impl HttpMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpMethod::Post => "POST",
+            HttpMethod::Put => "PUT",
+            HttpMethod::Patch => "PATCH",
+        }
+    }
+}
+
+/// Body framing of a batched HTTP request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpEncoding {
+    /// Each payload followed by `\n` (`application/x-ndjson`).
+    #[default]
+    Ndjson,
+    /// `[p1,p2,...]`; every payload must be a JSON value (`application/json`).
+    JsonArray,
+    /// Each payload as u32 little-endian length + bytes
+    /// (`application/octet-stream`).
+    LengthPrefixed,
+}
+
+impl HttpEncoding {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HttpEncoding::Ndjson => "ndjson",
+            HttpEncoding::JsonArray => "json_array",
+            HttpEncoding::LengthPrefixed => "length_prefixed",
+        }
+    }
+}
+
+/// The keys of `[sink] type = "http"` (mirrored in `docs/sinks.md`). Unset
+/// keys take the defaults below.
+#[derive(Clone, PartialEq, Default)]
+pub struct HttpConfig {
+    /// The endpoint, an `http://` or `https://` URL. Required.
+    pub url: Option<String>,
+    /// `"batched"` (default: one request per batch) or `"per_record"` (one
+    /// request per record, raw payload body).
+    pub delivery: Option<Delivery>,
+    /// `"POST"` (default), `"PUT"` or `"PATCH"`.
+    pub method: Option<HttpMethod>,
+    /// Extra headers sent with every request, a table of name = value
+    /// strings. Names and values must be valid HTTP header names and values;
+    /// `Content-Type` may be overridden, headers spillway sets itself
+    /// (`Idempotency-Key`, `Spillway-*`, `Content-Encoding`, `Content-Length`,
+    /// `Transfer-Encoding`, `Host`, and `Authorization` when
+    /// `bearer_token_env` is set) may not.
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Name of an environment variable holding a bearer token, sent as
+    /// `Authorization: Bearer <token>`. The variable must be set when the
+    /// sink is built (start and reload). Default: no token.
+    pub bearer_token_env: Option<String>,
+    /// Compress request bodies with gzip and send `Content-Encoding: gzip`.
+    /// Default false.
+    pub gzip: Option<bool>,
+    /// Time limit of one request, connect to last response byte, in
+    /// milliseconds. Default 10000, range 100..=600000.
+    pub timeout_ms: Option<u64>,
+    /// `delivery = "per_record"` only: requests in flight at once. Default 8,
+    /// range 1..=256.
+    pub concurrency: Option<u32>,
+    /// `delivery = "batched"` only: body framing, `"ndjson"` (default),
+    /// `"json_array"` or `"length_prefixed"`.
+    pub encoding: Option<HttpEncoding>,
+}
+
+/// Debug without header values: they often hold API keys.
+impl fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let header_names: Option<Vec<&String>> = self.headers.as_ref().map(|h| h.keys().collect());
+        f.debug_struct("HttpConfig")
+            .field("url", &self.url)
+            .field("delivery", &self.delivery)
+            .field("method", &self.method)
+            .field("headers (values redacted)", &header_names)
+            .field("bearer_token_env", &self.bearer_token_env)
+            .field("gzip", &self.gzip)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("concurrency", &self.concurrency)
+            .field("encoding", &self.encoding)
+            .finish()
+    }
+}
+
+impl HttpConfig {
+    /// Every key of this type, as the user writes it.
+    pub(crate) const KEYS: &'static [&'static str] = &[
+        "url",
+        "delivery",
+        "method",
+        "headers",
+        "bearer_token_env",
+        "gzip",
+        "timeout_ms",
+        "concurrency",
+        "encoding",
+    ];
+
+    /// Reads the value of `key`, one of [`HttpConfig::KEYS`].
+    pub(crate) fn read_key<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        match key {
+            "url" => self.url = map.next_value()?,
+            "delivery" => self.delivery = map.next_value()?,
+            "method" => self.method = map.next_value()?,
+            "headers" => self.headers = map.next_value()?,
+            "bearer_token_env" => self.bearer_token_env = map.next_value()?,
+            "gzip" => self.gzip = map.next_value()?,
+            "timeout_ms" => self.timeout_ms = map.next_value()?,
+            "concurrency" => self.concurrency = map.next_value()?,
+            "encoding" => self.encoding = map.next_value()?,
+            other => unreachable!("sink.{other} is not an http key"),
+        }
+        Ok(())
+    }
+
+    /// Checks every key and resolves them, with the drain's keys, into the
+    /// settings instances use. Reports the first problem found. Reads
+    /// neither the environment nor the network.
+    pub(crate) fn check(&self, drain: &DrainConfig) -> Result<HttpSettings, SinkConfigError> {
+        let Some(url) = &self.url else {
+            return Err(SinkConfigError::Missing {
+                key: "url",
+                kind: SinkKind::Http,
+            });
+        };
+        let url = check_http_url(url)?;
+        let delivery = self.delivery.unwrap_or_default();
+        if delivery == Delivery::PerRecord && self.encoding.is_some() {
+            return Err(SinkConfigError::NotApplicable {
+                key: "encoding",
+                kind: SinkKind::Http,
+                hint: " with delivery = \"per_record\" (each body is the raw payload)".into(),
+            });
+        }
+        if delivery == Delivery::Batched && self.concurrency.is_some() {
+            return Err(SinkConfigError::NotApplicable {
+                key: "concurrency",
+                kind: SinkKind::Http,
+                hint: " with delivery = \"batched\" (one request per batch at a time)".into(),
+            });
+        }
+        if let Some(v) = self.timeout_ms {
+            check_range("timeout_ms", v, &TIMEOUT_MS_RANGE, "")?;
+        }
+        if let Some(v) = self.concurrency {
+            check_range("concurrency", v, &CONCURRENCY_RANGE, "")?;
+        }
+        if let Some(name) = &self.bearer_token_env {
+            check_env_var_name(name)?;
+        }
+        let mut headers = HeaderMap::new();
+        for (name, value) in self.headers.iter().flatten() {
+            let (name, value) = check_header(name, value, self.bearer_token_env.is_some())?;
+            headers.insert(name, value);
+        }
+        let method = match self.method.unwrap_or_default() {
+            HttpMethod::Post => Method::POST,
+            HttpMethod::Put => Method::PUT,
+            HttpMethod::Patch => Method::PATCH,
+        };
+        let concurrency = match delivery {
+            Delivery::Batched => 1,
+            Delivery::PerRecord => self.concurrency.unwrap_or(DEFAULT_CONCURRENCY) as usize,
+        };
+        Ok(HttpSettings {
+            target: format!("{method} {}", shown_url(&url)),
+            url,
+            method,
+            delivery,
+            encoding: self.encoding.unwrap_or_default(),
+            gzip: self.gzip.unwrap_or(false),
+            timeout: Duration::from_millis(self.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),
+            concurrency,
+            headers,
+            bearer_token_env: self.bearer_token_env.clone(),
+            retry_after_max: drain.retry_max(),
+            limits: drain.limits(),
+        })
+    }
+}
 
 /// Everything an HTTP sink instance needs to build and send requests.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct HttpSettings {
     pub url: Url,
     /// `"POST http://host:port/path"`: how reasons and logs name the target.
@@ -31,52 +255,26 @@ pub(crate) struct HttpSettings {
     /// Requests in flight at once with `delivery = "per_record"`; 1 when
     /// batched (the drain offers one batch at a time).
     pub concurrency: usize,
-    /// The user's headers and `Authorization`, sent with every request.
+    /// Sent with every request: the user's headers, and `Authorization`
+    /// once [`HttpSettings::with_bearer_token`] has read the token.
     pub headers: HeaderMap,
+    /// The variable holding the bearer token, if any.
+    pub bearer_token_env: Option<String>,
     /// Longest `Retry-After` honoured: the drain's own longest backoff.
     pub retry_after_max: Duration,
     pub limits: Limits,
 }
 
 impl HttpSettings {
-    /// Validates and resolves a config of `type = "http"`. Fails if the bearer
-    /// token variable is unset or its value cannot be a header.
-    pub fn from_config(cfg: &SinkConfig) -> Result<HttpSettings, String> {
-        if cfg.kind != SinkKind::Http {
-            return Err(format!(
-                "an http sink cannot be built from type = \"{}\"",
-                cfg.kind
-            ));
+    /// These settings with the `Authorization` header from
+    /// `bearer_token_env`, read now (the sink is being built). Fails if the
+    /// variable is unset or empty, or its value cannot be a header.
+    pub fn with_bearer_token(&self) -> Result<HttpSettings, String> {
+        let mut settings = self.clone();
+        if let Some(var) = &self.bearer_token_env {
+            settings.headers.insert(AUTHORIZATION, bearer_header(var)?);
         }
-        cfg.validate().map_err(|e| e.to_string())?;
-        let url_text = cfg
-            .url
-            .as_deref()
-            .ok_or("sink.url is required for type = \"http\"")?;
-        let url = check_http_url(url_text).map_err(|e| e.to_string())?;
-        let method = match cfg.method.unwrap_or_default() {
-            crate::config::HttpMethod::Post => Method::POST,
-            crate::config::HttpMethod::Put => Method::PUT,
-            crate::config::HttpMethod::Patch => Method::PATCH,
-        };
-        let delivery = cfg.delivery.unwrap_or_default();
-        let concurrency = match delivery {
-            Delivery::Batched => 1,
-            Delivery::PerRecord => cfg.concurrency.unwrap_or(DEFAULT_CONCURRENCY) as usize,
-        };
-        Ok(HttpSettings {
-            target: format!("{method} {}", shown_url(&url)),
-            url,
-            method,
-            delivery,
-            encoding: cfg.encoding.unwrap_or_default(),
-            gzip: cfg.gzip.unwrap_or(false),
-            timeout: Duration::from_millis(cfg.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),
-            concurrency,
-            headers: static_headers(cfg)?,
-            retry_after_max: cfg.retry_max(),
-            limits: crate::limits(cfg),
-        })
+        Ok(settings)
     }
 
     /// One line for logs: what this sink sends where.
@@ -110,45 +308,413 @@ fn shown_url(url: &Url) -> String {
     shown.to_string()
 }
 
-fn static_headers(cfg: &SinkConfig) -> Result<HeaderMap, String> {
-    let mut headers = HeaderMap::new();
-    for (name, value) in cfg.headers.iter().flatten() {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("sink.headers.{name:?} is not a valid HTTP header name"))?;
-        let value = HeaderValue::from_str(value).map_err(|_| {
-            format!("sink.headers.{name:?}: the value is not a valid HTTP header value")
-        })?;
-        headers.insert(name, value);
+/// `Bearer <token>` from the environment variable `var`, marked sensitive.
+fn bearer_header(var: &str) -> Result<HeaderValue, String> {
+    let token = std::env::var(var).map_err(|e| {
+        format!("sink.bearer_token_env: environment variable {var} cannot be used: {e}")
+    })?;
+    if token.is_empty() {
+        return Err(format!(
+            "sink.bearer_token_env: environment variable {var} is empty"
+        ));
     }
-    if let Some(var) = &cfg.bearer_token_env {
-        let token = std::env::var(var).map_err(|e| {
-            format!("sink.bearer_token_env: environment variable {var} cannot be used: {e}")
-        })?;
-        if token.is_empty() {
-            return Err(format!(
-                "sink.bearer_token_env: environment variable {var} is empty"
-            ));
-        }
-        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-            format!("sink.bearer_token_env: the token in {var} is not a valid HTTP header value")
-        })?;
-        value.set_sensitive(true);
-        headers.insert(AUTHORIZATION, value);
+    let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+        format!("sink.bearer_token_env: the token in {var} is not a valid HTTP header value")
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
+/// The URL must parse and be http(s) with a host.
+fn check_http_url(url: &str) -> Result<Url, SinkConfigError> {
+    let invalid = |reason: String| SinkConfigError::Invalid {
+        key: "url".into(),
+        reason,
+    };
+    let parsed = Url::parse(url).map_err(|e| invalid(format!("{url:?} is not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(invalid(format!(
+            "{url:?} has scheme \"{}\"; allowed: http:// or https://",
+            parsed.scheme()
+        )));
     }
-    Ok(headers)
+    if !matches!(parsed.host_str(), Some(host) if !host.is_empty()) {
+        return Err(invalid(format!("{url:?} has no host")));
+    }
+    Ok(parsed)
+}
+
+fn check_env_var_name(name: &str) -> Result<(), SinkConfigError> {
+    if name.is_empty() || name.contains('=') || name.contains('\0') {
+        return Err(SinkConfigError::Invalid {
+            key: "bearer_token_env".into(),
+            reason: format!("{name:?} is not an environment variable name"),
+        });
+    }
+    Ok(())
+}
+
+/// Header names spillway sets itself (lower case). `authorization` is
+/// reserved only when `bearer_token_env` is set.
+const RESERVED_HEADERS: &[&str] = &[
+    "idempotency-key",
+    "content-encoding",
+    "content-length",
+    "transfer-encoding",
+    "host",
+];
+
+/// One of the user's headers, parsed.
+fn check_header(
+    name: &str,
+    value: &str,
+    has_bearer: bool,
+) -> Result<(HeaderName, HeaderValue), SinkConfigError> {
+    let invalid = |reason: String| SinkConfigError::Invalid {
+        key: format!("headers.{name:?}"),
+        reason,
+    };
+    let parsed = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| invalid(format!("{name:?} is not a valid HTTP header name")))?;
+    let lower = parsed.as_str();
+    if RESERVED_HEADERS.contains(&lower) || lower.starts_with("spillway-") {
+        return Err(invalid(format!(
+            "{name} is set by spillway and cannot be overridden"
+        )));
+    }
+    if has_bearer && lower == "authorization" {
+        return Err(invalid(
+            "Authorization is set from sink.bearer_token_env; set one or the other".into(),
+        ));
+    }
+    let value = HeaderValue::from_str(value).map_err(|_| {
+        invalid(
+            "the value is not a valid HTTP header value (control characters or non-ASCII)".into(),
+        )
+    })?;
+    Ok((parsed, value))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::{err, parse};
+    use crate::config::TypeConfig;
+    use crate::SinkConfig;
+
+    fn http() -> HttpConfig {
+        HttpConfig {
+            url: Some("http://127.0.0.1:9/ingest".into()),
+            ..HttpConfig::default()
+        }
+    }
+
+    /// A `[sink]` table of `type = "http"` with these keys.
+    fn table(http: HttpConfig) -> SinkConfig {
+        SinkConfig::new(TypeConfig::Http(http), DrainConfig::default())
+    }
+
+    /// The HTTP keys of a table of `type = "http"`.
+    fn keys(cfg: &SinkConfig) -> &HttpConfig {
+        match cfg.type_config() {
+            TypeConfig::Http(http) => http,
+            other => panic!("not an http table: {other:?}"),
+        }
+    }
+
+    fn settings(http: HttpConfig) -> HttpSettings {
+        http.check(&DrainConfig::default()).expect("valid")
+    }
+
+    #[test]
+    fn parse_minimal_http_gets_defaults() {
+        let cfg = parse("[sink]\ntype = \"http\"\nurl = \"https://example.test/in\"\n").unwrap();
+        assert_eq!(cfg.kind(), SinkKind::Http);
+        assert_eq!(keys(&cfg).delivery, None);
+        assert_eq!(cfg.drain().max_records, 1000);
+        assert_eq!(cfg.drain().max_bytes, 4 * 1024 * 1024);
+        assert_eq!(cfg.drain().linger_ms, 5);
+        assert_eq!(cfg.drain().retry_initial_ms, 100);
+        assert_eq!(cfg.drain().retry_max_ms, 30_000);
+        assert_eq!(cfg.drain().max_retry_duration_ms, 0);
+        assert_eq!(cfg.validate(), Ok(()));
+        assert_eq!(
+            cfg,
+            table(HttpConfig {
+                url: Some("https://example.test/in".into()),
+                ..HttpConfig::default()
+            })
+        );
+    }
+
+    #[test]
+    fn parse_full_http() {
+        let cfg = parse(
+            r#"
+[sink]
+type = "http"
+url = "http://127.0.0.1:8080/x"
+delivery = "per_record"
+method = "PUT"
+headers = { "X-Tenant" = "a1" }
+gzip = true
+timeout_ms = 2500
+concurrency = 16
+max_retry_duration_ms = 60000
+"#,
+        )
+        .unwrap();
+        let http = keys(&cfg);
+        assert_eq!(http.delivery, Some(Delivery::PerRecord));
+        assert_eq!(http.method, Some(HttpMethod::Put));
+        assert_eq!(http.headers.as_ref().unwrap()["X-Tenant"], "a1");
+        assert_eq!(http.concurrency, Some(16));
+        assert_eq!(cfg.validate(), Ok(()));
+        assert_eq!(
+            cfg.drain().max_retry_duration(),
+            Some(Duration::from_secs(60))
+        );
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let cfg = parse(
+            r#"
+[sink]
+type = "http"
+url = "http://a/"
+delivery = "per_record"
+method = "PATCH"
+headers = {}
+bearer_token_env = "T"
+gzip = false
+timeout_ms = 1000
+concurrency = 1
+encoding = "ndjson"
+"#,
+        )
+        .unwrap();
+        // Naming every field: a new key must be added here, and so to KEYS.
+        let HttpConfig {
+            url,
+            delivery,
+            method,
+            headers,
+            bearer_token_env,
+            gzip,
+            timeout_ms,
+            concurrency,
+            encoding,
+        } = keys(&cfg);
+        let set = [
+            url.is_some(),
+            delivery.is_some(),
+            method.is_some(),
+            headers.is_some(),
+            bearer_token_env.is_some(),
+            gzip.is_some(),
+            timeout_ms.is_some(),
+            concurrency.is_some(),
+            encoding.is_some(),
+        ];
+        assert!(set.iter().all(|s| *s), "a key is missing from KEYS");
+        assert_eq!(set.len(), HttpConfig::KEYS.len());
+    }
+
+    #[test]
+    fn bad_enum_value_lists_the_allowed_ones() {
+        let e =
+            parse("[sink]\ntype = \"http\"\nurl = \"http://a\"\nmethod = \"GET\"\n").unwrap_err();
+        assert!(e.contains("`POST`, `PUT`, `PATCH`"), "{e}");
+        let e =
+            parse("[sink]\ntype = \"http\"\nurl = \"http://a\"\nencoding = \"csv\"\n").unwrap_err();
+        assert!(
+            e.contains("`ndjson`, `json_array`, `length_prefixed`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn keys_of_the_other_delivery_are_errors() {
+        let cfg = table(HttpConfig {
+            delivery: Some(Delivery::PerRecord),
+            encoding: Some(HttpEncoding::Ndjson),
+            ..http()
+        });
+        assert!(err(&cfg).starts_with(
+            "sink.encoding is not used by type = \"http\" with delivery = \"per_record\""
+        ));
+        let cfg = table(HttpConfig {
+            concurrency: Some(4),
+            ..http()
+        });
+        assert!(err(&cfg).starts_with(
+            "sink.concurrency is not used by type = \"http\" with delivery = \"batched\""
+        ));
+    }
+
+    #[test]
+    fn url_is_required() {
+        assert_eq!(
+            err(&table(HttpConfig::default())),
+            "sink.url is required for type = \"http\""
+        );
+    }
+
+    #[test]
+    fn url_must_be_http_or_https() {
+        for bad in [
+            "ftp://a/b",
+            "not a url",
+            "unix:/tmp/sock",
+            "file:///etc/passwd",
+        ] {
+            let cfg = table(HttpConfig {
+                url: Some(bad.into()),
+                ..http()
+            });
+            assert!(err(&cfg).starts_with("sink.url: "), "{bad}: {}", err(&cfg));
+        }
+        let cfg = table(HttpConfig {
+            url: Some("ftp://a/b".into()),
+            ..http()
+        });
+        assert!(err(&cfg).contains("allowed: http:// or https://"));
+        for good in [
+            "http://localhost:8080/x",
+            "https://example.test",
+            "http://[::1]:9/a?b=c",
+        ] {
+            let cfg = table(HttpConfig {
+                url: Some(good.into()),
+                ..http()
+            });
+            assert_eq!(cfg.validate(), Ok(()), "{good}");
+        }
+    }
+
+    #[test]
+    fn range_errors_name_the_key_and_the_range() {
+        let cases: Vec<(HttpConfig, &str)> = vec![
+            (
+                HttpConfig {
+                    timeout_ms: Some(99),
+                    ..http()
+                },
+                "sink.timeout_ms = 99 is out of range: allowed 100..=600000",
+            ),
+            (
+                HttpConfig {
+                    timeout_ms: Some(600_001),
+                    ..http()
+                },
+                "sink.timeout_ms = 600001",
+            ),
+            (
+                HttpConfig {
+                    delivery: Some(Delivery::PerRecord),
+                    concurrency: Some(0),
+                    ..http()
+                },
+                "sink.concurrency = 0 is out of range: allowed 1..=256",
+            ),
+            (
+                HttpConfig {
+                    delivery: Some(Delivery::PerRecord),
+                    concurrency: Some(257),
+                    ..http()
+                },
+                "sink.concurrency = 257",
+            ),
+        ];
+        for (http, want) in cases {
+            let got = err(&table(http));
+            assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}");
+        }
+    }
+
+    #[test]
+    fn range_bounds_are_inclusive() {
+        let ok = [
+            HttpConfig {
+                timeout_ms: Some(100),
+                ..http()
+            },
+            HttpConfig {
+                timeout_ms: Some(600_000),
+                ..http()
+            },
+            HttpConfig {
+                delivery: Some(Delivery::PerRecord),
+                concurrency: Some(256),
+                ..http()
+            },
+        ];
+        for http in ok {
+            let cfg = table(http);
+            assert_eq!(cfg.validate(), Ok(()), "{cfg:?}");
+        }
+    }
+
+    #[test]
+    fn header_names_and_values_are_checked() {
+        let with = |name: &str, value: &str| {
+            table(HttpConfig {
+                headers: Some(BTreeMap::from([(name.to_string(), value.to_string())])),
+                ..http()
+            })
+        };
+        assert_eq!(with("X-Tenant", "blue").validate(), Ok(()));
+        assert_eq!(with("Content-Type", "application/json").validate(), Ok(()));
+        assert_eq!(with("Authorization", "Basic abc").validate(), Ok(()));
+        assert!(
+            err(&with("Bad Name", "x")).starts_with("sink.headers.\"Bad Name\": "),
+            "{}",
+            err(&with("Bad Name", "x"))
+        );
+        assert!(err(&with("X-Ok", "line\nbreak")).contains("not a valid HTTP header value"));
+        assert!(err(&with("Idempotency-Key", "k")).contains("set by spillway"));
+        assert!(err(&with("spillway-shard", "1")).contains("set by spillway"));
+        assert!(err(&with("Content-Encoding", "br")).contains("set by spillway"));
+        let both = table(HttpConfig {
+            bearer_token_env: Some("TOKEN".into()),
+            headers: Some(BTreeMap::from([("authorization".into(), "x".into())])),
+            ..http()
+        });
+        assert!(err(&both).contains("sink.bearer_token_env"));
+    }
+
+    #[test]
+    fn bearer_env_name_is_checked() {
+        let cfg = table(HttpConfig {
+            bearer_token_env: Some("A=B".into()),
+            ..http()
+        });
+        assert!(err(&cfg).starts_with("sink.bearer_token_env: "));
+    }
+
+    #[test]
+    fn debug_redacts_header_values() {
+        let cfg = table(HttpConfig {
+            headers: Some(BTreeMap::from([(
+                "X-Api-Key".to_string(),
+                "s3cret".to_string(),
+            )])),
+            ..http()
+        });
+        let shown = format!("{cfg:?}");
+        assert!(
+            shown.contains("X-Api-Key") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn target_hides_credentials_and_query() {
-        let cfg = SinkConfig {
+        let s = settings(HttpConfig {
             url: Some("https://user:pw@example.test:8443/in?api_key=secret#x".into()),
-            ..SinkConfig::empty(SinkKind::Http)
-        };
-        let s = HttpSettings::from_config(&cfg).unwrap();
+            ..HttpConfig::default()
+        });
         assert_eq!(s.target, "POST https://example.test:8443/in");
         assert_eq!(s.timeout, Duration::from_secs(10));
         assert_eq!(s.concurrency, 1);
@@ -163,12 +729,12 @@ mod tests {
 
     #[test]
     fn unset_token_variable_fails_the_build() {
-        let cfg = SinkConfig {
+        let s = settings(HttpConfig {
             url: Some("http://127.0.0.1:9/".into()),
             bearer_token_env: Some("SPILLWAY_TEST_TOKEN_THAT_IS_NEVER_SET".into()),
-            ..SinkConfig::empty(SinkKind::Http)
-        };
-        let e = HttpSettings::from_config(&cfg).unwrap_err();
+            ..HttpConfig::default()
+        });
+        let e = s.with_bearer_token().unwrap_err();
         assert!(
             e.starts_with(
                 "sink.bearer_token_env: environment variable SPILLWAY_TEST_TOKEN_THAT_IS_NEVER_SET"

@@ -11,7 +11,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use sink_sdk::Record;
 
-use crate::config::HttpEncoding;
+use super::config::HttpEncoding;
 use crate::framing::Framing;
 
 /// Content type of a per-record body: the raw payload.

@@ -1,9 +1,9 @@
 //! The HTTP sink: records → HTTP requests.
 //!
-//! Rooms, as in every spillway sink: [`config`] resolves the user's keys,
-//! [`encoder`] turns records into a body, [`request`] adds the headers and
-//! the idempotency key, [`service`] sends and classifies, and this module
-//! ties them into a [`Sink`].
+//! Rooms, as in every spillway sink: [`config`] holds the user's keys and
+//! checks and resolves them, [`encoder`] turns records into a body,
+//! [`request`] adds the headers and the idempotency key, [`service`] sends
+//! and classifies, and this module ties them into a [`Sink`].
 //!
 //! Threading: the drain calls an instance from one dedicated OS thread that
 //! is outside any async runtime. Each instance owns a private current-thread
@@ -27,9 +27,9 @@ use sink_sdk::{Batch, Health, Limits, Outcome, Record, RecordOutcome, Sink};
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 
-use crate::config::{Delivery, SinkConfig};
 use crate::SinkFactory;
-use config::HttpSettings;
+pub(crate) use config::HttpSettings;
+pub use config::{Delivery, HttpConfig, HttpEncoding, HttpMethod};
 use request::Carried;
 use service::Verdict;
 
@@ -46,11 +46,10 @@ pub struct HttpFactory {
 }
 
 impl HttpFactory {
-    /// From a `type = "http"` config (validated here); reads
-    /// `bearer_token_env`.
-    pub fn new(cfg: &SinkConfig) -> Result<HttpFactory, String> {
+    /// From checked settings; reads `bearer_token_env` now.
+    pub(crate) fn new(settings: &HttpSettings) -> Result<HttpFactory, String> {
         Ok(HttpFactory {
-            settings: Arc::new(HttpSettings::from_config(cfg)?),
+            settings: Arc::new(settings.with_bearer_token()?),
         })
     }
 }

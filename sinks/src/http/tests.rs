@@ -6,18 +6,28 @@ use std::time::{Duration, Instant};
 
 use sink_sdk::{Batch, Health, Outcome, Record, RecordOutcome, Sink};
 
-use crate::config::{Delivery, HttpEncoding, HttpMethod, SinkConfig, SinkKind};
+use super::{Delivery, HttpConfig, HttpEncoding, HttpMethod};
 use crate::test_server::{Received, Reply, TestServer};
+use crate::{DrainConfig, SinkConfig, TypeConfig};
 
-fn http_config(url: &str) -> SinkConfig {
-    SinkConfig {
+fn http_config(url: &str) -> HttpConfig {
+    HttpConfig {
         url: Some(url.to_string()),
-        ..SinkConfig::empty(SinkKind::Http)
+        ..HttpConfig::default()
     }
 }
 
-fn sink(cfg: &SinkConfig) -> Box<dyn Sink> {
-    crate::build(cfg)
+/// A `[sink]` table of `type = "http"` with these keys and the drain's.
+fn table(http: &HttpConfig, drain: DrainConfig) -> SinkConfig {
+    SinkConfig::new(TypeConfig::Http(http.clone()), drain)
+}
+
+fn sink(cfg: &HttpConfig) -> Box<dyn Sink> {
+    sink_with(cfg, DrainConfig::default())
+}
+
+fn sink_with(cfg: &HttpConfig, drain: DrainConfig) -> Box<dyn Sink> {
+    crate::build(&table(cfg, drain))
         .expect("valid config")
         .create(0)
         .expect("instance")
@@ -64,7 +74,7 @@ fn crc_key(shard: u32, seqs: &[u64]) -> String {
 #[test]
 fn batched_ndjson_body_and_headers() {
     let server = TestServer::replying(200);
-    let cfg = SinkConfig {
+    let cfg = HttpConfig {
         headers: Some(BTreeMap::from([(
             "X-Tenant".to_string(),
             "blue".to_string(),
@@ -136,7 +146,7 @@ fn batch_of_only_unframeable_records_sends_nothing() {
 #[test]
 fn batched_json_array_body_and_invalid_json_rejected() {
     let server = TestServer::replying(200);
-    let cfg = SinkConfig {
+    let cfg = HttpConfig {
         encoding: Some(HttpEncoding::JsonArray),
         ..http_config(&server.url("/j"))
     };
@@ -175,7 +185,7 @@ fn batched_json_array_body_and_invalid_json_rejected() {
 #[test]
 fn batched_length_prefixed_body() {
     let server = TestServer::replying(200);
-    let cfg = SinkConfig {
+    let cfg = HttpConfig {
         encoding: Some(HttpEncoding::LengthPrefixed),
         ..http_config(&server.url("/b"))
     };
@@ -191,7 +201,7 @@ fn batched_length_prefixed_body() {
 #[test]
 fn gzip_body_decompresses_to_the_ndjson() {
     let server = TestServer::replying(200);
-    let cfg = SinkConfig {
+    let cfg = HttpConfig {
         gzip: Some(true),
         ..http_config(&server.url("/z"))
     };
@@ -211,7 +221,7 @@ fn gzip_body_decompresses_to_the_ndjson() {
 #[test]
 fn method_and_content_type_override() {
     let server = TestServer::replying(200);
-    let cfg = SinkConfig {
+    let cfg = HttpConfig {
         method: Some(HttpMethod::Put),
         headers: Some(BTreeMap::from([(
             "Content-Type".to_string(),
@@ -234,11 +244,11 @@ fn bearer_token_from_the_environment() {
     let var = "SPILLWAY_SINKS_TEST_BEARER_TOKEN";
     std::env::set_var(var, "t0ken-123");
     let server = TestServer::replying(200);
-    let cfg = SinkConfig {
+    let cfg = HttpConfig {
         bearer_token_env: Some(var.into()),
         ..http_config(&server.url("/"))
     };
-    let factory = crate::build(&cfg).unwrap();
+    let factory = crate::build(&table(&cfg, DrainConfig::default())).unwrap();
     assert!(
         !factory.describe().contains("t0ken"),
         "{}",
@@ -254,11 +264,11 @@ fn bearer_token_from_the_environment() {
         Some("Bearer t0ken-123")
     );
 
-    let unset = SinkConfig {
+    let unset = HttpConfig {
         bearer_token_env: Some("SPILLWAY_SINKS_TEST_UNSET".into()),
         ..cfg
     };
-    let err = crate::build(&unset)
+    let err = crate::build(&table(&unset, DrainConfig::default()))
         .err()
         .expect("unset variable must fail the build");
     assert!(
@@ -278,10 +288,13 @@ fn idempotency_keys_follow_the_records() {
         assert_eq!(deliver(&mut *sink, recs), Outcome::Committed);
     }
     // A new instance (after a panic, a restart) derives the same key.
-    let mut fresh = crate::build(&http_config(&server.url("/")))
-        .unwrap()
-        .create(4)
-        .unwrap();
+    let mut fresh = crate::build(&table(
+        &http_config(&server.url("/")),
+        DrainConfig::default(),
+    ))
+    .unwrap()
+    .create(4)
+    .unwrap();
     assert_eq!(deliver(&mut *fresh, &a), Outcome::Committed);
 
     let keys: Vec<String> = server
@@ -339,11 +352,11 @@ fn status_429_honours_retry_after_seconds() {
 fn retry_after_date_and_cap() {
     let in_90s = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(90));
     let server = TestServer::start(move |_| Reply::status(503).header("Retry-After", &in_90s));
-    let cfg = SinkConfig {
+    let drain = DrainConfig {
         retry_max_ms: 300_000,
-        ..http_config(&server.url("/"))
+        ..DrainConfig::default()
     };
-    let mut sink = sink(&cfg);
+    let mut sink = sink_with(&http_config(&server.url("/")), drain);
     let Outcome::Retry {
         after: Some(after), ..
     } = deliver(&mut *sink, &records(0, &[1], &[b"a"]))
@@ -357,11 +370,14 @@ fn retry_after_date_and_cap() {
 
     // Never longer than the drain's own longest backoff.
     let server = TestServer::start(|_| Reply::status(429).header("Retry-After", "86400"));
-    let cfg = SinkConfig {
+    let drain = DrainConfig {
         retry_max_ms: 5000,
-        ..http_config(&server.url("/"))
+        ..DrainConfig::default()
     };
-    let outcome = deliver(&mut *self::sink(&cfg), &records(0, &[1], &[b"a"]));
+    let outcome = deliver(
+        &mut *sink_with(&http_config(&server.url("/")), drain),
+        &records(0, &[1], &[b"a"]),
+    );
     assert!(
         matches!(outcome, Outcome::Retry { after: Some(d), .. } if d == Duration::from_secs(5)),
         "{outcome:?}"
@@ -455,7 +471,7 @@ fn health_check_connects_without_a_request() {
 #[test]
 fn timeout_is_transient() {
     let server = TestServer::start(|_| Reply::status(200).after(Duration::from_secs(3)));
-    let cfg = SinkConfig {
+    let cfg = HttpConfig {
         timeout_ms: Some(200),
         ..http_config(&server.url("/slow"))
     };
@@ -492,8 +508,8 @@ fn keep_alive_reuses_the_connection() {
     assert_eq!(server.connections(), 1);
 }
 
-fn per_record_config(url: &str, concurrency: u32) -> SinkConfig {
-    SinkConfig {
+fn per_record_config(url: &str, concurrency: u32) -> HttpConfig {
+    HttpConfig {
         delivery: Some(Delivery::PerRecord),
         concurrency: Some(concurrency),
         ..http_config(url)
@@ -625,7 +641,8 @@ fn per_record_later_failure_commits_the_prefix() {
 
 #[test]
 fn describe_names_the_target_without_secrets() {
-    let factory = crate::build(&http_config("https://u:p@example.test/in?key=s3cret")).unwrap();
+    let cfg = http_config("https://u:p@example.test/in?key=s3cret");
+    let factory = crate::build(&table(&cfg, DrainConfig::default())).unwrap();
     assert_eq!(
         factory.describe(),
         "http POST https://example.test/in (batched, ndjson, timeout 10000 ms)"

@@ -1,11 +1,11 @@
 //! The plugin host: sinks loaded at run time from shared libraries.
 //!
 //! `[sink] type = "plugin"` names a `.so` built against `sink-sdk` (see
-//! `docs/plugins.md`). [`PluginFactory::load`] copies it to a fresh private
-//! path, `dlopen`s the copy, checks its ABI version and creates one instance
-//! to validate the `[sink.options]`; the drain then gets one
-//! [`PluginInstance`] per shard, each calling through the plugin's C
-//! vtable (`sink_sdk::abi`).
+//! `docs/plugins.md`; the keys are in [`config`]). [`PluginFactory::load`]
+//! copies it to a fresh private path, `dlopen`s the copy, checks its ABI
+//! version and creates one instance to validate the `[sink.options]`; the
+//! drain then gets one [`PluginInstance`] per shard, each calling through
+//! the plugin's C vtable (`sink_sdk::abi`).
 //!
 //! Choices this module makes, and why:
 //!
@@ -36,6 +36,7 @@
 //!   friends become `tracing` events with `plugin = <name>` and
 //!   `module = <where in the plugin>`.
 
+mod config;
 mod factory;
 mod instance;
 mod library;
@@ -43,5 +44,7 @@ mod log;
 #[cfg(test)]
 mod tests;
 
+pub use config::PluginConfig;
+pub(crate) use config::PluginSettings;
 pub use factory::PluginFactory;
 pub use instance::PluginInstance;

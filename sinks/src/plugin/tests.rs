@@ -157,11 +157,11 @@ fn file_plugin_writes_what_the_builtin_file_sink_writes() {
     );
 
     let by_builtin = dir.path().join("builtin.ndjson");
-    let cfg = crate::SinkConfig {
+    let cfg = crate::file::FileConfig {
         path: Some(by_builtin.clone()),
-        ..crate::SinkConfig::empty(crate::SinkKind::File)
+        ..crate::file::FileConfig::default()
     };
-    let builtin = crate::file::FileFactory::new(&cfg).unwrap();
+    let builtin = crate::file::FileFactory::from_keys(&cfg).unwrap();
 
     let batches: Vec<Vec<Record<'_>>> = vec![
         records(0, 1, &[b"{\"a\":1}", b"{\"a\":2}"]),
@@ -310,12 +310,12 @@ fn plugin_delivery_speed_is_close_to_the_builtin_sink() {
         &file_options(&dir.path().join("p.ndjson"), "fsync = false"),
     )
     .unwrap();
-    let cfg = crate::SinkConfig {
+    let cfg = crate::file::FileConfig {
         path: Some(dir.path().join("b.ndjson")),
         fsync: Some(false),
-        ..crate::SinkConfig::empty(crate::SinkKind::File)
+        ..crate::file::FileConfig::default()
     };
-    let builtin = crate::file::FileFactory::new(&cfg).unwrap();
+    let builtin = crate::file::FileFactory::from_keys(&cfg).unwrap();
     let by_plugin = run(&mut *plugin.create(0).unwrap());
     let by_builtin = run(&mut *builtin.create(0).unwrap());
     let rate = |d: std::time::Duration| (batches * recs.len()) as f64 / d.as_secs_f64() / 1e6;

@@ -1,4 +1,5 @@
-//! The file sink: appends records to one local file.
+//! The file sink: appends records to one local file. Its keys and their
+//! checks are in [`config`].
 //!
 //! Every shard's instance writes through one [`SharedFile`] owned by the
 //! factory, so the output is a single file in which each batch is
@@ -20,14 +21,17 @@
 //! same bytes: after it the kernel may have dropped the dirty pages, so the
 //! batch is written again from scratch.
 
+mod config;
+
 use std::path::Path;
 use std::sync::Arc;
 
 use sink_sdk::output::{AppendRules, Framing, RollingFile};
 use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
-use crate::config::{FileFormat, SinkConfig, SinkKind, DEFAULT_ROTATE_BYTES};
 use crate::SinkFactory;
+pub(crate) use config::FileSettings;
+pub use config::{FileConfig, FileFormat};
 
 /// Counters of one file sink, across all shards.
 pub use sink_sdk::output::FileStats;
@@ -51,35 +55,31 @@ pub struct FileFactory {
 }
 
 impl FileFactory {
-    /// From a `type = "file"` config (validated here). Creates the folder (0700)
-    /// and opens (or creates, 0600) the file, so a bad path fails the build
-    /// rather than every delivery.
-    pub fn new(cfg: &SinkConfig) -> Result<FileFactory, String> {
-        if cfg.kind != SinkKind::File {
-            return Err(format!(
-                "a file sink cannot be built from type = \"{}\"",
-                cfg.kind
-            ));
-        }
-        cfg.validate().map_err(|e| e.to_string())?;
-        let path = cfg
-            .path
-            .clone()
-            .ok_or("sink.path is required for type = \"file\"")?;
-        let output = RollingFile::open(&path)
+    /// From checked settings. Creates the folder (0700) and opens (or
+    /// creates, 0600) the file, so a bad path fails the build rather than
+    /// every delivery.
+    pub(crate) fn new(settings: &FileSettings) -> Result<FileFactory, String> {
+        let path = &settings.path;
+        let output = RollingFile::open(path)
             .map_err(|e| format!("sink.path: cannot open {}: {e}", path.display()))?;
         let shared = SharedFile {
             output,
-            format: cfg.format.unwrap_or_default(),
-            rules: AppendRules {
-                fsync: cfg.fsync.unwrap_or(true),
-                rotate_bytes: cfg.rotate_bytes.unwrap_or(DEFAULT_ROTATE_BYTES),
-            },
-            limits: crate::limits(cfg),
+            format: settings.format,
+            rules: settings.rules,
+            limits: settings.limits,
         };
         Ok(FileFactory {
             shared: Arc::new(shared),
         })
+    }
+
+    /// The factory `build` makes from these keys and the drain's defaults.
+    #[cfg(test)]
+    pub(crate) fn from_keys(cfg: &FileConfig) -> Result<FileFactory, String> {
+        let settings = cfg
+            .check(&crate::config::DrainConfig::default())
+            .map_err(|e| e.to_string())?;
+        FileFactory::new(&settings)
     }
 
     /// Counters across every instance of this sink.
@@ -178,10 +178,10 @@ mod tests {
     use sink_sdk::{records, Record, RecordOutcome};
     use std::os::unix::fs::PermissionsExt;
 
-    fn config(path: &Path) -> SinkConfig {
-        SinkConfig {
+    fn config(path: &Path) -> FileConfig {
+        FileConfig {
             path: Some(path.to_path_buf()),
-            ..SinkConfig::empty(SinkKind::File)
+            ..FileConfig::default()
         }
     }
 
@@ -193,7 +193,7 @@ mod tests {
     fn ndjson_lines_from_every_shard_in_one_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nested/deeper/out.ndjson");
-        let factory = FileFactory::new(&config(&path)).unwrap();
+        let factory = FileFactory::from_keys(&config(&path)).unwrap();
         let mut shard0 = factory.create(0).unwrap();
         let mut shard1 = factory.create(1).unwrap();
         assert_eq!(shard0.name(), "file");
@@ -234,7 +234,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.ndjson");
         std::fs::write(&path, b"old\n").unwrap();
-        let factory = FileFactory::new(&config(&path)).unwrap();
+        let factory = FileFactory::from_keys(&config(&path)).unwrap();
         let mut sink = factory.create(0).unwrap();
         assert_eq!(
             deliver(&mut *sink, &records(0, 1, &[b"new"])),
@@ -247,7 +247,7 @@ mod tests {
     fn newline_record_is_rejected_and_the_rest_written() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.ndjson");
-        let factory = FileFactory::new(&config(&path)).unwrap();
+        let factory = FileFactory::from_keys(&config(&path)).unwrap();
         let mut sink = factory.create(0).unwrap();
         let outcome = deliver(
             &mut *sink,
@@ -279,11 +279,11 @@ mod tests {
     fn length_prefixed_frames() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.bin");
-        let cfg = SinkConfig {
+        let cfg = FileConfig {
             format: Some(FileFormat::LengthPrefixed),
             ..config(&path)
         };
-        let factory = FileFactory::new(&cfg).unwrap();
+        let factory = FileFactory::from_keys(&cfg).unwrap();
         let mut sink = factory.create(0).unwrap();
         assert_eq!(
             deliver(&mut *sink, &records(0, 1, &[&b"a\nb"[..], b""])),
@@ -300,7 +300,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for (fsync, want) in [(None, 2), (Some(true), 2), (Some(false), 0)] {
             let path = dir.path().join(format!("out-{fsync:?}.ndjson"));
-            let factory = FileFactory::new(&SinkConfig {
+            let factory = FileFactory::from_keys(&FileConfig {
                 fsync,
                 ..config(&path)
             })
@@ -323,11 +323,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.ndjson");
         let mib = 1024 * 1024;
-        let cfg = SinkConfig {
+        let cfg = FileConfig {
             rotate_bytes: Some(mib),
             ..config(&path)
         };
-        let factory = FileFactory::new(&cfg).unwrap();
+        let factory = FileFactory::from_keys(&cfg).unwrap();
         let mut sink = factory.create(0).unwrap();
         // Lines of 400 KiB: two fit in 1 MiB, a third does not.
         let line = vec![b'x'; 400 * 1024 - 1];
@@ -363,11 +363,11 @@ mod tests {
     fn a_batch_larger_than_rotate_bytes_goes_alone_into_a_fresh_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.ndjson");
-        let cfg = SinkConfig {
+        let cfg = FileConfig {
             rotate_bytes: Some(1024 * 1024),
             ..config(&path)
         };
-        let factory = FileFactory::new(&cfg).unwrap();
+        let factory = FileFactory::from_keys(&cfg).unwrap();
         let mut sink = factory.create(0).unwrap();
         let big = vec![b'b'; 2 * 1024 * 1024];
         assert_eq!(
@@ -392,7 +392,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let folder = dir.path().join("out");
         let path = folder.join("records.ndjson");
-        let factory = FileFactory::new(&config(&path)).unwrap();
+        let factory = FileFactory::from_keys(&config(&path)).unwrap();
         let mut sink = factory.create(0).unwrap();
         assert_eq!(
             deliver(&mut *sink, &records(0, 1, &[b"a"])),
@@ -400,11 +400,11 @@ mod tests {
         );
 
         // Replace the folder by a plain file: rotation (rename) and reopen fail.
-        let cfg = SinkConfig {
+        let cfg = FileConfig {
             rotate_bytes: Some(1024 * 1024),
             ..config(&path)
         };
-        let factory = FileFactory::new(&cfg).unwrap();
+        let factory = FileFactory::from_keys(&cfg).unwrap();
         let mut sink = factory.create(0).unwrap();
         std::fs::remove_dir_all(&folder).unwrap();
         std::fs::write(&folder, b"not a folder").unwrap();
@@ -438,9 +438,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let blocker = dir.path().join("file");
         std::fs::write(&blocker, b"").unwrap();
-        let err = crate::build(&config(&blocker.join("out.ndjson")))
-            .err()
-            .expect("must fail");
+        let cfg = crate::SinkConfig::new(
+            crate::config::TypeConfig::File(config(&blocker.join("out.ndjson"))),
+            crate::config::DrainConfig::default(),
+        );
+        let err = crate::build(&cfg).err().expect("must fail");
         assert!(err.starts_with("sink.path: cannot open "), "{err}");
     }
 }

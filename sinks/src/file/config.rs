@@ -1,0 +1,190 @@
+//! The file sink's keys ([`FileConfig`]: what the user writes, with its
+//! defaults, ranges and checks) and the [`FileSettings`] they resolve to.
+//! [`FileConfig::check`] runs once per table (see `crate::config`); the
+//! file itself is opened only when the sink is built.
+
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+
+use serde::de::MapAccess;
+use serde::Deserialize;
+use sink_sdk::output::AppendRules;
+use sink_sdk::Limits;
+
+use crate::config::{check_range, required_path, DrainConfig, SinkConfigError, SinkKind, GIB, MIB};
+
+pub(crate) const DEFAULT_ROTATE_BYTES: u64 = 256 * MIB;
+pub(crate) const ROTATE_BYTES_RANGE: RangeInclusive<u64> = MIB..=64 * GIB;
+
+/// Record framing of the file sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileFormat {
+    /// Each payload followed by `\n`.
+    #[default]
+    Ndjson,
+    /// Each payload as u32 little-endian length + bytes.
+    LengthPrefixed,
+}
+
+impl FileFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileFormat::Ndjson => "ndjson",
+            FileFormat::LengthPrefixed => "length_prefixed",
+        }
+    }
+}
+
+/// The keys of `[sink] type = "file"` (mirrored in `docs/sinks.md`). Unset
+/// keys take the defaults below.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct FileConfig {
+    /// The file records are appended to. Required. Its folder is created
+    /// (mode 0700) if missing; the file is mode 0600.
+    pub path: Option<PathBuf>,
+    /// `"ndjson"` (default) or `"length_prefixed"`.
+    pub format: Option<FileFormat>,
+    /// When an append would make the file larger than this many bytes, it is
+    /// renamed to `<path>.<unix_ms>` and a new file started. Default
+    /// 268435456 (256 MiB), range 1 MiB..=64 GiB.
+    pub rotate_bytes: Option<u64>,
+    /// fsync (fdatasync) the file after every batch before reporting it
+    /// delivered. Default true.
+    pub fsync: Option<bool>,
+}
+
+impl FileConfig {
+    /// Every key of this type, as the user writes it.
+    pub(crate) const KEYS: &'static [&'static str] = &["path", "format", "rotate_bytes", "fsync"];
+
+    /// Reads the value of `key`, one of [`FileConfig::KEYS`].
+    pub(crate) fn read_key<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        match key {
+            "path" => self.path = map.next_value()?,
+            "format" => self.format = map.next_value()?,
+            "rotate_bytes" => self.rotate_bytes = map.next_value()?,
+            "fsync" => self.fsync = map.next_value()?,
+            other => unreachable!("sink.{other} is not a file key"),
+        }
+        Ok(())
+    }
+
+    /// Checks every key and resolves them, with the drain's keys, into the
+    /// sink's settings. Does not touch the file system.
+    pub(crate) fn check(&self, drain: &DrainConfig) -> Result<FileSettings, SinkConfigError> {
+        let path = required_path(&self.path, SinkKind::File, "a file")?;
+        if let Some(v) = self.rotate_bytes {
+            check_range("rotate_bytes", v, &ROTATE_BYTES_RANGE, " (1 MiB..=64 GiB)")?;
+        }
+        Ok(FileSettings {
+            path: path.clone(),
+            format: self.format.unwrap_or_default(),
+            rules: AppendRules {
+                fsync: self.fsync.unwrap_or(true),
+                rotate_bytes: self.rotate_bytes.unwrap_or(DEFAULT_ROTATE_BYTES),
+            },
+            limits: drain.limits(),
+        })
+    }
+}
+
+/// A checked file sink config, defaults filled in.
+#[derive(Debug, Clone)]
+pub(crate) struct FileSettings {
+    pub path: PathBuf,
+    pub format: FileFormat,
+    pub rules: AppendRules,
+    pub limits: Limits,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::{err, parse};
+    use crate::config::TypeConfig;
+    use crate::SinkConfig;
+
+    fn file() -> FileConfig {
+        FileConfig {
+            path: Some("spillway-data/delivered.ndjson".into()),
+            ..FileConfig::default()
+        }
+    }
+
+    /// A `[sink]` table of `type = "file"` with these keys.
+    fn table(file: FileConfig) -> SinkConfig {
+        SinkConfig::new(TypeConfig::File(file), DrainConfig::default())
+    }
+
+    #[test]
+    fn every_key_is_read() {
+        let cfg = parse(
+            "[sink]\ntype = \"file\"\npath = \"p\"\nformat = \"length_prefixed\"\nrotate_bytes = 1048576\nfsync = false\n",
+        )
+        .unwrap();
+        let TypeConfig::File(file) = cfg.type_config() else {
+            panic!("{cfg:?}")
+        };
+        // Naming every field: a new key must be added here, and so to KEYS.
+        let FileConfig {
+            path,
+            format,
+            rotate_bytes,
+            fsync,
+        } = file;
+        let set = [
+            path.is_some(),
+            format.is_some(),
+            rotate_bytes.is_some(),
+            fsync.is_some(),
+        ];
+        assert!(set.iter().all(|s| *s), "a key is missing from KEYS");
+        assert_eq!(set.len(), FileConfig::KEYS.len());
+    }
+
+    #[test]
+    fn path_is_required() {
+        assert_eq!(
+            err(&table(FileConfig::default())),
+            "sink.path is required for type = \"file\""
+        );
+    }
+
+    #[test]
+    fn range_errors_name_the_key_and_the_range() {
+        let cases: Vec<(FileConfig, &str)> = vec![
+            (
+                FileConfig { rotate_bytes: Some(MIB - 1), ..file() },
+                "sink.rotate_bytes = 1048575 is out of range: allowed 1048576..=68719476736 (1 MiB..=64 GiB)",
+            ),
+            (FileConfig { rotate_bytes: Some(64 * GIB + 1), ..file() }, "sink.rotate_bytes = "),
+        ];
+        for (file, want) in cases {
+            let got = err(&table(file));
+            assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}");
+        }
+    }
+
+    #[test]
+    fn range_bounds_are_inclusive() {
+        let ok = [
+            FileConfig {
+                rotate_bytes: Some(MIB),
+                ..file()
+            },
+            FileConfig {
+                rotate_bytes: Some(64 * GIB),
+                ..file()
+            },
+        ];
+        for file in ok {
+            let cfg = table(file);
+            assert_eq!(cfg.validate(), Ok(()), "{cfg:?}");
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! The plugin host's keys ([`PluginConfig`]: what the user writes, and its
+//! checks) and the [`PluginSettings`] they resolve to. The plugin's own
+//! settings, `[sink.options]`, are the plugin's to check: its `create`
+//! refuses what it cannot use when the plugin is loaded.
+
+use std::path::PathBuf;
+
+use serde::de::MapAccess;
+
+use crate::config::{required_path, SinkConfigError, SinkKind};
+
+/// The keys of `[sink] type = "plugin"` (mirrored in `docs/sinks.md`).
+#[derive(Clone, PartialEq, Default)]
+pub struct PluginConfig {
+    /// The plugin's shared library (a `cdylib` built against sink-sdk).
+    /// Required.
+    pub path: Option<PathBuf>,
+    /// The `[sink.options]` table, handed to the plugin's `create` as TOML
+    /// text; the plugin validates it. Default: empty.
+    pub options: Option<toml::Table>,
+}
+
+/// Debug without option values: they may hold passwords.
+impl std::fmt::Debug for PluginConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginConfig")
+            .field("path", &self.path)
+            .field(
+                "options (values redacted)",
+                &self.options.as_ref().map(|t| t.keys().collect::<Vec<_>>()),
+            )
+            .finish()
+    }
+}
+
+impl PluginConfig {
+    /// Every key of this type, as the user writes it.
+    pub(crate) const KEYS: &'static [&'static str] = &["path", "options"];
+
+    /// Reads the value of `key`, one of [`PluginConfig::KEYS`].
+    pub(crate) fn read_key<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        match key {
+            "path" => self.path = map.next_value()?,
+            "options" => self.options = map.next_value()?,
+            other => unreachable!("sink.{other} is not a plugin key"),
+        }
+        Ok(())
+    }
+
+    /// Checks the keys the host uses. Does not touch the file system; the
+    /// library is read when the sink is built.
+    pub(crate) fn check(&self) -> Result<PluginSettings, SinkConfigError> {
+        let path = required_path(
+            &self.path,
+            SinkKind::Plugin,
+            "a shared library (e.g. target/release/libmy_sink.so)",
+        )?;
+        Ok(PluginSettings {
+            path: path.clone(),
+            options_toml: self
+                .options
+                .as_ref()
+                .map(|t| toml::to_string(t).unwrap_or_default())
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// A checked plugin config: what to load, and what to pass its `create`.
+#[derive(Debug, Clone)]
+pub(crate) struct PluginSettings {
+    pub path: PathBuf,
+    /// The `[sink.options]` table as TOML text.
+    pub options_toml: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::{err, parse};
+    use crate::config::{DrainConfig, TypeConfig};
+    use crate::SinkConfig;
+
+    #[test]
+    fn every_key_is_read() {
+        let cfg =
+            parse("[sink]\ntype = \"plugin\"\npath = \"p.so\"\n[sink.options]\nk = 1\n").unwrap();
+        let TypeConfig::Plugin(plugin) = cfg.type_config() else {
+            panic!("{cfg:?}")
+        };
+        // Naming every field: a new key must be added here, and so to KEYS.
+        let PluginConfig { path, options } = plugin;
+        let set = [path.is_some(), options.is_some()];
+        assert!(set.iter().all(|s| *s), "a key is missing from KEYS");
+        assert_eq!(set.len(), PluginConfig::KEYS.len());
+        assert_eq!(cfg.plugin_path(), Some(std::path::Path::new("p.so")));
+    }
+
+    #[test]
+    fn path_is_required_and_names_a_library() {
+        let table = |plugin| SinkConfig::new(TypeConfig::Plugin(plugin), DrainConfig::default());
+        assert_eq!(
+            err(&table(PluginConfig::default())),
+            "sink.path is required for type = \"plugin\""
+        );
+        let up = PluginConfig {
+            path: Some("..".into()),
+            ..PluginConfig::default()
+        };
+        let e = err(&table(up));
+        assert!(
+            e.starts_with("sink.path: \"..\" does not name a shared library"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn options_become_toml_text() {
+        let cfg =
+            parse("[sink]\ntype = \"plugin\"\npath = \"p.so\"\n[sink.options]\nk = 1\n").unwrap();
+        let TypeConfig::Plugin(plugin) = cfg.type_config() else {
+            panic!("{cfg:?}")
+        };
+        assert_eq!(plugin.check().unwrap().options_toml, "k = 1\n");
+        let bare = PluginConfig {
+            options: None,
+            ..plugin.clone()
+        };
+        assert_eq!(bare.check().unwrap().options_toml, "");
+    }
+}
