@@ -29,7 +29,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
 use crate::responder::{Progress, Responder, Slot, State};
-use crate::shard::{AppendBatch, PendingRecords, ShardQueue, WabBudget};
+use crate::shard::{AppendBatch, PendingRecords, ShardQueue};
 use crate::stats::DaemonStats;
 
 /// Per-connection limits, from `[server]`.
@@ -62,14 +62,10 @@ pub const READ_CHUNK: usize = 64 * 1024;
 /// Longest a connection waiting for read-buffer budget sleeps before it
 /// looks again; it is woken at once when a reservation is released.
 const BUDGET_RETRY_MAX: Duration = Duration::from_millis(250);
-/// Bytes each record takes in a segment besides its payload (its header),
-/// counted against the WAB budget at admission.
-const RECORD_OVERHEAD: u64 = 16;
 
 /// What every connection shares.
 pub struct ConnectionContext {
     pub limits: ConnectionLimits,
-    pub wab: Arc<WabBudget>,
     pub stats: Arc<DaemonStats>,
     /// Open connections; the listener compares it with `max_connections`.
     pub live: Arc<AtomicUsize>,
@@ -483,15 +479,13 @@ impl Connection {
         {
             return Err(req);
         }
-        if let Some(reason) = self.shard.refusal() {
-            self.nack_retryable(st, reason);
-            return Ok(());
-        }
-        let disk_bytes = bytes + RECORD_OVERHEAD * n as u64;
-        if self.shared.wab.would_exceed(batch.disk_bytes + disk_bytes) {
-            self.nack_retryable(st, NackReason::Overloaded);
-            return Ok(());
-        }
+        let disk_bytes = match self.shard.admit(bytes, n, batch.disk_bytes) {
+            Ok(disk_bytes) => disk_bytes,
+            Err(reason) => {
+                self.nack_retryable(st, reason);
+                return Ok(());
+            }
+        };
         let meta = RecordMeta {
             tier: tier.as_byte(),
             arrival_unix_us: batch.arrival_us(),

@@ -44,8 +44,7 @@ use spillway_wab::{
 
 use crate::sealer::{SealerMsg, SegmentSealer};
 use crate::shard::{
-    Abandoned, AppendBatch, GroupBound, ShardHealth, ShardQueue, WabBudget, Watermark,
-    GROUP_RECORDS_MAX,
+    Abandoned, AppendBatch, GroupBound, ShardHealth, ShardQueue, Watermark, GROUP_RECORDS_MAX,
 };
 
 /// Settings of one shard's flusher.
@@ -88,12 +87,11 @@ impl ShardFlusher {
         storage: S,
         cfg: FlusherConfig,
         queue: Arc<ShardQueue>,
-        wab: Arc<WabBudget>,
         min_next_seq: u64,
     ) -> io::Result<(ShardFlusher, RecoveryReport)> {
         queue.set_health(ShardHealth::Starting);
         let recovered = recover_shard(&storage, &cfg.dir, cfg.shard, min_next_seq)?;
-        Self::open_recovered(storage, cfg, queue, wab, recovered)
+        Self::open_recovered(storage, cfg, queue, recovered)
     }
 
     /// Start the sealer and flusher threads on a shard folder that has
@@ -103,7 +101,6 @@ impl ShardFlusher {
         storage: S,
         cfg: FlusherConfig,
         queue: Arc<ShardQueue>,
-        wab: Arc<WabBudget>,
         recovered: Recovered<S::File>,
     ) -> io::Result<(ShardFlusher, RecoveryReport)> {
         queue.set_health(ShardHealth::Starting);
@@ -114,8 +111,7 @@ impl ShardFlusher {
             .store(recovered.report.lost_records, Ordering::Relaxed);
         let report = recovered.report;
         let accounted = report.bytes();
-        wab.add(accounted);
-        queue.stats.bytes_held.store(accounted, Ordering::Relaxed);
+        queue.budget.charge(accounted);
 
         let next_segment_id = Arc::new(AtomicU64::new(report.next_segment_id));
         let mut spares = recovered.spares.into_iter();
@@ -176,7 +172,6 @@ impl ShardFlusher {
             storage,
             cfg: cfg.clone(),
             queue: queue.clone(),
-            wab,
             active,
             spares: spare_rx,
             spares_requested,
@@ -277,7 +272,6 @@ struct FlusherThread<S: Storage> {
     storage: S,
     cfg: FlusherConfig,
     queue: Arc<ShardQueue>,
-    wab: Arc<WabBudget>,
     /// `None` while the shard has no segment to write: after a failure,
     /// until a fresh one is ready (see [`Self::ensure_segment`]).
     active: Option<ActiveSegment<S::File>>,
@@ -494,11 +488,7 @@ impl<S: Storage> FlusherThread<S> {
             }
         };
         let disk_bytes = self.active().write_offset - before;
-        self.wab.add(disk_bytes);
-        self.queue
-            .stats
-            .bytes_held
-            .fetch_add(disk_bytes, Ordering::Relaxed);
+        self.queue.budget.charge(disk_bytes);
         if self.unsynced_since.is_none() {
             self.unsynced_since = Some(Instant::now());
         }

@@ -10,6 +10,7 @@
 //! depend on the runtime (config files, CLI) or on any particular sink.
 
 pub mod accept;
+pub mod budget;
 pub mod connection;
 pub mod drain;
 pub mod flusher;
@@ -21,6 +22,7 @@ pub mod socket_dir;
 pub mod stats;
 
 pub use accept::AcceptErrors;
+pub use budget::{ShardBudget, WabBudget};
 pub use connection::{Connection, ConnectionContext, ConnectionLimits, ReadBudget};
 pub use drain::{
     Drain, DrainConfig, DrainSettings, DrainStats, SinkHost, SinkMaker, SinkSlot, StopDrain,
@@ -30,7 +32,7 @@ pub use listener::{bind_socket, ensure_socket_folder, BindError, Listener, StopL
 pub use sealer::{SealerMsg, SegmentSealer};
 pub use shard::{
     Abandoned, AppendBatch, CommitTarget, GroupBound, PendingRecord, PendingRecords, ShardHealth,
-    ShardQueue, ShardStats, WabBudget, Watermark, FSYNC_BUCKETS_US,
+    ShardQueue, ShardStats, Watermark, FSYNC_BUCKETS_US,
 };
 pub use socket_dir::{check_socket_dir, InsecureSocketDir, SocketLock};
 pub use stats::{DaemonStats, RateLimiter};

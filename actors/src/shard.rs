@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use spillway_protocol::{BatchRecords, BatchSlices, NackReason};
 
+use crate::budget::{ShardBudget, WabBudget};
+
 /// One record waiting to be written.
 #[derive(Debug, Clone)]
 pub struct PendingRecord {
@@ -249,8 +251,6 @@ pub struct ShardStats {
     /// the Unix epoch), so a full disk logs one line per interval, not one
     /// per retry.
     segment_failure_logged_us: AtomicU64,
-    /// Bytes of this shard's segments counted in the WAB budget.
-    pub bytes_held: AtomicU64,
 }
 
 /// Upper bounds (µs) of the fdatasync latency histogram buckets.
@@ -284,39 +284,6 @@ impl ShardStats {
             .position(|&b| us <= b)
             .unwrap_or(FSYNC_BUCKETS_US.len());
         self.fsync_us_buckets[i].fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// The global cap on bytes held in the write-ahead buffer.
-#[derive(Debug)]
-pub struct WabBudget {
-    pub used: AtomicU64,
-    pub max: u64,
-}
-
-impl WabBudget {
-    pub fn new(max: u64, used: u64) -> Arc<Self> {
-        Arc::new(WabBudget {
-            used: AtomicU64::new(used),
-            max,
-        })
-    }
-
-    /// Whether `bytes` more would exceed the cap.
-    pub fn would_exceed(&self, bytes: u64) -> bool {
-        self.used.load(Ordering::Relaxed).saturating_add(bytes) > self.max
-    }
-
-    pub fn add(&self, bytes: u64) {
-        self.used.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    pub fn release(&self, bytes: u64) {
-        let _ = self
-            .used
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(bytes))
-            });
     }
 }
 
@@ -371,6 +338,8 @@ impl Watermark {
 /// restarts, so connections never need a new handle.
 pub struct ShardQueue {
     pub shard: u32,
+    /// This shard's bytes in the WAB: the one owner of that count.
+    pub budget: ShardBudget,
     queue: Mutex<VecDeque<AppendBatch>>,
     /// The last group passed over an oversized batch at the front (see
     /// `take_within`); the next one must take it. Read and written only
@@ -403,9 +372,10 @@ pub struct ShardQueue {
 pub const SPIN_BEFORE_SLEEP_DEFAULT: Duration = Duration::from_micros(200);
 
 impl ShardQueue {
-    pub fn new(shard: u32) -> Arc<Self> {
+    pub fn new(shard: u32, wab: &Arc<WabBudget>) -> Arc<Self> {
         Arc::new(ShardQueue {
             shard,
+            budget: ShardBudget::new(wab),
             queue: Mutex::new(VecDeque::new()),
             passed_over: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
@@ -420,6 +390,28 @@ impl ShardQueue {
             abandoned: Mutex::new(Vec::new()),
             stats: ShardStats::default(),
         })
+    }
+
+    /// Whether a push of `records` records with `payload_bytes` in all may
+    /// be queued, on top of `pending_disk_bytes` this caller admitted but
+    /// has not queued yet: the disk bytes it will take, or the retryable
+    /// nack it gets (the shard's refusal while it cannot write, else
+    /// Overloaded at `wab.wab_bytes_max`). Producers' pushes and requeued
+    /// dead letters both come through here.
+    pub fn admit(
+        &self,
+        payload_bytes: u64,
+        records: usize,
+        pending_disk_bytes: u64,
+    ) -> Result<u64, NackReason> {
+        if let Some(reason) = self.refusal() {
+            return Err(reason);
+        }
+        let disk_bytes = ShardBudget::disk_bytes(payload_bytes, records);
+        if !self.budget.admit(pending_disk_bytes + disk_bytes) {
+            return Err(NackReason::Overloaded);
+        }
+        Ok(disk_bytes)
     }
 
     pub fn set_spin(&self, spin: Duration) {
@@ -732,7 +724,7 @@ mod tests {
     #[test]
     fn a_group_is_bounded_and_small_batches_ride_past_a_huge_one_in_order() {
         const MIB: u64 = 1 << 20;
-        let q = ShardQueue::new(0);
+        let q = ShardQueue::new(0, &WabBudget::new(u64::MAX));
         q.set_spin(Duration::ZERO);
         let huge: Arc<dyn CommitTarget> = Arc::new(Nobody);
         let small: Arc<dyn CommitTarget> = Arc::new(Nobody);
@@ -764,7 +756,7 @@ mod tests {
 
     #[test]
     fn a_group_is_bounded_in_records_too() {
-        let q = ShardQueue::new(0);
+        let q = ShardQueue::new(0, &WabBudget::new(u64::MAX));
         q.set_spin(Duration::ZERO);
         let a: Arc<dyn CommitTarget> = Arc::new(Nobody);
         let b: Arc<dyn CommitTarget> = Arc::new(Nobody);
@@ -795,7 +787,7 @@ mod tests {
 
     #[test]
     fn a_connection_whose_batch_waits_keeps_its_later_batches_behind_it() {
-        let q = ShardQueue::new(0);
+        let q = ShardQueue::new(0, &WabBudget::new(u64::MAX));
         q.set_spin(Duration::ZERO);
         let a: Arc<dyn CommitTarget> = Arc::new(Nobody);
         let b: Arc<dyn CommitTarget> = Arc::new(Nobody);

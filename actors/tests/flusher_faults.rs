@@ -81,10 +81,10 @@ fn a_failed_fdatasync_is_nacked_the_segment_abandoned_and_acked_records_survive(
         nth: 3,
         kind: FaultKind::Eio,
     }]);
-    let queue = ShardQueue::new(0);
-    let wab = WabBudget::new(1 << 30, 0);
+    let wab = WabBudget::new(1 << 30);
+    let queue = ShardQueue::new(0, &wab);
     let (flusher, _) =
-        ShardFlusher::open(storage, config(dir.path(), 3), queue.clone(), wab, 0).unwrap();
+        ShardFlusher::open(storage, config(dir.path(), 3), queue.clone(), 0).unwrap();
     let (tx, rx) = mpsc::channel();
     let target = Arc::new(Collect(tx));
 
@@ -132,16 +132,10 @@ fn repeated_fsync_failures_make_the_shard_unwritable_until_a_fresh_segment_works
         })
         .collect();
     let storage = FaultyStorage::new(faults);
-    let queue = ShardQueue::new(0);
-    let wab = WabBudget::new(1 << 30, 0);
-    let (flusher, _) = ShardFlusher::open(
-        storage.clone(),
-        config(dir.path(), 2),
-        queue.clone(),
-        wab.clone(),
-        0,
-    )
-    .unwrap();
+    let wab = WabBudget::new(1 << 30);
+    let queue = ShardQueue::new(0, &wab);
+    let (flusher, _) =
+        ShardFlusher::open(storage.clone(), config(dir.path(), 2), queue.clone(), 0).unwrap();
     let (tx, rx) = mpsc::channel();
     let target = Arc::new(Collect(tx));
     assert_eq!(
@@ -194,15 +188,9 @@ fn repeated_fsync_failures_make_the_shard_unwritable_until_a_fresh_segment_works
 
     // Another shard on healthy storage is unaffected.
     let other_dir = tempfile::tempdir().unwrap();
-    let other = ShardQueue::new(1);
-    let (other_flusher, _) = ShardFlusher::open(
-        FsStorage,
-        config(other_dir.path(), 2),
-        other.clone(),
-        wab,
-        0,
-    )
-    .unwrap();
+    let other = ShardQueue::new(1, &wab);
+    let (other_flusher, _) =
+        ShardFlusher::open(FsStorage, config(other_dir.path(), 2), other.clone(), 0).unwrap();
     assert!(push(&other, &target, &rx, 1000, "fine").is_ok());
     assert_eq!(other.health(), ShardHealth::Running);
     drop(flusher);
@@ -246,16 +234,10 @@ fn a_full_disk_at_start_gives_overloaded_and_heals_without_a_restart() {
         })
         .collect();
     let storage = FaultyStorage::new(faults);
-    let queue = ShardQueue::new(0);
-    let wab = WabBudget::new(1 << 30, 0);
-    let (flusher, _) = ShardFlusher::open(
-        storage.clone(),
-        config(dir.path(), 3),
-        queue.clone(),
-        wab,
-        0,
-    )
-    .expect("a full disk does not stop the shard from starting");
+    let wab = WabBudget::new(1 << 30);
+    let queue = ShardQueue::new(0, &wab);
+    let (flusher, _) = ShardFlusher::open(storage.clone(), config(dir.path(), 3), queue.clone(), 0)
+        .expect("a full disk does not stop the shard from starting");
     assert_eq!(queue.health(), ShardHealth::Unwritable);
     assert_eq!(queue.refusal(), Some(NackReason::Overloaded));
     let (tx, rx) = mpsc::channel();
@@ -295,16 +277,10 @@ fn a_full_disk_at_start_gives_overloaded_and_heals_without_a_restart() {
 fn a_refused_rotation_keeps_the_full_segment_and_retries() {
     let dir = tempfile::tempdir().unwrap();
     let storage = FaultyStorage::new(Vec::new());
-    let queue = ShardQueue::new(0);
-    let wab = WabBudget::new(1 << 30, 0);
-    let (flusher, _) = ShardFlusher::open(
-        storage.clone(),
-        config(dir.path(), 3),
-        queue.clone(),
-        wab,
-        0,
-    )
-    .unwrap();
+    let wab = WabBudget::new(1 << 30);
+    let queue = ShardQueue::new(0, &wab);
+    let (flusher, _) =
+        ShardFlusher::open(storage.clone(), config(dir.path(), 3), queue.clone(), 0).unwrap();
     wait_writes(&storage, 2);
     let (tx, rx) = mpsc::channel();
     let target = Arc::new(Collect(tx));
@@ -353,16 +329,10 @@ fn a_refused_rotation_keeps_the_full_segment_and_retries() {
 fn a_failed_write_is_nacked_and_the_next_push_lands_in_a_fresh_segment() {
     let dir = tempfile::tempdir().unwrap();
     let storage = FaultyStorage::new(Vec::new());
-    let queue = ShardQueue::new(0);
-    let wab = WabBudget::new(1 << 30, 0);
-    let (flusher, _) = ShardFlusher::open(
-        storage.clone(),
-        config(dir.path(), 3),
-        queue.clone(),
-        wab,
-        0,
-    )
-    .unwrap();
+    let wab = WabBudget::new(1 << 30);
+    let queue = ShardQueue::new(0, &wab);
+    let (flusher, _) =
+        ShardFlusher::open(storage.clone(), config(dir.path(), 3), queue.clone(), 0).unwrap();
     // Start-up preallocates two 1 MiB segments, one write each (inline and
     // the sealer's spare); wait for both so the next write is a push's.
     wait_writes(&storage, 2);

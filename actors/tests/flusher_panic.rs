@@ -129,13 +129,13 @@ fn a_panicking_flusher_answers_internal_error_and_its_actor_stops() {
         spin: Duration::ZERO,
         group_bytes_max: 4 << 20,
     };
-    let queue = ShardQueue::new(0);
-    let wab = WabBudget::new(1 << 30, 0);
+    let wab = WabBudget::new(1 << 30);
+    let queue = ShardQueue::new(0, &wab);
     let (tx, rx) = mpsc::channel();
     let target = Arc::new(Collect(tx));
 
     let system = System::new();
-    let (flusher, _) = ShardFlusher::open(storage, cfg, queue.clone(), wab, 0).unwrap();
+    let (flusher, _) = ShardFlusher::open(storage, cfg, queue.clone(), 0).unwrap();
     let addr = system.block_on(async { flusher.start() });
 
     push(&queue, &target, "fine");

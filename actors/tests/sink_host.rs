@@ -394,8 +394,8 @@ impl Rig {
     fn start(segment_bytes: u64, slot: Arc<SinkSlot>) -> Rig {
         let tmp = tempfile::tempdir().unwrap();
         let dir = spillway_wab::shard_dir(tmp.path(), 0);
-        let queue = ShardQueue::new(0);
-        let wab = WabBudget::new(1 << 30, 0);
+        let wab = WabBudget::new(1 << 30);
+        let queue = ShardQueue::new(0, &wab);
         let cfg = FlusherConfig {
             shard: 0,
             dir: dir.clone(),
@@ -405,8 +405,8 @@ impl Rig {
             spin: Duration::ZERO,
             group_bytes_max: 4 << 20,
         };
-        let (flusher, _report) = ShardFlusher::open(FsStorage, cfg, queue.clone(), wab.clone(), 0)
-            .expect("opening the shard");
+        let (flusher, _report) =
+            ShardFlusher::open(FsStorage, cfg, queue.clone(), 0).expect("opening the shard");
         let dead = Arc::new(Mutex::new(
             DeadLetterStore::open(FsStorage, &tmp.path().join("dead-letter")).unwrap(),
         ));
@@ -415,7 +415,6 @@ impl Rig {
             FsStorage,
             DrainConfig { shard: 0, dir },
             queue.clone(),
-            wab.clone(),
             slot,
             dead,
             stats.clone(),
@@ -635,7 +634,7 @@ fn the_drain_delivers_records_written_across_rotations_while_the_sink_is_busy() 
             "rotations while delivering: {rotations}; delivered {} of {}; wab bytes used {}",
             log.lock().unwrap().len(),
             expected.len(),
-            rig.wab.used.load(Ordering::SeqCst)
+            rig.wab.used()
         );
         check_log(&log, &expected, "drain across rotations");
         rig.stop();

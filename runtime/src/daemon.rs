@@ -192,19 +192,18 @@ fn start(
             .map_err(|e| format!("opening the dead-letter store {}: {e}", dl_dir.display()))?,
     ));
     let shard_count = shards_to_serve(&cfg)?;
-    let wab = WabBudget::new(cfg.wab.wab_bytes_max, 0);
+    let wab = WabBudget::new(cfg.wab.wab_bytes_max);
     let mut shards = Vec::new();
     let mut recovered_records = 0;
     let mut recovered_segments = 0;
     for shard in 0..shard_count {
-        let queue = ShardQueue::new(shard);
-        let (addr, report) =
-            Supervisor::start_shard(&cfg, queue.clone(), wab.clone()).map_err(|e| {
-                format!(
-                    "recovering shard {shard} in {}: {e}",
-                    cfg.server.data_dir.display()
-                )
-            })?;
+        let queue = ShardQueue::new(shard, &wab);
+        let (addr, report) = Supervisor::start_shard(&cfg, queue.clone()).map_err(|e| {
+            format!(
+                "recovering shard {shard} in {}: {e}",
+                cfg.server.data_dir.display()
+            )
+        })?;
         recovered_records += report.record_count();
         recovered_segments += report.segments.len();
         // Resealing an unsealed segment at its last record is routine after
@@ -251,7 +250,6 @@ fn start(
         let drain = Supervisor::start_drain(
             &cfg,
             queue.clone(),
-            wab.clone(),
             sink.clone(),
             dead_letters.clone(),
             drain_stats.clone(),
@@ -272,7 +270,6 @@ fn start(
             inflight_records_max: cfg.server.inflight_records_max as usize,
             inflight_bytes_max: cfg.server.inflight_bytes_max,
         },
-        wab: wab.clone(),
         stats: Arc::new(DaemonStats::default()),
         live: Arc::new(AtomicUsize::new(0)),
         read_budget: Arc::new(ReadBudget::default()),
@@ -293,7 +290,7 @@ fn start(
         shards = shard_count,
         recovered_records,
         recovered_segments,
-        wab_bytes_used = wab.used.load(std::sync::atomic::Ordering::Relaxed),
+        wab_bytes_used = wab.used(),
         "spillway is listening"
     );
     say(&format!(
@@ -329,7 +326,6 @@ fn start(
     Admin::new(admin_listener, metrics_listener, admin_state).start();
     let children = Children {
         conn_ctx,
-        wab,
         arbiters,
         listener,
         shards,

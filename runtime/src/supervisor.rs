@@ -19,7 +19,6 @@ use std::sync::Mutex;
 use spillway_actors::{
     bind_socket, ConnectionContext, Drain, DrainConfig, DrainStats, FlusherConfig, Listener,
     ShardFlusher, ShardHealth, ShardQueue, SinkSlot, StopDrain, StopListening, StopShard,
-    WabBudget,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::{open_shard, shard_dir, FsStorage};
@@ -110,7 +109,6 @@ impl ShardSlot {
 pub struct Supervisor {
     cfg: Config,
     conn_ctx: Arc<ConnectionContext>,
-    wab: Arc<WabBudget>,
     arbiters: Vec<ArbiterHandle>,
     listener: Option<Addr<Listener>>,
     listener_policy: RestartPolicy,
@@ -124,7 +122,6 @@ pub struct Supervisor {
 /// What the daemon started and hands to the supervisor to watch.
 pub struct Children {
     pub conn_ctx: Arc<ConnectionContext>,
-    pub wab: Arc<WabBudget>,
     /// The connection arbiters (a restarted listener spreads over them too).
     pub arbiters: Vec<ArbiterHandle>,
     pub listener: Addr<Listener>,
@@ -137,7 +134,6 @@ impl Supervisor {
     pub fn new(cfg: Config, children: Children) -> Self {
         let Children {
             conn_ctx,
-            wab,
             arbiters,
             listener,
             shards,
@@ -147,7 +143,6 @@ impl Supervisor {
         Supervisor {
             cfg,
             conn_ctx,
-            wab,
             arbiters,
             listener: Some(listener),
             listener_policy: RestartPolicy::default(),
@@ -175,7 +170,6 @@ impl Supervisor {
     pub fn start_shard(
         cfg: &Config,
         queue: Arc<ShardQueue>,
-        wab: Arc<WabBudget>,
     ) -> std::io::Result<(Addr<ShardFlusher>, spillway_wab::RecoveryReport)> {
         let fcfg = Self::flusher_config(cfg, queue.shard);
         // One place checks the checkpoint against the segments (gaps, a
@@ -183,7 +177,7 @@ impl Supervisor {
         // floors the next sequence number, so identities are never reused.
         let opened = open_shard(&FsStorage, &fcfg.dir, queue.shard)?;
         let (flusher, report) =
-            ShardFlusher::open_recovered(FsStorage, fcfg, queue, wab, opened.recovered)?;
+            ShardFlusher::open_recovered(FsStorage, fcfg, queue, opened.recovered)?;
         Ok((flusher.start(), report))
     }
 
@@ -191,7 +185,6 @@ impl Supervisor {
     pub fn start_drain(
         cfg: &Config,
         queue: Arc<ShardQueue>,
-        wab: Arc<WabBudget>,
         sink: Arc<SinkSlot>,
         dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
         stats: Arc<DrainStats>,
@@ -200,7 +193,7 @@ impl Supervisor {
             shard: queue.shard,
             dir: shard_dir(&cfg.server.data_dir, queue.shard),
         };
-        let drain = Drain::spawn(FsStorage, dcfg, queue, wab, sink, dead_letters, stats)?;
+        let drain = Drain::spawn(FsStorage, dcfg, queue, sink, dead_letters, stats)?;
         Ok(drain.start())
     }
 
@@ -284,9 +277,9 @@ impl Supervisor {
                     .fail_queued(spillway_protocol::NackReason::InternalError);
             }
             Some(true) => {
-                let held = slot.queue.stats.bytes_held.swap(0, Ordering::Relaxed);
-                self.wab.release(held);
-                match Self::start_shard(&self.cfg, slot.queue.clone(), self.wab.clone()) {
+                // Recovery charges what it finds again.
+                slot.queue.budget.release_all();
+                match Self::start_shard(&self.cfg, slot.queue.clone()) {
                     Ok((addr, report)) => {
                         slot.queue.stats.restarts.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
@@ -334,7 +327,6 @@ impl Supervisor {
                 let started = Self::start_drain(
                     &self.cfg,
                     slot.queue.clone(),
-                    self.wab.clone(),
                     self.sink.clone(),
                     self.dead_letters.clone(),
                     slot.drain_stats.clone(),

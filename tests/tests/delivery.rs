@@ -390,6 +390,97 @@ fn wait_dead_letters(d: &Daemon, n: usize) -> Vec<String> {
     }
 }
 
+/// `ctl dead-letter requeue` is admitted like a producer's push: at
+/// `wab.wab_bytes_max` it is refused as Overloaded (retryable), nothing is
+/// requeued and the dead letter stays listed; once delivery frees space the
+/// same requeue goes through and the record arrives.
+#[test]
+fn dead_letter_requeue_gets_overloaded_at_the_wab_cap_like_a_push() {
+    const POISON_BYTES: usize = 512 * 1024;
+    const FILLER_BYTES: usize = 64 * 1024;
+    let rx = HttpReceiver::start();
+    rx.reject_containing(Some(b"poison"));
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[wab]\nwab_bytes_max = 4194304\nsegment_bytes_max = 1048576\n{}",
+        http_sink(
+            &rx,
+            "max_records = 1\nretry_initial_ms = 50\nretry_max_ms = 200"
+        )
+    ));
+    let mut c = d.client();
+    let mut poison = b"poison".to_vec();
+    poison.resize(POISON_BYTES, b'p');
+    c.push(Tier::Sync, &poison).unwrap();
+    wait_dead_letters(&d, 1);
+
+    // Hold delivery (503) and fill the WAB to its cap.
+    rx.set_status(503);
+    let mut fillers = Vec::new();
+    let overloaded = (0..200).find_map(|i| {
+        let mut p = format!("fill:{i}:").into_bytes();
+        p.resize(FILLER_BYTES, b'f');
+        match c.push(Tier::Sync, &p) {
+            Ok(()) => {
+                fillers.push(p);
+                None
+            }
+            Err(e) => Some(e.to_string()),
+        }
+    });
+    let overloaded = overloaded.expect("the WAB never filled");
+    assert!(
+        overloaded.to_lowercase().contains("overloaded"),
+        "{overloaded}"
+    );
+
+    let config = d.config_path().as_os_str();
+    let argv = [
+        "ctl".as_ref(),
+        "--config".as_ref(),
+        config,
+        "dead-letter".as_ref(),
+        "requeue".as_ref(),
+        "all".as_ref(),
+    ];
+    let refused = run_spillway(&argv, Duration::from_secs(20));
+    assert!(
+        !refused.status.success(),
+        "requeue at the cap succeeded: {refused:?}"
+    );
+    assert!(
+        refused.stderr.to_lowercase().contains("overloaded")
+            && refused.stderr.contains("nothing was requeued"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        dead_letters(&d).0,
+        1,
+        "the refused requeue lost the dead letter"
+    );
+
+    // Delivery resumes and frees space; the same requeue now goes through.
+    rx.set_status(200);
+    rx.reject_containing(None);
+    rx.wait_for_payloads(&fillers, DELIVERY_TIMEOUT);
+    let deadline = Instant::now() + DELIVERY_TIMEOUT;
+    loop {
+        let f = run_spillway(&argv, Duration::from_secs(20));
+        if f.status.success() {
+            assert_eq!(f.stdout.trim(), "requeued 1");
+            break;
+        }
+        assert!(f.stderr.to_lowercase().contains("overloaded"), "{f:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the WAB never freed: {f:?}\n{}",
+            d.stderr()
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+    rx.wait_for_payloads(&[&poison], DELIVERY_TIMEOUT);
+    assert_eq!(dead_letters(&d).0, 0);
+}
+
 #[test]
 fn permanent_rejection_is_dead_lettered_requeued_and_dropped() {
     let rx = HttpReceiver::start();

@@ -19,7 +19,7 @@ use spillway_wab::{load_checkpoint, write_checkpoint, Storage, StoredRecord};
 use super::retry::RetryState;
 use super::sink_host::{SinkHost, SinkSlot};
 use super::DrainStats;
-use crate::shard::{ShardQueue, WabBudget, Watermark};
+use crate::shard::{ShardQueue, Watermark};
 
 /// Longest the on-disk checkpoint lags the confirmed point while busy.
 const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
@@ -72,7 +72,6 @@ impl Drain {
         storage: S,
         cfg: DrainConfig,
         queue: Arc<ShardQueue>,
-        wab: Arc<WabBudget>,
         slot: Arc<SinkSlot>,
         dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
         stats: Arc<DrainStats>,
@@ -91,7 +90,6 @@ impl Drain {
             shard: cfg.shard,
             dir: cfg.dir,
             queue: queue.clone(),
-            wab,
             dead_letters,
             stats: stats.clone(),
             stop: stop.clone(),
@@ -178,7 +176,6 @@ pub(super) struct DrainThread<S: Storage> {
     pub(super) shard: u32,
     pub(super) dir: PathBuf,
     pub(super) queue: Arc<ShardQueue>,
-    pub(super) wab: Arc<WabBudget>,
     pub(super) dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
     pub(super) stats: Arc<DrainStats>,
     pub(super) stop: Arc<AtomicBool>,
@@ -319,12 +316,7 @@ impl<S: Storage> DrainThread<S> {
                     if removed == Removed::Unsealed {
                         self.queue.abandoned(id, true);
                     }
-                    self.wab.release(f.bytes);
-                    let _ = self.queue.stats.bytes_held.fetch_update(
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                        |v| Some(v.saturating_sub(f.bytes)),
-                    );
+                    self.queue.budget.release(f.bytes);
                     self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => {

@@ -112,7 +112,21 @@ pub(super) async fn requeue(state: &AdminState, sel: Selection) -> Result<String
     for l in &chosen {
         by_shard[(l.shard % shards) as usize].push(l);
     }
+    // Requeued records are admitted like a producer's push (Overloaded at
+    // wab.wab_bytes_max, the shard's refusal while it cannot write), every
+    // shard before any is pushed, so a refusal requeues nothing.
+    for (i, letters) in by_shard.iter().enumerate() {
+        let bytes = letters.iter().map(|l| l.payload.len() as u64).sum();
+        if let Err(reason) = state.shards[i].admit(bytes, letters.len(), 0) {
+            state.stats.count_nack(reason);
+            return Err(format!(
+                "shard {i} refused the requeue: {} (retryable; nothing was requeued, try again once delivery has freed space)",
+                reason.name()
+            ));
+        }
+    }
     let arrival = spillway_wab::format::now_unix_us();
+    let mut requeued: Vec<(u32, u64)> = Vec::with_capacity(chosen.len());
     for (i, letters) in by_shard.iter().enumerate() {
         if letters.is_empty() {
             continue;
@@ -133,20 +147,33 @@ pub(super) async fn requeue(state: &AdminState, sel: Selection) -> Result<String
         let (tx, rx) = oneshot::channel();
         let waiter = Arc::new(RequeueWaiter(Mutex::new(Some(tx))));
         state.shards[i].push(AppendBatch::new(records, bytes, true, 0, waiter));
-        match rx.await {
-            Ok(Ok(_)) => {}
-            Ok(Err(reason)) => {
-                return Err(format!("shard {i} refused the requeued records: {reason}"))
-            }
-            Err(_) => return Err(format!("shard {i} went away during the requeue")),
+        let failed = match rx.await {
+            Ok(Ok(_)) => None,
+            Ok(Err(reason)) => Some(format!("shard {i} refused the requeued records: {reason}")),
+            Err(_) => Some(format!("shard {i} went away during the requeue")),
+        };
+        if let Some(why) = failed {
+            // What earlier shards took is pending again: out of the store
+            // with it, or it would be delivered twice.
+            remove(state, &requeued)?;
+            return Err(format!("{why} ({} requeued before that)", requeued.len()));
         }
+        requeued.extend(letters.iter().map(|l| (l.shard, l.seq)));
     }
-    let ids: Vec<(u32, u64)> = chosen.iter().map(|l| (l.shard, l.seq)).collect();
+    remove(state, &requeued)?;
+    Ok(format!("requeued {}\n", chosen.len()))
+}
+
+/// Take requeued dead letters (now pending again) out of the store.
+fn remove(state: &AdminState, ids: &[(u32, u64)]) -> Result<(), String> {
+    if ids.is_empty() {
+        return Ok(());
+    }
     state
         .dead_letters
         .lock()
         .unwrap()
         .remove_where(|l| ids.contains(&(l.shard, l.seq)))
-        .map_err(|e| format!("requeued, but removing them from the dead-letter store failed (they may be delivered twice): {e}"))?;
-    Ok(format!("requeued {}\n", chosen.len()))
+        .map(|_| ())
+        .map_err(|e| format!("requeued, but removing them from the dead-letter store failed (they may be delivered twice): {e}"))
 }

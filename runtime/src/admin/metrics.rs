@@ -111,14 +111,14 @@ fn global_counters() -> [Counter<GlobalGet>; 13] {
             metric: "spillway_wab_bytes",
             kind: "gauge",
             help: "Bytes held in the write-ahead buffer (undelivered records).",
-            get: |s| load(&s.wab.used),
+            get: |s| s.wab.used(),
         },
         Counter {
             key: "wab_bytes_max",
             metric: "spillway_wab_bytes_max",
             kind: "gauge",
             help: "wab.wab_bytes_max: past it pushes get Overloaded.",
-            get: |s| s.wab.max,
+            get: |s| s.wab.max(),
         },
     ]
 }
@@ -207,7 +207,7 @@ fn shard_counters() -> [Counter<ShardGet>; 20] {
             metric: "spillway_shard_bytes",
             kind: "gauge",
             help: "Bytes of the shard's segments counted against wab_bytes_max.",
-            get: |q, _| load(&q.stats.bytes_held),
+            get: |q, _| q.budget.held(),
         },
         Counter {
             key: "durable_next_seq",
