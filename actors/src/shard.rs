@@ -723,7 +723,7 @@ mod tests {
 
     #[test]
     fn a_group_is_bounded_and_small_batches_ride_past_a_huge_one_in_order() {
-        const MIB: u64 = 1 << 20;
+        use sink_sdk::units::MIB;
         let q = ShardQueue::new(0, &WabBudget::new(u64::MAX));
         q.set_spin(Duration::ZERO);
         let huge: Arc<dyn CommitTarget> = Arc::new(Nobody);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use spillway_client::Client;
 
-const GIB: u64 = 1024 * 1024 * 1024;
+use sink_sdk::units::GIB;
 /// No drain yet: records accumulate, so the bench daemon gets a big WAB.
 const WAB_BYTES_MAX: u64 = 8 * GIB;
 const INFLIGHT_RECORDS_MAX: u32 = 4096;

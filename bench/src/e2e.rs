@@ -16,7 +16,7 @@ use super::context::Ctx;
 use super::daemon::{BenchDaemon, Launcher, Overrides, NOOP_SINK};
 use super::load::{self, LoadError};
 use super::receiver::{micros_since, Receiver};
-use super::report::{new_histogram, Kind, Outcome, RATE};
+use super::report::{new_histogram, Kind, ReportRow, RATE};
 use super::stamped::{self, record_id, Burst, Pace};
 
 /// Payload of the HTTP scenarios' records.
@@ -198,7 +198,7 @@ fn ctl_reload(exe: &Path, config: &Path) -> Result<String, String> {
 }
 
 /// Notes what a receiver could not make sense of (there should be nothing).
-fn check_receiver(o: &mut Outcome, which: &str, r: &Receiver, stamped: bool) {
+fn check_receiver(o: &mut ReportRow, which: &str, r: &Receiver, stamped: bool) {
     let who = if which.is_empty() {
         "the receiver".to_string()
     } else {
@@ -245,7 +245,7 @@ pub fn backlog_windows(samples: &[i64]) -> (f64, f64) {
 
 /// 16 paced producers (20,000 records/s of 256 B at Sync in total) into a
 /// daemon whose HTTP sink's receiver takes 5 ms per request.
-pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let launcher = launcher(ctx)?;
     let (warmup, measured) = if ctx.quick {
         (Duration::from_secs(1), Duration::from_secs(5))
@@ -306,7 +306,7 @@ pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
         || Ok(receiver.records() >= sent.acked),
     )?;
     let (first, last) = backlog_windows(&w.backlog);
-    let mut o = Outcome::new("e2e_slow_downstream", Kind::Scenario);
+    let mut o = ReportRow::new("e2e_slow_downstream", Kind::Scenario);
     o.set(RATE, w.acked as f64 / w.seconds)
         .set("offered_records_per_s", SLOW_OFFERED_PER_S)
         .set("delivered_per_s", w.delivered as f64 / w.seconds)
@@ -390,8 +390,8 @@ fn drain_backlog(launcher: &Launcher, delivery: &str, count: u64) -> Result<Drai
     })
 }
 
-fn drained_row(name: &str, d: &Drained) -> Outcome {
-    let mut o = Outcome::new(name, Kind::Scenario);
+fn drained_row(name: &str, d: &Drained) -> ReportRow {
+    let mut o = ReportRow::new(name, Kind::Scenario);
     let seconds = d.elapsed.as_secs_f64().max(1e-9);
     o.set(RATE, d.records as f64 / seconds)
         .set("us_per_record", seconds * 1e6 / d.records.max(1) as f64)
@@ -414,7 +414,7 @@ fn drained_row(name: &str, d: &Drained) -> Outcome {
 
 /// The same backlog delivered batched and per record, alternating which
 /// goes first from one repeat to the next.
-pub fn batched_vs_per_record(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+pub fn batched_vs_per_record(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let launcher = launcher(ctx)?;
     let count = if ctx.quick {
         COMPARE_RECORDS_QUICK
@@ -441,7 +441,7 @@ pub fn batched_vs_per_record(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
 
 /// One producer at 100 records/s into a batched HTTP sink whose receiver
 /// answers at once: push→arrival latency when nothing queues.
-pub fn light_load_latency(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+pub fn light_load_latency(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let launcher = launcher(ctx)?;
     let measured = Duration::from_secs(if ctx.quick { 3 } else { 10 });
     let warmup = Duration::from_millis(500);
@@ -480,7 +480,7 @@ pub fn light_load_latency(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
         Duration::from_millis(2),
         || Ok(receiver.records() >= sent.acked),
     )?;
-    let mut o = Outcome::new("e2e_light_load_latency", Kind::Scenario);
+    let mut o = ReportRow::new("e2e_light_load_latency", Kind::Scenario);
     o.set(RATE, records as f64 / elapsed.as_secs_f64())
         .set("records", records as f64)
         .set("elapsed_s", elapsed.as_secs_f64())
@@ -500,7 +500,7 @@ pub fn light_load_latency(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
 
 /// `single_thread_sync` against a daemon delivering to an HTTP receiver and
 /// against one with the noop sink, alternating which goes first.
-pub fn ingest_http_vs_noop(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+pub fn ingest_http_vs_noop(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let launcher = launcher(ctx)?;
     let receiver = Receiver::start(Instant::now(), Duration::ZERO, false)?;
     let http = start(
@@ -646,7 +646,7 @@ pub fn sink_tables() -> Vec<String> {
 
 /// Delivery through the example file plugin vs the built-in file sink,
 /// alternating which goes first.
-pub fn plugin_vs_builtin_file(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+pub fn plugin_vs_builtin_file(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let launcher = launcher(ctx)?;
     let library = plugin_library(&launcher.exe)?;
     let plugin = plugin_sink(&library);
@@ -671,7 +671,7 @@ pub fn plugin_vs_builtin_file(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
             p,
         )
     };
-    let mut o = Outcome::new("sink_plugin_vs_builtin_file", Kind::Scenario);
+    let mut o = ReportRow::new("sink_plugin_vs_builtin_file", Kind::Scenario);
     o.set(RATE, file_rate(&plug))
         .set("builtin_records_per_s", file_rate(&builtin))
         .set("ratio", file_rate(&plug) / file_rate(&builtin))
@@ -724,7 +724,7 @@ fn ms(us: u64) -> f64 {
 
 /// A pipelined producer at 5,000 records/s while the sink is switched from
 /// receiver A to B and back with `ctl reload`.
-pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let launcher = launcher(ctx)?;
     let epoch = Instant::now();
     let a = Receiver::start(epoch, Duration::ZERO, true)?;
@@ -839,7 +839,7 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
             .add(part)
             .map_err(|e| LoadError::Failed(format!("merging latencies: {e}")))?;
     }
-    let mut o = Outcome::new("reload_under_load", Kind::Scenario);
+    let mut o = ReportRow::new("reload_under_load", Kind::Scenario);
     o.set(RATE, sent.acked as f64 / r.pushing.as_secs_f64())
         .set("records", sent.acked as f64)
         .set("elapsed_s", r.pushing.as_secs_f64())

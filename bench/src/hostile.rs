@@ -28,7 +28,7 @@ use spillway_protocol::{encode_frame, encode_push, Tier, HEADER_LEN};
 use super::context::Ctx;
 use super::daemon::{rss_kib, strip_ansi, BenchDaemon, Overrides};
 use super::load::{self, LoadError, Plan, Sample};
-use super::report::{Outcome, P50, P99};
+use super::report::{ReportRow, P50, P99};
 
 /// Hostile connections in all.
 pub const ATTACKERS: usize = 200;
@@ -1040,7 +1040,7 @@ fn append(total: &mut Option<Sample>, slice: Sample) {
 
 /// One repeat: a fresh daemon (so its peak memory is this repeat's), then
 /// the producer alone and under attack in alternating slices.
-pub fn hostile(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+pub fn hostile(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let launcher = ctx
         .launcher
         .ok_or_else(|| LoadError::Unsupported("needs a daemon started by the bench".into()))?;

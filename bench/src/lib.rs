@@ -37,7 +37,7 @@ use context::Ctx;
 use daemon::{BenchDaemon, Launcher};
 use load::{LoadError, Plan};
 use probes::ProbeCounts;
-use report::{median_of, Kind, Outcome, Status, P50, RATE};
+use report::{median_of, Kind, ReportRow, Status, P50, RATE};
 use scenarios::{Scenario, SCENARIOS};
 
 /// Every config file the bench writes for its daemons: the daemon's whole
@@ -170,7 +170,7 @@ fn progress(line: &str) {
     eprintln!("bench: {line}");
 }
 
-fn summary(o: &Outcome) -> String {
+fn summary(o: &ReportRow) -> String {
     let rate = o
         .get(RATE)
         .map(|r| format!("{} rec/s", report::thousands(r)))
@@ -199,20 +199,20 @@ fn summary(o: &Outcome) -> String {
 fn repeat_probe(
     name: &str,
     repeat: usize,
-    mut probe: impl FnMut() -> Result<Outcome, String>,
-) -> Outcome {
+    mut probe: impl FnMut() -> Result<ReportRow, String>,
+) -> ReportRow {
     let mut runs = Vec::new();
     for round in 1..=repeat {
         match probe() {
             Ok(o) => runs.push(o),
-            Err(e) => return Outcome::failed(name, Kind::Probe, e),
+            Err(e) => return ReportRow::failed(name, Kind::Probe, e),
         }
         progress(&format!("{name} {round}/{repeat} done"));
     }
     median_of(&runs)
 }
 
-fn run_probes(dir: &Path, s: &Settings) -> Vec<Outcome> {
+fn run_probes(dir: &Path, s: &Settings) -> Vec<ReportRow> {
     vec![
         repeat_probe("disk_probe", s.repeat, || probes::disk_probe(dir, s.probes)),
         repeat_probe("socket_probe", s.repeat, || probes::socket_probe(s.probes)),
@@ -257,9 +257,9 @@ impl Subject {
     }
 
     /// The daemon's resident memory after start-up, before any load.
-    fn idle_rss(&self) -> Outcome {
+    fn idle_rss(&self) -> ReportRow {
         let Some(pid) = self.pid() else {
-            return Outcome::skipped(
+            return ReportRow::skipped(
                 "daemon_rss",
                 Kind::Probe,
                 "the daemon was not started by the bench (--socket)".into(),
@@ -268,11 +268,11 @@ impl Subject {
         std::thread::sleep(Duration::from_millis(300));
         match daemon::rss_kib(pid) {
             Some(kib) => {
-                let mut o = Outcome::new("daemon_rss", Kind::Probe);
+                let mut o = ReportRow::new("daemon_rss", Kind::Probe);
                 o.set("idle_mib", kib as f64 / 1024.0);
                 o
             }
-            None => Outcome::failed(
+            None => ReportRow::failed(
                 "daemon_rss",
                 Kind::Probe,
                 format!("no VmRSS in /proc/{pid}/status"),
@@ -292,12 +292,12 @@ impl Subject {
 }
 
 /// Rows of one scenario, each the median over its repeats.
-fn run_scenario(scenario: &Scenario, subject: &Subject, s: &Settings) -> Vec<Outcome> {
+fn run_scenario(scenario: &Scenario, subject: &Subject, s: &Settings) -> Vec<ReportRow> {
     if scenario.needs_own_daemon && subject.launcher.is_none() {
         let why = "needs a daemon config of its own; not possible with --socket".to_string();
-        return vec![Outcome::skipped(scenario.name, Kind::Scenario, why)];
+        return vec![ReportRow::skipped(scenario.name, Kind::Scenario, why)];
     }
-    let mut rows: Vec<Vec<Outcome>> = Vec::new();
+    let mut rows: Vec<Vec<ReportRow>> = Vec::new();
     let repeat = scenario
         .max_repeats
         .map_or(s.repeat, |max| max.min(s.repeat));
@@ -314,11 +314,11 @@ fn run_scenario(scenario: &Scenario, subject: &Subject, s: &Settings) -> Vec<Out
             Ok(outcomes) => collect_rows(&mut rows, outcomes, round, repeat),
             Err(LoadError::Unsupported(why)) => {
                 progress(&format!("{} skipped: {why}", scenario.name));
-                return vec![Outcome::skipped(scenario.name, Kind::Scenario, why)];
+                return vec![ReportRow::skipped(scenario.name, Kind::Scenario, why)];
             }
             Err(LoadError::Failed(e)) => {
                 progress(&format!("{} failed: {e}", scenario.name));
-                return vec![Outcome::failed(scenario.name, Kind::Scenario, e)];
+                return vec![ReportRow::failed(scenario.name, Kind::Scenario, e)];
             }
         }
     }
@@ -327,12 +327,16 @@ fn run_scenario(scenario: &Scenario, subject: &Subject, s: &Settings) -> Vec<Out
 
 /// Every selected scenario in order; if the daemon dies, the rest are
 /// marked failed rather than each failing to connect.
-fn run_scenarios(selected: &[&Scenario], subject: &mut Subject, s: &Settings) -> Vec<Outcome> {
+fn run_scenarios(selected: &[&Scenario], subject: &mut Subject, s: &Settings) -> Vec<ReportRow> {
     let mut outcomes = Vec::new();
     let mut dead: Option<String> = None;
     for scenario in selected {
         if let Some(why) = &dead {
-            outcomes.push(Outcome::failed(scenario.name, Kind::Scenario, why.clone()));
+            outcomes.push(ReportRow::failed(
+                scenario.name,
+                Kind::Scenario,
+                why.clone(),
+            ));
             continue;
         }
         outcomes.extend(run_scenario(scenario, subject, s));
@@ -345,7 +349,12 @@ fn run_scenarios(selected: &[&Scenario], subject: &mut Subject, s: &Settings) ->
 }
 
 /// Files each row of one repeat with the earlier repeats of the same row.
-fn collect_rows(rows: &mut Vec<Vec<Outcome>>, outcomes: Vec<Outcome>, round: usize, repeat: usize) {
+fn collect_rows(
+    rows: &mut Vec<Vec<ReportRow>>,
+    outcomes: Vec<ReportRow>,
+    round: usize,
+    repeat: usize,
+) {
     for o in outcomes {
         progress(&format!("{} ({}/{repeat})", summary(&o), round + 1));
         match rows.iter_mut().find(|r| r[0].name == o.name) {
@@ -403,7 +412,7 @@ fn describe_setup(args: &BenchArgs, s: &Settings, work: &Path) -> String {
     )
 }
 
-fn print_results(header: &str, outcomes: &[Outcome], targets: &[targets::Target]) {
+fn print_results(header: &str, outcomes: &[ReportRow], targets: &[targets::Target]) {
     println!("\n{header}");
     println!("{}", report::scenario_table(outcomes));
     println!("probes (medians):\n{}", report::probe_table(outcomes));
@@ -413,7 +422,7 @@ fn print_results(header: &str, outcomes: &[Outcome], targets: &[targets::Target]
 fn write_json(
     path: &Path,
     header: &str,
-    outcomes: &[Outcome],
+    outcomes: &[ReportRow],
     targets: &[targets::Target],
 ) -> Result<(), String> {
     let meta = serde_json::json!({

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use spillway_client::{Client, Error, NackReason, Pipeline, Tier};
 
-use super::report::{new_histogram, record, Kind, Outcome, RATE};
+use super::report::{new_histogram, record, Kind, ReportRow, RATE};
 
 /// The record every scenario pushes: 5 bytes, like weir's load suite.
 pub const PAYLOAD: &[u8] = b"spill";
@@ -102,8 +102,8 @@ impl Sample {
     }
 
     /// The scenario outcome: rate, latency percentiles (µs), counts.
-    pub fn to_outcome(&self, name: &str) -> Outcome {
-        let mut o = Outcome::new(name, Kind::Scenario);
+    pub fn to_outcome(&self, name: &str) -> ReportRow {
+        let mut o = ReportRow::new(name, Kind::Scenario);
         o.set(RATE, self.rate())
             .set("records", self.records as f64)
             .set("elapsed_s", self.elapsed.as_secs_f64())

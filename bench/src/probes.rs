@@ -14,7 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::report::{new_histogram, record, Kind, Outcome};
+use super::report::{new_histogram, record, Kind, ReportRow};
 
 const APPEND_BYTES: usize = 64;
 const BATCH_RECORDS: usize = 256;
@@ -78,7 +78,7 @@ fn fsync_after(
     Ok((us(0.5), us(0.99)))
 }
 
-fn append_probe(dir: &Path, n: usize, out: &mut Outcome) -> Result<(), String> {
+fn append_probe(dir: &Path, n: usize, out: &mut ReportRow) -> Result<(), String> {
     let path = dir.join("append.probe");
     let mut file = File::create(&path).map_err(io_err("creating", &path))?;
     let bytes = [0x5au8; APPEND_BYTES];
@@ -90,7 +90,7 @@ fn append_probe(dir: &Path, n: usize, out: &mut Outcome) -> Result<(), String> {
     Ok(())
 }
 
-fn prealloc_probe(dir: &Path, n: usize, out: &mut Outcome) -> Result<(), String> {
+fn prealloc_probe(dir: &Path, n: usize, out: &mut ReportRow) -> Result<(), String> {
     let path = dir.join("prealloc.probe");
     let file = prewritten(&path, (FSYNC_WARMUP + n) * APPEND_BYTES)?;
     let bytes = [0x5au8; APPEND_BYTES];
@@ -104,7 +104,7 @@ fn prealloc_probe(dir: &Path, n: usize, out: &mut Outcome) -> Result<(), String>
 
 /// 256 × 5-byte records as one `pwrite` + one `fdatasync` into a
 /// preallocated file, the durable ceiling for `batch_durable_n256`.
-fn batch_probe(dir: &Path, rounds: usize, out: &mut Outcome) -> Result<(), String> {
+fn batch_probe(dir: &Path, rounds: usize, out: &mut ReportRow) -> Result<(), String> {
     let path = dir.join("batch.probe");
     let chunk = BATCH_RECORDS * RECORD_BYTES;
     let file = prewritten(&path, (FSYNC_WARMUP + rounds) * chunk)?;
@@ -128,12 +128,12 @@ fn batch_probe(dir: &Path, rounds: usize, out: &mut Outcome) -> Result<(), Strin
 }
 
 /// The disk probe, in a scratch folder under `dir` (removed afterwards).
-pub fn disk_probe(dir: &Path, counts: ProbeCounts) -> Result<Outcome, String> {
+pub fn disk_probe(dir: &Path, counts: ProbeCounts) -> Result<ReportRow, String> {
     let scratch = tempfile::Builder::new()
         .prefix("disk-probe-")
         .tempdir_in(dir)
         .map_err(|e| format!("disk probe: creating a folder in {}: {e}", dir.display()))?;
-    let mut out = Outcome::new("disk_probe", Kind::Probe);
+    let mut out = ReportRow::new("disk_probe", Kind::Probe);
     append_probe(scratch.path(), counts.fsyncs, &mut out)?;
     prealloc_probe(scratch.path(), counts.fsyncs, &mut out)?;
     batch_probe(scratch.path(), counts.batch_writes, &mut out)?;
@@ -147,7 +147,7 @@ fn echo(mut stream: UnixStream) {
 }
 
 /// Unix-socket ping-pong round trips between two threads.
-pub fn socket_probe(counts: ProbeCounts) -> Result<Outcome, String> {
+pub fn socket_probe(counts: ProbeCounts) -> Result<ReportRow, String> {
     let (mut ours, theirs) =
         UnixStream::pair().map_err(|e| format!("socket probe: socketpair: {e}"))?;
     let echoer = std::thread::spawn(move || echo(theirs));
@@ -165,7 +165,7 @@ pub fn socket_probe(counts: ProbeCounts) -> Result<Outcome, String> {
     }
     drop(ours);
     let _ = echoer.join();
-    let mut out = Outcome::new("socket_probe", Kind::Probe);
+    let mut out = ReportRow::new("socket_probe", Kind::Probe);
     out.set_latency("rtt_", &hist);
     Ok(out)
 }

@@ -1,4 +1,4 @@
-//! Results and their presentation: an [`Outcome`] per scenario or probe
+//! Results and their presentation: an [`ReportRow`] per scenario or probe
 //! (named numeric figures), the median over repeats, the stdout tables and
 //! the JSON lines.
 
@@ -52,7 +52,7 @@ pub enum Status {
 /// One scenario's or probe's result: named figures (latencies in µs, rates
 /// per second, memory in MiB) plus free-form notes.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct ReportRow {
     pub name: String,
     pub kind: Kind,
     pub status: Status,
@@ -60,9 +60,9 @@ pub struct Outcome {
     pub notes: Vec<String>,
 }
 
-impl Outcome {
-    pub fn new(name: impl Into<String>, kind: Kind) -> Outcome {
-        Outcome {
+impl ReportRow {
+    pub fn new(name: impl Into<String>, kind: Kind) -> ReportRow {
+        ReportRow {
             name: name.into(),
             kind,
             status: Status::Ok,
@@ -71,21 +71,21 @@ impl Outcome {
         }
     }
 
-    pub fn skipped(name: &str, kind: Kind, reason: String) -> Outcome {
-        Outcome {
+    pub fn skipped(name: &str, kind: Kind, reason: String) -> ReportRow {
+        ReportRow {
             status: Status::Skipped(reason),
-            ..Outcome::new(name, kind)
+            ..ReportRow::new(name, kind)
         }
     }
 
-    pub fn failed(name: &str, kind: Kind, reason: String) -> Outcome {
-        Outcome {
+    pub fn failed(name: &str, kind: Kind, reason: String) -> ReportRow {
+        ReportRow {
             status: Status::Failed(reason),
-            ..Outcome::new(name, kind)
+            ..ReportRow::new(name, kind)
         }
     }
 
-    pub fn set(&mut self, key: &str, value: f64) -> &mut Outcome {
+    pub fn set(&mut self, key: &str, value: f64) -> &mut ReportRow {
         self.figures.insert(key.to_string(), value);
         self
     }
@@ -94,13 +94,13 @@ impl Outcome {
         self.figures.get(key).copied()
     }
 
-    pub fn note(&mut self, note: impl Into<String>) -> &mut Outcome {
+    pub fn note(&mut self, note: impl Into<String>) -> &mut ReportRow {
         self.notes.push(note.into());
         self
     }
 
     /// Adds `<prefix>p50_us`, `<prefix>p99_us`, ... from a histogram in ns.
-    pub fn set_latency(&mut self, prefix: &str, hist: &Histogram<u64>) -> &mut Outcome {
+    pub fn set_latency(&mut self, prefix: &str, hist: &Histogram<u64>) -> &mut ReportRow {
         if hist.is_empty() {
             return self;
         }
@@ -139,9 +139,9 @@ fn median(values: &mut [f64]) -> f64 {
 /// The median of each figure over the repeats of one outcome (same name),
 /// the maximum for [`WORST_OF_REPEATS`]; notes are the distinct notes of
 /// all repeats.
-pub fn median_of(runs: &[Outcome]) -> Outcome {
+pub fn median_of(runs: &[ReportRow]) -> ReportRow {
     let first = runs.first().expect("median of at least one run");
-    let mut out = Outcome::new(first.name.clone(), first.kind);
+    let mut out = ReportRow::new(first.name.clone(), first.kind);
     let mut keys: Vec<&String> = runs.iter().flat_map(|r| r.figures.keys()).collect();
     keys.sort();
     keys.dedup();
@@ -192,7 +192,7 @@ fn micros(value: Option<f64>) -> String {
 }
 
 /// Notes worth a glance, derived from well-known figures plus the run's own notes.
-fn row_notes(o: &Outcome) -> String {
+fn row_notes(o: &ReportRow) -> String {
     let mut notes: Vec<String> = Vec::new();
     match &o.status {
         Status::Skipped(why) => return format!("skipped: {why}"),
@@ -218,7 +218,7 @@ fn row_notes(o: &Outcome) -> String {
 }
 
 /// Notes of the end-to-end rows, from their figures.
-fn delivery_notes(o: &Outcome) -> Vec<String> {
+fn delivery_notes(o: &ReportRow) -> Vec<String> {
     let mut notes = Vec::new();
     let f = |k: &str| o.get(k);
     if let (Some(rate), Some(ratio), Some(end)) =
@@ -281,7 +281,7 @@ fn delivery_notes(o: &Outcome) -> Vec<String> {
 }
 
 /// Notes of the `hostile/under_attack` row, from its figures.
-fn hostile_notes(o: &Outcome) -> Vec<String> {
+fn hostile_notes(o: &ReportRow) -> Vec<String> {
     let mut notes = Vec::new();
     let f = |k: &str| o.get(k);
     if let (Some(p50), Some(p99)) = (f("p50_ratio"), f("p99_ratio")) {
@@ -310,8 +310,8 @@ fn hostile_notes(o: &Outcome) -> Vec<String> {
 }
 
 /// The scenario table: one row per scenario outcome.
-pub fn scenario_table(outcomes: &[Outcome]) -> String {
-    let rows: Vec<&Outcome> = outcomes
+pub fn scenario_table(outcomes: &[ReportRow]) -> String {
+    let rows: Vec<&ReportRow> = outcomes
         .iter()
         .filter(|o| o.kind == Kind::Scenario)
         .collect();
@@ -344,7 +344,7 @@ pub fn scenario_table(outcomes: &[Outcome]) -> String {
 }
 
 /// The probe section: every figure of every probe, one per line.
-pub fn probe_table(outcomes: &[Outcome]) -> String {
+pub fn probe_table(outcomes: &[ReportRow]) -> String {
     let mut s = String::new();
     for o in outcomes.iter().filter(|o| o.kind == Kind::Probe) {
         if o.status != Status::Ok {
@@ -384,7 +384,7 @@ fn probe_value(key: &str, value: f64) -> String {
     }
 }
 
-fn figures_json(o: &Outcome) -> serde_json::Map<String, serde_json::Value> {
+fn figures_json(o: &ReportRow) -> serde_json::Map<String, serde_json::Value> {
     o.figures
         .iter()
         .map(|(k, v)| (k.clone(), serde_json::json!(v)))
@@ -392,7 +392,7 @@ fn figures_json(o: &Outcome) -> serde_json::Map<String, serde_json::Value> {
 }
 
 /// One JSON object per outcome.
-pub fn outcome_json(o: &Outcome) -> serde_json::Value {
+pub fn outcome_json(o: &ReportRow) -> serde_json::Value {
     let (status, reason) = match &o.status {
         Status::Ok => ("ok", None),
         Status::Skipped(r) => ("skipped", Some(r.clone())),
@@ -423,11 +423,11 @@ mod tests {
 
     #[test]
     fn median_of_takes_each_figure_separately() {
-        let mut a = Outcome::new("x", Kind::Scenario);
+        let mut a = ReportRow::new("x", Kind::Scenario);
         a.set(RATE, 10.0).set(P50, 5.0);
-        let mut b = Outcome::new("x", Kind::Scenario);
+        let mut b = ReportRow::new("x", Kind::Scenario);
         b.set(RATE, 30.0).set(P50, 1.0);
-        let mut c = Outcome::new("x", Kind::Scenario);
+        let mut c = ReportRow::new("x", Kind::Scenario);
         c.set(RATE, 20.0).set(P50, 3.0);
         let m = median_of(&[a, b, c]);
         assert_eq!(m.get(RATE), Some(20.0));

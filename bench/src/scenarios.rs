@@ -12,9 +12,9 @@ use super::daemon::{Overrides, RssSampler};
 use super::e2e;
 use super::hostile;
 use super::load::{self, LoadError, Plan, Sample};
-use super::report::Outcome;
+use super::report::ReportRow;
 
-const MIB: u64 = 1024 * 1024;
+use sink_sdk::units::MIB;
 const RSS_SAMPLE_EVERY: Duration = Duration::from_millis(5);
 
 /// The load a scenario applies. All records are [`load::PAYLOAD`] (5 bytes).
@@ -33,7 +33,7 @@ pub enum Workload {
         rss: bool,
     },
     /// Anything else; returns its own rows.
-    Custom(fn(&Ctx) -> Result<Vec<Outcome>, LoadError>),
+    Custom(fn(&Ctx) -> Result<Vec<ReportRow>, LoadError>),
 }
 
 pub struct Scenario {
@@ -58,7 +58,7 @@ const fn plain(name: &'static str, workload: Workload) -> Scenario {
 /// A scenario with daemons (and sinks) of its own.
 const fn own(
     name: &'static str,
-    run: fn(&Ctx) -> Result<Vec<Outcome>, LoadError>,
+    run: fn(&Ctx) -> Result<Vec<ReportRow>, LoadError>,
     max_repeats: Option<usize>,
 ) -> Scenario {
     Scenario {
@@ -135,7 +135,7 @@ fn measure(workload: &Workload, socket: &Path, plan: Plan) -> Result<Sample, Loa
 
 impl Scenario {
     /// One repeat of the scenario: its rows.
-    pub fn run_once(&self, ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+    pub fn run_once(&self, ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
         match self.workload {
             Workload::Custom(run) => run(ctx),
             Workload::Herd { rss: true, .. } => Ok(vec![self.with_rss(ctx)?]),
@@ -144,7 +144,7 @@ impl Scenario {
     }
 
     /// Measures while sampling the daemon's VmRSS; reports the peak.
-    fn with_rss(&self, ctx: &Ctx) -> Result<Outcome, LoadError> {
+    fn with_rss(&self, ctx: &Ctx) -> Result<ReportRow, LoadError> {
         let Some(pid) = ctx.pid else {
             let mut o = measure(&self.workload, ctx.socket, ctx.plan)?.to_outcome(self.name);
             o.note("RSS not sampled: the daemon was not started by the bench (--socket)");
@@ -170,7 +170,7 @@ const SEGMENT_WORKLOADS: [(&str, Workload); 2] = [
 
 /// A second daemon with 1 MiB segments against the main one, alternating
 /// which goes first from one repeat to the next.
-fn segment_compare(ctx: &Ctx) -> Result<Vec<Outcome>, LoadError> {
+fn segment_compare(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let launcher = ctx
         .launcher
         .ok_or_else(|| LoadError::Unsupported("needs a daemon started by the bench".into()))?;

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::e2e::BACKLOG_FLOOR;
-use super::report::{Outcome, Status, P50, P99, RATE};
+use super::report::{ReportRow, Status, P50, P99, RATE};
 
 /// Slack allowed on top of the probes' floor for the daemon's own work, µs.
 const OVERHEAD_US: f64 = 30.0;
@@ -63,7 +63,7 @@ impl Target {
 }
 
 /// Looks figures up by outcome name and key.
-struct Figures<'a>(&'a [Outcome]);
+struct Figures<'a>(&'a [ReportRow]);
 
 impl Figures<'_> {
     fn get(&self, name: &str, key: &str) -> Result<f64, String> {
@@ -193,7 +193,7 @@ const RULES: &[Rule] = &[
 ];
 
 /// Every target, evaluated against this run's outcomes.
-pub fn evaluate(outcomes: &[Outcome]) -> Vec<Target> {
+pub fn evaluate(outcomes: &[ReportRow]) -> Vec<Target> {
     let figures = Figures(outcomes);
     RULES
         .iter()
@@ -509,8 +509,8 @@ mod tests {
     use super::*;
     use crate::report::Kind;
 
-    fn outcome(name: &str, kind: Kind, figures: &[(&str, f64)]) -> Outcome {
-        let mut o = Outcome::new(name, kind);
+    fn outcome(name: &str, kind: Kind, figures: &[(&str, f64)]) -> ReportRow {
+        let mut o = ReportRow::new(name, kind);
         for (k, v) in figures {
             o.set(k, *v);
         }

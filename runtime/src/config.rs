@@ -13,9 +13,7 @@ use spillway_sinks::SinkConfig;
 /// The embedded default configuration (also `configs/default.toml`).
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/default.toml");
 
-const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
-const GIB: u64 = 1024 * MIB;
+use sink_sdk::units::{GIB, KIB, MIB};
 
 /// A configuration that could not be used, naming the key and the rule.
 #[derive(Debug, thiserror::Error)]

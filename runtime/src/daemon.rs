@@ -338,8 +338,12 @@ fn start(
     Ok(())
 }
 
+/// With `--watch-config`: how often the config file is looked at.
+const CONFIG_POLL_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// SIGHUP reloads; with `--watch-config` so does a change of the file
-/// (polled twice a second, applied once its mtime and size have been stable for one poll).
+/// (polled every [`CONFIG_POLL_EVERY`], applied once its mtime and size have
+/// been stable for one poll).
 fn spawn_reload_triggers(reloader: Rc<RefCell<Reloader>>, watch_config: bool) {
     use tokio::signal::unix::{signal, SignalKind};
     let on_hup = reloader.clone();
@@ -355,7 +359,7 @@ fn spawn_reload_triggers(reloader: Rc<RefCell<Reloader>>, watch_config: bool) {
     });
     if watch_config {
         actix_rt::spawn(async move {
-            let mut tick = actix_rt::time::interval(std::time::Duration::from_millis(500));
+            let mut tick = actix_rt::time::interval(CONFIG_POLL_EVERY);
             loop {
                 tick.tick().await;
                 reloader.borrow_mut().poll_file();

@@ -1,5 +1,14 @@
 //! The `spillway` binary: `run` the daemon, `check` a config, talk to a
 //! running daemon with `ctl`, measure with `bench`, `inspect` a data folder.
+//!
+//! This crate (folder `runtime/`, package `spillway`) is the binary and
+//! nothing else: it has no library target. It wires the libraries together:
+//! `config` (the TOML file), `daemon` (start-up: ownership of the data folder
+//! and sockets, recovery, the actors), `supervisor` (restarts, shutdown),
+//! `sink` and `reload` (the `[sink]` table, at start and on reload),
+//! `admin` (the admin socket and metrics), `ctl` (its client subcommands),
+//! `logging`, `fd_limit`. `bench` is the `spillway-bench` crate, behind the
+//! default `bench` feature.
 
 mod admin;
 mod config;

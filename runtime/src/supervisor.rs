@@ -32,6 +32,9 @@ pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const CHECK_EVERY: Duration = Duration::from_millis(100);
+/// At shutdown, after the drains stopped: time for the connection arbiters
+/// to write the last acks before the system stops.
+const LAST_ACKS_GRACE: Duration = Duration::from_millis(100);
 
 /// Restart bookkeeping of one child.
 #[derive(Default)]
@@ -400,7 +403,7 @@ impl Supervisor {
                 let _ = s.await;
             }
             // Give connection arbiters a moment to write the last acks.
-            actix_rt::time::sleep(Duration::from_millis(100)).await;
+            actix_rt::time::sleep(LAST_ACKS_GRACE).await;
         };
         ctx.spawn(fut.into_actor(self).map(|_, _, _| {
             tracing::info!("stopped");

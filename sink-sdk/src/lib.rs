@@ -111,6 +111,7 @@ use std::time::Duration;
 
 pub mod abi;
 pub mod output;
+pub mod units;
 
 pub use abi::PluginSink;
 

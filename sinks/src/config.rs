@@ -34,9 +34,7 @@ use crate::file::{FileConfig, FileSettings};
 use crate::http::{HttpConfig, HttpSettings};
 use crate::plugin::{PluginConfig, PluginSettings};
 
-pub(crate) const KIB: u64 = 1024;
-pub(crate) const MIB: u64 = 1024 * KIB;
-pub(crate) const GIB: u64 = 1024 * MIB;
+pub(crate) use sink_sdk::units::{GIB, KIB, MIB};
 
 /// The file the built-in default config delivers to.
 pub const DEFAULT_FILE_PATH: &str = "spillway-data/delivered.ndjson";

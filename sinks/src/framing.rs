@@ -7,15 +7,17 @@
 //! is rejected on its own, with a reason that says how to fix the config;
 //! the other records of the batch are still delivered.
 //!
-//! NDJSON and length-prefixed framing are sink-sdk's
-//! (`sink_sdk::output::Framing`, which plugins use too); this adds the JSON
-//! array and the advice that names the sink's own config keys.
+//! [`BodyFraming`] is the layout of a built-in sink's body. Its NDJSON and
+//! length-prefixed forms are sink-sdk's stream framing
+//! (`sink_sdk::output::Framing`, imported here as `StreamFraming`, which
+//! plugins use too); this adds the JSON array and the advice that names the
+//! sink's own config keys.
 
 use sink_sdk::output::Framing as StreamFraming;
 
 /// A way to lay records out in one byte stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
+pub(crate) enum BodyFraming {
     /// Each payload followed by `\n`.
     Ndjson,
     /// `[p1,p2,...]`: each payload a JSON value.
@@ -24,15 +26,15 @@ pub(crate) enum Framing {
     LengthPrefixed,
 }
 
-impl Framing {
+impl BodyFraming {
     /// The sink-sdk framing that lays out this one, if any: NDJSON and
     /// length-prefixed frames are shared with plugins; a JSON array needs
     /// a JSON parser, which sink-sdk does without.
     fn stream(self) -> Option<StreamFraming> {
         match self {
-            Framing::Ndjson => Some(StreamFraming::Ndjson),
-            Framing::JsonArray => None,
-            Framing::LengthPrefixed => Some(StreamFraming::LengthPrefixed),
+            BodyFraming::Ndjson => Some(StreamFraming::Ndjson),
+            BodyFraming::JsonArray => None,
+            BodyFraming::LengthPrefixed => Some(StreamFraming::LengthPrefixed),
         }
     }
 
@@ -56,14 +58,14 @@ impl Framing {
         }
     }
 
-    /// Starts a body: call once before the first [`Framing::push`].
+    /// Starts a body: call once before the first [`BodyFraming::push`].
     pub(crate) fn open(self, out: &mut Vec<u8>) {
-        if self == Framing::JsonArray {
+        if self == BodyFraming::JsonArray {
             out.push(b'[');
         }
     }
 
-    /// Appends one payload that passed [`Framing::check`]. `first` is true
+    /// Appends one payload that passed [`BodyFraming::check`]. `first` is true
     /// for the first payload of the body.
     pub(crate) fn push(self, out: &mut Vec<u8>, payload: &[u8], first: bool) {
         match self.stream() {
@@ -77,9 +79,9 @@ impl Framing {
         }
     }
 
-    /// Ends a body: call once after the last [`Framing::push`].
+    /// Ends a body: call once after the last [`BodyFraming::push`].
     pub(crate) fn close(self, out: &mut Vec<u8>) {
-        if self == Framing::JsonArray {
+        if self == BodyFraming::JsonArray {
             out.push(b']');
         }
     }
@@ -102,7 +104,7 @@ fn check_json_value(payload: &[u8]) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn frame(framing: Framing, payloads: &[&[u8]]) -> Vec<u8> {
+    fn frame(framing: BodyFraming, payloads: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
         framing.open(&mut out);
         for (i, p) in payloads.iter().enumerate() {
@@ -118,42 +120,42 @@ mod tests {
     #[test]
     fn ndjson_lines() {
         assert_eq!(
-            frame(Framing::Ndjson, &[b"{\"a\":1}", b"", b"x"]),
+            frame(BodyFraming::Ndjson, &[b"{\"a\":1}", b"", b"x"]),
             b"{\"a\":1}\n\nx\n"
         );
         assert_eq!(
-            Framing::Ndjson.check(b"ab\ncd", "format = \"length_prefixed\""),
+            BodyFraming::Ndjson.check(b"ab\ncd", "format = \"length_prefixed\""),
             Err(
                 "record contains a newline byte at offset 2; use format = \"length_prefixed\""
                     .into()
             )
         );
-        assert_eq!(Framing::Ndjson.check(b"a\rb", "x"), Ok(()));
+        assert_eq!(BodyFraming::Ndjson.check(b"a\rb", "x"), Ok(()));
     }
 
     #[test]
     fn json_array_elements() {
         assert_eq!(
-            frame(Framing::JsonArray, &[b"1", b"{\"a\":[2]}", b"\"s\""]),
+            frame(BodyFraming::JsonArray, &[b"1", b"{\"a\":[2]}", b"\"s\""]),
             b"[1,{\"a\":[2]},\"s\"]"
         );
-        assert_eq!(frame(Framing::JsonArray, &[]), b"[]");
+        assert_eq!(frame(BodyFraming::JsonArray, &[]), b"[]");
         assert_eq!(
-            frame(Framing::JsonArray, &[b" {\"a\":\n1} "]),
+            frame(BodyFraming::JsonArray, &[b" {\"a\":\n1} "]),
             b"[ {\"a\":\n1} ]"
         );
         for bad in [&b"{"[..], b"", b"1 2", b"{\"a\":1}x", b"nul", b"\"\xff\""] {
-            let e = Framing::JsonArray.check(bad, "x").unwrap_err();
+            let e = BodyFraming::JsonArray.check(bad, "x").unwrap_err();
             assert!(e.starts_with("record is not"), "{bad:?}: {e}");
         }
-        let e = Framing::JsonArray.check(b"{\"a\":}", "x").unwrap_err();
+        let e = BodyFraming::JsonArray.check(b"{\"a\":}", "x").unwrap_err();
         assert!(e.contains("line 1 column 6"), "{e}");
     }
 
     #[test]
     fn length_prefixed_frames() {
         assert_eq!(
-            frame(Framing::LengthPrefixed, &[b"ab", b"", b"c\nd"]),
+            frame(BodyFraming::LengthPrefixed, &[b"ab", b"", b"c\nd"]),
             b"\x02\x00\x00\x00ab\x00\x00\x00\x00\x03\x00\x00\x00c\nd"
         );
     }

@@ -979,7 +979,7 @@ pub enum Mode {
 
 /// What one producer did before the daemon died.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct ProducerOutcome {
     pub tag: String,
     /// Records written to the socket (or at least handed to the client).
     pub sent: u64,
@@ -993,7 +993,7 @@ pub fn is_disconnect(e: &ClientError) -> bool {
 }
 
 /// Push `"{tag}:{n}"` records until the connection fails.
-pub fn produce(client: &mut Client, tag: &str, mode: Mode, limit: u64) -> Outcome {
+pub fn produce(client: &mut Client, tag: &str, mode: Mode, limit: u64) -> ProducerOutcome {
     let mut sent = 0u64;
     let mut acked = 0u64;
     let payload = |n: u64| format!("{tag}:{n}");
@@ -1063,7 +1063,7 @@ pub fn produce(client: &mut Client, tag: &str, mode: Mode, limit: u64) -> Outcom
             err
         }
     };
-    Outcome {
+    ProducerOutcome {
         tag: tag.to_string(),
         sent,
         acked,
@@ -1074,7 +1074,11 @@ pub fn produce(client: &mut Client, tag: &str, mode: Mode, limit: u64) -> Outcom
 /// For each producer: its records are in exactly one shard (its connection
 /// is pinned to one), they are `0..k` in push order with no gap, and
 /// `acked <= k <= sent` (every ack kept; at most the unacknowledged tail missing).
-pub fn check_producers(shards: &[(u32, Vec<StoredRecord>)], outcomes: &[Outcome], context: &str) {
+pub fn check_producers(
+    shards: &[(u32, Vec<StoredRecord>)],
+    outcomes: &[ProducerOutcome],
+    context: &str,
+) {
     for o in outcomes {
         let mut found: Vec<(u32, Vec<u64>)> = Vec::new();
         for (shard, recs) in shards {

@@ -30,7 +30,7 @@ fn start_producers(
     prefix: &str,
     mode: Mode,
     limit: u64,
-) -> (Arc<Barrier>, Vec<thread::JoinHandle<Outcome>>) {
+) -> (Arc<Barrier>, Vec<thread::JoinHandle<ProducerOutcome>>) {
     let ready = Arc::new(Barrier::new(PRODUCERS + 1));
     let handles = (0..PRODUCERS)
         .map(|p| {
@@ -58,7 +58,7 @@ fn crash_run(seed: u64, base_ms: u64, mode: Mode) {
     ready.wait();
     thread::sleep(kill_after);
     d.kill9();
-    let outcomes: Vec<Outcome> = handles
+    let outcomes: Vec<ProducerOutcome> = handles
         .into_iter()
         .map(|h| h.join().expect("producer thread"))
         .collect();
@@ -106,7 +106,7 @@ fn crash_run(seed: u64, base_ms: u64, mode: Mode) {
     // Phase 3: push more after the restart; all acked, in order, new sequence numbers.
     let (ready, handles) = start_producers(&d, "q", mode, 40);
     ready.wait();
-    let after: Vec<Outcome> = handles
+    let after: Vec<ProducerOutcome> = handles
         .into_iter()
         .map(|h| h.join().expect("producer thread"))
         .collect();

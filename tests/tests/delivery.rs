@@ -579,7 +579,7 @@ fn sigkill_during_delivery_loses_no_acked_record() {
     let rx = HttpReceiver::start();
     let mut d = Daemon::start(&http_sink(&rx, "retry_initial_ms = 50\nretry_max_ms = 500"));
     let mut expected: Vec<String> = Vec::new();
-    let mut outcomes_all: Vec<Outcome> = Vec::new();
+    let mut outcomes_all: Vec<ProducerOutcome> = Vec::new();
     let mut extra_before = 0usize;
     for (round, kill_after_ms) in [(0u32, 100u64), (1, 350), (2, 700)] {
         let context = format!("round {round} (kill after {kill_after_ms} ms)");
@@ -601,7 +601,7 @@ fn sigkill_during_delivery_loses_no_acked_record() {
         thread::sleep(Duration::from_millis(kill_after_ms));
         let in_flight = wait_until(Duration::from_secs(2), || rx.in_flight() > 0);
         d.kill9();
-        let outcomes: Vec<Outcome> = handles
+        let outcomes: Vec<ProducerOutcome> = handles
             .into_iter()
             .map(|h| h.join().expect("producer"))
             .collect();

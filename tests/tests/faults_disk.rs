@@ -47,7 +47,7 @@ fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
     EXCLUSIVE.write().unwrap_or_else(|e| e.into_inner())
 }
 
-const MIB: u64 = 1 << 20;
+use sink_sdk::units::MIB;
 /// Size of one test record (the WAB fills in a few thousand pushes).
 const REC_BYTES: usize = 4096;
 /// Records per PushBatch while filling the disk.

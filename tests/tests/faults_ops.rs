@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use spillway_tests::*;
 use support_http::HttpReceiver;
 
-const MIB: u64 = 1024 * 1024;
+use sink_sdk::units::MIB;
 
 // ---------------------------------------------------------------- helpers
 

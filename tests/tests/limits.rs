@@ -474,7 +474,7 @@ fn sigterm_exits_0_with_every_acked_record_on_disk() {
     ready.wait();
     thread::sleep(Duration::from_millis(250));
     d.terminate();
-    let outcomes: Vec<Outcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let outcomes: Vec<ProducerOutcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     assert!(
         outcomes.iter().all(|o| !o.error.is_empty()),
         "every producer must have been stopped: {outcomes:?}"

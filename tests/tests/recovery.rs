@@ -276,7 +276,7 @@ fn recovery_of_a_torn_tail_is_idempotent() {
     ready.wait();
     thread::sleep(Duration::from_millis(150));
     d.kill9();
-    let outcomes: Vec<Outcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let outcomes: Vec<ProducerOutcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
     let seen_before = snapshot(&d);
 
     d.spawn();

@@ -15,7 +15,11 @@ use spillway_wab::{preallocate, seal, ActiveSegment, FsStorage, Storage, Storage
 const SHARD: u32 = 3;
 const CAP: u64 = 16 * 1024;
 
-fn start_segment(dir: &Path, id: u64, first_seq: u64) -> ActiveSegment<<FsStorage as Storage>::File> {
+fn start_segment(
+    dir: &Path,
+    id: u64,
+    first_seq: u64,
+) -> ActiveSegment<<FsStorage as Storage>::File> {
     let pre = preallocate(&FsStorage, dir, id, CAP).unwrap();
     ActiveSegment::start(pre, SHARD, first_seq)
 }

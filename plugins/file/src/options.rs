@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-const MIB: u64 = 1024 * 1024;
+use sink_sdk::units::MIB;
 
 /// Default of [`FileOptions::rotate_bytes`]: 256 MiB, as the built-in sink.
 pub const DEFAULT_ROTATE_BYTES: u64 = 256 * MIB;

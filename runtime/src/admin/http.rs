@@ -7,19 +7,20 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use super::metrics::prometheus;
 use super::AdminState;
 
+/// A request line longer than this is dropped.
+const REQUEST_BYTES_MAX: u64 = 8192;
+/// A request slower than this to arrive is dropped.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Serve `GET /metrics` on a TCP listener (HTTP/1.1, one request per
 /// connection). Anything else gets 404; a request over 8 KiB or slower than
 /// 5 s is dropped.
 pub(super) async fn serve_metrics(stream: tokio::net::TcpStream, state: Rc<AdminState>) {
     use tokio::io::AsyncBufReadExt as _;
     let (rd, mut wr) = stream.into_split();
-    let mut reader = BufReader::new(rd.take(8192));
+    let mut reader = BufReader::new(rd.take(REQUEST_BYTES_MAX));
     let mut request_line = String::new();
-    let read = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        reader.read_line(&mut request_line),
-    )
-    .await;
+    let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut request_line)).await;
     if !matches!(read, Ok(Ok(n)) if n > 0) {
         return;
     }

@@ -300,7 +300,7 @@ mod tests {
     #[cfg(unix)]
     use std::os::unix::fs::PermissionsExt;
 
-    const KIB: u64 = 1024;
+    use crate::units::KIB;
 
     fn rules(fsync: bool, rotate_bytes: u64) -> AppendRules {
         AppendRules {

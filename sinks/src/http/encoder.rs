@@ -12,7 +12,7 @@ use flate2::Compression;
 use sink_sdk::Record;
 
 use super::config::HttpEncoding;
-use crate::framing::Framing;
+use crate::framing::BodyFraming;
 
 /// Content type of a per-record body: the raw payload.
 pub(crate) const PER_RECORD_CONTENT_TYPE: &str = "application/octet-stream";
@@ -33,11 +33,11 @@ impl EncodedBatch {
     }
 }
 
-pub(crate) fn framing(encoding: HttpEncoding) -> Framing {
+pub(crate) fn framing(encoding: HttpEncoding) -> BodyFraming {
     match encoding {
-        HttpEncoding::Ndjson => Framing::Ndjson,
-        HttpEncoding::JsonArray => Framing::JsonArray,
-        HttpEncoding::LengthPrefixed => Framing::LengthPrefixed,
+        HttpEncoding::Ndjson => BodyFraming::Ndjson,
+        HttpEncoding::JsonArray => BodyFraming::JsonArray,
+        HttpEncoding::LengthPrefixed => BodyFraming::LengthPrefixed,
     }
 }
 
