@@ -50,11 +50,20 @@ pub struct ConnectionLimits {
 
 /// Unwritten response bytes past which a connection stops reading: a peer
 /// that does not read its acks may not grow our buffer, nor keep pushing
-/// records the disk must write for it. 4 KiB is 256 single-record acks
-/// beyond what the kernel's send buffer holds (see the listener's
-/// `SEND_BUFFER_BYTES`); at 64 KiB, peers that never read made a polite
-/// producer's p99 ~5.5x worse instead of ~2.8x.
-const OUT_BYTES_MAX: usize = 4 * 1024;
+/// records the disk must write for it. The cap is never below what a full
+/// in-flight window's acks take ([`ConnectionLimits::out_bytes_max`]): a
+/// client that pipelines up to `inflight_records_max` pushes before it reads
+/// must not find the daemon waiting for it to read (a deadlock that ends at
+/// the write-stall timeout), however little the kernel's send buffer holds.
+const OUT_BYTES_MIN: usize = 4 * 1024;
+impl ConnectionLimits {
+    /// Unwritten response bytes past which a connection stops reading:
+    /// one ack per record of a full window, at least [`OUT_BYTES_MIN`].
+    pub fn out_bytes_max(&self) -> usize {
+        (self.inflight_records_max * spillway_protocol::HEADER_LEN).max(OUT_BYTES_MIN)
+    }
+}
+
 /// Every connection's read buffer may hold this much without asking the
 /// shared read-buffer budget; a frame larger than this reserves its size
 /// from the budget before its buffer grows past it.
@@ -189,7 +198,7 @@ impl Connection {
         st.slots.len() >= l.inflight_records_max
             || st.inflight_records >= l.inflight_records_max
             || st.inflight_bytes >= l.inflight_bytes_max
-            || st.out.len() >= OUT_BYTES_MAX
+            || st.out.len() >= l.out_bytes_max()
     }
 
     /// Start the next read unless reading is paused (window, parked frame, closing).

@@ -185,7 +185,6 @@ impl Listener {
                 return;
             }
         };
-        limit_send_buffer(&std_stream);
         let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
@@ -207,33 +206,6 @@ impl Listener {
         if !started {
             tracing::error!(conn = id, "connection arbiter is gone; connection dropped");
         }
-    }
-}
-
-/// Kernel send buffer asked for each connection (Linux doubles it). The
-/// default (~208 KiB) holds ~13,000 unread 16-byte acks: a peer that never
-/// reads its acks got that many records, plus [`crate::connection`]'s own
-/// unwritten-bytes cap, committed per connection before the connection
-/// paused, and 33 such peers pushing at once made a well-behaved Sync
-/// producer's p99 5.5-5.8x its p99 without them (`spillway bench --scenario
-/// hostile`). 16 KiB still holds a 1,024-frame pipelined window's acks.
-const SEND_BUFFER_BYTES: libc::c_int = 16 * 1024;
-
-/// Ask for [`SEND_BUFFER_BYTES`]; a refusal only leaves the default.
-fn limit_send_buffer(stream: &StdUnixStream) {
-    use std::os::unix::io::AsRawFd;
-    // SAFETY: a valid open descriptor and an int-sized option value.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            &SEND_BUFFER_BYTES as *const libc::c_int as *const libc::c_void,
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        tracing::debug!(error = %io::Error::last_os_error(), "could not set SO_SNDBUF");
     }
 }
 
