@@ -12,14 +12,19 @@ use tokio::sync::oneshot;
 
 use super::AdminState;
 
-/// `dead-letter list`: one line per dead letter, with a payload preview.
-pub(super) fn list(state: &AdminState) -> Result<String, String> {
-    let all = state
+/// Every dead letter in the store, oldest first.
+fn stored(state: &AdminState) -> Result<Vec<DeadLetter>, String> {
+    state
         .dead_letters
         .lock()
         .unwrap()
         .list()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())
+}
+
+/// `dead-letter list`: one line per dead letter, with a payload preview.
+pub(super) fn list(state: &AdminState) -> Result<String, String> {
+    let all = stored(state)?;
     let mut out = String::new();
     let _ = writeln!(out, "{} dead letters", all.len());
     for l in all {
@@ -97,12 +102,7 @@ impl CommitTarget for RequeueWaiter {
 /// Push the selected dead letters back into their shards (as new records,
 /// Sync, in their original order), then remove them from the store.
 pub(super) async fn requeue(state: &AdminState, sel: Selection) -> Result<String, String> {
-    let all = state
-        .dead_letters
-        .lock()
-        .unwrap()
-        .list()
-        .map_err(|e| e.to_string())?;
+    let all = stored(state)?;
     let chosen: Vec<DeadLetter> = all.into_iter().filter(|l| sel.matches(l)).collect();
     if chosen.is_empty() {
         return Ok("requeued 0\n".into());
