@@ -54,8 +54,8 @@ pub struct Reply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
-    /// Held this long (on a timer, not a thread) before it is sent; the
-    /// request counts as in flight meanwhile.
+    /// Held this long before it is sent (as exactly as a thread's sleep);
+    /// the request counts as in flight meanwhile.
     pub delay: Duration,
 }
 

@@ -150,7 +150,9 @@ impl Receiver {
     }
 
     /// Requests that were not understood: malformed (hyper answers 400), a
-    /// head over 64 KiB (431) or a body over 128 MiB (413).
+    /// head over 64 KiB (431) or a body over 128 MiB (413). A malformed
+    /// one is counted when hyper gives its connection up, just after the
+    /// client saw it close.
     pub fn refused(&self) -> u64 {
         self.shared.refused.load(Ordering::Acquire)
     }

@@ -1,8 +1,9 @@
 //! The serving thread: a current-thread tokio runtime that accepts
 //! connections, lets hyper speak HTTP/1.1 on each (keep-alive, pipelining,
 //! `Content-Length` and chunked bodies) and answers every request through
-//! the handler. One thread is enough: the handler never blocks and a
-//! delayed reply waits on a timer, so a held request costs no thread.
+//! the handler. One thread is enough: the handler never blocks, a request
+//! held at the gate costs no thread, and a delayed reply sleeps on a thread
+//! of tokio's blocking pool (see `wait`).
 
 use std::convert::Infallible;
 use std::io;
@@ -53,13 +54,17 @@ pub(crate) fn spawn(
         .name("test-http".into())
         .spawn(move || {
             runtime.block_on(accept_loop(listener, shared, stop));
-            // Dropping the runtime here drops every connection task.
+            // Drops every connection task now; a thread still sleeping out
+            // a reply's delay ends by itself, answering no one.
+            runtime.shutdown_background();
         })
 }
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
     let mut http = http1::Builder::new();
-    http.max_header_size(HEAD_BYTES_MAX);
+    // No `Date` header: an answer is only what the handler said (and its
+    // `Content-Length`), a few bytes less per request for the bench.
+    http.max_header_size(HEAD_BYTES_MAX).auto_date_header(false);
     loop {
         let accepted = tokio::select! {
             _ = &mut stop => return,
@@ -118,7 +123,7 @@ async fn answer(
     let reply = (shared.handler)(&request);
     in_flight.status = Some(reply.status);
     if !reply.delay.is_zero() {
-        tokio::time::sleep(reply.delay).await;
+        wait(reply.delay).await;
     }
     drop(in_flight);
     Ok(response(reply))
@@ -148,6 +153,15 @@ async fn read_body(mut body: Incoming, headers: &hyper::HeaderMap) -> Result<Vec
         }
     }
     Ok(out)
+}
+
+/// Waits `delay` as exactly as a thread's sleep does. tokio's timer
+/// rounds a deadline up to its next millisecond tick: a 5 ms hold took
+/// 5-6 ms, and e2e_slow_downstream's push->arrival p50 rose by ~0.5 ms.
+/// A sleeping thread from the blocking pool is precise; delayed requests
+/// are few (a test's, or the bench's ~200/s), so threads are cheap here.
+async fn wait(delay: Duration) {
+    let _ = tokio::task::spawn_blocking(move || std::thread::sleep(delay)).await;
 }
 
 /// Waits while the gate is closed.
