@@ -20,6 +20,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use sink_sdk::units::{KIB, MIB};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -28,10 +29,10 @@ use crate::receiver::Shared;
 
 /// A request head (request line and headers) longer than this is refused
 /// with 431.
-const HEAD_BYTES_MAX: usize = 64 * 1024;
+const HEAD_BYTES_MAX: usize = (64 * KIB) as usize;
 /// A body longer than this is refused with 413 (the sink's batches are a
 /// few MiB at most; a record is at most 16 MiB).
-pub(crate) const BODY_BYTES_MAX: usize = 128 * 1024 * 1024;
+pub(crate) const BODY_BYTES_MAX: usize = (128 * MIB) as usize;
 /// After a failed `accept()` (EMFILE, say), wait this long before the next.
 const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
