@@ -1,11 +1,11 @@
-//! A loopback HTTP/1.1 receiver for the end-to-end scenarios: the `[sink]`
+//! The loopback HTTP receiver for the end-to-end scenarios: the `[sink]`
 //! of a bench daemon points at it.
 //!
-//! `std::net::TcpListener` on `127.0.0.1:0`, one thread per connection,
-//! keep-alive, `Content-Length` bodies only (what the HTTP sink sends).
-//! Each request is answered `200` after an optional fixed delay (a database
-//! commit, say). A body is split into NDJSON lines (a `per_record` body is
-//! one record: its payload holds no newline); each line is one record.
+//! A [`spillway_test_http::Receiver`] (hyper on one thread of its own, on
+//! `127.0.0.1:0`) that keeps no requests: each is answered `200` after an
+//! optional fixed delay (a database commit, say), and its body is split
+//! into NDJSON lines (a `per_record` body is one record: its payload holds
+//! no newline); each line is one record.
 //!
 //! Records are [stamped](stamp) by the bench's producers with their send
 //! time (µs since an epoch `Instant` shared with the receiver) and an id, so
@@ -18,24 +18,17 @@
 //! backlog builds up, whose delivery can be timed.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use spillway_test_http::{Reply, Request};
 
 use super::report::new_histogram;
 
 /// Bytes of a stamp: send time and id, 16 hex digits each.
 pub const STAMP_BYTES: usize = 32;
-/// How often a blocked connection thread looks at the stop flag.
-const POLL: Duration = Duration::from_millis(100);
-const HEAD_BYTES_MAX: usize = 64 * 1024;
-const BODY_BYTES_MAX: usize = 128 * 1024 * 1024;
-const OK_RESPONSE: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
 
 fn put_hex(out: &mut [u8], value: u64) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -96,16 +89,12 @@ struct Tally {
     duplicates: u64,
 }
 
+/// What the handler (on the receiver's thread) and the scenario share.
 struct Shared {
     epoch: Instant,
     delay: Duration,
     keep_ids: bool,
-    stop: AtomicBool,
-    gate_open: Mutex<bool>,
-    gate: Condvar,
-    requests: AtomicU64,
     records: AtomicU64,
-    bad_requests: AtomicU64,
     tally: Mutex<Tally>,
 }
 
@@ -114,25 +103,16 @@ impl Shared {
         self.tally.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Blocks while the gate is closed (or until the receiver stops).
-    fn pass_gate(&self) {
-        let mut open = self.gate_open.lock().unwrap_or_else(|p| p.into_inner());
-        while !*open && !self.stop.load(Ordering::Acquire) {
-            open = self
-                .gate
-                .wait_timeout(open, POLL)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
-
     /// Counts the records of one request body.
-    fn arrived(&self, body: &[u8]) {
-        let now = Instant::now();
-        let now_us = now.duration_since(self.epoch).as_micros() as u64;
+    fn arrived(&self, request: &Request) {
+        let now_us = request.at.duration_since(self.epoch).as_micros() as u64;
         let mut records = 0;
         let mut t = self.tally();
-        for line in body.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        for line in request
+            .body
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+        {
             records += 1;
             let Some((sent_us, id)) = parse_stamp(line) else {
                 t.unstamped += 1;
@@ -156,39 +136,27 @@ impl Shared {
                 t.duplicates += 1;
             }
         }
-        t.last_arrival = Some(now);
+        t.last_arrival = Some(request.at);
         drop(t);
         self.records.fetch_add(records, Ordering::AcqRel);
-        self.requests.fetch_add(1, Ordering::AcqRel);
     }
 }
 
 /// The receiver; stopped when dropped.
 pub struct Receiver {
-    addr: SocketAddr,
+    http: spillway_test_http::Receiver,
     shared: Arc<Shared>,
-    accept: Option<JoinHandle<()>>,
 }
 
 impl Receiver {
     /// Listens on 127.0.0.1 (a free port). `delay`: how long each request
     /// is held before its `200`; `keep_ids`: remember every record's id.
     pub fn start(epoch: Instant, delay: Duration, keep_ids: bool) -> Result<Receiver, String> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .map_err(|e| format!("receiver: binding 127.0.0.1:0: {e}"))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| format!("receiver: {e}"))?;
         let shared = Arc::new(Shared {
             epoch,
             delay,
             keep_ids,
-            stop: AtomicBool::new(false),
-            gate_open: Mutex::new(true),
-            gate: Condvar::new(),
-            requests: AtomicU64::new(0),
             records: AtomicU64::new(0),
-            bad_requests: AtomicU64::new(0),
             tally: Mutex::new(Tally {
                 measure_from_us: 0,
                 latency: new_histogram(),
@@ -198,25 +166,24 @@ impl Receiver {
                 duplicates: 0,
             }),
         });
-        let for_accept = shared.clone();
-        let accept = std::thread::Builder::new()
-            .name("bench-receiver".into())
-            .spawn(move || accept_loop(listener, for_accept))
-            .map_err(|e| format!("receiver: starting its thread: {e}"))?;
-        Ok(Receiver {
-            addr,
-            shared,
-            accept: Some(accept),
-        })
+        let for_handler = shared.clone();
+        let http = spillway_test_http::Receiver::builder()
+            .keep_requests(false)
+            .start(move |request: &Request| {
+                for_handler.arrived(request);
+                Reply::status(200).after(for_handler.delay)
+            })
+            .map_err(|e| format!("receiver: starting on 127.0.0.1:0: {e}"))?;
+        Ok(Receiver { http, shared })
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}/ingest", self.addr)
+        self.http.url("/ingest")
     }
 
     /// Requests answered or being answered.
     pub fn requests(&self) -> u64 {
-        self.shared.requests.load(Ordering::Acquire)
+        self.http.request_count()
     }
 
     /// Records arrived (NDJSON lines, or one per per-record request).
@@ -226,24 +193,15 @@ impl Receiver {
 
     /// Requests that were not understood (answered 4xx, connection closed).
     pub fn bad_requests(&self) -> u64 {
-        self.shared.bad_requests.load(Ordering::Acquire)
+        self.http.refused()
     }
 
     pub fn close_gate(&self) {
-        *self
-            .shared
-            .gate_open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = false;
+        self.http.close_gate();
     }
 
     pub fn open_gate(&self) {
-        *self
-            .shared
-            .gate_open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = true;
-        self.shared.gate.notify_all();
+        self.http.open_gate();
     }
 
     /// From now on, only records sent at or after `us` (since the epoch;
@@ -280,152 +238,11 @@ impl Receiver {
     }
 }
 
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.gate.notify_all();
-        // Wake the blocking accept.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(handle) = self.accept.take() {
-            let _ = handle.join();
-        }
-    }
-}
-
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    for stream in listener.incoming() {
-        if shared.stop.load(Ordering::Acquire) {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let shared = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("bench-receiver-conn".into())
-            .spawn(move || serve(stream, &shared));
-        if let Err(e) = spawned {
-            eprintln!("bench: receiver: starting a connection thread: {e}");
-        }
-    }
-}
-
-/// Appends what the socket has to `buf`; false at EOF, on an error, or when
-/// the receiver stops.
-fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, chunk: &mut [u8], shared: &Shared) -> bool {
-    loop {
-        match stream.read(chunk) {
-            Ok(0) => return false,
-            Ok(n) => {
-                buf.extend_from_slice(&chunk[..n]);
-                return true;
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                if shared.stop.load(Ordering::Acquire) {
-                    return false;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return false,
-        }
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-/// What the request head says about the body and the connection.
-#[derive(Debug, PartialEq)]
-struct Head {
-    content_length: usize,
-    close: bool,
-}
-
-/// `Err` with the status line to answer for a request this receiver does
-/// not take (chunked bodies, a bad length).
-fn parse_head(head: &[u8]) -> Result<Head, &'static str> {
-    let text = String::from_utf8_lossy(head);
-    let mut parsed = Head {
-        content_length: 0,
-        close: false,
-    };
-    for line in text.split("\r\n").skip(1) {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let (name, value) = (name.trim(), value.trim());
-        if name.eq_ignore_ascii_case("content-length") {
-            parsed.content_length = value.parse().map_err(|_| "400 Bad Request")?;
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            return Err("411 Length Required");
-        } else if name.eq_ignore_ascii_case("connection") && value.eq_ignore_ascii_case("close") {
-            parsed.close = true;
-        }
-    }
-    if parsed.content_length > BODY_BYTES_MAX {
-        return Err("413 Content Too Large");
-    }
-    Ok(parsed)
-}
-
-fn refuse(stream: &mut TcpStream, shared: &Shared, status: &str) {
-    shared.bad_requests.fetch_add(1, Ordering::AcqRel);
-    let _ = stream.write_all(
-        format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
-    );
-}
-
-/// One keep-alive connection: requests in order until EOF.
-fn serve(mut stream: TcpStream, shared: &Shared) {
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_read_timeout(Some(POLL));
-    let mut buf: Vec<u8> = Vec::with_capacity(256 * 1024);
-    let mut chunk = vec![0u8; 256 * 1024];
-    loop {
-        let head_end = loop {
-            if let Some(p) = find(&buf, b"\r\n\r\n") {
-                break p + 4;
-            }
-            if buf.len() > HEAD_BYTES_MAX {
-                return refuse(&mut stream, shared, "431 Request Header Fields Too Large");
-            }
-            if !fill(&mut stream, &mut buf, &mut chunk, shared) {
-                return;
-            }
-        };
-        let head = match parse_head(&buf[..head_end]) {
-            Ok(h) => h,
-            Err(status) => return refuse(&mut stream, shared, status),
-        };
-        let end = head_end + head.content_length;
-        while buf.len() < end {
-            if !fill(&mut stream, &mut buf, &mut chunk, shared) {
-                return;
-            }
-        }
-        shared.pass_gate();
-        shared.arrived(&buf[head_end..end]);
-        if !shared.delay.is_zero() {
-            std::thread::sleep(shared.delay);
-        }
-        if stream.write_all(OK_RESPONSE).is_err() {
-            return;
-        }
-        buf.drain(..end);
-        if head.close {
-            return;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::BufRead;
+    use std::io::{self, BufRead, Read, Write};
+    use std::net::TcpStream;
 
     #[test]
     fn stamps_round_trip() {
@@ -439,25 +256,30 @@ mod tests {
     }
 
     #[test]
-    fn heads() {
-        let h =
-            parse_head(b"POST /ingest HTTP/1.1\r\ncontent-length: 12\r\nConnection: close\r\n\r\n")
-                .unwrap();
-        assert_eq!(
-            h,
-            Head {
-                content_length: 12,
-                close: true
-            }
-        );
-        assert_eq!(
-            parse_head(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap(),
-            Head {
-                content_length: 0,
-                close: false
-            }
-        );
-        assert!(parse_head(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").is_err());
+    fn closes_when_asked_and_counts_what_it_cannot_parse() {
+        let r = Receiver::start(Instant::now(), Duration::ZERO, false).unwrap();
+        let mut stream = TcpStream::connect(r.http.addr()).unwrap();
+        stream
+            .write_all(b"POST /ingest HTTP/1.1\r\ncontent-length: 12\r\nConnection: close\r\n\r\nspill\nspill\n")
+            .unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+        assert_eq!((r.requests(), r.records(), r.bad_requests()), (1, 2, 0));
+
+        let mut stream = TcpStream::connect(r.http.addr()).unwrap();
+        stream
+            .write_all(b"POST /ingest HTTP/1.1\r\nContent-Length: twelve\r\n\r\n")
+            .unwrap();
+        reply.clear();
+        stream.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{reply}");
+        // Counted once the server gave the connection up, just after closing it.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while r.bad_requests() == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!((r.requests(), r.bad_requests()), (1, 1));
     }
 
     fn post(stream: &mut TcpStream, body: &[u8]) {
@@ -473,7 +295,7 @@ mod tests {
     fn counts_records_over_keep_alive() {
         let epoch = Instant::now();
         let r = Receiver::start(epoch, Duration::ZERO, true).unwrap();
-        let mut stream = TcpStream::connect(r.addr).unwrap();
+        let mut stream = TcpStream::connect(r.http.addr()).unwrap();
         let mut reader = io::BufReader::new(stream.try_clone().unwrap());
         let mut body = Vec::new();
         for id in 0..3 {
@@ -503,7 +325,7 @@ mod tests {
     fn a_closed_gate_holds_requests() {
         let r = Receiver::start(Instant::now(), Duration::ZERO, false).unwrap();
         r.close_gate();
-        let mut stream = TcpStream::connect(r.addr).unwrap();
+        let mut stream = TcpStream::connect(r.http.addr()).unwrap();
         post(&mut stream, b"a\nb\n");
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(r.records(), 0);

@@ -25,8 +25,6 @@ mod framing;
 pub mod http;
 pub mod noop;
 pub mod plugin;
-#[cfg(test)]
-mod test_server;
 
 use std::sync::Arc;
 

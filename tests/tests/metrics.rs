@@ -111,3 +111,57 @@ fn a_bad_metrics_address_is_refused_naming_the_key() {
         finished.stderr
     );
 }
+
+/// What the metrics server answers `raw` with, up to its close.
+fn http_raw(port: u16, raw: &[u8]) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(raw);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn the_metrics_server_answers_only_get_metrics_and_drops_slow_or_huge_requests() {
+    let port = free_port();
+    let _d = Daemon::start(&format!(
+        "[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n"
+    ));
+    let other = http_raw(
+        port,
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    );
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+    assert!(other.ends_with("\r\n\r\ntry GET /metrics\n"), "{other}");
+    let query = http_raw(port, b"GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(query.starts_with("HTTP/1.1 404"), "{query}");
+
+    // One request per connection: the second of two pipelined is not answered.
+    let two = http_raw(
+        port,
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /other HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    assert!(two.starts_with("HTTP/1.1 200"), "{two}");
+    assert!(
+        two.to_ascii_lowercase().contains("connection: close"),
+        "{two}"
+    );
+    assert!(!two.contains("HTTP/1.1 404"), "{two}");
+
+    let huge = format!(
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n",
+        "x".repeat(9000)
+    );
+    let refused = http_raw(port, huge.as_bytes());
+    assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
+
+    // A client that connects and says nothing is dropped (after 5 s),
+    // well before our 10 s read timeout.
+    let mut silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    assert!(matches!(silent.read(&mut buf), Ok(0)), "not closed");
+}

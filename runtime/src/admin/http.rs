@@ -1,42 +1,66 @@
-//! `GET /metrics` on `admin.metrics_address`.
+//! `GET /metrics` on `admin.metrics_address`: hyper's HTTP/1.1 server, one
+//! request per connection. `GET /metrics` gets the Prometheus text;
+//! anything else that parses gets 404, and what does not parse gets hyper's
+//! 400. A request head over 8 KiB gets 431; a client that takes longer
+//! than 5 s to send its head, or 10 s for the whole exchange (a scraper
+//! that never reads its answer), is dropped.
 
+use std::convert::Infallible;
 use std::rc::Rc;
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use sink_sdk::units::KIB;
 
 use super::metrics::prometheus;
 use super::AdminState;
 
-/// A request line longer than this is dropped.
-const REQUEST_BYTES_MAX: u64 = 8192;
-/// A request slower than this to arrive is dropped.
-const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// A request head (request line and headers) longer than this gets 431.
+/// hyper's smallest read buffer, and 50 times a scraper's head.
+const REQUEST_HEAD_BYTES_MAX: usize = (8 * KIB) as usize;
+/// A request head slower than this to arrive is dropped.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection still open after this (its answer unread) is dropped.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The Prometheus text exposition format.
+const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4";
 
-/// Serve `GET /metrics` on a TCP listener (HTTP/1.1, one request per
-/// connection). Anything else gets 404; a request over 8 KiB or slower than
-/// 5 s is dropped.
+/// Serves one connection of the metrics listener.
 pub(super) async fn serve_metrics(stream: tokio::net::TcpStream, state: Rc<AdminState>) {
-    use tokio::io::AsyncBufReadExt as _;
-    let (rd, mut wr) = stream.into_split();
-    let mut reader = BufReader::new(rd.take(REQUEST_BYTES_MAX));
-    let mut request_line = String::new();
-    let read = tokio::time::timeout(REQUEST_TIMEOUT, reader.read_line(&mut request_line)).await;
-    if !matches!(read, Ok(Ok(n)) if n > 0) {
-        return;
-    }
-    let (status, body) = match request_line
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .as_slice()
-    {
-        ["GET", "/metrics", ..] => ("200 OK", prometheus(&state)),
-        _ => ("404 Not Found", "try GET /metrics\n".to_string()),
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
+    let mut http = http1::Builder::new();
+    http.keep_alive(false)
+        .max_buf_size(REQUEST_HEAD_BYTES_MAX)
+        .timer(TokioTimer::new())
+        .header_read_timeout(REQUEST_TIMEOUT);
+    let served = http.serve_connection(
+        TokioIo::new(stream),
+        service_fn(move |request| {
+            let response = answer(&request, &state);
+            async move { Ok::<_, Infallible>(response) }
+        }),
     );
-    let _ = wr.write_all(head.as_bytes()).await;
-    let _ = wr.write_all(body.as_bytes()).await;
-    let _ = wr.shutdown().await;
+    // A failed exchange (a client gone, a bad request hyper answered) has
+    // nothing left to do; the socket is closed either way.
+    let _ = tokio::time::timeout(EXCHANGE_TIMEOUT, served).await;
+}
+
+fn answer(request: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
+    let (status, body) = if request.method() == Method::GET && request.uri() == "/metrics" {
+        (StatusCode::OK, prometheus(state))
+    } else {
+        (StatusCode::NOT_FOUND, "try GET /metrics\n".to_string())
+    };
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE_TEXT));
+    headers.insert(CONNECTION, HeaderValue::from_static("close"));
+    response
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use sink_sdk::{Batch, Health, Outcome, Record, RecordOutcome, Sink};
 
 use super::{Delivery, HttpConfig, HttpEncoding, HttpMethod};
-use crate::test_server::{Received, Reply, TestServer};
 use crate::{DrainConfig, SinkConfig, TypeConfig};
+use spillway_test_http::{Receiver, Reply, Request};
 
 fn http_config(url: &str) -> HttpConfig {
     HttpConfig {
@@ -52,8 +52,8 @@ fn deliver(sink: &mut dyn Sink, recs: &[Record<'_>]) -> Outcome {
     sink.deliver(&Batch::new(recs[0].shard, recs))
 }
 
-fn only_request(server: &TestServer) -> Received {
-    let received = server.received();
+fn only_request(server: &Receiver) -> Request {
+    let received = server.requests();
     assert_eq!(received.len(), 1, "expected one request, got {received:#?}");
     received.into_iter().next().unwrap()
 }
@@ -73,7 +73,7 @@ fn crc_key(shard: u32, seqs: &[u64]) -> String {
 
 #[test]
 fn batched_ndjson_body_and_headers() {
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let cfg = HttpConfig {
         headers: Some(BTreeMap::from([(
             "X-Tenant".to_string(),
@@ -105,7 +105,7 @@ fn batched_ndjson_body_and_headers() {
 
 #[test]
 fn batched_ndjson_rejects_records_with_newlines_and_sends_the_rest() {
-    let server = TestServer::replying(204);
+    let server = Receiver::replying(204);
     let mut sink = sink(&http_config(&server.url("/")));
     let recs = records(1, &[10, 11, 12], &[b"first", b"two\nlines", b"third"]);
     let outcome = deliver(&mut *sink, &recs);
@@ -134,18 +134,18 @@ fn batched_ndjson_rejects_records_with_newlines_and_sends_the_rest() {
 
 #[test]
 fn batch_of_only_unframeable_records_sends_nothing() {
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let mut sink = sink(&http_config(&server.url("/")));
     let recs = records(0, &[1], &[b"a\nb"]);
     assert!(
         matches!(deliver(&mut *sink, &recs), Outcome::Split(o) if matches!(o[..], [RecordOutcome::Rejected(_)]))
     );
-    assert!(server.received().is_empty());
+    assert!(server.requests().is_empty());
 }
 
 #[test]
 fn batched_json_array_body_and_invalid_json_rejected() {
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let cfg = HttpConfig {
         encoding: Some(HttpEncoding::JsonArray),
         ..http_config(&server.url("/j"))
@@ -184,7 +184,7 @@ fn batched_json_array_body_and_invalid_json_rejected() {
 
 #[test]
 fn batched_length_prefixed_body() {
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let cfg = HttpConfig {
         encoding: Some(HttpEncoding::LengthPrefixed),
         ..http_config(&server.url("/b"))
@@ -200,7 +200,7 @@ fn batched_length_prefixed_body() {
 
 #[test]
 fn gzip_body_decompresses_to_the_ndjson() {
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let cfg = HttpConfig {
         gzip: Some(true),
         ..http_config(&server.url("/z"))
@@ -220,7 +220,7 @@ fn gzip_body_decompresses_to_the_ndjson() {
 
 #[test]
 fn method_and_content_type_override() {
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let cfg = HttpConfig {
         method: Some(HttpMethod::Put),
         headers: Some(BTreeMap::from([(
@@ -243,7 +243,7 @@ fn method_and_content_type_override() {
 fn bearer_token_from_the_environment() {
     let var = "SPILLWAY_SINKS_TEST_BEARER_TOKEN";
     std::env::set_var(var, "t0ken-123");
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let cfg = HttpConfig {
         bearer_token_env: Some(var.into()),
         ..http_config(&server.url("/"))
@@ -279,7 +279,7 @@ fn bearer_token_from_the_environment() {
 
 #[test]
 fn idempotency_keys_follow_the_records() {
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let mut sink = sink(&http_config(&server.url("/")));
     let a = records(4, &[7, 8, 9], &[b"a", b"b", b"c"]);
     let same_ids_other_bytes = records(4, &[7, 8, 9], &[b"x", b"y", b"z"]);
@@ -298,7 +298,7 @@ fn idempotency_keys_follow_the_records() {
     assert_eq!(deliver(&mut *fresh, &a), Outcome::Committed);
 
     let keys: Vec<String> = server
-        .received()
+        .requests()
         .iter()
         .map(|r| r.header("idempotency-key").unwrap().to_string())
         .collect();
@@ -315,7 +315,7 @@ fn idempotency_keys_follow_the_records() {
 
 #[test]
 fn status_503_is_retried_with_the_status_and_url() {
-    let server = TestServer::start(|_| Reply::status(503).body(b"down for maintenance"));
+    let server = Receiver::start(|_| Reply::status(503).body(b"down for maintenance"));
     let url = server.url("/busy");
     let mut sink = sink(&http_config(&url));
     match deliver(&mut *sink, &records(0, &[1, 2], &[b"a", b"b"])) {
@@ -332,7 +332,7 @@ fn status_503_is_retried_with_the_status_and_url() {
 
 #[test]
 fn status_429_honours_retry_after_seconds() {
-    let server = TestServer::start(|_| Reply::status(429).header("Retry-After", "2"));
+    let server = Receiver::start(|_| Reply::status(429).header("Retry-After", "2"));
     let mut sink = sink(&http_config(&server.url("/")));
     match deliver(&mut *sink, &records(0, &[1], &[b"a"])) {
         Outcome::Retry { after, reason } => {
@@ -351,7 +351,7 @@ fn status_429_honours_retry_after_seconds() {
 #[test]
 fn retry_after_date_and_cap() {
     let in_90s = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(90));
-    let server = TestServer::start(move |_| Reply::status(503).header("Retry-After", &in_90s));
+    let server = Receiver::start(move |_| Reply::status(503).header("Retry-After", &in_90s));
     let drain = DrainConfig {
         retry_max_ms: 300_000,
         ..DrainConfig::default()
@@ -369,7 +369,7 @@ fn retry_after_date_and_cap() {
     );
 
     // Never longer than the drain's own longest backoff.
-    let server = TestServer::start(|_| Reply::status(429).header("Retry-After", "86400"));
+    let server = Receiver::start(|_| Reply::status(429).header("Retry-After", "86400"));
     let drain = DrainConfig {
         retry_max_ms: 5000,
         ..DrainConfig::default()
@@ -387,7 +387,7 @@ fn retry_after_date_and_cap() {
 #[test]
 fn status_408_and_500_are_transient() {
     for status in [408, 500] {
-        let server = TestServer::replying(status);
+        let server = Receiver::replying(status);
         let mut sink = sink(&http_config(&server.url("/")));
         let outcome = deliver(&mut *sink, &records(0, &[1], &[b"a"]));
         assert!(
@@ -400,7 +400,7 @@ fn status_408_and_500_are_transient() {
 #[test]
 fn status_400_rejects_every_record_with_the_reason() {
     let long_body = format!("invalid event: {}", "x".repeat(500));
-    let server = TestServer::start(move |_| Reply::status(400).body(long_body.as_bytes()));
+    let server = Receiver::start(move |_| Reply::status(400).body(long_body.as_bytes()));
     let url = server.url("/strict");
     let mut sink = sink(&http_config(&url));
     let recs = records(0, &[1, 2, 3], &[b"a", b"b\nc", b"d"]);
@@ -421,7 +421,7 @@ fn status_400_rejects_every_record_with_the_reason() {
 #[test]
 fn redirect_is_not_followed_and_is_transient() {
     let server =
-        TestServer::start(|_| Reply::status(301).header("Location", "http://elsewhere.test/"));
+        Receiver::start(|_| Reply::status(301).header("Location", "http://elsewhere.test/"));
     let mut sink = sink(&http_config(&server.url("/old")));
     let outcome = deliver(&mut *sink, &records(0, &[1], &[b"a"]));
     match outcome {
@@ -431,7 +431,7 @@ fn redirect_is_not_followed_and_is_transient() {
         ),
         other => panic!("{other:?}"),
     }
-    assert_eq!(server.received().len(), 1);
+    assert_eq!(server.requests().len(), 1);
 }
 
 /// A loopback port with nothing listening on it.
@@ -461,16 +461,16 @@ fn connection_refused_is_transient_and_unhealthy() {
 
 #[test]
 fn health_check_connects_without_a_request() {
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let mut sink = sink(&http_config(&server.url("/")));
     assert_eq!(sink.health_check(), Health::Healthy);
     std::thread::sleep(Duration::from_millis(50));
-    assert!(server.received().is_empty());
+    assert!(server.requests().is_empty());
 }
 
 #[test]
 fn timeout_is_transient() {
-    let server = TestServer::start(|_| Reply::status(200).after(Duration::from_secs(3)));
+    let server = Receiver::start(|_| Reply::status(200).after(Duration::from_secs(3)));
     let cfg = HttpConfig {
         timeout_ms: Some(200),
         ..http_config(&server.url("/slow"))
@@ -496,7 +496,7 @@ fn timeout_is_transient() {
 
 #[test]
 fn keep_alive_reuses_the_connection() {
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let mut sink = sink(&http_config(&server.url("/")));
     for seq in 0..5 {
         assert_eq!(
@@ -504,7 +504,7 @@ fn keep_alive_reuses_the_connection() {
             Outcome::Committed
         );
     }
-    assert_eq!(server.received().len(), 5);
+    assert_eq!(server.requests().len(), 5);
     assert_eq!(server.connections(), 1);
 }
 
@@ -518,7 +518,7 @@ fn per_record_config(url: &str, concurrency: u32) -> HttpConfig {
 
 #[test]
 fn per_record_sends_raw_bodies_and_reports_in_order() {
-    let server = TestServer::start(|r| {
+    let server = Receiver::start(|r| {
         if r.body.starts_with(b"bad") {
             Reply::status(422).body(b"nope")
         } else {
@@ -540,7 +540,7 @@ fn per_record_sends_raw_bodies_and_reports_in_order() {
             RecordOutcome::Committed,
         ])
     );
-    let mut received = server.received();
+    let mut received = server.requests();
     received.sort_by_key(|r| {
         r.header("spillway-seq-first")
             .unwrap()
@@ -566,7 +566,7 @@ fn per_record_sends_raw_bodies_and_reports_in_order() {
 
 #[test]
 fn per_record_keeps_concurrency_requests_in_flight() {
-    let server = TestServer::start(|_| Reply::status(200).after(Duration::from_millis(150)));
+    let server = Receiver::start(|_| Reply::status(200).after(Duration::from_millis(150)));
     let mut sink = sink(&per_record_config(&server.url("/"), 3));
     let payloads: Vec<&[u8]> = vec![b"x"; 9];
     let seqs: Vec<u64> = (0..9).collect();
@@ -575,7 +575,7 @@ fn per_record_keeps_concurrency_requests_in_flight() {
         deliver(&mut *sink, &records(0, &seqs, &payloads)),
         Outcome::Committed
     );
-    assert_eq!(server.received().len(), 9);
+    assert_eq!(server.requests().len(), 9);
     assert_eq!(server.in_flight_max(), 3);
     // 9 requests, 3 at a time, 150 ms each: about 450 ms, not 1350 ms.
     assert!(
@@ -587,7 +587,7 @@ fn per_record_keeps_concurrency_requests_in_flight() {
 
 #[test]
 fn per_record_first_failure_retries_the_batch_and_stops_sending() {
-    let server = TestServer::start(|r| {
+    let server = Receiver::start(|r| {
         if r.body == b"r0" {
             Reply::status(503).header("Retry-After", "1")
         } else {
@@ -608,12 +608,12 @@ fn per_record_first_failure_retries_the_batch_and_stops_sending() {
         other => panic!("{other:?}"),
     }
     // r0 and r1 start together; once r0 fails nothing new starts.
-    assert!(server.received().len() < 6, "{}", server.received().len());
+    assert!(server.requests().len() < 6, "{}", server.requests().len());
 }
 
 #[test]
 fn per_record_later_failure_commits_the_prefix() {
-    let server = TestServer::start(|r| {
+    let server = Receiver::start(|r| {
         if r.body == b"r2" {
             Reply::status(500)
         } else {
@@ -633,7 +633,7 @@ fn per_record_later_failure_commits_the_prefix() {
         ])
     );
     assert_eq!(
-        server.received().len(),
+        server.requests().len(),
         3,
         "concurrency 1: nothing is sent after the failure"
     );
@@ -651,7 +651,7 @@ fn describe_names_the_target_without_secrets() {
 
 #[test]
 fn dropping_a_sink_inside_an_async_context_does_not_panic() {
-    let server = TestServer::replying(200);
+    let server = Receiver::replying(200);
     let mut sink = sink(&http_config(&server.url("/")));
     assert_eq!(
         deliver(&mut *sink, &records(0, &[1], &[b"a"])),

@@ -1,27 +1,29 @@
-//! A small, real HTTP/1.1 receiver for delivery tests.
+//! The delivery tests' HTTP receiver: spillway-test-http's [`Receiver`]
+//! with a [`Behaviour`] the test can change at any moment (a status, an
+//! optional `Retry-After`, a delay before answering, and "answer 400 when
+//! the body contains X"), and an understanding of what spillway's HTTP
+//! sink sends.
 //!
-//! It listens on `127.0.0.1:0`, serves each connection on its own thread
-//! (keep-alive, `Content-Length` or chunked bodies), records every request
-//! (method, path, headers, body, arrival time, the status it got) and
-//! answers according to a [`Behaviour`] the test can change at any moment:
-//! a status, an optional `Retry-After`, a delay before answering, and
-//! "answer 400 when the body contains X".
-//!
-//! On top of the raw requests it decodes what spillway's HTTP sink sends
-//! into [`Received`] records with their identity `(shard, seq)`, taken from
-//! the `Spillway-Shard`, `Spillway-Seq-First` and `Spillway-Seqs` headers,
-//! and offers waits ("until these payloads were accepted") that panic with
-//! a summary of what did arrive.
+//! The receiver records every request (method, path, headers, body,
+//! arrival time, connection, the status it got). On top of those this
+//! decodes the sink's requests into [`Received`] records with their
+//! identity `(shard, seq)`, taken from the `Spillway-Shard`,
+//! `Spillway-Seq-First` and `Spillway-Seqs` headers, and offers waits
+//! ("until these payloads were accepted") that panic with a summary of
+//! what did arrive.
 
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use spillway_test_http::{Receiver, Reply};
+
+/// One request as the receiver saw it.
+pub use spillway_test_http::Request;
 
 /// How the receiver answers the next requests.
 #[derive(Debug, Clone)]
@@ -47,35 +49,36 @@ impl Default for Behaviour {
     }
 }
 
-/// One request as the receiver saw it.
-#[derive(Debug, Clone)]
-pub struct Request {
-    pub method: String,
-    pub path: String,
-    /// Header names in lower case, values as sent, in order.
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
-    /// When the request was completely read.
-    pub at: Instant,
-    /// The status it was answered with; `None` while it is being delayed.
-    pub status: Option<u16>,
-    /// Which TCP connection (in accept order) carried it.
-    pub connection: usize,
-}
-
-impl Request {
-    /// The first value of header `name` (case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        let name = name.to_ascii_lowercase();
-        self.headers
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Answered with a 2xx status.
-    pub fn accepted(&self) -> bool {
-        self.status.is_some_and(|s| (200..300).contains(&s))
+impl Behaviour {
+    /// The answer to `request` (decided when it arrives, sent after the
+    /// delay).
+    fn reply(&self, request: &Request) -> Reply {
+        let rejected = self.reject_containing.as_deref().is_some_and(|needle| {
+            !needle.is_empty() && request.body.windows(needle.len()).any(|w| w == needle)
+        });
+        let (status, text) = if rejected {
+            (
+                400,
+                "rejected by the test receiver: poisoned record".to_string(),
+            )
+        } else if (200..300).contains(&self.status) {
+            (self.status, String::new())
+        } else {
+            (
+                self.status,
+                format!("test receiver answers {}", self.status),
+            )
+        };
+        let mut reply = Reply::status(status)
+            .header("Content-Type", "text/plain")
+            .body(text.as_bytes())
+            .after(self.delay);
+        if !(200..300).contains(&status) {
+            if let Some(retry_after) = &self.retry_after {
+                reply = reply.header("Retry-After", retry_after);
+            }
+        }
+        reply
     }
 }
 
@@ -100,19 +103,11 @@ impl Received {
     }
 }
 
-struct Shared {
-    requests: Mutex<Vec<Request>>,
-    behaviour: Mutex<Behaviour>,
-    stop: AtomicBool,
-    connections: AtomicUsize,
-}
-
-/// The running receiver. Dropping it stops accepting and lets the
-/// connection threads finish.
+/// The running receiver. Dropping it stops the server and closes its
+/// connections.
 pub struct HttpReceiver {
-    addr: SocketAddr,
-    shared: Arc<Shared>,
-    acceptor: Option<thread::JoinHandle<()>>,
+    receiver: Receiver,
+    behaviour: Arc<Mutex<Behaviour>>,
 }
 
 impl HttpReceiver {
@@ -122,74 +117,58 @@ impl HttpReceiver {
     }
 
     pub fn with(behaviour: Behaviour) -> HttpReceiver {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("binding the test HTTP receiver");
-        let addr = listener.local_addr().unwrap();
-        let shared = Arc::new(Shared {
-            requests: Mutex::new(Vec::new()),
-            behaviour: Mutex::new(behaviour),
-            stop: AtomicBool::new(false),
-            connections: AtomicUsize::new(0),
-        });
-        let for_thread = shared.clone();
-        let acceptor = thread::Builder::new()
-            .name("http-receiver".into())
-            .spawn(move || accept_loop(listener, for_thread))
-            .unwrap();
+        let behaviour = Arc::new(Mutex::new(behaviour));
+        let for_replies = behaviour.clone();
+        let receiver =
+            Receiver::start(move |request: &Request| for_replies.lock().unwrap().reply(request));
         HttpReceiver {
-            addr,
-            shared,
-            acceptor: Some(acceptor),
+            receiver,
+            behaviour,
         }
     }
 
     /// `http://127.0.0.1:PORT/ingest`
     pub fn url(&self) -> String {
-        format!("http://{}/ingest", self.addr)
+        self.receiver.url("/ingest")
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.receiver.addr()
     }
 
     pub fn set_status(&self, status: u16) {
-        self.shared.behaviour.lock().unwrap().status = status;
+        self.behaviour.lock().unwrap().status = status;
     }
 
     pub fn set_retry_after(&self, value: Option<&str>) {
-        self.shared.behaviour.lock().unwrap().retry_after = value.map(str::to_string);
+        self.behaviour.lock().unwrap().retry_after = value.map(str::to_string);
     }
 
     pub fn set_delay(&self, delay: Duration) {
-        self.shared.behaviour.lock().unwrap().delay = delay;
+        self.behaviour.lock().unwrap().delay = delay;
     }
 
     pub fn reject_containing(&self, needle: Option<&[u8]>) {
-        self.shared.behaviour.lock().unwrap().reject_containing = needle.map(<[u8]>::to_vec);
+        self.behaviour.lock().unwrap().reject_containing = needle.map(<[u8]>::to_vec);
     }
 
     /// TCP connections accepted so far.
     pub fn connections(&self) -> usize {
-        self.shared.connections.load(Ordering::Relaxed)
+        self.receiver.connections()
     }
 
     /// Every request so far, in arrival order.
     pub fn requests(&self) -> Vec<Request> {
-        self.shared.requests.lock().unwrap().clone()
+        self.receiver.requests()
     }
 
     pub fn request_count(&self) -> usize {
-        self.shared.requests.lock().unwrap().len()
+        self.receiver.request_count() as usize
     }
 
     /// Requests read but not answered yet (being delayed).
     pub fn in_flight(&self) -> usize {
-        self.shared
-            .requests
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|r| r.status.is_none())
-            .count()
+        self.receiver.in_flight()
     }
 
     /// Records of every request answered 2xx, in arrival order (request
@@ -299,239 +278,6 @@ impl HttpReceiver {
             "accepted records per shard (count, min seq, max seq): {per_shard:?}; malformed accepted requests: {malformed}\n"
         ));
         out
-    }
-}
-
-impl Drop for HttpReceiver {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        // Unblock accept().
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(t) = self.acceptor.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    for stream in listener.incoming() {
-        if shared.stop.load(Ordering::Acquire) {
-            return;
-        }
-        let Ok(stream) = stream else { continue };
-        let id = shared.connections.fetch_add(1, Ordering::Relaxed);
-        let shared = shared.clone();
-        let _ = thread::Builder::new()
-            .name(format!("http-conn-{id}"))
-            .spawn(move || {
-                let _ = serve(stream, id, shared);
-            });
-    }
-}
-
-/// Read one line (ending in CRLF or LF), polling the stop flag while idle.
-/// `Ok(None)` = the peer closed (or we are stopping) between requests.
-fn read_line(
-    reader: &mut BufReader<TcpStream>,
-    shared: &Shared,
-    idle: bool,
-) -> io::Result<Option<String>> {
-    let mut line = Vec::new();
-    loop {
-        match reader.read_until(b'\n', &mut line) {
-            Ok(0) if line.is_empty() => return Ok(None),
-            Ok(0) => {
-                return Err(io::Error::new(
-                    ErrorKind::UnexpectedEof,
-                    "EOF in the middle of a line",
-                ))
-            }
-            Ok(_) if line.ends_with(b"\n") => break,
-            Ok(_) => continue,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                if shared.stop.load(Ordering::Acquire) && idle && line.is_empty() {
-                    return Ok(None);
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    while matches!(line.last(), Some(b'\n' | b'\r')) {
-        line.pop();
-    }
-    String::from_utf8(line)
-        .map(Some)
-        .map_err(|e| io::Error::new(ErrorKind::InvalidData, e))
-}
-
-fn read_exact_patiently(reader: &mut BufReader<TcpStream>, buf: &mut [u8]) -> io::Result<()> {
-    let mut at = 0;
-    while at < buf.len() {
-        match reader.read(&mut buf[at..]) {
-            Ok(0) => return Err(io::Error::new(ErrorKind::UnexpectedEof, "EOF in a body")),
-            Ok(n) => at += n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-fn serve(stream: TcpStream, connection: usize, shared: Arc<Shared>) -> io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_millis(200)))?;
-    stream.set_nodelay(true)?;
-    let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
-    loop {
-        // Request line (skipping stray empty lines between requests).
-        let request_line = loop {
-            match read_line(&mut reader, &shared, true)? {
-                None => return Ok(()),
-                Some(l) if l.is_empty() => continue,
-                Some(l) => break l,
-            }
-        };
-        let mut parts = request_line.split_whitespace();
-        let method = parts.next().unwrap_or_default().to_string();
-        let path = parts.next().unwrap_or_default().to_string();
-        let version = parts.next().unwrap_or_default().to_string();
-        let mut headers = Vec::new();
-        loop {
-            let Some(line) = read_line(&mut reader, &shared, false)? else {
-                return Err(io::Error::new(
-                    ErrorKind::UnexpectedEof,
-                    "EOF in the headers",
-                ));
-            };
-            if line.is_empty() {
-                break;
-            }
-            let (k, v) = line.split_once(':').ok_or_else(|| {
-                io::Error::new(ErrorKind::InvalidData, format!("bad header line {line:?}"))
-            })?;
-            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-        }
-        let get = |name: &str| {
-            headers
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        };
-        let mut body = Vec::new();
-        if get("transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked")) {
-            loop {
-                let size_line = read_line(&mut reader, &shared, false)?.unwrap_or_default();
-                let size =
-                    usize::from_str_radix(size_line.split(';').next().unwrap_or("").trim(), 16)
-                        .map_err(|_| {
-                            io::Error::new(
-                                ErrorKind::InvalidData,
-                                format!("bad chunk size {size_line:?}"),
-                            )
-                        })?;
-                if size == 0 {
-                    // Trailers until an empty line.
-                    while !read_line(&mut reader, &shared, false)?
-                        .unwrap_or_default()
-                        .is_empty()
-                    {}
-                    break;
-                }
-                let start = body.len();
-                body.resize(start + size, 0);
-                read_exact_patiently(&mut reader, &mut body[start..])?;
-                let _ = read_line(&mut reader, &shared, false)?;
-            }
-        } else if let Some(len) = get("content-length") {
-            let len: usize = len
-                .parse()
-                .map_err(|_| io::Error::new(ErrorKind::InvalidData, "bad Content-Length"))?;
-            body.resize(len, 0);
-            read_exact_patiently(&mut reader, &mut body)?;
-        }
-        let close = get("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"))
-            || version == "HTTP/1.0";
-        let behaviour = shared.behaviour.lock().unwrap().clone();
-        let index = {
-            let mut reqs = shared.requests.lock().unwrap();
-            reqs.push(Request {
-                method,
-                path,
-                headers,
-                body: body.clone(),
-                at: Instant::now(),
-                status: None,
-                connection,
-            });
-            reqs.len() - 1
-        };
-        if !behaviour.delay.is_zero() {
-            thread::sleep(behaviour.delay);
-        }
-        let rejected = behaviour
-            .reject_containing
-            .as_deref()
-            .is_some_and(|needle| {
-                !needle.is_empty() && body.windows(needle.len()).any(|w| w == needle)
-            });
-        let (status, reason, text) = if rejected {
-            (
-                400u16,
-                "Bad Request",
-                "rejected by the test receiver: poisoned record".to_string(),
-            )
-        } else {
-            let s = behaviour.status;
-            (
-                s,
-                reason_phrase(s),
-                if (200..300).contains(&s) {
-                    String::new()
-                } else {
-                    format!("test receiver answers {s}")
-                },
-            )
-        };
-        let mut response = format!(
-            "HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n",
-            text.len()
-        );
-        if !(200..300).contains(&status) {
-            if let Some(ra) = &behaviour.retry_after {
-                response.push_str(&format!("Retry-After: {ra}\r\n"));
-            }
-        }
-        if close {
-            response.push_str("Connection: close\r\n");
-        }
-        response.push_str("\r\n");
-        response.push_str(&text);
-        shared.requests.lock().unwrap()[index].status = Some(status);
-        writer.write_all(response.as_bytes())?;
-        writer.flush()?;
-        if close {
-            let _ = writer.shutdown(Shutdown::Both);
-            return Ok(());
-        }
-    }
-}
-
-fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        204 => "No Content",
-        400 => "Bad Request",
-        408 => "Request Timeout",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        _ => "Status",
     }
 }
 
@@ -659,7 +405,7 @@ fn one_line(r: &Request) -> String {
 pub fn describe(r: &Request) -> String {
     let mut out = format!("{} {}\n", r.method, r.path);
     for (k, v) in &r.headers {
-        out.push_str(&format!("{k}: {v}\n"));
+        out.push_str(&format!("{k}: {}\n", String::from_utf8_lossy(v.as_bytes())));
     }
     out.push_str(&format!("\n{}\n", preview(&r.body)));
     out
