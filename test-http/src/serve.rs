@@ -122,10 +122,12 @@ async fn answer(
     };
     let mut in_flight = InFlight::new(&shared, &request);
     let reply = (shared.handler)(&request);
-    in_flight.status = Some(reply.status);
     if !reply.delay.is_zero() {
         wait(reply.delay).await;
     }
+    // Reached only if hyper still wants the answer: a client that went away
+    // during the delay never got one, so its request stays unanswered.
+    in_flight.status = Some(reply.status);
     drop(in_flight);
     Ok(response(reply))
 }
@@ -177,9 +179,10 @@ async fn pass_gate(shared: &Shared) {
 
 /// A request between the handler and its answer: counted in flight, and
 /// (when requests are kept) logged with no status until then. Dropped when
-/// the answer is ready, or with the request if hyper gives up on it (the
-/// client went away during the delay); either way the status the handler
-/// chose is recorded, as a server that wrote it to a closed socket would.
+/// the answer is ready (its status is then recorded), or with the request
+/// if hyper gives up on it because the client went away during the delay:
+/// that request keeps no status, since no client ever saw an answer (a sink
+/// that timed out must not count as delivered).
 struct InFlight<'a> {
     shared: &'a Shared,
     /// Where the request sits in the log.
