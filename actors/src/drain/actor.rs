@@ -299,7 +299,15 @@ impl<S: Storage> DrainThread<S> {
     /// on-disk checkpoint, releasing its bytes from the WAB budget.
     fn delete_confirmed_segments(&mut self) {
         loop {
-            let Some(id) = self.follower.oldest_finished().map(|f| f.segment_id) else {
+            // Nothing to remove until the checkpoint on disk is past it
+            // (checked here too, so a busy drain does not look up the
+            // abandoned list after every batch).
+            let Some(id) = self
+                .follower
+                .oldest_finished()
+                .filter(|f| f.end_seq <= self.persisted)
+                .map(|f| f.segment_id)
+            else {
                 return;
             };
             // Never sealed: the flusher abandoned it after an I/O error. The
