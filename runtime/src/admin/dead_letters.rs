@@ -116,6 +116,9 @@ pub(super) async fn requeue(state: &AdminState, sel: Selection) -> Result<String
     // wab.wab_bytes_max, the shard's refusal while it cannot write), every
     // shard before any is pushed, so a refusal requeues nothing.
     for (i, letters) in by_shard.iter().enumerate() {
+        if letters.is_empty() {
+            continue; // a shard that gets nothing need not be able to write
+        }
         let bytes = letters.iter().map(|l| l.payload.len() as u64).sum();
         if let Err(reason) = state.shards[i].admit(bytes, letters.len(), 0) {
             state.stats.count_nack(reason);
