@@ -165,12 +165,7 @@ impl<S: Storage> ShardFollower<S> {
     /// last finished). False when there is none yet.
     fn open_next(&mut self, tail: Tail) -> io::Result<bool> {
         let mut candidates: Vec<(u64, u64, SegmentReader<S::File>)> = Vec::new();
-        for path in self.storage.list(&self.dir)? {
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-            let id = match classify(name) {
-                Some(FileKind::Open(id) | FileKind::Sealed(id)) => id,
-                _ => continue,
-            };
+        for (id, path) in segment_files(&self.storage, &self.dir)? {
             if id > tail.segment_id || self.last_done.is_some_and(|d| id <= d) {
                 continue;
             }
@@ -201,6 +196,25 @@ impl<S: Storage> ShardFollower<S> {
         self.closed_limit = None;
         Ok(true)
     }
+}
+
+/// The segment files (sealed or still open) in `dir`, with their ids, in
+/// no particular order.
+pub(crate) fn segment_files<S: Storage>(
+    storage: &S,
+    dir: &Path,
+) -> io::Result<Vec<(u64, PathBuf)>> {
+    Ok(storage
+        .list(dir)?
+        .into_iter()
+        .filter_map(|path| {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            match classify(name) {
+                Some(FileKind::Open(id) | FileKind::Sealed(id)) => Some((id, path)),
+                _ => None,
+            }
+        })
+        .collect())
 }
 
 /// Which file [`remove_segment`] removed.

@@ -50,14 +50,7 @@ pub fn shard_dir(data_dir: &Path, shard: u32) -> PathBuf {
 /// recovery's job). This is the reader `spillway ctl` and the tests use.
 pub fn read_shard<S: Storage>(storage: &S, dir: &Path) -> std::io::Result<Vec<StoredRecord>> {
     let mut readers = Vec::new();
-    for path in storage.list(dir)? {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if !matches!(
-            format::classify(name),
-            Some(format::FileKind::Open(_) | format::FileKind::Sealed(_))
-        ) {
-            continue;
-        }
+    for (_, path) in follow::segment_files(storage, dir)? {
         if let Opened::Reader(r) = SegmentReader::open(storage, &path)? {
             readers.push(r);
         }
