@@ -201,9 +201,43 @@ impl Connection {
             || st.out.len() >= l.out_bytes_max()
     }
 
-    /// Start the next read unless reading is paused (window, parked frame, closing).
+    /// Whether `req` fits the in-flight window now. One that does not is
+    /// parked until answers free the window.
+    fn fits(&self, st: &State, req: &Request) -> bool {
+        let l = &self.shared.limits;
+        if st.slots.len() >= l.inflight_records_max {
+            return false;
+        }
+        if matches!(req, Request::HealthCheck) || st.inflight_records == 0 {
+            return true;
+        }
+        st.inflight_records + req.record_count() <= l.inflight_records_max
+            && st.inflight_bytes + req.payload_bytes() as u64 <= l.inflight_bytes_max
+    }
+
+    /// Whether the parked frame can be taken in now: it fits the window and
+    /// the unwritten acks are under their cap.
+    fn parked_fits(&self) -> bool {
+        let Some(req) = &self.parked else {
+            return false;
+        };
+        let st = self.responder.lock();
+        !self.closing && self.fits(&st, req) && st.out.len() < self.shared.limits.out_bytes_max()
+    }
+
+    /// Take in the parked frame if it now fits, else start the next read
+    /// unless reading is paused (window, parked frame, closing).
+    ///
+    /// Every path that frees the window ends here (a commit's [`Progress`],
+    /// the end of an asynchronous write), so a parked frame never waits for
+    /// an event that will not come: when the last acks were answered while
+    /// the socket was full, only the end of the write can resume it.
     fn read_more(&mut self, ctx: &mut Context<Self>) {
         if self.reading {
+            return;
+        }
+        if self.parked_fits() {
+            self.process(ctx);
             return;
         }
         {
@@ -462,8 +496,7 @@ impl Connection {
         token: u64,
         batch: &mut Building,
     ) -> Result<(), Request> {
-        let limits = &self.shared.limits;
-        if st.slots.len() >= limits.inflight_records_max {
+        if !self.fits(st, &req) {
             return Err(req);
         }
         let (tier, is_batch) = match req {
@@ -482,12 +515,6 @@ impl Connection {
         };
         let n = req.record_count();
         let bytes = req.payload_bytes() as u64;
-        if st.inflight_records > 0
-            && (st.inflight_records + n > limits.inflight_records_max
-                || st.inflight_bytes + bytes > limits.inflight_bytes_max)
-        {
-            return Err(req);
-        }
         let disk_bytes = match self.shard.admit(bytes, n, batch.disk_bytes) {
             Ok(disk_bytes) => disk_bytes,
             Err(reason) => {
@@ -696,13 +723,6 @@ impl Handler<Progress> for Connection {
     type Result = ();
 
     fn handle(&mut self, _: Progress, ctx: &mut Context<Self>) {
-        if self.parked.is_some() && !self.closing {
-            let full = self.window_full(&self.responder.lock());
-            if !full {
-                self.process(ctx);
-                return;
-            }
-        }
         self.flush(ctx);
     }
 }

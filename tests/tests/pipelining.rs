@@ -3,6 +3,7 @@
 
 use std::io::{Read, Write};
 use std::thread;
+use std::time::Duration;
 
 use spillway_tests::*;
 
@@ -369,6 +370,39 @@ fn one_push_batch_of_10000_records_is_one_ack_batch() {
     want.extend(recs[..100].iter().cloned());
     want.push("after".into());
     assert_eq!(texts(&only_shard(&small)), want);
+}
+
+/// The window's last acks are answered while the socket is full and a frame
+/// waits parked: only the end of that write can take the frame in. With an
+/// 8-record window this happens within the first few hundred pushes.
+#[test]
+fn a_parked_frame_resumes_when_acks_answered_into_a_full_socket_are_written() {
+    let d = Daemon::start("[server]\ninflight_records_max = 8\n");
+    let raw = d.raw();
+    let mut writer = raw.stream.try_clone().unwrap();
+    let n = 20_000;
+    let w = thread::spawn(move || {
+        let mut all = Vec::new();
+        for i in 0..n {
+            all.extend(push_frame(Tier::Buffered, format!("p-{i:05}").as_bytes()));
+        }
+        writer.write_all(&all).unwrap();
+    });
+    // Let the daemon fill the socket with acks nobody reads yet.
+    thread::sleep(Duration::from_millis(500));
+    let mut raw = raw;
+    for i in 0..n {
+        match raw.read_frame_within(IO_TIMEOUT) {
+            ReadOutcome::Frame(f) => assert_eq!(f, expected_ack(), "answer {i}"),
+            other => panic!("answer {i} of {n}: {other:?}"),
+        }
+    }
+    w.join().unwrap();
+    raw.expect_health();
+    assert_eq!(
+        texts(&only_shard(&d)),
+        (0..n).map(|i| format!("p-{i:05}")).collect::<Vec<_>>()
+    );
 }
 
 #[test]
