@@ -4,11 +4,37 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
-use spillway_protocol::{encode_health_check, encode_push, encode_push_batch, Tier};
+use spillway_protocol::{
+    encode_health_check, encode_push, encode_push_batch, Tier, PAYLOAD_BYTES_HARD_MAX,
+};
 
-use crate::conn::{check_batch, check_push, Conn};
+use crate::conn::Conn;
 use crate::reply::{Expect, Reply};
 use crate::{Error, Pipeline};
+
+/// How a [`Client`] connects and the limits it checks before sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// Read and write timeout of every call (`None` = block forever, which
+    /// a producer should not do: a stuck daemon would hang it). Default 10 s.
+    pub timeout: Option<Duration>,
+    /// The daemon's `server.payload_bytes_max`: a record (or a batch's
+    /// payload) larger than this is refused locally, before anything is
+    /// sent. Default and ceiling: the protocol's 16 MiB.
+    pub payload_bytes_max: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            timeout: Some(DEFAULT_TIMEOUT),
+            payload_bytes_max: PAYLOAD_BYTES_HARD_MAX,
+        }
+    }
+}
+
+/// The default read and write timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A blocking connection to a spillway (or weir v1) daemon's Unix socket.
 ///
@@ -20,16 +46,24 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the daemon listening at `path`.
+    /// Connects to the daemon listening at `path`, with the default
+    /// [`Options`] (10 s timeout, 16 MiB payload cap).
     pub fn connect(path: impl AsRef<Path>) -> Result<Client, Error> {
+        Self::connect_with(path, Options::default())
+    }
+
+    /// Connects to the daemon listening at `path` with `options`.
+    pub fn connect_with(path: impl AsRef<Path>, options: Options) -> Result<Client, Error> {
         let path = path.as_ref();
         let stream = UnixStream::connect(path).map_err(|source| Error::Connect {
             path: path.to_path_buf(),
             source,
         })?;
-        Ok(Client {
-            conn: Conn::new(stream),
-        })
+        let mut client = Client {
+            conn: Conn::new(stream, options.payload_bytes_max),
+        };
+        client.set_timeout(options.timeout)?;
+        Ok(client)
     }
 
     /// Sets both the read and the write timeout (`None` = block forever).
@@ -45,7 +79,7 @@ impl Client {
 
     /// Stores one record at `tier`; returns once the daemon has acked it.
     pub fn push(&mut self, tier: Tier, payload: &[u8]) -> Result<(), Error> {
-        check_push(payload)?;
+        self.conn.check_push(payload)?;
         encode_push(tier, payload, &mut self.conn.write_buf);
         self.round_trip(Expect::Ack).map(drop)
     }
@@ -56,7 +90,7 @@ impl Client {
     ///
     /// A plain weir daemon answers with an UnknownMessage nack.
     pub fn push_batch<R: AsRef<[u8]>>(&mut self, tier: Tier, records: &[R]) -> Result<u32, Error> {
-        check_batch(records)?;
+        self.conn.check_batch(records)?;
         encode_push_batch(tier, records, &mut self.conn.write_buf);
         let sent = u32::try_from(records.len()).expect("bounded by the payload size check");
         match self.round_trip(Expect::AckBatch(sent))? {

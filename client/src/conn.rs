@@ -31,11 +31,14 @@ pub(crate) struct Conn {
     /// A write failed, possibly part-way through a frame: the byte stream is
     /// out of frame and nothing more may be sent on it.
     write_failed: bool,
+    /// Largest payload sent (the daemon's cap, at most the protocol's).
+    payload_bytes_max: u32,
 }
 
 impl Conn {
-    pub(crate) fn new(stream: UnixStream) -> Self {
+    pub(crate) fn new(stream: UnixStream, payload_bytes_max: u32) -> Self {
         Self {
+            payload_bytes_max: payload_bytes_max.min(PAYLOAD_BYTES_HARD_MAX),
             stream,
             read_buf: BytesMut::with_capacity(READ_CHUNK),
             write_buf: BytesMut::with_capacity(READ_CHUNK),
@@ -143,35 +146,40 @@ fn is_closed(e: &io::Error) -> bool {
     )
 }
 
-/// Refuses a push the daemon would nack anyway (or that cannot be framed).
-pub(crate) fn check_push(payload: &[u8]) -> Result<(), Error> {
-    if payload.is_empty() {
-        return Err(Error::InvalidRequest("push with an empty payload".into()));
+impl Conn {
+    /// Refuses a push the daemon would nack anyway (or that cannot be framed).
+    pub(crate) fn check_push(&self, payload: &[u8]) -> Result<(), Error> {
+        if payload.is_empty() {
+            return Err(Error::InvalidRequest(
+                "push with an empty payload (a record has at least one byte)".into(),
+            ));
+        }
+        self.check_payload_size(payload.len(), "record")
     }
-    check_payload_size(payload.len())
-}
 
-/// Refuses a batch the daemon would nack anyway (or that cannot be framed).
-pub(crate) fn check_batch<R: AsRef<[u8]>>(records: &[R]) -> Result<(), Error> {
-    if records.is_empty() {
-        return Err(Error::InvalidRequest("push_batch with no records".into()));
+    /// Refuses a batch the daemon would nack anyway (or that cannot be framed).
+    pub(crate) fn check_batch<R: AsRef<[u8]>>(&self, records: &[R]) -> Result<(), Error> {
+        if records.is_empty() {
+            return Err(Error::InvalidRequest("push_batch with no records".into()));
+        }
+        if let Some(i) = records.iter().position(|r| r.as_ref().is_empty()) {
+            return Err(Error::InvalidRequest(format!(
+                "record {} of {} is empty (a record has at least one byte)",
+                i + 1,
+                records.len()
+            )));
+        }
+        let frame_len = push_batch_frame_len(records.iter().map(|r| r.as_ref().len()));
+        self.check_payload_size(frame_len - HEADER_LEN - TRAILER_LEN, "batch payload")
     }
-    if let Some(i) = records.iter().position(|r| r.as_ref().is_empty()) {
-        return Err(Error::InvalidRequest(format!(
-            "record {} of {} is empty",
-            i + 1,
-            records.len()
-        )));
-    }
-    let frame_len = push_batch_frame_len(records.iter().map(|r| r.as_ref().len()));
-    check_payload_size(frame_len - HEADER_LEN - TRAILER_LEN)
-}
 
-fn check_payload_size(len: usize) -> Result<(), Error> {
-    if len > PAYLOAD_BYTES_HARD_MAX as usize {
-        return Err(Error::InvalidRequest(format!(
-            "payload of {len} bytes exceeds the protocol maximum of {PAYLOAD_BYTES_HARD_MAX}"
-        )));
+    fn check_payload_size(&self, len: usize, what: &str) -> Result<(), Error> {
+        if len > self.payload_bytes_max as usize {
+            return Err(Error::InvalidRequest(format!(
+                "{what} of {len} bytes exceeds the payload cap of {} bytes",
+                self.payload_bytes_max
+            )));
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -60,6 +60,19 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         self.nack_reason().is_some_and(NackReason::is_retryable)
     }
+
+    /// Whether the daemon refused the request for good: a nack that is not
+    /// retryable. The daemon has closed the connection, and the same bytes
+    /// would be refused again (a client bug, or a version mismatch).
+    pub fn is_fatal_nack(&self) -> bool {
+        self.nack_reason().is_some_and(|r| !r.is_retryable())
+    }
+
+    /// Whether a read or write timed out ([`crate::Options::timeout`]). The
+    /// request's fate is unknown: it may still be stored and acked.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Io(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
+    }
 }
 
 #[cfg(test)]
@@ -74,7 +87,11 @@ mod tests {
         assert!(!Error::Closed.is_retryable());
         let timeout = Error::Io(io::Error::from(io::ErrorKind::TimedOut));
         assert!(!timeout.is_retryable());
+        assert!(timeout.is_timeout());
+        assert!(!timeout.is_fatal_nack());
         assert_eq!(timeout.nack_reason(), None);
+        assert!(Error::Nack(NackReason::VersionMismatch).is_fatal_nack());
+        assert!(!Error::Nack(NackReason::Overloaded).is_fatal_nack());
     }
 
     #[test]

@@ -13,8 +13,8 @@
 //! use spillway_client::{Client, Reply, Tier};
 //!
 //! # fn main() -> Result<(), spillway_client::Error> {
+//! // Every read and write times out (10 s unless `Client::connect_with`).
 //! let mut client = Client::connect("/run/spillway/spillway.sock")?;
-//! client.set_timeout(Some(std::time::Duration::from_secs(5)))?;
 //! client.health()?;
 //!
 //! // One record, acked once fdatasync has returned.
@@ -47,7 +47,7 @@ mod error;
 mod pipeline;
 mod reply;
 
-pub use client::Client;
+pub use client::{Client, Options, DEFAULT_TIMEOUT};
 pub use error::Error;
 pub use pipeline::Pipeline;
 pub use reply::Reply;

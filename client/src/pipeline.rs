@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use spillway_protocol::{encode_health_check, encode_push, encode_push_batch, Tier};
 
-use crate::conn::{check_batch, check_push, Conn};
+use crate::conn::Conn;
 use crate::reply::{Expect, Reply};
 use crate::Error;
 
@@ -59,7 +59,7 @@ impl Pipeline<'_> {
     /// outstanding it first reads one response into an internal queue so the
     /// daemon can never deadlock against us.
     pub fn push(&mut self, tier: Tier, payload: &[u8]) -> Result<(), Error> {
-        check_push(payload)?;
+        self.conn.check_push(payload)?;
         self.make_room()?;
         encode_push(tier, payload, &mut self.conn.write_buf);
         self.queued(Expect::Ack)
@@ -67,7 +67,7 @@ impl Pipeline<'_> {
 
     /// Queue a PushBatch; its answer is [`Reply::AckBatch`] with the record count.
     pub fn push_batch<R: AsRef<[u8]>>(&mut self, tier: Tier, records: &[R]) -> Result<(), Error> {
-        check_batch(records)?;
+        self.conn.check_batch(records)?;
         self.make_room()?;
         encode_push_batch(tier, records, &mut self.conn.write_buf);
         let sent = u32::try_from(records.len()).expect("bounded by the payload size check");

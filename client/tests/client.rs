@@ -7,7 +7,7 @@ use std::io::Read;
 use std::time::Duration;
 
 use common::{serve, Peer};
-use spillway_client::{Client, Error, NackReason, Tier};
+use spillway_client::{Client, Error, NackReason, Options, Tier};
 use spillway_protocol::{encode_frame, encode_push, Bytes, BytesMut, Request, Response};
 
 fn push(tier: Tier, payload: &'static [u8]) -> Request {
@@ -144,7 +144,7 @@ fn invalid_requests_are_refused_before_sending() {
         .push_batch(Tier::Sync, &[&b"a"[..], b""])
         .unwrap_err();
     assert!(
-        matches!(&err, Error::InvalidRequest(m) if m == "record 2 of 2 is empty"),
+        matches!(&err, Error::InvalidRequest(m) if m.starts_with("record 2 of 2 is empty")),
         "{err}"
     );
     let huge = vec![0u8; 16 * 1024 * 1024 + 1];
@@ -155,6 +155,47 @@ fn invalid_requests_are_refused_before_sending() {
     );
     drop(client);
     assert_eq!(fake.join(), 0, "nothing reached the daemon");
+}
+
+#[test]
+fn the_daemons_lower_payload_cap_is_checked_before_sending() {
+    let fake = serve(|peer: &mut Peer| peer.serve_all());
+    let options = Options {
+        payload_bytes_max: 1024,
+        ..Options::default()
+    };
+    let mut client = Client::connect_with(&fake.path, options).unwrap();
+    let err = client.push(Tier::Sync, &[7u8; 1025]).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidRequest(m) if m.contains("1025") && m.contains("1024")),
+        "{err}"
+    );
+    // 4 + 2 × (4 + 510) = 1032 > 1024.
+    let two = [vec![1u8; 510], vec![2u8; 510]];
+    let err = client.push_batch(Tier::Sync, &two).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidRequest(m) if m.contains("batch payload of 1032")),
+        "{err}"
+    );
+    drop(client);
+    assert_eq!(fake.join(), 0, "nothing reached the daemon");
+}
+
+#[test]
+fn a_daemon_that_never_answers_times_out() {
+    let fake = serve(|peer: &mut Peer| {
+        peer.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(800));
+    });
+    let options = Options {
+        timeout: Some(Duration::from_millis(200)),
+        ..Options::default()
+    };
+    let mut client = Client::connect_with(&fake.path, options).unwrap();
+    let err = client.push(Tier::Sync, b"x").unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    assert!(!err.is_retryable() && !err.is_fatal_nack());
+    fake.join();
 }
 
 #[test]
