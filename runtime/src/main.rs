@@ -1,5 +1,6 @@
 //! The `spillway` binary: `run` the daemon, `check` a config, talk to a
-//! running daemon with `ctl`, measure with `bench`, `inspect` a data folder.
+//! running daemon with `ctl`, `push` records to it, measure with `bench`,
+//! `inspect` a data folder.
 //!
 //! This crate (folder `runtime/`, package `spillway`) is the binary and
 //! nothing else: it has no library target. It wires the libraries together:
@@ -7,7 +8,7 @@
 //! and sockets, recovery, the actors), `supervisor` (restarts, shutdown),
 //! `sink` and `reload` (the `[sink]` table, at start and on reload),
 //! `admin` (the admin socket and metrics), `ctl` (its client subcommands),
-//! `logging`, `fd_limit`. `bench` is the `spillway-bench` crate, behind the
+//! `push` (a producer for the shell), `logging`, `fd_limit`. `bench` is the `spillway-bench` crate, behind the
 //! default `bench` feature.
 
 mod admin;
@@ -16,6 +17,7 @@ mod ctl;
 mod daemon;
 mod fd_limit;
 mod logging;
+mod push;
 mod reload;
 mod sink;
 mod supervisor;
@@ -72,6 +74,8 @@ enum Command {
         #[command(subcommand)]
         command: CtlCommand,
     },
+    /// Push records (arguments, or stdin one per line) to a running daemon.
+    Push(push::PushArgs),
     /// Read every record in a data folder (segment reader; no daemon needed).
     Inspect {
         /// The daemon's server.data_dir.
@@ -130,6 +134,13 @@ fn main() -> ExitCode {
         } => match ctl::run(admin_socket, || Ok(load(config.as_ref())?.0), command) {
             Ok(body) => {
                 print!("{body}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
+        Command::Push(args) => match push::run(args) {
+            Ok(summary) => {
+                print!("{summary}");
                 ExitCode::SUCCESS
             }
             Err(e) => fail(&e),

@@ -1,0 +1,448 @@
+//! `spillway push`: records from the command line or stdin to a running
+//! daemon, as pipelined PushBatch frames, for a shell script or an
+//! operator's smoke test.
+//!
+//! Input is streamed: stdin is read one batch at a time, so a million lines
+//! never sit in memory. A retryable nack (Overloaded, InternalError) pauses
+//! sending, collects the answers still owed, and resends the refused batches
+//! in their order with a doubling back-off until `--retry-for` runs out. A
+//! fatal nack, a lost connection or bad input ends the run with the line of
+//! the first record not acked. Exit status 0 only when every record was acked.
+
+use std::collections::VecDeque;
+use std::io::{self, BufRead, Read};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use spillway_client::{Client, Error, Options, Pipeline, Reply, Tier};
+use spillway_protocol::PAYLOAD_BYTES_HARD_MAX;
+
+use crate::config::Config;
+
+/// Arguments of `spillway push`.
+#[derive(Args, Debug)]
+pub struct PushArgs {
+    /// The daemon's producer socket (default: the config's server.socket_path).
+    #[arg(long, conflicts_with = "config")]
+    socket: Option<PathBuf>,
+    /// The daemon's config file, for its socket and payload cap (default:
+    /// the embedded default config).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Durability tier of every record.
+    #[arg(long, value_enum, default_value_t = TierArg::Sync)]
+    tier: TierArg,
+    /// Records per PushBatch frame (fewer when the payload cap is reached).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    batch: u32,
+    /// Frames in flight on the connection.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    window: u32,
+    /// Stdin holds NUL-separated records instead of lines.
+    #[arg(long, conflicts_with = "raw")]
+    null: bool,
+    /// Stdin as a whole is one record.
+    #[arg(long)]
+    raw: bool,
+    /// Skip empty lines instead of stopping at the first one.
+    #[arg(long)]
+    skip_empty: bool,
+    /// How long to keep resending a batch the daemon refused with a
+    /// retryable nack (Overloaded, InternalError), in seconds.
+    #[arg(long, default_value_t = 30.0)]
+    retry_for: f64,
+    /// Read and write timeout of the connection, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Records to push (instead of stdin).
+    records: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TierArg {
+    Sync,
+    Batched,
+    Buffered,
+}
+
+impl TierArg {
+    fn tier(self) -> Tier {
+        match self {
+            Self::Sync => Tier::Sync,
+            Self::Batched => Tier::Batched,
+            Self::Buffered => Tier::Buffered,
+        }
+    }
+}
+
+/// Where the records come from and how they are separated.
+enum Input {
+    Args(std::vec::IntoIter<String>),
+    Stream {
+        reader: Box<dyn BufRead>,
+        separator: u8,
+    },
+    Raw(Option<Box<dyn Read>>),
+}
+
+/// The unit records are counted in, for messages.
+fn unit(args: &PushArgs) -> &'static str {
+    if !args.records.is_empty() {
+        "argument"
+    } else if args.null {
+        "record"
+    } else {
+        "line"
+    }
+}
+
+/// One PushBatch: its records, back to back, and where each ends.
+struct Frame {
+    /// Input position (1-based) of its first record.
+    first: u64,
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    /// First refusal of this frame, for the retry deadline.
+    refused_at: Option<Instant>,
+}
+
+impl Frame {
+    fn new(first: u64) -> Self {
+        Self {
+            first,
+            bytes: Vec::new(),
+            ends: Vec::new(),
+            refused_at: None,
+        }
+    }
+
+    fn records(&self) -> Vec<&[u8]> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let r = &self.bytes[start..end];
+                start = end;
+                r
+            })
+            .collect()
+    }
+
+    /// PushBatch payload bytes: count, then a length prefix per record.
+    fn payload_len(&self) -> usize {
+        4 + 4 * self.ends.len() + self.bytes.len()
+    }
+}
+
+/// What the run did, printed at the end either way.
+#[derive(Default)]
+struct Summary {
+    acked: u64,
+    frames: u64,
+    resends: u64,
+    skipped_empty: u64,
+}
+
+/// Runs `spillway push`; `Ok` only when every record was acked.
+pub fn run(mut args: PushArgs) -> Result<String, String> {
+    let (socket, cap) = target(&args)?;
+    let options = Options {
+        timeout: Some(seconds("--timeout", args.timeout)?),
+        payload_bytes_max: cap,
+    };
+    let retry_for = seconds("--retry-for", args.retry_for)?;
+    let unit = unit(&args);
+    let mut input = if !args.records.is_empty() {
+        Input::Args(std::mem::take(&mut args.records).into_iter())
+    } else if args.raw {
+        Input::Raw(Some(Box::new(io::stdin())))
+    } else {
+        Input::Stream {
+            reader: Box::new(io::BufReader::with_capacity(1 << 20, io::stdin())),
+            separator: if args.null { 0 } else { b'\n' },
+        }
+    };
+    let mut client = Client::connect_with(&socket, options)
+        .map_err(|e| format!("{e}: is the daemon running, and is this its server.socket_path?"))?;
+    let started = Instant::now();
+    let mut sender = Sender {
+        pipeline: client.pipeline(args.window as usize),
+        tier: args.tier.tier(),
+        window: args.window as usize,
+        retry_for,
+        unit,
+        summary: Summary::default(),
+        inflight: VecDeque::new(),
+        refused: Vec::new(),
+    };
+    let result = sender.run(&mut input, &args, cap);
+    let summary = std::mem::take(&mut sender.summary);
+    let secs = started.elapsed().as_secs_f64();
+    let rate = summary.acked as f64 / secs.max(1e-9);
+    let tier = args.tier.tier().name();
+    let text = if args.json {
+        serde_json::json!({
+            "ok": result.is_ok(),
+            "error": result.as_ref().err(),
+            "acked": summary.acked,
+            "frames": summary.frames,
+            "resends": summary.resends,
+            "skipped_empty": summary.skipped_empty,
+            "seconds": secs,
+            "records_per_s": rate,
+            "tier": tier,
+        })
+        .to_string()
+            + "\n"
+    } else {
+        let mut line = format!(
+            "acked {} records ({tier}) in {} frames, {secs:.2} s, {rate:.0} records/s",
+            summary.acked, summary.frames
+        );
+        if summary.resends > 0 {
+            line += &format!(", {} frames resent after retryable nacks", summary.resends);
+        }
+        if summary.skipped_empty > 0 {
+            line += &format!(", {} empty {unit}s skipped", summary.skipped_empty);
+        }
+        line + "\n"
+    };
+    match result {
+        Ok(()) => Ok(text),
+        Err(e) => {
+            print!("{text}");
+            Err(e)
+        }
+    }
+}
+
+fn seconds(flag: &str, s: f64) -> Result<Duration, String> {
+    if !(s.is_finite() && s > 0.0 && s <= 86_400.0) {
+        return Err(format!("{flag} {s}: give seconds in (0, 86400]"));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+/// The socket to connect to and the payload cap to check records against.
+fn target(args: &PushArgs) -> Result<(PathBuf, u32), String> {
+    if let Some(socket) = &args.socket {
+        return Ok((socket.clone(), PAYLOAD_BYTES_HARD_MAX));
+    }
+    let cfg = match &args.config {
+        Some(path) => Config::load(path).map_err(|e| e.to_string())?,
+        None => Config::embedded_default(),
+    };
+    let cap = u32::try_from(cfg.server.payload_bytes_max).unwrap_or(PAYLOAD_BYTES_HARD_MAX);
+    Ok((cfg.server.socket_path, cap.min(PAYLOAD_BYTES_HARD_MAX)))
+}
+
+struct Sender<'c> {
+    pipeline: Pipeline<'c>,
+    tier: Tier,
+    window: usize,
+    retry_for: Duration,
+    unit: &'static str,
+    summary: Summary,
+    /// Frames sent whose answers are owed, oldest first.
+    inflight: VecDeque<Frame>,
+    /// Frames refused with a retryable nack, in input order.
+    refused: Vec<Frame>,
+}
+
+impl Sender<'_> {
+    fn run(&mut self, input: &mut Input, args: &PushArgs, cap: u32) -> Result<(), String> {
+        let cap = cap as usize;
+        let max_records = args.batch as usize;
+        let mut position = 0u64;
+        // A record read that did not fit the previous frame's payload.
+        let mut carry: Option<Vec<u8>> = None;
+        loop {
+            let mut frame = Frame::new(position + 1);
+            let mut bad: Option<String> = None;
+            let mut at_end = false;
+            while frame.ends.len() < max_records {
+                let start = frame.bytes.len();
+                if let Some(r) = carry.take() {
+                    frame.bytes.extend_from_slice(&r);
+                } else if !next_record(input, &mut frame.bytes)
+                    .map_err(|e| format!("reading stdin: {e}"))?
+                {
+                    at_end = true;
+                    break;
+                }
+                let len = frame.bytes.len() - start;
+                if !frame.ends.is_empty() && frame.payload_len() + 4 > cap {
+                    // Over the cap with this record: it opens the next frame.
+                    carry = Some(frame.bytes.split_off(start));
+                    break;
+                }
+                position += 1;
+                if frame.ends.is_empty() {
+                    frame.first = position;
+                }
+                if len == 0 {
+                    if args.skip_empty {
+                        self.summary.skipped_empty += 1;
+                        if frame.ends.is_empty() {
+                            frame.first = position + 1;
+                        }
+                        continue;
+                    }
+                    bad = Some(format!(
+                        "{} {position} is empty (a record has at least one byte); \
+                         use --skip-empty to skip empty {}s",
+                        self.unit, self.unit
+                    ));
+                    break;
+                }
+                if 8 + len > cap {
+                    frame.bytes.truncate(start);
+                    bad = Some(format!(
+                        "{} {position} is {len} bytes: over the daemon's payload cap of {cap} bytes \
+                         (server.payload_bytes_max) less 8 bytes of batch framing",
+                        self.unit
+                    ));
+                    break;
+                }
+                frame.ends.push(frame.bytes.len());
+            }
+            if !frame.ends.is_empty() {
+                self.send(frame)?;
+            }
+            if let Some(bad) = bad {
+                self.settle_all()?;
+                return Err(bad);
+            }
+            if at_end {
+                return self.settle_all();
+            }
+        }
+    }
+
+    /// Sends `frame`, first taking answers so the window is never exceeded.
+    fn send(&mut self, frame: Frame) -> Result<(), String> {
+        while self.inflight.len() >= self.window {
+            self.take_answer()?;
+        }
+        if !self.refused.is_empty() {
+            // A retryable nack: collect what is owed, resend the refused
+            // frames, and only then go on.
+            self.settle_all()?;
+        }
+        self.write(frame)
+    }
+
+    fn write(&mut self, frame: Frame) -> Result<(), String> {
+        let result = self
+            .pipeline
+            .push_batch(self.tier, &frame.records())
+            .and_then(|()| self.pipeline.flush());
+        self.summary.frames += 1;
+        self.inflight.push_back(frame);
+        result.map_err(|e| self.connection_lost(&e))
+    }
+
+    /// Reads the oldest answer owed and settles its frame.
+    fn take_answer(&mut self) -> Result<(), String> {
+        let answer = self.pipeline.recv();
+        let mut frame = self.inflight.pop_front().expect("an answer is owed");
+        match answer {
+            Ok(Reply::AckBatch(n)) => {
+                self.summary.acked += u64::from(n);
+                Ok(())
+            }
+            Ok(other) => Err(format!("daemon answered {other:?} to a PushBatch")),
+            Err(e) if e.is_retryable() => {
+                let now = Instant::now();
+                let since = *frame.refused_at.get_or_insert(now);
+                if now.duration_since(since) >= self.retry_for {
+                    return Err(format!(
+                        "{e}; gave up after --retry-for {:.1} s: the {} records from {} {} on \
+                         were not acked",
+                        self.retry_for.as_secs_f64(),
+                        frame.ends.len(),
+                        self.unit,
+                        frame.first
+                    ));
+                }
+                self.refused.push(frame);
+                Ok(())
+            }
+            Err(e) => {
+                self.inflight.push_front(frame);
+                Err(self.connection_lost(&e))
+            }
+        }
+    }
+
+    fn connection_lost(&self, e: &Error) -> String {
+        let first = self
+            .refused
+            .iter()
+            .chain(self.inflight.iter())
+            .map(|f| f.first)
+            .min();
+        match first {
+            Some(first) => format!(
+                "{e}; the records from {} {first} on were not all acked",
+                self.unit
+            ),
+            None => e.to_string(),
+        }
+    }
+
+    /// Collects every answer owed and resends the refused frames (in input
+    /// order, after a doubling back-off) until all are acked.
+    fn settle_all(&mut self) -> Result<(), String> {
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            while !self.inflight.is_empty() {
+                self.take_answer()?;
+            }
+            if self.refused.is_empty() {
+                return Ok(());
+            }
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+            self.refused.sort_by_key(|f| f.first);
+            for frame in std::mem::take(&mut self.refused) {
+                while self.inflight.len() >= self.window {
+                    self.take_answer()?;
+                }
+                self.summary.resends += 1;
+                self.write(frame)?;
+            }
+        }
+    }
+}
+
+/// Appends the next record (without its separator) to `buf`; false at the
+/// end of input.
+fn next_record(input: &mut Input, buf: &mut Vec<u8>) -> io::Result<bool> {
+    match input {
+        Input::Args(it) => Ok(it
+            .next()
+            .map(|r| buf.extend_from_slice(r.as_bytes()))
+            .is_some()),
+        Input::Raw(r) => {
+            let Some(mut reader) = r.take() else {
+                return Ok(false);
+            };
+            reader.read_to_end(buf)?;
+            Ok(true)
+        }
+        Input::Stream { reader, separator } => {
+            if reader.read_until(*separator, buf)? == 0 {
+                return Ok(false);
+            }
+            if buf.last() == Some(separator) {
+                buf.pop();
+            }
+            Ok(true)
+        }
+    }
+}
