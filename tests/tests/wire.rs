@@ -616,3 +616,45 @@ fn default_cap_is_the_16_mib_hard_maximum() {
     assert!(recs[0].payload[..] == big[..]);
     client.health().unwrap();
 }
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The conformance vectors every client runs (protocol/conformance), run
+/// here against the real daemon: each request vector is answered with its
+/// answer; each rejected request with its nack, then the close.
+#[test]
+fn the_daemon_answers_every_conformance_vector_as_it_says() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../protocol/conformance/vectors.json");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let d = Daemon::start("");
+    let mut checked = 0;
+    for v in doc["vectors"].as_array().unwrap() {
+        let name = v["name"].as_str().unwrap();
+        let kind = v["kind"].as_str().unwrap();
+        if kind != "request" && kind != "rejected_request" {
+            continue;
+        }
+        let mut c = d.raw();
+        c.send(&unhex(v["frame"].as_str().unwrap()));
+        let answer = unhex(v["answer"].as_str().unwrap());
+        match c.read_frame_within(IO_TIMEOUT) {
+            ReadOutcome::Frame(f) => assert_eq!(f, answer, "{name}"),
+            other => panic!("{name}: expected its answer, got {other:?}"),
+        }
+        if kind == "rejected_request" {
+            assert_eq!(v["closes_connection"], true, "{name}");
+            c.expect_closed();
+        } else {
+            c.expect_health();
+        }
+        checked += 1;
+    }
+    assert!(checked >= 30, "only {checked} vectors");
+}
