@@ -549,6 +549,9 @@ func (c *Client) fill(ctx context.Context, op string, dl time.Time, fromCtx bool
 		c.rend = copy(c.rbuf, c.rbuf[c.rpos:c.rend])
 		c.rpos = 0
 	}
+	if c.rend == len(c.rbuf) {
+		return protocolErrorf("%d bytes from the daemon hold no complete frame", c.rend-c.rpos)
+	}
 	if err := c.nc.SetReadDeadline(dl); err != nil {
 		return &closedError{why: "setting the read deadline", cause: err}
 	}
