@@ -120,6 +120,14 @@ func TestDaemonPipelineMixed(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if i == 25 {
+			// Large enough to be written from the caller's slice (writev).
+			big := fmt.Sprintf("%s%03d-big-%s", prefix, i, strings.Repeat("q", 100000))
+			want = append(want, big)
+			if err := p.SendPush(ctx, spillway.Sync, []byte(big)); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if i%7 == 0 {
 			rec := fmt.Sprintf("%s%03d-direct", prefix, i)
 			want = append(want, rec)
@@ -136,8 +144,8 @@ func TestDaemonPipelineMixed(t *testing.T) {
 		}
 		results = append(results, r)
 	}
-	if len(results) != 55 {
-		t.Fatalf("%d results, want 55", len(results))
+	if len(results) != 56 {
+		t.Fatalf("%d results, want 56", len(results))
 	}
 	batches := 0
 	for i, r := range results {

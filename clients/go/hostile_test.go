@@ -444,3 +444,47 @@ func TestHostileClosingNackInPipeline(t *testing.T) {
 		}
 	}
 }
+
+// Abandon drops buffered frames unsent and skips the answers still owed.
+func TestHostilePipelineAbandon(t *testing.T) {
+	ack := vectorByName(t, "ack").Frame
+	types := make(chan byte, 16)
+	sock := fakeDaemon(t, func(conn net.Conn) {
+		for {
+			req, err := readRequest(conn)
+			if err != nil {
+				close(types)
+				return
+			}
+			types <- req[5]
+			if req[5] == 0x04 {
+				conn.Write(frame(0x05, nil))
+			} else {
+				time.Sleep(20 * time.Millisecond)
+				conn.Write(ack)
+			}
+		}
+	})
+	c := dialFake(t, sock, 2*time.Second)
+	p := c.Pipeline(16) // writes every 4 frames
+	for i := 0; i < 5; i++ {
+		if err := p.SendPush(context.Background(), spillway.Sync, []byte("a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Abandon()
+	if p.Outstanding() != 0 {
+		t.Fatalf("%d outstanding after Abandon", p.Outstanding())
+	}
+	if err := c.Health(context.Background()); err != nil {
+		t.Fatalf("health after Abandon: %v", err)
+	}
+	c.Close()
+	var got []byte
+	for b := range types {
+		got = append(got, b)
+	}
+	if string(got) != "\x01\x01\x01\x01\x04" {
+		t.Fatalf("fake daemon got request types % x, want 4 pushes then a health check", got)
+	}
+}

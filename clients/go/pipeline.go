@@ -188,8 +188,12 @@ func (p *Pipeline) Abandon() {
 			break
 		}
 		// Unflushed entries are the newest; their frames never left.
+		e := c.pending.at(n - 1)
+		if e.pipe && !e.discard {
+			c.owed--
+		}
+		*e = expect{}
 		c.pending.n--
-		*c.pending.at(n - 1) = expect{}
 	}
 	c.wbuf = c.wbuf[:0]
 	for i := 0; i < c.pending.len(); i++ {
