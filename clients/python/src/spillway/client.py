@@ -519,6 +519,10 @@ class Pipeline:
             except SpillwayError:
                 pass
             self._break(e)
+            if isinstance(e, NackError):
+                # The nack is its request's outcome; this call's failure is
+                # that the connection is gone.
+                raise ConnectionClosed("connection unusable: " + (self._c._dead or "closed")) from e
             raise
 
     def _break(self, err: SpillwayError) -> None:
