@@ -8,7 +8,7 @@ CRC-32 of the payload (u32 LE, zero for an empty payload). CRC-32 is zlib's.
 
 import struct
 from itertools import chain
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from zlib import crc32
 
 from ._types import MessageType, NackReason, Tier
@@ -167,10 +167,25 @@ def batch_payload(records: Sequence[Any], payload_bytes_max: int) -> Tuple[bytes
     n = len(records)
     if n == 0:
         raise RecordRejected("push_batch with no records: a batch needs at least one; nothing was sent")
-    kinds = set(map(type, records))
-    if not kinds <= _PLAIN:
-        records = [r if type(r) in _PLAIN else _as_bytes(r, i) for i, r in enumerate(records)]
-    lengths = list(map(len, records))
+    try:
+        lengths = list(map(len, records))
+    except TypeError:
+        lengths = None
+    if lengths is not None:
+        # Fast path, C loops only. bytes.join takes any bytes-like object, so
+        # the joined size tells whether len() counted bytes for every record
+        # (it does not for str, or a memoryview with items wider than a byte).
+        payload = _batch_join(records, lengths, n, payload_bytes_max)
+        if payload is not None:
+            return payload, n
+    plain = [r if type(r) in _PLAIN else _as_bytes(r, i) for i, r in enumerate(records)]
+    payload = _batch_join(plain, list(map(len, plain)), n, payload_bytes_max)
+    assert payload is not None
+    return payload, n
+
+
+def _batch_join(records: Sequence[Any], lengths: List[int], n: int, payload_bytes_max: int) -> Optional[bytes]:
+    """The batch payload, or None if ``lengths`` are not the records' byte sizes."""
     shortest = min(lengths)
     if shortest == 0:
         index = lengths.index(0)
@@ -180,6 +195,8 @@ def batch_payload(records: Sequence[Any], payload_bytes_max: int) -> Tuple[bytes
         )
     size = 4 + 4 * n + sum(lengths)
     if size > payload_bytes_max:
+        if not all(type(r) in _PLAIN for r in records):
+            return None  # sizes unsure: judge again on the bytes
         # The first record that takes the running payload size over the limit.
         index = 0
         running = 4
@@ -194,12 +211,17 @@ def batch_payload(records: Sequence[Any], payload_bytes_max: int) -> Tuple[bytes
             index=index,
             limit=payload_bytes_max,
         )
-    if shortest == max(lengths):
-        prefix = _pack_u32(shortest)
-        payload = b"".join((_pack_u32(n), prefix, prefix.join(records)))
-    else:
-        payload = _pack_u32(n) + b"".join(chain.from_iterable(zip(map(_pack_u32, lengths), records)))
-    return payload, n
+    try:
+        if shortest == max(lengths):
+            prefix = _pack_u32(shortest)
+            payload = b"".join((_pack_u32(n), prefix, prefix.join(records)))
+        else:
+            payload = _pack_u32(n) + b"".join(chain.from_iterable(zip(map(_pack_u32, lengths), records)))
+    except TypeError:
+        return None
+    if len(payload) != size:
+        return None
+    return payload
 
 
 _PLAIN = frozenset((bytes, bytearray))
