@@ -12,7 +12,6 @@ from collections import deque
 from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
 
 from . import protocol as _p
-from ._types import MessageType
 from .client import (
     DEFAULT_TIMEOUT,
     DEFAULT_WINDOW,

@@ -7,7 +7,7 @@ from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Sequence, Union
 
 from . import protocol as _p
-from ._types import MessageType, NackReason
+from ._types import MessageType
 from .errors import (
     ConnectFailed,
     ConnectionClosed,
