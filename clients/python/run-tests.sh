@@ -47,7 +47,11 @@ if "$py" -c 'import setuptools, wheel, sys; sys.exit(0 if int(setuptools.__versi
 else
     build_flags=()
 fi
-"$py" -m pip install --quiet --disable-pip-version-check --no-deps "${build_flags[@]}" "$here"
+# Install from a copy: setuptools writes build/ and *.egg-info next to the
+# sources it builds, and the work tree should stay clean.
+mkdir "$venv/src"
+cp -R "$here/pyproject.toml" "$here/README.md" "$here/src" "$venv/src/"
+"$py" -m pip install --quiet --disable-pip-version-check --no-deps "${build_flags[@]}" "$venv/src"
 
 # Run from the venv folder so that the source tree is not on sys.path: the
 # tests import the installed package (test_the_installed_package_is_tested).
