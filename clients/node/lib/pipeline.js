@@ -13,7 +13,8 @@ const DEFAULT_WINDOW = 64;
 
 /** The outcomes of the requests made between two flushes. */
 class Round {
-  constructor() {
+  constructor(pipeline) {
+    this.pipeline = pipeline;
     /** outcomes[i]: records acked (a number) or the SpillwayError of request i. */
     this.outcomes = [];
     this.pending = 0;
@@ -40,6 +41,7 @@ class Round {
     }
     this.pending--;
     if (this.pending === 0 && this.waiter !== null) this.finish();
+    this.pipeline._settled();
   }
 
   finish() {
@@ -63,12 +65,16 @@ class Pipeline {
     this.window = window;
     /** The window the connection's writer holds this pipeline's requests to. */
     this._lane = { window, inflight: 0 };
-    this._round = new Round();
+    this._round = new Round(this);
+    /** Requests not answered yet, of every round (a flush may still be waiting). */
+    this._outstanding = 0;
+    /** ready() waiters: { limit, resolve }. */
+    this._readyWaiters = [];
   }
 
-  /** Requests made since the last flush() and not answered yet. */
+  /** Requests made and not answered yet (in flight or waiting locally). */
   get outstanding() {
-    return this._round.pending;
+    return this._outstanding;
   }
 
   /** Requests of this pipeline written to the socket and not answered yet. */
@@ -102,8 +108,33 @@ class Pipeline {
     request.index = round.outcomes.length;
     round.outcomes.push(undefined);
     round.pending++;
+    this._outstanding++;
     this.client._enqueue(request);
     return request.index;
+  }
+
+  /**
+   * Resolves once fewer than `limit` (default: the window) requests of this
+   * pipeline are outstanding: the way for a fast producer to let answers
+   * catch up instead of queueing without bound. Never rejects (a failed
+   * connection settles every request, which frees the room).
+   */
+  ready(limit = this.window) {
+    if (this._outstanding < limit) return Promise.resolve();
+    return new Promise((resolve) => this._readyWaiters.push({ limit, resolve }));
+  }
+
+  _settled() {
+    this._outstanding--;
+    const waiters = this._readyWaiters;
+    if (waiters.length === 0) return;
+    let kept = 0;
+    for (let i = 0; i < waiters.length; i++) {
+      const w = waiters[i];
+      if (this._outstanding < w.limit) w.resolve();
+      else waiters[kept++] = w;
+    }
+    waiters.length = kept;
   }
 
   /**
@@ -118,7 +149,7 @@ class Pipeline {
    */
   flush() {
     const round = this._round;
-    this._round = new Round();
+    this._round = new Round(this);
     return new Promise((resolve) => {
       round.waiter = resolve;
       if (round.pending === 0) round.finish();
