@@ -361,3 +361,26 @@ test('destroy fails outstanding requests with a connection closed error', async 
   client.destroy();
   await assert.rejects(pending, /connection closed by the client/);
 });
+
+test('pipeline.ready() waits until answers bring the outstanding count under the limit', async () => {
+  const fake = await holdingDaemon();
+  const client = await connect(fake.server.path, { timeoutMs: 2000 });
+  const pipeline = client.pipeline({ window: 2 });
+  for (let i = 0; i < 5; i++) pipeline.push(Tier.Sync, `r${i}`);
+  await pipeline.ready(6); // already under 6: resolves at once
+  let ready = false;
+  const waiting = pipeline.ready(3).then(() => (ready = true));
+  await sleep(50);
+  assert.equal(ready, false, '5 outstanding, not under 3');
+  fake.release(); // 2 answered: 3 outstanding, still not under 3
+  await sleep(50);
+  assert.equal(ready, false);
+  fake.release(); // 4 answered: 1 outstanding
+  await waiting;
+  assert.equal(pipeline.outstanding, 1);
+  // A failed connection settles everything, which also frees the room.
+  const stuck = pipeline.ready(1);
+  client.destroy();
+  await stuck;
+  assert.equal((await pipeline.flush()).failed, 1);
+});
