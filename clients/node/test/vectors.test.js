@@ -9,9 +9,9 @@ const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
 
-const { protocol, ProtocolError, NackError } = require('..');
-const { startDaemon } = require('../test-support/daemon');
-const { rawExchange } = require('../test-support/sockets');
+const { connect, protocol, ProtocolError, NackError } = require('..');
+const { startDaemon, makeTempDir } = require('../test-support/daemon');
+const { rawExchange, fakeDaemon } = require('../test-support/sockets');
 
 const VECTORS_PATH = path.join(__dirname, '..', '..', '..', 'protocol', 'conformance', 'vectors.json');
 const file = JSON.parse(fs.readFileSync(VECTORS_PATH, 'utf8'));
@@ -60,6 +60,30 @@ test.describe('request vectors: the encoder produces exactly `frame`', () => {
     test(v.name, () => {
       assert.equal(encodeRequest(v.request).toString('hex'), v.frame, v.description);
     });
+  }
+});
+
+test('the client writes exactly the request vector frames, all in flight at once, and takes their answers', async () => {
+  const requests = ofKind('request');
+  const dir = makeTempDir('spillway-node-vectors-');
+  const server = await fakeDaemon(dir, (frame, conn, n) => conn.socket.write(hex(requests[n].answer)));
+  try {
+    const client = await connect(server.path, { timeoutMs: 2000 });
+    const answers = await Promise.all(
+      requests.map(({ request: r }) => {
+        if (r.type === 'push') return client.push(r.tier, hex(r.payload));
+        if (r.type === 'push_batch') return client.pushBatch(r.tier, r.records.map(hex));
+        return client.health();
+      }),
+    );
+    const received = server.connections[0].received;
+    assert.equal(received.length, requests.length);
+    requests.forEach((v, i) => assert.equal(received[i].toString('hex'), v.frame, v.name));
+    requests.forEach((v, i) => assert.equal(answers[i], v.request.type === 'push_batch' ? v.request.records.length : undefined));
+    await client.close();
+  } finally {
+    await server.close();
+    fs.rmSync(dir, { recursive: true, force: true });
   }
 });
 
