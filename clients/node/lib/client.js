@@ -24,6 +24,7 @@ const {
   ConnectionClosedError,
 } = require('./errors');
 const protocol = require('./protocol');
+const { Pipeline } = require('./pipeline');
 
 const { HEADER_LEN, TRAILER_LEN, PAYLOAD_BYTES_HARD_MAX } = protocol;
 
@@ -231,7 +232,6 @@ class Client {
 
   /** A pipelined sender on this connection, see Pipeline. */
   pipeline(options = {}) {
-    const { Pipeline } = require('./pipeline');
     return new Pipeline(this, options);
   }
 
