@@ -1275,7 +1275,9 @@ enum fake_mode {
     FAKE_SILENT,     /* reads, never answers */
     FAKE_SCRIPT,     /* connection k: read one frame, write script[k], close */
     FAKE_OVERLOAD,   /* frame 0 of each connection: Overloaded; then proper answers */
-    FAKE_CAPTURE     /* proper answers; every byte received goes to a file */
+    FAKE_CAPTURE,    /* proper answers; every byte received goes to a file */
+    FAKE_NACK_HOLD,  /* frame 0: a BadMagic nack; then silence, socket kept open */
+    FAKE_SLOW_FIRST  /* frame 0: Overloaded after 800 ms; then proper answers */
 };
 
 typedef struct fake {
@@ -1340,8 +1342,15 @@ static void fake_serve(int lfd, int mode, uint8_t **script, size_t *script_len,
         while ((n = read_frame(fd, frame, sizeof frame, 20000)) > 0) {
             uint8_t ans[64];
             size_t alen;
-            if (mode == FAKE_SILENT)
+            if (mode == FAKE_SILENT || (mode == FAKE_NACK_HOLD && nframes > 0))
                 continue;
+            if (mode == FAKE_NACK_HOLD) {
+                uint8_t reason = SPILLWAY_NACK_BAD_MAGIC;
+                alen = make_response(ans, SPILLWAY_MSG_NACK, &reason, 1);
+                raw_write(fd, ans, alen);
+                nframes++;
+                continue;
+            }
             if (mode == FAKE_SCRIPT) {
                 if (k < script_n)
                     raw_write(fd, script[k], script_len[k]);
@@ -1350,7 +1359,9 @@ static void fake_serve(int lfd, int mode, uint8_t **script, size_t *script_len,
             if (mode == FAKE_CAPTURE && cap_fd >= 0 &&
                 write(cap_fd, frame, n) != (ssize_t)n)
                 _exit(3);
-            if (mode == FAKE_OVERLOAD && nframes == 0) {
+            if (mode == FAKE_SLOW_FIRST && nframes == 0)
+                sleep_ms(800);
+            if ((mode == FAKE_OVERLOAD || mode == FAKE_SLOW_FIRST) && nframes == 0) {
                 uint8_t reason = SPILLWAY_NACK_OVERLOADED;
                 alen = make_response(ans, SPILLWAY_MSG_NACK, &reason, 1);
             } else {
@@ -1384,6 +1395,9 @@ static fake fake_start(const char *name, int mode, uint8_t **script,
     if (f.pid < 0)
         die("fork: %s", strerror(errno));
     if (f.pid == 0) {
+        /* Dies on its own if the suite never stops it. */
+        signal(SIGALRM, SIG_DFL);
+        alarm(60);
         fake_serve(lfd, mode, script, script_len, script_n, capture);
         _exit(0);
     }
@@ -1567,6 +1581,62 @@ static void test_fake_overloaded(void)
     end_test(NULL);
 }
 
+/* A read timeout leaves the client usable: the late answer is discarded,
+ * the next request gets its own. */
+static void test_fake_late_answer(void)
+{
+    fake f = fake_start("slow", FAKE_SLOW_FIRST, NULL, NULL, 0, NULL);
+    spillway_client *c = connect_fake(&f, 500);
+    int rc;
+    begin_test("after a timeout the late answer is discarded, not given to the next request");
+    rc = spillway_push(c, SPILLWAY_TIER_SYNC, "first", 5);
+    CHECK(rc == SPILLWAY_ERR_TIMEOUT, "first: %s", spillway_status_name(rc));
+    sleep_ms(400); /* the late Overloaded nack arrives meanwhile */
+    rc = spillway_push(c, SPILLWAY_TIER_SYNC, "second", 6);
+    CHECK(rc == SPILLWAY_OK, "second: %s: %s", spillway_status_name(rc),
+          spillway_strerror(c));
+    rc = spillway_health(c);
+    CHECK(rc == SPILLWAY_OK, "health: %s", spillway_strerror(c));
+    spillway_close(c);
+    fake_stop(&f);
+    end_test(NULL);
+}
+
+/* After a nack that closes the connection nothing more is answered: the
+ * client fails the rest at once (it does not wait for them) and refuses to
+ * send more, even while the socket is still open. */
+static void test_fake_fatal_nack_pipelined(void)
+{
+    fake f = fake_start("nackhold", FAKE_NACK_HOLD, NULL, NULL, 0, NULL);
+    spillway_client *c = connect_fake(&f, 5000);
+    spillway_summary s;
+    uint64_t written;
+    int64_t t0;
+    int rc, i;
+    begin_test("a fatal nack in a pipeline: the rest fail at once, nothing more is sent");
+    for (i = 0; i < 4; i++)
+        CHECK(spillway_send_push(c, SPILLWAY_TIER_SYNC, "hello", 5, NULL) ==
+              SPILLWAY_OK, "send: %s", spillway_strerror(c));
+    t0 = mono_ms();
+    rc = spillway_flush(c, &s);
+    CHECK(mono_ms() - t0 < 2000, "flush waited %" PRId64 " ms", mono_ms() - t0);
+    CHECK(rc == SPILLWAY_ERR_NACK && s.failed == 4 && s.acked == 0 &&
+          s.first_nack == SPILLWAY_NACK_BAD_MAGIC,
+          "flush %s, failed %" PRIu64, spillway_status_name(rc), s.failed);
+    CHECK(contains(spillway_strerror(c), "bad_magic (0x01, not retryable"), "%s",
+          spillway_strerror(c));
+    written = spillway_bytes_written(c);
+    rc = spillway_send_push(c, SPILLWAY_TIER_SYNC, "hello", 5, NULL);
+    CHECK(rc == SPILLWAY_ERR_CLOSED, "send after: %s", spillway_status_name(rc));
+    rc = spillway_push(c, SPILLWAY_TIER_SYNC, "hello", 5);
+    CHECK(rc == SPILLWAY_ERR_CLOSED, "push after: %s", spillway_status_name(rc));
+    CHECK(contains(spillway_strerror(c), "reconnect"), "%s", spillway_strerror(c));
+    CHECK(spillway_bytes_written(c) == written, "bytes were sent after the nack");
+    spillway_close(c);
+    fake_stop(&f);
+    end_test(NULL);
+}
+
 /* Every rejected_response vector, served by a fake daemon to the client. */
 static void test_rejected_responses_via_client(const jv *vectors)
 {
@@ -1675,6 +1745,19 @@ static void test_request_bytes_via_client(const jv *vectors)
 
 /* ---- main ----------------------------------------------------------------------- */
 
+/* The whole suite must finish well under 60 s; a hang fails it. */
+static void on_watchdog(int sig)
+{
+    static const char m[] = "test_spillway: FAIL: the suite did not finish "
+                            "within 60 s (a call hung)\n";
+    (void)sig;
+    if (write(2, m, sizeof m - 1) < 0) {
+    }
+    if (g_daemon > 0)
+        kill(g_daemon, SIGKILL);
+    _exit(1);
+}
+
 int main(void)
 {
     const char *bin = getenv("SPILLWAY_BIN");
@@ -1692,6 +1775,8 @@ int main(void)
     if (access(bin, X_OK) != 0)
         die("SPILLWAY_BIN=%s is not an executable file: %s", bin, strerror(errno));
     signal(SIGPIPE, SIG_IGN); /* only the raw test sockets; the client uses MSG_NOSIGNAL */
+    signal(SIGALRM, on_watchdog);
+    alarm(60);
 
     snprintf(g_tmp, sizeof g_tmp, "/tmp/spillway-c-test-XXXXXX");
     if (!mkdtemp(g_tmp))
@@ -1737,6 +1822,8 @@ int main(void)
     test_fake_silent();
     test_fake_script();
     test_fake_overloaded();
+    test_fake_fatal_nack_pipelined();
+    test_fake_late_answer();
     test_rejected_responses_via_client(vectors);
     test_request_bytes_via_client(vectors);
 
