@@ -5,7 +5,9 @@
 # $SPILLWAY_BIN. Exit 0 only if every test passes.
 set -euo pipefail
 
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+self="${BASH_SOURCE[0]}"
+[[ "$self" == */* ]] || self="./$self"
+here="$(cd "${self%/*}" && pwd)"
 
 if ! command -v cc >/dev/null 2>&1; then
     echo "missing toolchain: a C99 compiler as cc (e.g. apt-get install gcc)"

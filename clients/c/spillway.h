@@ -203,10 +203,11 @@ int spillway_send_health(spillway_client *client, uint64_t *seq);
 
 /* The answer to the oldest outstanding request, in request order. Returns
  * answer->status (answer may be NULL). SPILLWAY_ERR_REJECTED if nothing is
- * outstanding. After a retryable nack the next requests are still
- * answered; after any other error the connection is gone and the remaining
- * outstanding requests are answered with SPILLWAY_ERR_CLOSED (or
- * SPILLWAY_ERR_TIMEOUT) without waiting. */
+ * outstanding. After a retryable nack, or a read timeout (whose late
+ * answer is discarded when it arrives), the next requests are still
+ * answered. After any other error the connection is gone and the
+ * remaining outstanding requests are answered with SPILLWAY_ERR_CLOSED
+ * without waiting. */
 int spillway_recv_answer(spillway_client *client, spillway_answer *answer);
 
 /* Writes everything buffered and waits for every outstanding answer.
