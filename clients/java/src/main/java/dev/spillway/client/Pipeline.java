@@ -102,6 +102,17 @@ public final class Pipeline implements AutoCloseable {
         return queued(Codec.HEALTH_CHECK_RESPONSE, 0);
     }
 
+    /**
+     * Writes every queued request to the socket now, without waiting for any
+     * answer. (Queued requests are also written by themselves once 64 KiB are
+     * buffered or the window is full, and by {@link #recv()} and {@link #flush()}.)
+     * A failed write is reported in the outcomes of the requests it ended.
+     */
+    public void send() {
+        ensureOpen();
+        sendBuffered();
+    }
+
     /** Requests queued whose outcome has not been handed out yet. */
     public int outstanding() {
         return pcount + ready.size();

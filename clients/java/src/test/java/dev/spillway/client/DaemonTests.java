@@ -234,6 +234,7 @@ final class DaemonTests {
                 for (int i = 0; i < 105; i++) {
                     p.push(Tier.SYNC, ascii("java-abandon-" + RUN + "-" + i));
                 }
+                p.send();
                 Check.isTrue(p.outstanding() > 0, "something outstanding");
                 p.close();
                 Check.raises(IllegalStateException.class, () -> p.push(Tier.SYNC, ascii("x")));

@@ -77,6 +77,56 @@ final class HostileTests {
                 c.health();
             }
         });
+        r.add("hostile: pipelined answers later than the read timeout are discarded, later ones stay matched", () -> {
+            try (FakeServer s = new FakeServer(dir, ch -> {
+                for (int i = 0; i < 3; i++) {
+                    FakeServer.readFrame(ch);
+                }
+                FakeServer.sleep(800);
+                for (int i = 0; i < 3; i++) {
+                    FakeServer.write(ch, ACK);
+                }
+                FakeServer.readFrame(ch);
+                FakeServer.write(ch, HEALTH_OK);
+                FakeServer.readFrame(ch);
+            }); Client c = Client.connect(s.path, timeout(500)); Pipeline p = c.pipeline(8)) {
+                for (int i = 0; i < 3; i++) {
+                    p.push(Tier.SYNC, rec("r" + i));
+                }
+                List<Outcome> late = p.flush();
+                Check.eq(3, late.size(), "outcomes");
+                for (Outcome o : late) {
+                    Check.isTrue(o.error() instanceof SpillwayTimeoutException, "outcome " + o);
+                }
+                p.health();
+                List<Outcome> out = p.flush();
+                Check.eq(1, out.size(), "outcomes");
+                Check.isTrue(out.get(0).ok() && out.get(0).request() == Outcome.Request.HEALTH_CHECK, "outcome " + out);
+            }
+        });
+        r.add("hostile: answers to a pipeline closed before they came are discarded by the client", () -> {
+            try (FakeServer s = new FakeServer(dir, ch -> {
+                for (int i = 0; i < 5; i++) {
+                    FakeServer.readFrame(ch);
+                }
+                FakeServer.sleep(300);
+                for (int i = 0; i < 5; i++) {
+                    FakeServer.write(ch, ACK);
+                }
+                FakeServer.readFrame(ch);
+                FakeServer.write(ch, HEALTH_OK);
+                FakeServer.readFrame(ch);
+            }); Client c = Client.connect(s.path, timeout(2000))) {
+                try (Pipeline p = c.pipeline(10)) {
+                    for (int i = 0; i < 5; i++) {
+                        p.push(Tier.SYNC, rec("r" + i));
+                    }
+                    p.send();
+                    Check.eq(5, p.outstanding(), "outstanding");
+                }
+                c.health();
+            }
+        });
         r.add("hostile: a daemon that closes after half a frame: protocol error", () -> {
             try (FakeServer s = new FakeServer(dir, ch -> {
                 FakeServer.readFrame(ch);
