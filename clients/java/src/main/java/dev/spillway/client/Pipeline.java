@@ -63,7 +63,8 @@ public final class Pipeline implements AutoCloseable {
         this.conn = conn;
         this.window = window;
         this.payloadBytesMax = conn.options.payloadBytesMax();
-        this.pending = new long[Integer.highestOneBit(Math.max(window, 2) - 1) << 1];
+        // A power of two >= the window (at most 1024 to start with; it grows if needed).
+        this.pending = new long[Integer.highestOneBit(Math.min(Math.max(window, 2), 1024) - 1) << 1];
     }
 
     /** The most requests in flight at once. */

@@ -228,6 +228,23 @@ final class DaemonTests {
                 Check.eq(20_000L, p.flushOrThrow(), "records acked");
             }
         });
+        r.add("daemon: pipeline windows of 1 and Integer.MAX_VALUE work; 0 is refused", () -> {
+            try (Client c = d.connect()) {
+                Check.raises(IllegalArgumentException.class, () -> c.pipeline(0));
+                try (Pipeline p = c.pipeline(1)) {
+                    for (int i = 0; i < 50; i++) {
+                        p.push(Tier.BUFFERED, ascii("java-w1-" + RUN + "-" + i));
+                    }
+                    Check.eq(50L, p.flushOrThrow(), "records acked");
+                }
+                try (Pipeline p = c.pipeline(Integer.MAX_VALUE)) {
+                    for (int i = 0; i < 3000; i++) {
+                        p.push(Tier.BUFFERED, ascii("java-wmax-" + RUN + "-" + i));
+                    }
+                    Check.eq(3000L, p.flushOrThrow(), "records acked");
+                }
+            }
+        });
         r.add("daemon: closing a pipeline with answers outstanding leaves the client matched", () -> {
             try (Client c = d.connect()) {
                 Pipeline p = c.pipeline(10);
