@@ -56,11 +56,14 @@ pub struct ConnectionLimits {
 /// must not find the daemon waiting for it to read (a deadlock that ends at
 /// the write-stall timeout), however little the kernel's send buffer holds.
 const OUT_BYTES_MIN: usize = 4 * 1024;
+
+/// An Ack frame: a header and an empty payload's trailer.
+const ACK_FRAME_LEN: usize = spillway_protocol::HEADER_LEN + spillway_protocol::TRAILER_LEN;
 impl ConnectionLimits {
     /// Unwritten response bytes past which a connection stops reading:
     /// one ack per record of a full window, at least [`OUT_BYTES_MIN`].
     pub fn out_bytes_max(&self) -> usize {
-        (self.inflight_records_max * spillway_protocol::HEADER_LEN).max(OUT_BYTES_MIN)
+        (self.inflight_records_max * ACK_FRAME_LEN).max(OUT_BYTES_MIN)
     }
 }
 
@@ -598,16 +601,19 @@ impl Connection {
     /// The socket is full: wait until it is writable, off the actor, then
     /// write through tokio (so its readiness tracking stays right).
     ///
-    /// A peer that takes none of our bytes for `connection_read_timeout_ms`
-    /// (a producer that never reads its acks) is closed: it would otherwise
-    /// hold its window, and a connection slot, for ever.
+    /// A peer that takes none of our bytes for `connection_idle_timeout_ms`
+    /// (a producer that never reads its acks) is closed, as one that sends
+    /// nothing is: it would otherwise hold a connection slot for ever. Not
+    /// sooner: while it waits it costs the daemon nothing but its unwritten
+    /// acks (bounded by the window), whereas closing it invites it to
+    /// reconnect and push another window of records the disk must write.
     fn write_when_ready(&mut self, ctx: &mut Context<Self>) {
         let writer = self.writer.clone();
         let since = *self.write_stalled_since.get_or_insert_with(Instant::now);
         let left = self
             .shared
             .limits
-            .read_timeout
+            .idle_timeout
             .saturating_sub(since.elapsed());
         let fut = async move { tokio::time::timeout(left, writer.writable()).await };
         ctx.spawn(fut.into_actor(self).map(|r, act, ctx| {
@@ -621,8 +627,8 @@ impl Connection {
                     if act.shared.stats.log_limiter.allow() {
                         tracing::warn!(
                             conn = act.id,
-                            timeout_ms = act.shared.limits.read_timeout.as_millis() as u64,
-                            "the peer read none of its responses for server.connection_read_timeout_ms; closing the connection"
+                            timeout_ms = act.shared.limits.idle_timeout.as_millis() as u64,
+                            "the peer read none of its responses for server.connection_idle_timeout_ms; closing the connection"
                         );
                     }
                     ctx.stop();

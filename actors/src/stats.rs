@@ -15,7 +15,7 @@ pub struct DaemonStats {
     pub connections_refused: AtomicU64,
     pub read_timeouts: AtomicU64,
     /// Closed because the peer read none of its responses for
-    /// `connection_read_timeout_ms`.
+    /// `connection_idle_timeout_ms`.
     pub write_timeouts: AtomicU64,
     /// Closed after `connection_idle_timeout_ms` with nothing in progress.
     pub idle_timeouts: AtomicU64,

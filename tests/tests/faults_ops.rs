@@ -834,6 +834,61 @@ fn fd_exhaustion_under_a_low_ulimit() {
 
 // ---------------------------------------------------------------- 5. idle timeout
 
+/// A producer that never reads its acks is closed after the idle timeout,
+/// not the (short) read timeout: while it waits it costs nothing but its
+/// unwritten acks, and closing it sooner only invites it to reconnect and
+/// push another window of records. Until then it is served in order.
+#[test]
+fn a_peer_that_reads_no_acks_is_closed_at_the_idle_timeout_not_the_read_timeout() {
+    let d = Daemon::start(
+        "[server]\nshards = 1\nconnection_read_timeout_ms = 300\nconnection_idle_timeout_ms = 3000\n",
+    );
+    let mut all = Vec::new();
+    for i in 0..40_000 {
+        all.extend(push_frame(
+            Tier::Buffered,
+            format!("unread-{i:05}").as_bytes(),
+        ));
+    }
+    // Stalled for 4 read timeouts, then read: still open, every ack in order.
+    let patient = d.raw();
+    let mut writer = patient.stream.try_clone().unwrap();
+    let bytes = all.clone();
+    let w = thread::spawn(move || writer.write_all(&bytes));
+    thread::sleep(Duration::from_millis(1200));
+    let mut patient = patient;
+    for i in 0..40_000 {
+        match patient.read_frame_within(Duration::from_secs(5)) {
+            ReadOutcome::Frame(f) => assert_eq!(f, expected_ack(), "answer {i}"),
+            other => panic!("answer {i}: {other:?} (closed at the read timeout?)"),
+        }
+    }
+    w.join().unwrap().unwrap();
+    patient.expect_health();
+
+    // Never read: closed once the idle timeout has passed without progress.
+    let t0 = Instant::now();
+    let never = d.raw();
+    let mut writer = never.stream.try_clone().unwrap();
+    // The write blocks once the daemon stops reading, and fails when the
+    // daemon closes the connection.
+    let w = thread::spawn(move || writer.write_all(&all));
+    let closed = wait_until(Duration::from_secs(15), || {
+        stat(&d.ctl(&["stats"]), "write_timeouts") == 1
+    });
+    let after = t0.elapsed();
+    assert!(closed, "a peer reading no acks was not closed within 15 s");
+    assert!(
+        after >= Duration::from_millis(2900),
+        "closed after {after:?}, before the 3 s idle timeout"
+    );
+    assert!(
+        w.join().unwrap().is_err(),
+        "the never-reader's write did not fail"
+    );
+    drop(never);
+}
+
 #[test]
 fn idle_connections_time_out() {
     let d = Daemon::start("[server]\nconnection_idle_timeout_ms = 1000\n");

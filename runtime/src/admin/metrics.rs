@@ -68,7 +68,7 @@ fn global_counters() -> [Counter<GlobalGet>; 13] {
             key: "write_timeouts",
             metric: "spillway_write_timeouts_total",
             kind: "counter",
-            help: "Connections closed because the peer read none of its responses for server.connection_read_timeout_ms.",
+            help: "Connections closed because the peer read none of its responses for server.connection_idle_timeout_ms.",
             get: |s| load(&s.stats.write_timeouts),
         },
         Counter {
