@@ -25,7 +25,8 @@ pub use accept::AcceptErrors;
 pub use budget::{ShardBudget, WabBudget};
 pub use connection::{Connection, ConnectionContext, ConnectionLimits, ReadBudget};
 pub use drain::{
-    Drain, DrainConfig, DrainSettings, DrainStats, SinkHost, SinkMaker, SinkSlot, StopDrain,
+    Drain, DrainConfig, DrainSettings, DrainStats, SinkHealth, SinkHost, SinkMaker, SinkSlot,
+    SinkState, StopDrain,
 };
 pub use flusher::{FlusherConfig, ShardFlusher, StopShard};
 pub use listener::{bind_socket, ensure_socket_folder, BindError, Listener, StopListening};

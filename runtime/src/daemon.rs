@@ -180,6 +180,10 @@ fn start(
                 .map_err(|e| format!("admin.metrics_address {addr}: {e}"))?;
             l.set_nonblocking(true)
                 .map_err(|e| format!("admin.metrics_address {addr}: {e}"))?;
+            let address = l
+                .local_addr()
+                .map_or_else(|_| addr.to_string(), |a| a.to_string());
+            tracing::info!(%address, "serving GET /metrics, /health and /ready (admin.metrics_address)");
             Some(l)
         }
         None => None,

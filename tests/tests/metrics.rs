@@ -133,7 +133,10 @@ fn the_metrics_server_answers_only_get_metrics_and_drops_slow_or_huge_requests()
         b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
     );
     assert!(other.starts_with("HTTP/1.1 404"), "{other}");
-    assert!(other.ends_with("\r\n\r\ntry GET /metrics\n"), "{other}");
+    assert!(
+        other.ends_with("\r\n\r\ntry GET /metrics, /health or /ready\n"),
+        "{other}"
+    );
     let query = http_raw(port, b"GET /metrics?x=1 HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(query.starts_with("HTTP/1.1 404"), "{query}");
 

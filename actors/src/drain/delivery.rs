@@ -83,6 +83,7 @@ impl<S: Storage> DrainThread<S> {
             return self.after_transient(n, after, reason);
         }
         self.retry = RetryState::default();
+        self.stats.sink.lock().unwrap().delivered();
         self.settle(done, &rejected)?;
         let committed = done - rejected.len();
         self.stats

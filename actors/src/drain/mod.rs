@@ -32,6 +32,7 @@ mod retry;
 mod sink_host;
 
 use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
 
 pub use actor::{Drain, DrainConfig, StopDrain};
 pub use sink_host::{DrainSettings, SinkHost, SinkMaker, SinkSlot};
@@ -47,4 +48,77 @@ pub struct DrainStats {
     pub segments_deleted: AtomicU64,
     /// Every record below this sequence number is confirmed.
     pub checkpoint: AtomicU64,
+    /// Whether this shard's sink delivers, and if not since when and why
+    /// (`ctl health`, `GET /ready`).
+    pub sink: Mutex<SinkHealth>,
+}
+
+/// The state of one shard's sink, as the drain last saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SinkHealth {
+    pub state: SinkState,
+    /// When the current failure began (wall clock, ms since the epoch);
+    /// 0 while running.
+    pub since_unix_ms: u64,
+    /// The last failure's reason; empty while running.
+    pub reason: String,
+    /// When a batch was last delivered (ms since the epoch); 0: never.
+    pub last_delivery_unix_ms: u64,
+}
+
+/// How one shard's sink is doing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SinkState {
+    /// Delivering (or idle: nothing has failed since the last delivery).
+    #[default]
+    Running,
+    /// A batch failed transiently and is being retried with backoff.
+    Retrying,
+    /// The sink instance could not be created or panicked; it is being
+    /// re-created with backoff (its batch waits).
+    Failed,
+}
+
+impl SinkState {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Retrying => "retrying",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+fn now_unix_ms() -> u64 {
+    spillway_wab::format::now_unix_us() / 1000
+}
+
+impl SinkHealth {
+    /// A batch was delivered (wholly or in part).
+    pub(crate) fn delivered(&mut self) {
+        self.state = SinkState::Running;
+        self.since_unix_ms = 0;
+        self.reason.clear();
+        self.last_delivery_unix_ms = now_unix_ms();
+    }
+
+    /// A failed instance was created again: its batch is being retried.
+    pub(crate) fn recreated(&mut self) {
+        if self.state == SinkState::Failed {
+            self.state = SinkState::Retrying;
+        }
+    }
+
+    /// A delivery failed: `state` (Retrying or Failed) since the first
+    /// failure in a row.
+    pub(crate) fn failing(&mut self, state: SinkState, reason: &str) {
+        if self.state == SinkState::Running {
+            self.since_unix_ms = now_unix_ms();
+        }
+        // An instance that failed stays Failed until a delivery succeeds.
+        if self.state != SinkState::Failed {
+            self.state = state;
+        }
+        self.reason = reason.to_string();
+    }
 }

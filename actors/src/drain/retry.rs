@@ -38,6 +38,11 @@ impl<S: Storage> DrainThread<S> {
         let first = *self.retry.first_failure.get_or_insert(now);
         self.retry.attempts += 1;
         self.stats.retries.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .sink
+            .lock()
+            .unwrap()
+            .failing(super::SinkState::Retrying, &reason);
         let settings = self.host.settings().clone();
         if let Some(limit) = settings.max_retry_duration {
             if now.duration_since(first) >= limit && n > 0 {

@@ -160,6 +160,7 @@ impl SinkHost {
                     tracing::warn!(shard, sink = inst.name(), reason = %why, "sink reports unhealthy; delivering anyway (failures will be retried)");
                 }
                 self.instance = Some(inst);
+                self.stats.sink.lock().unwrap().recreated();
                 Ok(())
             }
             Ok(Err(e)) => Err(self.failed(format!("creating the sink failed: {e}"))),
@@ -177,6 +178,11 @@ impl SinkHost {
             .saturating_mul(1 << (self.failures - 1).min(10))
             .min(SINK_RESTART_BACKOFF_MAX);
         self.not_before = Some(Instant::now() + backoff);
+        self.stats
+            .sink
+            .lock()
+            .unwrap()
+            .failing(super::SinkState::Failed, &reason);
         tracing::error!(shard = self.shard, reason = %reason, restart_in_ms = backoff.as_millis() as u64, "sink instance failed; it will be re-created");
         reason
     }

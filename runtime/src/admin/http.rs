@@ -1,7 +1,9 @@
-//! `GET /metrics` on `admin.metrics_address`: hyper's HTTP/1.1 server, one
-//! request per connection. `GET /metrics` gets the Prometheus text;
-//! anything else that parses gets 404, and what does not parse gets hyper's
-//! 400. A request head over 8 KiB gets 431; a client that takes longer
+//! The HTTP listener on `admin.metrics_address`: hyper's HTTP/1.1 server,
+//! one request per connection. `GET /metrics` gets the Prometheus text,
+//! `GET /health` 200 while the process serves (liveness), `GET /ready` 200
+//! when every shard runs and every sink delivers, else 503, both with a
+//! JSON body; anything else that parses gets 404, and what does not parse
+//! gets hyper's 400. A request head over 8 KiB gets 431; a client that takes longer
 //! than 5 s to send its head, or 10 s for the whole exchange (a scraper
 //! that never reads its answer), is dropped.
 
@@ -20,7 +22,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use sink_sdk::units::KIB;
 
 use super::metrics::prometheus;
-use super::AdminState;
+use super::{health, AdminState};
 
 /// A request head (request line and headers) longer than this gets 431.
 /// hyper's smallest read buffer, and 50 times a scraper's head.
@@ -31,6 +33,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The Prometheus text exposition format.
 const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4";
+const CONTENT_TYPE_JSON: &str = "application/json";
 
 /// Serves one connection of the metrics listener.
 pub(super) async fn serve_metrics(stream: tokio::net::TcpStream, state: Rc<AdminState>) {
@@ -52,15 +55,35 @@ pub(super) async fn serve_metrics(stream: tokio::net::TcpStream, state: Rc<Admin
 }
 
 fn answer(request: &Request<Incoming>, state: &AdminState) -> Response<Full<Bytes>> {
-    let (status, body) = if request.method() == Method::GET && request.uri() == "/metrics" {
-        (StatusCode::OK, prometheus(state))
-    } else {
-        (StatusCode::NOT_FOUND, "try GET /metrics\n".to_string())
+    let get = request.method() == Method::GET;
+    // The whole target: a query string is not one of ours (404).
+    let target = request.uri().path_and_query().map_or("", |p| p.as_str());
+    let (status, content_type, body) = match target {
+        "/metrics" if get => (StatusCode::OK, CONTENT_TYPE_TEXT, prometheus(state)),
+        "/health" if get => (
+            StatusCode::OK,
+            CONTENT_TYPE_JSON,
+            "{\"status\":\"ok\"}\n".to_string(),
+        ),
+        "/ready" if get => {
+            let (ready, body) = health::ready(state);
+            let status = if ready {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            (status, CONTENT_TYPE_JSON, body)
+        }
+        _ => (
+            StatusCode::NOT_FOUND,
+            CONTENT_TYPE_TEXT,
+            "try GET /metrics, /health or /ready\n".to_string(),
+        ),
     };
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE_TEXT));
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     headers.insert(CONNECTION, HeaderValue::from_static("close"));
     response
 }

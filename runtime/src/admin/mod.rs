@@ -9,17 +9,19 @@
 //! `dead-letter drop all|<shard>:<seq>...`, `reload`.
 //!
 //! This file holds the actor (it serves the admin socket and, when
-//! `admin.metrics_address` is set, the metrics listener), the command
-//! dispatch and `health`. The rest, one job per file: `metrics` (the
-//! counter table and its two renderings, `ctl stats` and Prometheus text),
-//! `http` (`GET /metrics`), `dead_letters` (list, requeue, drop). The
+//! `admin.metrics_address` is set, the HTTP listener) and the command
+//! dispatch. The rest, one job per file: `health` (each shard's and each
+//! sink's state: `ctl health`, `GET /ready`), `metrics` (the counter table
+//! and its two renderings, `ctl stats` and Prometheus text), `http`
+//! (`GET /metrics`, `/health`, `/ready`), `dead_letters` (list, requeue,
+//! drop). The
 //! framing of replies is `spillway_ctl`'s, shared with the ctl client.
 
 mod dead_letters;
+mod health;
 mod http;
 mod metrics;
 
-use std::fmt::Write as _;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
@@ -142,7 +144,7 @@ async fn serve(stream: UnixStream, state: Rc<AdminState>) {
 async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
     let words: Vec<&str> = line.split_whitespace().collect();
     match words.as_slice() {
-        ["health"] => Ok(health(state)),
+        ["health"] => Ok(health::text(state)),
         ["stats"] => Ok(metrics::stats(state)),
         ["metrics"] => Ok(metrics::prometheus(state)),
         ["dead-letter", "list"] => dead_letters::list(state),
@@ -159,21 +161,4 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
             "unknown command {line:?}; try: health | stats | metrics | dead-letter list | dead-letter requeue all|SHARD:SEQ... | dead-letter drop all|SHARD:SEQ... | reload"
         )),
     }
-}
-
-fn health(state: &AdminState) -> String {
-    let mut out = String::new();
-    for q in &state.shards {
-        let _ = write!(out, "shard {} {:?}", q.shard, q.health());
-        if let Some(reason) = q.refusal() {
-            let why = q.unwritable_why();
-            if why.is_empty() {
-                let _ = write!(out, " (pushes get {})", reason.name());
-            } else {
-                let _ = write!(out, " ({why}; pushes get {}, retrying)", reason.name());
-            }
-        }
-        out.push('\n');
-    }
-    out
 }

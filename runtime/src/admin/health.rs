@@ -1,0 +1,181 @@
+//! Health that tells the truth: each shard's state and each shard's sink,
+//! for `ctl health` (prose lines) and `GET /ready` (JSON). Ready means every
+//! shard is Running and every sink delivers: a sink that is retrying a
+//! failed batch, or whose instance failed, makes the daemon not ready.
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+use spillway_actors::{ShardHealth, SinkHealth, SinkState};
+
+use super::AdminState;
+
+/// One thing that keeps the daemon from being ready.
+struct Failing {
+    what: &'static str,
+    shard: u32,
+    state: String,
+    since_unix_ms: u64,
+    reason: String,
+}
+
+impl Failing {
+    fn json(&self) -> Value {
+        let mut v = json!({
+            "what": self.what,
+            "shard": self.shard,
+            "state": self.state,
+            "reason": self.reason,
+        });
+        if self.since_unix_ms > 0 {
+            v["since_unix_ms"] = json!(self.since_unix_ms);
+            v["since"] = json!(rfc3339(self.since_unix_ms));
+        }
+        v
+    }
+
+    fn line(&self) -> String {
+        let mut s = format!("{} of shard {} {}", self.what, self.shard, self.state);
+        if self.since_unix_ms > 0 {
+            let _ = write!(s, " since {}", rfc3339(self.since_unix_ms));
+        }
+        if !self.reason.is_empty() {
+            let _ = write!(s, ": {}", self.reason);
+        }
+        s
+    }
+}
+
+fn sink_health(state: &AdminState, shard: usize) -> SinkHealth {
+    state
+        .drains
+        .get(shard)
+        .map(|d| d.sink.lock().unwrap().clone())
+        .unwrap_or_default()
+}
+
+/// What keeps the daemon from being ready; empty when it is.
+fn failing(state: &AdminState) -> Vec<Failing> {
+    let mut out = Vec::new();
+    for (i, q) in state.shards.iter().enumerate() {
+        let health = q.health();
+        if health != ShardHealth::Running {
+            let mut reason = q.unwritable_why();
+            if let Some(nack) = q.refusal() {
+                if !reason.is_empty() {
+                    reason.push_str("; ");
+                }
+                let _ = write!(reason, "pushes get {}", nack.name());
+            }
+            out.push(Failing {
+                what: "shard",
+                shard: q.shard,
+                state: format!("{health:?}").to_lowercase(),
+                since_unix_ms: 0,
+                reason,
+            });
+        }
+        let sink = sink_health(state, i);
+        if sink.state != SinkState::Running {
+            out.push(Failing {
+                what: "sink",
+                shard: q.shard,
+                state: sink.state.name().to_string(),
+                since_unix_ms: sink.since_unix_ms,
+                reason: sink.reason,
+            });
+        }
+    }
+    out
+}
+
+/// `ctl health`: one line per shard and per shard's sink, then the verdict.
+pub(super) fn text(state: &AdminState) -> String {
+    let mut out = String::new();
+    for (i, q) in state.shards.iter().enumerate() {
+        let _ = write!(out, "shard {} {:?}", q.shard, q.health());
+        if let Some(reason) = q.refusal() {
+            let why = q.unwritable_why();
+            if why.is_empty() {
+                let _ = write!(out, " (pushes get {})", reason.name());
+            } else {
+                let _ = write!(out, " ({why}; pushes get {}, retrying)", reason.name());
+            }
+        }
+        out.push('\n');
+        let sink = sink_health(state, i);
+        let _ = match sink.state {
+            SinkState::Running if sink.last_delivery_unix_ms > 0 => write!(
+                out,
+                "sink of shard {} Running (last delivery {})",
+                q.shard,
+                rfc3339(sink.last_delivery_unix_ms)
+            ),
+            SinkState::Running => write!(
+                out,
+                "sink of shard {} Running (nothing delivered yet)",
+                q.shard
+            ),
+            SinkState::Retrying => write!(
+                out,
+                "sink of shard {} Retrying since {}: {}",
+                q.shard,
+                rfc3339(sink.since_unix_ms),
+                sink.reason
+            ),
+            SinkState::Failed => write!(
+                out,
+                "sink of shard {} Failed since {}: {}",
+                q.shard,
+                rfc3339(sink.since_unix_ms),
+                sink.reason
+            ),
+        };
+        out.push('\n');
+    }
+    let failing = failing(state);
+    if failing.is_empty() {
+        out.push_str("ready\n");
+    } else {
+        let _ = writeln!(
+            out,
+            "not ready: {}",
+            failing
+                .iter()
+                .map(Failing::line)
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    out
+}
+
+/// `GET /ready`: whether the daemon is ready, and the JSON body that says
+/// what is not.
+pub(super) fn ready(state: &AdminState) -> (bool, String) {
+    let failing = failing(state);
+    let body = json!({
+        "ready": failing.is_empty(),
+        "shards": state.shards.len(),
+        "failing": failing.iter().map(Failing::json).collect::<Vec<_>>(),
+    });
+    (failing.is_empty(), body.to_string() + "\n")
+}
+
+/// `ms` since the epoch as an RFC 3339 UTC time, to the second.
+pub(super) fn rfc3339(ms: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_796_137_445_123), "2026-12-01T15:04:05Z");
+    }
+}
