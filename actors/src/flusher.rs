@@ -475,6 +475,7 @@ impl<S: Storage> FlusherThread<S> {
             }
         }
         let before = self.active().write_offset;
+        let started = Instant::now();
         let written = self.write_group(group, records as usize);
         let first_seq = match written {
             Ok(seq) => seq,
@@ -509,6 +510,10 @@ impl<S: Storage> FlusherThread<S> {
         let stats = &self.queue.stats;
         stats.groups.fetch_add(1, Ordering::Relaxed);
         stats.records.fetch_add(records, Ordering::Relaxed);
+        stats
+            .commit_us
+            .observe(started.elapsed().as_micros() as u64);
+        stats.group_records.observe(records);
         stats.bytes.fetch_add(payload, Ordering::Relaxed);
         let mut seq = first_seq;
         for b in group.drain(..) {

@@ -14,6 +14,7 @@ pub mod budget;
 pub mod connection;
 pub mod drain;
 pub mod flusher;
+pub mod histogram;
 pub mod listener;
 pub mod responder;
 pub mod sealer;
@@ -33,7 +34,7 @@ pub use listener::{bind_socket, ensure_socket_folder, BindError, Listener, StopL
 pub use sealer::{SealerMsg, SegmentSealer};
 pub use shard::{
     Abandoned, AppendBatch, CommitTarget, GroupBound, PendingRecord, PendingRecords, ShardHealth,
-    ShardQueue, ShardStats, Watermark, FSYNC_BUCKETS_US,
+    ShardQueue, ShardStats, Watermark,
 };
 pub use socket_dir::{check_socket_dir, InsecureSocketDir, SocketLock};
 pub use stats::{DaemonStats, RateLimiter};

@@ -8,6 +8,7 @@
 //! skipping an actor hop saves a thread wake (~40-50 µs on an idle VM core)
 //! on every Sync ack.
 
+use crate::histogram::{CommitMicros, FsyncMicros, GroupRecords, Histogram};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -230,14 +231,15 @@ pub struct ShardStats {
     pub fsyncs: AtomicU64,
     pub fsync_failures: AtomicU64,
     pub write_failures: AtomicU64,
-    /// Sum of fdatasync durations, microseconds (mean = this / fsyncs).
-    pub fsync_us_total: AtomicU64,
     pub fsync_us_max: AtomicU64,
-    /// fdatasync latency histogram: counts per bucket of
-    /// [`FSYNC_BUCKETS_US`] (upper bounds, microseconds), plus one for
-    /// slower. Exported as a Prometheus histogram: fsync cost can grow
-    /// several-fold under sustained load, and an operator must see it.
-    pub fsync_us_buckets: [AtomicU64; FSYNC_BUCKETS_US.len() + 1],
+    /// fdatasync latency (µs; its sum gives the mean). Exported as a
+    /// Prometheus histogram: fsync cost can grow several-fold under
+    /// sustained load, and an operator must see it.
+    pub fsync_us: Histogram<FsyncMicros>,
+    /// Write plus fdatasync of one group commit (µs).
+    pub commit_us: Histogram<CommitMicros>,
+    /// Records per group commit.
+    pub group_records: Histogram<GroupRecords>,
     pub rotations: AtomicU64,
     pub restarts: AtomicU64,
     /// Acknowledged records recovery found missing or damaged at the last
@@ -252,11 +254,6 @@ pub struct ShardStats {
     /// per retry.
     segment_failure_logged_us: AtomicU64,
 }
-
-/// Upper bounds (µs) of the fdatasync latency histogram buckets.
-pub const FSYNC_BUCKETS_US: [u64; 12] = [
-    25, 50, 100, 150, 200, 300, 500, 1_000, 2_000, 5_000, 20_000, 100_000,
-];
 
 /// At most one "cannot start a segment" line per shard per this interval.
 const SEGMENT_FAILURE_LOG_EVERY_US: u64 = 10_000_000;
@@ -277,13 +274,8 @@ impl ShardStats {
     /// Count one fdatasync that took `us` microseconds.
     pub fn record_fsync(&self, us: u64) {
         self.fsyncs.fetch_add(1, Ordering::Relaxed);
-        self.fsync_us_total.fetch_add(us, Ordering::Relaxed);
         self.fsync_us_max.fetch_max(us, Ordering::Relaxed);
-        let i = FSYNC_BUCKETS_US
-            .iter()
-            .position(|&b| us <= b)
-            .unwrap_or(FSYNC_BUCKETS_US.len());
-        self.fsync_us_buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.fsync_us.observe(us);
     }
 }
 

@@ -2,6 +2,7 @@
 //! `spillway ctl metrics` prints the same exposition. The counters follow
 //! what the daemon did (records written, fsyncs, nacks).
 
+mod support_http;
 mod support_plugins;
 
 use std::io::{Read, Write};
@@ -56,7 +57,8 @@ fn metrics_endpoint_and_ctl_metrics_report_what_happened() {
     let reply = http_get(port, "/metrics");
     let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP response");
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(body.ends_with("# EOF\n"), "{body}");
     assert_eq!(sum(body, "spillway_records_written_total"), 28, "{body}");
     assert!(
         body.contains("# TYPE spillway_fsync_seconds histogram"),
@@ -70,7 +72,7 @@ fn metrics_endpoint_and_ctl_metrics_report_what_happened() {
     // The +Inf bucket of each shard equals its count.
     assert_eq!(
         body.lines()
-            .filter(|l| l.contains("le=\"+Inf\""))
+            .filter(|l| l.starts_with("spillway_fsync_seconds_bucket") && l.contains("le=\"+Inf\""))
             .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
             .sum::<u64>(),
         fsyncs
@@ -167,4 +169,101 @@ fn the_metrics_server_answers_only_get_metrics_and_drops_slow_or_huge_requests()
         .unwrap();
     let mut buf = [0u8; 64];
     assert!(matches!(silent.read(&mut buf), Ok(0)), "not closed");
+}
+
+/// The value of the one sample of `name` with `labels` (e.g. `shard="0"`).
+fn value(exposition: &str, name: &str, labels: &str) -> f64 {
+    let prefix = format!("{name}{{{labels}}} ");
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no sample {prefix:?} in:\n{exposition}"))
+        .parse()
+        .unwrap()
+}
+
+/// Every backlog metric is on the endpoint and moves when its event
+/// happens: records pushed while the sink fails are pending and age; once
+/// the sink recovers, pending falls to 0.
+#[test]
+fn backlog_metrics_follow_a_sink_outage() {
+    let rx = support_http::HttpReceiver::start();
+    rx.set_status(503);
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n\
+         [sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 300\n",
+        rx.url()
+    ));
+    let before = http_get(port, "/metrics");
+    for family in [
+        "spillway_build_info",
+        "spillway_pending_records",
+        "spillway_oldest_pending_age_seconds",
+        "spillway_sink_up",
+        "spillway_sink_errors",
+        "spillway_dead_letter_bytes",
+        "spillway_group_commit_seconds",
+        "spillway_group_commit_records",
+        "spillway_sink_request_seconds",
+        "spillway_fsync_seconds",
+        "spillway_wab_bytes",
+    ] {
+        assert!(
+            before.contains(&format!("# TYPE {family} ")),
+            "{family} missing:\n{before}"
+        );
+    }
+    assert!(
+        before.contains("spillway_build_info{version=\""),
+        "{before}"
+    );
+    let mut c = d.client();
+    let records: Vec<String> = (0..10).map(|i| format!("held-{i}")).collect();
+    for r in &records {
+        c.push(Tier::Sync, r.as_bytes()).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(2200));
+    let held = http_get(port, "/metrics");
+    assert_eq!(sum(&held, "spillway_records_written_total"), 10, "{held}");
+    assert_eq!(
+        value(&held, "spillway_pending_records", "shard=\"0\""),
+        10.0
+    );
+    assert!(
+        value(&held, "spillway_oldest_pending_age_seconds", "shard=\"0\"") >= 2.0,
+        "{held}"
+    );
+    assert_eq!(value(&held, "spillway_sink_up", "shard=\"0\""), 0.0);
+    assert!(
+        value(
+            &held,
+            "spillway_sink_errors_total",
+            "shard=\"0\",kind=\"transient\""
+        ) >= 1.0,
+        "{held}"
+    );
+    assert!(value(&held, "spillway_sink_request_seconds_count", "shard=\"0\"") >= 1.0);
+    assert!(value(&held, "spillway_group_commit_records_count", "shard=\"0\"") >= 1.0);
+
+    rx.set_status(200);
+    rx.wait_for_payloads(&records, Duration::from_secs(20));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let after = http_get(port, "/metrics");
+        if value(&after, "spillway_pending_records", "shard=\"0\"") == 0.0 {
+            assert_eq!(
+                value(&after, "spillway_oldest_pending_age_seconds", "shard=\"0\""),
+                0.0
+            );
+            assert_eq!(value(&after, "spillway_sink_up", "shard=\"0\""), 1.0);
+            assert_eq!(sum(&after, "spillway_delivered_records_total"), 10);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pending never fell to 0:\n{after}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

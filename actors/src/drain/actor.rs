@@ -260,6 +260,7 @@ impl<S: Storage> DrainThread<S> {
                 None => break,
             }
         }
+        self.publish_oldest();
         Ok(())
     }
 

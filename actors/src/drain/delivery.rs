@@ -71,7 +71,11 @@ impl<S: Storage> DrainThread<S> {
                 payload: &r.payload,
             })
             .collect();
+        let started = Instant::now();
         let outcome = self.host.deliver(&Batch::new(self.shard, &records));
+        self.stats
+            .sink_request_us
+            .observe(started.elapsed().as_micros() as u64);
         drop(records);
         let Verdict {
             done,
@@ -148,7 +152,16 @@ impl<S: Storage> DrainThread<S> {
             let r = self.pending.pop_front().unwrap();
             self.pending_bytes -= r.payload.len();
         }
+        self.publish_oldest();
         Ok(())
+    }
+
+    /// Publish the arrival time of the oldest record still pending.
+    pub(super) fn publish_oldest(&self) {
+        let us = self.pending.front().map_or(0, |r| r.meta.arrival_unix_us);
+        self.stats
+            .oldest_pending_arrival_us
+            .store(us, Ordering::Relaxed);
     }
 
     /// Append the rejected records (indices into `pending`) to the

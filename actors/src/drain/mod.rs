@@ -34,6 +34,8 @@ mod sink_host;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
+use crate::histogram::{Histogram, SinkMicros};
+
 pub use actor::{Drain, DrainConfig, StopDrain};
 pub use sink_host::{DrainSettings, SinkHost, SinkMaker, SinkSlot};
 
@@ -51,6 +53,13 @@ pub struct DrainStats {
     /// Whether this shard's sink delivers, and if not since when and why
     /// (`ctl health`, `GET /ready`).
     pub sink: Mutex<SinkHealth>,
+    /// Arrival time (µs since the epoch) of the oldest record not yet
+    /// confirmed by the sink, as far as the drain has read; 0 when it holds
+    /// none.
+    pub oldest_pending_arrival_us: AtomicU64,
+    /// How long each batch offered to the sink took (µs), whatever its
+    /// outcome.
+    pub sink_request_us: Histogram<SinkMicros>,
 }
 
 /// The state of one shard's sink, as the drain last saw it.

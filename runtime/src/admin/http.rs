@@ -21,7 +21,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use sink_sdk::units::KIB;
 
-use super::metrics::prometheus;
+use super::metrics::{prometheus, CONTENT_TYPE as CONTENT_TYPE_METRICS};
 use super::{health, AdminState};
 
 /// A request head (request line and headers) longer than this gets 431.
@@ -31,8 +31,7 @@ const REQUEST_HEAD_BYTES_MAX: usize = (8 * KIB) as usize;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// A connection still open after this (its answer unread) is dropped.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
-/// The Prometheus text exposition format.
-const CONTENT_TYPE_TEXT: &str = "text/plain; version=0.0.4";
+const CONTENT_TYPE_TEXT: &str = "text/plain; charset=utf-8";
 const CONTENT_TYPE_JSON: &str = "application/json";
 
 /// Serves one connection of the metrics listener.
@@ -59,7 +58,7 @@ fn answer(request: &Request<Incoming>, state: &AdminState) -> Response<Full<Byte
     // The whole target: a query string is not one of ours (404).
     let target = request.uri().path_and_query().map_or("", |p| p.as_str());
     let (status, content_type, body) = match target {
-        "/metrics" if get => (StatusCode::OK, CONTENT_TYPE_TEXT, prometheus(state)),
+        "/metrics" if get => (StatusCode::OK, CONTENT_TYPE_METRICS, prometheus(state)),
         "/health" if get => (
             StatusCode::OK,
             CONTENT_TYPE_JSON,

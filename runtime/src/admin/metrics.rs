@@ -1,14 +1,59 @@
 //! The daemon's counters, listed once ([`global_counters`],
 //! [`shard_counters`]), and their two renderings: `ctl stats` for a human
-//! ([`stats`]) and Prometheus text ([`prometheus`], served by `ctl metrics`
-//! and `GET /metrics`).
+//! ([`stats`]) and the Prometheus exposition ([`prometheus`], served by
+//! `ctl metrics` and `GET /metrics`), encoded by the `prometheus-client`
+//! crate from a [`Collector`] that reads the daemon's atomics at scrape
+//! time (nothing is registered or updated on the hot path).
 
 use std::fmt::Write as _;
-use std::sync::atomic::Ordering;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use spillway_actors::{DrainStats, ShardQueue};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use spillway_actors::histogram::Snapshot;
+use spillway_actors::{DaemonStats, DrainStats, ShardHealth, ShardQueue, SinkState, WabBudget};
 
 use super::AdminState;
+use crate::reload::ReloadStats;
+
+/// What the metrics read: shared handles to the daemon's counters.
+pub(super) struct Sources {
+    shards: Vec<Arc<ShardQueue>>,
+    drains: Vec<Arc<DrainStats>>,
+    wab: Arc<WabBudget>,
+    stats: Arc<DaemonStats>,
+    live_connections: Arc<AtomicUsize>,
+    reload_stats: Arc<ReloadStats>,
+    dead_letter_dir: PathBuf,
+}
+
+impl Sources {
+    pub(super) fn of(state: &AdminState) -> Self {
+        Sources {
+            shards: state.shards.clone(),
+            drains: state.drains.clone(),
+            wab: state.wab.clone(),
+            stats: state.stats.clone(),
+            live_connections: state.live_connections.clone(),
+            reload_stats: state.reload_stats.clone(),
+            dead_letter_dir: state.dead_letters.lock().unwrap().dir().to_path_buf(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources")
+            .field("shards", &self.shards.len())
+            .finish_non_exhaustive()
+    }
+}
 
 /// A counter shown by `ctl stats` (as `key`) and exported to Prometheus (as
 /// `metric`): one list, so the two views never drift apart.
@@ -20,7 +65,7 @@ struct Counter<G> {
     get: G,
 }
 
-type GlobalGet = fn(&AdminState) -> u64;
+type GlobalGet = fn(&Sources) -> u64;
 type ShardGet = fn(&ShardQueue, &DrainStats) -> u64;
 
 fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
@@ -110,7 +155,7 @@ fn global_counters() -> [Counter<GlobalGet>; 13] {
             key: "wab_bytes_used",
             metric: "spillway_wab_bytes",
             kind: "gauge",
-            help: "Bytes held in the write-ahead buffer (undelivered records).",
+            help: "Bytes of segments on disk counted against wab.wab_bytes_max; falls when a delivered segment is deleted (spillway_pending_records says what is undelivered).",
             get: |s| s.wab.used(),
         },
         Counter {
@@ -123,14 +168,35 @@ fn global_counters() -> [Counter<GlobalGet>; 13] {
     ]
 }
 
-fn shard_counters() -> [Counter<ShardGet>; 20] {
+fn shard_counters() -> [Counter<ShardGet>; 23] {
     [
+        Counter {
+            key: "pending_records",
+            metric: "spillway_pending_records",
+            kind: "gauge",
+            help: "Records acknowledged durably (fsynced) and not yet confirmed by the sink (delivered or dead-lettered).",
+            get: |q, d| q.durable().next_seq.saturating_sub(load(&d.checkpoint)),
+        },
+        Counter {
+            key: "oldest_pending_age_seconds",
+            metric: "spillway_oldest_pending_age_seconds",
+            kind: "gauge",
+            help: "Age of the oldest record not yet confirmed by the sink (0 when none is pending).",
+            get: |_, d| oldest_age_seconds(d),
+        },
+        Counter {
+            key: "sink_up",
+            metric: "spillway_sink_up",
+            kind: "gauge",
+            help: "1 while the shard's sink delivers; 0 while it retries a failed batch or its instance failed (see ctl health, GET /ready).",
+            get: |_, d| u64::from(d.sink.lock().unwrap().state == SinkState::Running),
+        },
         Counter {
             key: "up",
             metric: "spillway_shard_up",
             kind: "gauge",
             help: "1 while the shard accepts writes.",
-            get: |q, _| u64::from(q.health() == spillway_actors::ShardHealth::Running),
+            get: |q, _| u64::from(q.health() == ShardHealth::Running),
         },
         Counter {
             key: "records_lost",
@@ -269,11 +335,20 @@ fn shard_counters() -> [Counter<ShardGet>; 20] {
     ]
 }
 
+fn oldest_age_seconds(d: &DrainStats) -> u64 {
+    let arrival = load(&d.oldest_pending_arrival_us);
+    if arrival == 0 {
+        return 0;
+    }
+    spillway_wab::format::now_unix_us().saturating_sub(arrival) / 1_000_000
+}
+
 /// `ctl stats`: the counters for a human, plus a few derived figures.
 pub(super) fn stats(state: &AdminState) -> String {
+    let src = Sources::of(state);
     let mut out = String::new();
     for c in global_counters() {
-        let _ = writeln!(out, "{} {}", c.key, (c.get)(state));
+        let _ = writeln!(out, "{} {}", c.key, (c.get)(&src));
     }
     for reason in spillway_protocol::NackReason::ALL {
         let _ = writeln!(
@@ -297,7 +372,7 @@ pub(super) fn stats(state: &AdminState) -> String {
             ("health", format!("{:?}", q.health())),
             (
                 "fsync_us_mean",
-                (load(&st.fsync_us_total) / fsyncs.max(1)).to_string(),
+                (st.fsync_us.sum() / fsyncs.max(1)).to_string(),
             ),
             ("fsync_us_max", load(&st.fsync_us_max).to_string()),
             (
@@ -313,94 +388,212 @@ pub(super) fn stats(state: &AdminState) -> String {
     out
 }
 
-/// Prometheus text exposition (format 0.0.4) of every counter: served by
+/// The Prometheus exposition (OpenMetrics text) of every metric: served by
 /// `ctl metrics` and on `admin.metrics_address` at `GET /metrics`.
 pub(super) fn prometheus(state: &AdminState) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Sources::of(state)));
     let mut out = String::new();
-    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for (labels, v) in samples {
-            let _ = writeln!(out, "{name}{labels} {v}");
-        }
-    };
-    for c in global_counters() {
-        family(c.metric, c.kind, c.help, &[(String::new(), (c.get)(state))]);
-    }
-    let nacks: Vec<(String, u64)> = spillway_protocol::NackReason::ALL
-        .iter()
-        .map(|r| {
-            (
-                format!("{{reason=\"{}\"}}", r.name()),
-                state.stats.nack_count(*r),
-            )
-        })
-        .collect();
-    family(
-        "spillway_nacks_total",
-        "counter",
-        "Nacks sent, by reason.",
-        &nacks,
-    );
-    let reloads = [
-        (
-            "{result=\"succeeded\"}".to_string(),
-            load(&state.reload_stats.succeeded),
-        ),
-        (
-            "{result=\"failed\"}".to_string(),
-            load(&state.reload_stats.failed),
-        ),
-    ];
-    family(
-        "spillway_reloads_total",
-        "counter",
-        "Config reloads, by result.",
-        &reloads,
-    );
-    for c in shard_counters() {
-        let samples: Vec<(String, u64)> = state
-            .shards
-            .iter()
-            .zip(&state.drains)
-            .map(|(q, d)| (format!("{{shard=\"{}\"}}", q.shard), (c.get)(q, d)))
-            .collect();
-        family(c.metric, c.kind, c.help, &samples);
-    }
-    let _ = writeln!(
-        out,
-        "# HELP spillway_fsync_seconds fdatasync latency of group commits."
-    );
-    let _ = writeln!(out, "# TYPE spillway_fsync_seconds histogram");
-    for q in &state.shards {
-        let st = &q.stats;
-        let mut cumulative = 0;
-        for (i, bound) in spillway_actors::FSYNC_BUCKETS_US.iter().enumerate() {
-            cumulative += st.fsync_us_buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "spillway_fsync_seconds_bucket{{shard=\"{}\",le=\"{}\"}} {cumulative}",
-                q.shard,
-                *bound as f64 / 1e6
-            );
-        }
-        let count = st.fsyncs.load(Ordering::Relaxed);
-        let _ = writeln!(
-            out,
-            "spillway_fsync_seconds_bucket{{shard=\"{}\",le=\"+Inf\"}} {count}",
-            q.shard
-        );
-        let sum = st.fsync_us_total.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(
-            out,
-            "spillway_fsync_seconds_sum{{shard=\"{}\"}} {sum}",
-            q.shard
-        );
-        let _ = writeln!(
-            out,
-            "spillway_fsync_seconds_count{{shard=\"{}\"}} {count}",
-            q.shard
-        );
-    }
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
     out
+}
+
+/// The content type of [`prometheus`]'s text.
+pub(super) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// prometheus-client adds `_total` to counter names itself.
+fn family_name<'a>(metric: &'a str, kind: &str) -> &'a str {
+    match kind {
+        "counter" => metric.strip_suffix("_total").unwrap_or(metric),
+        _ => metric,
+    }
+}
+
+fn metric_type(kind: &str) -> MetricType {
+    match kind {
+        "counter" => MetricType::Counter,
+        _ => MetricType::Gauge,
+    }
+}
+
+/// One family of `kind` with a sample per label set.
+fn family<L: prometheus_client::encoding::EncodeLabelSet>(
+    encoder: &mut DescriptorEncoder<'_>,
+    metric: &str,
+    kind: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (L, u64)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric_encoder =
+        encoder.encode_descriptor(family_name(metric, kind), help, None, metric_type(kind))?;
+    for (labels, value) in samples {
+        let sample = metric_encoder.encode_family(&labels)?;
+        encode_value(kind, value, sample)?;
+    }
+    Ok(())
+}
+
+fn encode_value(
+    kind: &str,
+    value: u64,
+    encoder: prometheus_client::encoding::MetricEncoder<'_>,
+) -> Result<(), std::fmt::Error> {
+    match kind {
+        "counter" => ConstCounter::new(value).encode(encoder),
+        _ => ConstGauge::new(value as i64).encode(encoder),
+    }
+}
+
+/// One family with a single, unlabelled sample.
+fn single(
+    encoder: &mut DescriptorEncoder<'_>,
+    metric: &str,
+    kind: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let metric_encoder =
+        encoder.encode_descriptor(family_name(metric, kind), help, None, metric_type(kind))?;
+    encode_value(kind, value, metric_encoder)
+}
+
+/// One histogram family with a sample per shard.
+fn histograms(
+    encoder: &mut DescriptorEncoder<'_>,
+    metric: &str,
+    help: &str,
+    samples: impl IntoIterator<Item = (u32, Snapshot)>,
+) -> Result<(), std::fmt::Error> {
+    let mut metric_encoder =
+        encoder.encode_descriptor(metric, help, None, MetricType::Histogram)?;
+    for (shard, snap) in samples {
+        let labels = [("shard", shard.to_string())];
+        let mut sample = metric_encoder.encode_family(&labels)?;
+        sample.encode_histogram::<NoLabels>(snap.sum, snap.count, &snap.buckets, None)?;
+    }
+    Ok(())
+}
+
+/// Bytes of the dead-letter store's files.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+type NoLabels = [(&'static str, String); 0];
+
+impl Collector for Sources {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let info = [
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+            (
+                "git_commit",
+                option_env!("SPILLWAY_GIT_COMMIT")
+                    .unwrap_or("unknown")
+                    .to_string(),
+            ),
+            ("abi_version", sink_sdk::abi::ABI_VERSION.to_string()),
+        ];
+        family(
+            &mut encoder,
+            "spillway_build_info",
+            "gauge",
+            "Always 1; the labels say which build runs (version, git commit, sink plugin ABI version).",
+            [(info, 1)],
+        )?;
+        for c in global_counters() {
+            single(&mut encoder, c.metric, c.kind, c.help, (c.get)(self))?;
+        }
+        let nacks = spillway_protocol::NackReason::ALL
+            .iter()
+            .map(|r| ([("reason", r.name())], self.stats.nack_count(*r)));
+        family(
+            &mut encoder,
+            "spillway_nacks_total",
+            "counter",
+            "Nacks sent, by reason.",
+            nacks,
+        )?;
+        let reloads = [
+            (
+                [("result", "succeeded")],
+                load(&self.reload_stats.succeeded),
+            ),
+            ([("result", "failed")], load(&self.reload_stats.failed)),
+        ];
+        family(
+            &mut encoder,
+            "spillway_reloads_total",
+            "counter",
+            "Config reloads, by result.",
+            reloads,
+        )?;
+        single(
+            &mut encoder,
+            "spillway_dead_letter_bytes",
+            "gauge",
+            "Bytes of the dead-letter store on disk (records the sink rejected for good, with their reasons).",
+            dir_bytes(&self.dead_letter_dir),
+        )?;
+        let pairs = || self.shards.iter().zip(&self.drains);
+        for c in shard_counters() {
+            let samples = pairs().map(|(q, d)| ([("shard", q.shard.to_string())], (c.get)(q, d)));
+            family(&mut encoder, c.metric, c.kind, c.help, samples)?;
+        }
+        let errors = pairs().flat_map(|(q, d)| {
+            let shard = q.shard.to_string();
+            [
+                ("transient", load(&d.retries)),
+                ("rejected", load(&d.dead_lettered)),
+                ("instance", load(&d.sink_restarts)),
+            ]
+            .map(|(kind, v)| ([("shard", shard.clone()), ("kind", kind.to_string())], v))
+        });
+        family(
+            &mut encoder,
+            "spillway_sink_errors_total",
+            "counter",
+            "Sink failures by kind: transient (a batch to retry: 5xx, timeout, refused connection), rejected (records dead-lettered), instance (the sink could not be created or panicked).",
+            errors,
+        )?;
+        histograms(
+            &mut encoder,
+            "spillway_fsync_seconds",
+            "fdatasync latency of group commits.",
+            self.shards
+                .iter()
+                .map(|q| (q.shard, q.stats.fsync_us.snapshot())),
+        )?;
+        histograms(
+            &mut encoder,
+            "spillway_group_commit_seconds",
+            "Write and fdatasync of one group commit.",
+            self.shards
+                .iter()
+                .map(|q| (q.shard, q.stats.commit_us.snapshot())),
+        )?;
+        histograms(
+            &mut encoder,
+            "spillway_group_commit_records",
+            "Records per group commit (one write, at most one fdatasync).",
+            self.shards
+                .iter()
+                .map(|q| (q.shard, q.stats.group_records.snapshot())),
+        )?;
+        histograms(
+            &mut encoder,
+            "spillway_sink_request_seconds",
+            "How long the sink took with each batch offered to it, whatever the outcome.",
+            pairs().map(|(q, d)| (q.shard, d.sink_request_us.snapshot())),
+        )?;
+        Ok(())
+    }
 }
