@@ -44,10 +44,12 @@ pub enum DeadLetterAction {
 
 /// Send `command` to the admin socket (`admin_socket`, or the config's
 /// `admin.socket_path`) and return the reply's body or the daemon's reason.
+/// With `json`, the daemon answers with one JSON document.
 pub fn run(
     admin_socket: Option<PathBuf>,
     config: impl FnOnce() -> Result<Config, String>,
     command: CtlCommand,
+    json: bool,
 ) -> Result<String, String> {
     let socket = match admin_socket {
         Some(s) => s,
@@ -68,5 +70,6 @@ pub fn run(
             action: DeadLetterAction::Drop { ids },
         } => format!("dead-letter drop {}", ids.join(" ")),
     };
+    let line = if json { line + " --json" } else { line };
     spillway_ctl::call(&socket, &line)
 }

@@ -71,6 +71,9 @@ enum Command {
         /// Admin socket path (overrides the config).
         #[arg(long)]
         admin_socket: Option<PathBuf>,
+        /// Print the answer as one JSON document (an error as {"error": ...}).
+        #[arg(long, global = true)]
+        json: bool,
         #[command(subcommand)]
         command: CtlCommand,
     },
@@ -130,13 +133,19 @@ fn main() -> ExitCode {
         Command::Ctl {
             config,
             admin_socket,
+            json,
             command,
-        } => match ctl::run(admin_socket, || Ok(load(config.as_ref())?.0), command) {
+        } => match ctl::run(admin_socket, || Ok(load(config.as_ref())?.0), command, json) {
             Ok(body) => {
                 print!("{body}");
                 ExitCode::SUCCESS
             }
-            Err(e) => fail(&e),
+            Err(e) => {
+                if json {
+                    println!("{}", serde_json::json!({ "error": e }));
+                }
+                fail(&e)
+            }
         },
         Command::Push(args) => match push::run(args) {
             Ok(summary) => {

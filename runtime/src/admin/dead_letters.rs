@@ -28,10 +28,7 @@ pub(super) fn list(state: &AdminState) -> Result<String, String> {
     let mut out = String::new();
     let _ = writeln!(out, "{} dead letters", all.len());
     for l in all {
-        let preview: String = String::from_utf8_lossy(&l.payload)
-            .chars()
-            .take(60)
-            .collect();
+        let preview = preview(&l.payload);
         let _ = writeln!(
             out,
             "{}:{}\ttier={}\tat_unix_us={}\tbytes={}\treason={}\tpayload={:?}",
@@ -45,6 +42,33 @@ pub(super) fn list(state: &AdminState) -> Result<String, String> {
         );
     }
     Ok(out)
+}
+
+/// `dead-letter list --json`: every dead letter with its identity, times,
+/// reason and the start of its payload.
+pub(super) fn list_json(state: &AdminState) -> Result<serde_json::Value, String> {
+    let letters: Vec<serde_json::Value> = stored(state)?
+        .iter()
+        .map(|l| {
+            serde_json::json!({
+                "id": format!("{}:{}", l.shard, l.seq),
+                "shard": l.shard,
+                "seq": l.seq,
+                "tier": l.tier,
+                "arrival_unix_us": l.arrival_unix_us,
+                "dead_lettered_unix_us": l.dead_lettered_unix_us,
+                "bytes": l.payload.len(),
+                "reason": l.reason,
+                "payload_preview": preview(&l.payload),
+            })
+        })
+        .collect();
+    Ok(serde_json::json!({ "count": letters.len(), "dead_letters": letters }))
+}
+
+/// The first 60 characters of a payload, as lossy UTF-8.
+fn preview(payload: &[u8]) -> String {
+    String::from_utf8_lossy(payload).chars().take(60).collect()
 }
 
 /// Which dead letters a requeue/drop applies to.
@@ -78,14 +102,14 @@ impl Selection {
 }
 
 /// `dead-letter drop`: remove the selected dead letters for good.
-pub(super) fn drop(state: &AdminState, sel: Selection) -> Result<String, String> {
+pub(super) fn drop(state: &AdminState, sel: Selection) -> Result<usize, String> {
     let removed = state
         .dead_letters
         .lock()
         .unwrap()
         .remove_where(|l| sel.matches(l))
         .map_err(|e| e.to_string())?;
-    Ok(format!("dropped {}\n", removed.len()))
+    Ok(removed.len())
 }
 
 /// Receives the commit of a requeued batch (on the flusher's thread).
@@ -101,11 +125,11 @@ impl CommitTarget for RequeueWaiter {
 
 /// Push the selected dead letters back into their shards (as new records,
 /// Sync, in their original order), then remove them from the store.
-pub(super) async fn requeue(state: &AdminState, sel: Selection) -> Result<String, String> {
+pub(super) async fn requeue(state: &AdminState, sel: Selection) -> Result<usize, String> {
     let all = stored(state)?;
     let chosen: Vec<DeadLetter> = all.into_iter().filter(|l| sel.matches(l)).collect();
     if chosen.is_empty() {
-        return Ok("requeued 0\n".into());
+        return Ok(0);
     }
     let shards = state.shards.len() as u32;
     let mut by_shard: Vec<Vec<&DeadLetter>> = vec![Vec::new(); shards as usize];
@@ -164,7 +188,7 @@ pub(super) async fn requeue(state: &AdminState, sel: Selection) -> Result<String
         requeued.extend(letters.iter().map(|l| (l.shard, l.seq)));
     }
     remove(state, &requeued)?;
-    Ok(format!("requeued {}\n", chosen.len()))
+    Ok(chosen.len())
 }
 
 /// Take requeued dead letters (now pending again) out of the store.

@@ -150,6 +150,43 @@ pub(super) fn text(state: &AdminState) -> String {
     out
 }
 
+/// `ctl health --json`: each shard and its sink, and the verdict.
+pub(super) fn json(state: &AdminState) -> Value {
+    let shards: Vec<Value> = state
+        .shards
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let sink = sink_health(state, i);
+            let ms = |t: u64| {
+                if t > 0 {
+                    json!(rfc3339(t))
+                } else {
+                    Value::Null
+                }
+            };
+            json!({
+                "shard": q.shard,
+                "state": format!("{:?}", q.health()).to_lowercase(),
+                "refusal": q.refusal().map(|r| r.name()),
+                "why": q.unwritable_why(),
+                "sink": {
+                    "state": sink.state.name(),
+                    "since": ms(sink.since_unix_ms),
+                    "reason": sink.reason,
+                    "last_delivery": ms(sink.last_delivery_unix_ms),
+                },
+            })
+        })
+        .collect();
+    let failing = failing(state);
+    json!({
+        "ready": failing.is_empty(),
+        "shards": shards,
+        "failing": failing.iter().map(Failing::json).collect::<Vec<_>>(),
+    })
+}
+
 /// `GET /ready`: whether the daemon is ready, and the JSON body that says
 /// what is not.
 pub(super) fn ready(state: &AdminState) -> (bool, String) {

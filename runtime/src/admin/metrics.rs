@@ -388,6 +388,77 @@ pub(super) fn stats(state: &AdminState) -> String {
     out
 }
 
+/// `ctl stats --json`: the same counters as [`stats`], as one object.
+pub(super) fn stats_json(state: &AdminState) -> serde_json::Value {
+    use serde_json::{json, Map, Value};
+    let src = Sources::of(state);
+    let mut global = Map::new();
+    for c in global_counters() {
+        global.insert(c.key.into(), json!((c.get)(&src)));
+    }
+    let nacks: Map<String, Value> = spillway_protocol::NackReason::ALL
+        .iter()
+        .map(|r| (r.name().to_string(), json!(state.stats.nack_count(*r))))
+        .collect();
+    let shards: Vec<Value> = state
+        .shards
+        .iter()
+        .zip(&state.drains)
+        .map(|(q, d)| {
+            let mut m = Map::new();
+            m.insert("shard".into(), json!(q.shard));
+            m.insert("health".into(), json!(format!("{:?}", q.health())));
+            let st = &q.stats;
+            let fsyncs = load(&st.fsyncs).max(1);
+            m.insert("fsync_us_mean".into(), json!(st.fsync_us.sum() / fsyncs));
+            m.insert("fsync_us_max".into(), json!(load(&st.fsync_us_max)));
+            for c in shard_counters() {
+                m.insert(c.key.into(), json!((c.get)(q, d)));
+            }
+            Value::Object(m)
+        })
+        .collect();
+    json!({
+        "global": global,
+        "nacks": nacks,
+        "sink": *state.sink_description.lock().unwrap(),
+        "reloads": {
+            "succeeded": load(&state.reload_stats.succeeded),
+            "failed": load(&state.reload_stats.failed),
+        },
+        "shards": shards,
+    })
+}
+
+/// `ctl metrics --json`: every sample of an exposition as
+/// `{"name", "labels", "value"}`.
+pub(super) fn samples_json(exposition: &str) -> serde_json::Value {
+    let samples: Vec<serde_json::Value> = exposition
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.strip_suffix('}').unwrap_or(rest)),
+                None => (series, ""),
+            };
+            let labels: serde_json::Map<String, serde_json::Value> = labels
+                .split("\",")
+                .filter_map(|kv| {
+                    let (k, v) = kv.split_once("=\"")?;
+                    Some((k.to_string(), v.trim_end_matches('"').into()))
+                })
+                .collect();
+            let value: f64 = match value {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().ok()?,
+            };
+            Some(serde_json::json!({ "name": name, "labels": labels, "value": value }))
+        })
+        .collect();
+    serde_json::json!({ "samples": samples })
+}
+
 /// The Prometheus exposition (OpenMetrics text) of every metric: served by
 /// `ctl metrics` and on `admin.metrics_address` at `GET /metrics`.
 pub(super) fn prometheus(state: &AdminState) -> String {

@@ -141,21 +141,53 @@ async fn serve(stream: UnixStream, state: Rc<AdminState>) {
     let _ = wr.shutdown().await;
 }
 
+/// Runs one command line. A trailing `--json` asks for the answer as one
+/// JSON document (`ctl --json`); an error stays an `error:` reply either way.
 async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
-    let words: Vec<&str> = line.split_whitespace().collect();
+    let mut words: Vec<&str> = line.split_whitespace().collect();
+    let json = words.last() == Some(&"--json");
+    if json {
+        words.pop();
+    }
+    let as_json = |v: serde_json::Value| v.to_string() + "\n";
     match words.as_slice() {
+        ["health"] if json => Ok(as_json(health::json(state))),
         ["health"] => Ok(health::text(state)),
+        ["stats"] if json => Ok(as_json(metrics::stats_json(state))),
         ["stats"] => Ok(metrics::stats(state)),
+        ["metrics"] if json => Ok(as_json(metrics::samples_json(&metrics::prometheus(
+            state,
+        )))),
         ["metrics"] => Ok(metrics::prometheus(state)),
+        ["dead-letter", "list"] if json => dead_letters::list_json(state).map(as_json),
         ["dead-letter", "list"] => dead_letters::list(state),
-        ["dead-letter", "drop", sel @ ..] => dead_letters::drop(state, Selection::parse(sel)?),
-        ["dead-letter", "requeue", sel @ ..] => {
-            dead_letters::requeue(state, Selection::parse(sel)?).await
+        ["dead-letter", "drop", sel @ ..] => {
+            let n = dead_letters::drop(state, Selection::parse(sel)?)?;
+            Ok(if json {
+                as_json(serde_json::json!({ "dropped": n }))
+            } else {
+                format!("dropped {n}\n")
+            })
         }
-        ["reload"] => match &state.reload {
-            Some(f) => f(),
-            None => Err("reload is not available".into()),
-        },
+        ["dead-letter", "requeue", sel @ ..] => {
+            let n = dead_letters::requeue(state, Selection::parse(sel)?).await?;
+            Ok(if json {
+                as_json(serde_json::json!({ "requeued": n }))
+            } else {
+                format!("requeued {n}\n")
+            })
+        }
+        ["reload"] => {
+            let report = match &state.reload {
+                Some(f) => f()?,
+                None => return Err("reload is not available".into()),
+            };
+            Ok(if json {
+                as_json(serde_json::json!({ "report": report.lines().collect::<Vec<_>>() }))
+            } else {
+                report
+            })
+        }
         [] => Err("empty command".into()),
         _ => Err(format!(
             "unknown command {line:?}; try: health | stats | metrics | dead-letter list | dead-letter requeue all|SHARD:SEQ... | dead-letter drop all|SHARD:SEQ... | reload"
