@@ -134,7 +134,12 @@ fn main() -> ExitCode {
             config,
             admin_socket,
             command,
-        } => match ctl::run(admin_socket, || Ok(load(config.as_ref())?.0), command) {
+        } => match ctl::run(
+            admin_socket,
+            config.as_deref(),
+            || Ok(load(config.as_ref())?.0),
+            command,
+        ) {
             Ok(body) => {
                 print!("{body}");
                 ExitCode::SUCCESS

@@ -4,7 +4,9 @@
 //! options, an unset token variable, a path it cannot create) fails,
 //! naming the key; `--no-environment` passes those and still fails a file
 //! that does not validate; a sink that does not answer is a warning naming
-//! its URL.
+//! its URL. And `ctl --config FILE reload` with a broken FILE asks the
+//! daemon for its verdict, or says the file did not parse far enough to
+//! find the daemon.
 
 mod support_http;
 mod support_plugins;
@@ -409,4 +411,48 @@ fn an_http_host_that_does_not_resolve_fails_naming_sink_url() {
         "unresolvable host",
         &["sink.url", "spillway-check.invalid"],
     );
+}
+
+// ---------------------------------------------------------------- ctl reload of a broken file
+
+#[test]
+fn ctl_reload_of_a_file_that_does_not_validate_reports_the_daemons_verdict() {
+    let mut d = Daemon::start("");
+    d.reconfigure("[sink]\ntype = \"noop\"\nmax_records = 0\n");
+    let f = ctl_config(&d, &["reload"]);
+    assert!(!f.status.success(), "{f:?}");
+    assert!(
+        f.stderr.contains("reload rejected, running sink unchanged")
+            && f.stderr.contains("sink.max_records"),
+        "not the daemon's verdict: {f:?}"
+    );
+    let s = stats(&d);
+    assert_eq!(
+        stat(&s, "reloads_failed"),
+        1,
+        "the daemon was not asked:\n{s}"
+    );
+    d.terminate();
+}
+
+#[test]
+fn ctl_reload_of_a_file_that_is_not_toml_says_it_did_not_ask() {
+    let mut d = Daemon::start("");
+    let mut text = d.config_text();
+    text.push_str("\n[sink\ntype = \n");
+    fs::write(d.config_path(), text).unwrap();
+    let f = ctl_config(&d, &["reload"]);
+    assert!(!f.status.success(), "{f:?}");
+    assert!(
+        f.stderr
+            .contains("the local file failed to parse before asking the daemon: "),
+        "{f:?}"
+    );
+    assert!(
+        f.stderr.contains(&d.config_path().display().to_string()),
+        "{f:?}"
+    );
+    let s = stats(&d);
+    assert_eq!(stat(&s, "reloads_failed"), 0, "the daemon was asked:\n{s}");
+    d.terminate();
 }
