@@ -59,9 +59,12 @@ impl Launcher {
         let config = dir.path().join("check.toml");
         std::fs::write(&config, format!("[sink]\n{sink_toml}"))
             .map_err(|e| format!("writing {}: {e}", config.display()))?;
+        // In the temporary folder: `check` builds the sink, and a sink's
+        // relative paths (a file plugin's output) land there, not here.
         let out = Command::new(&self.exe)
             .arg("check")
             .arg(&config)
+            .current_dir(dir.path())
             .output()
             .map_err(|e| format!("running {} check: {e}", self.exe.display()))?;
         if out.status.success() {

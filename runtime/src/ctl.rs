@@ -3,11 +3,11 @@
 //! `spillway_ctl`'s, shared with the bench; the daemon's side is
 //! [`crate::admin`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 
-use crate::config::Config;
+use crate::config::{AdminConfig, Config};
 
 #[derive(Subcommand)]
 pub enum CtlCommand {
@@ -44,15 +44,18 @@ pub enum DeadLetterAction {
 
 /// Send `command` to the admin socket (`admin_socket`, or the config's
 /// `admin.socket_path`) and return the reply's body or the daemon's reason.
-/// With `json`, the daemon answers with one JSON document.
+/// `config` loads `config_path` (or the embedded default when it is
+/// `None`). With `json`, the daemon answers with one JSON document.
 pub fn run(
     admin_socket: Option<PathBuf>,
+    config_path: Option<&Path>,
     config: impl FnOnce() -> Result<Config, String>,
     command: CtlCommand,
     json: bool,
 ) -> Result<String, String> {
     let socket = match admin_socket {
         Some(s) => s,
+        None if matches!(command, CtlCommand::Reload) => reload_socket(config_path, config)?,
         None => config()?.admin.socket_path,
     };
     let line = match command {
@@ -72,4 +75,69 @@ pub fn run(
     };
     let line = if json { line + " --json" } else { line };
     spillway_ctl::call(&socket, &line)
+}
+
+/// The admin socket `reload` asks. The daemon re-reads its own file and
+/// gives its own verdict, so a local file that does not load (often the
+/// very file being fixed) is no reason to refuse asking: its
+/// `admin.socket_path` (or the default, if it sets none) is read from the
+/// bare TOML. Only a file that does not even parse as TOML, or whose
+/// `admin.socket_path` is not a string, stops here, and says so.
+fn reload_socket(
+    config_path: Option<&Path>,
+    config: impl FnOnce() -> Result<Config, String>,
+) -> Result<PathBuf, String> {
+    let error = match config() {
+        Ok(cfg) => return Ok(cfg.admin.socket_path),
+        Err(e) => e,
+    };
+    let Some(path) = config_path else {
+        return Err(error);
+    };
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Err(error);
+    };
+    let Some(socket) = admin_socket_in(&text) else {
+        return Err(format!(
+            "the local file failed to parse before asking the daemon: {error}"
+        ));
+    };
+    crate::logging::say_err(&format!(
+        "spillway: {} does not load here ({error}); asking the daemon at {} for its own verdict",
+        path.display(),
+        socket.display()
+    ));
+    Ok(socket)
+}
+
+/// `admin.socket_path` of TOML `text` that need not be a valid config
+/// (the default if it sets none); `None` if `text` is not TOML or the key
+/// is not a string.
+fn admin_socket_in(text: &str) -> Option<PathBuf> {
+    let table: toml::Table = text.parse().ok()?;
+    let Some(admin) = table.get("admin") else {
+        return Some(AdminConfig::default().socket_path);
+    };
+    match admin.as_table()?.get("socket_path") {
+        None => Some(AdminConfig::default().socket_path),
+        Some(path) => path.as_str().map(PathBuf::from),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_admin_socket_is_found_in_a_config_that_does_not_validate() {
+        let text = "[wab]\nsegment_bytes_max = 5\n[admin]\nsocket_path = \"/run/a.sock\"\n";
+        assert_eq!(admin_socket_in(text), Some(PathBuf::from("/run/a.sock")));
+        assert_eq!(
+            admin_socket_in("[sink]\ntype = \"kafka\"\n"),
+            Some(AdminConfig::default().socket_path)
+        );
+        assert_eq!(admin_socket_in("[admin\nsocket_path = 1"), None);
+        assert_eq!(admin_socket_in("[admin]\nsocket_path = 1\n"), None);
+        assert_eq!(admin_socket_in("admin = 3\n"), None);
+    }
 }

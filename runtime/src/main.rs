@@ -8,10 +8,12 @@
 //! and sockets, recovery, the actors), `supervisor` (restarts, shutdown),
 //! `sink` and `reload` (the `[sink]` table, at start and on reload),
 //! `admin` (the admin socket and metrics), `ctl` (its client subcommands),
+//! `check` (what `spillway check` tries beyond parsing),
 //! `push` (a producer for the shell), `logging`, `fd_limit`. `bench` is the `spillway-bench` crate, behind the
 //! default `bench` feature.
 
 mod admin;
+mod check;
 mod config;
 mod ctl;
 mod daemon;
@@ -52,13 +54,16 @@ enum Command {
         #[arg(long, requires = "config")]
         watch_config: bool,
     },
-    /// Validate a configuration file and exit (prints the embedded default with --default).
+    /// Check a configuration file: parse and validate it, then try what the daemon would touch (its folders, the sink) without starting it (prints the embedded default with --default).
     Check {
-        /// TOML configuration file.
+        /// TOML configuration file (the embedded default if omitted).
         config: Option<PathBuf>,
         /// Print the embedded default configuration.
         #[arg(long)]
         default: bool,
+        /// Only parse and validate: load no plugin, read no environment variable, touch neither the file system nor the network.
+        #[arg(long)]
+        no_environment: bool,
     },
     /// Measure: ingest scenarios plus disk and socket probes of this machine.
     #[cfg(feature = "bench")]
@@ -109,18 +114,16 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Check { config, default } => {
+        Command::Check {
+            config,
+            default,
+            no_environment,
+        } => {
             if default {
                 print!("{DEFAULT_CONFIG}");
                 return ExitCode::SUCCESS;
             }
-            match load(config.as_ref()) {
-                Ok((_, origin)) => {
-                    logging::say(&format!("{origin}: ok"));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(&e),
-            }
+            check::run(load(config.as_ref()), !no_environment)
         }
         #[cfg(feature = "bench")]
         Command::Bench(args) => {
@@ -135,7 +138,13 @@ fn main() -> ExitCode {
             admin_socket,
             json,
             command,
-        } => match ctl::run(admin_socket, || Ok(load(config.as_ref())?.0), command, json) {
+        } => match ctl::run(
+            admin_socket,
+            config.as_deref(),
+            || Ok(load(config.as_ref())?.0),
+            command,
+            json,
+        ) {
             Ok(body) => {
                 print!("{body}");
                 ExitCode::SUCCESS

@@ -16,6 +16,10 @@
 //! and for a fresh one after an instance panicked. Instances of one factory are independent or share
 //! state safely through it (the file sink's single file is behind a mutex).
 //!
+//! `spillway check` asks [`preflight`] instead: it builds what it can of
+//! the sink without creating anything that would stay behind and without
+//! delivering, and tells which key is wrong.
+//!
 //! This crate must not depend on the daemon (actors, runtime, WAB): it sees
 //! records only as `sink_sdk::Batch`es.
 
@@ -61,4 +65,22 @@ pub fn build(cfg: &SinkConfig) -> Result<Arc<dyn SinkFactory>, String> {
         )?),
     };
     Ok(factory)
+}
+
+/// What `spillway check` asks of a checked `cfg`, short of [`build`]ing
+/// it: for `http`, the bearer token variable is read, the URL's host
+/// resolved and the health check tried; for `file`, the file can be opened
+/// for appending or created (nothing is left behind); for `plugin`, the
+/// library is loaded and one instance created from `[sink.options]` and
+/// health-checked (what the plugin's `create` opens, it opens). `Ok`
+/// carries the warnings: a sink that does not answer its health check,
+/// which the daemon would start and retry. An error names the key
+/// (`sink.<key>`) and what is wrong.
+pub fn preflight(cfg: &SinkConfig) -> Result<Vec<String>, String> {
+    match cfg.settings().map_err(|e| e.to_string())? {
+        SinkSettings::Http(http) => http::preflight(http),
+        SinkSettings::File(file) => file::preflight(file).map(|()| Vec::new()),
+        SinkSettings::Noop(_) => Ok(Vec::new()),
+        SinkSettings::Plugin(plugin) => plugin::preflight(plugin),
+    }
 }

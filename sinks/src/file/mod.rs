@@ -15,6 +15,9 @@
 //! new one started (with `fsync`, the directory is synced too, so the rename
 //! survives a power cut).
 //!
+//! `spillway check` asks `preflight` instead of building the sink: it
+//! tells whether the file could be opened, without creating it.
+//!
 //! Failure: an I/O error answers `Retry`. The partial batch is cut off
 //! (truncated back to the last committed length) and the handle dropped, to
 //! be reopened at the next batch. A failed fsync is never retried on the
@@ -22,6 +25,7 @@
 //! batch is written again from scratch.
 
 mod config;
+mod preflight;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -32,6 +36,8 @@ use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 use crate::SinkFactory;
 pub(crate) use config::FileSettings;
 pub use config::{FileConfig, FileFormat};
+pub(crate) use preflight::preflight;
+pub use preflight::{appendable, creatable_folder};
 
 /// Counters of one file sink, across all shards.
 pub use sink_sdk::output::FileStats;

@@ -19,7 +19,7 @@ mod service;
 #[cfg(test)]
 mod tests;
 
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -273,23 +273,54 @@ impl Sink for HttpSink {
 
     /// The URL's host:port accepts a TCP connection. Sends no request.
     fn health_check(&mut self) -> Health {
-        let target = &self.settings.target;
-        let addrs = match self.settings.url.socket_addrs(|| None) {
-            Ok(addrs) if !addrs.is_empty() => addrs,
-            Ok(_) => return Health::Unhealthy(format!("no address for the host of {target}")),
-            Err(e) => {
-                return Health::Unhealthy(format!("cannot resolve the host of {target}: {e}"))
-            }
-        };
-        let timeout = self.settings.timeout.min(HEALTH_CONNECT_TIMEOUT_MAX);
-        let mut last_error = String::new();
-        for addr in &addrs {
-            match TcpStream::connect_timeout(addr, timeout) {
-                Ok(_) => return Health::Healthy,
-                Err(e) => last_error = format!("{addr}: {e}"),
-            }
+        let reached = resolve(&self.settings).and_then(|addrs| connect(&self.settings, &addrs));
+        match reached {
+            Ok(()) => Health::Healthy,
+            Err(why) => Health::Unhealthy(why),
         }
-        Health::Unhealthy(format!("cannot connect ({last_error}) for {target}"))
+    }
+}
+
+/// The addresses of the URL's host (the first half of the health check).
+fn resolve(settings: &HttpSettings) -> Result<Vec<SocketAddr>, String> {
+    let target = &settings.target;
+    match settings.url.socket_addrs(|| None) {
+        Ok(addrs) if !addrs.is_empty() => Ok(addrs),
+        Ok(_) => Err(format!("no address for the host of {target}")),
+        Err(e) => Err(format!("cannot resolve the host of {target}: {e}")),
+    }
+}
+
+/// One of `addrs` accepts a TCP connection (the second half).
+fn connect(settings: &HttpSettings, addrs: &[SocketAddr]) -> Result<(), String> {
+    let timeout = settings.timeout.min(HEALTH_CONNECT_TIMEOUT_MAX);
+    let mut last_error = String::new();
+    for addr in addrs {
+        match TcpStream::connect_timeout(addr, timeout) {
+            Ok(_) => return Ok(()),
+            Err(e) => last_error = format!("{addr}: {e}"),
+        }
+    }
+    Err(format!(
+        "cannot connect ({last_error}) for {}",
+        settings.target
+    ))
+}
+
+/// `spillway check` of an HTTP sink: builds it as the daemon does (reading
+/// `bearer_token_env`) without delivering anything, resolves the URL's host
+/// and tries its health check. A host that does not resolve is an error
+/// (`sink.url`); one that does not answer is a warning, returned, since
+/// the daemon would start and retry it.
+pub(crate) fn preflight(settings: &HttpSettings) -> Result<Vec<String>, String> {
+    let factory = HttpFactory::new(settings)?;
+    drop(factory.create(0)?);
+    let addrs = resolve(settings).map_err(|e| format!("sink.url: {e}"))?;
+    match connect(settings, &addrs) {
+        Ok(()) => Ok(Vec::new()),
+        Err(why) => Ok(vec![format!(
+            "sink.url: {why}; the daemon would start and retry it"
+        )]),
     }
 }
 

@@ -43,13 +43,7 @@ impl PluginFactory {
         options_toml: &str,
         copy_dir: &Path,
     ) -> Result<PluginFactory, String> {
-        let loaded = library::load(path, copy_dir)?;
-        let factory = PluginFactory {
-            plugin: loaded.plugin,
-            host: loaded.host,
-            options_toml: options_toml.to_string(),
-            source: path.to_path_buf(),
-        };
+        let factory = Self::open_in(path, options_toml, copy_dir)?;
         // Validate the options now, so a bad config fails the start or the
         // reload rather than every shard. The instance is dropped at once.
         drop(factory.instance()?);
@@ -61,6 +55,22 @@ impl PluginFactory {
             "sink plugin loaded"
         );
         Ok(factory)
+    }
+
+    /// The library at `path` loaded and checked (as [`PluginFactory::load_in`]
+    /// does first), no instance created yet: the options are unchecked.
+    pub(crate) fn open_in(
+        path: &Path,
+        options_toml: &str,
+        copy_dir: &Path,
+    ) -> Result<PluginFactory, String> {
+        let loaded = library::load(path, copy_dir)?;
+        Ok(PluginFactory {
+            plugin: loaded.plugin,
+            host: loaded.host,
+            options_toml: options_toml.to_string(),
+            source: path.to_path_buf(),
+        })
     }
 
     /// The plugin's name (from its vtable).
@@ -75,10 +85,16 @@ impl PluginFactory {
 
     /// A new instance, as its concrete type.
     pub fn instance(&self) -> Result<PluginInstance, String> {
+        self.instance_verbatim()
+            .map_err(|e| format!("plugin {}: {e}", self.plugin.name()))
+    }
+
+    /// A new instance; the error is the plugin's `create` error as it wrote
+    /// it (`options.<key>: ...` by convention).
+    pub(crate) fn instance_verbatim(&self) -> Result<PluginInstance, String> {
         self.plugin
             .create(&self.options_toml, Some(self.host))
             .map(PluginInstance::new)
-            .map_err(|e| format!("plugin {}: {e}", self.plugin.name()))
     }
 }
 

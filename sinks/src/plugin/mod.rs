@@ -5,7 +5,9 @@
 //! copies it to a fresh private path, `dlopen`s the copy, checks its ABI
 //! version and creates one instance to validate the `[sink.options]`; the
 //! drain then gets one [`PluginInstance`] per shard, each calling through
-//! the plugin's C vtable (`sink_sdk::abi`).
+//! the plugin's C vtable (`sink_sdk::abi`). `spillway check` runs
+//! `preflight`: the same loading, one instance created, health-checked and
+//! dropped.
 //!
 //! Choices this module makes, and why:
 //!
@@ -41,6 +43,7 @@ mod factory;
 mod instance;
 mod library;
 mod log;
+mod preflight;
 #[cfg(test)]
 mod tests;
 
@@ -48,3 +51,4 @@ pub use config::PluginConfig;
 pub(crate) use config::PluginSettings;
 pub use factory::PluginFactory;
 pub use instance::PluginInstance;
+pub(crate) use preflight::preflight;

@@ -1,0 +1,93 @@
+//! `spillway check [FILE]`: would `spillway run` start on this config?
+//!
+//! The file is parsed and validated as the daemon does (`main.rs` loads it
+//! and hands [`run`] the outcome). Then, unless `--no-environment`, the
+//! parts that touch the outside world: the daemon's own folders
+//! (`server.data_dir`, the folders of `server.socket_path` and
+//! `admin.socket_path`) must exist or be creatable, and the sink is built
+//! as far as it can be without delivering or leaving anything behind
+//! (`spillway_sinks::preflight`: the plugin loaded and its options parsed
+//! by its `create`, the bearer token variable read, the HTTP host resolved
+//! and its health check tried, the output file openable).
+//!
+//! Every error names the key. A sink that does not answer its health
+//! check is a warning, not an error: the daemon would start and retry.
+//! Nothing here binds a socket, takes a lock or starts delivery, so a
+//! config can be checked while a daemon runs on it.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::config::Config;
+use crate::logging::{say, say_err};
+
+/// `spillway check`: `loaded` is the parsed and validated config and how to
+/// name it (or why it is not), `environment_checks` is false with
+/// `--no-environment`. Prints `NAME: ok` and one line per warning on
+/// stdout, or each error on stderr and fails.
+pub fn run(loaded: Result<(Config, String), String>, environment_checks: bool) -> ExitCode {
+    let (cfg, origin) = match loaded {
+        Ok(v) => v,
+        Err(e) => {
+            say_err(&format!("spillway: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    let found = if environment_checks {
+        environment(&cfg)
+    } else {
+        Findings::default()
+    };
+    for error in &found.errors {
+        say_err(&format!("spillway: {origin}: {error}"));
+    }
+    if found.errors.is_empty() {
+        say(&format!("{origin}: ok"));
+    }
+    for warning in &found.warnings {
+        say(&format!("{origin}: warning: {warning}"));
+    }
+    if found.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// What the environment checks found.
+#[derive(Debug, Default)]
+struct Findings {
+    /// Each names the key; any of them makes `check` exit non-zero.
+    errors: Vec<String>,
+    /// Printed after `FILE: ok`; the exit status stays 0.
+    warnings: Vec<String>,
+}
+
+/// Runs every environment check on a config that parsed and validated.
+/// All of them run, so one `check` reports every problem it can see.
+fn environment(cfg: &Config) -> Findings {
+    let mut found = Findings::default();
+    let folders: [(&str, &Path); 3] = [
+        ("server.data_dir", &cfg.server.data_dir),
+        ("server.socket_path", folder_of(&cfg.server.socket_path)),
+        ("admin.socket_path", folder_of(&cfg.admin.socket_path)),
+    ];
+    for (key, folder) in folders {
+        if let Err(e) = spillway_sinks::file::creatable_folder(folder) {
+            found.errors.push(format!("{key}: {e}"));
+        }
+    }
+    match spillway_sinks::preflight(&cfg.sink) {
+        Ok(warnings) => found.warnings.extend(warnings),
+        Err(e) => found.errors.push(e),
+    }
+    found
+}
+
+/// The folder a socket lives in (`.` for a bare name).
+fn folder_of(socket: &Path) -> &Path {
+    match socket.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}

@@ -1,0 +1,81 @@
+//! `spillway check` of a plugin sink: the library is loaded through the
+//! same host code the daemon uses ([`PluginFactory`]), one instance is
+//! created from `[sink.options]` (the plugin's `create` checks them) and
+//! health-checked, then dropped. Nothing is delivered.
+//!
+//! Errors name the key: `sink.path` for a library that cannot be read or
+//! loaded (missing, not a plugin, another ABI version), `sink.options.<key>`
+//! when the plugin's error names an option the way docs/plugins.md asks
+//! (`options.<key>: ...`), else `sink.options`.
+
+use sink_sdk::{Health, Sink};
+
+use super::{PluginFactory, PluginSettings};
+
+/// Loads the plugin, creates and health-checks one instance. `Ok` carries
+/// the warnings (a failed health check: the daemon would start and retry).
+pub(crate) fn preflight(settings: &PluginSettings) -> Result<Vec<String>, String> {
+    let factory = PluginFactory::open_in(
+        &settings.path,
+        &settings.options_toml,
+        &std::env::temp_dir(),
+    )
+    .map_err(|e| format!("sink.path: {e}"))?;
+    let name = factory.plugin_name().to_string();
+    let mut instance = factory
+        .instance_verbatim()
+        .map_err(|e| options_error(&name, &e))?;
+    let warnings = match instance.health_check() {
+        Health::Healthy => Vec::new(),
+        Health::Unhealthy(why) => vec![format!(
+            "sink: plugin {name} fails its health check: {why}; the daemon would start and retry it"
+        )],
+    };
+    drop(instance);
+    Ok(warnings)
+}
+
+/// A plugin's `create` error with the key it names: `options.<key>: why`
+/// becomes `sink.options.<key>: plugin <name>: why`, `options: why` and
+/// anything else `sink.options: plugin <name>: ...`.
+fn options_error(plugin: &str, error: &str) -> String {
+    if let Some((key, why)) = error
+        .strip_prefix("options.")
+        .and_then(|rest| rest.split_once(": "))
+    {
+        let is_key = !key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
+        if is_key {
+            return format!("sink.options.{key}: plugin {plugin}: {why}");
+        }
+    }
+    let why = error.strip_prefix("options: ").unwrap_or(error);
+    format!("sink.options: plugin {plugin}: {why}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn option_errors_name_the_key() {
+        assert_eq!(
+            options_error("file-plugin", "options.rotate_bytes: 5 is out of range"),
+            "sink.options.rotate_bytes: plugin file-plugin: 5 is out of range"
+        );
+        assert_eq!(
+            options_error("file-plugin", "options: missing field `path`"),
+            "sink.options: plugin file-plugin: missing field `path`"
+        );
+        assert_eq!(
+            options_error("count-c", "the count sink takes no options"),
+            "sink.options: plugin count-c: the count sink takes no options"
+        );
+        assert_eq!(
+            options_error("p", "options.a b: not a key"),
+            "sink.options: plugin p: options.a b: not a key"
+        );
+    }
+}

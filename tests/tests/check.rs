@@ -1,0 +1,458 @@
+//! `spillway check` end to end: the real binary on real files, plugins and
+//! a loopback HTTP receiver. A config that `spillway run` would refuse for
+//! what it finds outside the file (a missing plugin, a plugin refusing its
+//! options, an unset token variable, a path it cannot create) fails,
+//! naming the key; `--no-environment` passes those and still fails a file
+//! that does not validate; a sink that does not answer is a warning naming
+//! its URL. And `ctl --config FILE reload` with a broken FILE asks the
+//! daemon for its verdict, or says the file did not parse far enough to
+//! find the daemon.
+
+mod support_http;
+mod support_plugins;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use spillway_tests::*;
+use support_http::HttpReceiver;
+use support_plugins::*;
+
+/// Longest one `spillway check` may take (a liveness bound only).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// `spillway check [extra...] <config of d>`, whatever its exit status.
+fn check(d: &Daemon, extra: &[&str]) -> Finished {
+    let mut argv: Vec<&OsStr> = vec!["check".as_ref()];
+    argv.extend(extra.iter().map(OsStr::new));
+    argv.push(d.config_path().as_os_str());
+    run_spillway(&argv, CHECK_TIMEOUT)
+}
+
+/// `spillway <args>` in the working folder `dir`, whatever its exit status.
+fn spillway_in(dir: &Path, args: &[&OsStr]) -> Finished {
+    let out = dir.join("..").join(format!(
+        "out-{}",
+        dir.file_name().unwrap().to_string_lossy()
+    ));
+    let child = Command::new(spillway_bin())
+        .args(args)
+        .current_dir(dir)
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(out.with_extension("stdout")).unwrap())
+        .stderr(fs::File::create(out.with_extension("stderr")).unwrap())
+        .spawn()
+        .expect("spawning spillway");
+    finish(child, &out)
+}
+
+/// Waits (within [`CHECK_TIMEOUT`]) for a `spillway` process whose output
+/// goes to `<out>.stdout` and `<out>.stderr`.
+fn finish(mut child: std::process::Child, out: &Path) -> Finished {
+    let Some(status) = wait_timeout(&mut child, CHECK_TIMEOUT) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("spillway was still running after {CHECK_TIMEOUT:?}");
+    };
+    let read = |ext: &str| fs::read_to_string(out.with_extension(ext)).unwrap_or_default();
+    Finished {
+        status,
+        stdout: read("stdout"),
+        stderr: read("stderr"),
+    }
+}
+
+/// `check` of `d`'s config fails, and its error names each of `names`; with
+/// `--no-environment` it passes.
+fn fails_naming(d: &Daemon, what: &str, names: &[&str]) {
+    let f = check(d, &[]);
+    assert!(
+        !f.status.success(),
+        "{what}: check passed a config it must refuse: {f:?}\nconfig:\n{}",
+        d.config_text()
+    );
+    for name in names {
+        assert!(
+            f.stderr.contains(name),
+            "{what}: the error does not name {name:?}:\n{}",
+            f.stderr
+        );
+    }
+    assert!(!f.stdout.contains(": ok"), "{what}: said ok: {f:?}");
+    let f = check(d, &["--no-environment"]);
+    assert!(
+        f.status.success(),
+        "{what}: only the environment is wrong, --no-environment must pass: {f:?}"
+    );
+    assert!(f.stdout.ends_with(": ok\n"), "{what}: {f:?}");
+}
+
+/// A `[sink]` table of `type = "http"` for `url`, with `extra` keys.
+fn http_sink(url: &str, extra: &str) -> String {
+    format!("[sink]\ntype = \"http\"\nurl = {}\n{extra}", toml_str(url))
+}
+
+// ---------------------------------------------------------------- each environment problem
+
+#[test]
+fn a_missing_plugin_library_fails_naming_sink_path() {
+    let mut d = Daemon::configure("");
+    let missing = d.dir().join("plugins/libgone.so");
+    d.reconfigure(&format!(
+        "[sink]\ntype = \"plugin\"\npath = {}\n",
+        toml_str(missing.display().to_string())
+    ));
+    fails_naming(&d, "missing plugin", &["sink.path", "libgone.so"]);
+}
+
+#[test]
+fn a_file_that_is_not_a_plugin_fails_naming_sink_path() {
+    let mut d = Daemon::configure("");
+    let not_a_library = d.dir().join("libfake.so");
+    fs::write(&not_a_library, b"not an ELF file").unwrap();
+    d.reconfigure(&format!(
+        "[sink]\ntype = \"plugin\"\npath = {}\n",
+        toml_str(not_a_library.display().to_string())
+    ));
+    fails_naming(
+        &d,
+        "not a plugin",
+        &["sink.path", "libfake.so", "cannot load"],
+    );
+}
+
+#[test]
+fn a_plugin_option_the_plugin_refuses_fails_naming_the_option() {
+    let mut d = Daemon::configure("");
+    let out = d.dir().join("out/plugin.ndjson");
+    d.reconfigure(&file_plugin_sink(&out, "", "rotate_bytes = 5"));
+    fails_naming(
+        &d,
+        "plugin option",
+        &[
+            "sink.options.rotate_bytes",
+            "spillway-plugin-file",
+            "out of range",
+        ],
+    );
+    // Fixed, it passes (and the plugin really parsed the options).
+    d.reconfigure(&file_plugin_sink(&out, "", ""));
+    let f = check(&d, &[]);
+    assert!(f.status.success(), "{f:?}");
+    assert_eq!(
+        f.stdout,
+        format!("{}: ok\n", d.config_path().display()),
+        "a healthy plugin gets no warning"
+    );
+}
+
+#[test]
+fn an_unset_bearer_token_variable_fails_naming_the_key() {
+    let rx = HttpReceiver::start();
+    let var = "SPILLWAY_CHECK_TEST_TOKEN_NEVER_SET";
+    let d = Daemon::configure(&http_sink(
+        &rx.url(),
+        &format!("bearer_token_env = {}\n", toml_str(var)),
+    ));
+    fails_naming(&d, "unset token variable", &["sink.bearer_token_env", var]);
+}
+
+#[test]
+fn a_file_sink_under_proc_fails_naming_sink_path() {
+    for path in [
+        "/proc/spillway-delivered.ndjson",
+        "/proc/sys/kernel/hostname",
+    ] {
+        let d = Daemon::configure(&format!(
+            "[sink]\ntype = \"file\"\npath = {}\n",
+            toml_str(path)
+        ));
+        fails_naming(&d, path, &["sink.path", "proc"]);
+    }
+}
+
+#[test]
+fn a_file_sink_whose_folder_is_a_file_fails_naming_sink_path() {
+    let mut d = Daemon::configure("");
+    let plain = d.dir().join("plain");
+    fs::write(&plain, b"").unwrap();
+    d.reconfigure(&format!(
+        "[sink]\ntype = \"file\"\npath = {}\n",
+        toml_str(plain.join("out.ndjson").display().to_string())
+    ));
+    fails_naming(&d, "folder is a file", &["sink.path", "is not a folder"]);
+}
+
+#[test]
+fn a_data_dir_under_a_regular_file_fails_naming_the_key() {
+    let mut d = Daemon::configure("");
+    let plain = d.dir().join("plain");
+    fs::write(&plain, b"").unwrap();
+    let data = plain.join("wab");
+    d.reconfigure(&format!(
+        "[server]\ndata_dir = {}\n{}",
+        toml_str(data.display().to_string()),
+        http_sink(&HttpReceiver::start().url(), "")
+    ));
+    fails_naming(
+        &d,
+        "data_dir under a file",
+        &["server.data_dir", &plain.display().to_string()],
+    );
+    // The daemon really refuses it.
+    let f = d.run_to_exit(Duration::from_secs(20));
+    assert!(!f.status.success(), "{f:?}");
+}
+
+#[test]
+fn socket_folders_under_a_regular_file_fail_naming_each_key() {
+    let mut d = Daemon::configure("");
+    let plain = d.dir().join("plain");
+    fs::write(&plain, b"").unwrap();
+    d.reconfigure(&format!(
+        "[server]\nsocket_path = {}\n[admin]\nsocket_path = {}\n",
+        toml_str(plain.join("s.sock").display().to_string()),
+        toml_str(plain.join("run/a.sock").display().to_string()),
+    ));
+    fails_naming(
+        &d,
+        "socket folders under a file",
+        &["server.socket_path", "admin.socket_path"],
+    );
+}
+
+/// A folder the daemon's user cannot write into: as root, `check` runs as
+/// `nobody` (root writes anywhere, so its check rightly passes).
+#[test]
+fn a_folder_without_write_permission_fails_naming_sink_path() {
+    let d = Daemon::configure("");
+    let dir = d.dir();
+    let work = dir.join("work");
+    let locked = dir.join("locked");
+    fs::create_dir(&work).unwrap();
+    fs::create_dir(&locked).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&work, fs::Permissions::from_mode(0o777)).unwrap();
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o555)).unwrap();
+    let config = dir.join("locked.toml");
+    fs::write(
+        &config,
+        format!(
+            "[server]\ndata_dir = {}\nsocket_path = {}\n[admin]\nsocket_path = {}\n\
+             [sink]\ntype = \"file\"\npath = {}\n",
+            toml_str(work.join("wab").display().to_string()),
+            toml_str(work.join("s.sock").display().to_string()),
+            toml_str(work.join("a.sock").display().to_string()),
+            toml_str(locked.join("out.ndjson").display().to_string()),
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&config, fs::Permissions::from_mode(0o644)).unwrap();
+    let out = dir.join("nobody");
+    let mut cmd = Command::new(spillway_bin());
+    cmd.arg("check")
+        .arg(&config)
+        .current_dir(&work)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(out.with_extension("stdout")).unwrap())
+        .stderr(fs::File::create(out.with_extension("stderr")).unwrap());
+    if as_root {
+        cmd.uid(65534).gid(65534);
+    }
+    let child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) if as_root && e.kind() == std::io::ErrorKind::PermissionDenied => {
+            assert!(
+                !in_ci(),
+                "user nobody cannot run {} ({e}); in CI it must",
+                spillway_bin().display()
+            );
+            eprintln!("SKIPPED: user nobody cannot run the spillway binary: {e}");
+            return;
+        }
+        Err(e) => panic!("spawning spillway check: {e}"),
+    };
+    let f = finish(child, &out);
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(
+        !f.status.success(),
+        "check passed an unwritable folder: {f:?}"
+    );
+    assert!(
+        f.stderr.contains("sink.path: ") && f.stderr.contains(&locked.display().to_string()),
+        "{f:?}"
+    );
+    assert!(
+        !f.stderr.contains("server.") && !f.stderr.contains("admin."),
+        "only the sink's folder is wrong: {f:?}"
+    );
+}
+
+// ---------------------------------------------------------------- what is not the environment
+
+#[test]
+fn no_environment_still_fails_a_file_that_does_not_validate() {
+    for (overrides, key) in [
+        ("[wab]\nsegment_bytes_max = 5\n", "wab.segment_bytes_max"),
+        (
+            "[sink]\ntype = \"noop\"\nmax_records = 0\n",
+            "sink.max_records",
+        ),
+        ("[sink]\ntype = \"file\"\n", "sink.path"),
+    ] {
+        let d = Daemon::configure(overrides);
+        for extra in [&[][..], &["--no-environment"][..]] {
+            let f = check(&d, extra);
+            assert!(!f.status.success(), "{overrides:?} {extra:?}: {f:?}");
+            assert!(f.stderr.contains(key), "{overrides:?} {extra:?}: {f:?}");
+        }
+    }
+}
+
+#[test]
+fn the_embedded_default_and_the_example_configs_pass_and_leave_nothing_behind() {
+    let root = tempfile::tempdir().unwrap();
+    let cwd = root.path().join("cwd");
+    fs::create_dir(&cwd).unwrap();
+    let f = spillway_in(&cwd, &["check".as_ref()]);
+    assert!(f.status.success(), "{f:?}");
+    assert_eq!(f.stdout, "embedded default: ok\n", "{f:?}");
+    let left: Vec<_> = fs::read_dir(&cwd).unwrap().collect();
+    assert!(left.is_empty(), "check created {left:?}");
+
+    let configs = workspace_root().join("configs");
+    let mut checked = 0;
+    for entry in fs::read_dir(&configs).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "toml") {
+            continue;
+        }
+        let f = spillway_in(&cwd, &["check".as_ref(), path.as_os_str()]);
+        assert!(f.status.success(), "{}: {f:?}", path.display());
+        assert_eq!(f.stdout, format!("{}: ok\n", path.display()), "{f:?}");
+        checked += 1;
+    }
+    assert!(
+        checked >= 2,
+        "only {checked} configs in {}",
+        configs.display()
+    );
+}
+
+// ---------------------------------------------------------------- http health
+
+#[test]
+fn a_reachable_http_sink_passes_without_a_warning() {
+    let rx = HttpReceiver::start();
+    let var = "SPILLWAY_CHECK_TEST_TOKEN";
+    let d = Daemon::configure(&http_sink(
+        &rx.url(),
+        &format!("bearer_token_env = {}\n", toml_str(var)),
+    ));
+    let mut cmd = Command::new(spillway_bin());
+    let out = d.dir().join("reachable");
+    cmd.arg("check")
+        .arg(d.config_path())
+        .env(var, "t0ken")
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(out.with_extension("stdout")).unwrap())
+        .stderr(fs::File::create(out.with_extension("stderr")).unwrap());
+    let f = finish(cmd.spawn().unwrap(), &out);
+    assert!(f.status.success(), "{f:?}");
+    assert_eq!(f.stdout, format!("{}: ok\n", d.config_path().display()));
+    assert_eq!(
+        rx.request_count(),
+        0,
+        "check delivered something to the receiver"
+    );
+}
+
+#[test]
+fn an_unreachable_http_sink_passes_with_a_warning_naming_the_url() {
+    // The test daemons' held sink: nothing listens on 127.0.0.1:1.
+    let d = Daemon::configure("");
+    let f = check(&d, &[]);
+    assert!(f.status.success(), "{f:?}");
+    let mut lines = f.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("{}: ok", d.config_path().display()).as_str())
+    );
+    let warning = lines.next().unwrap_or_default();
+    assert!(
+        warning.contains("warning: sink.url: ") && warning.contains(HELD_SINK_URL),
+        "{f:?}"
+    );
+    assert_eq!(lines.next(), None, "{f:?}");
+    // --no-environment does not try it.
+    let f = check(&d, &["--no-environment"]);
+    assert_eq!(f.stdout, format!("{}: ok\n", d.config_path().display()));
+}
+
+#[test]
+fn an_http_host_that_does_not_resolve_fails_naming_sink_url() {
+    let d = Daemon::configure(&http_sink("http://spillway-check.invalid/in", ""));
+    fails_naming(
+        &d,
+        "unresolvable host",
+        &["sink.url", "spillway-check.invalid"],
+    );
+}
+
+// ---------------------------------------------------------------- ctl reload of a broken file
+
+#[test]
+fn ctl_reload_of_a_file_that_does_not_validate_reports_the_daemons_verdict() {
+    let mut d = Daemon::start("");
+    d.reconfigure("[sink]\ntype = \"noop\"\nmax_records = 0\n");
+    let f = ctl_config(&d, &["reload"]);
+    assert!(!f.status.success(), "{f:?}");
+    assert!(
+        f.stderr.contains("reload rejected, running sink unchanged")
+            && f.stderr.contains("sink.max_records"),
+        "not the daemon's verdict: {f:?}"
+    );
+    let s = stats(&d);
+    assert_eq!(
+        stat(&s, "reloads_failed"),
+        1,
+        "the daemon was not asked:\n{s}"
+    );
+    d.terminate();
+}
+
+#[test]
+fn ctl_reload_of_a_file_that_is_not_toml_says_it_did_not_ask() {
+    let mut d = Daemon::start("");
+    let mut text = d.config_text();
+    text.push_str("\n[sink\ntype = \n");
+    fs::write(d.config_path(), text).unwrap();
+    let f = ctl_config(&d, &["reload"]);
+    assert!(!f.status.success(), "{f:?}");
+    assert!(
+        f.stderr
+            .contains("the local file failed to parse before asking the daemon: "),
+        "{f:?}"
+    );
+    assert!(
+        f.stderr.contains(&d.config_path().display().to_string()),
+        "{f:?}"
+    );
+    let s = stats(&d);
+    assert_eq!(stat(&s, "reloads_failed"), 0, "the daemon was asked:\n{s}");
+    d.terminate();
+}
