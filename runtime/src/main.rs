@@ -18,6 +18,7 @@ mod config;
 mod ctl;
 mod daemon;
 mod fd_limit;
+mod inspect;
 mod logging;
 mod push;
 mod reload;
@@ -88,9 +89,12 @@ enum Command {
     Inspect {
         /// The daemon's server.data_dir.
         data_dir: PathBuf,
-        /// Print each record's payload (lossy UTF-8).
+        /// Print each record: its seq, pending or confirmed, tier and payload (lossy UTF-8).
         #[arg(long)]
         records: bool,
+        /// Print one JSON document.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -163,8 +167,15 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
-        Command::Inspect { data_dir, records } => match inspect(&data_dir, records) {
-            Ok(()) => ExitCode::SUCCESS,
+        Command::Inspect {
+            data_dir,
+            records,
+            json,
+        } => match inspect::run(&data_dir, records, json) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
             Err(e) => fail(&e),
         },
     }
@@ -182,41 +193,4 @@ fn load(path: Option<&PathBuf>) -> Result<(Config, String), String> {
 fn fail(msg: &str) -> ExitCode {
     logging::say_err(&format!("spillway: {msg}"));
     ExitCode::FAILURE
-}
-
-fn inspect(data_dir: &std::path::Path, print_records: bool) -> Result<(), String> {
-    let mut shards: Vec<PathBuf> = std::fs::read_dir(data_dir)
-        .map_err(|e| format!("reading {}: {e}", data_dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("shard-"))
-        })
-        .collect();
-    shards.sort();
-    for dir in shards {
-        let records = spillway_wab::read_shard(&spillway_wab::FsStorage, &dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
-        let first = records.first().map(|r| r.seq);
-        let last = records.last().map(|r| r.seq);
-        println!(
-            "{}: {} records, seq {:?}..={:?}",
-            dir.display(),
-            records.len(),
-            first,
-            last
-        );
-        if print_records {
-            for r in records {
-                println!(
-                    "  {} tier={} {}",
-                    r.seq,
-                    r.meta.tier,
-                    String::from_utf8_lossy(&r.payload)
-                );
-            }
-        }
-    }
-    Ok(())
 }
