@@ -15,8 +15,10 @@ pub enum CtlCommand {
     Health,
     /// Counters: connections, nacks, WAB bytes, fsyncs, delivery.
     Stats,
-    /// The same counters (and the fsync latency histogram) in Prometheus text format.
+    /// The same counters (and the latency histograms) in the Prometheus (OpenMetrics) text format.
     Metrics,
+    /// Per shard: segment files (open or sealed, bytes, first seq, how much is confirmed), positions, oldest pending age.
+    Segments,
     /// Records the sink rejected for good.
     DeadLetter {
         #[command(subcommand)]
@@ -62,6 +64,7 @@ pub fn run(
         CtlCommand::Health => "health".to_string(),
         CtlCommand::Stats => "stats".to_string(),
         CtlCommand::Metrics => "metrics".to_string(),
+        CtlCommand::Segments => "segments".to_string(),
         CtlCommand::Reload => "reload".to_string(),
         CtlCommand::DeadLetter {
             action: DeadLetterAction::List,

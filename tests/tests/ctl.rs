@@ -50,6 +50,32 @@ fn every_subcommand_answers_in_prose_and_in_json() {
         "{s}"
     );
 
+    let segments = d.ctl(&["segments"]);
+    assert!(segments.contains("shard 0: "), "{segments}");
+    assert!(segments.contains(".open "), "{segments}");
+    let g = json(&d, &["segments"]);
+    let seg = &g["shards"][0]["segments"][0];
+    for field in ["id", "state", "bytes", "first_seq", "confirmed"] {
+        assert!(seg.get(field).is_some(), "{field}: {g}");
+    }
+    let durable: u64 = g["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|sh| sh["durable_next_seq"].as_u64().unwrap())
+        .sum();
+    assert_eq!(durable, 5, "{g}");
+    // The held sink confirms nothing: every segment with records is pending.
+    assert!(
+        g["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|sh| sh["segments"].as_array().unwrap())
+            .all(|s| s["confirmed"] == "pending" || s["confirmed"] == "empty"),
+        "{g}"
+    );
+
     let metrics = d.ctl(&["metrics"]);
     assert!(metrics.ends_with("# EOF\n"), "{metrics}");
     let m = json(&d, &["metrics"]);

@@ -4,7 +4,8 @@
 //! the client writes one command line; the daemon answers `ok` or
 //! `error: <why>` on the first line, then the body, then closes.
 //!
-//! Commands: `health`, `stats`, `metrics`, `dead-letter list`,
+//! Commands (each may end in `--json`): `health`, `stats`, `metrics`,
+//! `segments`, `dead-letter list`,
 //! `dead-letter requeue all|<shard>:<seq>...`,
 //! `dead-letter drop all|<shard>:<seq>...`, `reload`.
 //!
@@ -13,14 +14,16 @@
 //! dispatch. The rest, one job per file: `health` (each shard's and each
 //! sink's state: `ctl health`, `GET /ready`), `metrics` (the counter table
 //! and its two renderings, `ctl stats` and Prometheus text), `http`
-//! (`GET /metrics`, `/health`, `/ready`), `dead_letters` (list, requeue,
-//! drop). The
+//! (`GET /metrics`, `/health`, `/ready`), `segments` (each shard's
+//! segment files and what of them is confirmed), `dead_letters` (list,
+//! requeue, drop). The
 //! framing of replies is `spillway_ctl`'s, shared with the ctl client.
 
 mod dead_letters;
 mod health;
 mod http;
 mod metrics;
+mod segments;
 
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};
@@ -153,6 +156,7 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
     match words.as_slice() {
         ["health"] if json => Ok(as_json(health::json(state))),
         ["health"] => Ok(health::text(state)),
+        ["segments"] => segments::report(state, json),
         ["stats"] if json => Ok(as_json(metrics::stats_json(state))),
         ["stats"] => Ok(metrics::stats(state)),
         ["metrics"] if json => Ok(as_json(metrics::samples_json(&metrics::prometheus(
@@ -190,7 +194,7 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         }
         [] => Err("empty command".into()),
         _ => Err(format!(
-            "unknown command {line:?}; try: health | stats | metrics | dead-letter list | dead-letter requeue all|SHARD:SEQ... | dead-letter drop all|SHARD:SEQ... | reload"
+            "unknown command {line:?}; try: health | stats | metrics | segments | dead-letter list | dead-letter requeue all|SHARD:SEQ... | dead-letter drop all|SHARD:SEQ... | reload"
         )),
     }
 }
