@@ -10,6 +10,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use spillway_sinks::SinkConfig;
 
+use crate::logging::LogFormat;
+
 /// The embedded default configuration (also `configs/default.toml`).
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/default.toml");
 
@@ -168,12 +170,15 @@ impl Default for WabConfig {
 pub struct LogConfig {
     /// tracing filter, e.g. "info" or "spillway=debug" (RUST_LOG overrides).
     pub level: String,
+    /// "text" (readable lines) or "json" (one object per line).
+    pub format: LogFormat,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             level: "info".into(),
+            format: LogFormat::Text,
         }
     }
 }
@@ -492,6 +497,19 @@ mod tests {
             .to_string();
         assert!(
             err.starts_with("log.level: ") && err.contains("verbose!!"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn log_format_is_checked() {
+        let cfg = Config::parse("[log]\nformat = \"json\"\n", "t").unwrap();
+        assert_eq!(cfg.log.format, LogFormat::Json);
+        let err = Config::parse("[log]\nformat = \"xml\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("log.format") && err.contains("\"text\" or \"json\""),
             "{err}"
         );
     }

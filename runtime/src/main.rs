@@ -97,7 +97,7 @@ fn main() -> ExitCode {
                 Ok(v) => v,
                 Err(e) => return fail(&e),
             };
-            logging::init(&cfg.log.level);
+            logging::init(&cfg.log.level, cfg.log.format);
             match daemon::run(cfg, &origin, config, watch_config) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -121,7 +121,7 @@ fn main() -> ExitCode {
         }
         #[cfg(feature = "bench")]
         Command::Bench(args) => {
-            logging::init("warn");
+            logging::init("warn", logging::LogFormat::Text);
             match spillway_bench::run(args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),

@@ -189,8 +189,11 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.admin != new.admin {
         keys.push("admin.socket_path");
     }
-    if old.log != new.log {
+    if old.log.level != new.log.level {
         keys.push("log.level");
+    }
+    if old.log.format != new.log.format {
+        keys.push("log.format");
     }
     keys
 }
