@@ -176,6 +176,8 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
             "server.shutdown_timeout_ms",
             o.shutdown_timeout_ms != n.shutdown_timeout_ms,
         ),
+        ("server.socket_mode", o.socket_mode != n.socket_mode),
+        ("server.socket_group", o.socket_group != n.socket_group),
     ];
     keys.extend(
         server
