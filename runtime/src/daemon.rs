@@ -6,8 +6,9 @@
 //! bind the sockets (refused in a folder another user could write; fails
 //! fast if another daemon owns them), recover every shard (before any push
 //! is accepted), start the flushers, the connection arbiters (one per
-//! core), the listener, the supervisor, then the signal handlers. SIGTERM /
-//! SIGINT stop gracefully.
+//! core), the listener, the supervisor, then the signal handlers; only
+//! then is systemd told READY=1 (`notify.rs`, when `NOTIFY_SOCKET` is set).
+//! SIGTERM / SIGINT stop gracefully.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -337,9 +338,17 @@ fn start(
         sink,
         dead_letters,
     };
+    let status = format!(
+        "listening on {} ({shard_count} shards, sink: {sink_description})",
+        cfg.server.socket_path.display()
+    );
     let supervisor = Supervisor::new(cfg, children).start();
     spawn_signal_handlers(supervisor);
     spawn_reload_triggers(reloader, watch_config);
+    // The socket listens and every shard is recovered: a producer that
+    // connects now is answered.
+    crate::notify::ready(&status);
+    crate::notify::spawn_watchdog();
     Ok(())
 }
 

@@ -8,7 +8,8 @@
 //! and sockets, recovery, the actors), `supervisor` (restarts, shutdown),
 //! `sink` and `reload` (the `[sink]` table, at start and on reload),
 //! `admin` (the admin socket and metrics), `ctl` (its client subcommands),
-//! `push` (a producer for the shell), `logging`, `fd_limit`. `bench` is the `spillway-bench` crate, behind the
+//! `push` (a producer for the shell), `logging`, `notify` (systemd's
+//! readiness and watchdog), `fd_limit`. `bench` is the `spillway-bench` crate, behind the
 //! default `bench` feature.
 
 mod admin;
@@ -17,6 +18,7 @@ mod ctl;
 mod daemon;
 mod fd_limit;
 mod logging;
+mod notify;
 mod push;
 mod reload;
 mod sink;

@@ -363,6 +363,7 @@ impl Supervisor {
             return;
         }
         self.shutting_down = true;
+        crate::notify::stopping();
         tracing::info!("shutting down: no new connections; answering what is in flight");
         self.conn_ctx.stopping.store(true, Ordering::Release);
         if let Some(l) = self.listener.take() {
