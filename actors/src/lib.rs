@@ -36,5 +36,7 @@ pub use shard::{
     Abandoned, AppendBatch, CommitTarget, GroupBound, PendingRecord, PendingRecords, ShardHealth,
     ShardQueue, ShardStats, Watermark,
 };
-pub use socket_dir::{check_socket_dir, InsecureSocketDir, SocketLock};
+pub use socket_dir::{
+    check_socket_dir, group_by_gid, group_by_name, InsecureSocketDir, SocketAccess, SocketLock,
+};
 pub use stats::{DaemonStats, RateLimiter};

@@ -5,8 +5,10 @@
 //! [`bind_socket`] prepares the socket file: parent folder created 0700 if
 //! missing, a folder another user could write refused (see
 //! [`crate::socket_dir`]), a stale socket left by a dead daemon replaced, a
-//! live one refused, the new socket chmod 0600 (created under a restrictive umask so
-//! it is never reachable by others, even for an instant).
+//! live one refused, the new socket given its group and mode
+//! ([`SocketAccess`]: 0600 unless the operator opens it to a group). It is
+//! created under a restrictive umask, so it is reachable by no one else
+//! before its group is set and its mode applied, even for an instant.
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
@@ -23,7 +25,7 @@ use tokio::net::UnixListener;
 use crate::accept::AcceptErrors;
 use crate::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
 use crate::shard::ShardQueue;
-use crate::socket_dir::{check_socket_dir, InsecureSocketDir};
+use crate::socket_dir::{check_socket_dir, InsecureSocketDir, SocketAccess};
 
 /// Why the socket could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -36,14 +38,31 @@ pub enum BindError {
     Folder { path: PathBuf, source: io::Error },
     #[error("binding {path}: {source}")]
     Bind { path: PathBuf, source: io::Error },
+    #[error("giving {path} the group gid {gid} (server.socket_group): {source}; the daemon's user must be root or a member of that group")]
+    Group {
+        path: PathBuf,
+        gid: u32,
+        source: io::Error,
+    },
+    #[error("setting the mode of {path} to {mode:04o}: {source}")]
+    Mode {
+        path: PathBuf,
+        mode: u32,
+        source: io::Error,
+    },
     #[error("refusing to put a socket where another user could replace it: {0} (fix the folder's owner or mode, see docs/security.md; or accept the risk with server.allow_insecure_socket_dir = true)")]
     InsecureFolder(InsecureSocketDir),
 }
 
-/// Bind the daemon's socket, replacing a stale one. The socket's folder must
-/// pass [`check_socket_dir`]; with `allow_insecure_dir` a failing folder is
-/// only warned about (at every start).
-pub fn bind_socket(path: &Path, allow_insecure_dir: bool) -> Result<StdUnixListener, BindError> {
+/// Bind the daemon's socket, replacing a stale one, and give it `access`
+/// before anyone can connect. The socket's folder must pass
+/// [`check_socket_dir`]; with `allow_insecure_dir` a failing folder is only
+/// warned about (at every start).
+pub fn bind_socket(
+    path: &Path,
+    allow_insecure_dir: bool,
+    access: SocketAccess,
+) -> Result<StdUnixListener, BindError> {
     ensure_socket_folder(path)?;
     if let Err(insecure) = check_socket_dir(path) {
         if !allow_insecure_dir {
@@ -74,7 +93,7 @@ pub fn bind_socket(path: &Path, allow_insecure_dir: bool) -> Result<StdUnixListe
         path: path.to_path_buf(),
         source,
     })?;
-    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    apply_access(path, access)?;
     listener
         .set_nonblocking(true)
         .map_err(|source| BindError::Bind {
@@ -82,6 +101,26 @@ pub fn bind_socket(path: &Path, allow_insecure_dir: bool) -> Result<StdUnixListe
             source,
         })?;
     Ok(listener)
+}
+
+/// Group first, then mode: widening the mode before the group is right
+/// would open the socket, for an instant, to the daemon's own group.
+fn apply_access(path: &Path, access: SocketAccess) -> Result<(), BindError> {
+    debug_assert!(access.mode <= 0o777 && access.mode & 0o600 == 0o600);
+    if let Some(gid) = access.gid {
+        std::os::unix::fs::lchown(path, None, Some(gid)).map_err(|source| BindError::Group {
+            path: path.to_path_buf(),
+            gid,
+            source,
+        })?;
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode)).map_err(|source| {
+        BindError::Mode {
+            path: path.to_path_buf(),
+            mode: access.mode,
+            source,
+        }
+    })
 }
 
 /// Create the socket's folder (0700) if it is missing.

@@ -1,4 +1,5 @@
-//! Who may touch the folder a socket lives in, and who owns the socket name.
+//! Who may touch the folder a socket lives in, who may connect to the
+//! socket, and who owns the socket name.
 //!
 //! A Unix socket is only as private as its folder: a user who can write the
 //! socket's folder (or rename a folder above it) can unlink the daemon's
@@ -12,8 +13,16 @@
 //! on `<socket>.lock`, held for the life of the process, so two daemons
 //! started at once cannot both decide that the socket is stale and replace
 //! each other's.
+//!
+//! [`SocketAccess`] is who may connect: the socket file's mode and group
+//! (`server.socket_mode`, `server.socket_group`), applied right after bind.
+//! A socket file its group may write is fine when the operator asks for it
+//! (that group can then push records); the folder rules above still hold,
+//! since a group that could write the folder could replace the socket.
 
+use std::ffi::CString;
 use std::fs::File;
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -103,6 +112,75 @@ pub fn check_socket_dir(socket: &Path) -> Result<(), InsecureSocketDir> {
     Ok(())
 }
 
+/// Who may connect to a socket: its permission bits and, if set, the group
+/// it is given. Connecting needs write permission on the socket file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketAccess {
+    /// Permission bits only (at most 0o777); the owner always keeps rw.
+    pub mode: u32,
+    /// The socket's group; `None` leaves the daemon's own group.
+    pub gid: Option<u32>,
+}
+
+impl SocketAccess {
+    /// The daemon's user (and root) only: the admin socket, and the
+    /// producer socket by default.
+    pub const PRIVATE: SocketAccess = SocketAccess {
+        mode: 0o600,
+        gid: None,
+    };
+}
+
+/// Longest buffer the group database may ask for (a group with thousands
+/// of members); past it the lookup fails rather than growing without bound.
+const GROUP_BUFFER_BYTES_MAX: usize = 1 << 20;
+
+/// The gid of the group called `name`, from the system's group database
+/// (files, LDAP, whatever NSS is set up with); `None` if there is none.
+pub fn group_by_name(name: &str) -> io::Result<Option<u32>> {
+    let c_name = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the name"))?;
+    lookup_group(|grp, buf, len, result| {
+        // SAFETY: a NUL-terminated name, a group struct and a buffer of
+        // `len` bytes that outlive the call; `result` is written by it.
+        unsafe { libc::getgrnam_r(c_name.as_ptr(), grp, buf, len, result) }
+    })
+}
+
+/// `gid` if the group database knows a group with that id, else `None`.
+pub fn group_by_gid(gid: u32) -> io::Result<Option<u32>> {
+    lookup_group(|grp, buf, len, result| {
+        // SAFETY: as in `group_by_name`.
+        unsafe { libc::getgrgid_r(gid, grp, buf, len, result) }
+    })
+}
+
+/// Run a `getgr*_r` call, growing its buffer on ERANGE.
+fn lookup_group(
+    mut call: impl FnMut(
+        *mut libc::group,
+        *mut libc::c_char,
+        libc::size_t,
+        *mut *mut libc::group,
+    ) -> libc::c_int,
+) -> io::Result<Option<u32>> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    loop {
+        // SAFETY: an all-zero `struct group` is a valid value to overwrite.
+        let mut grp: libc::group = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        let rc = call(&mut grp, buf.as_mut_ptr(), buf.len(), &mut result);
+        if rc == libc::ERANGE && buf.len() < GROUP_BUFFER_BYTES_MAX {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        return Ok((!result.is_null()).then_some(grp.gr_gid));
+    }
+}
+
 /// The exclusive lock on a socket's name, held while the process lives.
 #[derive(Debug)]
 pub struct SocketLock {
@@ -163,6 +241,16 @@ mod tests {
         assert!(err.why.contains("no sticky bit"), "{err}");
         chmod(top.path(), 0o1777);
         check_socket_dir(&run.join("s.sock")).unwrap();
+    }
+
+    #[test]
+    fn groups_are_found_by_name_and_gid() {
+        // SAFETY: getegid has no preconditions.
+        let mine = unsafe { libc::getegid() };
+        assert_eq!(group_by_gid(mine).unwrap(), Some(mine));
+        assert_eq!(group_by_name("root").unwrap(), Some(0));
+        assert_eq!(group_by_name("no-such-group-spillway").unwrap(), None);
+        assert_eq!(group_by_gid(4_000_000_000).unwrap(), None);
     }
 
     #[test]

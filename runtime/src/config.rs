@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+use spillway_actors::SocketAccess;
 use spillway_sinks::SinkConfig;
+
+use crate::logging::LogFormat;
 
 /// The embedded default configuration (also `configs/default.toml`).
 pub const DEFAULT_CONFIG: &str = include_str!("../../configs/default.toml");
@@ -106,6 +109,12 @@ pub struct ServerConfig {
     pub inflight_bytes_max: u64,
     /// On SIGTERM, how long a sink batch in flight may take to finish. 0..=600000 ms.
     pub shutdown_timeout_ms: u64,
+    /// Permission bits of the producer socket ("0600": the daemon's user
+    /// only; "0660": its group too). The admin socket always stays 0600.
+    pub socket_mode: SocketMode,
+    /// Group the producer socket is given (name or gid); unset = the
+    /// daemon's own group.
+    pub socket_group: Option<SocketGroup>,
 }
 
 impl Default for ServerConfig {
@@ -123,6 +132,8 @@ impl Default for ServerConfig {
             inflight_records_max: 4096,
             inflight_bytes_max: 32 * MIB,
             shutdown_timeout_ms: 5_000,
+            socket_mode: SocketMode::PRIVATE,
+            socket_group: None,
         }
     }
 }
@@ -168,13 +179,155 @@ impl Default for WabConfig {
 pub struct LogConfig {
     /// tracing filter, e.g. "info" or "spillway=debug" (RUST_LOG overrides).
     pub level: String,
+    /// "text" (readable lines) or "json" (one object per line).
+    pub format: LogFormat,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             level: "info".into(),
+            format: LogFormat::Text,
         }
+    }
+}
+
+/// `server.socket_mode`: the producer socket's permission bits, written as
+/// a string of octal digits (`"0660"`). A string, not a TOML integer: an
+/// integer invites `660`, which is decimal (0o1224) and means something
+/// else entirely.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketMode(pub u32);
+
+impl SocketMode {
+    /// Only the daemon's user (and root) can connect.
+    pub const PRIVATE: SocketMode = SocketMode(0o600);
+
+    fn parse(text: &str) -> Result<SocketMode, String> {
+        let bad = |why: &str| {
+            format!("server.socket_mode = {text:?}: {why}; write the mode as octal digits, such as \"0600\" or \"0660\"")
+        };
+        let octal = text.bytes().all(|b| (b'0'..=b'7').contains(&b));
+        if !(3..=4).contains(&text.len()) || !octal {
+            return Err(bad("not three or four octal digits"));
+        }
+        let mode = u32::from_str_radix(text, 8).map_err(|_| bad("not octal"))?;
+        if mode > 0o777 {
+            return Err(bad("only the permission bits (0000..=0777) may be set; setuid, setgid and sticky mean nothing on a socket"));
+        }
+        if mode & 0o600 != 0o600 {
+            return Err(bad(
+                "the owner (the daemon's user) must keep read and write (0600)",
+            ));
+        }
+        Ok(SocketMode(mode))
+    }
+}
+
+impl<'de> Deserialize<'de> for SocketMode {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = SocketMode;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string of octal digits such as \"0660\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SocketMode, E> {
+                SocketMode::parse(v).map_err(E::custom)
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SocketMode, E> {
+                Err(E::custom(format!(
+                    "server.socket_mode = {v}: write the mode as a quoted string of octal digits, such as \"0660\" (a TOML integer is easily decimal by mistake)"
+                )))
+            }
+        }
+        de.deserialize_any(Visitor)
+    }
+}
+
+/// `server.socket_group`: the group the producer socket is given, by name
+/// or numeric gid. Looked up when the daemon starts (not by `check`, which
+/// may run on another machine).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SocketGroup {
+    Name(String),
+    Gid(u32),
+}
+
+impl std::fmt::Display for SocketGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            SocketGroup::Name(n) => write!(f, "{n:?}"),
+            SocketGroup::Gid(g) => write!(f, "{g}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for SocketGroup {
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = SocketGroup;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a group name (\"spillway\") or a numeric gid (1001)")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SocketGroup, E> {
+                if v.trim().is_empty() || v.contains('\0') {
+                    return Err(E::custom(format!(
+                        "server.socket_group = {v:?}: not a group name; use a group name or a numeric gid"
+                    )));
+                }
+                Ok(SocketGroup::Name(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SocketGroup, E> {
+                // u32::MAX is (gid_t)-1, which chown reads as "leave unchanged".
+                match u32::try_from(v) {
+                    Ok(gid) if gid != u32::MAX => Ok(SocketGroup::Gid(gid)),
+                    _ => Err(E::custom(format!(
+                        "server.socket_group = {v} is out of range: allowed 0..=4294967294"
+                    ))),
+                }
+            }
+        }
+        de.deserialize_any(Visitor)
+    }
+}
+
+impl ServerConfig {
+    /// Who may connect to the producer socket: `socket_mode`, and
+    /// `socket_group` looked up in this machine's group database. An unknown
+    /// group is an error naming the key.
+    pub fn socket_access(&self) -> Result<SocketAccess, ConfigError> {
+        let gid = match &self.socket_group {
+            None => None,
+            Some(group) => {
+                let found = match group {
+                    SocketGroup::Name(name) => spillway_actors::group_by_name(name),
+                    SocketGroup::Gid(gid) => spillway_actors::group_by_gid(*gid),
+                };
+                match found {
+                    Ok(Some(gid)) => Some(gid),
+                    Ok(None) => {
+                        return Err(ConfigError::Invalid {
+                            key: "server.socket_group",
+                            message: format!(
+                                "{group}: no such group on this machine (see /etc/group or `getent group`)"
+                            ),
+                        })
+                    }
+                    Err(e) => {
+                        return Err(ConfigError::Invalid {
+                            key: "server.socket_group",
+                            message: format!("{group}: looking the group up failed: {e}"),
+                        })
+                    }
+                }
+            }
+        };
+        Ok(SocketAccess {
+            mode: self.socket_mode.0,
+            gid,
+        })
     }
 }
 
@@ -493,6 +646,82 @@ mod tests {
         assert!(
             err.starts_with("log.level: ") && err.contains("verbose!!"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn log_format_is_checked() {
+        let cfg = Config::parse("[log]\nformat = \"json\"\n", "t").unwrap();
+        assert_eq!(cfg.log.format, LogFormat::Json);
+        let err = Config::parse("[log]\nformat = \"xml\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("log.format") && err.contains("\"text\" or \"json\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn socket_mode_is_octal_text_with_owner_rw() {
+        let mode = |v: &str| {
+            Config::parse(&format!("[server]\nsocket_mode = {v}\n"), "t")
+                .map(|c| c.server.socket_mode.0)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(mode("\"0660\""), Ok(0o660));
+        assert_eq!(mode("\"600\""), Ok(0o600));
+        assert_eq!(mode("\"0666\""), Ok(0o666));
+        for (bad, why) in [
+            ("\"0640x\"", "octal digits"),
+            ("\"0680\"", "octal digits"),
+            ("\"60\"", "octal digits"),
+            ("\"4660\"", "only the permission bits"),
+            ("\"0460\"", "must keep read and write"),
+            ("\"0060\"", "must keep read and write"),
+            ("432", "quoted string"),
+        ] {
+            let err = mode(bad).unwrap_err();
+            assert!(
+                err.contains("server.socket_mode") && err.contains(why),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn socket_group_is_a_name_or_a_gid() {
+        let group = |v: &str| {
+            Config::parse(&format!("[server]\nsocket_group = {v}\n"), "t")
+                .map(|c| c.server.socket_group)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            group("\"spillway\""),
+            Ok(Some(SocketGroup::Name("spillway".into())))
+        );
+        assert_eq!(group("1001"), Ok(Some(SocketGroup::Gid(1001))));
+        assert!(group("-1").unwrap_err().contains("server.socket_group"));
+        assert!(group("\"\"").unwrap_err().contains("server.socket_group"));
+        // The name is looked up at start, not when the file is read.
+        let cfg =
+            Config::parse("[server]\nsocket_group = \"no-such-group-spillway\"\n", "t").unwrap();
+        let err = cfg.server.socket_access().unwrap_err().to_string();
+        assert!(
+            err.starts_with("server.socket_group: ") && err.contains("no such group"),
+            "{err}"
+        );
+        let cfg = Config::parse(
+            "[server]\nsocket_group = \"root\"\nsocket_mode = \"0660\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(
+            cfg.server.socket_access().unwrap(),
+            SocketAccess {
+                mode: 0o660,
+                gid: Some(0)
+            }
         );
     }
 

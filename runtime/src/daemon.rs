@@ -6,8 +6,9 @@
 //! bind the sockets (refused in a folder another user could write; fails
 //! fast if another daemon owns them), recover every shard (before any push
 //! is accepted), start the flushers, the connection arbiters (one per
-//! core), the listener, the supervisor, then the signal handlers. SIGTERM /
-//! SIGINT stop gracefully.
+//! core), the listener, the supervisor, then the signal handlers; only
+//! then is systemd told READY=1 (`notify.rs`, when `NOTIFY_SOCKET` is set).
+//! SIGTERM / SIGINT stop gracefully.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use spillway_actors::{
     bind_socket, ensure_socket_folder, ConnectionContext, ConnectionLimits, DaemonStats,
-    DrainStats, Listener, ReadBudget, ShardQueue, SinkSlot, SocketLock, WabBudget,
+    DrainStats, Listener, ReadBudget, ShardQueue, SinkSlot, SocketAccess, SocketLock, WabBudget,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::{DataDirLock, FsStorage};
@@ -37,6 +38,8 @@ pub fn run(
     config_path: Option<PathBuf>,
     watch_config: bool,
 ) -> Result<(), String> {
+    // Before anything is created: an unknown socket group is a config error.
+    let access = cfg.server.socket_access().map_err(|e| e.to_string())?;
     // Held until the process exits: the data folder and the sockets have one owner.
     let _owner = take_ownership(&cfg)?;
     return_large_buffers_to_the_system();
@@ -45,7 +48,8 @@ pub fn run(
         cfg.admin.socket_path.clone(),
     ];
     let system = actix_rt::System::new();
-    let result = system.block_on(async move { start(cfg, origin, config_path, watch_config) });
+    let result =
+        system.block_on(async move { start(cfg, access, origin, config_path, watch_config) });
     if let Err(e) = result {
         // The socket names are ours (their locks are held): leave no
         // socket behind that nobody answers.
@@ -165,14 +169,16 @@ pub fn free_bytes(dir: &std::path::Path) -> Option<u64> {
 
 fn start(
     cfg: Config,
+    access: SocketAccess,
     origin: &str,
     config_path: Option<PathBuf>,
     watch_config: bool,
 ) -> Result<(), String> {
     let insecure_ok = cfg.server.allow_insecure_socket_dir;
-    let std_listener = bind_socket(&cfg.server.socket_path, insecure_ok)
+    let std_listener = bind_socket(&cfg.server.socket_path, insecure_ok, access)
         .map_err(|e| format!("server.socket_path: {e}"))?;
-    let admin_listener = bind_socket(&cfg.admin.socket_path, insecure_ok)
+    // The admin socket can reload, requeue and drop: never opened to a group.
+    let admin_listener = bind_socket(&cfg.admin.socket_path, insecure_ok, SocketAccess::PRIVATE)
         .map_err(|e| format!("admin.socket_path: {e}"))?;
     let metrics_listener = match &cfg.admin.metrics_address {
         Some(addr) => {
@@ -336,9 +342,17 @@ fn start(
         sink,
         dead_letters,
     };
+    let status = format!(
+        "listening on {} ({shard_count} shards, sink: {sink_description})",
+        cfg.server.socket_path.display()
+    );
     let supervisor = Supervisor::new(cfg, children).start();
     spawn_signal_handlers(supervisor);
     spawn_reload_triggers(reloader, watch_config);
+    // The socket listens and every shard is recovered: a producer that
+    // connects now is answered.
+    crate::notify::ready(&status);
+    crate::notify::spawn_watchdog();
     Ok(())
 }
 

@@ -1,4 +1,5 @@
-//! Logging that can never take the daemon down, and the check of `log.level`.
+//! Logging that can never take the daemon down, its two layouts
+//! (`log.format`), when it is coloured, and the check of `log.level`.
 //!
 //! A log line is written to stderr by whichever thread logs it: a flusher,
 //! a drain, a connection's arbiter. If stderr is a pipe whose reader has
@@ -8,10 +9,16 @@
 //! aborted the daemon, and SIGTERM never completed. Here a failed write is
 //! dropped and counted ([`log_write_failures`], exported as a metric), and
 //! the caller always sees success.
+//!
+//! Colour (ANSI escape codes) only when stderr is a terminal and `NO_COLOR`
+//! is not set: a log file or the journal must read as plain text. The JSON
+//! layout is tracing-subscriber's own (`timestamp`, `level`, `fields` with
+//! `message`, `target`), one object per line; docs/operations.md shows it.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use serde::Deserialize;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
@@ -125,9 +132,40 @@ fn is_module_path(word: &str) -> bool {
         })
 }
 
+/// `log.format`: how each log line is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(try_from = "String")]
+pub enum LogFormat {
+    /// One readable line per event: time, level, target, message, fields.
+    #[default]
+    Text,
+    /// One JSON object per line, for a log collector.
+    Json,
+}
+
+impl TryFrom<String> for LogFormat {
+    type Error = String;
+
+    fn try_from(word: String) -> Result<LogFormat, String> {
+        match word.as_str() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!(
+                "log.format = {other:?} is not a log format: use \"text\" or \"json\""
+            )),
+        }
+    }
+}
+
+/// Whether log lines carry colour: only on a terminal, and never while
+/// `NO_COLOR` is set (to any value, the empty string included).
+fn wants_colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none()
+}
+
 /// Install the global subscriber. `RUST_LOG`, when set and valid, overrides
 /// `level`; an invalid `RUST_LOG` is reported and ignored.
-pub fn init(level: &str) {
+pub fn init(level: &str, format: LogFormat) {
     let from_env = std::env::var("RUST_LOG")
         .ok()
         .filter(|v| !v.trim().is_empty());
@@ -144,10 +182,14 @@ pub fn init(level: &str) {
         },
         None => EnvFilter::new(level),
     };
-    tracing_subscriber::fmt()
+    let colour = wants_colour(io::stderr().is_terminal(), std::env::var_os("NO_COLOR"));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(ForgivingStderr)
-        .init();
+        .with_writer(ForgivingStderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(colour).init(),
+        LogFormat::Json => builder.with_ansi(false).json().init(),
+    }
     if let Some(msg) = bad_env {
         tracing::warn!("{msg}");
     }
@@ -174,6 +216,25 @@ mod tests {
         assert_eq!(w.write(b"a line\n").unwrap(), 7);
         w.flush().unwrap();
         assert_eq!(log_write_failures(), before + 2);
+    }
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(wants_colour(true, None));
+        assert!(!wants_colour(false, None));
+        assert!(!wants_colour(true, Some("1".into())));
+        assert!(!wants_colour(true, Some("".into())));
+    }
+
+    #[test]
+    fn formats_are_named() {
+        assert_eq!(LogFormat::try_from("json".to_string()), Ok(LogFormat::Json));
+        assert_eq!(LogFormat::try_from("text".to_string()), Ok(LogFormat::Text));
+        let err = LogFormat::try_from("xml".to_string()).unwrap_err();
+        assert!(
+            err.contains("log.format") && err.contains("\"text\" or \"json\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -8,9 +8,10 @@
 //! and sockets, recovery, the actors), `supervisor` (restarts, shutdown),
 //! `sink` and `reload` (the `[sink]` table, at start and on reload),
 //! `admin` (the admin socket and metrics), `ctl` (its client subcommands),
-//! `check` (what `spillway check` tries beyond parsing),
-//! `push` (a producer for the shell), `logging`, `fd_limit`. `bench` is the `spillway-bench` crate, behind the
-//! default `bench` feature.
+//! `check` (what `spillway check` tries beyond parsing), `inspect` (a data
+//! folder, offline), `push` (a producer for the shell), `logging`,
+//! `notify` (systemd's readiness and watchdog), `fd_limit`. `bench` is the
+//! `spillway-bench` crate, behind the default `bench` feature.
 
 mod admin;
 mod check;
@@ -20,6 +21,7 @@ mod daemon;
 mod fd_limit;
 mod inspect;
 mod logging;
+mod notify;
 mod push;
 mod reload;
 mod sink;
@@ -109,7 +111,7 @@ fn main() -> ExitCode {
                 Ok(v) => v,
                 Err(e) => return fail(&e),
             };
-            logging::init(&cfg.log.level);
+            logging::init(&cfg.log.level, cfg.log.format);
             match daemon::run(cfg, &origin, config, watch_config) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -131,7 +133,7 @@ fn main() -> ExitCode {
         }
         #[cfg(feature = "bench")]
         Command::Bench(args) => {
-            logging::init("warn");
+            logging::init("warn", logging::LogFormat::Text);
             match spillway_bench::run(args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),

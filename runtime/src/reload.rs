@@ -176,6 +176,8 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
             "server.shutdown_timeout_ms",
             o.shutdown_timeout_ms != n.shutdown_timeout_ms,
         ),
+        ("server.socket_mode", o.socket_mode != n.socket_mode),
+        ("server.socket_group", o.socket_group != n.socket_group),
     ];
     keys.extend(
         server
@@ -189,8 +191,11 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     if old.admin != new.admin {
         keys.push("admin.socket_path");
     }
-    if old.log != new.log {
+    if old.log.level != new.log.level {
         keys.push("log.level");
+    }
+    if old.log.format != new.log.format {
+        keys.push("log.format");
     }
     keys
 }

@@ -230,10 +230,7 @@ impl Supervisor {
                 );
                 self.shutdown(ctx);
             }
-            Some(true) => match bind_socket(
-                &self.cfg.server.socket_path,
-                self.cfg.server.allow_insecure_socket_dir,
-            ) {
+            Some(true) => match self.bind_producer_socket() {
                 Ok(std_listener) => {
                     let shards = self.shards.iter().map(|s| s.queue.clone()).collect();
                     let listener = Listener::new(
@@ -250,6 +247,19 @@ impl Supervisor {
                 Err(e) => tracing::error!(error = %e, "restarting the listener failed"),
             },
         }
+    }
+
+    /// The producer socket again, with its mode and group (the group is
+    /// looked up again: it may have changed since the start).
+    fn bind_producer_socket(&self) -> Result<std::os::unix::net::UnixListener, String> {
+        let server = &self.cfg.server;
+        let access = server.socket_access().map_err(|e| e.to_string())?;
+        bind_socket(
+            &server.socket_path,
+            server.allow_insecure_socket_dir,
+            access,
+        )
+        .map_err(|e| e.to_string())
     }
 
     fn check_shard(&mut self, i: usize, now: Instant) {
@@ -353,6 +363,7 @@ impl Supervisor {
             return;
         }
         self.shutting_down = true;
+        crate::notify::stopping();
         tracing::info!("shutting down: no new connections; answering what is in flight");
         self.conn_ctx.stopping.store(true, Ordering::Release);
         if let Some(l) = self.listener.take() {
