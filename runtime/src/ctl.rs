@@ -26,6 +26,15 @@ pub enum CtlCommand {
     },
     /// Re-read the config file and switch the sink without a restart.
     Reload,
+    /// A live view, refreshed every interval: ingest and delivery rates, backlog, oldest pending age, fsync p99, sink state (plain lines when not on a terminal).
+    Top {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many refreshes (default: until interrupted).
+        #[arg(long)]
+        count: Option<u64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -61,6 +70,13 @@ pub fn run(
         None => config()?.admin.socket_path,
     };
     let line = match command {
+        CtlCommand::Top { interval, count } => {
+            if !(interval.is_finite() && (0.1..=3600.0).contains(&interval)) {
+                return Err(format!("--interval {interval}: give seconds in 0.1..=3600"));
+            }
+            crate::top::run(&socket, std::time::Duration::from_secs_f64(interval), count)?;
+            return Ok(String::new());
+        }
         CtlCommand::Health => "health".to_string(),
         CtlCommand::Stats => "stats".to_string(),
         CtlCommand::Metrics => "metrics".to_string(),

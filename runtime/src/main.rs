@@ -10,7 +10,7 @@
 //! `admin` (the admin socket and metrics), `ctl` (its client subcommands),
 //! `check` (what `spillway check` tries beyond parsing), `inspect` (a data
 //! folder, offline), `push` (a producer for the shell), `logging`,
-//! `notify` (systemd's readiness and watchdog), `fd_limit`. `bench` is the
+//! `notify` (systemd's readiness and watchdog), `top` (`ctl top`), `fd_limit`. `bench` is the
 //! `spillway-bench` crate, behind the default `bench` feature.
 
 mod admin;
@@ -26,6 +26,7 @@ mod push;
 mod reload;
 mod sink;
 mod supervisor;
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -186,6 +186,48 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> 
     }
 }
 
+/// Whether this runs in CI (`CI` set to anything but empty, `0` or `false`).
+/// A test that needs a server, a tool or root fails there when it is
+/// missing, and may skip with a printed reason only elsewhere.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// Whether this test may do what needs root: in CI (where the tests run as
+/// root) not being root is a failure; elsewhere the test is skipped with
+/// the reason printed.
+pub fn require_root(what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    assert!(
+        !in_ci(),
+        "this test must run as root in CI (to {what}), but euid is not 0"
+    );
+    eprintln!("SKIPPED: not root, cannot {what} (this test runs as root in CI)");
+    false
+}
+
+/// A TCP port on loopback that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The whole answer (head and body) to `GET path` on loopback `port`.
+pub fn http_get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
 /// Poll `cond` every few milliseconds until it holds or `timeout` passes.
 pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;

@@ -26,10 +26,6 @@ use support_plugins::*;
 /// Longest one `spillway check` may take (a liveness bound only).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
 /// `spillway check [extra...] <config of d>`, whatever its exit status.
 fn check(d: &Daemon, extra: &[&str]) -> Finished {
     let mut argv: Vec<&OsStr> = vec!["check".as_ref()];

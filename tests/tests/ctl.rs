@@ -105,6 +105,22 @@ fn every_subcommand_answers_in_prose_and_in_json() {
 }
 
 #[test]
+fn top_prints_one_plain_line_per_interval_off_a_terminal() {
+    let d = Daemon::start("");
+    let mut c = d.client();
+    c.push(Tier::Sync, b"x").unwrap();
+    let out = d.ctl(&["top", "--interval", "0.2", "--count", "3"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    for l in lines {
+        assert!(l.contains(" ingest ") && l.contains("/s delivered "), "{l}");
+        assert!(l.contains(" backlog ") && l.contains(" fsync p99 "), "{l}");
+        // The test harness's sink holds every batch: not ready.
+        assert!(l.ends_with("NOT READY") || l.ends_with("ready"), "{l}");
+    }
+}
+
+#[test]
 fn an_error_in_json_mode_is_a_json_object_and_a_failure() {
     let d = Daemon::start("");
     let config = d.config_path().as_os_str();

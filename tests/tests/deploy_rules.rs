@@ -12,14 +12,12 @@
 //! with the reason printed, elsewhere; the metric-name check always runs.
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use serde_json::Value;
-use spillway_tests::{Daemon, Tier};
+use spillway_tests::{free_port, http_get, Daemon, Tier};
 
 const RULES: &str = "deploy/prometheus/spillway-alerts.yml";
 const RULES_TESTS: &str = "deploy/prometheus/spillway-alerts.test.yml";
@@ -38,23 +36,6 @@ fn repo_root() -> PathBuf {
 fn read(rel: &str) -> String {
     let path = repo_root().join(rel);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
 }
 
 // ------------------------------------------------------------ the rules file

@@ -30,26 +30,6 @@ use sink_sdk::units::MIB;
 
 // ---------------------------------------------------------------- helpers
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-/// Whether this test may do what needs root. In CI (where the tests run as
-/// root) not being root is a failure; elsewhere the test is skipped with
-/// the reason printed.
-fn require_root(what: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    assert!(
-        !in_ci(),
-        "this test must run as root in CI (to {what}), but euid is not 0"
-    );
-    eprintln!("SKIPPED: not root, cannot {what} (this test runs as root in CI)");
-    false
-}
-
 /// A global counter of `ctl stats` (`KEY VALUE`).
 fn stat(stats: &str, key: &str) -> u64 {
     stats

@@ -4,28 +4,14 @@
 
 mod support_http;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use spillway_tests::*;
 use support_http::HttpReceiver;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// (status code, body) of one GET.
 fn get(port: u16, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    let out = http_get(port, path);
     let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP response");
     let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
     (code, body.to_string())

@@ -6,29 +6,12 @@ mod support_http;
 mod support_plugins;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use spillway_client::Tier;
-use spillway_tests::Daemon;
+use spillway_tests::{free_port, http_get, Daemon};
 use support_plugins::{admin_socket, ctl_socket};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn http_get(port: u16, path: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
 
 /// Sum of every sample of `name` (over its labels).
 fn sum(exposition: &str, name: &str) -> u64 {

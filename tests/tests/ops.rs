@@ -30,25 +30,6 @@ use std::time::{Duration, Instant};
 
 use spillway_tests::*;
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-/// Whether this test may do what needs root: in CI (root) not being root
-/// fails; elsewhere the test is skipped with the reason.
-fn require_root(what: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    assert!(
-        !in_ci(),
-        "this test must run as root in CI (to {what}), but euid is not 0"
-    );
-    eprintln!("SKIPPED: not root, cannot {what} (this test runs as root in CI)");
-    false
-}
-
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()

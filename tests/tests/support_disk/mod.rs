@@ -28,10 +28,7 @@ use std::time::{Duration, Instant};
 use spillway_tests::*;
 use tempfile::TempDir;
 
-/// Whether this runs in CI (`CI` set to anything but empty, `0` or `false`).
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
-}
+pub use spillway_tests::in_ci;
 
 // ---------------------------------------------------------------- tmpfs
 

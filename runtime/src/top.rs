@@ -1,0 +1,209 @@
+//! `spillway ctl top`: a live view of a running daemon, refreshed every
+//! interval from the admin socket (`stats --json`, `health --json`,
+//! `metrics --json`): ingest and delivery rates, backlog, the oldest
+//! pending record, fsync p99 over the interval, and each sink's state. On a
+//! terminal it redraws one screen; otherwise (a pipe, a file) it prints one
+//! plain line per interval.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// One reading of the daemon.
+struct Reading {
+    at: Instant,
+    /// Per shard: (records written, records delivered, pending, oldest age s).
+    shards: Vec<(u64, u64, u64, u64)>,
+    /// Per shard: fsync latency buckets (upper bound s, count in bucket).
+    fsync: Vec<Vec<(f64, u64)>>,
+    /// Per shard: sink state and reason.
+    sinks: Vec<(String, String)>,
+    ready: bool,
+}
+
+fn ask(socket: &Path, command: &str) -> Result<Value, String> {
+    let body = spillway_ctl::call(socket, &format!("{command} --json"))?;
+    serde_json::from_str(&body).map_err(|e| format!("{command}: {e}"))
+}
+
+fn read(socket: &Path) -> Result<Reading, String> {
+    let stats = ask(socket, "stats")?;
+    let health = ask(socket, "health")?;
+    let metrics = ask(socket, "metrics")?;
+    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let numbers: Vec<(u64, u64, u64, u64, u64)> = stats["shards"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    (
+                        n(s, "shard"),
+                        n(s, "records_written"),
+                        n(s, "delivered_records"),
+                        n(s, "pending_records"),
+                        n(s, "oldest_pending_age_seconds"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut fsync = vec![Vec::new(); numbers.len()];
+    for sample in metrics["samples"].as_array().into_iter().flatten() {
+        if sample["name"] != "spillway_fsync_seconds_bucket" {
+            continue;
+        }
+        let shard = sample["labels"]["shard"]
+            .as_str()
+            .and_then(|s| s.parse::<usize>().ok());
+        let le = match sample["labels"]["le"].as_str() {
+            Some("+Inf") => f64::INFINITY,
+            Some(v) => v.parse().unwrap_or(f64::INFINITY),
+            None => continue,
+        };
+        if let Some(i) = shard.and_then(|s| numbers.iter().position(|x| x.0 as usize == s)) {
+            fsync[i].push((le, sample["value"].as_f64().unwrap_or(0.0) as u64));
+        }
+    }
+    let sinks = health["shards"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    let sink = &s["sink"];
+                    (
+                        sink["state"].as_str().unwrap_or("?").to_string(),
+                        sink["reason"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(Reading {
+        at: Instant::now(),
+        shards: numbers
+            .iter()
+            .map(|&(_, w, d, p, a)| (w, d, p, a))
+            .collect(),
+        fsync,
+        sinks,
+        ready: health["ready"].as_bool().unwrap_or(false),
+    })
+}
+
+/// The p99 of the fsyncs between two cumulative bucket readings, in ms.
+fn p99_ms(before: &[(f64, u64)], after: &[(f64, u64)]) -> Option<f64> {
+    let deltas: Vec<(f64, u64)> = after
+        .iter()
+        .map(|&(le, c)| {
+            let was = before.iter().find(|b| b.0 == le).map_or(0, |b| b.1);
+            (le, c.saturating_sub(was))
+        })
+        .collect();
+    let total = deltas.last()?.1;
+    if total == 0 {
+        return None;
+    }
+    let rank = (total as f64 * 0.99).ceil() as u64;
+    deltas
+        .iter()
+        .find(|(_, c)| *c >= rank)
+        .map(|(le, _)| le * 1000.0)
+}
+
+fn rate(now: u64, was: u64, secs: f64) -> f64 {
+    now.saturating_sub(was) as f64 / secs
+}
+
+/// The view of one interval: a line per shard and a total.
+fn render(prev: &Reading, now: &Reading) -> (String, String) {
+    let secs = now.at.duration_since(prev.at).as_secs_f64().max(1e-3);
+    let mut screen = format!(
+        "{:<6} {:>12} {:>12} {:>10} {:>9} {:>11}  sink\n",
+        "shard", "ingest/s", "delivered/s", "backlog", "oldest s", "fsync p99"
+    );
+    let (mut ingest, mut delivered, mut backlog, mut oldest) = (0.0, 0.0, 0, 0);
+    let mut worst_p99: Option<f64> = None;
+    for (i, cur) in now.shards.iter().enumerate() {
+        let was = prev.shards.get(i).copied().unwrap_or(*cur);
+        let (inr, der) = (rate(cur.0, was.0, secs), rate(cur.1, was.1, secs));
+        let p99 = p99_ms(
+            prev.fsync.get(i).map_or(&[][..], |v| v),
+            now.fsync.get(i).map_or(&[][..], |v| v),
+        );
+        worst_p99 = match (worst_p99, p99) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        let (state, reason) = now.sinks.get(i).cloned().unwrap_or_default();
+        let sink = if reason.is_empty() {
+            state
+        } else {
+            format!("{state}: {reason}")
+        };
+        screen.push_str(&format!(
+            "{:<6} {:>12.0} {:>12.0} {:>10} {:>9} {:>11}  {sink}\n",
+            i,
+            inr,
+            der,
+            cur.2,
+            cur.3,
+            p99.map_or("-".into(), |p| format!("{p:.2} ms")),
+        ));
+        ingest += inr;
+        delivered += der;
+        backlog += cur.2;
+        oldest = oldest.max(cur.3);
+    }
+    let verdict = if now.ready { "ready" } else { "NOT READY" };
+    let p99 = worst_p99.map_or("-".into(), |p| format!("{p:.2} ms"));
+    let line = format!(
+        "ingest {ingest:.0}/s delivered {delivered:.0}/s backlog {backlog} oldest {oldest} s fsync p99 {p99} {verdict}"
+    );
+    screen.push_str(&format!("\n{line}\n"));
+    (screen, line)
+}
+
+/// Runs `ctl top` until interrupted, or for `count` intervals.
+pub fn run(socket: &Path, interval: Duration, count: Option<u64>) -> Result<(), String> {
+    let terminal = std::io::stdout().is_terminal();
+    let mut prev = read(socket)?;
+    let mut shown = 0;
+    loop {
+        std::thread::sleep(interval);
+        let now = read(socket)?;
+        let (screen, line) = render(&prev, &now);
+        let mut out = std::io::stdout().lock();
+        let clock = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        let written = if terminal {
+            // Home, clear, redraw: one screen that updates in place.
+            write!(out, "\x1b[H\x1b[2Jspillway ctl top  {clock}\n\n{screen}")
+        } else {
+            writeln!(out, "{clock} {line}")
+        };
+        if written.and_then(|()| out.flush()).is_err() {
+            return Ok(()); // the reader went away (a closed pipe)
+        }
+        prev = now;
+        shown += 1;
+        if count.is_some_and(|c| shown >= c) {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::p99_ms;
+
+    #[test]
+    fn p99_of_the_interval_only() {
+        // Cumulative counts, as the exposition has them.
+        let before = [(0.001, 100), (0.002, 100), (f64::INFINITY, 100)];
+        let after = [(0.001, 100), (0.002, 199), (f64::INFINITY, 200)];
+        // Of the 100 fsyncs in the interval, 99 took up to 2 ms.
+        assert_eq!(p99_ms(&before, &after), Some(2.0));
+        assert_eq!(p99_ms(&after, &after), None);
+    }
+}
