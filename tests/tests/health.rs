@@ -84,6 +84,19 @@ fn ready_follows_the_sink_and_health_stays_up() {
         "{body}"
     );
     assert_eq!(get(port, "/health").0, 200, "liveness stays up");
+    // The warning names the shard and the sink.
+    let logged = || {
+        d.stderr()
+            .lines()
+            .find(|l| l.contains("delivery failed (transient); retrying"))
+            .map(str::to_string)
+    };
+    assert!(wait_until(Duration::from_secs(5), || logged().is_some()));
+    let line = logged().unwrap();
+    assert!(
+        line.contains("shard=0") && line.contains("sink=") && line.contains(&rx.url()),
+        "{line}"
+    );
     let health = d.ctl(&["health"]);
     assert!(
         health.contains("sink of shard 0 Retrying since 20"),

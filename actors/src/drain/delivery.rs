@@ -116,7 +116,7 @@ impl<S: Storage> DrainThread<S> {
                     "sink answered {} record outcomes for a batch of {n}",
                     v.len()
                 );
-                tracing::error!(shard = self.shard, "{reason}; retrying the batch");
+                tracing::error!(shard = self.shard, sink = %self.host.description(), "{reason}; retrying the batch");
                 Verdict::retry_from(0, Vec::new(), None, reason)
             }
             Outcome::Split(v) => {
@@ -191,7 +191,7 @@ impl<S: Storage> DrainThread<S> {
             .dead_lettered
             .fetch_add(letters.len() as u64, Ordering::Relaxed);
         for l in &letters {
-            tracing::warn!(shard = self.shard, seq = l.seq, reason = %l.reason, "record rejected by the sink; moved to the dead-letter store");
+            tracing::warn!(shard = self.shard, sink = %self.host.description(), seq = l.seq, reason = %l.reason, "record rejected by the sink; moved to the dead-letter store");
         }
         Ok(())
     }

@@ -71,7 +71,7 @@ impl<S: Storage> DrainThread<S> {
             .is_none_or(|t| now.duration_since(t) >= RETRY_LOG_EVERY);
         if loud {
             self.retry.last_log = Some(now);
-            tracing::warn!(shard = self.shard, attempts = self.retry.attempts, records = n, retry_in_ms = delay.as_millis() as u64, reason = %reason, "delivery failed (transient); retrying");
+            tracing::warn!(shard = self.shard, sink = %self.host.description(), attempts = self.retry.attempts, records = n, retry_in_ms = delay.as_millis() as u64, reason = %reason, "delivery failed (transient); retrying");
         } else {
             tracing::debug!(shard = self.shard, attempts = self.retry.attempts, reason = %reason, "delivery retry");
         }

@@ -68,6 +68,8 @@ pub struct SinkHost {
     epoch: u64,
     maker: SinkMaker,
     settings: DrainSettings,
+    /// What the sink is (`[sink]`'s type and target), for log lines.
+    description: String,
     instance: Option<Box<dyn Sink>>,
     /// Failures (panics, creation errors) in a row; drives the backoff.
     failures: u32,
@@ -94,13 +96,14 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 impl SinkHost {
     pub fn new(shard: u32, slot: Arc<SinkSlot>, stats: Arc<DrainStats>) -> Self {
         let epoch = slot.epoch();
-        let (maker, settings, _) = slot.current();
+        let (maker, settings, description) = slot.current();
         SinkHost {
             shard,
             slot,
             epoch,
             maker,
             settings,
+            description,
             instance: None,
             failures: 0,
             not_before: None,
@@ -110,6 +113,11 @@ impl SinkHost {
 
     pub fn settings(&self) -> &DrainSettings {
         &self.settings
+    }
+
+    /// The sink's description, the `sink` field of the drain's log lines.
+    pub fn description(&self) -> &str {
+        &self.description
     }
 
     /// Switch to a reloaded sink if there is one (call between batches).
@@ -123,6 +131,7 @@ impl SinkHost {
         self.epoch = epoch;
         self.maker = maker;
         self.settings = settings;
+        self.description = description;
         self.instance = None;
         self.failures = 0;
         self.not_before = None;
@@ -183,7 +192,7 @@ impl SinkHost {
             .lock()
             .unwrap()
             .failing(super::SinkState::Failed, &reason);
-        tracing::error!(shard = self.shard, reason = %reason, restart_in_ms = backoff.as_millis() as u64, "sink instance failed; it will be re-created");
+        tracing::error!(shard = self.shard, sink = %self.description, reason = %reason, restart_in_ms = backoff.as_millis() as u64, "sink instance failed; it will be re-created");
         reason
     }
 
