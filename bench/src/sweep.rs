@@ -18,7 +18,7 @@ use spillway_client::Tier;
 use super::context::Ctx;
 use super::load::{self, LoadError, Plan, Sample};
 use super::progress;
-use super::report::{Kind, ReportRow, RATE};
+use super::report::{Kind, ReportRow};
 
 use sink_sdk::units::{KIB, MIB};
 
@@ -95,13 +95,12 @@ pub fn payload_sweep(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
             .set("serial_mib_per_s", mib_per_s(&serial, bytes))
             .set("batch_ratio", batch.rate() / serial.rate().max(1e-9))
             .set_latency("serial_", &serial.latency);
-        debug_assert!(row.get(RATE).is_some());
         rows.push(row);
     }
     Ok(rows)
 }
 
-/// A sweep row's figures, for the notes and charts.
+/// Whether `row` is one of the sweep's (for the charts).
 pub fn is_sweep_row(row: &ReportRow) -> bool {
     row.kind == Kind::Scenario && row.name.starts_with("payload_sweep/")
 }
