@@ -324,7 +324,7 @@ impl BenchDaemon {
 impl Drop for BenchDaemon {
     fn drop(&mut self) {
         if let Err(e) = self.stop_inner() {
-            eprintln!("bench: stopping the daemon: {e}");
+            super::progress::line(&format!("stopping the daemon: {e}"));
         }
     }
 }

@@ -105,7 +105,9 @@ fn chosen_kinds() -> Vec<Kind> {
         .filter(|k| names.split(',').any(|n| n.trim() == k.name()))
         .collect();
     if chosen.is_empty() {
-        eprintln!("bench: SPILLWAY_BENCH_HOSTILE_KINDS={names:?} names no kind; using every kind");
+        super::progress::line(&format!(
+            "SPILLWAY_BENCH_HOSTILE_KINDS={names:?} names no kind; using every kind"
+        ));
         return KINDS.to_vec();
     }
     chosen
@@ -1146,7 +1148,7 @@ fn slice_progress(i: u32, slices: u32, phase: &str, s: &Sample) {
 }
 
 fn progress(line: &str) {
-    eprintln!("bench: {line}");
+    super::progress::line(line);
 }
 
 #[cfg(test)]

@@ -15,18 +15,25 @@
 //! the scenarios with their own daemons; `receiver` is the loopback HTTP
 //! sink they deliver to, `stamped` its producers; `probes` measures the
 //! machine; `report` prints the scenario table and JSON lines; `targets`
-//! judges and prints the verdicts.
+//! judges and prints the verdicts. `sweep` is the payload sweep,
+//! `sustained` the per-second readings of a long run, `charts` draws the
+//! SVG charts of `--charts`, and `progress` is everything said on stderr
+//! while the bench runs (a bar on a terminal, plain lines elsewhere).
 
+mod charts;
 mod context;
 mod daemon;
 mod e2e;
 mod hostile;
 mod load;
 mod probes;
+mod progress;
 mod receiver;
 mod report;
 mod scenarios;
 mod stamped;
+mod sustained;
+mod sweep;
 mod targets;
 
 use std::io::Write;
@@ -76,6 +83,10 @@ pub struct BenchArgs {
     /// Also write JSON lines here: one object per scenario row, probe and target.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Also draw SVG charts into this folder (created if need be):
+    /// throughput, latency percentiles, the payload sweep, sustained runs.
+    #[arg(long, value_name = "DIR")]
+    pub charts: Option<PathBuf>,
     /// Folder for the bench's daemons and probe files (a temporary folder is
     /// made inside it and deleted at the end). Default: the system temp folder.
     #[arg(long, value_name = "DIR")]
@@ -105,6 +116,7 @@ impl Settings {
                 ProbeCounts {
                     fsyncs: 300,
                     batch_writes: 150,
+                    bandwidth_writes: 32,
                     round_trips: 3000,
                 },
             )
@@ -115,6 +127,7 @@ impl Settings {
                 ProbeCounts {
                     fsyncs: 1000,
                     batch_writes: 500,
+                    bandwidth_writes: 128,
                     round_trips: 10_000,
                 },
             )
@@ -166,10 +179,6 @@ fn work_dir(data_dir: Option<&Path>) -> Result<tempfile::TempDir, String> {
         .map_err(|e| format!("creating a folder in {}: {e}", parent.display()))
 }
 
-fn progress(line: &str) {
-    eprintln!("bench: {line}");
-}
-
 fn summary(o: &ReportRow) -> String {
     let rate = o
         .get(RATE)
@@ -188,6 +197,9 @@ fn summary(o: &ReportRow) -> String {
         "speedup",
         "delivery_ratio",
         "max_ack_gap_ms",
+        "mib_per_s",
+        "batch_ratio",
+        "fsync_p99_drift",
     ]
     .iter()
     .filter_map(|k| o.get(k).map(|v| format!(", {k} {v:.2}")))
@@ -203,20 +215,45 @@ fn repeat_probe(
 ) -> ReportRow {
     let mut runs = Vec::new();
     for round in 1..=repeat {
-        match probe() {
+        progress::step(name, round, repeat);
+        let result = probe();
+        progress::advance(1);
+        match result {
             Ok(o) => runs.push(o),
-            Err(e) => return ReportRow::failed(name, Kind::Probe, e),
+            Err(e) => {
+                progress::advance((repeat - round) as u64);
+                return ReportRow::failed(name, Kind::Probe, e);
+            }
         }
-        progress(&format!("{name} {round}/{repeat} done"));
+        progress::line(&format!("{name} {round}/{repeat} done"));
     }
     median_of(&runs)
 }
 
+/// The probes, in run order.
+const PROBES: usize = 3;
+
 fn run_probes(dir: &Path, s: &Settings) -> Vec<ReportRow> {
     vec![
         repeat_probe("disk_probe", s.repeat, || probes::disk_probe(dir, s.probes)),
+        repeat_probe("disk_bandwidth", s.repeat, || {
+            probes::bandwidth_probe(dir, s.probes)
+        }),
         repeat_probe("socket_probe", s.repeat, || probes::socket_probe(s.probes)),
     ]
+}
+
+/// How many repeats `scenario` runs.
+fn repeats_of(scenario: &Scenario, s: &Settings) -> usize {
+    scenario
+        .max_repeats
+        .map_or(s.repeat, |max| max.min(s.repeat))
+}
+
+/// Steps of the progress bar: every repeat of every probe and scenario.
+fn steps(selected: &[&Scenario], s: &Settings) -> u64 {
+    let scenarios: usize = selected.iter().map(|sc| repeats_of(sc, s)).sum();
+    (PROBES * s.repeat + scenarios) as u64
 }
 
 /// What the scenarios run against: a daemon the bench started, or `--socket`.
@@ -256,6 +293,10 @@ impl Subject {
         self.daemon.as_ref().map(BenchDaemon::pid)
     }
 
+    fn admin_socket(&self) -> Option<&Path> {
+        self.daemon.as_ref().map(BenchDaemon::admin_socket)
+    }
+
     /// The daemon's resident memory after start-up, before any load.
     fn idle_rss(&self) -> ReportRow {
         let Some(pid) = self.pid() else {
@@ -293,31 +334,38 @@ impl Subject {
 
 /// Rows of one scenario, each the median over its repeats.
 fn run_scenario(scenario: &Scenario, subject: &Subject, s: &Settings) -> Vec<ReportRow> {
+    let repeat = repeats_of(scenario, s);
     if scenario.needs_own_daemon && subject.launcher.is_none() {
+        progress::advance(repeat as u64);
         let why = "needs a daemon config of its own; not possible with --socket".to_string();
         return vec![ReportRow::skipped(scenario.name, Kind::Scenario, why)];
     }
     let mut rows: Vec<Vec<ReportRow>> = Vec::new();
-    let repeat = scenario
-        .max_repeats
-        .map_or(s.repeat, |max| max.min(s.repeat));
     for round in 0..repeat {
         let ctx = Ctx {
             socket: &subject.socket,
+            admin_socket: subject.admin_socket(),
             pid: subject.pid(),
             launcher: subject.launcher.as_ref(),
             plan: s.plan,
             round,
+            repeats: repeat,
             quick: s.quick,
         };
-        match scenario.run_once(&ctx) {
+        progress::step(scenario.name, round + 1, repeat);
+        let result = scenario.run_once(&ctx);
+        progress::advance(1);
+        let left = (repeat - round - 1) as u64;
+        match result {
             Ok(outcomes) => collect_rows(&mut rows, outcomes, round, repeat),
             Err(LoadError::Unsupported(why)) => {
-                progress(&format!("{} skipped: {why}", scenario.name));
+                progress::advance(left);
+                progress::line(&format!("{} skipped: {why}", scenario.name));
                 return vec![ReportRow::skipped(scenario.name, Kind::Scenario, why)];
             }
             Err(LoadError::Failed(e)) => {
-                progress(&format!("{} failed: {e}", scenario.name));
+                progress::advance(left);
+                progress::line(&format!("{} failed: {e}", scenario.name));
                 return vec![ReportRow::failed(scenario.name, Kind::Scenario, e)];
             }
         }
@@ -332,6 +380,7 @@ fn run_scenarios(selected: &[&Scenario], subject: &mut Subject, s: &Settings) ->
     let mut dead: Option<String> = None;
     for scenario in selected {
         if let Some(why) = &dead {
+            progress::advance(repeats_of(scenario, s) as u64);
             outcomes.push(ReportRow::failed(
                 scenario.name,
                 Kind::Scenario,
@@ -341,7 +390,7 @@ fn run_scenarios(selected: &[&Scenario], subject: &mut Subject, s: &Settings) ->
         }
         outcomes.extend(run_scenario(scenario, subject, s));
         if let Err(e) = subject.check_alive() {
-            progress(&e);
+            progress::line(&e);
             dead = Some("not run: the daemon had exited".into());
         }
     }
@@ -356,7 +405,7 @@ fn collect_rows(
     repeat: usize,
 ) {
     for o in outcomes {
-        progress(&format!("{} ({}/{repeat})", summary(&o), round + 1));
+        progress::line(&format!("{} ({}/{repeat})", summary(&o), round + 1));
         match rows.iter_mut().find(|r| r[0].name == o.name) {
             Some(runs) => runs.push(o),
             None => rows.push(vec![o]),
@@ -445,20 +494,51 @@ fn write_json(
         .map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
+/// The lines under each chart's title: which run, and how it measured.
+fn chart_subtitle(header: &str) -> Vec<String> {
+    let lines: Vec<&str> = header.lines().collect();
+    [0, 2]
+        .iter()
+        .filter_map(|&i| lines.get(i).map(|l| l.to_string()))
+        .collect()
+}
+
+/// Probes, the daemon and the scenarios; every outcome (the daemon is
+/// stopped at the end, its result second).
+fn measure_all(
+    args: &BenchArgs,
+    selected: &[&Scenario],
+    settings: &Settings,
+    work: &Path,
+) -> Result<(Vec<ReportRow>, Result<(), String>), String> {
+    let mut outcomes = run_probes(work, settings);
+    let mut subject = Subject::open(args, work)?;
+    outcomes.push(subject.idle_rss());
+    outcomes.extend(run_scenarios(selected, &mut subject, settings));
+    let stopped = subject.stop();
+    Ok((outcomes, stopped))
+}
+
 pub fn run(args: BenchArgs) -> Result<(), String> {
     let settings = Settings::from_args(&args)?;
     let selected = select(&args.scenarios)?;
     let work = work_dir(args.data_dir.as_deref())?;
     let header = describe_setup(&args, &settings, work.path());
-    let mut outcomes = run_probes(work.path(), &settings);
-    let mut subject = Subject::open(&args, work.path())?;
-    outcomes.push(subject.idle_rss());
-    outcomes.extend(run_scenarios(&selected, &mut subject, &settings));
-    let stopped = subject.stop();
+    progress::start(steps(&selected, &settings));
+    let measured = measure_all(&args, &selected, &settings, work.path());
+    progress::finish();
+    let (outcomes, stopped) = measured?;
     let targets = targets::evaluate(&outcomes);
     print_results(&header, &outcomes, &targets);
     if let Some(path) = &args.json {
         write_json(path, &header, &outcomes, &targets)?;
+    }
+    if let Some(dir) = &args.charts {
+        let written = charts::write(dir, &chart_subtitle(&header), &outcomes)?;
+        println!("charts:");
+        for path in written {
+            println!("{}", path.display());
+        }
     }
     stopped.map_err(|e| format!("stopping the bench daemon: {e}"))?;
     let failed = outcomes

@@ -176,14 +176,35 @@ fn serial(
     Ok(sample)
 }
 
-/// One connection, one Push at a time.
+/// One connection, one Push of [`PAYLOAD`] at a time.
 pub fn serial_push(socket: &Path, tier: Tier, plan: Plan) -> Result<Sample, LoadError> {
-    serial(socket, plan, 1, |c| c.push(tier, PAYLOAD))
+    serial_push_of(socket, tier, PAYLOAD, plan)
 }
 
-/// One connection, one PushBatch of `n` records at a time.
+/// One connection, one Push of `payload` at a time.
+pub fn serial_push_of(
+    socket: &Path,
+    tier: Tier,
+    payload: &[u8],
+    plan: Plan,
+) -> Result<Sample, LoadError> {
+    serial(socket, plan, 1, |c| c.push(tier, payload))
+}
+
+/// One connection, one PushBatch of `n` × [`PAYLOAD`] at a time.
 pub fn serial_batch(socket: &Path, tier: Tier, n: usize, plan: Plan) -> Result<Sample, LoadError> {
-    let records = vec![PAYLOAD; n];
+    serial_batch_of(socket, tier, PAYLOAD, n, plan)
+}
+
+/// One connection, one PushBatch of `n` × `payload` at a time.
+pub fn serial_batch_of(
+    socket: &Path,
+    tier: Tier,
+    payload: &[u8],
+    n: usize,
+    plan: Plan,
+) -> Result<Sample, LoadError> {
+    let records = vec![payload; n];
     serial(socket, plan, n as u64, |c| {
         c.push_batch(tier, &records).map(drop)
     })

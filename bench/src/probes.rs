@@ -5,6 +5,8 @@
 //!   into a preallocated, already-written (zero-filled, fsynced) file at
 //!   increasing offsets; and 256 × 5-byte records as one write + one
 //!   `fdatasync` into such a file.
+//! - disk bandwidth: sequential 1 MiB writes into such a file, each
+//!   followed by `fdatasync`, in MiB/s: the ceiling for large records.
 //! - socket: a 20-byte Unix-socket ping-pong between two threads.
 
 use std::fs::{File, OpenOptions};
@@ -21,6 +23,9 @@ const BATCH_RECORDS: usize = 256;
 const RECORD_BYTES: usize = 5;
 const MESSAGE_BYTES: usize = 20;
 const FSYNC_WARMUP: usize = 20;
+/// One write of the bandwidth probe: 1 MiB, like a PushBatch of 16 × 64 KiB.
+const BANDWIDTH_CHUNK: usize = 1 << 20;
+const BANDWIDTH_WARMUP: usize = 4;
 const RTT_WARMUP: usize = 1000;
 
 /// Iteration counts of the probes.
@@ -30,6 +35,8 @@ pub struct ProbeCounts {
     pub fsyncs: usize,
     /// 256-record write + fdatasync rounds.
     pub batch_writes: usize,
+    /// 1 MiB write + fdatasync rounds of the bandwidth probe.
+    pub bandwidth_writes: usize,
     pub round_trips: usize,
 }
 
@@ -137,6 +144,38 @@ pub fn disk_probe(dir: &Path, counts: ProbeCounts) -> Result<ReportRow, String> 
     append_probe(scratch.path(), counts.fsyncs, &mut out)?;
     prealloc_probe(scratch.path(), counts.fsyncs, &mut out)?;
     batch_probe(scratch.path(), counts.batch_writes, &mut out)?;
+    Ok(out)
+}
+
+/// Sequential 1 MiB writes into a preallocated file, each followed by
+/// `fdatasync`: MiB divided by the time spent in write + fdatasync. The
+/// durable ceiling for large records (`payload_sweep`), as `batch256` is
+/// for small ones. A scratch folder under `dir`, removed afterwards.
+pub fn bandwidth_probe(dir: &Path, counts: ProbeCounts) -> Result<ReportRow, String> {
+    let scratch = tempfile::Builder::new()
+        .prefix("bandwidth-probe-")
+        .tempdir_in(dir)
+        .map_err(|e| format!("disk probe: creating a folder in {}: {e}", dir.display()))?;
+    let path = scratch.path().join("bandwidth.probe");
+    let rounds = counts.bandwidth_writes;
+    let file = prewritten(&path, (BANDWIDTH_WARMUP + rounds) * BANDWIDTH_CHUNK)?;
+    let bytes = vec![0x5au8; BANDWIDTH_CHUNK];
+    let mut hist = new_histogram();
+    let mut busy = Duration::ZERO;
+    for i in 0..BANDWIDTH_WARMUP + rounds {
+        let start = Instant::now();
+        file.write_all_at(&bytes, (i * BANDWIDTH_CHUNK) as u64)
+            .map_err(io_err("writing", &path))?;
+        file.sync_data().map_err(io_err("fdatasync of", &path))?;
+        if i >= BANDWIDTH_WARMUP {
+            record(&mut hist, start.elapsed());
+            busy += start.elapsed();
+        }
+    }
+    let mib = (rounds * BANDWIDTH_CHUNK) as f64 / (1u64 << 20) as f64;
+    let mut out = ReportRow::new("disk_bandwidth", Kind::Probe);
+    out.set("mib_per_s", mib / busy.as_secs_f64().max(1e-9))
+        .set_latency("write_1mib_", &hist);
     Ok(out)
 }
 

@@ -1,12 +1,14 @@
 //! Results and their presentation: an [`ReportRow`] per scenario or probe
-//! (named numeric figures), the median over repeats, the stdout tables and
-//! the JSON lines.
+//! (named numeric figures, and a sustained run's per-second [`Timeline`]),
+//! the median over repeats, the stdout tables and the JSON lines.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+
+use super::sustained::Timeline;
 
 /// Figure keys shared by scenarios, the table and the targets.
 pub const RATE: &str = "records_per_s";
@@ -58,6 +60,8 @@ pub struct ReportRow {
     pub status: Status,
     pub figures: BTreeMap<String, f64>,
     pub notes: Vec<String>,
+    /// Per-second figures of a sustained run (`--duration` >= 10 s).
+    pub timeline: Option<Timeline>,
 }
 
 impl ReportRow {
@@ -68,6 +72,7 @@ impl ReportRow {
             status: Status::Ok,
             figures: BTreeMap::new(),
             notes: Vec::new(),
+            timeline: None,
         }
     }
 
@@ -138,7 +143,7 @@ fn median(values: &mut [f64]) -> f64 {
 
 /// The median of each figure over the repeats of one outcome (same name),
 /// the maximum for [`WORST_OF_REPEATS`]; notes are the distinct notes of
-/// all repeats.
+/// all repeats; the timeline is the first repeat's.
 pub fn median_of(runs: &[ReportRow]) -> ReportRow {
     let first = runs.first().expect("median of at least one run");
     let mut out = ReportRow::new(first.name.clone(), first.kind);
@@ -162,6 +167,7 @@ pub fn median_of(runs: &[ReportRow]) -> ReportRow {
         }
     }
     out.set("repeats", runs.len() as f64);
+    out.timeline = runs.iter().find_map(|r| r.timeline.clone());
     for note in runs.iter().flat_map(|r| &r.notes) {
         if !out.notes.contains(note) {
             out.notes.push(note.clone());
@@ -205,6 +211,8 @@ fn row_notes(o: &ReportRow) -> String {
             thousands(rate)
         ));
     }
+    notes.extend(sweep_notes(o));
+    notes.extend(sustained_notes(o));
     notes.extend(delivery_notes(o));
     if let Some(peak) = o.get("rss_peak_mib") {
         notes.push(format!("RSS peak {peak:.1} MiB"));
@@ -215,6 +223,63 @@ fn row_notes(o: &ReportRow) -> String {
     }
     notes.extend(o.notes.iter().cloned());
     notes.join("; ")
+}
+
+/// Notes of the `payload_sweep/<size>` rows: the row's rate is PushBatch's.
+fn sweep_notes(o: &ReportRow) -> Vec<String> {
+    let f = |k: &str| o.get(k);
+    let (Some(n), Some(mib), Some(serial), Some(serial_mib), Some(ratio)) = (
+        f("batch_records"),
+        f("mib_per_s"),
+        f("serial_records_per_s"),
+        f("serial_mib_per_s"),
+        f("batch_ratio"),
+    ) else {
+        return Vec::new();
+    };
+    vec![format!(
+        "PushBatch of {n:.0}: {}; serial {} rec/s, {}, p50 {} µs; batched/serial {ratio:.2}x",
+        mib_text(mib),
+        thousands(serial),
+        mib_text(serial_mib),
+        micros(f("serial_p50_us"))
+    )]
+}
+
+/// `312.4 MiB/s`, `0.03 MiB/s`.
+pub fn mib_text(mib_per_s: f64) -> String {
+    if mib_per_s >= 10.0 {
+        format!("{mib_per_s:.1} MiB/s")
+    } else {
+        format!("{mib_per_s:.3} MiB/s")
+    }
+}
+
+/// The drift note of a sustained run.
+fn sustained_notes(o: &ReportRow) -> Vec<String> {
+    let f = |k: &str| o.get(k);
+    let mut notes = Vec::new();
+    if let (Some(secs), Some(first), Some(last)) = (
+        f("sustained_seconds"),
+        f("records_per_s_first"),
+        f("records_per_s_last"),
+    ) {
+        notes.push(format!(
+            "sustained {secs:.0} s: rate first/last 10% {}/{} rec/s",
+            thousands(first),
+            thousands(last)
+        ));
+    }
+    if let (Some(first), Some(last), Some(drift)) = (
+        f("fsync_p99_first_ms"),
+        f("fsync_p99_last_ms"),
+        f("fsync_p99_drift"),
+    ) {
+        notes.push(format!(
+            "fsync p99 first/last 10% {first:.3}/{last:.3} ms ({drift:.2}x)"
+        ));
+    }
+    notes
 }
 
 /// Notes of the end-to-end rows, from their figures.
@@ -377,7 +442,7 @@ fn probe_key_shown(key: &str) -> bool {
 fn probe_value(key: &str, value: f64) -> String {
     if key.ends_with("_us") {
         micros(Some(value))
-    } else if key.ends_with("_mib") {
+    } else if key.ends_with("_mib") || key.ends_with("mib_per_s") {
         format!("{value:.1}")
     } else {
         thousands(value)
@@ -398,14 +463,18 @@ pub fn outcome_json(o: &ReportRow) -> serde_json::Value {
         Status::Skipped(r) => ("skipped", Some(r.clone())),
         Status::Failed(r) => ("failed", Some(r.clone())),
     };
-    serde_json::json!({
+    let mut line = serde_json::json!({
         "kind": o.kind.as_str(),
         "name": o.name,
         "status": status,
         "reason": reason,
         "figures": figures_json(o),
         "notes": o.notes,
-    })
+    });
+    if let Some(t) = &o.timeline {
+        line["timeline"] = t.json();
+    }
+    line
 }
 
 #[cfg(test)]

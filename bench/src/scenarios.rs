@@ -1,6 +1,8 @@
 //! The scenario list. Names match weir's reports. To add a scenario, add an
 //! entry to [`SCENARIOS`]: a standard [`Workload`], or `Workload::Custom`
-//! with a function that returns its own rows.
+//! with a function that returns its own rows. A standard workload run for
+//! at least [`sustained::SUSTAINED_MIN`] is also watched second by second
+//! (sustained mode).
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,6 +15,8 @@ use super::e2e;
 use super::hostile;
 use super::load::{self, LoadError, Plan, Sample};
 use super::report::ReportRow;
+use super::sustained::{self, Sampler};
+use super::sweep;
 
 use sink_sdk::units::MIB;
 const RSS_SAMPLE_EVERY: Duration = Duration::from_millis(5);
@@ -53,6 +57,14 @@ const fn plain(name: &'static str, workload: Workload) -> Scenario {
         needs_own_daemon: false,
         max_repeats: None,
     }
+}
+
+/// A scenario of its own against the bench daemon (or `--socket`).
+const fn custom(
+    name: &'static str,
+    run: fn(&Ctx) -> Result<Vec<ReportRow>, LoadError>,
+) -> Scenario {
+    plain(name, Workload::Custom(run))
 }
 
 /// A scenario with daemons (and sinks) of its own.
@@ -100,6 +112,7 @@ pub const SCENARIOS: &[Scenario] = &[
             rss: true,
         },
     ),
+    custom("payload_sweep", sweep::payload_sweep),
     own("segment_1mib_vs_default", segment_compare, None),
     own("e2e_slow_downstream", e2e::slow_downstream, Some(1)),
     own(
@@ -136,11 +149,30 @@ fn measure(workload: &Workload, socket: &Path, plan: Plan) -> Result<Sample, Loa
 impl Scenario {
     /// One repeat of the scenario: its rows.
     pub fn run_once(&self, ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
-        match self.workload {
-            Workload::Custom(run) => run(ctx),
-            Workload::Herd { rss: true, .. } => Ok(vec![self.with_rss(ctx)?]),
-            ref w => Ok(vec![measure(w, ctx.socket, ctx.plan)?.to_outcome(self.name)]),
+        if let Workload::Custom(run) = self.workload {
+            return run(ctx);
         }
+        let (sampler, why_not) = sustained_sampler(ctx);
+        let mut row = match self.workload {
+            Workload::Herd { rss: true, .. } => self.with_rss(ctx)?,
+            ref w => measure(w, ctx.socket, ctx.plan)?.to_outcome(self.name),
+        };
+        if let Some(why) = why_not {
+            row.note(why);
+        }
+        match sampler.map(Sampler::finish) {
+            Some(Ok(timeline)) => {
+                timeline.set_figures(&mut row);
+                row.timeline = Some(timeline);
+            }
+            Some(Err(e)) => {
+                row.note(format!(
+                    "sustained: reading the daemon's metrics failed: {e}"
+                ));
+            }
+            None => {}
+        }
+        Ok(vec![row])
     }
 
     /// Measures while sampling the daemon's VmRSS; reports the peak.
@@ -156,6 +188,23 @@ impl Scenario {
         let mut o = sample?.to_outcome(self.name);
         o.set("rss_peak_mib", peak_kib as f64 / 1024.0);
         Ok(o)
+    }
+}
+
+/// The per-second sampler of a sustained run (`None` for a short run), or
+/// why a sustained run has none.
+fn sustained_sampler(ctx: &Ctx) -> (Option<Sampler>, Option<String>) {
+    if ctx.plan.duration < sustained::SUSTAINED_MIN {
+        return (None, None);
+    }
+    let Some(admin) = ctx.admin_socket else {
+        let why =
+            "sustained: no per-second figures (the daemon's admin socket is unknown with --socket)";
+        return (None, Some(why.into()));
+    };
+    match Sampler::start(admin) {
+        Ok(sampler) => (Some(sampler), None),
+        Err(e) => (None, Some(format!("sustained: no per-second figures: {e}"))),
     }
 }
 

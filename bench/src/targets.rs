@@ -114,6 +114,11 @@ const RULES: &[Rule] = &[
         Cmp::AtLeast,
         herd_vs_single,
     ),
+    (
+        "payload_sweep/64KiB PushBatch MiB/s >= 70% of the disk-bandwidth probe",
+        Cmp::AtLeast,
+        sweep_vs_bandwidth,
+    ),
     ("RSS idle after start-up <= 20 MiB", Cmp::AtMost, rss_idle),
     (
         "RSS peak during thundering_herd_64 <= 64 MiB",
@@ -248,6 +253,18 @@ fn batch_vs_disk(f: &Figures) -> Result<Measured, String> {
     Ok(Measured {
         value: r,
         bound: 0.5,
+        detail,
+    })
+}
+
+fn sweep_vs_bandwidth(f: &Figures) -> Result<Measured, String> {
+    let mib = f.get("payload_sweep/64KiB", "mib_per_s")?;
+    let disk = f.get("disk_bandwidth", "mib_per_s")?;
+    let r = mib / disk;
+    let detail = format!("{mib:.1} / {disk:.1} MiB/s = {:.0}% (>= 70%)", r * 100.0);
+    Ok(Measured {
+        value: r,
+        bound: 0.7,
         detail,
     })
 }
@@ -538,6 +555,30 @@ mod tests {
         assert_eq!(targets[1].verdict(), "SKIP");
         assert_eq!(targets[4].verdict(), "FAIL"); // 20x < 25x
         assert!(targets[1].detail().contains("single_thread_buffered"));
+    }
+
+    #[test]
+    fn large_records_against_the_disk_bandwidth() {
+        let verdict = |sweep: f64| {
+            let outcomes = vec![
+                outcome("disk_bandwidth", Kind::Probe, &[("mib_per_s", 400.0)]),
+                outcome(
+                    "payload_sweep/64KiB",
+                    Kind::Scenario,
+                    &[("mib_per_s", sweep)],
+                ),
+            ];
+            let targets = evaluate(&outcomes);
+            let t = targets
+                .iter()
+                .find(|t| t.name.starts_with("payload_sweep/64KiB"))
+                .unwrap();
+            (t.verdict(), t.detail().to_string())
+        };
+        assert_eq!(verdict(280.0).0, "PASS"); // exactly 70%
+        let (fail, detail) = verdict(279.0);
+        assert_eq!(fail, "FAIL");
+        assert!(detail.contains("279.0 / 400.0 MiB/s"), "{detail}");
     }
 
     #[test]
