@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use spillway_wab::format::{classify, now_unix_us, FileKind};
+use spillway_wab::format::now_unix_us;
 use spillway_wab::{read_checkpoint, read_shard, FsStorage, StoredRecord};
 
 /// One shard folder, read.
@@ -28,16 +28,10 @@ impl Shard {
         let at = |e: std::io::Error| format!("{}: {e}", dir.display());
         let checkpoint = read_checkpoint(&FsStorage, &dir).map_err(at)?;
         let records = read_shard(&FsStorage, &dir).map_err(at)?;
-        let (mut open_segments, mut sealed_segments, mut segment_bytes) = (0, 0, 0);
-        for entry in std::fs::read_dir(&dir).map_err(at)?.flatten() {
-            let name = entry.file_name();
-            match classify(&name.to_string_lossy()) {
-                Some(FileKind::Open(_)) => open_segments += 1,
-                Some(FileKind::Sealed(_)) => sealed_segments += 1,
-                _ => continue,
-            }
-            segment_bytes += entry.metadata().map_or(0, |m| m.len());
-        }
+        let segments = crate::admin::segments::segments(&dir)?;
+        let sealed_segments = segments.iter().filter(|s| s.sealed).count();
+        let open_segments = segments.len() - sealed_segments;
+        let segment_bytes = segments.iter().map(|s| s.bytes).sum();
         let quarantined_files = std::fs::read_dir(dir.join("quarantine")).map_or(0, |d| {
             d.flatten()
                 .filter(|e| !e.file_name().to_string_lossy().ends_with(".reason"))

@@ -23,7 +23,7 @@ mod dead_letters;
 mod health;
 mod http;
 mod metrics;
-mod segments;
+pub(crate) mod segments;
 
 use std::rc::Rc;
 use std::sync::{Arc, Mutex};

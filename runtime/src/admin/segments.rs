@@ -14,12 +14,12 @@ use spillway_wab::format::{classify, now_unix_us, FileKind, SegmentHeader, SEGME
 use super::AdminState;
 
 /// One segment file.
-struct Segment {
-    id: u64,
-    sealed: bool,
-    bytes: u64,
+pub(crate) struct Segment {
+    pub id: u64,
+    pub sealed: bool,
+    pub bytes: u64,
     /// `None` for a preallocated segment no record has reached yet.
-    first_seq: Option<u64>,
+    pub first_seq: Option<u64>,
 }
 
 fn first_seq(path: &Path) -> Option<u64> {
@@ -31,7 +31,9 @@ fn first_seq(path: &Path) -> Option<u64> {
     SegmentHeader::decode(&header).ok()?.map(|h| h.first_seq)
 }
 
-fn segments(dir: &Path) -> Result<Vec<Segment>, String> {
+/// The segment files of the shard folder `dir`, oldest first (also read by
+/// `spillway inspect`).
+pub(crate) fn segments(dir: &Path) -> Result<Vec<Segment>, String> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut out: Vec<Segment> = entries
         .flatten()
