@@ -366,26 +366,59 @@ pub(super) fn stats(state: &AdminState) -> String {
     );
     let _ = writeln!(out, "reloads_failed {}", load(&state.reload_stats.failed));
     for (q, d) in state.shards.iter().zip(&state.drains) {
-        let st = &q.stats;
-        let (fsyncs, groups, records) = (load(&st.fsyncs), load(&st.groups), load(&st.records));
-        let derived = [
-            ("health", format!("{:?}", q.health())),
-            (
-                "fsync_us_mean",
-                (st.fsync_us.sum() / fsyncs.max(1)).to_string(),
-            ),
-            ("fsync_us_max", load(&st.fsync_us_max).to_string()),
-            (
-                "records_per_group",
-                format!("{:.1}", records as f64 / groups.max(1) as f64),
-            ),
-        ];
-        let counted = shard_counters().map(|c| (c.key, (c.get)(q, d).to_string()));
-        for (k, v) in derived.into_iter().chain(counted) {
+        for (k, v) in shard_figures(q, d) {
             let _ = writeln!(out, "shard{{shard=\"{}\"}}.{k} {v}", q.shard);
         }
     }
     out
+}
+
+/// One per-shard figure of `ctl stats`.
+enum Figure {
+    Text(String),
+    Count(u64),
+    Ratio(f64),
+}
+
+impl std::fmt::Display for Figure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Figure::Text(t) => f.write_str(t),
+            Figure::Count(n) => write!(f, "{n}"),
+            Figure::Ratio(r) => write!(f, "{r:.1}"),
+        }
+    }
+}
+
+impl Figure {
+    fn json(&self) -> serde_json::Value {
+        match self {
+            Figure::Text(t) => serde_json::json!(t),
+            Figure::Count(n) => serde_json::json!(n),
+            Figure::Ratio(r) => serde_json::json!(r),
+        }
+    }
+}
+
+/// A shard's figures for both renderings of `ctl stats`: a few derived
+/// ones, then every shard counter.
+fn shard_figures(q: &ShardQueue, d: &DrainStats) -> Vec<(&'static str, Figure)> {
+    let st = &q.stats;
+    let (fsyncs, groups, records) = (load(&st.fsyncs), load(&st.groups), load(&st.records));
+    let mut figures = vec![
+        ("health", Figure::Text(format!("{:?}", q.health()))),
+        (
+            "fsync_us_mean",
+            Figure::Count(st.fsync_us.sum() / fsyncs.max(1)),
+        ),
+        ("fsync_us_max", Figure::Count(load(&st.fsync_us_max))),
+        (
+            "records_per_group",
+            Figure::Ratio(records as f64 / groups.max(1) as f64),
+        ),
+    ];
+    figures.extend(shard_counters().map(|c| (c.key, Figure::Count((c.get)(q, d)))));
+    figures
 }
 
 /// `ctl stats --json`: the same counters as [`stats`], as one object.
@@ -407,13 +440,8 @@ pub(super) fn stats_json(state: &AdminState) -> serde_json::Value {
         .map(|(q, d)| {
             let mut m = Map::new();
             m.insert("shard".into(), json!(q.shard));
-            m.insert("health".into(), json!(format!("{:?}", q.health())));
-            let st = &q.stats;
-            let fsyncs = load(&st.fsyncs).max(1);
-            m.insert("fsync_us_mean".into(), json!(st.fsync_us.sum() / fsyncs));
-            m.insert("fsync_us_max".into(), json!(load(&st.fsync_us_max)));
-            for c in shard_counters() {
-                m.insert(c.key.into(), json!((c.get)(q, d)));
+            for (k, v) in shard_figures(q, d) {
+                m.insert(k.into(), v.json());
             }
             Value::Object(m)
         })
