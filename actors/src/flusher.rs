@@ -42,7 +42,8 @@ use spillway_wab::{
     RecoveryReport, Storage,
 };
 
-use crate::sealer::{SealerMsg, SegmentSealer};
+use crate::clock::Clock;
+use crate::sealer::{sealer_channel, SealerCore, SealerMsg, SegmentSealer};
 use crate::shard::{
     Abandoned, AppendBatch, GroupBound, ShardHealth, ShardQueue, Watermark, GROUP_RECORDS_MAX,
 };
@@ -103,93 +104,16 @@ impl ShardFlusher {
         queue: Arc<ShardQueue>,
         recovered: Recovered<S::File>,
     ) -> io::Result<(ShardFlusher, RecoveryReport)> {
-        queue.set_health(ShardHealth::Starting);
-        queue.set_spin(cfg.spin);
-        queue
-            .stats
-            .records_lost
-            .store(recovered.report.lost_records, Ordering::Relaxed);
-        let report = recovered.report;
-        let accounted = report.bytes();
-        queue.budget.charge(accounted);
-
-        let next_segment_id = Arc::new(AtomicU64::new(report.next_segment_id));
-        let mut spares = recovered.spares.into_iter();
-        // A shard that cannot preallocate its first segment (a full disk)
-        // still starts: it refuses pushes (Overloaded) and retries, while
-        // its drain delivers and frees space.
-        let first = match spares.next() {
-            Some(s) => Ok(s),
-            None => {
-                let id = next_segment_id.fetch_add(1, Ordering::Relaxed);
-                preallocate(&storage, &cfg.dir, id, cfg.segment_bytes_max)
-            }
-        };
-        // Invariant: one spare is either waiting in the channel or being
-        // prepared, never more, so the sealer never blocks on a full channel
-        // while a seal waits behind it.
-        let (spare_tx, spare_rx) = sync_channel(1);
-        let have_spare = match spares.next() {
-            Some(extra) => spare_tx.try_send(Ok(extra)).is_ok(),
-            None => false,
-        };
-        for unused in spares {
-            storage.remove(&unused.path)?;
-        }
-        let sealer = SegmentSealer::spawn(
-            storage.clone(),
-            cfg.dir.clone(),
-            queue.clone(),
-            cfg.segment_bytes_max,
-            next_segment_id.clone(),
-            spare_tx,
+        let parts = FlusherCore::build(storage, cfg, queue.clone(), recovered, Clock::system())?;
+        let sealer = SegmentSealer::start(
+            parts.sealer,
+            parts.flusher.sealer.clone(),
+            parts.sealer_inbox,
         )?;
-        let mut spares_requested = 1;
-        if !have_spare && first.is_ok() {
-            let _ = sealer.tx.send(SealerMsg::PrepareSegment);
-        } else if !have_spare {
-            spares_requested = 0;
-        }
-        let active = match first {
-            Ok(pre) => Some(ActiveSegment::start(pre, cfg.shard, report.next_seq)),
-            Err(e) => {
-                tracing::error!(shard = cfg.shard, error = %e, "cannot preallocate a segment at start; the shard refuses pushes until it can (retrying with backoff)");
-                queue.set_unwritable(&e, "no segment to write");
-                None
-            }
-        };
-        queue.publish_durable(Watermark {
-            segment_id: active
-                .as_ref()
-                .map_or(next_segment_id.load(Ordering::Relaxed), |a| {
-                    a.header.segment_id
-                }),
-            offset: 0,
-            next_seq: report.next_seq,
-        });
-        let writable = active.is_some();
-        let worker = FlusherThread {
-            storage,
-            cfg: cfg.clone(),
-            queue: queue.clone(),
-            active,
-            spares: spare_rx,
-            spares_requested,
-            sealer: sealer.tx,
-            next_segment_id,
-            unsynced_since: None,
-            failures_in_row: 0,
-            retry_at: None,
-            retry_wait: SEGMENT_RETRY_FIRST,
-            rotate_pending: false,
-            resume_seq: report.next_seq,
-        };
-        queue.clear_shutdown();
-        if writable {
-            queue.set_writable();
-        }
+        let shard = queue.shard;
+        let worker = parts.flusher;
         let thread = thread::Builder::new()
-            .name(format!("flusher-{}", cfg.shard))
+            .name(format!("flusher-{shard}"))
             .spawn(move || worker.run())?;
         Ok((
             ShardFlusher {
@@ -197,7 +121,7 @@ impl ShardFlusher {
                 thread: Some(thread),
                 sealer_thread: Some(sealer.thread),
             },
-            report,
+            parts.report,
         ))
     }
 
@@ -267,11 +191,14 @@ const SEGMENT_RETRY_FIRST: Duration = Duration::from_millis(50);
 /// this long after its disk has space (or works) again.
 const SEGMENT_RETRY_MAX: Duration = Duration::from_secs(1);
 
-/// State owned by the flusher's OS thread.
-struct FlusherThread<S: Storage> {
+/// A shard's flusher: the state its OS thread owns, and each step of its
+/// loop (`run`), which the simulation calls one at a time.
+pub struct FlusherCore<S: Storage> {
     storage: S,
     cfg: FlusherConfig,
     queue: Arc<ShardQueue>,
+    /// What the backoff and the periodic fsync of Buffered records read.
+    clock: Clock,
     /// `None` while the shard has no segment to write: after a failure,
     /// until a fresh one is ready (see [`Self::ensure_segment`]).
     active: Option<ActiveSegment<S::File>>,
@@ -280,6 +207,8 @@ struct FlusherThread<S: Storage> {
     /// Spares asked of the sealer and not yet received (0 or 1), so the
     /// sealer never blocks on a full channel while a seal waits behind it.
     spares_requested: u32,
+    /// How long to wait for the sealer's spare before preallocating inline.
+    spare_wait: Duration,
     sealer: Sender<SealerMsg<S::File>>,
     next_segment_id: Arc<AtomicU64>,
     /// When the oldest write not yet covered by an fsync happened.
@@ -299,45 +228,194 @@ struct FlusherThread<S: Storage> {
     resume_seq: u64,
 }
 
-impl<S: Storage> FlusherThread<S> {
+/// A shard's flusher and sealer, built on a recovered folder but not yet
+/// running: the daemon gives each its own thread
+/// ([`ShardFlusher::open_recovered`]); the simulation drives both from one.
+pub struct FlusherParts<S: Storage> {
+    pub flusher: FlusherCore<S>,
+    pub sealer: SealerCore<S>,
+    /// The sealer's work, sent by the flusher.
+    pub sealer_inbox: Receiver<SealerMsg<S::File>>,
+    pub report: RecoveryReport,
+}
+
+impl<S: Storage> FlusherCore<S> {
+    /// Set up the flusher and sealer of a recovered shard: charge the
+    /// recovered bytes to the budget, take the first segment (a spare
+    /// recovery kept, or a new one), hand one spare to the sealer's channel
+    /// or ask it for one, and publish the starting watermark.
+    pub fn build(
+        storage: S,
+        cfg: FlusherConfig,
+        queue: Arc<ShardQueue>,
+        recovered: Recovered<S::File>,
+        clock: Clock,
+    ) -> io::Result<FlusherParts<S>> {
+        queue.set_health(ShardHealth::Starting);
+        queue.set_spin(cfg.spin);
+        queue
+            .stats
+            .records_lost
+            .store(recovered.report.lost_records, Ordering::Relaxed);
+        let report = recovered.report;
+        let accounted = report.bytes();
+        queue.budget.charge(accounted);
+
+        let next_segment_id = Arc::new(AtomicU64::new(report.next_segment_id));
+        let mut spares = recovered.spares.into_iter();
+        // A shard that cannot preallocate its first segment (a full disk)
+        // still starts: it refuses pushes (Overloaded) and retries, while
+        // its drain delivers and frees space.
+        let first = match spares.next() {
+            Some(s) => Ok(s),
+            None => {
+                let id = next_segment_id.fetch_add(1, Ordering::Relaxed);
+                preallocate(&storage, &cfg.dir, id, cfg.segment_bytes_max)
+            }
+        };
+        // Invariant: one spare is either waiting in the channel or being
+        // prepared, never more, so the sealer never blocks on a full channel
+        // while a seal waits behind it.
+        let (spare_tx, spare_rx) = sync_channel(1);
+        let have_spare = match spares.next() {
+            Some(extra) => spare_tx.try_send(Ok(extra)).is_ok(),
+            None => false,
+        };
+        for unused in spares {
+            storage.remove(&unused.path)?;
+        }
+        let sealer = SealerCore::new(
+            storage.clone(),
+            cfg.dir.clone(),
+            queue.clone(),
+            cfg.segment_bytes_max,
+            next_segment_id.clone(),
+            spare_tx,
+        );
+        let (sealer_tx, sealer_inbox) = sealer_channel();
+        let mut spares_requested = 1;
+        if !have_spare && first.is_ok() {
+            let _ = sealer_tx.send(SealerMsg::PrepareSegment);
+        } else if !have_spare {
+            spares_requested = 0;
+        }
+        let active = match first {
+            Ok(pre) => Some(ActiveSegment::start(pre, cfg.shard, report.next_seq)),
+            Err(e) => {
+                tracing::error!(shard = cfg.shard, error = %e, "cannot preallocate a segment at start; the shard refuses pushes until it can (retrying with backoff)");
+                queue.set_unwritable(&e, "no segment to write");
+                None
+            }
+        };
+        queue.publish_durable(Watermark {
+            segment_id: active
+                .as_ref()
+                .map_or(next_segment_id.load(Ordering::Relaxed), |a| {
+                    a.header.segment_id
+                }),
+            offset: 0,
+            next_seq: report.next_seq,
+        });
+        let writable = active.is_some();
+        // A manual clock (the simulation) runs the sealer only when told
+        // to: waiting for its spare would wait for nothing.
+        let spare_wait = if clock.is_manual() {
+            Duration::ZERO
+        } else {
+            SPARE_WAIT
+        };
+        let flusher = FlusherCore {
+            storage,
+            cfg: cfg.clone(),
+            queue: queue.clone(),
+            clock,
+            active,
+            spares: spare_rx,
+            spares_requested,
+            spare_wait,
+            sealer: sealer_tx,
+            next_segment_id,
+            unsynced_since: None,
+            failures_in_row: 0,
+            retry_at: None,
+            retry_wait: SEGMENT_RETRY_FIRST,
+            rotate_pending: false,
+            resume_seq: report.next_seq,
+        };
+        queue.clear_shutdown();
+        if writable {
+            queue.set_writable();
+        }
+        Ok(FlusherParts {
+            flusher,
+            sealer,
+            sealer_inbox,
+            report,
+        })
+    }
+}
+
+impl<S: Storage> FlusherCore<S> {
     fn run(mut self) {
         let mut group: Vec<AppendBatch> = Vec::new();
         loop {
             let deadline = self.wake_deadline();
-            let bound = GroupBound {
-                bytes: self.cfg.group_bytes_max,
-                records: GROUP_RECORDS_MAX,
-            };
-            self.queue.take_group(deadline, bound, &mut group);
+            self.queue
+                .take_group(deadline, self.group_bound(), &mut group);
             if group.is_empty() {
                 if self.queue.shutdown_requested() {
                     break;
                 }
-                self.flush_buffered();
-                // Nobody is pushing (an unwritable shard refuses pushes at
-                // the door): still try, so the shard writes again by itself
-                // once the disk has recovered.
-                if self.active.is_none() {
-                    let _ = self.ensure_segment();
-                } else if self.rotate_pending {
-                    self.retry_rotation();
-                }
+                self.idle();
                 continue;
             }
-            if self.queue.health() == ShardHealth::Failed {
-                for b in group.drain(..) {
-                    b.complete(Err(NackReason::InternalError));
-                }
-                continue;
-            }
-            if let Err(reason) = self.ensure_segment() {
-                for b in group.drain(..) {
-                    b.complete(Err(reason));
-                }
-                continue;
-            }
-            self.commit(&mut group);
+            self.handle_group(&mut group);
         }
+        self.finish();
+    }
+
+    /// How much one group takes at most (see [`ShardQueue::take_group`]).
+    pub fn group_bound(&self) -> GroupBound {
+        GroupBound {
+            bytes: self.cfg.group_bytes_max,
+            records: GROUP_RECORDS_MAX,
+        }
+    }
+
+    /// Nothing was queued by the deadline: fsync Buffered records that are
+    /// due, and keep trying to get a segment. Nobody pushes while the shard
+    /// is unwritable (it refuses pushes at the door), so this is how it
+    /// writes again by itself once the disk has recovered.
+    pub fn idle(&mut self) {
+        self.flush_buffered();
+        if self.active.is_none() {
+            let _ = self.ensure_segment();
+        } else if self.rotate_pending {
+            self.retry_rotation();
+        }
+    }
+
+    /// Write, fsync and answer one group taken from the queue.
+    pub fn handle_group(&mut self, group: &mut Vec<AppendBatch>) {
+        if self.queue.health() == ShardHealth::Failed {
+            for b in group.drain(..) {
+                b.complete(Err(NackReason::InternalError));
+            }
+            return;
+        }
+        if let Err(reason) = self.ensure_segment() {
+            for b in group.drain(..) {
+                b.complete(Err(reason));
+            }
+            return;
+        }
+        self.commit(group);
+    }
+
+    /// A clean stop: fsync what is Buffered, nack what is queued, hand the
+    /// active segment to the sealer to seal (or leave it for recovery) and
+    /// tell the sealer to stop.
+    pub fn finish(mut self) {
         self.flush_buffered();
         self.queue.fail_queued(NackReason::InternalError);
         if let Some(active) = self.active.take() {
@@ -358,12 +436,12 @@ impl<S: Storage> FlusherThread<S> {
 
     /// When the thread must wake even if nothing is pushed: the periodic
     /// fsync of Buffered records, or the next attempt to get a segment.
-    fn wake_deadline(&self) -> Option<Instant> {
+    pub fn wake_deadline(&self) -> Option<Instant> {
         let flush = self
             .unsynced_since
             .map(|t| t + self.cfg.buffered_flush_interval);
         let retry = if self.active.is_none() || self.rotate_pending {
-            Some(self.retry_at.unwrap_or_else(Instant::now))
+            Some(self.retry_at.unwrap_or_else(|| self.clock.now()))
         } else {
             None
         };
@@ -382,7 +460,7 @@ impl<S: Storage> FlusherThread<S> {
         if self.active.is_some() {
             return Ok(());
         }
-        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+        if self.retry_at.is_some_and(|t| self.clock.now() < t) {
             return Err(self.queue.unwritable_nack());
         }
         match self.next_spare() {
@@ -394,6 +472,12 @@ impl<S: Storage> FlusherThread<S> {
                     "writing again in a fresh segment"
                 );
                 self.active = Some(active);
+                // Tell the drain the abandoned segment is closed: it then
+                // reads it to the end of what was acknowledged. Without
+                // this the watermark stayed inside the abandoned segment
+                // until the next fsync, and Buffered records acknowledged
+                // there waited for a Sync push that might never come.
+                self.publish();
                 self.retry_at = None;
                 self.retry_wait = SEGMENT_RETRY_FIRST;
                 self.queue.set_writable();
@@ -413,7 +497,7 @@ impl<S: Storage> FlusherThread<S> {
     /// The full segment could not be rotated (no space for the next one):
     /// try again once the backoff has passed.
     fn retry_rotation(&mut self) {
-        if self.retry_at.is_some_and(|t| Instant::now() < t) {
+        if self.retry_at.is_some_and(|t| self.clock.now() < t) {
             return;
         }
         match self.rotate() {
@@ -443,7 +527,7 @@ impl<S: Storage> FlusherThread<S> {
     }
 
     fn back_off(&mut self) {
-        self.retry_at = Some(Instant::now() + self.retry_wait);
+        self.retry_at = Some(self.clock.now() + self.retry_wait);
         self.retry_wait = (self.retry_wait * 2).min(SEGMENT_RETRY_MAX);
     }
 
@@ -489,23 +573,26 @@ impl<S: Storage> FlusherThread<S> {
             }
         };
         let disk_bytes = self.active().write_offset - before;
-        self.queue.budget.charge(disk_bytes);
         if self.unsynced_since.is_none() {
-            self.unsynced_since = Some(Instant::now());
+            self.unsynced_since = Some(self.clock.now());
         }
         let due = self
             .unsynced_since
-            .is_some_and(|t| t.elapsed() >= self.cfg.buffered_flush_interval);
+            .is_some_and(|t| self.clock.since(t) >= self.cfg.buffered_flush_interval);
         if needs_fsync || due {
             if let Err(e) = self.sync() {
                 self.queue
                     .stats
                     .fsync_failures
                     .fetch_add(1, Ordering::Relaxed);
+                // Not charged: the segment is abandoned with these bytes
+                // past its acknowledged end, and deleting it releases only
+                // up to there (charging them leaked them for good).
                 self.fail_group(group, "fdatasync", &e, before);
                 return;
             }
         }
+        self.queue.budget.charge(disk_bytes);
         self.failures_in_row = 0;
         let stats = &self.queue.stats;
         stats.groups.fetch_add(1, Ordering::Relaxed);
@@ -686,7 +773,7 @@ impl<S: Storage> FlusherThread<S> {
             let _ = self.sealer.send(SealerMsg::PrepareSegment);
             self.spares_requested = 1;
         }
-        let result = match self.spares.recv_timeout(SPARE_WAIT) {
+        let result = match self.spares.recv_timeout(self.spare_wait) {
             Ok(got) => {
                 self.spares_requested = 0;
                 match got {

@@ -11,6 +11,7 @@
 
 pub mod accept;
 pub mod budget;
+pub mod clock;
 pub mod connection;
 pub mod drain;
 pub mod flusher;
@@ -24,14 +25,15 @@ pub mod stats;
 
 pub use accept::AcceptErrors;
 pub use budget::{ShardBudget, WabBudget};
+pub use clock::Clock;
 pub use connection::{Connection, ConnectionContext, ConnectionLimits, ReadBudget};
 pub use drain::{
-    Drain, DrainConfig, DrainSettings, DrainStats, SinkHealth, SinkHost, SinkMaker, SinkSlot,
-    SinkState, StopDrain,
+    Drain, DrainConfig, DrainCore, DrainSettings, DrainStats, DrainWait, SinkHealth, SinkHost,
+    SinkMaker, SinkSlot, SinkState, StopDrain,
 };
-pub use flusher::{FlusherConfig, ShardFlusher, StopShard};
+pub use flusher::{FlusherConfig, FlusherCore, FlusherParts, ShardFlusher, StopShard};
 pub use listener::{bind_socket, ensure_socket_folder, BindError, Listener, StopListening};
-pub use sealer::{SealerMsg, SegmentSealer};
+pub use sealer::{sealer_channel, SealerCore, SealerMsg, SegmentSealer};
 pub use shard::{
     Abandoned, AppendBatch, CommitTarget, GroupBound, PendingRecord, PendingRecords, ShardHealth,
     ShardQueue, ShardStats, Watermark,

@@ -35,8 +35,10 @@ pub struct SegmentSealer<F> {
     pub thread: JoinHandle<()>,
 }
 
-/// Everything the sealer thread owns.
-struct SealerThread<S: Storage> {
+/// Everything the sealer owns: the daemon runs it on its own thread
+/// ([`SegmentSealer::start`]); the simulation calls [`SealerCore::handle`]
+/// itself, one message at a time.
+pub struct SealerCore<S: Storage> {
     storage: S,
     dir: PathBuf,
     shard: u32,
@@ -46,50 +48,70 @@ struct SealerThread<S: Storage> {
     stats: Arc<crate::shard::ShardQueue>,
 }
 
+/// The channel the flusher sends its [`SealerMsg`]s on.
+pub fn sealer_channel<F>() -> (Sender<SealerMsg<F>>, Receiver<SealerMsg<F>>) {
+    mpsc::channel()
+}
+
 impl<F: spillway_wab::StorageFile> SegmentSealer<F> {
-    /// Start the sealer thread for a shard. `spares` is where preallocated
-    /// segments go; the flusher holds the receiving end.
-    pub fn spawn<S: Storage<File = F>>(
+    /// Run `core` on its own thread, taking its work from `rx` (the
+    /// receiving end of `tx`).
+    pub fn start<S: Storage<File = F>>(
+        core: SealerCore<S>,
+        tx: Sender<SealerMsg<F>>,
+        rx: Receiver<SealerMsg<F>>,
+    ) -> std::io::Result<Self> {
+        let thread = thread::Builder::new()
+            .name(format!("sealer-{}", core.shard))
+            .spawn(move || core.run(rx))?;
+        Ok(SegmentSealer { tx, thread })
+    }
+}
+
+impl<S: Storage> SealerCore<S> {
+    /// A sealer for a shard. `spares` is where preallocated segments go;
+    /// the flusher holds the receiving end.
+    pub fn new(
         storage: S,
         dir: PathBuf,
         queue: Arc<crate::shard::ShardQueue>,
         segment_bytes: u64,
         next_segment_id: Arc<AtomicU64>,
-        spares: SyncSender<std::io::Result<Preallocated<F>>>,
-    ) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel();
-        let shard = queue.shard;
-        let worker = SealerThread {
+        spares: SyncSender<std::io::Result<Preallocated<S::File>>>,
+    ) -> Self {
+        SealerCore {
             storage,
             dir,
-            shard,
+            shard: queue.shard,
             segment_bytes,
             next_segment_id,
             spares,
             stats: queue,
-        };
-        let thread = thread::Builder::new()
-            .name(format!("sealer-{shard}"))
-            .spawn(move || worker.run(rx))?;
-        Ok(SegmentSealer { tx, thread })
+        }
     }
-}
 
-impl<S: Storage> SealerThread<S> {
     fn run(self, rx: Receiver<SealerMsg<S::File>>) {
         while let Ok(msg) = rx.recv() {
-            match msg {
-                SealerMsg::PrepareSegment => self.prepare(),
-                SealerMsg::SealSegment(s) => self.seal(s),
-                SealerMsg::AbandonSegment {
-                    path,
-                    durable_offset,
-                } => {
-                    tracing::warn!(shard = self.shard, path = %path.display(), durable_offset, "segment abandoned after an I/O failure; recovery will check it at the next start");
-                }
-                SealerMsg::Stop => break,
+            if !self.handle(msg) {
+                break;
             }
         }
+    }
+
+    /// Do one piece of work; false once told to stop.
+    pub fn handle(&self, msg: SealerMsg<S::File>) -> bool {
+        match msg {
+            SealerMsg::PrepareSegment => self.prepare(),
+            SealerMsg::SealSegment(s) => self.seal(s),
+            SealerMsg::AbandonSegment {
+                path,
+                durable_offset,
+            } => {
+                tracing::warn!(shard = self.shard, path = %path.display(), durable_offset, "segment abandoned after an I/O failure; recovery will check it at the next start");
+            }
+            SealerMsg::Stop => return false,
+        }
+        true
     }
 
     fn prepare(&self) {

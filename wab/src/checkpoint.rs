@@ -208,7 +208,17 @@ pub fn load_checkpoint<S: Storage>(storage: &S, shard_dir: &Path) -> io::Result<
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(CheckpointLoad::default()),
         Err(e) => return Err(e),
     };
+    let mut file = file;
     let parsed = parse(&read_file(&file)?);
+    if parsed.newest().is_some() {
+        // What was read may be only in the page cache: the last run may
+        // have died between a slot's write and its fdatasync. Trusted as
+        // it is, the drain would delete segments behind it, and a power
+        // cut then would bring the older slot back with those segments
+        // gone, so new records would get sequence numbers already
+        // delivered. One fdatasync at start makes what is trusted durable.
+        file.sync_data()?;
+    }
     drop(file);
     let why = match parsed {
         Parsed::Corrupt(why) => why,

@@ -135,10 +135,18 @@ impl<S: Storage> DeadLetterStore<S> {
             .map(|e| AppendRecord { payload: e, meta })
             .collect();
         let active = self.active.as_mut().expect("rolled to a segment");
-        active.append(&records)?;
-        active.sync()?;
+        let written = active.append(&records).and_then(|_| active.sync());
         self.next_seq = active.next_seq();
-        Ok(())
+        if written.is_err() {
+            // After a failed write or fdatasync the kernel may have dropped
+            // the segment's dirty pages: never write or fsync it again (a
+            // later fsync would succeed over a hole, and every letter after
+            // the hole would be unreadable). It stays `.open` for recovery;
+            // the next append starts a fresh segment, past the numbers
+            // this one used.
+            self.active = None;
+        }
+        written
     }
 
     /// Seal the active segment (if any) and start a fresh one.

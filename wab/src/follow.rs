@@ -123,10 +123,18 @@ impl<S: Storage> ShardFollower<S> {
                     // restart in between can mistake those numbers for a gap.
                     let end_seq =
                         cut(id).map_or(reader.next_seq(), |c| c.next_seq.max(reader.next_seq()));
+                    // A segment none of whose records counted (abandoned
+                    // before its first group was acknowledged) was never
+                    // charged, its header included: it releases nothing.
+                    let bytes = if reader.count() == 0 && reader.gaps().is_empty() {
+                        0
+                    } else {
+                        reader.offset()
+                    };
                     self.finished.push_back(FinishedSegment {
                         segment_id: id,
                         end_seq,
-                        bytes: reader.offset(),
+                        bytes,
                     });
                     self.last_done = Some(id);
                     self.reader = None;
@@ -179,19 +187,15 @@ impl<S: Storage> ShardFollower<S> {
             }
         }
         candidates.sort_by_key(|c| (c.0, c.1));
-        let pick = if self.last_done.is_some() {
-            0
-        } else {
-            // First open: the last segment starting at or before next_seq.
-            candidates
-                .iter()
-                .rposition(|c| c.0 <= self.next_seq)
-                .unwrap_or(0)
-        };
         if candidates.is_empty() {
             return Ok(false);
         }
-        let (_, id, reader) = candidates.swap_remove(pick);
+        // The oldest, at the first open too: a segment wholly below
+        // `next_seq` (delivered before a restart, not yet deleted) is read
+        // through, its records skipped, so it is finished and deleted like
+        // any other. Starting at the segment holding `next_seq` left such a
+        // segment on disk for good, its bytes held against the budget.
+        let (_, id, reader) = candidates.swap_remove(0);
         self.reader = Some((id, reader));
         self.closed_limit = None;
         Ok(true)

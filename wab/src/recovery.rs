@@ -204,13 +204,11 @@ pub fn recover_shard<S: Storage>(
     }
     let mut max_id: Option<u64> = None;
     let mut spare_candidates = Vec::new();
-    let mut changed_dir = false;
     for (kind, path) in entries {
         match kind {
             FileKind::PartialPrealloc => {
                 storage.remove(&path)?;
                 report.removed_partial += 1;
-                changed_dir = true;
             }
             FileKind::Sealed(id) => {
                 max_id = Some(max_id.map_or(id, |m| m.max(id)));
@@ -247,15 +245,18 @@ pub fn recover_shard<S: Storage>(
         if max_used.is_some_and(|m| spare.segment_id < m) {
             // Older than a used segment: reusing it would break id order.
             storage.remove(&spare.path)?;
-            changed_dir = true;
         } else {
             spares.push(spare);
         }
     }
     spares.sort_by_key(|s| s.segment_id);
-    if changed_dir {
-        storage.sync_dir(dir)?;
-    }
+    // Always, not only after a change here: the last run may have died
+    // (a process crash keeps the page cache) between a rename or create
+    // and its folder's fsync. A spare found that way would be written and
+    // fdatasynced while its name was never durable, and a power cut would
+    // then take acknowledged records with the name. One fsync at start
+    // makes every name recovery trusts durable.
+    storage.sync_dir(dir)?;
     for s in &report.segments {
         report.next_seq = report.next_seq.max(s.first_seq + s.record_count);
     }

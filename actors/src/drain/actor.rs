@@ -19,6 +19,7 @@ use spillway_wab::{load_checkpoint, write_checkpoint, Storage, StoredRecord};
 use super::retry::RetryState;
 use super::sink_host::{SinkHost, SinkSlot};
 use super::DrainStats;
+use crate::clock::Clock;
 use crate::shard::{ShardQueue, Watermark};
 
 /// Longest the on-disk checkpoint lags the confirmed point while busy.
@@ -76,37 +77,23 @@ impl Drain {
         dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
         stats: Arc<DrainStats>,
     ) -> io::Result<Drain> {
-        // The shard was opened first (`open_shard`), which moved an
-        // unreadable or untrustworthy checkpoint aside; one that became
-        // unreadable since is moved aside here (delivery then restarts at
-        // the oldest record: at-least-once).
-        let confirmed = load_checkpoint(&storage, &cfg.dir)?.confirmed;
-        stats.checkpoint.store(confirmed, Ordering::Relaxed);
-        let stop = Arc::new(AtomicBool::new(false));
-        let worker = DrainThread {
-            follower: ShardFollower::new(storage.clone(), cfg.dir.clone(), confirmed),
-            host: SinkHost::new(cfg.shard, slot, stats.clone()),
+        let shard = cfg.shard;
+        let worker = DrainCore::new(
             storage,
-            shard: cfg.shard,
-            dir: cfg.dir,
-            queue: queue.clone(),
+            cfg,
+            queue.clone(),
+            slot,
             dead_letters,
-            stats: stats.clone(),
-            stop: stop.clone(),
-            confirmed,
-            persisted: confirmed,
-            last_persist: Instant::now(),
-            pending: VecDeque::new(),
-            pending_bytes: 0,
-            pending_since: None,
-            retry: RetryState::default(),
-            rng: now_unix_us() | 1,
-        };
+            stats.clone(),
+            Clock::system(),
+            now_unix_us() | 1,
+        )?;
+        let stop = worker.stop.clone();
         let thread = thread::Builder::new()
-            .name(format!("drain-{}", cfg.shard))
+            .name(format!("drain-{shard}"))
             .spawn(move || worker.run())?;
         Ok(Drain {
-            shard: cfg.shard,
+            shard,
             stop,
             queue,
             thread: Some(thread),
@@ -170,8 +157,24 @@ impl Handler<StopDrain> for Drain {
     }
 }
 
-/// One shard's drain thread: its state between batches.
-pub(super) struct DrainThread<S: Storage> {
+/// What a drain waits for after a [`DrainCore::step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainWait {
+    /// Go on at once.
+    Now,
+    /// Records durable past `seen`, or `timeout` (idle, or lingering for a
+    /// fuller batch).
+    Durable { seen: Watermark, timeout: Duration },
+    /// Nothing to do for this long: backing off a failing sink (probing it
+    /// between pauses), waiting to re-create a failed instance, or pausing
+    /// after an I/O error.
+    Pause(Duration),
+}
+
+/// One shard's drain: its state between batches, and one step of its loop
+/// at a time (the daemon's thread runs them back to back; the simulation
+/// calls [`DrainCore::step`] itself).
+pub struct DrainCore<S: Storage> {
     pub(super) storage: S,
     pub(super) shard: u32,
     pub(super) dir: PathBuf,
@@ -180,6 +183,8 @@ pub(super) struct DrainThread<S: Storage> {
     pub(super) stats: Arc<DrainStats>,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) host: SinkHost,
+    /// What linger, the checkpoint's throttle and the retry backoff read.
+    pub(super) clock: Clock,
     /// Reads the shard's durable records in order, across segments.
     follower: ShardFollower<S>,
     /// Every record below this is confirmed (by the sink or the dead-letter store).
@@ -196,49 +201,126 @@ pub(super) struct DrainThread<S: Storage> {
     pub(super) rng: u64,
 }
 
-impl<S: Storage> DrainThread<S> {
+impl<S: Storage> DrainCore<S> {
+    /// A drain for a shard that `open_shard` has opened: it starts at the
+    /// checkpoint. `rng_seed` (non-zero) seeds the retry jitter.
+    #[allow(clippy::too_many_arguments)] // each is one collaborator of the drain
+    pub fn new(
+        storage: S,
+        cfg: DrainConfig,
+        queue: Arc<ShardQueue>,
+        slot: Arc<SinkSlot>,
+        dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
+        stats: Arc<DrainStats>,
+        clock: Clock,
+        rng_seed: u64,
+    ) -> io::Result<Self> {
+        // The shard was opened first (`open_shard`), which moved an
+        // unreadable or untrustworthy checkpoint aside; one that became
+        // unreadable since is moved aside here (delivery then restarts at
+        // the oldest record: at-least-once).
+        let confirmed = load_checkpoint(&storage, &cfg.dir)?.confirmed;
+        stats.checkpoint.store(confirmed, Ordering::Relaxed);
+        Ok(DrainCore {
+            follower: ShardFollower::new(storage.clone(), cfg.dir.clone(), confirmed),
+            host: SinkHost::new(cfg.shard, slot, stats.clone()).with_clock(clock.clone()),
+            storage,
+            shard: cfg.shard,
+            dir: cfg.dir,
+            queue,
+            dead_letters,
+            stats,
+            stop: Arc::new(AtomicBool::new(false)),
+            last_persist: clock.now(),
+            clock,
+            confirmed,
+            persisted: confirmed,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            pending_since: None,
+            retry: RetryState::default(),
+            rng: rng_seed.max(1),
+        })
+    }
+
     pub(super) fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
 
+    /// Every record below this is confirmed (what the next checkpoint says).
+    pub fn confirmed(&self) -> u64 {
+        self.confirmed
+    }
+
     fn run(mut self) {
-        self.deliver_until_stopped();
+        while !self.stopping() {
+            match self.step() {
+                DrainWait::Now => {}
+                DrainWait::Durable { seen, timeout } => {
+                    self.queue.wait_durable(seen, timeout);
+                }
+                DrainWait::Pause(d) => self.sleep(d),
+            }
+        }
+        self.finish();
+    }
+
+    /// Write the last checkpoint (a clean stop).
+    pub fn finish(mut self) {
         if let Err(e) = self.persist() {
             tracing::error!(shard = self.shard, error = %e, "writing the final delivery checkpoint failed; some records will be delivered again");
         }
     }
 
-    fn deliver_until_stopped(&mut self) {
-        while !self.stopping() {
-            self.host.check_reload();
-            let wm = self.queue.durable();
-            if let Err(e) = self.fill(wm) {
-                tracing::error!(shard = self.shard, error = %e, "reading segments for delivery failed; retrying");
-                self.sleep(IO_ERROR_PAUSE);
-                continue;
-            }
-            if self.pending.is_empty() {
-                if let Err(e) = self.persist() {
-                    tracing::error!(shard = self.shard, error = %e, "writing the delivery checkpoint failed; will retry");
-                }
-                self.delete_confirmed_segments();
-                self.queue.wait_durable(wm, IDLE_WAIT);
-                continue;
-            }
-            let (max_records, max_bytes) = self.host.batch_limits();
-            let full = self.pending.len() >= max_records || self.pending_bytes >= max_bytes;
-            let linger_left = self.pending_since.map_or(Duration::ZERO, |t| {
-                self.host.settings().linger.saturating_sub(t.elapsed())
-            });
-            if !full && !linger_left.is_zero() {
-                self.queue.wait_durable(wm, linger_left);
-                continue;
-            }
-            if let Err(e) = self.deliver_one(max_records, max_bytes) {
-                tracing::error!(shard = self.shard, error = %e, "recording delivery progress failed; the batch will be delivered again");
-                self.sleep(IO_ERROR_PAUSE);
-            }
+    /// One turn of the loop: pick up a reload, wait out a backoff, read
+    /// what is durable, and deliver a batch once it is full or has lingered
+    /// long enough; when idle, write the checkpoint and remove finished
+    /// segments. Says what to wait for before the next turn.
+    pub fn step(&mut self) -> DrainWait {
+        if self.host.check_reload() {
+            // A new sink (or new settings) gets its first try at once.
+            self.retry.end_backoff();
         }
+        if let Some(wait) = self.backing_off() {
+            return wait;
+        }
+        if let Some(left) = self.host.restart_wait() {
+            return DrainWait::Pause(left);
+        }
+        let wm = self.queue.durable();
+        if let Err(e) = self.fill(wm) {
+            tracing::error!(shard = self.shard, error = %e, "reading segments for delivery failed; retrying");
+            return DrainWait::Pause(IO_ERROR_PAUSE);
+        }
+        if self.pending.is_empty() {
+            if let Err(e) = self.persist() {
+                tracing::error!(shard = self.shard, error = %e, "writing the delivery checkpoint failed; will retry");
+            }
+            self.delete_confirmed_segments();
+            return DrainWait::Durable {
+                seen: wm,
+                timeout: IDLE_WAIT,
+            };
+        }
+        let (max_records, max_bytes) = self.host.batch_limits();
+        let full = self.pending.len() >= max_records || self.pending_bytes >= max_bytes;
+        let linger_left = self.pending_since.map_or(Duration::ZERO, |t| {
+            self.host
+                .settings()
+                .linger
+                .saturating_sub(self.clock.since(t))
+        });
+        if !full && !linger_left.is_zero() {
+            return DrainWait::Durable {
+                seen: wm,
+                timeout: linger_left,
+            };
+        }
+        if let Err(e) = self.deliver_one(max_records, max_bytes) {
+            tracing::error!(shard = self.shard, error = %e, "recording delivery progress failed; the batch will be delivered again");
+            return DrainWait::Pause(IO_ERROR_PAUSE);
+        }
+        DrainWait::Now
     }
 
     /// Read durable records until the batch limits are reached.
@@ -252,7 +334,7 @@ impl<S: Storage> DrainThread<S> {
             match next {
                 Some(rec) => {
                     if self.pending.is_empty() {
-                        self.pending_since = Some(Instant::now());
+                        self.pending_since = Some(self.clock.now());
                     }
                     self.pending_bytes += rec.payload.len();
                     self.pending.push_back(rec);
@@ -271,7 +353,7 @@ impl<S: Storage> DrainThread<S> {
             .follower
             .oldest_finished()
             .is_some_and(|f| f.end_seq <= next_seq);
-        if segment_freed || self.last_persist.elapsed() >= CHECKPOINT_EVERY {
+        if segment_freed || self.clock.since(self.last_persist) >= CHECKPOINT_EVERY {
             self.persist()?;
         }
         self.delete_confirmed_segments();
@@ -283,13 +365,13 @@ impl<S: Storage> DrainThread<S> {
     /// [`CHECKPOINT_EVERY`] (and forced before a segment is deleted, when
     /// idle, and at shutdown): a crash redelivers at most that much, which
     /// at-least-once delivery allows.
-    fn persist(&mut self) -> io::Result<()> {
+    pub(super) fn persist(&mut self) -> io::Result<()> {
         if self.persisted == self.confirmed {
             return Ok(());
         }
         write_checkpoint(&self.storage, &self.dir, self.confirmed)?;
         self.persisted = self.confirmed;
-        self.last_persist = Instant::now();
+        self.last_persist = self.clock.now();
         self.stats
             .checkpoint
             .store(self.confirmed, Ordering::Relaxed);

@@ -11,7 +11,7 @@ use spillway_wab::deadletter::DeadLetter;
 use spillway_wab::format::now_unix_us;
 use spillway_wab::Storage;
 
-use super::actor::DrainThread;
+use super::actor::DrainCore;
 use super::retry::RetryState;
 
 /// What a sink's outcome means for the batch at the head of `pending`.
@@ -47,7 +47,7 @@ impl Verdict {
     }
 }
 
-impl<S: Storage> DrainThread<S> {
+impl<S: Storage> DrainCore<S> {
     /// Offer the head of `pending` to the sink and apply the outcome.
     pub(super) fn deliver_one(&mut self, max_records: usize, max_bytes: usize) -> io::Result<()> {
         let mut n = 0;
@@ -97,7 +97,7 @@ impl<S: Storage> DrainThread<S> {
         self.pending_since = if self.pending.is_empty() {
             None
         } else {
-            Some(Instant::now())
+            Some(self.clock.now())
         };
         if let Some((after, reason)) = retry {
             // Part of the batch must be retried: back off before the rest.

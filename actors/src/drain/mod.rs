@@ -36,7 +36,7 @@ use std::sync::Mutex;
 
 use crate::histogram::{Histogram, SinkMicros};
 
-pub use actor::{Drain, DrainConfig, StopDrain};
+pub use actor::{Drain, DrainConfig, DrainCore, DrainWait, StopDrain};
 pub use sink_host::{DrainSettings, SinkHost, SinkMaker, SinkSlot};
 
 /// Counters of one shard's delivery.

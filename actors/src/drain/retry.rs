@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use spillway_wab::Storage;
 
-use super::actor::DrainThread;
+use super::actor::{DrainCore, DrainWait};
 
 /// The failures in a row of the batch at the head.
 #[derive(Default)]
@@ -18,6 +18,24 @@ pub(super) struct RetryState {
     attempts: u32,
     first_failure: Option<Instant>,
     last_log: Option<Instant>,
+    /// The wait before the next attempt, while one runs.
+    backoff: Option<Backoff>,
+}
+
+/// A wait before the next attempt: until `until`, but the sink is probed
+/// from `next_probe` on, every [`PROBE_EVERY`], and the next attempt
+/// comes as soon as it answers.
+struct Backoff {
+    started: Instant,
+    until: Instant,
+    next_probe: Instant,
+}
+
+impl RetryState {
+    /// Stop waiting: the next step tries the sink again.
+    pub(super) fn end_backoff(&mut self) {
+        self.backoff = None;
+    }
 }
 
 /// How often a backing-off drain checks whether the sink is back.
@@ -25,7 +43,7 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How often a shard logs a still-failing sink at warn level.
 const RETRY_LOG_EVERY: Duration = Duration::from_secs(10);
 
-impl<S: Storage> DrainThread<S> {
+impl<S: Storage> DrainCore<S> {
     /// A transient failure of `n` records: dead-letter them if they have
     /// failed for too long, else back off.
     pub(super) fn after_transient(
@@ -34,7 +52,7 @@ impl<S: Storage> DrainThread<S> {
         after: Option<Duration>,
         reason: String,
     ) -> io::Result<()> {
-        let now = Instant::now();
+        let now = self.clock.now();
         let first = *self.retry.first_failure.get_or_insert(now);
         self.retry.attempts += 1;
         self.stats.retries.fetch_add(1, Ordering::Relaxed);
@@ -85,28 +103,45 @@ impl<S: Storage> DrainThread<S> {
     /// probes delivery resumed up to 5 s after a 5 s outage ended, 19.5 s
     /// after a 12 s one. A probe is one health check per second, which
     /// does not hammer a sink that is still down. A retry-after the sink
-    /// asked for (`honour`) is waited out before any probe.
+    /// asked for (`honour`) is waited out before any probe. The wait itself
+    /// is [`Self::backing_off`]'s, one step at a time.
     fn back_off(&mut self, delay: Duration, honour: Duration) {
-        let start = Instant::now();
-        self.sleep(honour.min(delay));
-        loop {
-            let elapsed = start.elapsed();
-            if self.stopping() || elapsed >= delay {
-                return;
-            }
-            self.sleep((delay - elapsed).min(PROBE_EVERY));
-            if self.stopping() || start.elapsed() >= delay {
-                return;
-            }
+        let now = self.clock.now();
+        self.retry.backoff = Some(Backoff {
+            started: now,
+            until: now + delay,
+            next_probe: now + honour.min(delay) + PROBE_EVERY,
+        });
+    }
+
+    /// While a backoff runs: how long to pause before looking again, after
+    /// probing the sink if a probe is due. `None` once the next attempt may
+    /// go (the wait is over, or the sink answered its probe).
+    pub(super) fn backing_off(&mut self) -> Option<DrainWait> {
+        let now = self.clock.now();
+        let b = self.retry.backoff.as_ref()?;
+        if now >= b.until {
+            self.retry.backoff = None;
+            return None;
+        }
+        if now >= b.next_probe {
             if self.host.probe() {
+                let waited = now.saturating_duration_since(b.started);
                 tracing::info!(
                     shard = self.shard,
-                    waited_ms = start.elapsed().as_millis() as u64,
+                    waited_ms = waited.as_millis() as u64,
                     "the sink answers its health check again; retrying now"
                 );
-                return;
+                self.retry.backoff = None;
+                return None;
             }
+            let b = self.retry.backoff.as_mut().expect("checked above");
+            b.next_probe = now + PROBE_EVERY;
         }
+        let b = self.retry.backoff.as_ref().expect("checked above");
+        Some(DrainWait::Pause(
+            b.next_probe.min(b.until).saturating_duration_since(now),
+        ))
     }
 
     /// xorshift64: jitter needs spread, not cryptographic quality.

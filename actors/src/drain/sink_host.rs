@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use sink_sdk::{Batch, Health, Outcome, Sink};
 
 use super::DrainStats;
+use crate::clock::Clock;
 
 /// Creates a sink instance for a shard. Called at start, after a panic,
 /// and after a reload.
@@ -75,6 +76,7 @@ pub struct SinkHost {
     failures: u32,
     not_before: Option<Instant>,
     stats: Arc<DrainStats>,
+    clock: Clock,
 }
 
 /// First wait before re-creating a failed sink instance; it doubles with
@@ -108,7 +110,25 @@ impl SinkHost {
             failures: 0,
             not_before: None,
             stats,
+            clock: Clock::system(),
         }
+    }
+
+    /// Read `clock` for the restart backoff (the simulation's manual clock).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// How long until a failed instance may be re-created (`None` when
+    /// there is an instance or no backoff is running). The drain waits
+    /// this out before its next batch, looking at its stop flag meanwhile.
+    pub fn restart_wait(&self) -> Option<Duration> {
+        if self.instance.is_some() {
+            return None;
+        }
+        let left = self.not_before?.saturating_duration_since(self.clock.now());
+        (!left.is_zero()).then_some(left)
     }
 
     pub fn settings(&self) -> &DrainSettings {
@@ -120,11 +140,12 @@ impl SinkHost {
         &self.description
     }
 
-    /// Switch to a reloaded sink if there is one (call between batches).
-    pub fn check_reload(&mut self) {
+    /// Switch to a reloaded sink if there is one (call between batches);
+    /// true if it switched.
+    pub fn check_reload(&mut self) -> bool {
         let epoch = self.slot.epoch();
         if epoch == self.epoch {
-            return;
+            return false;
         }
         let (maker, settings, description) = self.slot.current();
         tracing::info!(shard = self.shard, sink = %description, "switching to the reloaded sink at a batch boundary");
@@ -135,6 +156,7 @@ impl SinkHost {
         self.instance = None;
         self.failures = 0;
         self.not_before = None;
+        true
     }
 
     /// The effective (max_records, max_bytes) for the next batch.
@@ -153,11 +175,10 @@ impl SinkHost {
         if self.instance.is_some() {
             return Ok(());
         }
-        if let Some(t) = self.not_before {
-            let now = Instant::now();
-            if now < t {
-                thread::sleep(t - now);
-            }
+        // The drain waits this out first (`restart_wait`); a direct caller
+        // sleeps here.
+        if let Some(left) = self.restart_wait() {
+            thread::sleep(left);
         }
         let maker = self.maker.clone();
         let shard = self.shard;
@@ -186,7 +207,7 @@ impl SinkHost {
         let backoff = SINK_RESTART_BACKOFF_INITIAL
             .saturating_mul(1 << (self.failures - 1).min(10))
             .min(SINK_RESTART_BACKOFF_MAX);
-        self.not_before = Some(Instant::now() + backoff);
+        self.not_before = Some(self.clock.now() + backoff);
         self.stats
             .sink
             .lock()

@@ -1,0 +1,1163 @@
+//! One schedule: the daemon's shard pipeline (flusher, sealer, drain with
+//! its sink host, checkpoint, dead-letter store, recovery at every start)
+//! built from the daemon's own parts over [`SimStorage`] and a manual
+//! [`Clock`], driven one step at a time by one seed, with the promises
+//! checked as it goes. See the crate documentation for the list.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use spillway_actors::{
+    AppendBatch, Clock, CommitTarget, DrainConfig, DrainCore, DrainSettings, DrainStats, DrainWait,
+    FlusherConfig, FlusherCore, PendingRecords, SealerCore, SealerMsg, ShardQueue, SinkSlot,
+    WabBudget,
+};
+use spillway_protocol::{BatchRecords, NackReason};
+use spillway_wab::checkpoint::{checkpoint_path, parse};
+use spillway_wab::deadletter::DeadLetterStore;
+use spillway_wab::format::{classify, FileKind};
+use spillway_wab::{open_shard, read_shard, shard_dir, Opened, RecordMeta, SegmentReader};
+
+use crate::rng::Rng;
+use crate::sink::{SinkMode, SinkScript};
+use crate::storage::{CrashKind, Fault, SimFile, SimStorage, ROOT};
+
+const SHARD: u32 = 0;
+const TIER_SYNC: u8 = 1;
+const TIER_BATCHED: u8 = 2;
+const TIER_BUFFERED: u8 = 3;
+/// Actions in one schedule, before the final heal-and-drain.
+const ACTIONS: usize = 400;
+/// Turns the final drain may take before the schedule counts as stuck.
+const SETTLE_TURNS: usize = 20_000;
+/// Starts in a row that may fail (faults armed during recovery) before the
+/// operator's patience runs out and the faults are cleared.
+const START_ATTEMPTS: usize = 12;
+
+/// What one schedule did, for the sweep's totals.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    pub actions: u64,
+    pub pushes: u64,
+    pub acked: [u64; 3],
+    pub nacked: u64,
+    pub process_crashes: u64,
+    pub power_cuts: u64,
+    pub clean_restarts: u64,
+    pub failed_starts: u64,
+    pub faults_fired: u64,
+    pub reloads: u64,
+    pub committed: u64,
+    pub dead_lettered: u64,
+    pub buffered_lost: u64,
+    pub duplicates: u64,
+    pub ghost_checks: u64,
+    pub storage_steps: u64,
+}
+
+/// A broken promise: which, where, and the actions leading to it.
+#[derive(Debug)]
+pub struct Failure {
+    pub seed: u64,
+    pub action: usize,
+    pub message: String,
+    pub trace: Vec<String>,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "schedule {:#018x} broke a promise at action {}: {}",
+            self.seed, self.action, self.message
+        )?;
+        writeln!(f, "last actions:")?;
+        for t in &self.trace {
+            writeln!(f, "  {t}")?;
+        }
+        write!(
+            f,
+            "replay: SPILLWAY_SIM_SEED={:#x} cargo test --release -p spillway-sim --test schedules replay -- --nocapture",
+            self.seed
+        )
+    }
+}
+
+/// An acknowledged record.
+#[derive(Debug, Clone)]
+struct Acked {
+    tier: u8,
+    payload: Vec<u8>,
+}
+
+/// A push waiting for its answer.
+struct InFlight {
+    tier: u8,
+    payloads: Vec<Vec<u8>>,
+}
+
+/// One producer connection: its reply target (so the group keeps its
+/// order) and its answers.
+#[derive(Default)]
+struct Answers {
+    got: Mutex<Vec<(u64, Result<u64, NackReason>)>>,
+}
+
+impl CommitTarget for Answers {
+    fn committed(&self, token: u64, result: Result<u64, NackReason>) {
+        self.got.lock().unwrap().push((token, result));
+    }
+}
+
+struct Producer {
+    id: u32,
+    answers: Arc<Answers>,
+    counter: u64,
+}
+
+/// The running "process": everything a crash throws away.
+struct Node {
+    budget: Arc<WabBudget>,
+    queue: Arc<ShardQueue>,
+    flusher: FlusherCore<SimStorage>,
+    sealer: SealerCore<SimStorage>,
+    inbox: Receiver<SealerMsg<SimFile>>,
+    drain: DrainCore<SimStorage>,
+    group: Vec<AppendBatch>,
+}
+
+struct Shape {
+    segment_bytes: u64,
+    wab_bytes_max: u64,
+    payload_max: u64,
+    producers: u32,
+}
+
+pub struct World {
+    seed: u64,
+    rng: Rng,
+    clock: Clock,
+    storage: SimStorage,
+    data: PathBuf,
+    dir: PathBuf,
+    shape: Shape,
+    script: Arc<SinkScript>,
+    slot: Arc<SinkSlot>,
+    dead_letters: Arc<Mutex<DeadLetterStore<SimStorage>>>,
+    node: Option<Node>,
+    producers: Vec<Producer>,
+    in_flight: BTreeMap<u64, InFlight>,
+    next_token: u64,
+    /// Every acknowledged record by sequence number.
+    acked: BTreeMap<u64, Acked>,
+    /// Buffered records a crash took (acknowledged, then gone).
+    lost: BTreeSet<u64>,
+    /// Sync/Batched records acknowledged since the last durability check.
+    fresh_durable_acks: Vec<u64>,
+    trace: Vec<String>,
+    action: usize,
+    report: Report,
+    /// A promise broken inside a start (which otherwise retries).
+    broken: Option<String>,
+}
+
+type Check = Result<(), String>;
+
+fn payload_of(producer: u32, counter: u64, len: usize) -> Vec<u8> {
+    let mut p = format!("p{producer}:{counter}:").into_bytes();
+    while p.len() < len {
+        p.push(b'a' + (p.len() % 26) as u8);
+    }
+    p
+}
+
+/// (producer, counter) from a payload made by [`payload_of`].
+fn identity(payload: &[u8]) -> Option<(u32, u64)> {
+    let s = std::str::from_utf8(payload).ok()?;
+    let mut parts = s.strip_prefix('p')?.splitn(3, ':');
+    let p = parts.next()?.parse().ok()?;
+    let c = parts.next()?.parse().ok()?;
+    Some((p, c))
+}
+
+fn random_settings(rng: &mut Rng) -> DrainSettings {
+    DrainSettings {
+        max_records: rng.range(1, 32) as usize,
+        max_bytes: rng.range(64, 8192) as usize,
+        linger: Duration::from_millis(rng.below(30)),
+        retry_initial: Duration::from_millis(rng.range(5, 50)),
+        retry_max: Duration::from_millis(rng.range(100, 2000)),
+        max_retry_duration: if rng.chance(1, 3) {
+            Some(Duration::from_secs(rng.range(1, 10)))
+        } else {
+            None
+        },
+    }
+}
+
+/// Records of a segment file's bytes (copied to a scratch file system).
+fn records_in(bytes: &[u8]) -> io::Result<Vec<(u64, Vec<u8>)>> {
+    let scratch = SimStorage::new(0);
+    let path = PathBuf::from(ROOT).join("s/0000000000000000.sealed");
+    scratch.put_file(&path, bytes);
+    let mut out = Vec::new();
+    if let Opened::Reader(mut r) = SegmentReader::open(&scratch, &path)? {
+        while let Some(rec) = r.next()? {
+            out.push((rec.seq, rec.payload.to_vec()));
+        }
+    }
+    Ok(out)
+}
+
+impl World {
+    pub fn new(seed: u64) -> World {
+        let mut rng = Rng::new(seed);
+        let clock = Clock::manual();
+        let storage = SimStorage::new(rng.next_u64());
+        let data = PathBuf::from(ROOT).join("data");
+        let dir = shard_dir(&data, SHARD);
+        let shape = Shape {
+            segment_bytes: [2048, 4096, 16384][rng.below(3) as usize],
+            wab_bytes_max: rng.range(8, 128) * 1024,
+            payload_max: rng.range(8, 400),
+            producers: rng.range(1, 4) as u32,
+        };
+        let script = SinkScript::new(rng.next_u64(), clock.clone());
+        let settings = random_settings(&mut rng);
+        let slot = SinkSlot::new(
+            script.maker(rng.range(1, 64) as usize),
+            settings,
+            "sim".into(),
+        );
+        let producers = (0..shape.producers)
+            .map(|id| Producer {
+                id,
+                answers: Arc::new(Answers::default()),
+                counter: 0,
+            })
+            .collect();
+        // The data folder exists before the daemon starts (as `spillway
+        // run` makes it); the dead-letter store is opened once, as the
+        // daemon does, and reopened at every start.
+        let dead_letters = Arc::new(Mutex::new(
+            DeadLetterStore::open(storage.clone(), &data.join("dead-letter"))
+                .expect("opening the dead-letter store on a fresh disk"),
+        ));
+        World {
+            seed,
+            rng,
+            clock,
+            storage,
+            data,
+            dir,
+            shape,
+            script,
+            slot,
+            dead_letters,
+            node: None,
+            producers,
+            in_flight: BTreeMap::new(),
+            next_token: 1,
+            acked: BTreeMap::new(),
+            lost: BTreeSet::new(),
+            fresh_durable_acks: Vec::new(),
+            trace: Vec::new(),
+            action: 0,
+            report: Report::default(),
+            broken: None,
+        }
+    }
+
+    fn note(&mut self, what: String) {
+        if self.trace.len() == 400 {
+            self.trace.remove(0);
+        }
+        self.trace.push(format!(
+            "#{} t={}ms step={} {what}",
+            self.action,
+            self.clock.elapsed().as_millis(),
+            self.storage.step()
+        ));
+    }
+
+    fn fail(&self, message: String) -> Failure {
+        Failure {
+            seed: self.seed,
+            action: self.action,
+            message,
+            trace: self.trace.clone(),
+        }
+    }
+
+    /// Run the schedule; the report, or the first broken promise.
+    pub fn run(mut self) -> Result<Report, Failure> {
+        self.start().map_err(|m| self.fail(m))?;
+        for a in 0..ACTIONS {
+            self.action = a;
+            self.act().map_err(|m| self.fail(m))?;
+        }
+        self.action = ACTIONS;
+        self.settle().map_err(|m| self.fail(m))?;
+        self.report.actions = ACTIONS as u64;
+        self.report.storage_steps = self.storage.step();
+        self.report.faults_fired = self.storage.fired().len() as u64;
+        Ok(self.report)
+    }
+
+    /// Start the "daemon" on the disk as it is: open the shard (recovery),
+    /// check what recovery left, build the flusher, sealer and drain.
+    /// Faults armed during recovery fail a start; the operator starts it
+    /// again, and clears the faults after [`START_ATTEMPTS`].
+    fn start(&mut self) -> Check {
+        for attempt in 0..START_ATTEMPTS * 2 {
+            if attempt == START_ATTEMPTS {
+                self.storage.clear_plan();
+                self.storage.set_full(false);
+                self.note("operator: faults cleared, disk has space".into());
+            }
+            match self.try_start() {
+                Ok(node) => {
+                    self.node = Some(node);
+                    return self.after_start();
+                }
+                Err(e) => {
+                    if let Some(b) = self.broken.take() {
+                        return Err(b);
+                    }
+                    self.report.failed_starts += 1;
+                    self.note(format!("start failed: {e}"));
+                    if self.storage.crashed() {
+                        let kind = self.crash_kind();
+                        self.storage.restart(kind);
+                    }
+                }
+            }
+        }
+        Err("the daemon could not start even with every fault cleared".into())
+    }
+
+    fn try_start(&mut self) -> io::Result<Node> {
+        let opened = open_shard(&self.storage, &self.dir, SHARD)?;
+        // Recovery run twice ends where running it once did.
+        let once = self.storage.snapshot(&self.data);
+        let again = self.storage.fork();
+        open_shard(&again, &self.dir, SHARD)
+            .map_err(|e| io::Error::other(format!("a second recovery failed: {e}")))?;
+        let twice = again.snapshot(&self.data);
+        if once != twice {
+            let diff: Vec<&PathBuf> = once
+                .keys()
+                .chain(twice.keys())
+                .filter(|k| once.get(*k) != twice.get(*k))
+                .collect();
+            let sides: Vec<String> = diff
+                .iter()
+                .map(|k| {
+                    let show = |v: Option<&Option<Vec<u8>>>| match v {
+                        None => "absent".to_string(),
+                        Some(None) => "a folder".to_string(),
+                        Some(Some(b)) => format!(
+                            "{} bytes {:?}",
+                            b.len(),
+                            String::from_utf8_lossy(&b[..b.len().min(120)])
+                        ),
+                    };
+                    format!(
+                        "{k:?}: once {}, twice {}",
+                        show(once.get(*k)),
+                        show(twice.get(*k))
+                    )
+                })
+                .collect();
+            self.broken = Some(format!(
+                "recovery is not idempotent: a second run changed {}",
+                sides.join("; ")
+            ));
+            return Err(io::Error::other("recovery is not idempotent"));
+        }
+        let budget = WabBudget::new(self.shape.wab_bytes_max);
+        let queue = ShardQueue::new(SHARD, &budget);
+        let cfg = FlusherConfig {
+            shard: SHARD,
+            dir: self.dir.clone(),
+            segment_bytes_max: self.shape.segment_bytes,
+            buffered_flush_interval: Duration::from_millis(20),
+            fsync_failures_max: 3,
+            spin: Duration::ZERO,
+            group_bytes_max: 16 * 1024,
+        };
+        let parts = FlusherCore::build(
+            self.storage.clone(),
+            cfg,
+            queue.clone(),
+            opened.recovered,
+            self.clock.clone(),
+        )?;
+        let store = DeadLetterStore::open(self.storage.clone(), &self.data.join("dead-letter"))?;
+        *self.dead_letters.lock().unwrap() = store;
+        let drain = DrainCore::new(
+            self.storage.clone(),
+            DrainConfig {
+                shard: SHARD,
+                dir: self.dir.clone(),
+            },
+            queue.clone(),
+            self.slot.clone(),
+            self.dead_letters.clone(),
+            Arc::new(DrainStats::default()),
+            self.clock.clone(),
+            self.rng.next_u64(),
+        )?;
+        Ok(Node {
+            budget,
+            queue,
+            flusher: parts.flusher,
+            sealer: parts.sealer,
+            inbox: parts.sealer_inbox,
+            drain,
+            group: Vec::new(),
+        })
+    }
+
+    /// After every start: every acknowledged Sync/Batched record is on
+    /// disk, delivered or dead-lettered; a Buffered one that is none of
+    /// these was lost in the crash; the budget is the bytes on disk.
+    /// The shard's segment files and the sequence numbers in each (for
+    /// traces).
+    fn layout(&self) -> String {
+        layout_of(&self.storage, &self.dir)
+    }
+}
+
+fn layout_of(storage: &SimStorage, dir: &Path) -> String {
+    {
+        let mut out = String::new();
+        for (path, bytes) in storage.snapshot(dir) {
+            let Some(bytes) = bytes else { continue };
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if classify(name).is_none() {
+                continue;
+            }
+            let seqs: Vec<u64> = records_in(&bytes)
+                .map(|r| r.into_iter().map(|(s, _)| s).collect())
+                .unwrap_or_default();
+            let _ = write!(out, " {}{:?}", &name[12..], seqs);
+        }
+        let cp = storage
+            .read_file(&checkpoint_path(dir))
+            .and_then(|b| parse(&b).newest())
+            .map(|s| s.confirmed_next_seq);
+        let _ = write!(out, " checkpoint {cp:?}");
+        out
+    }
+}
+
+impl World {
+    fn after_start(&mut self) -> Check {
+        let layout = if std::env::var_os("SPILLWAY_SIM_VERBOSE").is_some() {
+            self.layout()
+        } else {
+            String::new()
+        };
+        self.note(format!("started{layout}"));
+        let on_disk: BTreeSet<(u64, Vec<u8>)> = read_shard(&self.storage.fork(), &self.dir)
+            .map_err(|e| format!("reading the recovered shard: {e}"))?
+            .into_iter()
+            .map(|r| (r.seq, r.payload.to_vec()))
+            .collect();
+        let dead = self.dead_lettered()?;
+        let committed = self.script.log.lock().unwrap().committed.clone();
+        let mut newly_lost = Vec::new();
+        for (seq, a) in &self.acked {
+            let key = (*seq, a.payload.clone());
+            if on_disk.contains(&key) || committed.contains(&key) || dead.contains(&key) {
+                continue;
+            }
+            if a.tier == TIER_BUFFERED {
+                if !self.lost.contains(seq) {
+                    newly_lost.push(*seq);
+                }
+                continue;
+            }
+            return Err(format!(
+                "acknowledged tier-{} record seq {seq} ({:?}) is gone after recovery: not on disk, not delivered, not dead-lettered",
+                a.tier,
+                String::from_utf8_lossy(&a.payload)
+            ));
+        }
+        self.report.buffered_lost += newly_lost.len() as u64;
+        self.lost.extend(newly_lost);
+        self.check_budget()
+    }
+
+    /// The WAB budget equals the header-and-record bytes of the shard's
+    /// segment files (what recovery and the flusher charge, and deleting a
+    /// segment releases). A segment the flusher abandoned counts up to
+    /// where its acknowledged records end.
+    fn check_budget(&self) -> Check {
+        let node = self.node.as_ref().expect("running");
+        let view = self.storage.fork();
+        let mut on_disk = 0u64;
+        for (path, bytes) in view.snapshot(&self.dir) {
+            let Some(bytes) = bytes else { continue };
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let id = match classify(name) {
+                Some(FileKind::Open(id) | FileKind::Sealed(id)) => id,
+                _ => continue,
+            };
+            let scratch = SimStorage::new(0);
+            let p = PathBuf::from(ROOT).join("s").join(name);
+            scratch.put_file(&p, &bytes);
+            if let Ok(Opened::Reader(mut r)) = SegmentReader::open(&scratch, &p) {
+                let limit = node.queue.abandoned(id, false).map(|a| a.acked_end);
+                if let Some(l) = limit {
+                    r.set_limit(l);
+                }
+                let mut records = 0;
+                while let Ok(Some(_)) = r.next() {
+                    records += 1;
+                }
+                // A header with no record after it is a spare to reuse.
+                if records > 0 {
+                    on_disk += r.offset();
+                }
+            }
+        }
+        let used = node.budget.used();
+        if used != on_disk {
+            return Err(format!(
+                "the WAB budget says {used} bytes, the shard's segments hold {on_disk}"
+            ));
+        }
+        Ok(())
+    }
+
+    fn dead_lettered(&self) -> Result<BTreeSet<(u64, Vec<u8>)>, String> {
+        let view = self.storage.fork();
+        let store = DeadLetterStore::open(view, &self.data.join("dead-letter"))
+            .map_err(|e| format!("opening a copy of the dead-letter store: {e}"))?;
+        let letters = store
+            .list()
+            .map_err(|e| format!("listing dead letters: {e}"))?;
+        let mut out = BTreeSet::new();
+        for l in letters {
+            if l.reason.is_empty() {
+                return Err(format!("dead letter for seq {} has no reason", l.seq));
+            }
+            out.insert((l.seq, l.payload.to_vec()));
+        }
+        Ok(out)
+    }
+
+    fn crash_kind(&mut self) -> CrashKind {
+        if self.rng.chance(1, 2) {
+            self.report.power_cuts += 1;
+            CrashKind::Power
+        } else {
+            self.report.process_crashes += 1;
+            CrashKind::Process
+        }
+    }
+
+    /// The process died (a crash fault fired, or the schedule killed it):
+    /// throw the node away, cut the power or not, start again.
+    fn crash_and_restart(&mut self) -> Check {
+        self.node = None; // every batch still queued is nacked as it drops
+        self.collect_answers();
+        self.storage.crash();
+        let kind = self.crash_kind();
+        self.note(format!("crash ({kind:?})"));
+        self.storage.restart(kind);
+        self.start()
+    }
+
+    fn clean_restart(&mut self) -> Check {
+        let Some(node) = self.node.take() else {
+            return Ok(());
+        };
+        self.note("clean restart".into());
+        self.report.clean_restarts += 1;
+        let Node {
+            flusher,
+            sealer,
+            inbox,
+            drain,
+            ..
+        } = node;
+        flusher.finish();
+        while let Ok(msg) = inbox.try_recv() {
+            if !sealer.handle(msg) {
+                break;
+            }
+        }
+        drain.finish();
+        self.collect_answers();
+        if self.storage.crashed() {
+            let kind = self.crash_kind();
+            self.storage.restart(kind);
+        }
+        self.start()
+    }
+
+    fn act(&mut self) -> Check {
+        let roll = self.rng.below(100);
+        match roll {
+            0..=29 => self.push(),
+            30..=51 => self.flusher_turn(),
+            52..=59 => self.sealer_turn(),
+            60..=81 => self.drain_turn().map(|_| ()),
+            82..=89 => {
+                let ms = if self.rng.chance(1, 10) {
+                    self.rng.range(1000, 10_000)
+                } else {
+                    self.rng.range(1, 300)
+                };
+                self.clock.advance(Duration::from_millis(ms));
+                Ok(())
+            }
+            90..=92 => {
+                let at = self.storage.step() + self.rng.range(1, 40);
+                let fault = match self.rng.below(12) {
+                    0..=2 => Fault::Eio,
+                    3..=4 => Fault::Enospc,
+                    5..=6 => Fault::TornWrite,
+                    7..=9 => Fault::FailedSync,
+                    _ => Fault::Crash,
+                };
+                self.note(format!("arm {fault:?} at step {at}"));
+                self.storage.plan(at, fault);
+                Ok(())
+            }
+            93 => {
+                let full = !self.storage.is_full();
+                self.note(format!("disk full: {full}"));
+                self.storage.set_full(full);
+                Ok(())
+            }
+            94 => {
+                self.storage.crash();
+                Ok(())
+            }
+            95 => self.clean_restart(),
+            96 => {
+                let settings = random_settings(&mut self.rng);
+                let limit = self.rng.range(1, 64) as usize;
+                self.note(format!("reload: {settings:?}, sink limit {limit}"));
+                self.report.reloads += 1;
+                self.slot
+                    .replace(self.script.maker(limit), settings, "sim (reloaded)".into());
+                Ok(())
+            }
+            _ => {
+                let mode = match self.rng.below(4) {
+                    0 => SinkMode::Healthy,
+                    1 => SinkMode::Flaky,
+                    2 => SinkMode::Down,
+                    _ => SinkMode::Picky,
+                };
+                self.note(format!("sink {mode:?}"));
+                self.script.set_mode(mode);
+                Ok(())
+            }
+        }?;
+        self.after_action()
+    }
+
+    /// Checks after every action, and the restart a crash calls for.
+    fn after_action(&mut self) -> Check {
+        self.collect_answers();
+        if let Some(b) = self.broken.take() {
+            return Err(b);
+        }
+        if self.storage.crashed() {
+            return self.crash_and_restart();
+        }
+        self.check_durable_acks()?;
+        self.check_removed()?;
+        self.check_checkpoint()
+    }
+
+    fn push(&mut self) -> Check {
+        let Some(node) = self.node.as_ref() else {
+            return Ok(());
+        };
+        let pi = self.rng.below(self.producers.len() as u64) as usize;
+        let tier = [TIER_SYNC, TIER_BATCHED, TIER_BUFFERED][self.rng.below(3) as usize];
+        let n = if self.rng.chance(1, 3) {
+            self.rng.range(2, 12) as usize
+        } else {
+            1
+        };
+        let mut payloads = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = self.rng.range(1, self.shape.payload_max) as usize;
+            let p = &mut self.producers[pi];
+            payloads.push(payload_of(p.id, p.counter, len));
+            p.counter += 1;
+        }
+        self.report.pushes += 1;
+        let bytes: u64 = payloads.iter().map(|p| p.len() as u64).sum();
+        let token = self.next_token;
+        self.next_token += 1;
+        let producer = &self.producers[pi];
+        if let Err(reason) = node.queue.admit(bytes, n, 0) {
+            self.report.nacked += n as u64;
+            self.note(format!(
+                "push p{} x{n} tier {tier}: refused {reason:?}",
+                producer.id
+            ));
+            return Ok(());
+        }
+        let meta = RecordMeta {
+            tier,
+            arrival_unix_us: self.clock.elapsed().as_micros() as u64 + 1,
+        }
+        .pack();
+        let mut records = PendingRecords::default();
+        if n == 1 {
+            records.push_one(Bytes::from(payloads[0].clone()), meta);
+        } else {
+            records.push_batch(BatchRecords::from(payloads.clone()), meta);
+        }
+        let reply: Arc<dyn CommitTarget> = producer.answers.clone();
+        node.queue.push(AppendBatch::new(
+            records,
+            bytes,
+            tier != TIER_BUFFERED,
+            token,
+            reply,
+        ));
+        self.note(format!(
+            "push p{} x{n} tier {tier} token {token}",
+            producer.id
+        ));
+        self.in_flight.insert(token, InFlight { tier, payloads });
+        Ok(())
+    }
+
+    fn flusher_turn(&mut self) -> Check {
+        let Some(node) = self.node.as_mut() else {
+            return Ok(());
+        };
+        let bound = node.flusher.group_bound();
+        // A deadline already passed: take what is queued, never wait.
+        node.queue
+            .take_group(Some(std::time::Instant::now()), bound, &mut node.group);
+        if node.group.is_empty() {
+            node.flusher.idle();
+            return Ok(());
+        }
+        let records: usize = node.group.iter().map(|b| b.records.len()).sum();
+        let mut group = std::mem::take(&mut node.group);
+        node.flusher.handle_group(&mut group);
+        node.group = group;
+        self.note(format!("flusher: group of {records}"));
+        Ok(())
+    }
+
+    fn sealer_turn(&mut self) -> Check {
+        let Some(node) = self.node.as_mut() else {
+            return Ok(());
+        };
+        if let Ok(msg) = node.inbox.try_recv() {
+            let what = match &msg {
+                SealerMsg::PrepareSegment => "prepare",
+                SealerMsg::SealSegment(_) => "seal",
+                SealerMsg::AbandonSegment { .. } => "abandon",
+                SealerMsg::Stop => "stop",
+            };
+            node.sealer.handle(msg);
+            self.note(format!("sealer: {what}"));
+        }
+        Ok(())
+    }
+
+    fn drain_turn(&mut self) -> Result<DrainWait, String> {
+        let Some(node) = self.node.as_mut() else {
+            return Ok(DrainWait::Now);
+        };
+        let before = node.drain.confirmed();
+        let wait = node.drain.step();
+        let after = node.drain.confirmed();
+        if after != before {
+            self.note(format!("drain: confirmed {before} -> {after}"));
+        }
+        Ok(wait)
+    }
+
+    /// Take every answer the flusher gave (or a dropped batch gave).
+    fn collect_answers(&mut self) {
+        for p in &self.producers {
+            let got = std::mem::take(&mut *p.answers.got.lock().unwrap());
+            for (token, result) in got {
+                let Some(f) = self.in_flight.remove(&token) else {
+                    continue;
+                };
+                match result {
+                    Ok(first) => {
+                        self.report.acked[(f.tier - 1) as usize] += f.payloads.len() as u64;
+                        for (i, payload) in f.payloads.into_iter().enumerate() {
+                            let seq = first + i as u64;
+                            if f.tier != TIER_BUFFERED {
+                                self.fresh_durable_acks.push(seq);
+                            }
+                            let old = self.acked.insert(
+                                seq,
+                                Acked {
+                                    tier: f.tier,
+                                    payload,
+                                },
+                            );
+                            // A power cut that took a Buffered record (never
+                            // durable, so never delivered) gives its number
+                            // to the next record; any other reuse is a bug.
+                            if let Some(old) = old {
+                                if !(old.tier == TIER_BUFFERED && self.lost.remove(&seq)) {
+                                    self.broken.get_or_insert(format!(
+                                        "seq {seq} acknowledged twice (first, tier {}, for {:?})",
+                                        old.tier,
+                                        String::from_utf8_lossy(&old.payload)
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    Err(_) => self.report.nacked += f.payloads.len() as u64,
+                }
+            }
+        }
+    }
+
+    /// No false ack: a Sync/Batched record just acknowledged survives a
+    /// power cut that loses everything not synced, taken right now.
+    fn check_durable_acks(&mut self) -> Check {
+        if self.fresh_durable_acks.is_empty() {
+            return Ok(());
+        }
+        self.report.ghost_checks += 1;
+        // The question is what the disk holds, not whether a full disk
+        // lets the daemon start (the schedule's own starts test that).
+        let ghost = self.storage.durable_fork();
+        ghost.set_full(false);
+        let before_recovery = layout_of(&ghost, &self.dir);
+        open_shard(&ghost, &self.dir, SHARD)
+            .map_err(|e| format!("recovery of a power-cut copy failed: {e}"))?;
+        let survived: BTreeSet<(u64, Vec<u8>)> = read_shard(&ghost, &self.dir)
+            .map_err(|e| format!("reading a power-cut copy: {e}"))?
+            .into_iter()
+            .map(|r| (r.seq, r.payload.to_vec()))
+            .collect();
+        let committed = self.script.log.lock().unwrap().committed.clone();
+        for seq in std::mem::take(&mut self.fresh_durable_acks) {
+            let a = &self.acked[&seq];
+            let key = (seq, a.payload.clone());
+            if !survived.contains(&key) && !committed.contains(&key) {
+                return Err(format!(
+                    "false ack: tier-{} record seq {seq} was acknowledged but a power cut now loses it (what survives the cut:{before_recovery}; live now:{})",
+                    a.tier,
+                    self.layout()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A segment is deleted only once every acknowledged record in it is
+    /// delivered or dead-lettered.
+    fn check_removed(&mut self) -> Check {
+        let removed = self.storage.take_removed();
+        if removed.is_empty() {
+            return Ok(());
+        }
+        let committed = self.script.log.lock().unwrap().committed.clone();
+        let mut dead = None;
+        for (path, bytes) in removed {
+            if path.parent() != Some(self.dir.as_path()) {
+                continue;
+            }
+            let records =
+                records_in(&bytes).map_err(|e| format!("reading removed {path:?}: {e}"))?;
+            for (seq, payload) in records {
+                let Some(a) = self.acked.get(&seq) else {
+                    continue;
+                };
+                if a.payload != payload {
+                    continue;
+                }
+                let key = (seq, payload);
+                if committed.contains(&key) {
+                    continue;
+                }
+                if dead.is_none() {
+                    dead = Some(self.dead_lettered()?);
+                }
+                if !dead.as_ref().unwrap().contains(&key) {
+                    let offered = self
+                        .script
+                        .log
+                        .lock()
+                        .unwrap()
+                        .offered
+                        .iter()
+                        .filter(|o| **o == key)
+                        .count();
+                    return Err(format!(
+                        "segment {path:?} was deleted while acknowledged tier-{} seq {seq} in it was neither delivered nor dead-lettered (offered {offered} times; {} dead letters)",
+                        a.tier,
+                        dead.as_ref().unwrap().len()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The checkpoint (in memory and on disk) never passes an acknowledged
+    /// Sync/Batched record the sink has not taken and the dead-letter
+    /// store does not hold.
+    fn check_checkpoint(&mut self) -> Check {
+        let Some(node) = self.node.as_ref() else {
+            return Ok(());
+        };
+        let on_disk = self
+            .storage
+            .read_file(&checkpoint_path(&self.dir))
+            .and_then(|b| parse(&b).newest())
+            .map_or(0, |s| s.confirmed_next_seq);
+        let confirmed = node.drain.confirmed().max(on_disk);
+        let committed = self.script.log.lock().unwrap().committed.clone();
+        let mut dead = None;
+        for (seq, a) in self.acked.range(..confirmed) {
+            if a.tier == TIER_BUFFERED {
+                continue;
+            }
+            let key = (*seq, a.payload.clone());
+            if committed.contains(&key) {
+                continue;
+            }
+            if dead.is_none() {
+                dead = Some(self.dead_lettered()?);
+            }
+            if !dead.as_ref().unwrap().contains(&key) {
+                return Err(format!(
+                    "the checkpoint is at {confirmed} but acknowledged seq {seq} was neither delivered nor dead-lettered"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Heal everything and run until every acknowledged record that still
+    /// exists is delivered or dead-lettered; then a clean restart and the
+    /// final checks (order, budget, nothing left behind).
+    fn settle(&mut self) -> Check {
+        self.storage.clear_plan();
+        self.storage.set_full(false);
+        self.script.set_mode(SinkMode::Healthy);
+        self.note("settle: faults cleared, sink healthy".into());
+        if self.storage.crashed() || self.node.is_none() {
+            self.crash_and_restart()?;
+        }
+        let mut turns = 0;
+        loop {
+            self.flusher_turn()?;
+            self.sealer_turn()?;
+            let wait = self.drain_turn()?;
+            self.after_action()?;
+            match wait {
+                DrainWait::Pause(d) => self.clock.advance(d),
+                DrainWait::Durable { timeout, .. } => {
+                    self.clock.advance(timeout.min(Duration::from_millis(25)))
+                }
+                DrainWait::Now => {}
+            }
+            if self.in_flight.is_empty() && self.all_finished()? {
+                break;
+            }
+            turns += 1;
+            if turns == SETTLE_TURNS {
+                return Err(format!(
+                    "stuck: after {SETTLE_TURNS} turns on a healed disk with a healthy sink, acknowledged records are still undelivered (first: {:?})",
+                    self.unfinished()?.first()
+                ));
+            }
+        }
+        // Everything delivered, deleted segments released: the budget
+        // of this run (not one rebuilt by recovery) matches the disk.
+        for _ in 0..20 {
+            self.sealer_turn()?;
+            self.drain_turn()?;
+            self.clock.advance(Duration::from_millis(50));
+        }
+        self.after_action()?;
+        self.check_budget()?;
+        self.clean_restart()?;
+        // Nothing more to deliver after a clean restart.
+        for _ in 0..50 {
+            self.drain_turn()?;
+            self.clock.advance(Duration::from_millis(25));
+        }
+        self.after_action()?;
+        if let Some(first) = self.unfinished()?.first() {
+            return Err(format!(
+                "after the final restart seq {first} is undelivered"
+            ));
+        }
+        self.check_order()?;
+        self.check_budget()?;
+        self.check_nothing_left_behind()?;
+        let log = self.script.log.lock().unwrap();
+        self.report.committed = log.committed.len() as u64;
+        let mut seen = BTreeSet::new();
+        self.report.duplicates = log
+            .offered
+            .iter()
+            .filter(|k| !seen.insert((*k).clone()))
+            .count() as u64;
+        drop(log);
+        self.report.dead_lettered = self.dead_lettered()?.len() as u64;
+        Ok(())
+    }
+
+    /// Once everything is delivered and the checkpoint written, no sealed
+    /// segment whose records are all below the checkpoint stays on disk
+    /// (it would hold its bytes against the budget for good).
+    fn check_nothing_left_behind(&self) -> Check {
+        let node = self.node.as_ref().expect("running");
+        let confirmed = node.drain.confirmed();
+        for (path, bytes) in self.storage.snapshot(&self.dir) {
+            let Some(bytes) = bytes else { continue };
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !matches!(classify(name), Some(FileKind::Sealed(_))) {
+                continue;
+            }
+            let records = records_in(&bytes).map_err(|e| format!("reading {path:?}: {e}"))?;
+            if records.iter().all(|(seq, _)| *seq < confirmed) {
+                return Err(format!(
+                    "sealed segment {path:?} ({} records, all below the checkpoint {confirmed}) was never deleted",
+                    records.len()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Acknowledged records neither delivered, dead-lettered nor lost.
+    fn unfinished(&self) -> Result<Vec<u64>, String> {
+        let committed = self.script.log.lock().unwrap().committed.clone();
+        let mut dead = None;
+        let mut out = Vec::new();
+        for (seq, a) in &self.acked {
+            if self.lost.contains(seq) {
+                continue;
+            }
+            let key = (*seq, a.payload.clone());
+            if committed.contains(&key) {
+                continue;
+            }
+            if dead.is_none() {
+                dead = Some(self.dead_lettered()?);
+            }
+            if !dead.as_ref().unwrap().contains(&key) {
+                out.push(*seq);
+            }
+        }
+        Ok(out)
+    }
+
+    fn all_finished(&self) -> Result<bool, String> {
+        Ok(self.unfinished()?.is_empty())
+    }
+
+    /// Per producer, the acknowledged records offered to the sink came in
+    /// push order once repeats (redelivery after a crash or a retry) are
+    /// set aside. (Offered, not committed: a record dead-lettered on its
+    /// first offer may be committed when a restart offers it again.)
+    fn check_order(&self) -> Check {
+        let log = self.script.log.lock().unwrap();
+        let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for (seq, payload) in &log.offered {
+            if !seen.insert((*seq, payload.clone())) {
+                continue;
+            }
+            match self.acked.get(seq) {
+                // A Buffered record a power cut took gave its number to a
+                // later record (see `collect_answers`).
+                Some(a) if a.payload != *payload && self.lost.contains(seq) => continue,
+                Some(a) if a.payload != *payload => {
+                    return Err(format!(
+                        "seq {seq} was acknowledged for {:?} but the sink got {:?} under it: a sequence number was reused",
+                        String::from_utf8_lossy(&a.payload),
+                        String::from_utf8_lossy(payload)
+                    ));
+                }
+                Some(_) => {}
+                // A nacked record whose bytes reached the disk anyway may
+                // be delivered (at-least-once allows it); the order promise
+                // is about acknowledged records.
+                None => {
+                    if identity(payload).is_none() {
+                        return Err(format!(
+                            "the sink got a record nobody pushed: seq {seq} {:?}",
+                            String::from_utf8_lossy(payload)
+                        ));
+                    }
+                    continue;
+                }
+            }
+            let Some((p, c)) = identity(payload) else {
+                return Err(format!(
+                    "the sink got a record nobody pushed: seq {seq} {:?}",
+                    String::from_utf8_lossy(payload)
+                ));
+            };
+            if let Some(prev) = last.get(&p) {
+                if c <= *prev {
+                    let mut msg = String::new();
+                    let _ = write!(
+                        msg,
+                        "producer {p}'s record {c} (seq {seq}) reached the sink after its record {prev}; its acknowledged records (seq, counter, tier):"
+                    );
+                    for (s, a) in &self.acked {
+                        if let Some((ap, ac)) = identity(&a.payload) {
+                            if ap == p {
+                                let _ = write!(msg, " ({s},{ac},{})", a.tier);
+                            }
+                        }
+                    }
+                    let _ = write!(msg, "; the sink was offered (seq, counter):");
+                    for (s, pl) in &log.offered {
+                        if let Some((ap, ac)) = identity(pl) {
+                            if ap == p {
+                                let _ = write!(msg, " ({s},{ac})");
+                            }
+                        }
+                    }
+                    return Err(msg);
+                }
+            }
+            last.insert(p, c);
+        }
+        Ok(())
+    }
+}
+
+/// Run the schedule of `seed`.
+pub fn run_schedule(seed: u64) -> Result<Report, Failure> {
+    World::new(seed).run()
+}
+
+/// Whether `path` is a shard segment of this simulation (for tests).
+pub fn is_segment(path: &Path) -> bool {
+    matches!(
+        path.file_name().and_then(|n| n.to_str()).map(classify),
+        Some(Some(FileKind::Sealed(_) | FileKind::Open(_)))
+    )
+}
