@@ -37,6 +37,14 @@ const PINNED: &[(u64, &str)] = &[
         0x30d5_28b6_7b13_733e,
         "false ack: a spare whose rename a process crash left undurable was reused; its records were fdatasynced but a power cut took the name",
     ),
+    (
+        0x58ad_2240_936b_4efa,
+        "a failed checkpoint write made the drain offer its batch again, and the confirmed point moved back; a segment whose pages a failed fsync took released less than it was charged",
+    ),
+    (
+        0x9ac7_a6d7_498f_d5af,
+        "deleting an abandoned segment released what could still be read, not what it was charged: the budget leaked",
+    ),
 ];
 
 fn quiet_sink_panics() {

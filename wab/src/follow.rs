@@ -123,13 +123,16 @@ impl<S: Storage> ShardFollower<S> {
                     // restart in between can mistake those numbers for a gap.
                     let end_seq =
                         cut(id).map_or(reader.next_seq(), |c| c.next_seq.max(reader.next_seq()));
-                    // A segment none of whose records counted (abandoned
-                    // before its first group was acknowledged) was never
-                    // charged, its header included: it releases nothing.
-                    let bytes = if reader.count() == 0 && reader.gaps().is_empty() {
-                        0
-                    } else {
-                        reader.offset()
+                    // What the segment was charged: for one the writer
+                    // abandoned, everything up to its acknowledged end,
+                    // readable or not (a failed fdatasync may have taken
+                    // pages the budget counted; none at all when it was
+                    // abandoned before its first group); otherwise its
+                    // header and records.
+                    let bytes = match cut(id) {
+                        Some(c) => c.acked_end,
+                        None if reader.count() == 0 && reader.gaps().is_empty() => 0,
+                        None => reader.offset(),
                     };
                     self.finished.push_back(FinishedSegment {
                         segment_id: id,

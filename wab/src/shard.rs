@@ -119,14 +119,25 @@ pub fn open_shard<S: Storage>(
             ));
         }
     }
+    // Below a checkpoint that was read, a hole between segments is a
+    // segment delivered and deleted while an older one stayed (a crash
+    // between the checkpoint write and the deletion, or a deletion a power
+    // cut undid): nothing there is lost. Only the part at or past the
+    // checkpoint is.
+    let delivered_below = if checkpoint.found && report.untrusted_checkpoint.is_none() {
+        confirmed
+    } else {
+        0
+    };
     for w in report.segments.windows(2) {
-        let end = w[0].first_seq + w[0].record_count;
+        let seg_end = w[0].first_seq + w[0].record_count;
+        let end = seg_end.max(delivered_below);
         if w[1].first_seq > end {
             candidates.push((
                 end,
                 w[1].first_seq - 1,
                 format!(
-                    "between segment {:016x} (ends before seq {end}) and segment {:016x} \
+                    "between segment {:016x} (ends before seq {seg_end}) and segment {:016x} \
                      (first seq {})",
                     w[0].segment_id, w[1].segment_id, w[1].first_seq
                 ),

@@ -95,8 +95,12 @@ fn follows_the_durable_tail_across_a_rotation_and_removes_only_what_is_confirmed
     assert!(f.oldest_finished().is_none());
 }
 
+/// The first record returned is the one at the checkpoint; a segment
+/// wholly below it (delivered before a restart, its deletion lost to the
+/// crash) is read through without returning its records, so it is
+/// finished and removed like any other instead of staying on disk for good.
 #[test]
-fn starts_at_the_checkpoint_in_the_segment_that_holds_it() {
+fn starts_at_the_checkpoint_and_finishes_the_segments_below_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("shard-003");
     FsStorage.create_dir_all(&dir).unwrap();
@@ -109,10 +113,14 @@ fn starts_at_the_checkpoint_in_the_segment_that_holds_it() {
     seg1.sync().unwrap();
     let mut f = ShardFollower::new(FsStorage, dir.clone(), 6);
     assert_eq!(drain_now(&mut f, tail_of(1, &seg1), no_cut), vec![6, 7]);
-    assert!(
-        f.oldest_finished().is_none(),
-        "segment 0 was never read, so the follower does not own its removal"
-    );
+    let done = *f
+        .oldest_finished()
+        .expect("segment 0, below the checkpoint, is finished");
+    assert_eq!((done.segment_id, done.end_seq), (0, 4));
+    assert!(done.bytes > 0, "its bytes are released when it goes");
+    let (gone, how) = f.remove_oldest_finished(6, false).unwrap().unwrap();
+    assert_eq!((gone, how), (done, Removed::Sealed));
+    assert!(!dir.join(sealed_name(0)).exists());
 }
 
 #[test]

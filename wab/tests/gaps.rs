@@ -254,3 +254,27 @@ fn enospc_gap_reason_is_skipped_not_fatal() {
     assert!(later.recovered.report.gaps[0].new);
     assert!(dir.join(QUARANTINE_DIR).join("gap-5-8.reason").exists());
 }
+
+/// A hole below the checkpoint is a segment delivered and deleted while an
+/// older one stayed (a crash between the checkpoint write and the deletion,
+/// or a deletion a power cut undid): nothing is lost there, and only the
+/// part of a hole at or past the checkpoint is reported.
+#[test]
+fn a_hole_below_the_checkpoint_is_not_a_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-007");
+    let segs = sealed(&dir, 0, &[(0, 5), (5, 4), (9, 5)]);
+    fs::remove_file(&segs[1].0).unwrap();
+    write_checkpoint(&FsStorage, &dir, 9).unwrap();
+    let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    quiet(&o.recovered.report, "hole 5..=8 wholly below checkpoint 9");
+    assert_eq!(o.confirmed, 9);
+
+    // The checkpoint inside the hole: 7 and 8 were never confirmed.
+    write_checkpoint(&FsStorage, &dir, 7).unwrap();
+    let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    let r = &o.recovered.report;
+    assert_eq!(r.gaps.len(), 1, "{:?}", r.gaps);
+    assert_eq!((r.gaps[0].first, r.gaps[0].last), (7, 8));
+    assert_eq!(r.lost_records, 2);
+}

@@ -346,18 +346,29 @@ impl<S: Storage> DrainCore<S> {
         Ok(())
     }
 
-    /// Move the confirmed point; persist it when due.
-    pub(super) fn confirm(&mut self, next_seq: u64) -> io::Result<()> {
+    /// Move the confirmed point; persist it when due. A failed checkpoint
+    /// write does not undo the confirmation: the sink has the records (or
+    /// the dead-letter store does), so they leave `pending` all the same,
+    /// and the write is tried again at the next confirmation or when idle.
+    /// Only deletion waits for it (it goes by what is on disk). Treating the
+    /// failure as the batch's moved the confirmed point back when the batch
+    /// was offered again and split.
+    pub(super) fn confirm(&mut self, next_seq: u64) {
+        debug_assert!(
+            next_seq >= self.confirmed,
+            "the confirmed point moves forward only"
+        );
         self.confirmed = next_seq;
         let segment_freed = self
             .follower
             .oldest_finished()
             .is_some_and(|f| f.end_seq <= next_seq);
         if segment_freed || self.clock.since(self.last_persist) >= CHECKPOINT_EVERY {
-            self.persist()?;
+            if let Err(e) = self.persist() {
+                tracing::error!(shard = self.shard, error = %e, "writing the delivery checkpoint failed; will retry (records confirmed since the last checkpoint would be delivered again after a crash)");
+            }
         }
         self.delete_confirmed_segments();
-        Ok(())
     }
 
     /// Write the checkpoint if it lags. A checkpoint write costs an fdatasync

@@ -147,7 +147,7 @@ impl<S: Storage> DrainCore<S> {
     pub(super) fn settle(&mut self, done: usize, rejected: &[(usize, String)]) -> io::Result<()> {
         self.dead_letter(rejected)?;
         let last = self.pending[done - 1].seq;
-        self.confirm(last + 1)?;
+        self.confirm(last + 1);
         for _ in 0..done {
             let r = self.pending.pop_front().unwrap();
             self.pending_bytes -= r.payload.len();
