@@ -8,7 +8,7 @@
 //! of moment:
 //!
 //! - **recovery**: a few milliseconds after the spawn, before or while it
-//!   starts serving (the delay is drawn from 0..1.1 × the median start-up
+//!   starts serving (the delay is drawn from 0..1.3 × the median start-up
 //!   time measured so far). The cycle before a recovery cycle keeps the
 //!   receiver at 503 for its whole life, so there is a real backlog on disk
 //!   to recover. Whether the daemon had printed "listening" and answered a
@@ -20,12 +20,17 @@
 //!   `spillway ctl reload`; it is killed 0–5 ms later. Whether its log
 //!   shows the reload started / applied by then is logged.
 //! - **rotation**: killed while 5 connections push as hard as they can into
-//!   1 MiB segments (a rotation every few tens of milliseconds). A rotation
-//!   cannot be observed from outside exactly; the number of `.open` segment
+//!   1 MiB segments (the smallest `segment_bytes_max` allows: a few KiB is
+//!   refused), which makes a rotation every few milliseconds to few tens
+//!   of milliseconds per shard. A rotation cannot be observed from outside
+//!   exactly, so this aims rather than hits: the number of `.open` segment
 //!   files each shard has just after the kill is logged (3 or more means a
 //!   full segment was still being sealed beside the active one and its
-//!   spare).
-//! - **random**: anywhere from 5 ms to 0.9 s into pushing.
+//!   spare), and counted in the summary.
+//! - **random**: anywhere from 5 ms to 0.9 s into pushing; in half of
+//!   these cycles the producers then stop and the kill comes 50–800 ms
+//!   later, while the drain works through the backlog (a kill in the
+//!   middle of delivery, with no ingest to hide it).
 //!
 //! The receiver answers 503 for seeded stretches, so a backlog builds and
 //! delivery, retries and redelivery cross the kills. Each producer has its
@@ -46,7 +51,14 @@
 //!   hole below the highest one delivered except where a push was nacked;
 //! - nothing was delivered that was never pushed (tag, counter below what
 //!   was pushed, payload identical), and a record keeps its identity
-//!   `(shard, seq)` across redeliveries, which no other record shares.
+//!   `(shard, seq)` across redeliveries, which no other record shares;
+//! - a loss the daemon reports (`records_lost` in `ctl stats`, from the
+//!   gaps recovery finds) is a real one: with every acked record
+//!   delivered, a non-zero `records_lost` is a false alarm and fails.
+//!
+//! On a failure the message names the seed, the cycles involved and the
+//! first missing records, and the daemon's logs and data folder are
+//! copied to `$TMPDIR/spillway-crash-loop-<seed>/`.
 //!
 //! `SPILLWAY_CRASH_SEED` (decimal or 0x-hex) replays a run's plan: the same
 //! kinds, delays, outages and producer mixes. What the daemon has done by a
@@ -59,7 +71,7 @@ use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -351,10 +363,17 @@ fn tier_index(t: Tier) -> usize {
 
 const TIERS: [Tier; 3] = [Tier::Sync, Tier::Batched, Tier::Buffered];
 
-/// Push until the connection fails (the kill). Ops are mixed at random:
-/// every tier, single pushes and PushBatch of 2..=64, through a pipeline
-/// of `window` (1 = lock-step).
-fn produce_until_killed(socket: &Path, id: u32, cycle: usize, window: usize, seed: u64) -> ConnLog {
+/// Push until the connection fails (the kill) or `stop` is set. Ops are
+/// mixed at random: every tier, single pushes and PushBatch of 2..=64,
+/// through a pipeline of `window` (1 = lock-step).
+fn produce_until_killed(
+    socket: &Path,
+    id: u32,
+    cycle: usize,
+    window: usize,
+    seed: u64,
+    stop: &AtomicBool,
+) -> ConnLog {
     let mut log = ConnLog {
         id,
         cycle,
@@ -391,6 +410,9 @@ fn produce_until_killed(socket: &Path, id: u32, cycle: usize, window: usize, see
         Err(e) => Err(e),
     };
     let end = loop {
+        if stop.load(Ordering::Relaxed) {
+            break None;
+        }
         let tier = TIERS[rng.below(3) as usize];
         let len = if rng.below(10) < 3 {
             2 + rng.below(63) as u32
@@ -413,7 +435,7 @@ fn produce_until_killed(socket: &Path, id: u32, cycle: usize, window: usize, see
         log.pushed += len;
         waiting.push_back(log.ops.len() - 1);
         if let Err(e) = res {
-            break e;
+            break Some(e);
         }
         let mut failed = None;
         while p.outstanding() >= window {
@@ -425,7 +447,7 @@ fn produce_until_killed(socket: &Path, id: u32, cycle: usize, window: usize, see
             }
         }
         if let Some(e) = failed {
-            break e;
+            break Some(e);
         }
     };
     // Answers that reached us before the daemon died are still handed out.
@@ -438,8 +460,9 @@ fn produce_until_killed(socket: &Path, id: u32, cycle: usize, window: usize, see
             break;
         }
     }
+    let end = end.map_or("stopped".to_string(), |e| e.to_string());
     log.error = if log.error.is_empty() {
-        end.to_string()
+        end
     } else {
         format!("{}; then {end}", log.error)
     };
@@ -471,6 +494,9 @@ struct Plan {
     outage: Outage,
     /// Pushing lives: ms of pushing before the kill (or the reload).
     push_ms: u64,
+    /// Random: producers stop after `push_ms` and the kill comes this many
+    /// ms later, while the drain catches up on the backlog (0: no pause).
+    quiet_ms: u64,
     /// Recovery: the kill delay as a fraction (per mille) of the median start-up.
     recovery_permille: u64,
     /// Reload: through `ctl reload` (else SIGHUP), and the kill that many µs after.
@@ -518,7 +544,12 @@ fn make_plans(seed: u64, cycles: usize) -> Vec<Plan> {
                 kind,
                 outage,
                 push_ms,
-                recovery_permille: rng.below(1100),
+                quiet_ms: if kind == Kind::Random && rng.below(2) == 0 {
+                    50 + rng.below(750)
+                } else {
+                    0
+                },
+                recovery_permille: rng.below(1300),
                 reload_via_ctl: rng.below(10) < 4,
                 reload_kill_us: rng.below(5000),
                 producer_seed: rng.next_u64(),
@@ -753,16 +784,15 @@ fn crash_loop_keeps_every_acked_record_in_order() {
         } else {
             let restart = life.wait_health(&socket, &context);
             restarts.push(restart);
-            let live = Arc::new(AtomicUsize::new(0));
+            let stop = Arc::new(AtomicBool::new(false));
             let handles: Vec<_> = (0..PRODUCERS)
                 .map(|p| {
                     let id = (cycle * PRODUCERS + p) as u32;
                     let socket = socket.clone();
                     let seed = plan.producer_seed ^ (p as u64 + 1).wrapping_mul(0x9E37_79B9);
-                    let live = live.clone();
+                    let stop = stop.clone();
                     thread::spawn(move || {
-                        live.fetch_add(1, Ordering::Relaxed);
-                        produce_until_killed(&socket, id, cycle, WINDOWS[p], seed)
+                        produce_until_killed(&socket, id, cycle, WINDOWS[p], seed, &stop)
                     })
                 })
                 .collect();
@@ -779,6 +809,15 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             }
             sleep_until(t0 + Duration::from_millis(kill_ms));
             let mut extra = String::new();
+            if plan.quiet_ms > 0 {
+                stop.store(true, Ordering::Relaxed);
+                rx.set_status(200);
+                sleep_until(t0 + Duration::from_millis(kill_ms + plan.quiet_ms));
+                extra = format!(
+                    ", producers stopped and the kill came {} ms later (delivery catching up)",
+                    plan.quiet_ms
+                );
+            }
             let mut ctl_child = None;
             if plan.kind == Kind::Reload {
                 gen += 1;
@@ -813,17 +852,21 @@ fn crash_loop_keeps_every_acked_record_in_order() {
                     yes(applied)
                 );
             }
-            let pushing = live.load(Ordering::Relaxed);
             let (_, stderr) = life.kill9();
             let open = open_segments(&data);
             if open.iter().any(|&n| n >= 3) {
                 rotation_seal_seen += 1;
             }
             if let Some(mut c) = ctl_child {
-                if wait_timeout(&mut c, Duration::from_secs(10)).is_none() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
+                let answered = match wait_timeout(&mut c, Duration::from_secs(10)) {
+                    Some(status) => status.success(),
+                    None => {
+                        let _ = c.kill();
+                        let _ = c.wait();
+                        false
+                    }
+                };
+                extra.push_str(&format!(", ctl reload got its answer {}", yes(answered)));
             }
             let born: Vec<ConnLog> = handles
                 .into_iter()
@@ -834,7 +877,7 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             logs.extend(born);
             collect_errors(&stderr, life_no, &mut error_lines);
             format!(
-                "cycle {cycle:3} {:<8}: restart {:.1} ms, kill after {kill_ms} ms of pushing ({pushing} producers), \
+                "cycle {cycle:3} {:<8}: restart {:.1} ms, kill after {kill_ms} ms of pushing, \
                  {pushed} pushed / {acked} acked, outage {:?}, .open segments per shard after the kill {open:?}{extra}",
                 format!("{:?}", plan.kind).to_lowercase(),
                 restart.as_secs_f64() * 1e3,
