@@ -32,7 +32,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use spillway_lazyfs::{CutReport, LazyFs};
 use spillway_tests::*;
 
+mod support_http;
+use support_http::HttpReceiver;
+
 const DEFAULT_CUTS: usize = 20;
+const DEFAULT_DELIVERING_CUTS: usize = 10;
 const LIVES_PER_FOLDER: usize = 5;
 /// Pushing lasts this long before the SIGKILL, at random (ms).
 const KILL_AFTER_MS: (u64, u64) = (30, 450);
@@ -87,12 +91,25 @@ fn env_u64(name: &str) -> Option<u64> {
     Some(parsed.unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
 }
 
+/// Where the records go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sink {
+    /// Nowhere (the test default): the WAB keeps every record, and what
+    /// is kept is what recovery left in the shard files.
+    Held,
+    /// To a loopback HTTP receiver answering 200: the drain moves the
+    /// checkpoint and deletes delivered segments while producers push, so
+    /// cuts also land in checkpoint writes and deletions. What is kept is
+    /// what was delivered or is in the shard files the cut left.
+    Delivering,
+}
+
 /// A producer's outcome with its tier.
 struct Pushed {
     tier: Tier,
     life: usize,
     out: ProducerOutcome,
-    /// The record numbers on disk after the cut that ended its life.
+    /// The record numbers kept after the cut that ended its life.
     kept: Option<Vec<u64>>,
 }
 
@@ -101,6 +118,8 @@ struct Pushed {
 struct Folder {
     fs: Option<LazyFs>,
     d: Daemon,
+    /// The sink's receiver when the daemon delivers (else the sink is held).
+    rx: Option<HttpReceiver>,
     _backing: tempfile::TempDir,
 }
 
@@ -115,11 +134,22 @@ impl Drop for Folder {
 
 /// A daemon configured on a lazy mount at its data folder, or `None`
 /// (skipped, outside CI) when FUSE cannot be used.
-fn folder() -> Option<Folder> {
+fn folder(sink: Sink) -> Option<Folder> {
     // The data folder is the mount's root (it always exists); the shard
     // folders, segments and checkpoints are made inside it. The sockets
     // stay on the real disk, in the daemon's temporary folder.
-    let d = Daemon::configure("");
+    let rx = match sink {
+        Sink::Held => None,
+        Sink::Delivering => Some(HttpReceiver::start()),
+    };
+    let config = match &rx {
+        None => String::new(),
+        Some(rx) => format!(
+            "[sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 500\n",
+            rx.url()
+        ),
+    };
+    let d = Daemon::configure(&config);
     fs::create_dir(d.data_dir()).expect("creating the mount point");
     let backing = tempfile::Builder::new()
         .prefix("lazyfs-backing")
@@ -129,6 +159,7 @@ fn folder() -> Option<Folder> {
         Ok(fs) => Some(Folder {
             fs: Some(fs),
             d,
+            rx,
             _backing: backing,
         }),
         Err(e) if in_ci() => {
@@ -240,6 +271,7 @@ struct Totals {
     buffered_holes: usize,
     checked_durable: u64,
     checked_durable_again: u64,
+    delivered_at_end: u64,
     restart_ms: Vec<u64>,
     fs: CutReport,
     log_lines: BTreeMap<String, usize>,
@@ -264,27 +296,45 @@ fn log_kind(line: &str) -> String {
     format!("{level} {}", words.join(" "))
 }
 
+/// One test at a time: the figures of each are its own (two daemons on
+/// two cores would also slow each other's FUSE server).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn acked_records_survive_power_cuts() {
+    run(Sink::Held, DEFAULT_CUTS);
+}
+
+#[test]
+fn acked_records_survive_power_cuts_while_delivering() {
+    run(Sink::Delivering, DEFAULT_DELIVERING_CUTS);
+}
+
+fn run(sink: Sink, default_cuts: usize) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     if !require_root("mount a FUSE file system") {
         return;
     }
-    let cuts = env_u64("SPILLWAY_POWER_CUTS").map_or(DEFAULT_CUTS, |n| n as usize);
+    let cuts = env_u64("SPILLWAY_POWER_CUTS").map_or(default_cuts, |n| n as usize);
     let seed = env_u64("SPILLWAY_POWER_CUT_SEED").unwrap_or_else(|| {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()
             .as_nanos() as u64
     });
+    let name = match sink {
+        Sink::Held => "power cuts (sink held)",
+        Sink::Delivering => "power cuts (delivering)",
+    };
     say(&format!(
-        "power cuts: {cuts} cuts, seed {seed:#x} (SPILLWAY_POWER_CUT_SEED={seed:#x} repeats the kill moments)"
+        "{name}: {cuts} cuts, seed {seed:#x} (SPILLWAY_POWER_CUT_SEED={seed:#x} repeats the kill moments)"
     ));
     let wall = Instant::now();
     let mut rng = Rng::new(seed);
     let mut totals = Totals::default();
     let mut cut = 0;
     while cut < cuts {
-        let Some(mut f) = folder() else {
+        let Some(mut f) = folder(sink) else {
             return;
         };
         f.d.spawn();
@@ -336,26 +386,50 @@ fn acked_records_survive_power_cuts() {
                     .expect("mounted")
                     .power_cut()
                     .unwrap_or_else(|e| panic!("{context}: power cut: {e}"));
-            let before_restart: Vec<(u32, Result<usize, String>)> =
+            // What the cut left in the shard files (the daemon is dead).
+            let mut unreadable = Vec::new();
+            let at_cut: Vec<(u32, Vec<StoredRecord>)> =
                 f.d.shard_dirs()
                     .into_iter()
                     .map(|(n, dir)| {
-                        (
-                            n,
-                            spillway_wab::read_shard(&spillway_wab::FsStorage, &dir)
-                                .map(|r| r.len())
-                                .map_err(|e| e.to_string()),
-                        )
+                        let recs = spillway_wab::read_shard(&spillway_wab::FsStorage, &dir)
+                            .unwrap_or_else(|e| {
+                                unreadable.push(format!("shard {n}: {e}"));
+                                Vec::new()
+                            });
+                        (n, recs)
                     })
                     .collect();
+            let delivered: BTreeMap<String, Vec<u64>> = match &f.rx {
+                None => BTreeMap::new(),
+                Some(rx) => {
+                    let mut by_tag: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+                    for r in rx.accepted_records() {
+                        if let Some((tag, n)) = parse_tagged(&r.payload) {
+                            by_tag.entry(tag).or_default().push(n);
+                        }
+                    }
+                    by_tag
+                }
+            };
             let t = Instant::now();
             eprintln!("{context}: cut made ({report:?}), restarting");
             f.d.spawn();
             let restart_ms = t.elapsed().as_millis() as u64;
             let log = f.d.stderr();
             let warns = warnings(&log);
-            let shards = f.d.read_shards();
-            check_seqs(&shards, &context);
+            // Held: what recovery kept (nothing is deleted, so the files can
+            // be read while the daemon runs). Delivering: the drain deletes
+            // segments now, so what the cut left is read instead.
+            let shards = match sink {
+                Sink::Held => {
+                    let shards = f.d.read_shards();
+                    check_seqs(&shards, &context);
+                    shards
+                }
+                Sink::Delivering => at_cut,
+            };
+            let delivered_total: usize = delivered.values().map(Vec::len).sum();
 
             // Every Sync/Batched ack of this life is kept; whatever any
             // earlier life kept through its own cut is kept through this one.
@@ -363,13 +437,19 @@ fn acked_records_survive_power_cuts() {
             let mut holes = 0;
             for p in &mut all {
                 let o = &p.out;
-                let (in_shards, ns) = found(&shards, &o.tag);
+                let (in_shards, on_disk) = found(&shards, &o.tag);
+                let sent_to_sink = delivered.get(&o.tag).cloned().unwrap_or_default();
+                let mut ns = on_disk.clone();
+                ns.extend(&sent_to_sink);
+                ns.sort_unstable();
+                ns.dedup();
                 let fail = |what: &str| -> ! {
                     panic!(
                         "{context}: producer {} ({:?}, acked {}, sent {}, error {:?}): {what}\n\
-                         records found: {} (first {:?}, last {:?}) in shards {in_shards:?}\n\
+                         kept: {} records (first {:?}, last {:?}): {} in shard files {in_shards:?} \
+                         (first {:?}, last {:?}), {} delivered\n\
                          lazyfs cut: {report:?} (pending before it: {pending:?})\n\
-                         shards read before the restart: {before_restart:?}\n\
+                         shards unreadable after the cut: {unreadable:?}\n\
                          files after the restart:\n{}\
                          daemon log of the restart:\n{log}",
                         o.tag,
@@ -380,20 +460,33 @@ fn acked_records_survive_power_cuts() {
                         ns.len(),
                         ns.first(),
                         ns.last(),
+                        on_disk.len(),
+                        on_disk.first(),
+                        on_disk.last(),
+                        sent_to_sink.len(),
                         listing(f.d.data_dir()),
                     )
                 };
+                if !unreadable.is_empty() {
+                    fail("a shard could not be read after the cut");
+                }
                 if in_shards.len() > 1 {
                     fail("records in several shards");
                 }
-                if let Some(w) = ns.windows(2).find(|w| w[0] >= w[1]) {
-                    fail(&format!("out of order: {} then {}", w[0], w[1]));
+                if let Some(w) = on_disk.windows(2).find(|w| w[0] >= w[1]) {
+                    fail(&format!("out of order on disk: {} then {}", w[0], w[1]));
                 }
                 if ns.last().is_some_and(|&n| n >= o.sent) {
                     fail("a record that was never sent");
                 }
                 if let Some(seen) = &p.kept {
-                    if *seen != ns {
+                    let changed = match sink {
+                        // Nothing is deleted: exactly the same records.
+                        Sink::Held => *seen != ns,
+                        // Delivered ones may leave the files: none may go.
+                        Sink::Delivering => seen.iter().any(|n| ns.binary_search(n).is_err()),
+                    };
+                    if changed {
                         fail(&format!(
                             "what survived its own cut changed at a later one: {} records then, {} now",
                             seen.len(),
@@ -411,7 +504,7 @@ fn acked_records_survive_power_cuts() {
                         }
                         if k < o.acked {
                             fail(&format!(
-                                "LOST {} acknowledged records (only {k} of {} acked are on disk)",
+                                "LOST {} acknowledged records (only {k} of {} acked are kept)",
                                 o.acked - k,
                                 o.acked
                             ));
@@ -450,7 +543,8 @@ fn acked_records_survive_power_cuts() {
                 "cut {cut}/{cuts}: {pushers}, kill after {kill_after} ms; acked sync {} batched {} buffered {}; \
                  buffered lost {buffered_lost} (producers with a hole: {holes}); \
                  lazyfs dropped {} bytes of {} files, {} entries, {} inodes; \
-                 restart {restart_ms} ms, recovered {}; recovery log: {} WARN/ERROR",
+                 restart {restart_ms} ms, recovered {}; delivered so far {delivered_total}; \
+                 recovery log: {} WARN/ERROR",
                 life_acked.get("sync").copied().unwrap_or(0),
                 life_acked.get("batched").copied().unwrap_or(0),
                 life_acked.get("buffered").copied().unwrap_or(0),
@@ -470,6 +564,18 @@ fn acked_records_survive_power_cuts() {
                 totals.cuts_losing_buffered += 1;
             }
         }
+        if let Some(rx) = &f.rx {
+            // Everything kept is delivered after the last restart.
+            let expected: Vec<String> = all
+                .iter()
+                .flat_map(|p| {
+                    let tag = &p.out.tag;
+                    p.kept.iter().flatten().map(move |n| format!("{tag}:{n}"))
+                })
+                .collect();
+            rx.wait_for_payloads(&expected, Duration::from_secs(60));
+            totals.delivered_at_end += expected.len() as u64;
+        }
         f.d.terminate();
     }
     let mut restarts = totals.restart_ms.clone();
@@ -479,8 +585,14 @@ fn acked_records_survive_power_cuts() {
     for (kind, n) in &totals.log_lines {
         say(&format!("  recovery logged {n}x: {kind}"));
     }
+    if sink == Sink::Delivering {
+        say(&format!(
+            "  {} records kept through the cuts were then all delivered",
+            totals.delivered_at_end
+        ));
+    }
     say(&format!(
-        "power cuts: {} cuts (seed {seed:#x}) in {:.1} s; acked sync {}, batched {}, buffered {}; \
+        "{name}: {} cuts (seed {seed:#x}) in {:.1} s; acked sync {}, batched {}, buffered {}; \
          {} Sync/Batched acks checked after their cut and {} again after later cuts, none lost; \
          buffered lost {} ({} cuts lost some, {} producers with a hole); \
          restart p50 {p50} ms, max {max} ms; lazyfs dropped {} bytes, {} entries",
