@@ -558,6 +558,12 @@ fn run(sink: Sink, default_cuts: usize) {
             for w in warns.iter().take(4) {
                 say(&format!("    {w}"));
             }
+            if !warns.is_empty() {
+                say(&format!(
+                    "    files after the restart:\n{}",
+                    listing(f.d.data_dir())
+                ));
+            }
             totals.buffered_lost += buffered_lost;
             totals.buffered_holes += holes;
             if buffered_lost > 0 {
