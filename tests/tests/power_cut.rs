@@ -1,0 +1,618 @@
+//! Power cuts against the real binary. A SIGKILL keeps the page cache, so
+//! `crash.rs` cannot catch a missing `fdatasync` or a missing directory
+//! fsync; here the daemon's data folder is a `spillway-lazyfs` mount, which
+//! keeps every write volatile until its file is synced and every create,
+//! rename and unlink volatile until its directory is, and throws all of it
+//! away on `power_cut()`.
+//!
+//! Each cut: producers push at all three tiers (single pushes, PushBatch
+//! and pipelines, on seven connections; in one life of four at random only
+//! Buffered, on four) until a seeded random moment;
+//! SIGKILL; power cut; restart on the same folder; then every record acked
+//! at Sync or Batched must be there, in push order, and each producer's
+//! records in one shard. What Buffered lost (it promises a daemon crash,
+//! not a power cut) is counted and printed, with what recovery logged.
+//! Several cuts share one data folder (acks of earlier lives are checked
+//! again after every later cut); a fresh daemon and mount start every
+//! `LIVES_PER_FOLDER` cuts so the folder stays small.
+//!
+//! `SPILLWAY_POWER_CUTS=N` runs N cuts (20 by default),
+//! `SPILLWAY_POWER_CUT_SEED=S` repeats a run's random choices (the kill
+//! moments; the timing of the run itself cannot be repeated). Needs root
+//! and /dev/fuse: under CI their absence fails the test, elsewhere it is
+//! skipped with the reason.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use spillway_lazyfs::{CutReport, LazyFs};
+use spillway_tests::*;
+
+mod support_http;
+use support_http::HttpReceiver;
+
+const DEFAULT_CUTS: usize = 20;
+const DEFAULT_DELIVERING_CUTS: usize = 10;
+const LIVES_PER_FOLDER: usize = 5;
+/// Pushing lasts this long before the SIGKILL, at random (ms).
+const KILL_AFTER_MS: (u64, u64) = (30, 450);
+const BUFFERED_ONLY_EVERY: u64 = 4;
+
+/// The producers of one life: (tag prefix, mode). One life in
+/// `BUFFERED_ONLY_EVERY` (at random) pushes only Buffered records: beside
+/// Sync and Batched pushes every shard fdatasyncs all the time, which makes
+/// the Buffered records durable too, so only such a life shows what
+/// Buffered can lose.
+fn modes(buffered_only: bool) -> Vec<(&'static str, Mode)> {
+    if buffered_only {
+        return vec![
+            ("buffered-one", Mode::Single(Tier::Buffered)),
+            ("buffered-batch", Mode::Batch(Tier::Buffered, 10)),
+            ("buffered-pipe", Mode::Pipelined(Tier::Buffered, 32)),
+            ("buffered-pipe2", Mode::Pipelined(Tier::Buffered, 32)),
+        ];
+    }
+    vec![
+        ("sync-one", Mode::Single(Tier::Sync)),
+        ("sync-batch", Mode::Batch(Tier::Sync, 10)),
+        ("sync-pipe", Mode::Pipelined(Tier::Sync, 16)),
+        ("batched-one", Mode::Single(Tier::Batched)),
+        ("batched-batch", Mode::Batch(Tier::Batched, 10)),
+        ("buffered-batch", Mode::Batch(Tier::Buffered, 10)),
+        ("buffered-pipe", Mode::Pipelined(Tier::Buffered, 32)),
+    ]
+}
+
+fn tier_of(mode: Mode) -> Tier {
+    match mode {
+        Mode::Single(t) | Mode::Batch(t, _) | Mode::Pipelined(t, _) => t,
+    }
+}
+
+/// A line on the test's real stderr: the per-cut figures and the summary
+/// show in CI's log even when the test passes (cargo's capture takes only
+/// `eprintln!`, which the failure messages use).
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let v = v.trim();
+    let parsed = match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse(),
+    };
+    Some(parsed.unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
+}
+
+/// Where the records go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sink {
+    /// Nowhere (the test default): the WAB keeps every record, and what
+    /// is kept is what recovery left in the shard files.
+    Held,
+    /// To a loopback HTTP receiver answering 200: the drain moves the
+    /// checkpoint and deletes delivered segments while producers push, so
+    /// cuts also land in checkpoint writes and deletions. What is kept is
+    /// what was delivered or is in the shard files the cut left.
+    Delivering,
+}
+
+/// A producer's outcome with its tier.
+struct Pushed {
+    tier: Tier,
+    life: usize,
+    out: ProducerOutcome,
+    /// The record numbers kept after the cut that ended its life.
+    kept: Option<Vec<u64>>,
+}
+
+/// One data folder on a lazy mount and the daemon on it. Dropping it kills
+/// the daemon before it unmounts (a busy mount cannot be unmounted).
+struct Folder {
+    fs: Option<LazyFs>,
+    d: Daemon,
+    /// The sink's receiver when the daemon delivers (else the sink is held).
+    rx: Option<HttpReceiver>,
+    _backing: tempfile::TempDir,
+}
+
+impl Drop for Folder {
+    fn drop(&mut self) {
+        if self.d.is_running() {
+            self.d.kill9();
+        }
+        drop(self.fs.take());
+    }
+}
+
+/// A daemon configured on a lazy mount at its data folder, or `None`
+/// (skipped, outside CI) when FUSE cannot be used.
+fn folder(sink: Sink) -> Option<Folder> {
+    // The data folder is the mount's root (it always exists); the shard
+    // folders, segments and checkpoints are made inside it. The sockets
+    // stay on the real disk, in the daemon's temporary folder.
+    let rx = match sink {
+        Sink::Held => None,
+        Sink::Delivering => Some(HttpReceiver::start()),
+    };
+    let config = match &rx {
+        None => String::new(),
+        Some(rx) => format!(
+            "[sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 500\n",
+            rx.url()
+        ),
+    };
+    let d = Daemon::configure(&config);
+    fs::create_dir(d.data_dir()).expect("creating the mount point");
+    let backing = tempfile::Builder::new()
+        .prefix("lazyfs-backing")
+        .tempdir()
+        .expect("tempdir");
+    match LazyFs::mount(backing.path(), d.data_dir()) {
+        Ok(fs) => Some(Folder {
+            fs: Some(fs),
+            d,
+            rx,
+            _backing: backing,
+        }),
+        Err(e) if in_ci() => {
+            panic!("the power-cut test must run in CI, but FUSE cannot be used: {e}")
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: FUSE cannot be used here ({e}); CI runs this test");
+            None
+        }
+    }
+}
+
+fn start_producers(
+    d: &Daemon,
+    life: usize,
+    buffered_only: bool,
+) -> (
+    Arc<Barrier>,
+    Vec<(Tier, thread::JoinHandle<ProducerOutcome>)>,
+) {
+    let modes = modes(buffered_only);
+    let ready = Arc::new(Barrier::new(modes.len() + 1));
+    let handles = modes
+        .into_iter()
+        .map(|(name, mode)| {
+            let mut client = d.client();
+            client.health().expect("health check before pushing");
+            let ready = ready.clone();
+            let tag = format!("l{life}-{name}");
+            let h = thread::spawn(move || {
+                ready.wait();
+                produce(&mut client, &tag, mode, u64::MAX)
+            });
+            (tier_of(mode), h)
+        })
+        .collect();
+    (ready, handles)
+}
+
+/// A producer's record numbers found on disk, and the shards they are in.
+fn found(shards: &[(u32, Vec<StoredRecord>)], tag: &str) -> (Vec<u32>, Vec<u64>) {
+    let mut in_shards = Vec::new();
+    let mut ns = Vec::new();
+    for (shard, recs) in shards {
+        let before = ns.len();
+        ns.extend(
+            recs.iter()
+                .filter_map(|r| parse_tagged(&r.payload))
+                .filter(|(t, _)| t == tag)
+                .map(|(_, n)| n),
+        );
+        if ns.len() > before {
+            in_shards.push(*shard);
+        }
+    }
+    (in_shards, ns)
+}
+
+/// The folder's files, for a failure message.
+fn listing(root: &Path) -> String {
+    let mut out = String::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let meta = e.metadata();
+            if meta.as_ref().is_ok_and(|m| m.is_dir()) {
+                todo.push(p);
+            } else {
+                let len = meta.map(|m| m.len()).unwrap_or(0);
+                out.push_str(&format!("  {} ({len} bytes)\n", p.display()));
+            }
+        }
+    }
+    out
+}
+
+/// The WARN and ERROR lines of a daemon log, less the drain's complaints
+/// about the held sink (nothing listens there, on purpose).
+fn warnings(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .filter(|l| !l.contains(" spillway_actors::drain::"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `recovered N records in M segments` from the start-up line.
+fn recovered(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find_map(|l| l.split_once("; recovered ").map(|(_, r)| r.to_string()))
+        .unwrap_or_else(|| "?".into())
+}
+
+#[derive(Default)]
+struct Totals {
+    cuts: usize,
+    acked_sync: u64,
+    acked_batched: u64,
+    acked_buffered: u64,
+    buffered_lost: u64,
+    cuts_losing_buffered: usize,
+    buffered_holes: usize,
+    checked_durable: u64,
+    checked_durable_again: u64,
+    delivered_at_end: u64,
+    restart_ms: Vec<u64>,
+    fs: CutReport,
+    log_lines: BTreeMap<String, usize>,
+}
+
+/// The message of a log line without its fields' values (for counting).
+fn log_kind(line: &str) -> String {
+    let level = if line.contains(" ERROR ") {
+        "ERROR"
+    } else {
+        "WARN"
+    };
+    let msg = line
+        .split_once(&format!(" {level} "))
+        .map(|(_, m)| m)
+        .unwrap_or(line);
+    // `target: message key=value ...`: keep the words before the first field.
+    let words: Vec<&str> = msg
+        .split_whitespace()
+        .take_while(|w| !w.contains('='))
+        .collect();
+    format!("{level} {}", words.join(" "))
+}
+
+/// One test at a time: the figures of each are its own (two daemons on
+/// two cores would also slow each other's FUSE server).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn acked_records_survive_power_cuts() {
+    run(Sink::Held, DEFAULT_CUTS);
+}
+
+#[test]
+fn acked_records_survive_power_cuts_while_delivering() {
+    run(Sink::Delivering, DEFAULT_DELIVERING_CUTS);
+}
+
+fn run(sink: Sink, default_cuts: usize) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if !require_root("mount a FUSE file system") {
+        return;
+    }
+    let cuts = env_u64("SPILLWAY_POWER_CUTS").map_or(default_cuts, |n| n as usize);
+    let seed = env_u64("SPILLWAY_POWER_CUT_SEED").unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+    });
+    let name = match sink {
+        Sink::Held => "power cuts (sink held)",
+        Sink::Delivering => "power cuts (delivering)",
+    };
+    say(&format!(
+        "{name}: {cuts} cuts, seed {seed:#x} (SPILLWAY_POWER_CUT_SEED={seed:#x} repeats the kill moments)"
+    ));
+    let wall = Instant::now();
+    let mut rng = Rng::new(seed);
+    let mut totals = Totals::default();
+    let mut cut = 0;
+    while cut < cuts {
+        let Some(mut f) = folder(sink) else {
+            return;
+        };
+        f.d.spawn();
+        let mut all: Vec<Pushed> = Vec::new();
+        for life in 0..LIVES_PER_FOLDER.min(cuts - cut) {
+            cut += 1;
+            let kill_after = KILL_AFTER_MS.0 + rng.below(KILL_AFTER_MS.1 - KILL_AFTER_MS.0 + 1);
+            let buffered_only = rng.below(BUFFERED_ONLY_EVERY) == 0;
+            let pushers = if buffered_only {
+                "Buffered only"
+            } else {
+                "all tiers"
+            };
+            let context = format!(
+                "seed {seed:#x}, cut {cut}/{cuts} (life {life} of its folder, {pushers}), kill after {kill_after} ms"
+            );
+
+            // Push until SIGKILL.
+            let (ready, handles) = start_producers(&f.d, life, buffered_only);
+            ready.wait();
+            thread::sleep(Duration::from_millis(kill_after));
+            f.d.kill9();
+            let mut life_acked = BTreeMap::<&str, u64>::new();
+            for (tier, h) in handles {
+                let out = h.join().expect("producer thread");
+                assert!(
+                    !out.error.is_empty(),
+                    "{context}: producer {} ended without an error: {out:?}",
+                    out.tag
+                );
+                let key = match tier {
+                    Tier::Sync => "sync",
+                    Tier::Batched => "batched",
+                    Tier::Buffered => "buffered",
+                };
+                *life_acked.entry(key).or_default() += out.acked;
+                all.push(Pushed {
+                    tier,
+                    life,
+                    out,
+                    kept: None,
+                });
+            }
+            let pending = f.fs.as_ref().expect("mounted").pending();
+
+            // Pull the plug, then restart on what the "disk" kept.
+            let report =
+                f.fs.as_mut()
+                    .expect("mounted")
+                    .power_cut()
+                    .unwrap_or_else(|e| panic!("{context}: power cut: {e}"));
+            // What the cut left in the shard files (the daemon is dead).
+            let mut unreadable = Vec::new();
+            let at_cut: Vec<(u32, Vec<StoredRecord>)> =
+                f.d.shard_dirs()
+                    .into_iter()
+                    .map(|(n, dir)| {
+                        let recs = spillway_wab::read_shard(&spillway_wab::FsStorage, &dir)
+                            .unwrap_or_else(|e| {
+                                unreadable.push(format!("shard {n}: {e}"));
+                                Vec::new()
+                            });
+                        (n, recs)
+                    })
+                    .collect();
+            let delivered: BTreeMap<String, Vec<u64>> = match &f.rx {
+                None => BTreeMap::new(),
+                Some(rx) => {
+                    let mut by_tag: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+                    for r in rx.accepted_records() {
+                        if let Some((tag, n)) = parse_tagged(&r.payload) {
+                            by_tag.entry(tag).or_default().push(n);
+                        }
+                    }
+                    by_tag
+                }
+            };
+            let t = Instant::now();
+            eprintln!("{context}: cut made ({report:?}), restarting");
+            f.d.spawn();
+            let restart_ms = t.elapsed().as_millis() as u64;
+            let log = f.d.stderr();
+            let warns = warnings(&log);
+            // Held: what recovery kept (nothing is deleted, so the files can
+            // be read while the daemon runs). Delivering: the drain deletes
+            // segments now, so what the cut left is read instead.
+            let shards = match sink {
+                Sink::Held => {
+                    let shards = f.d.read_shards();
+                    check_seqs(&shards, &context);
+                    shards
+                }
+                Sink::Delivering => at_cut,
+            };
+            let delivered_total: usize = delivered.values().map(Vec::len).sum();
+
+            // Every Sync/Batched ack of this life is kept; whatever any
+            // earlier life kept through its own cut is kept through this one.
+            let mut buffered_lost = 0;
+            let mut holes = 0;
+            for p in &mut all {
+                let o = &p.out;
+                let (in_shards, on_disk) = found(&shards, &o.tag);
+                let sent_to_sink = delivered.get(&o.tag).cloned().unwrap_or_default();
+                let mut ns = on_disk.clone();
+                ns.extend(&sent_to_sink);
+                ns.sort_unstable();
+                ns.dedup();
+                let fail = |what: &str| -> ! {
+                    panic!(
+                        "{context}: producer {} ({:?}, acked {}, sent {}, error {:?}): {what}\n\
+                         kept: {} records (first {:?}, last {:?}): {} in shard files {in_shards:?} \
+                         (first {:?}, last {:?}), {} delivered\n\
+                         lazyfs cut: {report:?} (pending before it: {pending:?})\n\
+                         shards unreadable after the cut: {unreadable:?}\n\
+                         files after the restart:\n{}\
+                         daemon log of the restart:\n{log}",
+                        o.tag,
+                        p.tier,
+                        o.acked,
+                        o.sent,
+                        o.error,
+                        ns.len(),
+                        ns.first(),
+                        ns.last(),
+                        on_disk.len(),
+                        on_disk.first(),
+                        on_disk.last(),
+                        sent_to_sink.len(),
+                        listing(f.d.data_dir()),
+                    )
+                };
+                if !unreadable.is_empty() {
+                    fail("a shard could not be read after the cut");
+                }
+                if in_shards.len() > 1 {
+                    fail("records in several shards");
+                }
+                if let Some(w) = on_disk.windows(2).find(|w| w[0] >= w[1]) {
+                    fail(&format!("out of order on disk: {} then {}", w[0], w[1]));
+                }
+                if ns.last().is_some_and(|&n| n >= o.sent) {
+                    fail("a record that was never sent");
+                }
+                if let Some(seen) = &p.kept {
+                    let changed = match sink {
+                        // Nothing is deleted: exactly the same records.
+                        Sink::Held => *seen != ns,
+                        // Delivered ones may leave the files: none may go.
+                        Sink::Delivering => seen.iter().any(|n| ns.binary_search(n).is_err()),
+                    };
+                    if changed {
+                        fail(&format!(
+                            "what survived its own cut changed at a later one: {} records then, {} now",
+                            seen.len(),
+                            ns.len()
+                        ));
+                    }
+                    continue;
+                }
+                let k = ns.len() as u64;
+                let prefix = ns == (0..k).collect::<Vec<_>>();
+                match p.tier {
+                    Tier::Sync | Tier::Batched => {
+                        if !prefix {
+                            fail("a gap in the records");
+                        }
+                        if k < o.acked {
+                            fail(&format!(
+                                "LOST {} acknowledged records (only {k} of {} acked are kept)",
+                                o.acked - k,
+                                o.acked
+                            ));
+                        }
+                        totals.checked_durable += o.acked;
+                    }
+                    Tier::Buffered => {
+                        let kept = ns.iter().filter(|&&n| n < o.acked).count() as u64;
+                        buffered_lost += o.acked - kept;
+                        if !prefix {
+                            holes += 1;
+                        }
+                    }
+                }
+                p.kept = Some(ns);
+            }
+            totals.checked_durable_again += all
+                .iter()
+                .filter(|p| p.life < life && matches!(p.tier, Tier::Sync | Tier::Batched))
+                .map(|p| p.out.acked)
+                .sum::<u64>();
+
+            totals.cuts += 1;
+            totals.acked_sync += life_acked.get("sync").copied().unwrap_or(0);
+            totals.acked_batched += life_acked.get("batched").copied().unwrap_or(0);
+            totals.acked_buffered += life_acked.get("buffered").copied().unwrap_or(0);
+            totals.restart_ms.push(restart_ms);
+            totals.fs.files_reverted += report.files_reverted;
+            totals.fs.bytes_dropped += report.bytes_dropped;
+            totals.fs.entries_reverted += report.entries_reverted;
+            totals.fs.inodes_dropped += report.inodes_dropped;
+            for w in &warns {
+                *totals.log_lines.entry(log_kind(w)).or_default() += 1;
+            }
+            say(&format!(
+                "cut {cut}/{cuts}: {pushers}, kill after {kill_after} ms; acked sync {} batched {} buffered {}; \
+                 buffered lost {buffered_lost} (producers with a hole: {holes}); \
+                 lazyfs dropped {} bytes of {} files, {} entries, {} inodes; \
+                 restart {restart_ms} ms, recovered {}; delivered so far {delivered_total}; \
+                 recovery log: {} WARN/ERROR",
+                life_acked.get("sync").copied().unwrap_or(0),
+                life_acked.get("batched").copied().unwrap_or(0),
+                life_acked.get("buffered").copied().unwrap_or(0),
+                report.bytes_dropped,
+                report.files_reverted,
+                report.entries_reverted,
+                report.inodes_dropped,
+                recovered(&f.d.stdout()),
+                warns.len(),
+            ));
+            for w in warns.iter().take(4) {
+                say(&format!("    {w}"));
+            }
+            if !warns.is_empty() {
+                say(&format!(
+                    "    files after the restart:\n{}",
+                    listing(f.d.data_dir())
+                ));
+            }
+            totals.buffered_lost += buffered_lost;
+            totals.buffered_holes += holes;
+            if buffered_lost > 0 {
+                totals.cuts_losing_buffered += 1;
+            }
+        }
+        if let Some(rx) = &f.rx {
+            // Everything kept is delivered after the last restart.
+            let expected: Vec<String> = all
+                .iter()
+                .flat_map(|p| {
+                    let tag = &p.out.tag;
+                    p.kept.iter().flatten().map(move |n| format!("{tag}:{n}"))
+                })
+                .collect();
+            rx.wait_for_payloads(&expected, Duration::from_secs(60));
+            totals.delivered_at_end += expected.len() as u64;
+        }
+        f.d.terminate();
+    }
+    let mut restarts = totals.restart_ms.clone();
+    restarts.sort_unstable();
+    let p50 = restarts.get(restarts.len() / 2).copied().unwrap_or(0);
+    let max = restarts.last().copied().unwrap_or(0);
+    for (kind, n) in &totals.log_lines {
+        say(&format!("  recovery logged {n}x: {kind}"));
+    }
+    if sink == Sink::Delivering {
+        say(&format!(
+            "  {} records kept through the cuts were then all delivered",
+            totals.delivered_at_end
+        ));
+    }
+    say(&format!(
+        "{name}: {} cuts (seed {seed:#x}) in {:.1} s; acked sync {}, batched {}, buffered {}; \
+         {} Sync/Batched acks checked after their cut and {} again after later cuts, none lost; \
+         buffered lost {} ({} cuts lost some, {} producers with a hole); \
+         restart p50 {p50} ms, max {max} ms; lazyfs dropped {} bytes, {} entries",
+        totals.cuts,
+        wall.elapsed().as_secs_f64(),
+        totals.acked_sync,
+        totals.acked_batched,
+        totals.acked_buffered,
+        totals.checked_durable,
+        totals.checked_durable_again,
+        totals.buffered_lost,
+        totals.cuts_losing_buffered,
+        totals.buffered_holes,
+        totals.fs.bytes_dropped,
+        totals.fs.entries_reverted,
+    ));
+}
