@@ -178,7 +178,7 @@ fn config_text() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
 
     #[test]
     fn frame_decoder_on_any_bytes(data in bytes(256)) {
@@ -253,7 +253,7 @@ proptest! {
 
 proptest! {
     // Each case recovers several shard folders (in /dev/shm): fewer cases.
-    #![proptest_config(ProptestConfig { cases: 192, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
     fn segment_on_any_bytes(control in any::<u8>(), data in bytes(200)) {
