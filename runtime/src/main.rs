@@ -2,25 +2,24 @@
 //! running daemon with `ctl`, `push` records to it, measure with `bench`,
 //! `inspect` a data folder.
 //!
-//! This crate (folder `runtime/`, package `spillway`) is the binary and
-//! nothing else: it has no library target. It wires the libraries together:
-//! `config` (the TOML file), `daemon` (start-up: ownership of the data folder
+//! This crate (folder `runtime/`, package `spillway`) is the binary. It
+//! wires the libraries together: `config` (the TOML file) and `logging`,
+//! which sit in its library target (`lib.rs`) only so that the fuzz targets
+//! can reach the parser, and here `daemon` (start-up: ownership of the data folder
 //! and sockets, recovery, the actors), `supervisor` (restarts, shutdown),
 //! `sink` and `reload` (the `[sink]` table, at start and on reload),
 //! `admin` (the admin socket and metrics), `ctl` (its client subcommands),
 //! `check` (what `spillway check` tries beyond parsing), `inspect` (a data
-//! folder, offline), `push` (a producer for the shell), `logging`,
+//! folder, offline), `push` (a producer for the shell),
 //! `notify` (systemd's readiness and watchdog), `top` (`ctl top`), `fd_limit`. `bench` is the
 //! `spillway-bench` crate, behind the default `bench` feature.
 
 mod admin;
 mod check;
-mod config;
 mod ctl;
 mod daemon;
 mod fd_limit;
 mod inspect;
-mod logging;
 mod notify;
 mod push;
 mod reload;
@@ -32,6 +31,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use spillway::{config, logging};
 
 use crate::config::{Config, DEFAULT_CONFIG};
 use crate::ctl::CtlCommand;

@@ -295,6 +295,12 @@ pub fn write_checkpoint<S: Storage>(
         Err(e) => return Err(e),
     };
     let (slot, generation) = match parse(&read_file(&file)?) {
+        // No generation above it: an in-place write would never be the
+        // newest, so start the file again (found by the fuzz target).
+        Parsed::Slots(Some((_, s))) if s.generation == u64::MAX => {
+            drop(file);
+            return create_file(storage, shard_dir, confirmed_next_seq, 1);
+        }
         Parsed::Slots(Some((i, s))) => (1 - i, s.generation + 1),
         // No valid slot (damaged since the shard started): the drain's
         // in-memory position is the truth; either slot will do.
@@ -433,6 +439,26 @@ mod tests {
         std::fs::write(&p, raw).unwrap();
         let err = read_checkpoint(&FsStorage, dir.path()).unwrap_err();
         assert!(err.to_string().contains("CRC mismatch"), "{err}");
+    }
+
+    /// Found by the checkpoint fuzz target: a valid slot at the last
+    /// generation overflowed the next one (and, wrapped, every later write
+    /// lost to it, so the checkpoint stopped moving).
+    #[test]
+    fn a_slot_at_the_last_generation_does_not_stop_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut raw = vec![0u8; CHECKPOINT_BYTES];
+        raw[..SLOT_BYTES].copy_from_slice(&encode_slot(&Slot {
+            generation: u64::MAX,
+            confirmed_next_seq: 10,
+            updated_unix_us: 0,
+        }));
+        std::fs::write(checkpoint_path(dir.path()), &raw).unwrap();
+        assert_eq!(read_checkpoint(&FsStorage, dir.path()).unwrap(), 10);
+        for seq in [11, 12, 13] {
+            write_checkpoint(&FsStorage, dir.path(), seq).unwrap();
+            assert_eq!(read_checkpoint(&FsStorage, dir.path()).unwrap(), seq);
+        }
     }
 
     #[test]

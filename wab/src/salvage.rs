@@ -188,6 +188,18 @@ pub(crate) fn plan<F: StorageFile>(
             }
         }
     };
+    // A sealed segment's records end exactly at its footer. Bytes left
+    // before it that hold no record (fewer than a GAP frame needs) cannot
+    // be framed, so the segment cannot be salvaged (found by fuzzing: the
+    // read-back check then failed the whole recovery).
+    if let Stop::End(end) = stop {
+        if sealed && end != region_end {
+            return Ok(Err(format!(
+                "the records end at offset {end}, {} bytes before the footer at offset                  {region_end}",
+                region_end.saturating_sub(end)
+            )));
+        }
+    }
     // A footer a crashed seal left counts the segment like a sealed one's.
     let anchor = match (&stop, anchor) {
         (Stop::Footer(_, f), None) => Some(f.record_count),

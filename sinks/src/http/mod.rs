@@ -31,7 +31,7 @@ use crate::SinkFactory;
 pub(crate) use config::HttpSettings;
 pub use config::{Delivery, HttpConfig, HttpEncoding, HttpMethod};
 use request::Carried;
-use service::Verdict;
+pub use service::{response_verdict, Verdict, REASON_BODY_BYTES_MAX};
 
 /// Idle keep-alive connections are dropped after this long: shorter than
 /// the shortest common server keep-alive (Node.js closes after 5 s), so a

@@ -20,14 +20,14 @@ use reqwest::{RequestBuilder, Response, StatusCode};
 use super::config::HttpSettings;
 
 /// How much of an error response's body a reason quotes.
-pub(crate) const REASON_BODY_BYTES_MAX: usize = 200;
+pub const REASON_BODY_BYTES_MAX: usize = 200;
 /// How much of a 2xx body is read (and dropped) so the connection can be
 /// reused; a larger body closes the connection instead.
 const SUCCESS_BODY_BYTES_MAX: usize = 64 * 1024;
 
 /// What one request achieved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub enum Verdict {
     /// 2xx: the receiver has the records.
     Delivered,
     /// Try again later, not before `after` if the receiver said so.
@@ -58,15 +58,45 @@ pub(crate) async fn send(request: RequestBuilder, settings: &HttpSettings) -> Ve
 
 async fn classify(mut response: Response, settings: &HttpSettings) -> Verdict {
     let status = response.status();
-    let target = &settings.target;
-    if status.is_success() {
+    let now = SystemTime::now();
+    let body = if status.is_success() {
         // Failing to read the rest of a 2xx body does not undo the 2xx.
         let _ = read_prefix(&mut response, SUCCESS_BODY_BYTES_MAX).await;
+        Vec::new()
+    } else if status.is_informational() || status.is_redirection() {
+        Vec::new()
+    } else {
+        read_prefix(&mut response, REASON_BODY_BYTES_MAX).await
+    };
+    response_verdict(
+        status,
+        response.headers(),
+        &body,
+        now,
+        &settings.target,
+        settings.retry_after_max,
+    )
+}
+
+/// The verdict on an answer from `target` (`METHOD url`): the table above,
+/// from its status, its headers and the start of its body (at most
+/// [`REASON_BODY_BYTES_MAX`] bytes of it are quoted), with `Retry-After`
+/// read against `now` and capped at `retry_after_max`. Pure, so the fuzz
+/// targets (`fuzz-targets/`) can drive it with any answer a peer could send.
+pub fn response_verdict(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    now: SystemTime,
+    target: &str,
+    retry_after_max: Duration,
+) -> Verdict {
+    if status.is_success() {
         return Verdict::Delivered;
     }
     let status_text = status_text(status);
     if status.is_informational() || status.is_redirection() {
-        let detail = match response.headers().get(LOCATION).and_then(|v| v.to_str().ok()) {
+        let detail = match headers.get(LOCATION).and_then(|v| v.to_str().ok()) {
             Some(location) => format!(
                 "redirects are not followed; point sink.url at the final address (Location: {location})"
             ),
@@ -80,10 +110,9 @@ async fn classify(mut response: Response, settings: &HttpSettings) -> Verdict {
             reason: format!("{status_text}: {detail} ({target})"),
         };
     }
-    let after = retry_after(response.headers(), SystemTime::now())
-        .map(|after| after.min(settings.retry_after_max));
-    let body = read_prefix(&mut response, REASON_BODY_BYTES_MAX).await;
-    let reason = format!("{status_text}: {} ({target})", quote_body(&body));
+    let after = retry_after(headers, now).map(|after| after.min(retry_after_max));
+    let quoted = &body[..body.len().min(REASON_BODY_BYTES_MAX)];
+    let reason = format!("{status_text}: {} ({target})", quote_body(quoted));
     if is_transient_status(status) {
         Verdict::Transient { after, reason }
     } else {
