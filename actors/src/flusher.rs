@@ -253,11 +253,19 @@ impl<S: Storage> FlusherCore<S> {
     ) -> io::Result<FlusherParts<S>> {
         queue.set_health(ShardHealth::Starting);
         queue.set_spin(cfg.spin);
-        queue
-            .stats
-            .records_lost
-            .store(recovered.report.lost_records, Ordering::Relaxed);
+        let stats = &queue.stats;
         let report = recovered.report;
+        stats
+            .records_lost
+            .store(report.lost_records, Ordering::Relaxed);
+        let found: u64 = report.segments.iter().map(|s| s.record_count).sum();
+        stats.recovered_records.store(
+            found.saturating_sub(report.segments.iter().map(|s| s.lost_records).sum()),
+            Ordering::Relaxed,
+        );
+        stats
+            .quarantined_files
+            .store(report.quarantined.len() as u64, Ordering::Relaxed);
         let accounted = report.bytes();
         queue.budget.charge(accounted);
 

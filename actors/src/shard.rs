@@ -246,6 +246,11 @@ pub struct ShardStats {
     /// start (sequence gaps and salvaged records): each also logged as an
     /// ERROR with its range and kept in `quarantine/` with a `.reason`.
     pub records_lost: AtomicU64,
+    /// Records recovery found in the shard's segments at the last start
+    /// (what was replayed for delivery, delivered ones included).
+    pub recovered_records: AtomicU64,
+    /// Files recovery moved to `quarantine/` at the last start.
+    pub quarantined_files: AtomicU64,
     /// Times the shard became unwritable (no segment could be started, or
     /// a write/fsync failed).
     pub unwritable_events: AtomicU64,

@@ -250,3 +250,25 @@ fn backlog_metrics_follow_a_sink_outage() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The recovery figures: what the last start found. A fresh folder has
+/// nothing; after a restart, every record written before is found again.
+#[test]
+fn recovery_figures_say_what_the_last_start_found() {
+    let port = free_port();
+    let mut d = Daemon::start(&format!(
+        "[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n"
+    ));
+    let body = http_get(port, "/metrics");
+    assert_eq!(sum(&body, "spillway_recovered_records"), 0, "{body}");
+    assert_eq!(sum(&body, "spillway_quarantined_files"), 0, "{body}");
+    let mut c = d.client();
+    for i in 0..20 {
+        c.push(Tier::Sync, format!("r{i}").as_bytes()).unwrap();
+    }
+    drop(c);
+    d.restart();
+    let body = http_get(port, "/metrics");
+    assert_eq!(sum(&body, "spillway_recovered_records"), 20, "{body}");
+    assert_eq!(sum(&body, "spillway_quarantined_files"), 0, "{body}");
+}

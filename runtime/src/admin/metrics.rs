@@ -168,7 +168,7 @@ fn global_counters() -> [Counter<GlobalGet>; 13] {
     ]
 }
 
-fn shard_counters() -> [Counter<ShardGet>; 23] {
+fn shard_counters() -> [Counter<ShardGet>; 25] {
     [
         Counter {
             key: "pending_records",
@@ -204,6 +204,20 @@ fn shard_counters() -> [Counter<ShardGet>; 23] {
             kind: "gauge",
             help: "Acknowledged records recovery found missing or damaged at the last start (gaps, salvaged records); see quarantine/*.reason.",
             get: |q, _| load(&q.stats.records_lost),
+        },
+        Counter {
+            key: "recovered_records",
+            metric: "spillway_recovered_records",
+            kind: "gauge",
+            help: "Records recovery found in the shard's segments at the last start (undelivered ones are delivered from there).",
+            get: |q, _| load(&q.stats.recovered_records),
+        },
+        Counter {
+            key: "quarantined_files",
+            metric: "spillway_quarantined_files",
+            kind: "gauge",
+            help: "Files recovery moved to the shard's quarantine/ at the last start (a segment or checkpoint it could not trust; each has a .reason).",
+            get: |q, _| load(&q.stats.quarantined_files),
         },
         Counter {
             key: "unwritable_events",
