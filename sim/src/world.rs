@@ -540,6 +540,23 @@ impl World {
         Ok(())
     }
 
+    /// Whether `key` (seq, payload) is settled: taken by the sink, or in
+    /// the dead-letter store (read once per check, into `dead`).
+    fn settled(
+        &self,
+        key: &(u64, Vec<u8>),
+        committed: &BTreeSet<(u64, Vec<u8>)>,
+        dead: &mut Option<BTreeSet<(u64, Vec<u8>)>>,
+    ) -> Result<bool, String> {
+        if committed.contains(key) {
+            return Ok(true);
+        }
+        if dead.is_none() {
+            *dead = Some(self.dead_lettered()?);
+        }
+        Ok(dead.as_ref().is_some_and(|d| d.contains(key)))
+    }
+
     fn dead_lettered(&self) -> Result<BTreeSet<(u64, Vec<u8>)>, String> {
         let view = self.storage.fork();
         let store = DeadLetterStore::open(view, &self.data.join("dead-letter"))
@@ -893,13 +910,7 @@ impl World {
                     continue;
                 }
                 let key = (seq, payload);
-                if committed.contains(&key) {
-                    continue;
-                }
-                if dead.is_none() {
-                    dead = Some(self.dead_lettered()?);
-                }
-                if !dead.as_ref().unwrap().contains(&key) {
+                if !self.settled(&key, &committed, &mut dead)? {
                     let offered = self
                         .script
                         .log
@@ -912,7 +923,7 @@ impl World {
                     return Err(format!(
                         "segment {path:?} was deleted while acknowledged tier-{} seq {seq} in it was neither delivered nor dead-lettered (offered {offered} times; {} dead letters)",
                         a.tier,
-                        dead.as_ref().unwrap().len()
+                        dead.as_ref().map_or(0, |d| d.len())
                     ));
                 }
             }
@@ -940,13 +951,7 @@ impl World {
                 continue;
             }
             let key = (*seq, a.payload.clone());
-            if committed.contains(&key) {
-                continue;
-            }
-            if dead.is_none() {
-                dead = Some(self.dead_lettered()?);
-            }
-            if !dead.as_ref().unwrap().contains(&key) {
+            if !self.settled(&key, &committed, &mut dead)? {
                 return Err(format!(
                     "the checkpoint is at {confirmed} but acknowledged seq {seq} was neither delivered nor dead-lettered"
                 ));
@@ -1084,13 +1089,7 @@ impl World {
                 continue;
             }
             let key = (*seq, a.payload.clone());
-            if committed.contains(&key) {
-                continue;
-            }
-            if dead.is_none() {
-                dead = Some(self.dead_lettered()?);
-            }
-            if !dead.as_ref().unwrap().contains(&key) {
+            if !self.settled(&key, &committed, &mut dead)? {
                 out.push(*seq);
             }
         }

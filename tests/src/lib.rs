@@ -186,6 +186,21 @@ pub fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> 
     }
 }
 
+/// A number from the environment (decimal, or hex with `0x`), for the long
+/// runs' counts and seeds; `None` when unset.
+///
+/// # Panics
+/// When it is set but not a number (a typo must not run the default).
+pub fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    let v = v.trim();
+    let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse(),
+    };
+    Some(parsed.unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
+}
+
 /// Whether this runs in CI (`CI` set to anything but empty, `0` or `false`).
 /// A test that needs a server, a tool or root fails there when it is
 /// missing, and may skip with a printed reason only elsewhere.

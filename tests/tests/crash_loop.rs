@@ -672,16 +672,6 @@ fn median(v: &[Duration]) -> Duration {
     s.get(s.len() / 2).copied().unwrap_or_default()
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    let v = v.trim();
-    let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
-        Some(hex) => u64::from_str_radix(hex, 16),
-        None => v.parse(),
-    };
-    Some(parsed.unwrap_or_else(|_| panic!("{name}={v:?} is not a number")))
-}
-
 /// What happened in one cycle, for the report and for failure messages.
 struct CycleNote {
     line: String,
