@@ -726,9 +726,23 @@ impl<S: Storage> FlusherCore<S> {
         self.unsynced_since = None;
         if let Some(old) = self.active.take() {
             self.resume_seq = old.next_seq();
+            let acked_end = acked_end.unwrap_or(old.write_offset);
+            if acked_end > old.durable_offset {
+                // Buffered records acknowledged since the last fsync: the
+                // segment is never fsynced again, so they are not
+                // delivered (the tier allows losing them to a failed
+                // fsync; their pages may already be gone).
+                tracing::error!(
+                    shard = self.cfg.shard,
+                    segment = old.header.segment_id,
+                    bytes = acked_end - old.durable_offset,
+                    "Buffered records acknowledged since the last fdatasync are lost with the abandoned segment (never fsynced, not delivered)"
+                );
+            }
             self.queue.mark_abandoned(Abandoned {
                 segment_id: old.header.segment_id,
-                acked_end: acked_end.unwrap_or(old.write_offset),
+                acked_end,
+                durable_end: old.durable_offset,
                 next_seq: self.resume_seq,
             });
             let _ = self.sealer.send(SealerMsg::AbandonSegment {

@@ -293,6 +293,9 @@ pub struct Abandoned {
     /// failed starts here and was nacked, so the drain delivers nothing
     /// from here on (the producer retries those records itself).
     pub acked_end: u64,
+    /// Where its last successful fdatasync left it: the drain delivers up
+    /// to here only (see [`spillway_wab::follow::Cut::durable_end`]).
+    pub durable_end: u64,
     /// The sequence number the next segment starts at: the nacked records'
     /// numbers are never used again, and the drain counts the abandoned
     /// segment as ending there.
@@ -304,6 +307,7 @@ impl Abandoned {
     pub fn cut(&self) -> spillway_wab::follow::Cut {
         spillway_wab::follow::Cut {
             acked_end: self.acked_end,
+            durable_end: self.durable_end,
             next_seq: self.next_seq,
         }
     }

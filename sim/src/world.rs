@@ -21,7 +21,7 @@ use spillway_actors::{
 use spillway_protocol::{BatchRecords, NackReason};
 use spillway_wab::checkpoint::{checkpoint_path, parse};
 use spillway_wab::deadletter::DeadLetterStore;
-use spillway_wab::format::{classify, FileKind};
+use spillway_wab::format::{classify, open_name, FileKind};
 use spillway_wab::{open_shard, read_shard, shard_dir, Opened, RecordMeta, SegmentReader};
 
 use crate::rng::Rng;
@@ -158,6 +158,13 @@ pub struct World {
     acked: BTreeMap<u64, Acked>,
     /// Buffered records a crash took (acknowledged, then gone).
     lost: BTreeSet<u64>,
+    /// Buffered records acknowledged past an abandoned segment's last
+    /// fsync: never delivered in that run (the tier allows losing them); a
+    /// restart that finds them in the page cache may deliver them late,
+    /// so the order check sets them aside.
+    dropped: BTreeSet<u64>,
+    /// Abandoned segments already looked at.
+    known_abandoned: BTreeSet<u64>,
     /// Sync/Batched records acknowledged since the last durability check.
     fresh_durable_acks: Vec<u64>,
     trace: Vec<String>,
@@ -199,6 +206,20 @@ fn random_settings(rng: &mut Rng) -> DrainSettings {
             None
         },
     }
+}
+
+/// (seq, offset) of each record in a segment file's bytes.
+fn record_offsets(bytes: &[u8]) -> Vec<(u64, u64)> {
+    let scratch = SimStorage::new(0);
+    let path = PathBuf::from(ROOT).join("s/0000000000000000.open");
+    scratch.put_file(&path, bytes);
+    let mut out = Vec::new();
+    if let Ok(Opened::Reader(mut r)) = SegmentReader::open(&scratch, &path) {
+        while let Ok(Some(rec)) = r.next() {
+            out.push((rec.seq, rec.offset));
+        }
+    }
+    out
 }
 
 /// Records of a segment file's bytes (copied to a scratch file system).
@@ -266,6 +287,8 @@ impl World {
             next_token: 1,
             acked: BTreeMap::new(),
             lost: BTreeSet::new(),
+            dropped: BTreeSet::new(),
+            known_abandoned: BTreeSet::new(),
             fresh_durable_acks: Vec::new(),
             trace: Vec::new(),
             action: 0,
@@ -764,20 +787,55 @@ impl World {
         let Some(node) = self.node.as_mut() else {
             return Ok(());
         };
+        let active = node.queue.durable().segment_id;
+        self.flusher_step();
+        self.note_abandoned(active);
+        Ok(())
+    }
+
+    /// Segments the flusher abandoned just now (the active one, or one
+    /// of the next few): which Buffered records it drops.
+    fn note_abandoned(&mut self, from_id: u64) {
+        let Some(node) = self.node.as_ref() else {
+            return;
+        };
+        for id in from_id..from_id + 4 {
+            if self.known_abandoned.contains(&id) {
+                continue;
+            }
+            let Some(a) = node.queue.abandoned(id, false) else {
+                continue;
+            };
+            self.known_abandoned.insert(id);
+            let path = self.dir.join(open_name(id));
+            let Some(bytes) = self.storage.read_file(&path) else {
+                continue;
+            };
+            for (seq, offset) in record_offsets(&bytes) {
+                if offset >= a.durable_end && offset < a.acked_end {
+                    self.dropped.insert(seq);
+                }
+            }
+        }
+    }
+
+    fn flusher_step(&mut self) {
+        let Some(node) = self.node.as_mut() else {
+            return;
+        };
         let bound = node.flusher.group_bound();
         // A deadline already passed: take what is queued, never wait.
         node.queue
             .take_group(Some(std::time::Instant::now()), bound, &mut node.group);
         if node.group.is_empty() {
             node.flusher.idle();
-            return Ok(());
+            return;
         }
         let records: usize = node.group.iter().map(|b| b.records.len()).sum();
         let mut group = std::mem::take(&mut node.group);
         node.flusher.handle_group(&mut group);
         node.group = group;
         self.note(format!("flusher: group of {records}"));
-        Ok(())
     }
 
     fn sealer_turn(&mut self) -> Check {
@@ -911,6 +969,16 @@ impl World {
                 }
                 let key = (seq, payload);
                 if !self.settled(&key, &committed, &mut dead)? {
+                    // A Buffered record acknowledged after its segment's
+                    // last fsync, in a segment later abandoned, is never
+                    // delivered (the tier allows losing it): it goes with
+                    // its segment, and counts as lost.
+                    if a.tier == TIER_BUFFERED {
+                        if self.lost.insert(seq) {
+                            self.report.buffered_lost += 1;
+                        }
+                        continue;
+                    }
                     let offered = self
                         .script
                         .log
@@ -989,7 +1057,7 @@ impl World {
             }
             turns += 1;
             if turns % 500 == 0 {
-                self.mark_vanished_buffered()?;
+                self.mark_dropped_buffered()?;
             }
             if turns == SETTLE_TURNS {
                 let wm = self.node.as_ref().map(|n| n.queue.durable());
@@ -1016,6 +1084,7 @@ impl World {
             self.clock.advance(Duration::from_millis(25));
         }
         self.after_action()?;
+        self.mark_dropped_buffered()?;
         if let Some(first) = self.unfinished()?.first() {
             return Err(format!(
                 "after the final restart seq {first} is undelivered"
@@ -1060,18 +1129,24 @@ impl World {
         Ok(())
     }
 
-    /// Buffered records acknowledged and since gone from the disk without
-    /// a crash (a failed fdatasync whose dirty pages the kernel dropped:
-    /// the tier allows it) count as lost, not as undelivered.
-    fn mark_vanished_buffered(&mut self) -> Check {
+    /// Buffered records lost without a crash count as lost, not as
+    /// undelivered: gone from the disk (a failed fdatasync whose dirty
+    /// pages the kernel dropped), or passed by the drain (acknowledged in a
+    /// segment abandoned before an fsync covered them: never durable, so
+    /// never delivered). The tier allows both.
+    fn mark_dropped_buffered(&mut self) -> Check {
         let on_disk: BTreeSet<(u64, Vec<u8>)> = read_shard(&self.storage.fork(), &self.dir)
             .map_err(|e| format!("reading the shard: {e}"))?
             .into_iter()
             .map(|r| (r.seq, r.payload.to_vec()))
             .collect();
+        let confirmed = self.node.as_ref().map_or(0, |n| n.drain.confirmed());
         for seq in self.unfinished()? {
             let a = &self.acked[&seq];
-            if a.tier == TIER_BUFFERED && !on_disk.contains(&(seq, a.payload.clone())) {
+            let gone = !on_disk.contains(&(seq, a.payload.clone()))
+                || seq < confirmed
+                || self.dropped.contains(&seq);
+            if a.tier == TIER_BUFFERED && gone {
                 self.lost.insert(seq);
                 self.report.buffered_lost += 1;
             }
@@ -1110,6 +1185,9 @@ impl World {
         let mut seen = BTreeSet::new();
         for (seq, payload) in &log.offered {
             if !seen.insert((*seq, payload.clone())) {
+                continue;
+            }
+            if self.dropped.contains(seq) {
                 continue;
             }
             match self.acked.get(seq) {

@@ -45,6 +45,10 @@ const PINNED: &[(u64, &str)] = &[
         0x9ac7_a6d7_498f_d5af,
         "deleting an abandoned segment released what could still be read, not what it was charged: the budget leaked",
     ),
+    (
+        0x92d6_a346_110c_cac9,
+        "Buffered records acknowledged in a segment abandoned before any fsync covered them were delivered from the page cache; a power cut took them and their sequence numbers went to other records",
+    ),
 ];
 
 fn quiet_sink_panics() {

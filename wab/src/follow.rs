@@ -33,7 +33,15 @@ pub struct Tail {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cut {
     /// Every record before this offset was acknowledged; none after it was.
+    /// What the segment was charged against the budget, and releases.
     pub acked_end: u64,
+    /// Where the last successful fdatasync left it: delivery stops here.
+    /// Records between this and `acked_end` (Buffered, acknowledged from
+    /// the page cache) can never be made durable (the segment is never
+    /// fsynced again), so they are not delivered: a power cut could take
+    /// them from the disk after the sink had them, and their sequence
+    /// numbers would then name other records.
+    pub durable_end: u64,
     /// The sequence number the next segment starts at (the numbers of the
     /// unacknowledged records after `acked_end` are never used again).
     pub next_seq: u64,
@@ -100,9 +108,9 @@ impl<S: Storage> ShardFollower<S> {
                 // No longer written: read it to its end (the limit set while
                 // it was the active segment would end it early), or, if the
                 // writer abandoned it, to the end of what was acknowledged.
-                let end = *self
-                    .closed_limit
-                    .get_or_insert_with(|| cut(id).map_or(u64::MAX, |c| c.acked_end));
+                let end = *self.closed_limit.get_or_insert_with(|| {
+                    cut(id).map_or(u64::MAX, |c| c.durable_end.min(c.acked_end))
+                });
                 reader.set_limit(end);
             } else {
                 return Ok(None);
@@ -139,12 +147,20 @@ impl<S: Storage> ShardFollower<S> {
                         end_seq,
                         bytes,
                     });
+                    // Numbers a cut skipped (nacked, or never made durable)
+                    // are passed too: nothing will ever be read there.
+                    self.next_seq = self.next_seq.max(end_seq);
                     self.last_done = Some(id);
                     self.reader = None;
                 }
                 None => return Ok(None),
             }
         }
+    }
+
+    /// No record below this will be returned (any more).
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
     }
 
     /// The oldest segment read to its end and not yet removed.

@@ -142,6 +142,7 @@ fn an_abandoned_segment_is_read_to_its_acknowledged_end_and_removed_unsealed() {
     let cut = |id: u64| {
         (id == 0).then_some(Cut {
             acked_end,
+            durable_end: acked_end,
             next_seq: 5,
         })
     };
@@ -159,4 +160,40 @@ fn an_abandoned_segment_is_read_to_its_acknowledged_end_and_removed_unsealed() {
     let (_, how) = f.remove_oldest_finished(5, true).unwrap().unwrap();
     assert_eq!(how, Removed::Unsealed);
     assert!(!dir.join(open_name(0)).exists());
+}
+
+/// Buffered records acknowledged after an abandoned segment's last fsync
+/// are not delivered (the segment is never fsynced again, and a power cut
+/// could take them after the sink had them), but the segment releases
+/// everything it was charged for.
+#[test]
+fn an_abandoned_segment_is_delivered_only_up_to_its_last_fsync() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-003");
+    FsStorage.create_dir_all(&dir).unwrap();
+    let mut seg0 = start_segment(&dir, 0, 0);
+    append(&mut seg0, &recs(0, 3, |_| 10)).unwrap();
+    seg0.sync().unwrap();
+    let durable_end = seg0.durable_offset;
+    // Buffered, acknowledged from the page cache: records 3, 4.
+    append(&mut seg0, &recs(3, 2, |_| 10)).unwrap();
+    let acked_end = seg0.write_offset;
+    drop(seg0);
+    let mut seg1 = start_segment(&dir, 1, 5);
+    append(&mut seg1, &recs(5, 1, |_| 10)).unwrap();
+    seg1.sync().unwrap();
+    let cut = |id: u64| {
+        (id == 0).then_some(Cut {
+            acked_end,
+            durable_end,
+            next_seq: 5,
+        })
+    };
+    let mut f = ShardFollower::new(FsStorage, dir.clone(), 0);
+    assert_eq!(drain_now(&mut f, tail_of(1, &seg1), cut), vec![0, 1, 2, 5]);
+    let done = *f.oldest_finished().unwrap();
+    assert_eq!(
+        (done.segment_id, done.end_seq, done.bytes),
+        (0, 5, acked_end)
+    );
 }

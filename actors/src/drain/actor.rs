@@ -342,6 +342,14 @@ impl<S: Storage> DrainCore<S> {
                 None => break,
             }
         }
+        if self.pending.is_empty() && self.follower.next_seq() > self.confirmed {
+            // The follower passed numbers no record will ever be read at
+            // (the end of an abandoned segment: nacked records, or Buffered
+            // ones no fsync covered): confirm past them, so the segment
+            // goes and the backlog says 0, without waiting for a later
+            // record to be delivered.
+            self.confirm(self.follower.next_seq());
+        }
         self.publish_oldest();
         Ok(())
     }
