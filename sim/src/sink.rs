@@ -6,6 +6,7 @@
 //! received and everything it took for good is logged for the checks.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,8 +31,9 @@ pub enum SinkMode {
 /// What the sink saw.
 #[derive(Debug, Default)]
 pub struct SinkLog {
-    /// Every record offered, in order: (seq, payload).
-    pub offered: Vec<(u64, Vec<u8>)>,
+    /// Every record offered, in order: (seq, payload, the start it was
+    /// offered in).
+    pub offered: Vec<(u64, Vec<u8>, u64)>,
     /// Records the sink took for good (committed): seq -> payload.
     pub committed: BTreeSet<(u64, Vec<u8>)>,
     /// Committed records in the order they were taken, for the order check.
@@ -51,6 +53,8 @@ pub struct SinkScript {
     pub rng: Mutex<Rng>,
     pub log: Mutex<SinkLog>,
     pub clock: Clock,
+    /// Starts of the daemon so far (the world counts them).
+    pub starts: AtomicU64,
 }
 
 impl SinkScript {
@@ -60,6 +64,7 @@ impl SinkScript {
             rng: Mutex::new(Rng::new(seed)),
             log: Mutex::new(SinkLog::default()),
             clock,
+            starts: AtomicU64::new(0),
         })
     }
 
@@ -127,7 +132,8 @@ impl Sink for SimSink {
             let mut log = s.log.lock().unwrap();
             log.batches += 1;
             for r in records {
-                log.offered.push((r.seq, r.payload.to_vec()));
+                log.offered
+                    .push((r.seq, r.payload.to_vec(), s.starts.load(Ordering::Relaxed)));
             }
         }
         let mode = s.mode();
