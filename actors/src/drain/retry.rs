@@ -118,8 +118,8 @@ impl<S: Storage> DrainCore<S> {
     /// probing the sink if a probe is due. `None` once the next attempt may
     /// go (the wait is over, or the sink answered its probe).
     pub(super) fn backing_off(&mut self) -> Option<DrainWait> {
-        let now = self.clock.now();
         let b = self.retry.backoff.as_ref()?;
+        let now = self.clock.now();
         if now >= b.until {
             self.retry.backoff = None;
             return None;
