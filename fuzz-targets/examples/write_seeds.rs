@@ -1,9 +1,9 @@
 //! Writes the seed corpus, `fuzz/corpus/<target>/seed-*`: valid inputs made
 //! by the real writers (the conformance vectors' frames, segment files,
 //! checkpoints and a dead-letter segment written by spillway-wab, the
-//! configuration files of the repository). Ignored; run it by hand after a
-//! format change (`cargo test --release -p spillway-fuzz-targets --test
-//! seeds -- --ignored`). Files a fuzzer found are kept under other names.
+//! configuration files of the repository). Run it by hand after a format
+//! change (`cargo run --release -p spillway-fuzz-targets --example
+//! write_seeds`). Files a fuzzer found are kept under other names.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -37,9 +37,7 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-#[ignore = "writes fuzz/corpus; run by hand"]
-fn write_seed_corpus() {
+fn main() {
     frames();
     segments();
     checkpoints();
