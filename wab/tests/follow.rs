@@ -5,11 +5,12 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::*;
 use spillway_wab::follow::{Cut, Removed, ShardFollower, Tail};
 use spillway_wab::format::{open_name, sealed_name};
+use spillway_wab::storage::FsFile;
 use spillway_wab::{preallocate, seal, ActiveSegment, FsStorage, Storage, StorageFile};
 
 const SHARD: u32 = 3;
@@ -123,22 +124,39 @@ fn starts_at_the_checkpoint_and_finishes_the_segments_below_it() {
     assert!(!dir.join(sealed_name(0)).exists());
 }
 
-#[test]
-fn an_abandoned_segment_is_read_to_its_acknowledged_end_and_removed_unsealed() {
-    let tmp = tempfile::tempdir().unwrap();
+/// An abandoned segment 0 (records 0..=2 fsynced, then records 3 and 4
+/// written; `sync_tail` says whether they were fsynced too) and segment 1
+/// starting at 5, as the flusher leaves them after giving up on segment 0.
+/// Returns the folder, segment 1, and segment 0's durable end (after 2)
+/// and write end (after 4).
+fn abandoned_then_next(
+    tmp: &tempfile::TempDir,
+    sync_tail: bool,
+) -> (PathBuf, ActiveSegment<FsFile>, u64, u64) {
     let dir = tmp.path().join("shard-003");
     FsStorage.create_dir_all(&dir).unwrap();
     let mut seg0 = start_segment(&dir, 0, 0);
     append(&mut seg0, &recs(0, 3, |_| 10)).unwrap();
     seg0.sync().unwrap();
-    let acked_end = seg0.durable_offset;
-    // A group that was written, then nacked (its fsync failed): records 3, 4.
+    let after_2 = seg0.durable_offset;
     append(&mut seg0, &recs(3, 2, |_| 10)).unwrap();
-    seg0.sync().unwrap();
+    if sync_tail {
+        seg0.sync().unwrap();
+    }
+    let after_4 = seg0.write_offset;
     drop(seg0);
     let mut seg1 = start_segment(&dir, 1, 5);
     append(&mut seg1, &recs(5, 1, |_| 10)).unwrap();
     seg1.sync().unwrap();
+    (dir, seg1, after_2, after_4)
+}
+
+#[test]
+fn an_abandoned_segment_is_read_to_its_acknowledged_end_and_removed_unsealed() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Records 3 and 4 were a group that was written, then nacked (its
+    // fsync failed): the acknowledged records end after 2.
+    let (dir, seg1, acked_end, _) = abandoned_then_next(&tmp, true);
     let cut = |id: u64| {
         (id == 0).then_some(Cut {
             acked_end,
@@ -169,19 +187,8 @@ fn an_abandoned_segment_is_read_to_its_acknowledged_end_and_removed_unsealed() {
 #[test]
 fn an_abandoned_segment_is_delivered_only_up_to_its_last_fsync() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("shard-003");
-    FsStorage.create_dir_all(&dir).unwrap();
-    let mut seg0 = start_segment(&dir, 0, 0);
-    append(&mut seg0, &recs(0, 3, |_| 10)).unwrap();
-    seg0.sync().unwrap();
-    let durable_end = seg0.durable_offset;
-    // Buffered, acknowledged from the page cache: records 3, 4.
-    append(&mut seg0, &recs(3, 2, |_| 10)).unwrap();
-    let acked_end = seg0.write_offset;
-    drop(seg0);
-    let mut seg1 = start_segment(&dir, 1, 5);
-    append(&mut seg1, &recs(5, 1, |_| 10)).unwrap();
-    seg1.sync().unwrap();
+    // Records 3 and 4 were Buffered, acknowledged from the page cache.
+    let (dir, seg1, durable_end, acked_end) = abandoned_then_next(&tmp, false);
     let cut = |id: u64| {
         (id == 0).then_some(Cut {
             acked_end,
