@@ -176,18 +176,7 @@ fn dead_letters() {
         &with_control(0, &fs::read(sealed).unwrap()),
     );
     let envelope = |shard: u32, seq: u64, reason: &[u8], payload: &[u8]| {
-        let mut e = b"SPDL".to_vec();
-        e.extend_from_slice(&shard.to_le_bytes());
-        e.extend_from_slice(&seq.to_le_bytes());
-        e.extend_from_slice(&5u64.to_le_bytes());
-        e.push(1);
-        e.extend_from_slice(&(100 + seq).to_le_bytes());
-        e.extend_from_slice(&(reason.len() as u32).to_le_bytes());
-        e.extend_from_slice(reason);
-        e.extend_from_slice(payload);
-        let mut out = (e.len() as u16).to_le_bytes().to_vec();
-        out.extend_from_slice(&e);
-        out
+        spillway_fuzz_targets::envelope_record(shard, seq, 100 + seq, reason, payload)
     };
     let mut records = vec![1u8];
     records.extend(envelope(0, 1, b"HTTP 400", b"{\"a\":1}"));

@@ -145,6 +145,24 @@ fn model<'a>(payloads: impl Iterator<Item = &'a Bytes>) -> Vec<DeadLetter> {
     all
 }
 
+/// One envelope (layout below; arrival 5, tier 1) as a record of this
+/// target's record mode (u16 length first), for the proptests and the seed
+/// corpus.
+pub fn envelope_record(shard: u32, seq: u64, dl_us: u64, reason: &[u8], payload: &[u8]) -> Vec<u8> {
+    let mut e = b"SPDL".to_vec();
+    e.extend_from_slice(&shard.to_le_bytes());
+    e.extend_from_slice(&seq.to_le_bytes());
+    e.extend_from_slice(&5u64.to_le_bytes());
+    e.push(1);
+    e.extend_from_slice(&dl_us.to_le_bytes());
+    e.extend_from_slice(&(reason.len() as u32).to_le_bytes());
+    e.extend_from_slice(reason);
+    e.extend_from_slice(payload);
+    let mut out = (e.len() as u16).to_le_bytes().to_vec();
+    out.extend_from_slice(&e);
+    out
+}
+
 /// The envelope: `"SPDL" | shard u32 | seq u64 | arrival_unix_us u64 | tier
 /// u8 | dead_lettered_unix_us u64 | reason_len u32 | reason | payload`.
 fn decode(raw: &Bytes) -> Option<DeadLetter> {

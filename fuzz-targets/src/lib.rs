@@ -29,7 +29,7 @@ mod segment;
 
 pub use checkpoint::checkpoint;
 pub use config::config;
-pub use deadletter::dead_letter;
+pub use deadletter::{dead_letter, envelope_record};
 pub use http::http_response;
 pub use protocol::{frame_decoder, push_batch};
 pub use segment::segment;

@@ -99,23 +99,6 @@ fn segment_file(first_seq: u64, records: &[Vec<u8>], sealed: bool) -> Vec<u8> {
     b
 }
 
-/// A dead-letter envelope (see wab/src/deadletter.rs), as a record of the
-/// dead_letter target's record mode (u16 length first).
-fn envelope(shard: u32, seq: u64, dl_us: u64, reason: &[u8], payload: &[u8]) -> Vec<u8> {
-    let mut e = b"SPDL".to_vec();
-    e.extend_from_slice(&shard.to_le_bytes());
-    e.extend_from_slice(&seq.to_le_bytes());
-    e.extend_from_slice(&5u64.to_le_bytes());
-    e.push(1);
-    e.extend_from_slice(&dl_us.to_le_bytes());
-    e.extend_from_slice(&(reason.len() as u32).to_le_bytes());
-    e.extend_from_slice(reason);
-    e.extend_from_slice(payload);
-    let mut out = (e.len() as u16).to_le_bytes().to_vec();
-    out.extend_from_slice(&e);
-    out
-}
-
 /// Lines of a configuration: section headers, every kind of key, good and
 /// bad values.
 fn config_text() -> impl Strategy<Value = String> {
@@ -304,7 +287,7 @@ proptest! {
     ) {
         let mut input = vec![1];
         for (shard, seq, dl_us, reason, payload) in &letters {
-            input.extend_from_slice(&envelope(*shard, *seq, *dl_us, reason, payload));
+            input.extend_from_slice(&targets::envelope_record(*shard, *seq, *dl_us, reason, payload));
         }
         targets::dead_letter(&input);
         targets::dead_letter(&damaged(input, &hits));
