@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use spillway_protocol::NackReason;
+use spillway_wab::format::record_bytes;
 use spillway_wab::{
     preallocate, recover_shard, ActiveSegment, AppendRecord, Preallocated, Recovered,
     RecoveryReport, Storage,
@@ -226,6 +227,8 @@ pub struct FlusherCore<S: Storage> {
     /// written to the abandoned one (a failed fsync does not prove those
     /// bytes absent; Buffered records among them were acknowledged).
     resume_seq: u64,
+    /// Record bytes made durable so far (published as `Watermark::bytes`).
+    durable_bytes: u64,
 }
 
 /// A shard's flusher and sealer, built on a recovered folder but not yet
@@ -268,6 +271,14 @@ impl<S: Storage> FlusherCore<S> {
             .store(report.quarantined.len() as u64, Ordering::Relaxed);
         let accounted = report.bytes();
         queue.budget.charge(accounted);
+        // The running count of durable record bytes: a flusher restarted
+        // within the process carries on from the last one's (the drain's
+        // count of confirmed bytes goes on from there too); at the daemon's
+        // start it is what recovery found.
+        let durable_bytes = match queue.durable().bytes {
+            0 => report.segments.iter().map(|s| record_bytes(s.bytes)).sum(),
+            carried => carried,
+        };
 
         let next_segment_id = Arc::new(AtomicU64::new(report.next_segment_id));
         let mut spares = recovered.spares.into_iter();
@@ -323,6 +334,7 @@ impl<S: Storage> FlusherCore<S> {
                 }),
             offset: 0,
             next_seq: report.next_seq,
+            bytes: durable_bytes,
         });
         let writable = active.is_some();
         // A manual clock (the simulation) runs the sealer only when told
@@ -349,6 +361,7 @@ impl<S: Storage> FlusherCore<S> {
             retry_wait: SEGMENT_RETRY_FIRST,
             rotate_pending: false,
             resume_seq: report.next_seq,
+            durable_bytes,
         };
         queue.clear_shutdown();
         if writable {
@@ -658,10 +671,13 @@ impl<S: Storage> FlusherCore<S> {
 
     fn sync(&mut self) -> io::Result<()> {
         let start = Instant::now();
-        let result = self.active.as_mut().unwrap().sync();
+        let a = self.active.as_mut().unwrap();
+        let newly = record_bytes(a.write_offset) - record_bytes(a.durable_offset);
+        let result = a.sync();
         let us = start.elapsed().as_micros() as u64;
         self.queue.stats.record_fsync(us);
         if result.is_ok() {
+            self.durable_bytes += newly;
             self.unsynced_since = None;
             self.publish();
         }
@@ -674,6 +690,7 @@ impl<S: Storage> FlusherCore<S> {
             segment_id: a.header.segment_id,
             offset: a.durable_offset,
             next_seq: a.next_seq(),
+            bytes: self.durable_bytes,
         });
     }
 

@@ -323,6 +323,12 @@ pub struct Watermark {
     pub offset: u64,
     /// Sequence number the next record will get; all below are durable.
     pub next_seq: u64,
+    /// Record bytes (record headers and payloads) made durable so far: what
+    /// recovery found in the segments at the daemon's start plus what every
+    /// fdatasync since has covered. A running position, never reset while
+    /// the process lives; the drain keeps the same count of the bytes it has
+    /// confirmed, and the difference is `spillway_pending_bytes`.
+    pub bytes: u64,
 }
 
 impl Watermark {

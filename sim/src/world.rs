@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,7 +22,7 @@ use spillway_actors::{
 use spillway_protocol::{BatchRecords, NackReason};
 use spillway_wab::checkpoint::{checkpoint_path, parse};
 use spillway_wab::deadletter::DeadLetterStore;
-use spillway_wab::format::{classify, open_name, FileKind};
+use spillway_wab::format::{classify, open_name, FileKind, RECORD_HEADER_LEN};
 use spillway_wab::{open_shard, read_shard, shard_dir, Opened, RecordMeta, SegmentReader};
 
 use crate::rng::Rng;
@@ -129,6 +130,7 @@ struct Node {
     sealer: SealerCore<SimStorage>,
     inbox: Receiver<SealerMsg<SimFile>>,
     drain: DrainCore<SimStorage>,
+    drain_stats: Arc<DrainStats>,
     group: Vec<AppendBatch>,
 }
 
@@ -394,6 +396,7 @@ impl World {
         )?;
         let store = DeadLetterStore::open(self.storage.clone(), &self.data.join("dead-letter"))?;
         *self.dead_letters.lock().unwrap() = store;
+        let drain_stats = Arc::new(DrainStats::default());
         let drain = DrainCore::new(
             self.storage.clone(),
             DrainConfig {
@@ -403,7 +406,7 @@ impl World {
             queue.clone(),
             self.slot.clone(),
             self.dead_letters.clone(),
-            Arc::new(DrainStats::default()),
+            drain_stats.clone(),
             self.clock.clone(),
             self.rng.next_u64(),
         )?;
@@ -414,6 +417,7 @@ impl World {
             sealer: parts.sealer,
             inbox: parts.sealer_inbox,
             drain,
+            drain_stats,
             group: Vec::new(),
         })
     }
@@ -494,9 +498,7 @@ impl World {
     /// disk, delivered or dead-lettered; a Buffered one that is none of
     /// these was lost in the crash; the budget is the bytes on disk.
     fn after_start(&mut self) -> Check {
-        self.script
-            .starts
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.script.starts.fetch_add(1, Ordering::Relaxed);
         let layout = if std::env::var_os("SPILLWAY_SIM_VERBOSE").is_some() {
             self.layout()
         } else {
@@ -736,7 +738,51 @@ impl World {
         }
         self.check_durable_acks()?;
         self.check_removed()?;
-        self.check_checkpoint()
+        self.check_checkpoint()?;
+        self.check_pending_bytes()
+    }
+
+    /// `spillway_pending_bytes` (the flusher's durable record bytes less
+    /// the drain's confirmed ones) is at least the record bytes of the
+    /// acknowledged Sync/Batched records not yet settled, and at most the
+    /// bytes the budget holds.
+    fn check_pending_bytes(&self) -> Check {
+        let Some(node) = self.node.as_ref() else {
+            return Ok(());
+        };
+        let confirmed_bytes = node.drain_stats.confirmed_bytes.load(Ordering::Relaxed);
+        let wm = node.queue.durable();
+        let gauge = wm.bytes.saturating_sub(confirmed_bytes);
+        // Records the sink took (or the dead-letter store holds) may be
+        // gone from disk above a checkpoint a power cut rolled back.
+        // The dead letters are read only if the bound fails without them.
+        let unsettled = |dead: Option<&BTreeSet<(u64, Vec<u8>)>>| {
+            let log = self.script.log.lock().unwrap();
+            let taken = |seq: u64, payload: &Vec<u8>| {
+                let mut same = log
+                    .committed
+                    .range((seq, Vec::new())..(seq + 1, Vec::new()));
+                same.any(|(_, p)| p == payload)
+                    || dead.is_some_and(|d| d.contains(&(seq, payload.clone())))
+            };
+            self.acked
+                .range(node.drain.confirmed()..wm.next_seq)
+                .filter(|(seq, a)| a.tier != TIER_BUFFERED && !taken(**seq, &a.payload))
+                .map(|(_, a)| (RECORD_HEADER_LEN + a.payload.len()) as u64)
+                .sum::<u64>()
+        };
+        let mut at_least = unsettled(None);
+        if gauge < at_least {
+            at_least = unsettled(Some(&self.dead_lettered()?));
+        }
+        let held = node.budget.used();
+        if gauge < at_least || gauge > held {
+            return Err(format!(
+                "pending bytes read {gauge} (durable {} - confirmed {confirmed_bytes}); the unconfirmed acknowledged Sync/Batched records alone take {at_least}, the budget holds {held}",
+                wm.bytes
+            ));
+        }
+        Ok(())
     }
 
     fn push(&mut self) -> Check {

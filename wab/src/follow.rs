@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::format::{classify, open_name, sealed_name, FileKind};
+use crate::format::{classify, open_name, record_bytes, sealed_name, FileKind};
 use crate::reader::{End, Opened, SegmentReader, StoredRecord};
 use crate::storage::Storage;
 
@@ -71,6 +71,9 @@ pub struct ShardFollower<S: Storage> {
     next_seq: u64,
     /// Segments read to their end, oldest first, until the caller removes them.
     finished: VecDeque<FinishedSegment>,
+    /// Record bytes of the segments read to their end so far (see
+    /// [`Self::passed_bytes`]).
+    finished_bytes: u64,
 }
 
 impl<S: Storage> ShardFollower<S> {
@@ -85,6 +88,7 @@ impl<S: Storage> ShardFollower<S> {
             last_done: None,
             next_seq,
             finished: VecDeque::new(),
+            finished_bytes: 0,
         }
     }
 
@@ -142,6 +146,7 @@ impl<S: Storage> ShardFollower<S> {
                         None if reader.count() == 0 && reader.gaps().is_empty() => 0,
                         None => reader.offset(),
                     };
+                    self.finished_bytes += record_bytes(reader.offset());
                     self.finished.push_back(FinishedSegment {
                         segment_id: id,
                         end_seq,
@@ -156,6 +161,17 @@ impl<S: Storage> ShardFollower<S> {
                 None => return Ok(None),
             }
         }
+    }
+
+    /// Record bytes (frames, GAP frames included) this follower has moved
+    /// past: those it returned and those it skipped below its first
+    /// sequence number, over every segment it has read.
+    pub fn passed_bytes(&self) -> u64 {
+        let current = self
+            .reader
+            .as_ref()
+            .map_or(0, |(_, r)| record_bytes(r.offset()));
+        self.finished_bytes + current
     }
 
     /// No record below this will be returned (any more).

@@ -131,6 +131,12 @@ pub fn record_crc(meta: u64, payload: &[u8]) -> u32 {
     h.finalize()
 }
 
+/// Bytes of record frames (headers and payloads, GAP frames included)
+/// before `offset` in a segment file: everything past the segment header.
+pub fn record_bytes(offset: u64) -> u64 {
+    offset.saturating_sub(SEGMENT_HEADER_LEN as u64)
+}
+
 /// Encode a record header (the payload follows it on disk).
 pub fn encode_record_header(len: u32, crc: u32, meta: u64) -> [u8; RECORD_HEADER_LEN] {
     debug_assert!(len > 0 && len <= RECORD_BYTES_MAX);

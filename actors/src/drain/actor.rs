@@ -186,7 +186,14 @@ pub struct DrainCore<S: Storage> {
     /// What linger, the checkpoint's throttle and the retry backoff read.
     pub(super) clock: Clock,
     /// Reads the shard's durable records in order, across segments.
-    follower: ShardFollower<S>,
+    pub(super) follower: ShardFollower<S>,
+    /// Added to the follower's passed bytes to give the confirmed bytes on
+    /// the flusher's running count ([`Watermark::bytes`]): 0 at the
+    /// daemon's start (both count from the oldest segment), set again
+    /// whenever the drain has confirmed everything durable, which also
+    /// corrects any drift (damaged bytes no record is read from, a drain
+    /// restarted without its flusher).
+    pub(super) bytes_base: u64,
     /// Every record below this is confirmed (by the sink or the dead-letter store).
     pub(super) confirmed: u64,
     /// What the checkpoint file on disk says (<= `confirmed`).
@@ -237,6 +244,7 @@ impl<S: Storage> DrainCore<S> {
             persisted: confirmed,
             pending: VecDeque::new(),
             pending_bytes: 0,
+            bytes_base: 0,
             pending_since: None,
             retry: RetryState::default(),
             rng: rng_seed.max(1),
@@ -326,6 +334,7 @@ impl<S: Storage> DrainCore<S> {
     /// Read durable records until the batch limits are reached.
     fn fill(&mut self, wm: Watermark) -> io::Result<()> {
         let (max_records, max_bytes) = self.host.batch_limits();
+        let mut at_tail = false;
         while self.pending.len() < max_records && self.pending_bytes < max_bytes {
             let queue = &self.queue;
             let next = self
@@ -339,8 +348,16 @@ impl<S: Storage> DrainCore<S> {
                     self.pending_bytes += rec.payload.len();
                     self.pending.push_back(rec);
                 }
-                None => break,
+                None => {
+                    at_tail = true;
+                    break;
+                }
             }
+        }
+        if at_tail && self.pending.is_empty() {
+            // Everything durable is read and confirmed: nothing is pending,
+            // whatever the counts said.
+            self.bytes_base = wm.bytes.wrapping_sub(self.follower.passed_bytes());
         }
         if self.pending.is_empty() && self.follower.next_seq() > self.confirmed {
             // The follower passed numbers no record will ever be read at
@@ -350,7 +367,7 @@ impl<S: Storage> DrainCore<S> {
             // record to be delivered.
             self.confirm(self.follower.next_seq());
         }
-        self.publish_oldest();
+        self.publish_backlog();
         Ok(())
     }
 

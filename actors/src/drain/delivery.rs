@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use sink_sdk::{Batch, Outcome, Record, RecordOutcome};
 use spillway_wab::deadletter::DeadLetter;
-use spillway_wab::format::now_unix_us;
+use spillway_wab::format::{now_unix_us, RECORD_HEADER_LEN};
 use spillway_wab::Storage;
 
 use super::actor::DrainCore;
@@ -152,16 +152,26 @@ impl<S: Storage> DrainCore<S> {
             let r = self.pending.pop_front().unwrap();
             self.pending_bytes -= r.payload.len();
         }
-        self.publish_oldest();
+        self.publish_backlog();
         Ok(())
     }
 
-    /// Publish the arrival time of the oldest record still pending.
-    pub(super) fn publish_oldest(&self) {
+    /// Publish the arrival time of the oldest record still pending and the
+    /// running count of confirmed record bytes: every byte the follower has
+    /// passed, less the frames still pending (read, not yet confirmed).
+    pub(super) fn publish_backlog(&self) {
         let us = self.pending.front().map_or(0, |r| r.meta.arrival_unix_us);
         self.stats
             .oldest_pending_arrival_us
             .store(us, Ordering::Relaxed);
+        let unconfirmed = (self.pending_bytes + self.pending.len() * RECORD_HEADER_LEN) as u64;
+        let confirmed = self
+            .bytes_base
+            .wrapping_add(self.follower.passed_bytes())
+            .wrapping_sub(unconfirmed);
+        self.stats
+            .confirmed_bytes
+            .store(confirmed, Ordering::Relaxed);
     }
 
     /// Append the rejected records (indices into `pending`) to the

@@ -57,6 +57,10 @@ pub struct DrainStats {
     /// confirmed by the sink, as far as the drain has read; 0 when it holds
     /// none.
     pub oldest_pending_arrival_us: AtomicU64,
+    /// Record bytes confirmed, on the flusher's running count of durable
+    /// record bytes ([`crate::Watermark::bytes`]): the difference is what is
+    /// pending.
+    pub confirmed_bytes: AtomicU64,
     /// How long each batch offered to the sink took (µs), whatever its
     /// outcome.
     pub sink_request_us: Histogram<SinkMicros>,

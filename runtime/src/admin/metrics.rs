@@ -155,7 +155,7 @@ fn global_counters() -> [Counter<GlobalGet>; 13] {
             key: "wab_bytes_used",
             metric: "spillway_wab_bytes",
             kind: "gauge",
-            help: "Bytes of segments on disk counted against wab.wab_bytes_max; falls when a delivered segment is deleted (spillway_pending_records says what is undelivered).",
+            help: "Bytes of segments on disk counted against wab.wab_bytes_max; falls when a delivered segment is deleted (spillway_pending_bytes and spillway_pending_records say what is undelivered).",
             get: |s| s.wab.used(),
         },
         Counter {
@@ -168,7 +168,7 @@ fn global_counters() -> [Counter<GlobalGet>; 13] {
     ]
 }
 
-fn shard_counters() -> [Counter<ShardGet>; 25] {
+fn shard_counters() -> [Counter<ShardGet>; 26] {
     [
         Counter {
             key: "pending_records",
@@ -176,6 +176,17 @@ fn shard_counters() -> [Counter<ShardGet>; 25] {
             kind: "gauge",
             help: "Records acknowledged durably (fsynced) and not yet confirmed by the sink (delivered or dead-lettered).",
             get: |q, d| q.durable().next_seq.saturating_sub(load(&d.checkpoint)),
+        },
+        Counter {
+            key: "pending_bytes",
+            metric: "spillway_pending_bytes",
+            kind: "gauge",
+            help: "Bytes of the pending records in the WAB (record headers and payloads): acknowledged durably, not yet confirmed by the sink.",
+            get: |q, d| {
+                // The drain's count first: it never passes the flusher's.
+                let confirmed = load(&d.confirmed_bytes);
+                q.durable().bytes.saturating_sub(confirmed)
+            },
         },
         Counter {
             key: "oldest_pending_age_seconds",
@@ -588,6 +599,34 @@ fn histograms(
     Ok(())
 }
 
+impl Sources {
+    /// A shard's segment files by state, read from its folder.
+    fn segment_counts(&self, shard: u32) -> [(&'static str, u64); 4] {
+        let Some(data_dir) = self.dead_letter_dir.parent() else {
+            return [("open", 0), ("sealed", 0), ("spare", 0), ("quarantined", 0)];
+        };
+        let dir = spillway_wab::shard_dir(data_dir, shard);
+        let segs = super::segments::segments(&dir).unwrap_or_default();
+        let count = |f: &dyn Fn(&super::segments::Segment) -> bool| {
+            segs.iter().filter(|s| f(s)).count() as u64
+        };
+        let quarantined = std::fs::read_dir(dir.join(spillway_wab::QUARANTINE_DIR))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| !e.file_name().to_string_lossy().ends_with(".reason"))
+                    .count() as u64
+            })
+            .unwrap_or(0);
+        [
+            ("open", count(&|s| !s.sealed && s.first_seq.is_some())),
+            ("sealed", count(&|s| s.sealed)),
+            ("spare", count(&|s| !s.sealed && s.first_seq.is_none())),
+            ("quarantined", quarantined),
+        ]
+    }
+}
+
 /// Bytes of the dead-letter store's files.
 fn dir_bytes(dir: &std::path::Path) -> u64 {
     std::fs::read_dir(dir)
@@ -676,6 +715,18 @@ impl Collector for Sources {
             "counter",
             "Sink failures by kind: transient (a batch to retry: 5xx, timeout, refused connection), rejected (records dead-lettered), instance (the sink could not be created or panicked).",
             errors,
+        )?;
+        let segments = self.shards.iter().flat_map(|q| {
+            let counts = self.segment_counts(q.shard);
+            let shard = q.shard.to_string();
+            counts.map(|(state, n)| ([("shard", shard.clone()), ("state", state.to_string())], n))
+        });
+        family(
+            &mut encoder,
+            "spillway_segments",
+            "gauge",
+            "Segment files by state: open (written now, or abandoned after an I/O error and waiting for delivery), sealed (complete, waiting for delivery), spare (preallocated, no record yet), quarantined (moved to quarantine/ by recovery; see its .reason files).",
+            segments,
         )?;
         histograms(
             &mut encoder,
