@@ -318,9 +318,11 @@ impl Supervisor {
             return;
         }
         let shard = slot.queue.shard;
+        let sink = self.sink.description();
         if slot.drain_dead_since.is_none() {
             tracing::error!(
                 shard,
+                sink,
                 "drain died; delivery of this shard pauses until it restarts"
             );
             slot.drain_dead_since = Some(now);
@@ -332,6 +334,7 @@ impl Supervisor {
             Some(false) => {
                 tracing::error!(
                     shard,
+                    sink,
                     restarts = RESTARTS_MAX,
                     "drain keeps failing; delivery of this shard stays stopped (records are kept)"
                 );
@@ -346,12 +349,12 @@ impl Supervisor {
                 );
                 match started {
                     Ok(addr) => {
-                        tracing::warn!(shard, "restarted drain");
+                        tracing::warn!(shard, sink, "restarted drain");
                         slot.drain = Some(addr);
                         slot.drain_dead_since = None;
                     }
                     Err(e) => {
-                        tracing::error!(shard, error = %e, "restarting drain failed; will retry")
+                        tracing::error!(shard, sink, error = %e, "restarting drain failed; will retry")
                     }
                 }
             }

@@ -50,6 +50,8 @@ pub struct Drain {
     shard: u32,
     stop: Arc<AtomicBool>,
     queue: Arc<ShardQueue>,
+    /// For the `sink` field of the actor's own log lines.
+    slot: Arc<SinkSlot>,
     thread: Option<JoinHandle<()>>,
     pub stats: Arc<DrainStats>,
 }
@@ -82,7 +84,7 @@ impl Drain {
             storage,
             cfg,
             queue.clone(),
-            slot,
+            slot.clone(),
             dead_letters,
             stats.clone(),
             Clock::system(),
@@ -96,6 +98,7 @@ impl Drain {
             shard,
             stop,
             queue,
+            slot,
             thread: Some(thread),
             stats,
         })
@@ -117,7 +120,7 @@ impl Drain {
         if t.is_finished() {
             let _ = t.join();
         } else {
-            tracing::warn!(shard = self.shard, timeout_ms = timeout.as_millis() as u64, "sink batch still in flight at shutdown; abandoning it (it is delivered again after restart)");
+            tracing::warn!(shard = self.shard, sink = %self.slot.description(), timeout_ms = timeout.as_millis() as u64, "sink batch still in flight at shutdown; abandoning it (it is delivered again after restart)");
         }
     }
 }
@@ -131,6 +134,7 @@ impl Actor for Drain {
             if dead && !act.stop.load(Ordering::Acquire) {
                 tracing::error!(
                     shard = act.shard,
+                    sink = %act.slot.description(),
                     "drain thread died; stopping it for the supervisor"
                 );
                 ctx.stop();

@@ -56,6 +56,11 @@ impl SinkSlot {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// The configured sink's description (the `sink` field of log lines).
+    pub fn description(&self) -> String {
+        self.inner.lock().unwrap().2.clone()
+    }
+
     pub fn current(&self) -> (SinkMaker, DrainSettings, String) {
         self.inner.lock().unwrap().clone()
     }

@@ -9,6 +9,7 @@ use sink_sdk::abi::HostApi;
 use sink_sdk::Sink;
 
 use super::instance::PluginInstance;
+use super::log::ShardScope;
 use super::library;
 use crate::SinkFactory;
 
@@ -85,22 +86,33 @@ impl PluginFactory {
 
     /// A new instance, as its concrete type.
     pub fn instance(&self) -> Result<PluginInstance, String> {
-        self.instance_verbatim()
+        self.instance_for(None)
+    }
+
+    /// A new instance for `shard`: what the plugin logs while creating it
+    /// and in its later calls carries the shard's number.
+    fn instance_for(&self, shard: Option<u32>) -> Result<PluginInstance, String> {
+        self.create_verbatim(shard)
             .map_err(|e| format!("plugin {}: {e}", self.plugin.name()))
     }
 
     /// A new instance; the error is the plugin's `create` error as it wrote
     /// it (`options.<key>: ...` by convention).
     pub(crate) fn instance_verbatim(&self) -> Result<PluginInstance, String> {
+        self.create_verbatim(None)
+    }
+
+    fn create_verbatim(&self, shard: Option<u32>) -> Result<PluginInstance, String> {
+        let _scope = ShardScope::enter(shard);
         self.plugin
             .create(&self.options_toml, Some(self.host))
-            .map(PluginInstance::new)
+            .map(|inner| PluginInstance::new(inner, shard))
     }
 }
 
 impl SinkFactory for PluginFactory {
-    fn create(&self, _shard: u32) -> Result<Box<dyn Sink>, String> {
-        Ok(Box::new(self.instance()?))
+    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, String> {
+        Ok(Box::new(self.instance_for(Some(shard))?))
     }
 
     fn describe(&self) -> String {

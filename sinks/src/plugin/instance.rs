@@ -4,16 +4,21 @@
 use sink_sdk::abi::host::Instance;
 use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
+use super::log::ShardScope;
+
 /// One instance of a sink plugin; calls through the plugin's vtable and
 /// destroys the plugin-side instance when dropped.
 #[derive(Debug)]
 pub struct PluginInstance {
     inner: Instance,
+    /// The shard it delivers for (`None`: made by `check`): the `shard`
+    /// field of what the plugin logs during its calls.
+    shard: Option<u32>,
 }
 
 impl PluginInstance {
-    pub(crate) fn new(inner: Instance) -> PluginInstance {
-        PluginInstance { inner }
+    pub(crate) fn new(inner: Instance, shard: Option<u32>) -> PluginInstance {
+        PluginInstance { inner, shard }
     }
 }
 
@@ -32,6 +37,7 @@ impl Sink for PluginInstance {
     /// freed first. The drain catches the panic, offers the batch again and
     /// replaces this instance, which is what such a failure needs.
     fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
+        let _scope = ShardScope::enter(self.shard);
         match self.inner.deliver(batch) {
             Ok(outcome) => outcome,
             Err(failure) => panic!("sink plugin {} failed: {failure}", self.name()),
@@ -39,6 +45,7 @@ impl Sink for PluginInstance {
     }
 
     fn health_check(&mut self) -> Health {
+        let _scope = ShardScope::enter(self.shard);
         self.inner.health_check()
     }
 }

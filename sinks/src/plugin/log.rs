@@ -1,6 +1,8 @@
 //! The [`HostApi`] given to plugins: their log lines become `tracing`
-//! events carrying the plugin's name.
+//! events carrying the plugin's name, and the shard's number when the
+//! plugin logs from a call the shard's drain made ([`ShardScope`]).
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -8,6 +10,26 @@ use sink_sdk::abi::{HostApi, Level, ABI_VERSION};
 
 /// Longest log line taken from a plugin, in bytes; the rest is cut.
 const LOG_LINE_BYTES_MAX: usize = 16 * 1024;
+
+thread_local! {
+    /// The shard whose sink instance this thread is calling into, if any.
+    static SHARD: Cell<Option<u32>> = const { Cell::new(None) };
+}
+
+/// While alive, the plugin's log lines from this thread carry `shard`.
+pub(crate) struct ShardScope(Option<u32>);
+
+impl ShardScope {
+    pub(crate) fn enter(shard: Option<u32>) -> ShardScope {
+        ShardScope(SHARD.replace(shard))
+    }
+}
+
+impl Drop for ShardScope {
+    fn drop(&mut self) {
+        SHARD.set(self.0);
+    }
+}
 
 /// What `HostApi::ctx` points to.
 struct LogContext {
@@ -58,12 +80,23 @@ unsafe extern "C" fn log(
         let plugin = unsafe { &(*(ctx as *const LogContext)).plugin };
         let module = unsafe { text(target, target_len, 256) };
         let msg = unsafe { text(msg, msg_len, LOG_LINE_BYTES_MAX) };
+        let shard = SHARD.get();
+        macro_rules! emit {
+            ($level:ident) => {
+                match shard {
+                    Some(shard) => {
+                        tracing::$level!(shard, plugin = %plugin, module = %module, "{msg}")
+                    }
+                    None => tracing::$level!(plugin = %plugin, module = %module, "{msg}"),
+                }
+            };
+        }
         match Level::from_u8(level) {
-            Level::Error => tracing::error!(plugin = %plugin, module = %module, "{msg}"),
-            Level::Warn => tracing::warn!(plugin = %plugin, module = %module, "{msg}"),
-            Level::Info => tracing::info!(plugin = %plugin, module = %module, "{msg}"),
-            Level::Debug => tracing::debug!(plugin = %plugin, module = %module, "{msg}"),
-            Level::Trace => tracing::trace!(plugin = %plugin, module = %module, "{msg}"),
+            Level::Error => emit!(error),
+            Level::Warn => emit!(warn),
+            Level::Info => emit!(info),
+            Level::Debug => emit!(debug),
+            Level::Trace => emit!(trace),
         }
     }));
 }

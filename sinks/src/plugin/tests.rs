@@ -511,7 +511,7 @@ impl tracing::Subscriber for Capture {
 }
 
 #[test]
-fn plugin_log_lines_become_tracing_events_with_the_plugin_name() {
+fn plugin_log_lines_become_tracing_events_with_the_plugin_name_and_shard() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.ndjson");
     let capture = Capture::default();
@@ -539,6 +539,8 @@ fn plugin_log_lines_become_tracing_events_with_the_plugin_name() {
         rotated.contains("module=spillway_plugin_file::output "),
         "{rotated}"
     );
+    // Logged during a call the shard's instance got: the shard is named.
+    assert!(rotated.contains("shard=0 "), "{rotated}");
     assert!(
         lines
             .iter()
@@ -553,6 +555,7 @@ fn plugin_log_lines_become_tracing_events_with_the_plugin_name() {
         .unwrap_or_else(|| panic!("no panic line in {lines:#?}"));
     assert!(panic.starts_with("ERROR "), "{panic}");
     assert!(panic.contains("plugin=spillway-plugin-file "), "{panic}");
+    assert!(panic.contains("shard=0 "), "{panic}");
     assert!(panic.contains("src/sink.rs:"), "{panic}");
     assert!(
         panic.contains("panic_on_batch = 3: panicking in deliver call 3 as asked"),
