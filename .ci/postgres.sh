@@ -3,6 +3,8 @@
 # tests, installing Debian's `postgresql` package if it is missing. Prints
 # the connection string; the caller exports it as SPILLWAY_TEST_PG.
 # The server listens only on a Unix socket in a temp folder, trust auth.
+# `.ci/postgres.sh stop` stops that server and removes its folder (the test
+# helpers that start it run this when their test binary exits).
 set -euo pipefail
 
 PG_PORT="${PG_PORT:-54329}"
@@ -13,13 +15,6 @@ find_bin() {
 }
 
 BIN="$(find_bin || true)"
-if [ -z "$BIN" ] || [ ! -x "$BIN/postgres" ]; then
-    echo "installing postgresql (Debian package)" >&2
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >&2
-    apt-get install -y -qq postgresql >&2
-    BIN="$(find_bin)"
-fi
 
 as_pg() {
     if [ "$(id -u)" = "0" ]; then
@@ -28,6 +23,22 @@ as_pg() {
         "$@"
     fi
 }
+
+if [ "${1:-}" = "stop" ]; then
+    if [ -n "$BIN" ] && [ -f "$PG_ROOT/data/postmaster.pid" ]; then
+        as_pg "$BIN/pg_ctl" -D "$PG_ROOT/data" -m fast stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$PG_ROOT"
+    exit 0
+fi
+
+if [ -z "$BIN" ] || [ ! -x "$BIN/postgres" ]; then
+    echo "installing postgresql (Debian package)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq postgresql >&2
+    BIN="$(find_bin)"
+fi
 
 if [ -f "$PG_ROOT/data/postmaster.pid" ]; then
     as_pg "$BIN/pg_ctl" -D "$PG_ROOT/data" -m immediate stop >&2 || true

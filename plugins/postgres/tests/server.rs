@@ -70,13 +70,27 @@ fn server() -> Option<&'static str> {
     }
 }
 
-/// Run `.ci/postgres.sh`, which prints the conninfo of the server it started.
+fn postgres_script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/postgres.sh")
+}
+
+/// Run `.ci/postgres.sh`, which prints the conninfo of the server it
+/// started; the server is stopped when this test binary exits.
 fn start_private_server() -> Result<String, String> {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/postgres.sh");
+    let script = postgres_script();
     let out = std::process::Command::new("bash")
         .arg(&script)
         .output()
         .map_err(|e| format!("running {}: {e}", script.display()))?;
+    extern "C" fn stop_at_exit() {
+        let _ = std::process::Command::new("bash")
+            .arg(postgres_script())
+            .arg("stop")
+            .status();
+    }
+    // SAFETY: registers a plain function, run once by exit(3); libtest
+    // ends the process with exit whether the tests passed or not.
+    unsafe { libc::atexit(stop_at_exit) };
     if !out.status.success() {
         return Err(format!(
             "{} failed: {}",

@@ -279,7 +279,8 @@ pub fn psql(conninfo: &str, sql: &str) -> Result<Vec<String>, String> {
 }
 
 /// The conninfo of a PostgreSQL server: `SPILLWAY_TEST_PG` (which must then
-/// work), else one started by `.ci/postgres.sh`. `None` after printing
+/// work), else one started by `.ci/postgres.sh` (and stopped when the test
+/// binary exits). `None` after printing
 /// `SKIPPED: ...` to stderr when no server could be started.
 pub fn pg_server() -> Option<String> {
     static FOUND: OnceLock<Result<String, String>> = OnceLock::new();
@@ -295,6 +296,15 @@ pub fn pg_server() -> Option<String> {
             .arg(&script)
             .output()
             .map_err(|e| format!("running `bash {}`: {e}", script.display()))?;
+        extern "C" fn stop_at_exit() {
+            let _ = Command::new("bash")
+                .arg(workspace_root().join(".ci/postgres.sh"))
+                .arg("stop")
+                .status();
+        }
+        // SAFETY: registers a plain function, run once by exit(3); libtest
+        // ends the process with exit whether the tests passed or not.
+        unsafe { libc::atexit(stop_at_exit) };
         if !out.status.success() {
             return Err(format!(
                 "{} exited with {}: {}",
