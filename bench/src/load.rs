@@ -211,16 +211,19 @@ pub fn serial_batch_of(
 }
 
 /// A pipeline kept between `window - refill` and `window` requests deep;
-/// remembers when each request was queued.
-struct Window<'a> {
+/// remembers when each request was queued. Each request is a Push of
+/// `records[0]`, or with `batch` a PushBatch of all of `records`.
+struct Window<'a, 'r> {
     pipe: Pipeline<'a>,
     queued_at: VecDeque<Instant>,
     tier: Tier,
+    records: &'r [&'r [u8]],
+    batch: bool,
     window: usize,
     refill: usize,
 }
 
-impl Window<'_> {
+impl Window<'_, '_> {
     /// Tops the window up in one write once `refill` slots are free.
     fn top_up(&mut self) -> Result<(), LoadError> {
         if self.pipe.outstanding() + self.refill > self.window {
@@ -228,9 +231,12 @@ impl Window<'_> {
         }
         while self.pipe.outstanding() < self.window {
             self.queued_at.push_back(Instant::now());
-            self.pipe
-                .push(self.tier, PAYLOAD)
-                .map_err(|e| e.to_string())?;
+            let queued = if self.batch {
+                self.pipe.push_batch(self.tier, self.records)
+            } else {
+                self.pipe.push(self.tier, self.records[0])
+            };
+            queued.map_err(|e| e.to_string())?;
         }
         Ok(self.pipe.flush().map_err(|e| e.to_string())?)
     }
@@ -253,19 +259,47 @@ impl Window<'_> {
     }
 }
 
-/// One connection, Pushes pipelined `window` deep (refilled in 1/16ths).
+/// One connection, Pushes of [`PAYLOAD`] pipelined `window` deep
+/// (refilled in 1/16ths).
 pub fn pipelined_push(
     socket: &Path,
     tier: Tier,
     window: usize,
     plan: Plan,
 ) -> Result<Sample, LoadError> {
+    pipelined_of(socket, tier, (&[PAYLOAD], false), window, plan)
+}
+
+/// One connection, PushBatches of `n` × `payload` pipelined `window` deep.
+pub fn pipelined_batch_of(
+    socket: &Path,
+    tier: Tier,
+    payload: &[u8],
+    n: usize,
+    window: usize,
+    plan: Plan,
+) -> Result<Sample, LoadError> {
+    pipelined_of(socket, tier, (&vec![payload; n], true), window, plan)
+}
+
+/// The records of each request, and whether it is a PushBatch (else a
+/// Push of the first).
+fn pipelined_of(
+    socket: &Path,
+    tier: Tier,
+    (records, batch): (&[&[u8]], bool),
+    window: usize,
+    plan: Plan,
+) -> Result<Sample, LoadError> {
     let mut client = connect(socket)?;
     let pipe = client.pipeline(window);
+    let per_request = if batch { records.len() as u64 } else { 1 };
     let mut w = Window {
         pipe,
         queued_at: VecDeque::new(),
         tier,
+        records,
+        batch,
         window,
         refill: (window / 16).max(1),
     };
@@ -281,7 +315,7 @@ pub fn pipelined_push(
         match w.recv()? {
             Some(latency) => {
                 record(&mut sample.latency, latency);
-                sample.records += 1;
+                sample.records += per_request;
             }
             None => sample.nacks += 1,
         }

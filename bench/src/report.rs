@@ -237,8 +237,11 @@ fn sweep_notes(o: &ReportRow) -> Vec<String> {
     ) else {
         return Vec::new();
     };
+    let pipelined = f("pipelined_mib_per_s")
+        .map(|p| format!(", {} with 4 in flight", mib_text(p)))
+        .unwrap_or_default();
     vec![format!(
-        "PushBatch of {n:.0}: {}; serial {} rec/s, {}, p50 {} µs; batched/serial {ratio:.2}x",
+        "PushBatch of {n:.0}: {}{pipelined}; serial {} rec/s, {}, p50 {} µs; batched/serial {ratio:.2}x",
         mib_text(mib),
         thousands(serial),
         mib_text(serial_mib),

@@ -1,4 +1,4 @@
-//! `payload_sweep`: the same two Sync loads at six record sizes, from
+//! `payload_sweep`: the same three Sync loads at six record sizes, from
 //! weir's 5 bytes to 64 KiB, against the bench daemon. Small records
 //! measure per-record overhead (read against the fsync probe); large ones
 //! move bytes, so their MiB/s reads against the disk-bandwidth probe
@@ -7,9 +7,12 @@
 //! For each size: one connection pushing one Sync record at a time
 //! (serial), and one connection sending one Sync PushBatch at a time of
 //! up to 256 records and at most 1 MiB (so a 64 KiB batch is the probe's
-//! 1 MiB write). Each point has a fixed length of its own (it does not
-//! follow `--duration`: twelve points at 3 s would double the bench's
-//! run time), and which load goes first alternates over repeats.
+//! 1 MiB write), and the same PushBatch with 4 in flight on one pipelined
+//! connection (a producer streaming bytes: one batch crosses the socket
+//! while another is fsynced; the 64 KiB target reads this one). Each point
+//! has a fixed length of its own (it does not follow `--duration`:
+//! eighteen points at 3 s would double the bench's run time), and the
+//! order of the loads alternates over repeats.
 
 use std::time::Duration;
 
@@ -28,6 +31,9 @@ pub const SIZES: [usize; 6] = [5, 64, 512, 4096, 32 * 1024, 64 * 1024];
 const BATCH_RECORDS_MAX: usize = 256;
 /// ... and at most this many bytes of payload.
 const BATCH_BYTES_MAX: usize = MIB as usize;
+/// PushBatches in flight on the pipelined load: while one is fsynced the
+/// next crosses the socket.
+const PIPELINE_WINDOW: usize = 4;
 /// Measurement time of each point (`--quick`).
 const POINT: Duration = Duration::from_secs(1);
 const POINT_QUICK: Duration = Duration::from_millis(200);
@@ -80,12 +86,17 @@ pub fn payload_sweep(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
         };
         let serial = || load::serial_push_of(ctx.socket, Tier::Sync, &record, plan(1));
         let batch = || load::serial_batch_of(ctx.socket, Tier::Sync, &record, n, plan(n));
-        let (serial, batch) = if ctx.round.is_multiple_of(2) {
+        let pipelined = || {
+            load::pipelined_batch_of(ctx.socket, Tier::Sync, &record, n, PIPELINE_WINDOW, plan(n))
+        };
+        let (serial, batch, pipelined) = if ctx.round.is_multiple_of(2) {
             let s = serial()?;
-            (s, batch()?)
-        } else {
             let b = batch()?;
-            (serial()?, b)
+            (s, b, pipelined()?)
+        } else {
+            let p = pipelined()?;
+            let b = batch()?;
+            (serial()?, b, p)
         };
         let mut row = batch.to_outcome(&format!("payload_sweep/{label}"));
         row.set("record_bytes", bytes as f64)
@@ -94,6 +105,7 @@ pub fn payload_sweep(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
             .set("serial_records_per_s", serial.rate())
             .set("serial_mib_per_s", mib_per_s(&serial, bytes))
             .set("batch_ratio", batch.rate() / serial.rate().max(1e-9))
+            .set("pipelined_mib_per_s", mib_per_s(&pipelined, bytes))
             .set_latency("serial_", &serial.latency);
         rows.push(row);
     }
