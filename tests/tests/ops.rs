@@ -14,8 +14,10 @@
 //!    one outside it may not; an unknown group is refused at start.
 //! 4. `deploy/`: the example config passes `spillway check` and starts, the
 //!    unit carries the keys the docs promise (and `systemd-analyze verify`
-//!    accepts it where the tool exists), the Dockerfile builds and runs
-//!    what the unit runs.
+//!    accepts it where the tool exists), the Dockerfile runs what the unit
+//!    runs, and (as root) the daemon runs in its runtime stage's layout as
+//!    its unprivileged user: uid and gid 10001, a 0700 data folder, a 0710
+//!    socket folder.
 
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -842,8 +844,11 @@ fn systemd_analyze_verifies_the_unit() {
     );
 }
 
+/// What the Dockerfile says, checked against the unit, the example config
+/// and the repository (no Docker engine runs here to build it; the next
+/// test runs its runtime stage's layout).
 #[test]
-fn the_dockerfile_builds_the_daemon_and_runs_it_unprivileged() {
+fn the_dockerfile_runs_what_the_unit_runs_from_files_that_exist() {
     let path = deploy_file("Dockerfile");
     let text = read_text(&path);
     // Instructions with their continuation lines joined.
@@ -946,4 +951,114 @@ fn the_dockerfile_builds_the_daemon_and_runs_it_unprivileged() {
     }
     let ignore = read_text(&deploy_file("Dockerfile.dockerignore"));
     assert!(ignore.lines().any(|l| l.trim() == "target/"), "{ignore}");
+}
+
+/// The Dockerfile's runtime stage without Docker: the binary installed
+/// 0755, the example config with its paths moved under a scratch root, the data
+/// folder 0700 and the socket folder 0710 owned by 10001, and the daemon
+/// started as uid and gid 10001 with no other group. It must start, take
+/// a Sync record and stop cleanly on SIGTERM.
+#[test]
+fn the_container_layout_runs_the_daemon_as_its_unprivileged_user() {
+    if !require_root("run the daemon as uid 10001") {
+        return;
+    }
+    const ID: u32 = 10001;
+    let scratch = tempfile::tempdir().unwrap();
+    let root = scratch.path();
+    fs::set_permissions(root, fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = |rel: &str, mode: u32, owned: bool| {
+        let p = root.join(rel);
+        fs::create_dir_all(&p).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+        if owned {
+            std::os::unix::fs::chown(&p, Some(ID), Some(ID)).unwrap();
+        }
+        p
+    };
+    let bin = dir("usr/local/bin", 0o755, false).join("spillway");
+    fs::copy(spillway_bin(), &bin).unwrap();
+    fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
+    let data = dir("var/lib/spillway", 0o700, true);
+    let run = dir("run/spillway", 0o710, true);
+    let etc = dir("etc/spillway", 0o755, false);
+
+    let mut cfg = deploy_config();
+    let moved = |v: &str| {
+        let v = v
+            .replacen("/var/lib/spillway", &data.display().to_string(), 1)
+            .replacen("/run/spillway", &run.display().to_string(), 1);
+        toml::Value::String(v)
+    };
+    for (section, key) in [
+        ("server", "socket_path"),
+        ("server", "data_dir"),
+        ("admin", "socket_path"),
+    ] {
+        let moved = moved(deploy_str(&cfg, section, key));
+        cfg[section][key] = moved;
+    }
+    // The image's `spillway` group is the daemon's own gid, which this
+    // machine's group database does not list: left out, the socket gets
+    // the process's gid all the same.
+    cfg["server"].as_table_mut().unwrap().remove("socket_group");
+    cfg["server"]["shards"] = toml::Value::Integer(1);
+    let port = free_port();
+    cfg["admin"]["metrics_address"] = toml::Value::String(format!("127.0.0.1:{port}"));
+    let config = etc.join("spillway.toml");
+    fs::write(&config, toml::to_string(&cfg).unwrap()).unwrap();
+    let socket = PathBuf::from(cfg["server"]["socket_path"].as_str().unwrap());
+
+    let log = File::create(root.join("stderr.log")).unwrap();
+    let mut cmd = Command::new(&bin);
+    cmd.args(["run", "--config"])
+        .arg(&config)
+        .current_dir(&data)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    // SAFETY: between fork and exec, only raw system calls.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            let groups = [ID as libc::gid_t];
+            if libc::setgroups(1, groups.as_ptr()) != 0
+                || libc::setgid(ID) != 0
+                || libc::setuid(ID) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let log_text = || fs::read_to_string(root.join("stderr.log")).unwrap_or_default();
+    let answered = wait_until(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && http_get(port, "/health").starts_with("HTTP/1.1 200")
+    });
+    assert!(answered, "no /health answer; log:\n{}", log_text());
+    assert_eq!(mode_of(&socket), 0o660);
+    let meta = fs::metadata(&socket).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (ID, ID), "socket owner");
+    let mut client = spillway_client::Client::connect(&socket).unwrap();
+    client
+        .push(spillway_client::Tier::Sync, b"from the container layout")
+        .unwrap_or_else(|e| panic!("push: {e}; log:\n{}", log_text()));
+    drop(client);
+    let shard = data.join("wab").join("shard-000");
+    for entry in fs::read_dir(&shard).unwrap().flatten() {
+        let m = entry.metadata().unwrap();
+        assert_eq!(
+            m.uid(),
+            ID,
+            "{} is not the daemon's",
+            entry.path().display()
+        );
+    }
+    // SAFETY: our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = wait_timeout(&mut child, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("still running 15 s after SIGTERM; log:\n{}", log_text()));
+    assert!(status.success(), "{status}; log:\n{}", log_text());
 }
