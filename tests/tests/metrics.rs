@@ -317,20 +317,16 @@ fn pending_bytes_and_segment_states_follow_the_backlog_across_a_restart() {
     let want = (10 * (16 + 100)) as f64;
     settled("spillway_pending_bytes", want);
     assert_eq!(metric("spillway_pending_records"), 10.0);
-    let body = http_get(port, "/metrics");
-    assert_eq!(
-        value(&body, "spillway_segments", "shard=\"0\",state=\"open\""),
-        1.0,
-        "{body}"
-    );
-    assert_eq!(
+    let segments = |body: &str, state: &str| {
         value(
-            &body,
+            body,
             "spillway_segments",
-            "shard=\"0\",state=\"quarantined\""
-        ),
-        0.0
-    );
+            &format!("shard=\"0\",state=\"{state}\""),
+        )
+    };
+    let body = http_get(port, "/metrics");
+    assert_eq!(segments(&body, "open"), 1.0, "{body}");
+    assert_eq!(segments(&body, "quarantined"), 0.0, "{body}");
 
     // A file named like a sealed segment that is not one: recovery moves it
     // to quarantine/.
@@ -345,20 +341,8 @@ fn pending_bytes_and_segment_states_follow_the_backlog_across_a_restart() {
         value(&body, "spillway_pending_records", "shard=\"0\""),
         10.0
     );
-    assert_eq!(
-        value(&body, "spillway_segments", "shard=\"0\",state=\"sealed\""),
-        1.0,
-        "{body}"
-    );
-    assert_eq!(
-        value(
-            &body,
-            "spillway_segments",
-            "shard=\"0\",state=\"quarantined\""
-        ),
-        1.0,
-        "{body}"
-    );
+    assert_eq!(segments(&body, "sealed"), 1.0, "{body}");
+    assert_eq!(segments(&body, "quarantined"), 1.0, "{body}");
     assert_eq!(
         value(&body, "spillway_quarantined_files", "shard=\"0\""),
         1.0
