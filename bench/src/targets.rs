@@ -562,10 +562,12 @@ mod tests {
         let verdict = |sweep: f64| {
             let outcomes = vec![
                 outcome("disk_bandwidth", Kind::Probe, &[("mib_per_s", 400.0)]),
+                // One batch at a time would pass: the target reads the
+                // pipelined load.
                 outcome(
                     "payload_sweep/64KiB",
                     Kind::Scenario,
-                    &[("mib_per_s", sweep)],
+                    &[("mib_per_s", 400.0), ("pipelined_mib_per_s", sweep)],
                 ),
             ];
             let targets = evaluate(&outcomes);

@@ -249,6 +249,7 @@ fn quick_bench_writes_svg_charts_that_parse_and_carry_their_titles() {
         "payload_sweep/64KiB",
         "disk_bandwidth",
         "mib_per_s",
+        "with 4 in flight",
         "fsync p99 first/last 10%",
     ] {
         assert!(
@@ -260,7 +261,7 @@ fn quick_bench_writes_svg_charts_that_parse_and_carry_their_titles() {
     let target = run
         .stdout
         .lines()
-        .find(|l| l.contains("payload_sweep/64KiB PushBatch MiB/s >= 70%"))
+        .find(|l| l.contains("payload_sweep/64KiB PushBatch, 4 in flight, MiB/s >= 70%"))
         .unwrap_or_else(|| panic!("no 64KiB target in:\n{}", run.stdout));
     assert!(!target.starts_with("SKIP"), "{target}");
     let expected = [
