@@ -20,8 +20,8 @@ const TARGET: &str = "POST http://127.0.0.1:9/ingest";
 /// is the body.
 ///
 /// Checks the verdict against the table (2xx delivered; 1xx and 3xx
-/// transient with no wait; 408, 429 and 5xx transient; any other 4xx
-/// permanent, and so is 600..=999, which the table leaves out); a wait only on a transient verdict with a readable
+/// transient with no wait; 408, 429, 5xx and 600..=999 transient; any
+/// other 4xx permanent); a wait only on a transient verdict with a readable
 /// `Retry-After`, never past the cap, exactly `min(n s, cap)` for
 /// delay-seconds `n`; a reason that names the status and the target, has
 /// no line break, and quotes at most its share of the body.
@@ -53,7 +53,7 @@ pub fn http_response(data: &[u8]) {
     let verdict = response_verdict(status, &headers, body, now, TARGET, cap);
     let again = response_verdict(status, &headers, body, now, TARGET, cap);
     assert_eq!(verdict, again, "the same answer judged twice differently");
-    let transient_status = code == 408 || code == 429 || (500..600).contains(&code);
+    let transient_status = code == 408 || code == 429 || code >= 500;
     match &verdict {
         Verdict::Delivered => assert!(status.is_success(), "{code} delivered"),
         Verdict::Transient { after, reason } => {
@@ -68,9 +68,11 @@ pub fn http_response(data: &[u8]) {
             check_wait(*after, &headers, now, cap, transient_status);
         }
         Verdict::Permanent { reason } => {
-            // The table's "any other 4xx"; a status past 599 (no class in
-            // RFC 9110) is refused the same way.
-            assert!(code >= 400 && !transient_status, "{code} is permanent");
+            // The table's "any other 4xx".
+            assert!(
+                (400..500).contains(&code) && !transient_status,
+                "{code} is permanent"
+            );
             check_reason(code, reason, body, &headers);
         }
     }

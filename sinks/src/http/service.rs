@@ -7,6 +7,7 @@
 //! | network error, timeout             | transient                       |
 //! | 1xx, 3xx (redirects not followed)  | transient, with the reason      |
 //! | any other 4xx                      | permanent: records rejected     |
+//! | 600..=999 (no such status in HTTP) | transient, with the reason      |
 //!
 //! Every reason names the status (or the network error) and the target
 //! (`METHOD url`), so a dead letter or a log line says where it failed.
@@ -112,7 +113,12 @@ pub fn response_verdict(
     }
     let after = retry_after(headers, now).map(|after| after.min(retry_after_max));
     let quoted = &body[..body.len().min(REASON_BODY_BYTES_MAX)];
-    let reason = format!("{status_text}: {} ({target})", quote_body(quoted));
+    let unknown = if status.as_u16() >= 600 {
+        " (not a status HTTP defines)"
+    } else {
+        ""
+    };
+    let reason = format!("{status_text}{unknown}: {} ({target})", quote_body(quoted));
     if is_transient_status(status) {
         Verdict::Transient { after, reason }
     } else {
@@ -121,11 +127,15 @@ pub fn response_verdict(
 }
 
 /// 408 Request Timeout, 429 Too Many Requests and every 5xx are worth
-/// retrying; every other 4xx will fail the same way again.
+/// retrying; every other 4xx will fail the same way again. A status past
+/// 599 has no meaning in HTTP: a broken receiver or something in between
+/// answered, which says nothing against the records, so it is retried too
+/// (dead-lettering a batch for it would hand the operator records that
+/// were never refused).
 pub(crate) fn is_transient_status(status: StatusCode) -> bool {
-    status == StatusCode::REQUEST_TIMEOUT
+    !status.is_client_error()
+        || status == StatusCode::REQUEST_TIMEOUT
         || status == StatusCode::TOO_MANY_REQUESTS
-        || status.is_server_error()
 }
 
 /// `"HTTP 400 Bad Request"`.
@@ -210,7 +220,7 @@ mod tests {
 
     #[test]
     fn status_classes() {
-        for code in [408, 429, 500, 502, 503, 504, 599] {
+        for code in [408, 429, 500, 502, 503, 504, 599, 600, 799, 999] {
             assert!(
                 is_transient_status(StatusCode::from_u16(code).unwrap()),
                 "{code}"

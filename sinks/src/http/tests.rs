@@ -397,6 +397,22 @@ fn status_408_and_500_are_transient() {
     }
 }
 
+/// A status no HTTP version defines (a broken receiver or proxy) says
+/// nothing against the records: retried, and the reason says so.
+#[test]
+fn status_600_and_up_is_transient_and_named_as_no_http_status() {
+    for status in [600, 999] {
+        let server = Receiver::replying(status);
+        let mut sink = sink(&http_config(&server.url("/")));
+        let outcome = deliver(&mut *sink, &records(0, &[1], &[b"a"]));
+        let want = format!("HTTP {status} (not a status HTTP defines): ");
+        assert!(
+            matches!(&outcome, Outcome::Retry { reason, .. } if reason.starts_with(&want)),
+            "{outcome:?}"
+        );
+    }
+}
+
 #[test]
 fn status_400_rejects_every_record_with_the_reason() {
     let long_body = format!("invalid event: {}", "x".repeat(500));

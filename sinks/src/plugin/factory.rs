@@ -9,8 +9,8 @@ use sink_sdk::abi::HostApi;
 use sink_sdk::Sink;
 
 use super::instance::PluginInstance;
-use super::log::ShardScope;
 use super::library;
+use super::log::ShardScope;
 use crate::SinkFactory;
 
 /// Makes instances of a sink plugin, all with the same options.
