@@ -144,58 +144,119 @@ fn file_stamp(path: &std::path::Path) -> Option<(SystemTime, u64)> {
     Some((meta.modified().ok()?, meta.len()))
 }
 
+/// Pushes `section.field` for every field of `$old` and `$new` (both a
+/// `$ty`) that differs. The pattern names every field with no `..`, so a
+/// field added to the struct and not listed here does not compile: no
+/// key can be left out of the reload's report.
+macro_rules! changed_fields {
+    ($keys:ident, $section:literal, $old:expr, $new:expr, $ty:ident { $($field:ident),* $(,)? }) => {{
+        let $ty { $($field: _),* } = $old;
+        $(
+            if $old.$field != $new.$field {
+                $keys.push(concat!($section, ".", stringify!($field)));
+            }
+        )*
+    }};
+}
+
 /// Keys outside `[sink]` that differ (they need a restart).
 fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
+    use crate::config::{AdminConfig, LogConfig, ServerConfig, WabConfig};
     let mut keys = Vec::new();
-    let (o, n) = (&old.server, &new.server);
-    let server = [
-        ("server.socket_path", o.socket_path != n.socket_path),
-        ("server.data_dir", o.data_dir != n.data_dir),
-        ("server.shards", o.shards != n.shards),
-        (
-            "server.max_connections",
-            o.max_connections != n.max_connections,
-        ),
-        (
-            "server.payload_bytes_max",
-            o.payload_bytes_max != n.payload_bytes_max,
-        ),
-        (
-            "server.connection_read_timeout_ms",
-            o.connection_read_timeout_ms != n.connection_read_timeout_ms,
-        ),
-        (
-            "server.inflight_records_max",
-            o.inflight_records_max != n.inflight_records_max,
-        ),
-        (
-            "server.inflight_bytes_max",
-            o.inflight_bytes_max != n.inflight_bytes_max,
-        ),
-        (
-            "server.shutdown_timeout_ms",
-            o.shutdown_timeout_ms != n.shutdown_timeout_ms,
-        ),
-        ("server.socket_mode", o.socket_mode != n.socket_mode),
-        ("server.socket_group", o.socket_group != n.socket_group),
-    ];
-    keys.extend(
-        server
-            .iter()
-            .filter(|(_, changed)| *changed)
-            .map(|(k, _)| *k),
+    changed_fields!(
+        keys,
+        "server",
+        &old.server,
+        &new.server,
+        ServerConfig {
+            socket_path,
+            data_dir,
+            shards,
+            max_connections,
+            payload_bytes_max,
+            connection_read_timeout_ms,
+            connection_idle_timeout_ms,
+            read_buffer_bytes_max,
+            allow_insecure_socket_dir,
+            inflight_records_max,
+            inflight_bytes_max,
+            shutdown_timeout_ms,
+            socket_mode,
+            socket_group,
+        }
     );
-    if old.wab != new.wab {
-        keys.push("[wab]");
-    }
-    if old.admin != new.admin {
-        keys.push("admin.socket_path");
-    }
-    if old.log.level != new.log.level {
-        keys.push("log.level");
-    }
-    if old.log.format != new.log.format {
-        keys.push("log.format");
-    }
+    changed_fields!(
+        keys,
+        "wab",
+        &old.wab,
+        &new.wab,
+        WabConfig {
+            segment_bytes_max,
+            wab_bytes_max,
+            buffered_flush_interval_ms,
+            fsync_failures_max,
+            flusher_spin_us,
+            group_bytes_max,
+        }
+    );
+    changed_fields!(keys, "log", &old.log, &new.log, LogConfig { level, format });
+    changed_fields!(
+        keys,
+        "admin",
+        &old.admin,
+        &new.admin,
+        AdminConfig {
+            socket_path,
+            metrics_address,
+        }
+    );
     keys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Config {
+        Config::parse(text, "test").unwrap()
+    }
+
+    /// Every key outside `[sink]` is reported by its own name, the ones
+    /// once missed from the list included; a `[sink]` change is not.
+    #[test]
+    fn every_changed_key_outside_sink_is_named() {
+        let base = parse("");
+        for (text, key) in [
+            (
+                "[server]\nconnection_idle_timeout_ms = 1234\n",
+                "server.connection_idle_timeout_ms",
+            ),
+            (
+                "[server]\nread_buffer_bytes_max = 33554432\n",
+                "server.read_buffer_bytes_max",
+            ),
+            (
+                "[server]\nallow_insecure_socket_dir = true\n",
+                "server.allow_insecure_socket_dir",
+            ),
+            ("[server]\nshards = 3\n", "server.shards"),
+            ("[wab]\nwab_bytes_max = 2147483648\n", "wab.wab_bytes_max"),
+            ("[wab]\ngroup_bytes_max = 65536\n", "wab.group_bytes_max"),
+            ("[log]\nlevel = \"debug\"\n", "log.level"),
+            ("[log]\nformat = \"json\"\n", "log.format"),
+            (
+                "[admin]\nmetrics_address = \"127.0.0.1:9898\"\n",
+                "admin.metrics_address",
+            ),
+            (
+                "[admin]\nsocket_path = \"/tmp/other-admin.sock\"\n",
+                "admin.socket_path",
+            ),
+        ] {
+            assert_eq!(restart_needed(&base, &parse(text)), [key], "{text}");
+        }
+        let sink = parse("[sink]\ntype = \"file\"\npath = \"/tmp/spillway-reload-test.ndjson\"\n");
+        assert!(restart_needed(&base, &sink).is_empty());
+        assert!(restart_needed(&base, &base).is_empty());
+    }
 }
