@@ -1,6 +1,7 @@
 //! `spillway ctl top`: a live view of a running daemon, refreshed every
 //! interval from the admin socket (`stats --json`, `health --json`,
-//! `metrics --json`): ingest and delivery rates, backlog, the oldest
+//! `metrics --json`): ingest and delivery rates, backlog (records and
+//! bytes), the oldest
 //! pending record, fsync p99 over the interval, and each sink's state. On a
 //! terminal it redraws one screen; otherwise (a pipe, a file) it prints one
 //! plain line per interval.
@@ -14,8 +15,9 @@ use serde_json::Value;
 /// One reading of the daemon.
 struct Reading {
     at: Instant,
-    /// Per shard: (records written, records delivered, pending, oldest age s).
-    shards: Vec<(u64, u64, u64, u64)>,
+    /// Per shard: (records written, records delivered, pending, oldest age s,
+    /// pending bytes).
+    shards: Vec<(u64, u64, u64, u64, u64)>,
     /// Per shard: fsync latency buckets (upper bound s, count in bucket).
     fsync: Vec<Vec<(f64, u64)>>,
     /// Per shard: sink state and reason.
@@ -33,7 +35,7 @@ fn read(socket: &Path) -> Result<Reading, String> {
     let health = ask(socket, "health")?;
     let metrics = ask(socket, "metrics")?;
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
-    let numbers: Vec<(u64, u64, u64, u64, u64)> = stats["shards"]
+    let numbers: Vec<(u64, u64, u64, u64, u64, u64)> = stats["shards"]
         .as_array()
         .map(|a| {
             a.iter()
@@ -44,6 +46,7 @@ fn read(socket: &Path) -> Result<Reading, String> {
                         n(s, "delivered_records"),
                         n(s, "pending_records"),
                         n(s, "oldest_pending_age_seconds"),
+                        n(s, "pending_bytes"),
                     )
                 })
                 .collect()
@@ -84,7 +87,7 @@ fn read(socket: &Path) -> Result<Reading, String> {
         at: Instant::now(),
         shards: numbers
             .iter()
-            .map(|&(_, w, d, p, a)| (w, d, p, a))
+            .map(|&(_, w, d, p, a, b)| (w, d, p, a, b))
             .collect(),
         fsync,
         sinks,
@@ -112,6 +115,17 @@ fn p99_ms(before: &[(f64, u64)], after: &[(f64, u64)]) -> Option<f64> {
         .map(|(le, _)| le * 1000.0)
 }
 
+/// `812 B`, `1.5 KiB`, `37.2 MiB`, `4.0 GiB`.
+fn bytes_text(n: u64) -> String {
+    use sink_sdk::units::{GIB, KIB, MIB};
+    match n {
+        n if n >= GIB => format!("{:.1} GiB", n as f64 / GIB as f64),
+        n if n >= MIB => format!("{:.1} MiB", n as f64 / MIB as f64),
+        n if n >= KIB => format!("{:.1} KiB", n as f64 / KIB as f64),
+        n => format!("{n} B"),
+    }
+}
+
 fn rate(now: u64, was: u64, secs: f64) -> f64 {
     now.saturating_sub(was) as f64 / secs
 }
@@ -120,10 +134,11 @@ fn rate(now: u64, was: u64, secs: f64) -> f64 {
 fn render(prev: &Reading, now: &Reading) -> (String, String) {
     let secs = now.at.duration_since(prev.at).as_secs_f64().max(1e-3);
     let mut screen = format!(
-        "{:<6} {:>12} {:>12} {:>10} {:>9} {:>11}  sink\n",
-        "shard", "ingest/s", "delivered/s", "backlog", "oldest s", "fsync p99"
+        "{:<6} {:>12} {:>12} {:>10} {:>11} {:>9} {:>11}  sink\n",
+        "shard", "ingest/s", "delivered/s", "backlog", "bytes", "oldest s", "fsync p99"
     );
     let (mut ingest, mut delivered, mut backlog, mut oldest) = (0.0, 0.0, 0, 0);
+    let mut backlog_bytes = 0;
     let mut worst_p99: Option<f64> = None;
     for (i, cur) in now.shards.iter().enumerate() {
         let was = prev.shards.get(i).copied().unwrap_or(*cur);
@@ -143,23 +158,26 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
             format!("{state}: {reason}")
         };
         screen.push_str(&format!(
-            "{:<6} {:>12.0} {:>12.0} {:>10} {:>9} {:>11}  {sink}\n",
+            "{:<6} {:>12.0} {:>12.0} {:>10} {:>11} {:>9} {:>11}  {sink}\n",
             i,
             inr,
             der,
             cur.2,
+            bytes_text(cur.4),
             cur.3,
             p99.map_or("-".into(), |p| format!("{p:.2} ms")),
         ));
         ingest += inr;
         delivered += der;
         backlog += cur.2;
+        backlog_bytes += cur.4;
         oldest = oldest.max(cur.3);
     }
     let verdict = if now.ready { "ready" } else { "NOT READY" };
     let p99 = worst_p99.map_or("-".into(), |p| format!("{p:.2} ms"));
     let line = format!(
-        "ingest {ingest:.0}/s delivered {delivered:.0}/s backlog {backlog} oldest {oldest} s fsync p99 {p99} {verdict}"
+        "ingest {ingest:.0}/s delivered {delivered:.0}/s backlog {backlog} ({}) oldest {oldest} s fsync p99 {p99} {verdict}",
+        bytes_text(backlog_bytes)
     );
     screen.push_str(&format!("\n{line}\n"));
     (screen, line)
@@ -195,7 +213,15 @@ pub fn run(socket: &Path, interval: Duration, count: Option<u64>) -> Result<(), 
 
 #[cfg(test)]
 mod tests {
-    use super::p99_ms;
+    use super::{bytes_text, p99_ms};
+
+    #[test]
+    fn bytes_read_in_their_unit() {
+        assert_eq!(bytes_text(17), "17 B");
+        assert_eq!(bytes_text(1536), "1.5 KiB");
+        assert_eq!(bytes_text(39 * 1024 * 1024), "39.0 MiB");
+        assert_eq!(bytes_text(4 << 30), "4.0 GiB");
+    }
 
     #[test]
     fn p99_of_the_interval_only() {
