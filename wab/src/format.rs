@@ -48,7 +48,17 @@ pub enum FormatError {
     BadHeaderCrc { stored: u32, computed: u32 },
     #[error("footer: {0}")]
     BadFooter(String),
+    #[error(
+        "segment header: first_seq {0} is past {SEQ_MAX}, the last sequence number spillway writes"
+    )]
+    SeqOutOfRange(u64),
 }
+
+/// Sequence numbers stay below this (2^63; at ten million records a second
+/// that is 29,000 years of them). A header claiming more is not one this
+/// daemon wrote, and refusing it keeps every `first_seq + count` in a
+/// segment, a GAP frame or a footer far from overflowing.
+pub const SEQ_MAX: u64 = 1 << 63;
 
 /// The fixed header at offset 0 of every segment in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,10 +102,14 @@ impl SegmentHeader {
         if stored != computed {
             return Err(FormatError::BadHeaderCrc { stored, computed });
         }
+        let first_seq = u64_at(b, 24);
+        if first_seq > SEQ_MAX {
+            return Err(FormatError::SeqOutOfRange(first_seq));
+        }
         Ok(Some(SegmentHeader {
             shard: u32_at(b, 12),
             segment_id: u64_at(b, 16),
-            first_seq: u64_at(b, 24),
+            first_seq,
             created_unix_us: u64_at(b, 32),
         }))
     }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
-use spillway_wab::format::FOOTER_LEN;
+use spillway_wab::format::{SegmentHeader, FOOTER_LEN, SEQ_MAX};
 use spillway_wab::{
     preallocate, read_shard, recover_shard, seal, ActiveSegment, FsStorage, Storage, QUARANTINE_DIR,
 };
@@ -386,6 +386,61 @@ fn unsealed_segment_with_a_bad_header_is_quarantined() {
         recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
         assert_eq!(snapshot(&dir), before);
     }
+}
+
+/// A header whose CRC checks but whose first_seq is past what spillway
+/// ever writes (2^63) is not trusted: quarantined with the reason, and the
+/// next sequence number is not pushed up to it (it would have wrapped).
+#[test]
+fn a_header_with_first_seq_near_2_pow_64_is_quarantined_not_believed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let mut seg = ActiveSegment::start(preallocate(&FsStorage, &dir, 0, CAP).unwrap(), SHARD, 0);
+    let first = recs(0, 5, |_| 40);
+    append(&mut seg, &first).unwrap();
+    seg.sync().unwrap();
+    seal(&FsStorage, &dir, seg.into_sealing()).unwrap();
+    let header = SegmentHeader {
+        shard: SHARD,
+        segment_id: 1,
+        first_seq: u64::MAX - 2,
+        created_unix_us: 1,
+    };
+    let path = dir.join("0000000000000001.open");
+    let mut bytes = header.encode().to_vec();
+    bytes.resize(4096, 0);
+    fs::write(&path, &bytes).unwrap();
+
+    let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
+    let qdir = dir.join(QUARANTINE_DIR);
+    assert_eq!(
+        names(&qdir),
+        vec!["0000000000000001.open", "0000000000000001.open.reason"]
+    );
+    let reason = fs::read_to_string(qdir.join("0000000000000001.open.reason")).unwrap();
+    assert!(
+        reason.contains("first_seq 18446744073709551613 is past"),
+        "{reason:?}"
+    );
+    assert_eq!(rec.report.next_seq, 5);
+    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &first);
+}
+
+/// The writer never reaches a number the reader would refuse.
+#[test]
+fn appending_past_the_last_sequence_number_is_refused_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let pre = preallocate(&FsStorage, &dir, 0, CAP).unwrap();
+    let mut seg = ActiveSegment::start(pre, SHARD, SEQ_MAX - 1);
+    let err = append(&mut seg, &recs(SEQ_MAX - 1, 2, |_| 8)).unwrap_err();
+    assert!(
+        err.to_string().contains("sequence numbers exhausted"),
+        "{err}"
+    );
+    assert_eq!(seg.write_offset, 0);
+    append(&mut seg, &recs(SEQ_MAX - 1, 1, |_| 8)).unwrap();
+    assert_eq!(seg.next_seq(), SEQ_MAX);
 }
 
 #[test]
