@@ -5,6 +5,7 @@
 use spillway_wab::checkpoint::{
     checkpoint_path, encode_legacy, parse, Parsed, CHECKPOINT_BYTES, SLOT_BYTES,
 };
+use spillway_wab::format::SEQ_MAX;
 use spillway_wab::{load_checkpoint, read_checkpoint, write_checkpoint, FsStorage};
 
 use crate::scratch::{put, scratch_dir};
@@ -68,11 +69,12 @@ pub fn checkpoint(data: &[u8]) {
         }
     }
 
-    // The value to write: any, so from the input.
+    // The value to write: any a shard can reach (at most SEQ_MAX), from
+    // the input.
     let mut raw = [0u8; 8];
     let n = rest.len().min(8);
     raw[..n].copy_from_slice(&rest[..n]);
-    let value = u64::from_le_bytes(raw) ^ 0x5a;
+    let value = (u64::from_le_bytes(raw) ^ 0x5a) % SEQ_MAX;
     write_checkpoint(&FsStorage, dir, value).expect("write_checkpoint");
     let written = std::fs::read(checkpoint_path(dir)).expect("the written checkpoint");
     assert_eq!(read_checkpoint(&FsStorage, dir).expect("read back"), value);
@@ -155,6 +157,7 @@ fn check_parse(bytes: &[u8], parsed: &Parsed) {
         Parsed::Legacy(s) => {
             assert_eq!(bytes.len(), LEGACY_LEN);
             assert_eq!(s.generation, 0);
+            assert!(s.confirmed_next_seq <= SEQ_MAX);
             assert_eq!(
                 s.confirmed_next_seq,
                 u64::from_le_bytes(bytes[8..16].try_into().unwrap())
@@ -169,6 +172,7 @@ fn check_parse(bytes: &[u8], parsed: &Parsed) {
                 b[0..8] == *b"SPWCKPT2"
                     && crc32fast::hash(&b[0..36])
                         == u32::from_le_bytes(b[36..40].try_into().unwrap())
+                    && u64::from_le_bytes(b[16..24].try_into().unwrap()) <= SEQ_MAX
             };
             let generation = |k: usize| u64::from_le_bytes(slot(k)[8..16].try_into().unwrap());
             assert!(valid(*i), "slot {i} taken but not valid");

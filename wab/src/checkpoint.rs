@@ -32,7 +32,7 @@
 use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 
-use crate::format::{now_unix_us, u32_at, u64_at};
+use crate::format::{now_unix_us, u32_at, u64_at, SEQ_MAX};
 use crate::storage::{is_no_space, read_full_at, Storage, StorageFile};
 
 const MAGIC: [u8; 8] = *b"SPWCKPT2";
@@ -105,9 +105,17 @@ fn decode_slot(b: &[u8]) -> Result<Slot, String> {
             "CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
         ));
     }
+    let confirmed_next_seq = u64_at(b, 16);
+    if confirmed_next_seq > SEQ_MAX {
+        // Not a number spillway writes; trusted, it would floor next_seq
+        // past the last one a segment can hold.
+        return Err(format!(
+            "confirmed_next_seq {confirmed_next_seq} is past {SEQ_MAX}, the last sequence number spillway writes"
+        ));
+    }
     Ok(Slot {
         generation: u64_at(b, 8),
-        confirmed_next_seq: u64_at(b, 16),
+        confirmed_next_seq,
         updated_unix_us: u64_at(b, 24),
     })
 }
@@ -122,9 +130,15 @@ pub fn parse(b: &[u8]) -> Parsed {
                 "old-format checkpoint: CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
             ));
         }
+        let confirmed_next_seq = u64_at(b, 8);
+        if confirmed_next_seq > SEQ_MAX {
+            return Parsed::Corrupt(format!(
+                "old-format checkpoint: confirmed_next_seq {confirmed_next_seq} is past {SEQ_MAX}"
+            ));
+        }
         return Parsed::Legacy(Slot {
             generation: 0,
-            confirmed_next_seq: u64_at(b, 8),
+            confirmed_next_seq,
             updated_unix_us: u64_at(b, 16),
         });
     }

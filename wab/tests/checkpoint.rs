@@ -12,7 +12,8 @@ use spillway_wab::checkpoint::{
     checkpoint_path, encode_legacy, load_checkpoint, CHECKPOINT_BYTES, SLOT_BYTES,
 };
 use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
-use spillway_wab::{read_checkpoint, write_checkpoint, FsStorage};
+use spillway_wab::format::SEQ_MAX;
+use spillway_wab::{open_shard, read_checkpoint, write_checkpoint, FsStorage};
 
 #[test]
 fn enospc_checkpoint_update_on_a_full_disk_needs_no_new_space() {
@@ -187,4 +188,43 @@ fn old_format_checkpoint_is_read_and_rewritten_in_the_new_format() {
     fs::write(checkpoint_path(dir), raw).unwrap();
     let load = load_checkpoint(&FsStorage, dir).unwrap();
     assert!(load.corrupt && load.confirmed == 0);
+}
+
+/// A slot whose CRC checks but whose number is past 2^63 (spillway never
+/// writes one) is refused like a damaged slot: the other slot is read; with
+/// both such, the file is moved aside, and an empty shard then numbers from
+/// below 2^63 instead of from the claimed value.
+#[test]
+fn a_checkpoint_past_the_last_sequence_number_is_not_trusted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-000");
+    fs::create_dir(&dir).unwrap();
+    write_checkpoint(&FsStorage, &dir, 7).unwrap();
+    write_checkpoint(&FsStorage, &dir, u64::MAX - 1).unwrap();
+    assert_eq!(read_checkpoint(&FsStorage, &dir).unwrap(), 7);
+    // The writer keeps the good slot; a copy of the other over it makes both
+    // claim the number (each slot's CRC covers only itself).
+    let path = checkpoint_path(&dir);
+    let mut raw = fs::read(&path).unwrap();
+    let claims = |raw: &[u8], i: usize| {
+        raw[i * SLOT_BYTES + 16..i * SLOT_BYTES + 24] == (u64::MAX - 1).to_le_bytes()
+    };
+    let huge = (0..2).find(|&i| claims(&raw, i)).unwrap();
+    let slot = raw[huge * SLOT_BYTES..(huge + 1) * SLOT_BYTES].to_vec();
+    raw[(1 - huge) * SLOT_BYTES..(2 - huge) * SLOT_BYTES].copy_from_slice(&slot);
+    fs::write(&path, &raw).unwrap();
+    let err = read_checkpoint(&FsStorage, &dir).unwrap_err();
+    assert!(
+        err.to_string().contains("is past 9223372036854775808"),
+        "{err}"
+    );
+    let opened = open_shard(&FsStorage, &dir, 0).unwrap();
+    assert!(opened.recovered.report.next_seq < SEQ_MAX);
+    assert!(
+        names(&dir)
+            .iter()
+            .any(|n| n.starts_with("checkpoint.corrupt-")),
+        "{:?}",
+        names(&dir)
+    );
 }
