@@ -77,9 +77,15 @@ fn environment(cfg: &Config) -> Findings {
             found.errors.push(format!("{key}: {e}"));
         }
     }
-    match spillway_sinks::preflight(&cfg.sink) {
-        Ok(warnings) => found.warnings.extend(warnings),
-        Err(e) => found.errors.push(e),
+    // On its own thread under sink.build_timeout_ms, as the daemon builds it.
+    let sink = cfg.sink.clone();
+    let preflight = crate::sink::build_on_thread(crate::sink::build_timeout(cfg), move || {
+        spillway_sinks::preflight(&sink)
+    })
+    .and_then(|build| build.wait());
+    match preflight {
+        Ok(Ok(warnings)) => found.warnings.extend(warnings),
+        Ok(Err(e)) | Err(e) => found.errors.push(e),
     }
     found
 }

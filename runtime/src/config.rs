@@ -348,9 +348,94 @@ fn range_u64(
     })
 }
 
+/// Largest config file read, in bytes: a real one is a few KiB; the cap
+/// keeps `check` and a reload from reading a device or a huge file whole.
+pub const CONFIG_BYTES_MAX: u64 = 4 * MIB;
+
+/// Deepest nesting of arrays and inline tables a config may have. spillway's
+/// own keys go three deep; the TOML parser's time grows faster than the
+/// depth (100,000 levels took over 20 s), so a deeper file is refused
+/// before it is parsed.
+pub const CONFIG_NESTING_MAX: usize = 64;
+
+/// Refuses text whose arrays and inline tables nest deeper than
+/// [`CONFIG_NESTING_MAX`], naming the line. Brackets inside strings and
+/// comments do not count; a table header (`[a]`, `[[a]]`) opens and closes
+/// on its line, so it never adds up.
+fn check_nesting(text: &str) -> Result<(), String> {
+    let mut depth = 0usize;
+    let mut line = 1usize;
+    let mut chars = text.chars().peekable();
+    // The quote that opened the current string, and whether it is tripled.
+    let mut string: Option<(char, bool)> = None;
+    while let Some(c) = chars.next() {
+        if c == '\n' {
+            line += 1;
+        }
+        if let Some((quote, multi)) = string {
+            if c == '\\' && quote == '"' {
+                if chars.next() == Some('\n') {
+                    line += 1;
+                }
+            } else if c == quote {
+                if !multi {
+                    string = None;
+                } else if chars.peek() == Some(&quote) {
+                    chars.next();
+                    if chars.peek() == Some(&quote) {
+                        chars.next();
+                        string = None;
+                    }
+                }
+            } else if c == '\n' && !multi {
+                string = None;
+            }
+            continue;
+        }
+        match c {
+            '#' => {
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        line += 1;
+                        break;
+                    }
+                }
+            }
+            '"' | '\'' => {
+                let mut multi = false;
+                if chars.peek() == Some(&c) {
+                    chars.next();
+                    if chars.peek() != Some(&c) {
+                        continue; // an empty string: "" or ''
+                    }
+                    chars.next();
+                    multi = true;
+                }
+                string = Some((c, multi));
+            }
+            '[' | '{' => {
+                depth += 1;
+                if depth > CONFIG_NESTING_MAX {
+                    return Err(format!(
+                        "line {line}: arrays and inline tables nest more than \
+                         {CONFIG_NESTING_MAX} deep"
+                    ));
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 impl Config {
     /// Parse and validate TOML text; `origin` names it in errors.
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        check_nesting(text).map_err(|message| ConfigError::Parse {
+            origin: origin.to_string(),
+            message,
+        })?;
         let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             origin: origin.to_string(),
             message: e.to_string(),
@@ -360,9 +445,20 @@ impl Config {
     }
 
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let read = |source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
+        };
+        let bytes = spillway_sinks::regular_file::read_capped(path, CONFIG_BYTES_MAX, "a config")
+            .map_err(read)?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            read(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "not UTF-8 text (the byte at offset {} is invalid)",
+                    e.utf8_error().valid_up_to()
+                ),
+            ))
         })?;
         Config::parse(&text, &path.display().to_string())
     }
@@ -564,6 +660,27 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nesting_deeper_than_the_cap_is_refused_before_parsing() {
+        let deep = format!("x = {}1{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let err = Config::parse(&deep, "deep.toml").unwrap_err().to_string();
+        assert!(
+            err.contains("line 1") && err.contains("nest more than 64"),
+            "{err}"
+        );
+        let inline = format!("\n\ny = {}{}\n", "{a = ".repeat(65), "}".repeat(65));
+        let err = Config::parse(&inline, "t").unwrap_err().to_string();
+        assert!(err.contains("line 3"), "{err}");
+        // Brackets in strings and comments, and table headers, do not count.
+        let fine = format!(
+            "# {open}\n[server]\nsocket_path = \"{open}\"\n[[x]]\ny = '''{open}'''\nz = \"a\\\"{open}\"\nw = ''\n",
+            open = "[".repeat(100)
+        );
+        assert_eq!(check_nesting(&fine), Ok(()));
+        let ok = format!("x = {}1{}\n", "[".repeat(64), "]".repeat(64));
+        assert_eq!(check_nesting(&ok), Ok(()));
+    }
 
     #[test]
     fn embedded_default_is_valid_and_matches_struct_defaults() {

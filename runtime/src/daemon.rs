@@ -28,7 +28,7 @@ use crate::admin::{Admin, AdminState};
 use crate::config::Config;
 use crate::logging::say;
 use crate::reload::Reloader;
-use crate::sink::sink_maker;
+use crate::sink::{build_on_thread, build_timeout, sink_maker};
 use crate::supervisor::{Children, ShardSlot, Shutdown, Supervisor};
 
 /// Run the daemon until it is told to stop. Errors are start-up failures.
@@ -194,7 +194,11 @@ fn start(
         }
         None => None,
     };
-    let (maker, sink_description) = sink_maker(&cfg)?;
+    // Off this thread and under the deadline, as at a reload: a plugin or
+    // endpoint that hangs makes the start fail with the reason.
+    let for_build = cfg.clone();
+    let (maker, sink_description) =
+        build_on_thread(build_timeout(&cfg), move || sink_maker(&for_build))?.wait()??;
     let sink = SinkSlot::new(maker, cfg.drain_settings(), sink_description.clone());
     let dl_dir = cfg.server.data_dir.join("dead-letter");
     let dead_letters = Arc::new(Mutex::new(
@@ -330,7 +334,9 @@ fn start(
         live_connections: conn_ctx.live.clone(),
         dead_letters: dead_letters.clone(),
         sink_description: description,
-        reload: Some(Box::new(move || for_admin.borrow_mut().reload())),
+        reload: Some(Box::new(move || {
+            Box::pin(Reloader::reload(for_admin.clone()))
+        })),
         reload_stats,
     };
     Admin::new(admin_listener, metrics_listener, admin_state).start();
@@ -372,7 +378,7 @@ fn spawn_reload_triggers(reloader: Rc<RefCell<Reloader>>, watch_config: bool) {
         };
         while hup.recv().await.is_some() {
             tracing::info!("SIGHUP: reloading the config");
-            let _ = on_hup.borrow_mut().reload();
+            let _ = Reloader::reload(on_hup.clone()).await;
         }
     });
     if watch_config {
@@ -380,7 +386,10 @@ fn spawn_reload_triggers(reloader: Rc<RefCell<Reloader>>, watch_config: bool) {
             let mut tick = actix_rt::time::interval(CONFIG_POLL_EVERY);
             loop {
                 tick.tick().await;
-                reloader.borrow_mut().poll_file();
+                let changed = reloader.borrow_mut().poll_file();
+                if changed {
+                    let _ = Reloader::reload(reloader.clone()).await;
+                }
             }
         });
     }

@@ -2,22 +2,24 @@
 //! change seen by `--watch-config`.
 //!
 //! Steps: read the file, parse and validate it, build the new sink and run
-//! its health check, then hand it to every drain through the shared
+//! its health check (on a thread of its own, under `sink.build_timeout_ms`:
+//! see `crate::sink`), then hand it to every drain through the shared
 //! [`SinkSlot`]; each drain switches at its next batch boundary and drops
 //! its old instance. A file that fails any step leaves the running sink
 //! untouched; the reason is logged, returned to `ctl reload` and counted.
 //! Changes outside `[sink]` need a restart and are reported as such.
 
+use std::cell::RefCell;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
-use sink_sdk::Health;
 use spillway_actors::SinkSlot;
 
 use crate::config::Config;
-use crate::sink::sink_maker;
+use crate::sink::{build_on_thread, build_timeout, sink_maker_checked};
 
 /// Counters exported by `ctl stats`.
 #[derive(Debug, Default)]
@@ -41,6 +43,19 @@ pub struct Reloader {
     /// (mtime, size) of the running plugin's library: a rebuilt plugin is
     /// reloaded even when the `[sink]` table did not change.
     plugin_file: Option<(SystemTime, u64)>,
+}
+
+/// What a reload has to do once the file is read.
+enum Plan {
+    /// The sink is the same: nothing to build (the report may still name
+    /// keys that need a restart).
+    Unchanged(String),
+    /// A new sink to build from `new`.
+    Build {
+        new: Config,
+        report: String,
+        plugin_file: Option<(SystemTime, u64)>,
+    },
 }
 
 /// (mtime, size) of the plugin library a config points at, if it is a plugin.
@@ -69,23 +84,59 @@ impl Reloader {
         }
     }
 
-    /// Run a reload; `Ok` carries a report for `ctl reload`.
-    pub fn reload(&mut self) -> Result<String, String> {
-        match self.try_reload() {
+    /// Run a reload; `Ok` carries a report for `ctl reload`. The new sink
+    /// is built and health-checked on a thread of its own under
+    /// `sink.build_timeout_ms` ([`crate::sink::build_on_thread`]); this
+    /// future only waits for it, so the arbiter it runs on keeps serving
+    /// connections, the admin socket and `/ready` meanwhile. No borrow of
+    /// the reloader is held across the wait.
+    pub async fn reload(this: Rc<RefCell<Reloader>>) -> Result<String, String> {
+        let outcome = Reloader::try_reload(&this).await;
+        let stats = this.borrow().stats.clone();
+        match outcome {
             Ok(report) => {
-                self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
+                stats.succeeded.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(report = %report.trim_end(), "config reloaded");
                 Ok(report)
             }
             Err(e) => {
-                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                stats.failed.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(error = %e, "config reload rejected; the running sink is unchanged");
                 Err(format!("reload rejected, running sink unchanged: {e}"))
             }
         }
     }
 
-    fn try_reload(&mut self) -> Result<String, String> {
+    async fn try_reload(this: &Rc<RefCell<Reloader>>) -> Result<String, String> {
+        let (new, mut report, plugin_file) = match this.borrow().plan()? {
+            Plan::Unchanged(report) => return Ok(report),
+            Plan::Build {
+                new,
+                report,
+                plugin_file,
+            } => (new, report, plugin_file),
+        };
+        let deadline = build_timeout(&new);
+        let for_build = new.clone();
+        let built = build_on_thread(deadline, move || sink_maker_checked(&for_build))?
+            .wait_async()
+            .await??;
+        let (maker, description) = built;
+        let mut me = this.borrow_mut();
+        me.slot
+            .replace(maker, new.drain_settings(), description.clone());
+        *me.description.lock().unwrap() = description.clone();
+        report.push_str(&format!(
+            "sink switched to {description} (each shard switches at its next batch boundary)\n"
+        ));
+        me.current.sink = new.sink;
+        me.plugin_file = plugin_file;
+        Ok(report)
+    }
+
+    /// Reads and validates the file (bounded: a capped read of a regular
+    /// file, a nesting limit) and says what the reload has to do.
+    fn plan(&self) -> Result<Plan, String> {
         let path = self.path.clone().ok_or("the daemon runs on the embedded default config; there is no file to reload (start it with --config FILE)")?;
         let new = Config::load(&path).map_err(|e| e.to_string())?;
         let mut report = String::new();
@@ -95,47 +146,35 @@ impl Reloader {
         let plugin_file = plugin_fingerprint(&new);
         if new.sink == self.current.sink && plugin_file == self.plugin_file {
             report.push_str("sink unchanged\n");
-            return Ok(report);
+            return Ok(Plan::Unchanged(report));
         }
-        let (maker, description) = sink_maker(&new)?;
-        let mut probe = maker(0).map_err(|e| format!("building the new sink: {e}"))?;
-        if let Health::Unhealthy(why) = probe.health_check() {
-            return Err(format!(
-                "the new sink {description} failed its health check: {why}"
-            ));
-        }
-        drop(probe);
-        self.slot
-            .replace(maker, new.drain_settings(), description.clone());
-        *self.description.lock().unwrap() = description.clone();
-        report.push_str(&format!(
-            "sink switched to {description} (each shard switches at its next batch boundary)\n"
-        ));
-        self.current.sink = new.sink;
-        self.plugin_file = plugin_file;
-        Ok(report)
+        Ok(Plan::Build {
+            new,
+            report,
+            plugin_file,
+        })
     }
 
-    /// For `--watch-config`, called every poll: reload once a changed file
-    /// has kept the same (mtime, size) for one poll, so a file still being
-    /// written is not read half-way.
-    pub fn poll_file(&mut self) {
-        let Some(path) = &self.path else { return };
+    /// For `--watch-config`, called every poll: true (reload now) once a
+    /// changed file has kept the same (mtime, size) for one poll, so a file
+    /// still being written is not read half-way.
+    pub fn poll_file(&mut self) -> bool {
+        let Some(path) = &self.path else { return false };
         let Some(stamp) = file_stamp(path) else {
-            return;
+            return false;
         };
         if self.seen_file == Some(stamp) {
             self.settling = None;
-            return;
+            return false;
         }
         if self.settling != Some(stamp) {
             self.settling = Some(stamp);
-            return;
+            return false;
         }
         self.seen_file = Some(stamp);
         self.settling = None;
         tracing::info!(path = %path.display(), "config file changed: reloading");
-        let _ = self.reload();
+        true
     }
 }
 

@@ -1,17 +1,155 @@
 //! The configured sink, built into the maker the drains use: at start
-//! ([`crate::daemon`]) and at every reload ([`crate::reload`]), the one
-//! place a `[sink]` table becomes sink instances.
+//! ([`crate::daemon`]), at every reload ([`crate::reload`]) and in
+//! `spillway check`, the one place a `[sink]` table becomes sink
+//! instances.
+//!
+//! Building a sink can block for as long as the outside world wants: a
+//! plugin's constructors and `create`, a health check that waits on a
+//! database, a TCP connect to a host that drops SYNs. So it never runs on
+//! a thread that accepts connections, answers the admin socket or serves
+//! HTTP: [`build_on_thread`] runs it on a `sink-build` thread of its own,
+//! and the caller waits at most `sink.build_timeout_ms`. Past that the new
+//! sink is refused; the thread is left to finish (there is no safe way to
+//! stop a thread inside foreign code) and whatever it built is dropped
+//! there. While one is still running past its deadline, a new build is
+//! refused rather than piling up threads.
 
-use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use sink_sdk::Health;
 use spillway_actors::SinkMaker;
 
 use crate::config::Config;
 
-/// Build the configured sink into the maker the drains use.
+/// Build the configured sink into the maker the drains use. Blocks: call
+/// it only through [`build_on_thread`] (or where blocking is harmless).
 pub fn sink_maker(cfg: &Config) -> Result<(SinkMaker, String), String> {
     let factory = spillway_sinks::build(&cfg.sink).map_err(|e| format!("sink: {e}"))?;
     let description = factory.describe();
     let maker: SinkMaker = Arc::new(move |shard| factory.create(shard));
     Ok((maker, description))
+}
+
+/// Builds the sink, creates shard 0's instance and runs its health check;
+/// `Ok` is the maker and its description, ready to swap in. Blocks.
+pub fn sink_maker_checked(cfg: &Config) -> Result<(SinkMaker, String), String> {
+    let (maker, description) = sink_maker(cfg)?;
+    let mut probe = maker(0).map_err(|e| format!("building the new sink: {e}"))?;
+    let health = probe.health_check();
+    drop(probe);
+    match health {
+        Health::Healthy => Ok((maker, description)),
+        Health::Unhealthy(why) => Err(format!(
+            "the new sink {description} failed its health check: {why}"
+        )),
+    }
+}
+
+/// The deadline `cfg` gives a sink build (`sink.build_timeout_ms`).
+pub fn build_timeout(cfg: &Config) -> Duration {
+    Duration::from_millis(cfg.sink.drain().build_timeout_ms)
+}
+
+/// When the build thread now running started, if one is.
+static RUNNING_SINCE: Mutex<Option<Instant>> = Mutex::new(None);
+
+/// A build running on its own thread; wait for it with [`Build::wait`] or
+/// [`Build::wait_async`].
+pub struct Build<T> {
+    result: Receiver<T>,
+    deadline: Duration,
+    started: Instant,
+}
+
+/// Starts `work` on a `sink-build` thread. Refused while an earlier build
+/// still runs (one that outlived its deadline, or a reload racing
+/// another): the error says since when.
+pub fn build_on_thread<T: Send + 'static>(
+    deadline: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<Build<T>, String> {
+    let started = Instant::now();
+    {
+        let mut running = RUNNING_SINCE.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(since) = *running {
+            return Err(format!(
+                "an earlier sink build has been running for {} ms (a plugin or endpoint that \
+                 hangs past sink.build_timeout_ms, or another reload); try again once it returns",
+                since.elapsed().as_millis()
+            ));
+        }
+        *running = Some(started);
+    }
+    let (send, result) = mpsc::sync_channel(1);
+    let spawned = std::thread::Builder::new()
+        .name("sink-build".into())
+        .spawn(move || {
+            let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            // Cleared before the send, so a caller that got the result can
+            // start the next build at once (and after a panic too).
+            *RUNNING_SINCE.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            let Ok(built) = built else {
+                return; // the waiter sees the channel closed
+            };
+            if let Err(late) = send.send(built) {
+                tracing::warn!(
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "a sink build finished after its deadline; what it built is dropped"
+                );
+                drop(late);
+            }
+        });
+    if let Err(e) = spawned {
+        *RUNNING_SINCE.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        return Err(format!("cannot start a thread to build the sink: {e}"));
+    }
+    Ok(Build {
+        result,
+        deadline,
+        started,
+    })
+}
+
+/// How often [`Build::wait_async`] looks for the result: a reload is an
+/// operator's action, 20 ms more is nothing, and no thread is parked for it.
+const POLL_EVERY: Duration = Duration::from_millis(20);
+
+impl<T> Build<T> {
+    /// Blocks the calling thread until the result or the deadline.
+    pub fn wait(self) -> Result<T, String> {
+        match self.result.recv_timeout(self.deadline) {
+            Ok(built) => Ok(built),
+            Err(RecvTimeoutError::Timeout) => Err(self.timed_out()),
+            Err(RecvTimeoutError::Disconnected) => Err(Self::died()),
+        }
+    }
+
+    /// Waits on the caller's runtime, never blocking its thread.
+    pub async fn wait_async(self) -> Result<T, String> {
+        loop {
+            match self.result.try_recv() {
+                Ok(built) => return Ok(built),
+                Err(TryRecvError::Disconnected) => return Err(Self::died()),
+                Err(TryRecvError::Empty) => {}
+            }
+            if self.started.elapsed() >= self.deadline {
+                return Err(self.timed_out());
+            }
+            tokio::time::sleep(POLL_EVERY).await;
+        }
+    }
+
+    fn timed_out(&self) -> String {
+        format!(
+            "building and health-checking the sink took longer than sink.build_timeout_ms = {} \
+             (it is still running on its own thread and is dropped when it returns)",
+            self.deadline.as_millis()
+        )
+    }
+
+    fn died() -> String {
+        "the thread building the sink panicked (see the log)".into()
+    }
 }

@@ -51,6 +51,12 @@ pub const DEFAULT_RETRY_MAX_MS: u64 = 30_000;
 pub const RETRY_MAX_MS_RANGE: RangeInclusive<u64> = 10..=3_600_000;
 /// 0 means "retry forever"; any other value must lie in this range.
 pub const MAX_RETRY_DURATION_MS_RANGE: RangeInclusive<u64> = 1_000..=604_800_000;
+/// How long building and health-checking a new sink may take (a reload, a
+/// start, `check`): long enough for a TLS handshake to a far endpoint or a
+/// database login, short enough that a stuck one is refused while the
+/// operator still waits on `ctl reload`.
+pub const DEFAULT_BUILD_TIMEOUT_MS: u64 = 10_000;
+pub const BUILD_TIMEOUT_MS_RANGE: RangeInclusive<u64> = 100..=600_000;
 
 /// Which sink delivers the records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -142,6 +148,11 @@ pub struct DrainConfig {
     /// it is dead-lettered. Default 0: retry forever. Otherwise
     /// 1000..=604800000 (7 days).
     pub max_retry_duration_ms: u64,
+    /// Deadline for building a new sink and running its health check, in
+    /// milliseconds (at a reload, at start, in `check`). Past it the new
+    /// sink is refused and the running one keeps delivering. Default 10000,
+    /// range 100..=600000.
+    pub build_timeout_ms: u64,
 }
 
 impl Default for DrainConfig {
@@ -153,6 +164,7 @@ impl Default for DrainConfig {
             retry_initial_ms: DEFAULT_RETRY_INITIAL_MS,
             retry_max_ms: DEFAULT_RETRY_MAX_MS,
             max_retry_duration_ms: 0,
+            build_timeout_ms: DEFAULT_BUILD_TIMEOUT_MS,
         }
     }
 }
@@ -165,6 +177,7 @@ impl DrainConfig {
         "retry_initial_ms",
         "retry_max_ms",
         "max_retry_duration_ms",
+        "build_timeout_ms",
     ];
 
     /// Reads the value of `key`, one of [`DrainConfig::KEYS`].
@@ -176,6 +189,7 @@ impl DrainConfig {
             "retry_initial_ms" => self.retry_initial_ms = map.next_value()?,
             "retry_max_ms" => self.retry_max_ms = map.next_value()?,
             "max_retry_duration_ms" => self.max_retry_duration_ms = map.next_value()?,
+            "build_timeout_ms" => self.build_timeout_ms = map.next_value()?,
             other => unreachable!("sink.{other} is not a drain key"),
         }
         Ok(())
@@ -197,6 +211,12 @@ impl DrainConfig {
             "",
         )?;
         check_range("retry_max_ms", self.retry_max_ms, &RETRY_MAX_MS_RANGE, "")?;
+        check_range(
+            "build_timeout_ms",
+            self.build_timeout_ms,
+            &BUILD_TIMEOUT_MS_RANGE,
+            "",
+        )?;
         if self.retry_max_ms < self.retry_initial_ms {
             return Err(SinkConfigError::Invalid {
                 key: "retry_max_ms".into(),
@@ -738,6 +758,8 @@ pub(crate) mod tests {
                 "sink.max_retry_duration_ms = 999 is out of range: allowed 0 (retry forever) or 1000..=604800000",
             ),
             (DrainConfig { max_retry_duration_ms: 604_800_001, ..d() }, "sink.max_retry_duration_ms = 604800001"),
+            (DrainConfig { build_timeout_ms: 99, ..d() }, "sink.build_timeout_ms = 99 is out of range: allowed 100..=600000"),
+            (DrainConfig { build_timeout_ms: 600_001, ..d() }, "sink.build_timeout_ms = 600001"),
         ];
         for (drain, want) in cases {
             let got = err(&with_drain(drain));

@@ -29,6 +29,7 @@ mod framing;
 pub mod http;
 pub mod noop;
 pub mod plugin;
+pub mod regular_file;
 
 use std::sync::Arc;
 

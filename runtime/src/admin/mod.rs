@@ -49,10 +49,15 @@ pub struct AdminState {
     pub live_connections: Arc<std::sync::atomic::AtomicUsize>,
     pub dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
     pub sink_description: Arc<Mutex<String>>,
-    /// Runs a reload and returns its report (set by the daemon).
-    pub reload: Option<Box<dyn Fn() -> Result<String, String>>>,
+    /// Starts a reload; the future answers with its report (set by the
+    /// daemon). It waits for the new sink without blocking this arbiter.
+    pub reload: Option<Box<dyn Fn() -> ReloadFuture>>,
     pub reload_stats: Arc<crate::reload::ReloadStats>,
 }
+
+/// What [`AdminState::reload`] returns.
+pub type ReloadFuture =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<String, String>>>>;
 
 /// Serves the admin socket. Runs on the system arbiter.
 pub struct Admin {
@@ -183,7 +188,7 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         }
         ["reload"] => {
             let report = match &state.reload {
-                Some(f) => f()?,
+                Some(f) => f().await?,
                 None => return Err("reload is not available".into()),
             };
             Ok(if json {

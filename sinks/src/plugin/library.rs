@@ -49,6 +49,7 @@ static LOADED: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 pub(crate) fn load(path: &Path, copy_dir: &Path) -> Result<Loaded, String> {
     let shown = path.display();
     let bytes = read_plugin(path).map_err(|e| format!("plugin {shown}: cannot read it: {e}"))?;
+    super::elf::check_plugin_elf(&bytes).map_err(|why| format!("plugin {shown}: {why}"))?;
     let digest = digest(&bytes);
     let mut loaded = LOADED
         .lock()
@@ -106,15 +107,9 @@ fn check(path: &Path, library: &Library) -> Result<Plugin, String> {
     unsafe { Plugin::from_vtable(vtable) }.map_err(|e| format!("plugin {shown} {e}"))
 }
 
-/// The file, at most [`PLUGIN_BYTES_MAX`] bytes of it.
+/// The file: a regular file of at most [`PLUGIN_BYTES_MAX`] bytes.
 fn read_plugin(path: &Path) -> io::Result<Vec<u8>> {
-    let len = fs::metadata(path)?.len();
-    if len > PLUGIN_BYTES_MAX {
-        return Err(io::Error::other(format!(
-            "{len} bytes is more than the {PLUGIN_BYTES_MAX} a plugin may have"
-        )));
-    }
-    fs::read(path)
+    crate::regular_file::read_capped(path, PLUGIN_BYTES_MAX, "a plugin")
 }
 
 /// Identifies a library's bytes within this process (not across processes

@@ -11,6 +11,11 @@
 //!
 //! Choices this module makes, and why:
 //!
+//! - **Read before load.** A library's constructors run at `dlopen`, so a
+//!   file is opened as a plugin only after [`elf`] found it to be an ELF
+//!   shared object of this machine exporting the entry symbol, from its
+//!   bytes alone. A real plugin still runs in the daemon's process: its
+//!   constructors and its bugs are the daemon's.
 //! - **Copy before load.** `dlopen` of a path already loaded returns the
 //!   loaded library, so a rebuilt plugin at the same path would silently
 //!   keep running its old code after a reload. Every load reads the file
@@ -39,6 +44,7 @@
 //!   `module = <where in the plugin>`.
 
 mod config;
+mod elf;
 mod factory;
 mod instance;
 mod library;

@@ -460,9 +460,21 @@ fn a_library_without_the_entry_symbol_is_refused_naming_file_and_symbol() {
     let err = PluginFactory::load(&so, "").err().unwrap();
     assert!(
         err.starts_with(&format!(
-            "plugin {}: has no symbol `spillway_sink_plugin_v1`",
+            "plugin {}: is a shared object without the spillway entry symbol \
+             `spillway_sink_plugin_v1` (it does not export it)",
             so.display()
         )),
+        "{err}"
+    );
+    // A symbol of that name that is data, not a function, is no entry.
+    let data = compile_c(
+        dir.path(),
+        "libdataentry",
+        "int spillway_sink_plugin_v1 = 7;\n",
+    );
+    let err = PluginFactory::load(&data, "").err().unwrap();
+    assert!(
+        err.contains("does not define it as an exported function"),
         "{err}"
     );
     let err = PluginFactory::load(&dir.path().join("missing.so"), "")
@@ -472,7 +484,63 @@ fn a_library_without_the_entry_symbol_is_refused_naming_file_and_symbol() {
     let garbage = dir.path().join("libgarbage.so");
     std::fs::write(&garbage, b"not an ELF file").unwrap();
     let err = PluginFactory::load(&garbage, "").err().unwrap();
-    assert!(err.contains("libgarbage.so: cannot load it: "), "{err}");
+    assert!(err.contains("libgarbage.so: is not an ELF file"), "{err}");
+    // An object file is ELF but no shared object.
+    let c = dir.path().join("obj.c");
+    std::fs::write(&c, "int spillway_sink_plugin_v1(void) { return 0; }\n").unwrap();
+    let o = dir.path().join("obj.o");
+    let status = std::process::Command::new("cc")
+        .args(["-c", "-fPIC", "-o"])
+        .arg(&o)
+        .arg(&c)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let err = PluginFactory::load(&o, "").err().unwrap();
+    assert!(
+        err.contains("obj.o: is an object file (.o), not a shared object"),
+        "{err}"
+    );
+}
+
+/// A real shared library of this machine that is not a plugin, and whose
+/// constructors would end the process if it were loaded (libasan exits
+/// when it is not the first library loaded): refused from its bytes, so
+/// this test process survives to see the error.
+#[test]
+fn a_foreign_system_library_is_refused_without_being_loaded() {
+    let lib = foreign_system_library();
+    let err = PluginFactory::load(&lib, "").err().unwrap();
+    assert!(
+        err.starts_with(&format!(
+            "plugin {}: is a shared object without",
+            lib.display()
+        )),
+        "{err}"
+    );
+}
+
+/// The AddressSanitizer runtime gcc installs (libasan.so.*), else libz or
+/// libc: all present where `cc` is (the tests need it anyway).
+pub(crate) fn foreign_system_library() -> std::path::PathBuf {
+    let out = std::process::Command::new("cc")
+        .arg("-print-file-name=libasan.so")
+        .output()
+        .expect("this test asks `cc` where libasan is (apt-get install gcc)");
+    let asan = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if asan.is_absolute() && asan.exists() {
+        return std::fs::canonicalize(asan).unwrap();
+    }
+    for candidate in [
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib/aarch64-linux-gnu/libc.so.6",
+        "/lib64/libc.so.6",
+    ] {
+        if std::path::Path::new(candidate).exists() {
+            return candidate.into();
+        }
+    }
+    panic!("no libasan.so and no libc.so.6 found to use as a foreign library");
 }
 
 // ---- logs reach tracing, with the plugin's name ---------------------------------
@@ -510,12 +578,58 @@ impl tracing::Subscriber for Capture {
     fn exit(&self, _: &tracing::span::Id) {}
 }
 
+/// Runs `f` with this thread's events going to `capture`. The subscriber is
+/// a process-wide default, set once, that hands each event to the capture
+/// of the thread it happens on. A scoped `with_default` is not used: with
+/// other tests emitting from their threads at the same time, tracing can
+/// cache a callsite's interest as "never" before the scoped subscriber is
+/// seen, and the event is lost (this test failed at random that way when
+/// run with the whole suite).
+fn capture_on_this_thread<R>(capture: Capture, f: impl FnOnce() -> R) -> R {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        tracing::subscriber::set_global_default(Router)
+            .expect("no other global subscriber in the sinks tests");
+    });
+    THREAD_CAPTURE.with(|c| *c.borrow_mut() = Some(capture));
+    let result = f();
+    THREAD_CAPTURE.with(|c| *c.borrow_mut() = None);
+    result
+}
+
+thread_local! {
+    static THREAD_CAPTURE: std::cell::RefCell<Option<Capture>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The global subscriber of [`capture_on_this_thread`].
+struct Router;
+
+impl tracing::Subscriber for Router {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        THREAD_CAPTURE.with(|c| {
+            if let Some(capture) = c.borrow().as_ref() {
+                tracing::Subscriber::event(capture, event);
+            }
+        });
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
 #[test]
 fn plugin_log_lines_become_tracing_events_with_the_plugin_name_and_shard() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.ndjson");
     let capture = Capture::default();
-    tracing::subscriber::with_default(capture.clone(), || {
+    capture_on_this_thread(capture.clone(), || {
         let options = file_options(&out, "rotate_bytes = 1048576\npanic_on_batch = 3");
         let factory = PluginFactory::load(file_plugin(), &options).unwrap();
         let mut sink = factory.create(0).unwrap();
