@@ -273,10 +273,22 @@ impl Footer {
                 "CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
             )));
         }
+        let last_seq = u64_at(b, 24);
+        // As for a header's first_seq: the writer never goes past SEQ_MAX,
+        // so a CRC-valid footer claiming more was not written by spillway
+        // (or was damaged before its CRC was taken). Trusted, it floored
+        // next_seq past the end of the numbering, and the checkpoint
+        // written from it was refused by the next start. An empty segment
+        // at seq 0 stores last_seq = u64::MAX (0 - 1), which is allowed.
+        if last_seq.wrapping_add(1) > SEQ_MAX {
+            return Err(FormatError::BadFooter(format!(
+                "last_seq {last_seq} is past {SEQ_MAX}, the last sequence number spillway writes"
+            )));
+        }
         Ok(Footer {
             record_count: u64_at(b, 8),
             end_offset: u64_at(b, 16),
-            last_seq: u64_at(b, 24),
+            last_seq,
             records_crc: u32_at(b, 32),
         })
     }
@@ -335,6 +347,28 @@ pub fn now_unix_us() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 17, proptest cc 01f58bc3: a CRC-valid footer whose last_seq
+    /// lies past SEQ_MAX floored next_seq there; the checkpoint written
+    /// from it was refused by the next start, so a second recovery changed
+    /// the folder. Such a footer is damaged; the empty segment at seq 0
+    /// (last_seq = 0 - 1) is not.
+    #[test]
+    fn a_footer_past_the_last_sequence_number_is_refused() {
+        let footer = |last_seq| Footer {
+            record_count: 0,
+            end_offset: 64,
+            last_seq,
+            records_crc: 0,
+        };
+        for ok in [u64::MAX, 0, SEQ_MAX - 1] {
+            assert_eq!(Footer::decode(&footer(ok).encode()).unwrap().last_seq, ok);
+        }
+        for bad in [SEQ_MAX, 0x80ff_ffff_ffff_ffff, u64::MAX - 1] {
+            let err = Footer::decode(&footer(bad).encode()).unwrap_err();
+            assert!(err.to_string().contains("past"), "{err}");
+        }
+    }
 
     #[test]
     fn header_round_trip_and_zero_header() {
