@@ -52,7 +52,7 @@ enum Plan {
     Unchanged(String),
     /// A new sink to build from `new`.
     Build {
-        new: Config,
+        new: Box<Config>,
         report: String,
         plugin_file: Option<(SystemTime, u64)>,
     },
@@ -129,7 +129,7 @@ impl Reloader {
         report.push_str(&format!(
             "sink switched to {description} (each shard switches at its next batch boundary)\n"
         ));
-        me.current.sink = new.sink;
+        me.current.sink = new.sink.clone();
         me.plugin_file = plugin_file;
         Ok(report)
     }
@@ -149,7 +149,7 @@ impl Reloader {
             return Ok(Plan::Unchanged(report));
         }
         Ok(Plan::Build {
-            new,
+            new: Box::new(new),
             report,
             plugin_file,
         })

@@ -124,7 +124,7 @@ fn a_file_that_is_not_a_plugin_fails_naming_sink_path() {
     fails_naming(
         &d,
         "not a plugin",
-        &["sink.path", "libfake.so", "cannot load"],
+        &["sink.path", "libfake.so", "is not an ELF file"],
     );
 }
 
