@@ -129,7 +129,7 @@ impl Reloader {
         report.push_str(&format!(
             "sink switched to {description} (each shard switches at its next batch boundary)\n"
         ));
-        me.current.sink = new.sink.clone();
+        me.current.sink = new.sink;
         me.plugin_file = plugin_file;
         Ok(report)
     }

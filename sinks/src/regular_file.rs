@@ -3,7 +3,7 @@
 //! must not fill memory, and a file that grows while it is read is cut at
 //! its limit. Used for plugin libraries, configs and file-sink paths.
 
-use std::fs::{self, File, FileType, OpenOptions};
+use std::fs::{File, FileType, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::Path;
@@ -66,11 +66,6 @@ pub fn describe(kind: &FileType) -> &'static str {
     }
 }
 
-/// `describe` of the file at `path`, following symlinks.
-pub fn kind_of(path: &Path) -> io::Result<&'static str> {
-    Ok(describe(&fs::metadata(path)?.file_type()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,7 +88,7 @@ mod tests {
     fn a_file_over_the_cap_is_refused_with_its_size() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big");
-        fs::write(&path, vec![b'x'; 2000]).unwrap();
+        std::fs::write(&path, vec![b'x'; 2000]).unwrap();
         let err = read_capped(&path, 1000, "a config").unwrap_err();
         assert!(err.to_string().contains("2000 bytes"), "{err}");
         assert_eq!(read_capped(&path, 2000, "a config").unwrap().len(), 2000);

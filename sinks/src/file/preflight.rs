@@ -36,6 +36,13 @@ pub(crate) fn preflight(settings: &FileSettings) -> Result<(), String> {
 pub fn appendable(path: &Path) -> Result<(), String> {
     match fs::metadata(path) {
         Ok(meta) if meta.is_dir() => Err(format!("{} is a folder, not a file", path.display())),
+        // A FIFO would block the open (and every delivery); a device is
+        // not a file records can be appended to and read back.
+        Ok(meta) if !meta.is_file() => Err(format!(
+            "{} is {}, not a regular file",
+            path.display(),
+            crate::regular_file::describe(&meta.file_type())
+        )),
         Ok(_) => {
             refuse_pseudo_fs(path)?;
             OpenOptions::new()
@@ -155,6 +162,18 @@ fn refuse_pseudo_fs(path: &Path) -> Result<(), String> {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_fifo_or_a_device_is_no_file_to_append_to() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = appendable(&fifo).unwrap_err();
+        assert!(err.ends_with("fifo is a FIFO, not a regular file"), "{err}");
+        let err = appendable(Path::new("/dev/zero")).unwrap_err();
+        assert!(err.contains("is a character device"), "{err}");
+    }
 
     fn is_root() -> bool {
         // SAFETY: geteuid has no preconditions.

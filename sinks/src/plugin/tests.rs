@@ -545,7 +545,7 @@ pub(crate) fn foreign_system_library() -> std::path::PathBuf {
 
 // ---- logs reach tracing, with the plugin's name ---------------------------------
 
-/// A subscriber that keeps every event's fields as text.
+/// Every event of the thread it captures, its fields as text.
 #[derive(Clone, Default)]
 struct Capture(Arc<Mutex<Vec<String>>>);
 
@@ -560,22 +560,13 @@ impl tracing::field::Visit for FieldsToText<'_> {
     }
 }
 
-impl tracing::Subscriber for Capture {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
+impl Capture {
+    /// Keeps `event` as one line: its level, then its fields as text.
+    fn push(&self, event: &tracing::Event<'_>) {
         let mut line = format!("{} ", event.metadata().level());
         event.record(&mut FieldsToText(&mut line));
         self.0.lock().unwrap().push(line);
     }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 /// Runs `f` with this thread's events going to `capture`. The subscriber is
@@ -616,7 +607,7 @@ impl tracing::Subscriber for Router {
     fn event(&self, event: &tracing::Event<'_>) {
         THREAD_CAPTURE.with(|c| {
             if let Some(capture) = c.borrow().as_ref() {
-                tracing::Subscriber::event(capture, event);
+                capture.push(event);
             }
         });
     }
