@@ -60,6 +60,7 @@ impl AcceptErrors {
 
     /// Count and maybe log `e`; returns how long to wait before the next accept.
     pub fn failed(&mut self, e: &io::Error) -> Duration {
+        spillway_wab::descriptors::note(e, "accepting a connection");
         self.total += 1;
         self.unreported += 1;
         let now = Instant::now();

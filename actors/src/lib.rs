@@ -32,7 +32,9 @@ pub use drain::{
     SinkMaker, SinkSlot, SinkState, StopDrain,
 };
 pub use flusher::{FlusherConfig, FlusherCore, FlusherParts, ShardFlusher, StopShard};
-pub use listener::{bind_socket, ensure_socket_folder, BindError, Listener, StopListening};
+pub use listener::{
+    bind_socket, check_socket_path, ensure_socket_folder, BindError, Listener, StopListening,
+};
 pub use sealer::{sealer_channel, SealerCore, SealerMsg, SegmentSealer};
 pub use shard::{
     Abandoned, AppendBatch, CommitTarget, GroupBound, PendingRecord, PendingRecords, ShardHealth,

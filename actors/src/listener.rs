@@ -64,18 +64,10 @@ pub fn bind_socket(
     access: SocketAccess,
 ) -> Result<StdUnixListener, BindError> {
     ensure_socket_folder(path)?;
-    if let Err(insecure) = check_socket_dir(path) {
-        if !allow_insecure_dir {
-            return Err(BindError::InsecureFolder(insecure));
-        }
+    if let Some(insecure) = check_socket_path(path, allow_insecure_dir)? {
         tracing::warn!(socket = %path.display(), folder = %insecure.folder.display(), why = %insecure.why, "server.allow_insecure_socket_dir = true: another user could replace this socket and receive its records");
     }
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            return Err(BindError::NotASocket {
-                path: path.to_path_buf(),
-            });
-        }
+    if std::fs::symlink_metadata(path).is_ok() {
         match StdUnixStream::connect(path) {
             Ok(_) => return Err(BindError::InUse(path.to_path_buf())),
             Err(_) => {
@@ -101,6 +93,35 @@ pub fn bind_socket(
             source,
         })?;
     Ok(listener)
+}
+
+/// What [`bind_socket`] refuses before it binds, checked without creating
+/// or binding anything (so `spillway check` and `run` agree): a folder
+/// another user could write (unless `allow_insecure_dir`: then it is
+/// returned, to be warned about), a path that exists and is not a socket.
+/// A folder that does not exist yet is made 0700 by `bind_socket`, so only
+/// an existing one is checked.
+pub fn check_socket_path(
+    path: &Path,
+    allow_insecure_dir: bool,
+) -> Result<Option<InsecureSocketDir>, BindError> {
+    let mut allowed = None;
+    if crate::socket_dir::socket_folder(path).exists() {
+        if let Err(insecure) = check_socket_dir(path) {
+            if !allow_insecure_dir {
+                return Err(BindError::InsecureFolder(insecure));
+            }
+            allowed = Some(insecure);
+        }
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(BindError::NotASocket {
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    Ok(allowed)
 }
 
 /// Group first, then mode: widening the mode before the group is right

@@ -19,7 +19,7 @@ pub enum Error {
     },
     /// Reading or writing the socket failed (including timeouts:
     /// `WouldBlock`/`TimedOut`). The request's fate is unknown.
-    #[error("i/o: {0}")]
+    #[error("{}", io_display(.0))]
     Io(#[from] io::Error),
     /// The daemon refused the request. Unless the reason is retryable, the
     /// daemon has closed the connection.
@@ -75,6 +75,18 @@ impl Error {
     }
 }
 
+/// An expired socket timeout reads as EAGAIN ("Resource temporarily
+/// unavailable"), which names neither the timeout nor what to do.
+fn io_display(e: &io::Error) -> String {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+            "timed out waiting for the daemon (Options::timeout); the request's fate is unknown"
+                .to_string()
+        }
+        _ => format!("i/o: {e}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +100,15 @@ mod tests {
         let timeout = Error::Io(io::Error::from(io::ErrorKind::TimedOut));
         assert!(!timeout.is_retryable());
         assert!(timeout.is_timeout());
+        let would_block = Error::Io(io::Error::from(io::ErrorKind::WouldBlock));
+        assert!(
+            would_block.to_string().starts_with("timed out"),
+            "{would_block}"
+        );
+        assert!(
+            !would_block.to_string().contains("temporarily"),
+            "{would_block}"
+        );
         assert!(!timeout.is_fatal_nack());
         assert_eq!(timeout.nack_reason(), None);
         assert!(Error::Nack(NackReason::VersionMismatch).is_fatal_nack());

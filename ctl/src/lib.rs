@@ -7,12 +7,18 @@
 //! [`reply`], and [`call`] (used by `spillway ctl` and `spillway bench`)
 //! sends a command and unframes the answer.
 //!
+//! Every call is bounded: [`Limits`] gives it a deadline (a stopped daemon,
+//! or a listener that never answers, cannot hang the caller) and a cap on
+//! the reply (a socket that keeps sending cannot make it grow without end).
+//!
 //! This crate uses only the standard library, so the daemon built without
 //! the bench still links nothing it does not need.
 
-use std::io::{Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// The first line of a successful reply.
 const OK: &str = "ok";
@@ -27,20 +33,124 @@ pub fn reply(outcome: Result<String, String>) -> String {
     }
 }
 
+/// How long a call may take and how much of a reply it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The whole call: connect, send, and the reply to its last byte.
+    pub timeout: Duration,
+    /// A reply longer than this is refused (and no more of it is read).
+    pub reply_bytes_max: u64,
+}
+
+/// A call's deadline unless told otherwise.
+pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(5);
+/// The longest reply read unless told otherwise: far above any real one
+/// (`metrics` of 64 shards is under 1 MiB; a dead-letter list previews
+/// each payload in at most a few hundred bytes).
+pub const REPLY_BYTES_MAX_DEFAULT: u64 = 64 * 1024 * 1024;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: TIMEOUT_DEFAULT,
+            reply_bytes_max: REPLY_BYTES_MAX_DEFAULT,
+        }
+    }
+}
+
 /// Send `command` to the admin socket at `socket` and return the reply's
-/// body, or the daemon's reason (or why it could not be reached).
+/// body, or the daemon's reason (or why it could not be reached), within
+/// the default [`Limits`].
 pub fn call(socket: &Path, command: &str) -> Result<String, String> {
-    let mut s = UnixStream::connect(socket).map_err(|e| {
+    call_with(socket, command, Limits::default())
+}
+
+/// [`call`] within `limits`.
+pub fn call_with(socket: &Path, command: &str, limits: Limits) -> Result<String, String> {
+    let deadline = Instant::now() + limits.timeout;
+    let timed_out = |doing: &str| {
         format!(
-            "connecting to the admin socket {}: {e} (is the daemon running?)",
+            "timed out after {:.1} s {doing} the admin socket {} (is the daemon stopped, or busy? \
+             --timeout gives it longer)",
+            limits.timeout.as_secs_f64(),
             socket.display()
         )
+    };
+    let mut s = connect_by(socket, deadline).map_err(|e| match e {
+        None => timed_out("connecting to"),
+        Some(e) => format!(
+            "connecting to the admin socket {}: {e} (is the daemon running?)",
+            socket.display()
+        ),
     })?;
+    s.set_write_timeout(Some(
+        remaining(deadline).ok_or_else(|| timed_out("writing to"))?,
+    ))
+    .map_err(|e| e.to_string())?;
     s.write_all(format!("{command}\n").as_bytes())
-        .map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).map_err(|e| e.to_string())?;
-    parse_reply(&answer)
+        .map_err(|e| match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => timed_out("writing to"),
+            _ => format!("writing to the admin socket {}: {e}", socket.display()),
+        })?;
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        let left = remaining(deadline).ok_or_else(|| timed_out("waiting for the answer of"))?;
+        s.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                answer.extend_from_slice(&chunk[..n]);
+                if answer.len() as u64 > limits.reply_bytes_max {
+                    return Err(format!(
+                        "the reply of the admin socket {} passed {} bytes; stopped reading \
+                         (is something other than spillway listening there?)",
+                        socket.display(),
+                        limits.reply_bytes_max
+                    ));
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(timed_out("waiting for the answer of"))
+            }
+            Err(e) => {
+                return Err(format!(
+                    "reading the answer of the admin socket {}: {e}",
+                    socket.display()
+                ))
+            }
+        }
+    }
+    parse_reply(&String::from_utf8_lossy(&answer))
+}
+
+/// Time left before `deadline`, `None` once it has passed.
+fn remaining(deadline: Instant) -> Option<Duration> {
+    deadline
+        .checked_duration_since(Instant::now())
+        .filter(|d| !d.is_zero())
+}
+
+/// Connect before `deadline`. A Unix `connect` blocks while the listener's
+/// backlog is full (a stopped daemon), and std has no connect timeout for
+/// Unix sockets, so it runs on a thread of its own; past the deadline the
+/// caller goes on (`Err(None)`) and the thread ends with the process or
+/// when the connect returns.
+fn connect_by(socket: &Path, deadline: Instant) -> Result<UnixStream, Option<std::io::Error>> {
+    let (tx, rx) = mpsc::channel();
+    let path: PathBuf = socket.to_path_buf();
+    std::thread::Builder::new()
+        .name("ctl-connect".into())
+        .spawn(move || {
+            let _ = tx.send(UnixStream::connect(path));
+        })
+        .map_err(Some)?;
+    let left = remaining(deadline).ok_or(None)?;
+    match rx.recv_timeout(left) {
+        Ok(connected) => connected.map_err(Some),
+        Err(_) => Err(None),
+    }
 }
 
 /// The body of an `ok` reply, or the reason of an `error:` one.
@@ -66,6 +176,55 @@ mod tests {
         assert_eq!(parse_reply(&reply(Ok(String::new()))), Ok(String::new()));
         let why = "sink.url: expected http:// or https://\n  at line 3".to_string();
         assert_eq!(parse_reply(&reply(Err(why.clone()))), Err(why));
+    }
+
+    /// A listener that accepts and never answers: the call gives up at
+    /// its deadline and says it timed out.
+    #[test]
+    fn a_silent_listener_is_a_timeout_not_a_hang() {
+        let dir = std::env::temp_dir().join(format!("spillway-ctl-silent-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("admin.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let held = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+        let limits = Limits {
+            timeout: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let err = call_with(&path, "health", limits).unwrap_err();
+        assert!(err.contains("timed out after 0.3 s"), "{err}");
+        assert!(err.contains("admin.sock"), "{err}");
+        drop(held.join());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A socket that keeps sending: the call stops at the cap.
+    #[test]
+    fn a_flooding_socket_is_cut_at_the_reply_cap() {
+        let dir = std::env::temp_dir().join(format!("spillway-ctl-flood-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("admin.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let flood = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let block = [b'x'; 4096];
+            // Until the caller hangs up (EPIPE) or 64 MiB, far past the cap.
+            for _ in 0..16 * 1024 {
+                if s.write_all(&block).is_err() {
+                    break;
+                }
+            }
+        });
+        let limits = Limits {
+            timeout: Duration::from_secs(30),
+            reply_bytes_max: 1024 * 1024,
+        };
+        let err = call_with(&path, "stats", limits).unwrap_err();
+        assert!(err.contains("passed 1048576 bytes"), "{err}");
+        flood.join().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -10,10 +10,17 @@
 //! by its `create`, the bearer token variable read, the HTTP host resolved
 //! and its health check tried, the output file openable).
 //!
+//! What `run` refuses before it starts, `check` refuses too: a data folder
+//! holding files spillway did not make, a socket path that exists and is
+//! not a socket, a socket folder another user could write (unless
+//! `server.allow_insecure_socket_dir`), an `admin.metrics_address` that
+//! does not parse or cannot be bound (busy, or not this machine's).
+//!
 //! Every error names the key. A sink that does not answer its health
 //! check is a warning, not an error: the daemon would start and retry.
-//! Nothing here binds a socket, takes a lock or starts delivery, so a
-//! config can be checked while a daemon runs on it.
+//! Nothing here takes a lock or starts delivery, and the metrics address
+//! is bound only for an instant, so a config can be checked while a daemon
+//! runs on it (its own busy address is then a warning, not an error).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -77,6 +84,27 @@ fn environment(cfg: &Config) -> Findings {
             found.errors.push(format!("{key}: {e}"));
         }
     }
+    if let Err(e) = spillway_wab::check_data_dir_is_ours(&cfg.server.data_dir) {
+        found.errors.push(format!("server.data_dir: {e}"));
+    }
+    let insecure_ok = cfg.server.allow_insecure_socket_dir;
+    for (key, socket) in [
+        ("server.socket_path", &cfg.server.socket_path),
+        ("admin.socket_path", &cfg.admin.socket_path),
+    ] {
+        match spillway_actors::check_socket_path(socket, insecure_ok) {
+            Ok(None) => {}
+            Ok(Some(insecure)) => found.warnings.push(format!(
+                "{key}: another user could replace the socket ({}: {}); allowed by server.allow_insecure_socket_dir",
+                insecure.folder.display(),
+                insecure.why
+            )),
+            Err(e) => found.errors.push(format!("{key}: {e}")),
+        }
+    }
+    if let Some(address) = &cfg.admin.metrics_address {
+        metrics_address(cfg, address, &mut found);
+    }
     // On its own thread under sink.build_timeout_ms, as the daemon builds it.
     let sink = cfg.sink.clone();
     let preflight = crate::sink::build_on_thread(crate::sink::build_timeout(cfg), move || {
@@ -88,6 +116,28 @@ fn environment(cfg: &Config) -> Findings {
         Ok(Err(e)) | Err(e) => found.errors.push(e),
     }
     found
+}
+
+/// Bind `admin.metrics_address` for an instant, as `run` would. Busy is an
+/// error unless a daemon answers on this config's admin socket (then the
+/// address is presumably its own: a warning).
+fn metrics_address(cfg: &Config, address: &str, found: &mut Findings) {
+    let error = match std::net::TcpListener::bind(address) {
+        Ok(_) => return,
+        Err(e) => e,
+    };
+    let running = std::os::unix::net::UnixStream::connect(&cfg.admin.socket_path).is_ok();
+    if error.kind() == std::io::ErrorKind::AddrInUse && running {
+        found.warnings.push(format!(
+            "admin.metrics_address {address}: in use, presumably by the daemon running on this config \
+             (its admin socket {} answers)",
+            cfg.admin.socket_path.display()
+        ));
+    } else {
+        found
+            .errors
+            .push(format!("admin.metrics_address {address}: {error}"));
+    }
 }
 
 /// The folder a socket lives in (`.` for a bare name).

@@ -64,6 +64,14 @@ pub struct AdminConfig {
     pub socket_path: PathBuf,
     /// `host:port` serving Prometheus metrics at `GET /metrics`; unset = off.
     pub metrics_address: Option<String>,
+    /// Connections each admin listener (the admin socket, the metrics
+    /// address) serves at once; past it a new one is closed at once. Their
+    /// descriptors are reserved out of the limit beside the producers'.
+    /// 1..=1024.
+    pub connections_max: u32,
+    /// A delivery (or sink health check) outstanding longer than this makes
+    /// `GET /ready` and `ctl health` say not ready. 100..=3600000 ms.
+    pub ready_stall_ms: u64,
 }
 
 impl Default for AdminConfig {
@@ -71,6 +79,8 @@ impl Default for AdminConfig {
         AdminConfig {
             socket_path: PathBuf::from("spillway-data/admin.sock"),
             metrics_address: None,
+            connections_max: 16,
+            ready_stall_ms: 5_000,
         }
     }
 }
@@ -601,6 +611,20 @@ impl Config {
                 ),
             });
         }
+        range_u64(
+            "admin.connections_max",
+            u64::from(self.admin.connections_max),
+            1,
+            1024,
+            "",
+        )?;
+        range_u64(
+            "admin.ready_stall_ms",
+            self.admin.ready_stall_ms,
+            100,
+            3_600_000,
+            " ms",
+        )?;
         if self.admin.socket_path.as_os_str().is_empty()
             || self.admin.socket_path == self.server.socket_path
         {
@@ -628,6 +652,13 @@ impl Config {
                 .map(|n| n.get() as u32)
                 .unwrap_or(1)
         }
+    }
+
+    /// Connections the admin listeners may hold together: the admin
+    /// socket's, and the metrics address's when it is set.
+    pub fn admin_connections_reserved(&self) -> u64 {
+        let listeners = 1 + u64::from(self.admin.metrics_address.is_some());
+        listeners * u64::from(self.admin.connections_max)
     }
 
     pub fn idle_timeout(&self) -> Duration {

@@ -4,8 +4,10 @@
 //! [`crate::admin`].
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Subcommand;
+use spillway_ctl::Limits;
 
 use crate::config::{AdminConfig, Config};
 
@@ -53,6 +55,17 @@ pub enum DeadLetterAction {
     },
 }
 
+/// How `ctl` asks: `json` for one JSON document, `timeout` (seconds) to
+/// override the deadline of each call.
+pub struct Options {
+    pub json: bool,
+    pub timeout: Option<f64>,
+}
+
+/// A reload waits for the new sink to be built and health-checked, up to
+/// `sink.build_timeout_ms` (10 s by default) in the daemon.
+const RELOAD_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
 /// Send `command` to the admin socket (`admin_socket`, or the config's
 /// `admin.socket_path`) and return the reply's body or the daemon's reason.
 /// `config` loads `config_path` (or the embedded default when it is
@@ -62,8 +75,19 @@ pub fn run(
     config_path: Option<&Path>,
     config: impl FnOnce() -> Result<Config, String>,
     command: CtlCommand,
-    json: bool,
+    options: Options,
 ) -> Result<String, String> {
+    let Options { json, timeout } = options;
+    let timeout = match timeout {
+        None if matches!(command, CtlCommand::Reload) => RELOAD_TIMEOUT_DEFAULT,
+        None => spillway_ctl::TIMEOUT_DEFAULT,
+        Some(s) if s.is_finite() && (0.1..=3600.0).contains(&s) => Duration::from_secs_f64(s),
+        Some(s) => return Err(format!("--timeout {s}: give seconds in 0.1..=3600")),
+    };
+    let limits = Limits {
+        timeout,
+        ..Limits::default()
+    };
     let socket = match admin_socket {
         Some(s) => s,
         None if matches!(command, CtlCommand::Reload) => reload_socket(config_path, config)?,
@@ -74,7 +98,7 @@ pub fn run(
             if !(interval.is_finite() && (0.1..=3600.0).contains(&interval)) {
                 return Err(format!("--interval {interval}: give seconds in 0.1..=3600"));
             }
-            crate::top::run(&socket, std::time::Duration::from_secs_f64(interval), count)?;
+            crate::top::run(&socket, Duration::from_secs_f64(interval), count, limits)?;
             return Ok(String::new());
         }
         CtlCommand::Health => "health".to_string(),
@@ -93,7 +117,7 @@ pub fn run(
         } => format!("dead-letter drop {}", ids.join(" ")),
     };
     let line = if json { line + " --json" } else { line };
-    spillway_ctl::call(&socket, &line)
+    spillway_ctl::call_with(&socket, &line, limits)
 }
 
 /// The admin socket `reload` asks. The daemon re-reads its own file and

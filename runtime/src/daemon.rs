@@ -110,6 +110,7 @@ struct Ownership {
 /// message naming the folder, the holder or the numbers.
 fn take_ownership(cfg: &Config) -> Result<Ownership, String> {
     let data_dir = &cfg.server.data_dir;
+    spillway_wab::check_data_dir_is_ours(data_dir).map_err(|e| format!("server.data_dir: {e}"))?;
     spillway_wab::storage::create_dir_durable(&FsStorage, data_dir)
         .map_err(|e| format!("creating the data folder {}: {e}", data_dir.display()))?;
     let data = DataDirLock::acquire(data_dir)?;
@@ -119,6 +120,7 @@ fn take_ownership(cfg: &Config) -> Result<Ownership, String> {
         limit,
         u64::from(cfg.server.max_connections),
         u64::from(cfg.shard_count()),
+        cfg.admin_connections_reserved(),
     )?;
     warn_if_disk_smaller(cfg);
     let mut locks = Vec::new();
@@ -200,7 +202,7 @@ fn start(
     let (maker, sink_description) =
         build_on_thread(build_timeout(&cfg), move || sink_maker(&for_build))?.wait()??;
     let sink = SinkSlot::new(maker, cfg.drain_settings(), sink_description.clone());
-    let dl_dir = cfg.server.data_dir.join("dead-letter");
+    let dl_dir = cfg.server.data_dir.join(spillway_wab::DEAD_LETTER_DIR);
     let dead_letters = Arc::new(Mutex::new(
         DeadLetterStore::open(FsStorage, &dl_dir)
             .map_err(|e| format!("opening the dead-letter store {}: {e}", dl_dir.display()))?,
@@ -338,6 +340,10 @@ fn start(
             Box::pin(Reloader::reload(for_admin.clone()))
         })),
         reload_stats,
+        connections_max: u64::from(cfg.admin.connections_max),
+        admin_socket: Default::default(),
+        metrics_http: Default::default(),
+        ready_stall: std::time::Duration::from_millis(cfg.admin.ready_stall_ms),
     };
     Admin::new(admin_listener, metrics_listener, admin_state).start();
     let children = Children {

@@ -7,7 +7,11 @@
 //! descriptor and the shard stopped. So the connections may use only what
 //! is left after a reserve for the WAB (active and spare segments, the
 //! sealer's and drain's files, checkpoints, the dead-letter store), the
-//! sinks (HTTP connections, plugin files) and the admin sockets.
+//! sinks (HTTP connections, plugin files) and the admin listeners, whose
+//! connections are capped (`admin.connections_max` each) and set aside
+//! here too: measured before they were, 1,500 connections held open to the
+//! metrics address took every descriptor, and pushes, checkpoint writes,
+//! seals and rotation all failed with EMFILE.
 
 /// Descriptors kept for everything but producer connections, besides the
 /// per-shard share below.
@@ -46,9 +50,15 @@ pub fn raise_soft_limit() -> std::io::Result<u64> {
 }
 
 /// Refuse `max_connections` when `limit` descriptors cannot hold them plus
-/// the reserve; the message names both numbers and the fixes.
-pub fn check(limit: u64, max_connections: u64, shards: u64) -> Result<(), String> {
-    let reserve = FD_RESERVE + FDS_PER_SHARD * shards;
+/// the reserve (`admin_connections`: what the admin listeners may hold
+/// together); the message names the numbers and the fixes.
+pub fn check(
+    limit: u64,
+    max_connections: u64,
+    shards: u64,
+    admin_connections: u64,
+) -> Result<(), String> {
+    let reserve = FD_RESERVE + FDS_PER_SHARD * shards + admin_connections;
     if max_connections.saturating_add(reserve) <= limit {
         return Ok(());
     }
@@ -56,7 +66,8 @@ pub fn check(limit: u64, max_connections: u64, shards: u64) -> Result<(), String
     Err(format!(
         "server.max_connections = {max_connections} does not fit the file descriptor limit of {limit}: \
          {reserve} are kept for segments, checkpoints, sinks and admin ({FD_RESERVE} + {FDS_PER_SHARD} per shard \
-         x {shards} shards), so at most {fits} connections fit; lower server.max_connections to {fits} or raise \
+         x {shards} shards + {admin_connections} for the admin listeners' connections, admin.connections_max \
+         each), so at most {fits} connections fit; lower server.max_connections to {fits} or raise \
          the limit (ulimit -n, or LimitNOFILE= in the systemd unit)"
     ))
 }
@@ -67,11 +78,13 @@ mod tests {
 
     #[test]
     fn max_connections_must_leave_the_reserve() {
-        check(20_000, 1024, 2).unwrap();
-        let err = check(1024, 1024, 2).unwrap_err();
+        check(20_000, 1024, 2, 32).unwrap();
+        let err = check(1024, 1024, 2, 32).unwrap_err();
         assert!(err.contains("server.max_connections = 1024"), "{err}");
         assert!(err.contains("limit of 1024"), "{err}");
-        assert!(err.contains("at most 944 connections"), "{err}");
-        check(1024, 944, 2).unwrap();
+        assert!(err.contains("+ 32 for the admin listeners"), "{err}");
+        assert!(err.contains("at most 912 connections"), "{err}");
+        check(1024, 912, 2, 32).unwrap();
+        check(1024, 913, 2, 32).unwrap_err();
     }
 }

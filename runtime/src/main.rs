@@ -83,6 +83,9 @@ enum Command {
         /// Print the answer as one JSON document (an error as {"error": ...}).
         #[arg(long, global = true)]
         json: bool,
+        /// Give up on the daemon after this many seconds (default 5; 30 for `reload`, which waits for the new sink's build).
+        #[arg(long, global = true, value_name = "SECONDS")]
+        timeout: Option<f64>,
         #[command(subcommand)]
         command: CtlCommand,
     },
@@ -144,13 +147,14 @@ fn main() -> ExitCode {
             config,
             admin_socket,
             json,
+            timeout,
             command,
         } => match ctl::run(
             admin_socket,
             config.as_deref(),
             || Ok(load(config.as_ref())?.0),
             command,
-            json,
+            ctl::Options { json, timeout },
         ) {
             Ok(body) => {
                 print!("{body}");

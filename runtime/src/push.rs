@@ -3,7 +3,9 @@
 //! operator's smoke test.
 //!
 //! Input is streamed: stdin is read one batch at a time, so a million lines
-//! never sit in memory. A retryable nack (Overloaded, InternalError) pauses
+//! never sit in memory, and a record is read no further than the payload
+//! cap: a line over it is refused once its first `cap + 1` bytes are in,
+//! never held whole. A retryable nack (Overloaded, InternalError) pauses
 //! sending, collects the answers still owed, and resends the refused batches
 //! in their order with a doubling back-off until `--retry-for` runs out. A
 //! fatal nack, a lost connection or bad input ends the run with the line of
@@ -170,6 +172,7 @@ pub fn run(mut args: PushArgs) -> Result<String, String> {
         .map_err(|e| format!("{e}: is the daemon running, and is this its server.socket_path?"))?;
     let started = Instant::now();
     let mut sender = Sender {
+        timeout: options.timeout.unwrap_or_default(),
         pipeline: client.pipeline(args.window as usize),
         tier: args.tier.tier(),
         window: args.window as usize,
@@ -241,6 +244,8 @@ fn target(args: &PushArgs) -> Result<(PathBuf, u32), String> {
 }
 
 struct Sender<'c> {
+    /// `--timeout`, for the message when it expires.
+    timeout: Duration,
     pipeline: Pipeline<'c>,
     tier: Tier,
     window: usize,
@@ -266,15 +271,18 @@ impl Sender<'_> {
             let mut at_end = false;
             while frame.ends.len() < max_records {
                 let start = frame.bytes.len();
+                // Read at most one byte past what a record may hold.
+                let most = cap.saturating_sub(8) + 1;
                 if let Some(r) = carry.take() {
                     frame.bytes.extend_from_slice(&r);
-                } else if !next_record(input, &mut frame.bytes)
+                } else if !next_record(input, &mut frame.bytes, most)
                     .map_err(|e| format!("reading stdin: {e}"))?
                 {
                     at_end = true;
                     break;
                 }
                 let len = frame.bytes.len() - start;
+                let cut = len == most;
                 if !frame.ends.is_empty() && frame.payload_len() + 4 > cap {
                     // Over the cap with this record: it opens the next frame.
                     carry = Some(frame.bytes.split_off(start));
@@ -301,8 +309,13 @@ impl Sender<'_> {
                 }
                 if 8 + len > cap {
                     frame.bytes.truncate(start);
+                    let size = if cut {
+                        format!("over {} bytes (read no further)", len - 1)
+                    } else {
+                        format!("{len} bytes")
+                    };
                     bad = Some(format!(
-                        "{} {position} is {len} bytes: over the daemon's payload cap of {cap} bytes \
+                        "{} {position} is {size}: over the daemon's payload cap of {cap} bytes \
                          (server.payload_bytes_max) less 8 bytes of batch framing",
                         self.unit
                     ));
@@ -380,6 +393,14 @@ impl Sender<'_> {
     }
 
     fn connection_lost(&self, e: &Error) -> String {
+        let e = if e.is_timeout() {
+            format!(
+                "timed out: no answer from the daemon within --timeout {:.1} s",
+                self.timeout.as_secs_f64()
+            )
+        } else {
+            e.to_string()
+        };
         let first = self
             .refused
             .iter()
@@ -391,7 +412,7 @@ impl Sender<'_> {
                 "{e}; the records from {} {first} on were not all acked",
                 self.unit
             ),
-            None => e.to_string(),
+            None => e,
         }
     }
 
@@ -420,29 +441,91 @@ impl Sender<'_> {
     }
 }
 
-/// Appends the next record (without its separator) to `buf`; false at the
-/// end of input.
-fn next_record(input: &mut Input, buf: &mut Vec<u8>) -> io::Result<bool> {
+/// Appends the next record (without its separator) to `buf`, at most
+/// `most` bytes of it (a record that long is cut there, the rest unread);
+/// false at the end of input.
+fn next_record(input: &mut Input, buf: &mut Vec<u8>, most: usize) -> io::Result<bool> {
     match input {
         Input::Args(it) => Ok(it
             .next()
-            .map(|r| buf.extend_from_slice(r.as_bytes()))
+            .map(|r| buf.extend_from_slice(&r.as_bytes()[..r.len().min(most)]))
             .is_some()),
         Input::Raw(r) => {
-            let Some(mut reader) = r.take() else {
+            let Some(reader) = r.take() else {
                 return Ok(false);
             };
-            reader.read_to_end(buf)?;
+            reader.take(most as u64).read_to_end(buf)?;
             Ok(true)
         }
-        Input::Stream { reader, separator } => {
-            if reader.read_until(*separator, buf)? == 0 {
-                return Ok(false);
-            }
-            if buf.last() == Some(separator) {
-                buf.pop();
-            }
-            Ok(true)
+        Input::Stream { reader, separator } => read_until_at_most(reader, *separator, buf, most),
+    }
+}
+
+/// `BufRead::read_until` that stops after `most` bytes of the record (the
+/// separator not counted, nor kept); false at the end of input.
+fn read_until_at_most(
+    reader: &mut dyn BufRead,
+    separator: u8,
+    buf: &mut Vec<u8>,
+    most: usize,
+) -> io::Result<bool> {
+    let mut taken = 0;
+    let mut any = false;
+    loop {
+        let available = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            return Ok(any);
         }
+        any = true;
+        let room = most - taken;
+        let (used, done) = match available.iter().position(|&b| b == separator) {
+            Some(i) if i <= room => {
+                buf.extend_from_slice(&available[..i]);
+                (i + 1, true)
+            }
+            _ => {
+                let n = available.len().min(room);
+                buf.extend_from_slice(&available[..n]);
+                (n, n == room)
+            }
+        };
+        taken += used;
+        reader.consume(used);
+        if done {
+            return Ok(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each record of `input` as `read_until_at_most` gives it.
+    fn records(input: &[u8], most: usize) -> Vec<Vec<u8>> {
+        let mut reader = io::BufReader::with_capacity(4, input);
+        let mut out = Vec::new();
+        loop {
+            let mut buf = Vec::new();
+            if !read_until_at_most(&mut reader, b'\n', &mut buf, most).unwrap() {
+                return out;
+            }
+            out.push(buf);
+        }
+    }
+
+    #[test]
+    fn a_line_is_read_no_further_than_the_cap() {
+        assert_eq!(
+            records(b"ab\ncdefgh\n\nij", 5),
+            [&b"ab"[..], b"cdefg", b"h", b"", b"ij"]
+        );
+        // Exactly the cap, then its separator: one record, the separator gone.
+        assert_eq!(records(b"abcde\nf\n", 5), [&b"abcde"[..], b"f"]);
+        assert!(records(b"", 5).is_empty());
     }
 }

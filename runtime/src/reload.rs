@@ -247,6 +247,8 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
         AdminConfig {
             socket_path,
             metrics_address,
+            connections_max,
+            ready_stall_ms,
         }
     );
     keys

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use spillway_ctl::Limits;
 
 /// One reading of the daemon.
 struct Reading {
@@ -25,15 +26,15 @@ struct Reading {
     ready: bool,
 }
 
-fn ask(socket: &Path, command: &str) -> Result<Value, String> {
-    let body = spillway_ctl::call(socket, &format!("{command} --json"))?;
+fn ask(socket: &Path, command: &str, limits: Limits) -> Result<Value, String> {
+    let body = spillway_ctl::call_with(socket, &format!("{command} --json"), limits)?;
     serde_json::from_str(&body).map_err(|e| format!("{command}: {e}"))
 }
 
-fn read(socket: &Path) -> Result<Reading, String> {
-    let stats = ask(socket, "stats")?;
-    let health = ask(socket, "health")?;
-    let metrics = ask(socket, "metrics")?;
+fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
+    let stats = ask(socket, "stats", limits)?;
+    let health = ask(socket, "health", limits)?;
+    let metrics = ask(socket, "metrics", limits)?;
     let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
     let numbers: Vec<(u64, u64, u64, u64, u64, u64)> = stats["shards"]
         .as_array()
@@ -184,13 +185,18 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
 }
 
 /// Runs `ctl top` until interrupted, or for `count` intervals.
-pub fn run(socket: &Path, interval: Duration, count: Option<u64>) -> Result<(), String> {
+pub fn run(
+    socket: &Path,
+    interval: Duration,
+    count: Option<u64>,
+    limits: Limits,
+) -> Result<(), String> {
     let terminal = std::io::stdout().is_terminal();
-    let mut prev = read(socket)?;
+    let mut prev = read(socket, limits)?;
     let mut shown = 0;
     loop {
         std::thread::sleep(interval);
-        let now = read(socket)?;
+        let now = read(socket, limits)?;
         let (screen, line) = render(&prev, &now);
         let mut out = std::io::stdout().lock();
         let clock = humantime::format_rfc3339_seconds(std::time::SystemTime::now());

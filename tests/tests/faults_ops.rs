@@ -604,9 +604,10 @@ fn fd_exhaustion_under_a_low_ulimit() {
     }
 
     // 150 connections, at the tightest limit the daemon accepts for them:
-    // 150 + 64 + 8 per shard x 2 shards = 230 descriptors.
+    // 150 + 64 + 8 per shard x 2 shards + 16 for the admin socket's
+    // connections (admin.connections_max) = 246 descriptors.
     const MAX_CONN: u64 = 150;
-    const LIMIT: u64 = MAX_CONN + 64 + 8 * 2;
+    const LIMIT: u64 = MAX_CONN + 64 + 8 * 2 + 16;
     d.reconfigure("[server]\nmax_connections = 150\n");
     d.spawn_with(nofile_limit(LIMIT));
     let pid = d.pid().unwrap();

@@ -13,6 +13,7 @@
 
 pub mod checkpoint;
 pub mod deadletter;
+pub mod descriptors;
 pub mod fault;
 pub mod follow;
 pub mod format;
@@ -41,6 +42,61 @@ pub use storage::{create_dir_durable, FsStorage, Storage, StorageFile};
 /// Directory of shard `shard` under `data_dir`.
 pub fn shard_dir(data_dir: &Path, shard: u32) -> PathBuf {
     data_dir.join(format!("shard-{shard:03}"))
+}
+
+/// The dead-letter store's folder under `data_dir`.
+pub const DEAD_LETTER_DIR: &str = "dead-letter";
+
+/// Names in `data_dir` that spillway did not make, sorted (empty for a
+/// missing, empty or spillway-made folder). spillway makes only
+/// `shard-NNN` folders, the dead-letter folder and its `LOCK`; a file
+/// system's `lost+found` is allowed too, so a dedicated mount can be the
+/// data folder. Anything else means the folder is someone else's (`/etc`,
+/// a home folder), and the daemon must not start filling it.
+pub fn foreign_entries(data_dir: &Path) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(data_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut foreign = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let ours = name == lock::LOCK_FILE
+            || name == DEAD_LETTER_DIR
+            || name == "lost+found"
+            || name
+                .strip_prefix("shard-")
+                .is_some_and(|n| n.len() >= 3 && n.bytes().all(|b| b.is_ascii_digit()));
+        if !ours {
+            foreign.push(name);
+        }
+    }
+    foreign.sort();
+    Ok(foreign)
+}
+
+/// [`foreign_entries`] as a refusal naming the folder and a few of them.
+pub fn check_data_dir_is_ours(data_dir: &Path) -> Result<(), String> {
+    let foreign = foreign_entries(data_dir)
+        .map_err(|e| format!("reading the data folder {}: {e}", data_dir.display()))?;
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = foreign.iter().take(5).map(String::as_str).collect();
+    let more = foreign.len().saturating_sub(shown.len());
+    Err(format!(
+        "{} holds {} entries spillway did not make ({}{}): give spillway a folder of its own, \
+         empty or made by spillway (shard-NNN, dead-letter, LOCK)",
+        data_dir.display(),
+        foreign.len(),
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    ))
 }
 
 /// Read every record of every segment (sealed or not) in `dir`, in sequence

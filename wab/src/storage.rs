@@ -83,18 +83,22 @@ impl Storage for FsStorage {
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(path)?;
-        Ok(FsFile { file })
+            .open(path);
+        Ok(FsFile {
+            file: counted(file, "creating a file")?,
+        })
     }
 
     fn open(&self, path: &Path) -> io::Result<FsFile> {
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
-        Ok(FsFile { file })
+        let file = OpenOptions::new().read(true).write(true).open(path);
+        Ok(FsFile {
+            file: counted(file, "opening a file")?,
+        })
     }
 
     fn open_read(&self, path: &Path) -> io::Result<FsFile> {
         Ok(FsFile {
-            file: File::open(path)?,
+            file: counted(File::open(path), "opening a file")?,
         })
     }
 
@@ -103,7 +107,7 @@ impl Storage for FsStorage {
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        File::open(dir)?.sync_all()
+        counted(File::open(dir), "opening a folder to fsync it")?.sync_all()
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
@@ -123,11 +127,17 @@ impl Storage for FsStorage {
 
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
         let mut paths = Vec::new();
-        for entry in fs::read_dir(dir)? {
+        for entry in counted(fs::read_dir(dir), "listing a folder")? {
             paths.push(entry?.path());
         }
         Ok(paths)
     }
+}
+
+/// `result`, its error counted if it is a descriptor shortage
+/// ([`crate::descriptors`]).
+fn counted<T>(result: io::Result<T>, doing: &'static str) -> io::Result<T> {
+    result.inspect_err(|e| crate::descriptors::note(e, doing))
 }
 
 /// Create `dir` and every missing parent (mode 0700), durably: after each

@@ -72,7 +72,9 @@ impl<S: Storage> DrainCore<S> {
             })
             .collect();
         let started = Instant::now();
+        let call = self.stats.sink_call();
         let outcome = self.host.deliver(&Batch::new(self.shard, &records));
+        drop(call);
         self.stats
             .sink_request_us
             .observe(started.elapsed().as_micros() as u64);

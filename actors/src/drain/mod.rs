@@ -31,7 +31,7 @@ mod delivery;
 mod retry;
 mod sink_host;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::histogram::{Histogram, SinkMicros};
@@ -64,6 +64,30 @@ pub struct DrainStats {
     /// How long each batch offered to the sink took (µs), whatever its
     /// outcome.
     pub sink_request_us: Histogram<SinkMicros>,
+    /// When the call into the sink that has not returned yet began (ms
+    /// since the epoch): a delivery, with its instance's creation and
+    /// health check, or a probe while backing off; 0 when none is
+    /// outstanding. `GET /ready` reads it: a sink that hangs is not ready
+    /// long before its request times out.
+    pub sink_call_since_unix_ms: AtomicU64,
+}
+
+impl DrainStats {
+    /// Marks a call into the sink as outstanding until the guard drops.
+    pub(crate) fn sink_call(&self) -> SinkCall<'_> {
+        self.sink_call_since_unix_ms
+            .store(now_unix_ms().max(1), Ordering::Relaxed);
+        SinkCall(self)
+    }
+}
+
+/// A call into the sink in progress ([`DrainStats::sink_call`]).
+pub(crate) struct SinkCall<'a>(&'a DrainStats);
+
+impl Drop for SinkCall<'_> {
+    fn drop(&mut self) {
+        self.0.sink_call_since_unix_ms.store(0, Ordering::Relaxed);
+    }
 }
 
 /// The state of one shard's sink, as the drain last saw it.

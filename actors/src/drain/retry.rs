@@ -125,7 +125,10 @@ impl<S: Storage> DrainCore<S> {
             return None;
         }
         if now >= b.next_probe {
-            if self.host.probe() {
+            let call = self.stats.sink_call();
+            let answers = self.host.probe();
+            drop(call);
+            if answers {
                 let waited = now.saturating_duration_since(b.started);
                 tracing::info!(
                     shard = self.shard,

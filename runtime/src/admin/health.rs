@@ -1,7 +1,11 @@
 //! Health that tells the truth: each shard's state and each shard's sink,
 //! for `ctl health` (prose lines) and `GET /ready` (JSON). Ready means every
 //! shard is Running and every sink delivers: a sink that is retrying a
-//! failed batch, or whose instance failed, makes the daemon not ready.
+//! failed batch, or whose instance failed, or whose current call has been
+//! outstanding longer than `admin.ready_stall_ms` (a hanging endpoint,
+//! long before its request times out), makes the daemon not ready; so does
+//! running out of file descriptors anywhere in the last
+//! [`FD_SHORTAGE_WINDOW_MS`].
 
 use std::fmt::Write as _;
 
@@ -10,10 +14,14 @@ use spillway_actors::{ShardHealth, SinkHealth, SinkState};
 
 use super::AdminState;
 
+/// After a descriptor shortage (EMFILE, ENFILE), not ready for this long.
+const FD_SHORTAGE_WINDOW_MS: u64 = 10_000;
+
 /// One thing that keeps the daemon from being ready.
 struct Failing {
     what: &'static str,
-    shard: u32,
+    /// `None`: the whole process.
+    shard: Option<u32>,
     state: String,
     since_unix_ms: u64,
     reason: String,
@@ -23,10 +31,12 @@ impl Failing {
     fn json(&self) -> Value {
         let mut v = json!({
             "what": self.what,
-            "shard": self.shard,
             "state": self.state,
             "reason": self.reason,
         });
+        if let Some(shard) = self.shard {
+            v["shard"] = json!(shard);
+        }
         if self.since_unix_ms > 0 {
             v["since_unix_ms"] = json!(self.since_unix_ms);
             v["since"] = json!(rfc3339(self.since_unix_ms));
@@ -35,7 +45,10 @@ impl Failing {
     }
 
     fn line(&self) -> String {
-        let mut s = format!("{} of shard {} {}", self.what, self.shard, self.state);
+        let mut s = match self.shard {
+            Some(shard) => format!("{} of shard {shard} {}", self.what, self.state),
+            None => format!("{} {}", self.what, self.state),
+        };
         if self.since_unix_ms > 0 {
             let _ = write!(s, " since {}", rfc3339(self.since_unix_ms));
         }
@@ -69,7 +82,7 @@ fn failing(state: &AdminState) -> Vec<Failing> {
             }
             out.push(Failing {
                 what: "shard",
-                shard: q.shard,
+                shard: Some(q.shard),
                 state: format!("{health:?}").to_lowercase(),
                 since_unix_ms: 0,
                 reason,
@@ -79,14 +92,69 @@ fn failing(state: &AdminState) -> Vec<Failing> {
         if sink.state != SinkState::Running {
             out.push(Failing {
                 what: "sink",
-                shard: q.shard,
+                shard: Some(q.shard),
                 state: sink.state.name().to_string(),
                 since_unix_ms: sink.since_unix_ms,
                 reason: sink.reason,
             });
+        } else if let Some(stalled) = stalled_call(state, i) {
+            out.push(stalled);
         }
     }
+    if let Some(shortage) = fd_shortage() {
+        out.push(shortage);
+    }
     out
+}
+
+fn now_unix_ms() -> u64 {
+    spillway_wab::format::now_unix_us() / 1000
+}
+
+/// Shard `i`'s sink call, if it has been outstanding past
+/// `admin.ready_stall_ms`.
+fn stalled_call(state: &AdminState, i: usize) -> Option<Failing> {
+    let drain = state.drains.get(i)?;
+    let since = drain
+        .sink_call_since_unix_ms
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let stall_ms = state.ready_stall.as_millis() as u64;
+    let waited = now_unix_ms().saturating_sub(since);
+    if since == 0 || waited <= stall_ms {
+        return None;
+    }
+    Some(Failing {
+        what: "sink",
+        shard: state.shards.get(i).map(|q| q.shard),
+        state: "stalled".to_string(),
+        since_unix_ms: since,
+        reason: format!(
+            "a call into the sink has been outstanding for {:.1} s (admin.ready_stall_ms = {stall_ms})",
+            waited as f64 / 1000.0
+        ),
+    })
+}
+
+/// The process ran out of file descriptors within the last
+/// [`FD_SHORTAGE_WINDOW_MS`].
+fn fd_shortage() -> Option<Failing> {
+    let last = spillway_wab::descriptors::last_unix_ms();
+    let ago = now_unix_ms().saturating_sub(last);
+    if last == 0 || ago > FD_SHORTAGE_WINDOW_MS {
+        return None;
+    }
+    Some(Failing {
+        what: "daemon",
+        shard: None,
+        state: "out of file descriptors".to_string(),
+        since_unix_ms: 0,
+        reason: format!(
+            "{} operations failed with EMFILE/ENFILE so far, the last {:.1} s ago; raise the limit \
+             (ulimit -n, LimitNOFILE=) or lower server.max_connections",
+            spillway_wab::descriptors::total(),
+            ago as f64 / 1000.0
+        ),
+    })
 }
 
 /// `ctl health`: one line per shard and per shard's sink, then the verdict.

@@ -31,6 +31,7 @@ pub(super) struct Sources {
     live_connections: Arc<AtomicUsize>,
     reload_stats: Arc<ReloadStats>,
     dead_letter_dir: PathBuf,
+    admin_listeners: [Arc<super::ListenerLoad>; 2],
 }
 
 impl Sources {
@@ -43,6 +44,7 @@ impl Sources {
             live_connections: state.live_connections.clone(),
             reload_stats: state.reload_stats.clone(),
             dead_letter_dir: state.dead_letters.lock().unwrap().dir().to_path_buf(),
+            admin_listeners: [state.admin_socket.clone(), state.metrics_http.clone()],
         }
     }
 }
@@ -72,7 +74,7 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn global_counters() -> [Counter<GlobalGet>; 13] {
+fn global_counters() -> [Counter<GlobalGet>; 15] {
     [
         Counter {
             key: "connections_open",
@@ -129,6 +131,25 @@ fn global_counters() -> [Counter<GlobalGet>; 13] {
             kind: "counter",
             help: "accept() failures (EMFILE: out of file descriptors, and the like); each pauses the accept loop.",
             get: |s| load(&s.stats.accept_failures),
+        },
+        Counter {
+            key: "fd_exhaustion",
+            metric: "spillway_fd_exhaustion_total",
+            kind: "counter",
+            help: "Operations that failed for lack of a file descriptor (EMFILE, ENFILE) anywhere in the daemon: accepts, segment and checkpoint files, folders. GET /ready says not ready for 10 s after one.",
+            get: |_| spillway_wab::descriptors::total(),
+        },
+        Counter {
+            key: "admin_connections_refused",
+            metric: "spillway_admin_connections_refused_total",
+            kind: "counter",
+            help: "Connections to the admin socket or the metrics address closed at once because admin.connections_max were open on it.",
+            get: |s| {
+                s.admin_listeners
+                    .iter()
+                    .map(|l| load(&l.refused))
+                    .sum()
+            },
         },
         Counter {
             key: "read_buffer_bytes",

@@ -26,7 +26,9 @@ mod metrics;
 pub(crate) mod segments;
 
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use actix::prelude::*;
 use spillway_actors::{AcceptErrors, DaemonStats, DrainStats, ShardQueue, WabBudget};
@@ -53,6 +55,44 @@ pub struct AdminState {
     /// daemon). It waits for the new sink without blocking this arbiter.
     pub reload: Option<Box<dyn Fn() -> ReloadFuture>>,
     pub reload_stats: Arc<crate::reload::ReloadStats>,
+    /// `admin.connections_max`: connections each admin listener serves at once.
+    pub connections_max: u64,
+    /// The admin socket's connections.
+    pub admin_socket: Arc<ListenerLoad>,
+    /// The metrics address's connections.
+    pub metrics_http: Arc<ListenerLoad>,
+    /// `admin.ready_stall_ms`: a delivery outstanding longer is not ready.
+    pub ready_stall: Duration,
+}
+
+/// Connections one admin listener serves now, and those it closed at once
+/// because `admin.connections_max` were open.
+#[derive(Debug, Default)]
+pub struct ListenerLoad {
+    open: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+impl ListenerLoad {
+    /// A place for one more connection, or `None` (counted) at `max`.
+    fn enter(self: &Arc<Self>, max: u64) -> Option<Seat> {
+        // One arbiter thread runs the accept loop: load then add is exact.
+        if self.open.load(Ordering::Relaxed) >= max {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        self.open.fetch_add(1, Ordering::Relaxed);
+        Some(Seat(self.clone()))
+    }
+}
+
+/// One connection's place on a listener; given back when dropped.
+struct Seat(Arc<ListenerLoad>);
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What [`AdminState::reload`] returns.
@@ -96,7 +136,18 @@ impl Actor for Admin {
                                 match listener.accept().await {
                                     Ok((stream, _)) => {
                                         errors.accepted();
-                                        actix_rt::spawn(http::serve_metrics(stream, state.clone()));
+                                        // Past the cap the socket is closed at once.
+                                        let Some(seat) =
+                                            state.metrics_http.enter(state.connections_max)
+                                        else {
+                                            refused_log("metrics address", state.connections_max);
+                                            continue;
+                                        };
+                                        let state = state.clone();
+                                        actix_rt::spawn(async move {
+                                            http::serve_metrics(stream, state).await;
+                                            drop(seat);
+                                        });
                                     }
                                     Err(e) => actix_rt::time::sleep(errors.failed(&e)).await,
                                 }
@@ -126,13 +177,46 @@ impl Actor for Admin {
                     match listener.accept().await {
                         Ok((stream, _)) => {
                             errors.accepted();
-                            actix_rt::spawn(serve(stream, state.clone()));
+                            let Some(seat) = state.admin_socket.enter(state.connections_max) else {
+                                refused_log("admin socket", state.connections_max);
+                                // Best effort, never waiting: the reason, then close.
+                                let _ = stream.try_write(
+                                    spillway_ctl::reply(Err(format!(
+                                        "too many admin connections open (admin.connections_max = {}); try again",
+                                        state.connections_max
+                                    )))
+                                    .as_bytes(),
+                                );
+                                continue;
+                            };
+                            let state = state.clone();
+                            actix_rt::spawn(async move {
+                                serve(stream, state).await;
+                                drop(seat);
+                            });
                         }
                         Err(e) => actix_rt::time::sleep(errors.failed(&e)).await,
                     }
                 }
             }
             .into_actor(self),
+        );
+    }
+}
+
+/// A connection refused at `admin.connections_max`: logged at most once a
+/// second per process (the counter says how many).
+fn refused_log(listener: &'static str, max: u64) {
+    use std::sync::atomic::AtomicU64;
+    static LAST_S: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if LAST_S.swap(now, Ordering::Relaxed) != now {
+        tracing::warn!(
+            listener,
+            admin_connections_max = max,
+            "closed a new connection at once: admin.connections_max are open (at most one such line per second; admin_connections_refused counts them)"
         );
     }
 }
