@@ -1298,3 +1298,74 @@ pub fn shard_stat_sum(stats: &str, key: &str) -> u64 {
     assert!(found, "no per-shard {key} in ctl stats:\n{stats}");
     sum
 }
+
+// ---------------------------------------------------------------- descriptors
+
+/// Open descriptors of a process.
+pub fn fd_count(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+/// `pre_exec`: soft = hard = `n` for RLIMIT_NOFILE in the daemon.
+pub fn nofile_limit(n: u64) -> impl FnOnce(&mut Command) {
+    move |cmd: &mut Command| {
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                let lim = libc::rlimit {
+                    rlim_cur: n as libc::rlim_t,
+                    rlim_max: n as libc::rlim_t,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// Lower a running process's RLIMIT_NOFILE (soft = hard = `n`).
+pub fn set_nofile_of(pid: u32, n: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: n as libc::rlim_t,
+        rlim_max: n as libc::rlim_t,
+    };
+    // SAFETY: prlimit reads the struct we pass and writes nothing (null old).
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            &lim,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "prlimit({pid}, NOFILE, {n}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Sealed segment files across the daemon's shards.
+pub fn sealed_segments(d: &Daemon) -> usize {
+    d.shard_dirs()
+        .iter()
+        .map(|(_, dir)| {
+            std::fs::read_dir(dir)
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .ends_with(".sealed")
+                })
+                .count()
+        })
+        .sum()
+}
+

@@ -15,9 +15,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::io::{AsRawFd, FromRawFd};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -56,13 +55,6 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
-}
-
-/// Open descriptors of a process.
-fn fd_count(pid: u32) -> usize {
-    fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|d| d.count())
-        .unwrap_or(0)
 }
 
 /// A client whose health check was answered, retried until `timeout` (a
@@ -165,67 +157,6 @@ fn closed_by_peer(mut s: &UnixStream) -> bool {
         Err(e) if e.kind() == ErrorKind::WouldBlock => false,
         Err(_) => true,
     }
-}
-
-/// `pre_exec`: soft = hard = `n` for RLIMIT_NOFILE in the daemon.
-fn nofile_limit(n: u64) -> impl FnOnce(&mut Command) {
-    move |cmd: &mut Command| {
-        // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
-        unsafe {
-            cmd.pre_exec(move || {
-                let lim = libc::rlimit {
-                    rlim_cur: n as libc::rlim_t,
-                    rlim_max: n as libc::rlim_t,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-}
-
-/// Lower a running process's RLIMIT_NOFILE (soft = hard = `n`).
-fn set_nofile_of(pid: u32, n: u64) {
-    let lim = libc::rlimit {
-        rlim_cur: n as libc::rlim_t,
-        rlim_max: n as libc::rlim_t,
-    };
-    // SAFETY: prlimit reads the struct we pass and writes nothing (null old).
-    let rc = unsafe {
-        libc::prlimit(
-            pid as libc::pid_t,
-            libc::RLIMIT_NOFILE,
-            &lim,
-            std::ptr::null_mut(),
-        )
-    };
-    assert_eq!(
-        rc,
-        0,
-        "prlimit({pid}, NOFILE, {n}): {}",
-        io::Error::last_os_error()
-    );
-}
-
-/// Sealed segment files across the daemon's shards.
-fn sealed_segments(d: &Daemon) -> usize {
-    d.shard_dirs()
-        .iter()
-        .map(|(_, dir)| {
-            fs::read_dir(dir)
-                .unwrap()
-                .filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .file_name()
-                        .to_string_lossy()
-                        .ends_with(".sealed")
-                })
-                .count()
-        })
-        .sum()
 }
 
 /// Log lines at WARN or ERROR level.

@@ -86,10 +86,13 @@ pub fn check_data_dir_is_ours(data_dir: &Path) -> Result<(), String> {
     let shown: Vec<&str> = foreign.iter().take(5).map(String::as_str).collect();
     let more = foreign.len().saturating_sub(shown.len());
     Err(format!(
-        "{} holds {} entries spillway did not make ({}{}): give spillway a folder of its own, \
+        "{} holds {} spillway did not make ({}{}): give spillway a folder of its own, \
          empty or made by spillway (shard-NNN, dead-letter, LOCK)",
         data_dir.display(),
-        foreign.len(),
+        match foreign.len() {
+            1 => "an entry".to_string(),
+            n => format!("{n} entries"),
+        },
         shown.join(", "),
         if more > 0 {
             format!(" and {more} more")
