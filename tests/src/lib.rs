@@ -224,13 +224,22 @@ pub fn require_root(what: &str) -> bool {
     false
 }
 
-/// A TCP port on loopback that was free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// `admin.metrics_address` on loopback with a port the daemon's bind
+/// picks: a port picked here and bound later by the daemon could be taken
+/// meanwhile by any other test on the machine. The port bound is in the
+/// daemon's log ([`metrics_port_in_log`], [`Daemon::metrics_port`]).
+pub const METRICS_ON_ANY_PORT: &str = "127.0.0.1:0";
+
+/// The port of the metrics listener a daemon's log says it serves on
+/// (the INFO line naming `admin.metrics_address`, its `address=` field).
+pub fn metrics_port_in_log(log: &str) -> Option<u16> {
+    let log = strip_ansi(log);
+    let line = log
+        .lines()
+        .find(|l| l.contains("serving GET /metrics") && l.contains("admin.metrics_address"))?;
+    let address = line.split("address=").nth(1)?.split_whitespace().next()?;
+    let port = address.trim_matches('"').rsplit(':').next()?.parse().ok()?;
+    (port != 0).then_some(port)
 }
 
 /// The whole answer (head and body) to `GET path` on loopback `port`.
@@ -695,6 +704,17 @@ impl Daemon {
     /// Standard error (the log) of the current (or last) run, colours removed.
     pub fn stderr(&self) -> String {
         read_lossy(&self.stderr_path())
+    }
+
+    /// The port this run's metrics listener is bound to (configured as
+    /// [`METRICS_ON_ANY_PORT`]; a restart may get another one).
+    pub fn metrics_port(&self) -> u16 {
+        metrics_port_in_log(&self.stderr()).unwrap_or_else(|| {
+            panic!(
+                "no admin.metrics_address line with a port in the daemon's log:\n{}",
+                self.stderr()
+            )
+        })
     }
 
     /// A client connected to the socket, with [`IO_TIMEOUT`] on reads and writes.

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-use spillway_tests::{free_port, http_get, Daemon, Tier};
+use spillway_tests::{http_get, Daemon, Tier, METRICS_ON_ANY_PORT};
 
 const RULES: &str = "deploy/prometheus/spillway-alerts.yml";
 const RULES_TESTS: &str = "deploy/prometheus/spillway-alerts.test.yml";
@@ -249,10 +249,10 @@ fn every_metric_the_rules_and_the_dashboard_name_is_on_the_endpoint() {
         );
     }
 
-    let port = free_port();
     let d = Daemon::start(&format!(
-        "[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n[sink]\ntype = \"noop\"\n"
+        "[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n[sink]\ntype = \"noop\"\n"
     ));
+    let port = d.metrics_port();
     d.client().push(Tier::Sync, b"deploy-rules").unwrap();
     let reply = http_get(port, "/metrics");
     let (head, body) = reply.split_once("\r\n\r\n").expect("an HTTP response");

@@ -42,12 +42,12 @@ fn wait_ready(port: u16, code: u16, within: Duration) -> Duration {
 #[test]
 fn ready_follows_the_sink_and_health_stays_up() {
     let rx = HttpReceiver::start();
-    let port = free_port();
     let d = Daemon::start(&format!(
-        "[server]\nshards = 1\n[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n\
+        "[server]\nshards = 1\n[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n\
          [sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 400\n",
         rx.url()
     ));
+    let port = d.metrics_port();
     assert_eq!(get(port, "/health"), (200, "{\"status\":\"ok\"}\n".into()));
     let (code, body) = ready_json(port);
     assert_eq!(code, 200, "{body}");

@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use spillway_client::Tier;
-use spillway_tests::{free_port, http_get, Daemon};
+use spillway_tests::{http_get, Daemon, METRICS_ON_ANY_PORT};
 use support_plugins::{admin_socket, ctl_socket};
 
 /// Sum of every sample of `name` (over its labels).
@@ -24,10 +24,10 @@ fn sum(exposition: &str, name: &str) -> u64 {
 
 #[test]
 fn metrics_endpoint_and_ctl_metrics_report_what_happened() {
-    let port = free_port();
     let d = Daemon::start(&format!(
-        "[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n"
+        "[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n"
     ));
+    let port = d.metrics_port();
     let before = http_get(port, "/metrics");
     let accepted_before = sum(&before, "spillway_connections_accepted_total");
     let mut c = d.client();
@@ -109,10 +109,10 @@ fn http_raw(port: u16, raw: &[u8]) -> String {
 
 #[test]
 fn the_metrics_server_answers_only_get_metrics_and_drops_slow_or_huge_requests() {
-    let port = free_port();
-    let _d = Daemon::start(&format!(
-        "[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n"
+    let d = Daemon::start(&format!(
+        "[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n"
     ));
+    let port = d.metrics_port();
     let other = http_raw(
         port,
         b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
@@ -172,12 +172,12 @@ fn value(exposition: &str, name: &str, labels: &str) -> f64 {
 fn backlog_metrics_follow_a_sink_outage() {
     let rx = support_http::HttpReceiver::start();
     rx.set_status(503);
-    let port = free_port();
     let d = Daemon::start(&format!(
-        "[server]\nshards = 1\n[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n\
+        "[server]\nshards = 1\n[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n\
          [sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 300\n",
         rx.url()
     ));
+    let port = d.metrics_port();
     let before = http_get(port, "/metrics");
     for family in [
         "spillway_build_info",
@@ -255,10 +255,10 @@ fn backlog_metrics_follow_a_sink_outage() {
 /// nothing; after a restart, every record written before is found again.
 #[test]
 fn recovery_figures_say_what_the_last_start_found() {
-    let port = free_port();
     let mut d = Daemon::start(&format!(
-        "[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n"
+        "[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n"
     ));
+    let port = d.metrics_port();
     let body = http_get(port, "/metrics");
     assert_eq!(sum(&body, "spillway_recovered_records"), 0, "{body}");
     assert_eq!(sum(&body, "spillway_quarantined_files"), 0, "{body}");
@@ -268,7 +268,7 @@ fn recovery_figures_say_what_the_last_start_found() {
     }
     drop(c);
     d.restart();
-    let body = http_get(port, "/metrics");
+    let body = http_get(d.metrics_port(), "/metrics");
     assert_eq!(sum(&body, "spillway_recovered_records"), 20, "{body}");
     assert_eq!(sum(&body, "spillway_quarantined_files"), 0, "{body}");
 }
@@ -281,13 +281,14 @@ fn recovery_figures_say_what_the_last_start_found() {
 #[test]
 fn pending_bytes_and_segment_states_follow_the_backlog_across_a_restart() {
     let rx = support_http::HttpReceiver::start();
-    let port = free_port();
     let mut d = Daemon::start(&format!(
-        "[server]\nshards = 1\n[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n\
+        "[server]\nshards = 1\n[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n\
          [sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 300\n",
         rx.url()
     ));
-    let metric = |name: &str| value(&http_get(port, "/metrics"), name, "shard=\"0\"");
+    // A restart binds a port of its own.
+    let port = std::cell::Cell::new(d.metrics_port());
+    let metric = |name: &str| value(&http_get(port.get(), "/metrics"), name, "shard=\"0\"");
     let settled = |name: &str, want: f64| {
         let mut last = f64::NAN;
         let reached = spillway_tests::wait_until(Duration::from_secs(10), || {
@@ -324,7 +325,7 @@ fn pending_bytes_and_segment_states_follow_the_backlog_across_a_restart() {
             &format!("shard=\"0\",state=\"{state}\""),
         )
     };
-    let body = http_get(port, "/metrics");
+    let body = http_get(port.get(), "/metrics");
     assert_eq!(segments(&body, "open"), 1.0, "{body}");
     assert_eq!(segments(&body, "quarantined"), 0.0, "{body}");
 
@@ -333,10 +334,11 @@ fn pending_bytes_and_segment_states_follow_the_backlog_across_a_restart() {
     let shard = d.shard_dirs()[0].1.clone();
     std::fs::write(shard.join("00000000000000ff.sealed"), b"not a segment").unwrap();
     d.restart();
+    port.set(d.metrics_port());
     // At the start the drain first reads past the 5 delivered records
     // (same segment, below the checkpoint): only the 10 held stay pending.
     settled("spillway_pending_bytes", want);
-    let body = http_get(port, "/metrics");
+    let body = http_get(port.get(), "/metrics");
     assert_eq!(
         value(&body, "spillway_pending_records", "shard=\"0\""),
         10.0

@@ -1003,8 +1003,7 @@ fn the_container_layout_runs_the_daemon_as_its_unprivileged_user() {
     // the process's gid all the same.
     cfg["server"].as_table_mut().unwrap().remove("socket_group");
     cfg["server"]["shards"] = toml::Value::Integer(1);
-    let port = free_port();
-    cfg["admin"]["metrics_address"] = toml::Value::String(format!("127.0.0.1:{port}"));
+    cfg["admin"]["metrics_address"] = toml::Value::String(METRICS_ON_ANY_PORT.into());
     let config = etc.join("spillway.toml");
     fs::write(&config, toml::to_string(&cfg).unwrap()).unwrap();
     let socket = PathBuf::from(cfg["server"]["socket_path"].as_str().unwrap());
@@ -1033,8 +1032,11 @@ fn the_container_layout_runs_the_daemon_as_its_unprivileged_user() {
     }
     let mut child = cmd.spawn().unwrap();
     let log_text = || fs::read_to_string(root.join("stderr.log")).unwrap_or_default();
+    let mut port = 0;
     let answered = wait_until(Duration::from_secs(20), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        port = metrics_port_in_log(&log_text()).unwrap_or(0);
+        port != 0
+            && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
             && http_get(port, "/health").starts_with("HTTP/1.1 200")
     });
     assert!(answered, "no /health answer; log:\n{}", log_text());
