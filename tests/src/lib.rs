@@ -1388,4 +1388,3 @@ pub fn sealed_segments(d: &Daemon) -> usize {
         })
         .sum()
 }
-

@@ -46,9 +46,10 @@ fn http_sink(rx: &HttpReceiver) -> String {
     )
 }
 
-/// An `[admin]` table serving `GET /ready` on loopback `port`.
-fn metrics_on(port: u16) -> String {
-    format!("[admin]\nmetrics_address = \"127.0.0.1:{port}\"\n")
+/// An `[admin]` table serving `GET /ready` on a loopback port the daemon
+/// picks ([`Daemon::metrics_port`] reads it from the log).
+fn metrics_on() -> String {
+    format!("[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n")
 }
 
 /// Push `"{tag}:{i}"` for `i in 0..n` at Sync, then wait until `rx` accepted
@@ -329,10 +330,7 @@ fn assert_prompt(w: &Worst, what: &str) {
 }
 
 /// Starts `ctl reload` (deadline `timeout`) on a thread of its own.
-fn reload_in_background(
-    d: &Daemon,
-    timeout_s: u64,
-) -> thread::JoinHandle<(Finished, Duration)> {
+fn reload_in_background(d: &Daemon, timeout_s: u64) -> thread::JoinHandle<(Finished, Duration)> {
     let admin = admin_socket(d).display().to_string();
     thread::spawn(move || {
         spillway_timed(
@@ -355,15 +353,15 @@ fn a_reload_held_in_a_30_s_health_check_keeps_connections_ctl_and_ready_prompt()
     let so = compile_c(dir.path(), "libslow_health", SLOW_HEALTH_PLUGIN);
     let started = dir.path().join("health-started");
     let rx = HttpReceiver::start();
-    let port = free_port();
-    let mut d = Daemon::start(&format!("{}{}", http_sink(&rx), metrics_on(port)));
+    let mut d = Daemon::start(&format!("{}{}", http_sink(&rx), metrics_on()));
+    let port = d.metrics_port();
     still_delivers(&d, &rx, "before", 5);
 
     d.reconfigure(&format!(
         "[sink]\ntype = \"plugin\"\npath = {}\nbuild_timeout_ms = 60000\n[sink.options]\nhealth_sleep_s = 30\nstarted = {}\n{}",
         toml_str(so.display().to_string()),
         toml_str(started.display().to_string()),
-        metrics_on(port)
+        metrics_on()
     ));
     let reload = reload_in_background(&d, 90);
     assert!(
@@ -400,18 +398,21 @@ fn a_build_past_sink_build_timeout_ms_is_refused_and_the_next_reload_is_told_why
     let dir = tempfile::tempdir().unwrap();
     let so = compile_c(dir.path(), "libhour_health", SLOW_HEALTH_PLUGIN);
     let rx = HttpReceiver::start();
-    let port = free_port();
-    let mut d = Daemon::start(&format!("{}{}", http_sink(&rx), metrics_on(port)));
+    let mut d = Daemon::start(&format!("{}{}", http_sink(&rx), metrics_on()));
+    let port = d.metrics_port();
     d.reconfigure(&format!(
         "[sink]\ntype = \"plugin\"\npath = {}\nbuild_timeout_ms = 1500\n[sink.options]\nhealth_sleep_s = 3600\n{}",
         toml_str(so.display().to_string()),
-        metrics_on(port)
+        metrics_on()
     ));
     let reload = reload_in_background(&d, 30);
     let worst = measure_while(&d, port, || reload.is_finished());
     let (f, took) = reload.join().unwrap();
     let said = format!("{}{}", f.stdout, f.stderr);
-    assert!(!f.status.success(), "an hour-long build was accepted: {said}");
+    assert!(
+        !f.status.success(),
+        "an hour-long build was accepted: {said}"
+    );
     assert_names(
         "ctl reload past the deadline",
         &said,
@@ -477,12 +478,12 @@ impl SynDropper {
 fn a_reload_to_an_http_host_that_drops_syns_keeps_connections_ctl_and_ready_prompt() {
     let dropper = SynDropper::start();
     let rx = HttpReceiver::start();
-    let port = free_port();
-    let mut d = Daemon::start(&format!("{}{}", http_sink(&rx), metrics_on(port)));
+    let mut d = Daemon::start(&format!("{}{}", http_sink(&rx), metrics_on()));
+    let port = d.metrics_port();
     d.reconfigure(&format!(
         "[sink]\ntype = \"http\"\nurl = \"http://{}/ingest\"\n{}",
         dropper.addr,
-        metrics_on(port)
+        metrics_on()
     ));
     let reload = reload_in_background(&d, 30);
     let worst = measure_while(&d, port, || reload.is_finished());
@@ -558,19 +559,43 @@ fn raise_own_nofile(n: u64) {
     }
 }
 
+/// Sets a running process's soft RLIMIT_NOFILE to `soft` (its hard limit
+/// stays `hard`, so the soft one can be raised again without privilege).
+fn set_soft_nofile_of(pid: u32, soft: u64, hard: u64) {
+    let lim = libc::rlimit {
+        rlim_cur: soft as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
+    };
+    // SAFETY: prlimit reads the struct we pass and writes nothing (null old).
+    let rc = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_NOFILE,
+            &lim,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "prlimit({pid}, NOFILE, {soft}): {}",
+        std::io::Error::last_os_error()
+    );
+}
+
 #[test]
 fn holding_1500_connections_to_the_metrics_port_under_a_low_fd_limit_starves_nothing() {
     // 100 producers + 64 + 8 per shard x 2 + 16 per admin listener x 2:
     // the tightest limit the daemon accepts for this config.
     const LIMIT: u64 = 100 + 64 + 8 * 2 + 16 * 2;
     raise_own_nofile(4096);
-    let port = free_port();
     let mut d = Daemon::configure(&format!(
         "[server]\nmax_connections = 100\n{NOOP_SINK}{}",
-        metrics_on(port)
+        metrics_on()
     ));
     d.spawn_with(nofile_limit(LIMIT));
     let pid = d.pid().unwrap();
+    let port = d.metrics_port();
     let mut keeper = d.client();
     keeper.push(Tier::Sync, b"keeper-before").unwrap();
 
@@ -581,8 +606,11 @@ fn holding_1500_connections_to_the_metrics_port_under_a_low_fd_limit_starves_not
     thread::sleep(Duration::from_millis(500));
 
     // Pushes keep acking, on the open connection and on new ones, through
-    // segment rotation (1 MiB segments), which needs descriptors.
-    let sealed_before = sealed_segments(&d);
+    // segment rotation (1 MiB segments), which needs descriptors: a
+    // segment is sealed, then deleted once the sink confirmed it.
+    let rotated =
+        |d: &Daemon| sealed_segments(d) as u64 + shard_stat_sum(&stats(d), "segments_deleted");
+    let rotated_before = rotated(&d);
     let big = vec![b'r'; 64 * 1024];
     for batch in 0..6 {
         let recs: Vec<&[u8]> = (0..16).map(|_| &big[..]).collect();
@@ -596,8 +624,8 @@ fn holding_1500_connections_to_the_metrics_port_under_a_low_fd_limit_starves_not
             .unwrap_or_else(|e| panic!("push {p} on a new connection, metrics port flooded: {e}"));
     }
     assert!(
-        wait_until(Duration::from_secs(10), || sealed_segments(&d)
-            >= sealed_before + 4),
+        wait_until(Duration::from_secs(10), || rotated(&d)
+            >= rotated_before + 4),
         "segments did not rotate with the metrics port flooded; log:\n{}",
         d.stderr()
     );
@@ -628,8 +656,10 @@ fn holding_1500_connections_to_the_metrics_port_under_a_low_fd_limit_starves_not
         "the flood's connections were not released"
     );
     let tight = fd_count(pid) as u64 + 3;
-    set_nofile_of(pid, tight);
-    let few: Vec<OwnedFd> = (0..4)
+    set_soft_nofile_of(pid, tight, LIMIT);
+    // More than the few descriptors left, fewer than admin.connections_max:
+    // the listener runs out before it reaches its cap.
+    let few: Vec<OwnedFd> = (0..12)
         .filter_map(|_| connect_tcp_nonblocking(port))
         .collect();
     let admin = admin_socket(&d).display().to_string();
@@ -647,7 +677,7 @@ fn holding_1500_connections_to_the_metrics_port_under_a_low_fd_limit_starves_not
         "ctl health never said the daemon ran out of descriptors; last answer:\n{last}"
     );
     drop(few);
-    set_nofile_of(pid, LIMIT);
+    set_soft_nofile_of(pid, LIMIT, LIMIT);
     let s = stats(&d);
     assert!(stat(&s, "fd_exhaustion") > 0, "ctl stats:\n{s}");
     assert!(
@@ -687,8 +717,15 @@ fn ctl_and_push_against_a_stopped_daemon_time_out_naming_the_timeout() {
     unsafe { libc::kill(pid, libc::SIGCONT) };
 
     assert!(!f.status.success(), "{f:?}");
-    assert_names("ctl --timeout 1", &f.stderr, &["timed out after 1.0 s", &admin]);
-    assert!(took < Duration::from_secs(5), "ctl --timeout 1 took {took:?}");
+    assert_names(
+        "ctl --timeout 1",
+        &f.stderr,
+        &["timed out after 1.0 s", &admin],
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "ctl --timeout 1 took {took:?}"
+    );
     assert!(!json.status.success(), "{json:?}");
     assert_names(
         "ctl --json stats",
@@ -710,7 +747,10 @@ fn ctl_and_push_against_a_stopped_daemon_time_out_naming_the_timeout() {
         "{}",
         push.stderr
     );
-    assert!(push_took < Duration::from_secs(5), "push took {push_took:?}");
+    assert!(
+        push_took < Duration::from_secs(5),
+        "push took {push_took:?}"
+    );
     // Running again, it answers.
     assert!(d.ctl(&["health"]).ends_with("ready\n"));
     d.terminate();
@@ -745,7 +785,11 @@ fn ctl_against_a_socket_that_keeps_sending_stops_at_the_reply_cap() {
     let sent = flood.join().unwrap();
     eprintln!("the fake socket sent {sent} bytes before ctl hung up after {took:?}");
     assert!(!f.status.success(), "{f:?}");
-    assert_names("ctl", &f.stderr, &["passed 67108864 bytes; stopped reading"]);
+    assert_names(
+        "ctl",
+        &f.stderr,
+        &["passed 67108864 bytes; stopped reading"],
+    );
     assert!(
         sent < 1 << 30,
         "ctl read all of 1 GiB from a socket that kept sending"
@@ -774,7 +818,9 @@ fn check_refuses_a_fifo_dev_zero_and_a_deep_file_quickly() {
         ),
         (
             "/dev/zero as the plugin",
-            format!("[server]\ndata_dir = {data}\n[sink]\ntype = \"plugin\"\npath = \"/dev/zero\"\n"),
+            format!(
+                "[server]\ndata_dir = {data}\n[sink]\ntype = \"plugin\"\npath = \"/dev/zero\"\n"
+            ),
             vec!["sink.path".into(), "/dev/zero".into()],
         ),
     ];
@@ -798,8 +844,16 @@ fn check_refuses_a_fifo_dev_zero_and_a_deep_file_quickly() {
     )
     .unwrap();
     for (what, config, needle) in [
-        ("a FIFO as the config", fifo.display().to_string(), "not a regular file"),
-        ("/dev/zero as the config", "/dev/zero".to_string(), "/dev/zero"),
+        (
+            "a FIFO as the config",
+            fifo.display().to_string(),
+            "not a regular file",
+        ),
+        (
+            "/dev/zero as the config",
+            "/dev/zero".to_string(),
+            "/dev/zero",
+        ),
         ("a 100,000-deep config", deep.display().to_string(), "nest"),
     ] {
         let (f, took) = spillway_timed(&["check", &config], Duration::from_secs(20));
@@ -834,7 +888,12 @@ fn push_of_an_oversized_line_is_refused_without_reading_it_whole() {
         .expect("push still running 60 s into a 600 MiB line");
     let written = writer.join().unwrap();
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     eprintln!("push read {written} bytes of a 600 MiB line before refusing it");
     assert!(!status.success(), "push accepted a 600 MiB line: {err}");
     assert_names(
@@ -859,11 +918,12 @@ fn push_of_an_oversized_line_is_refused_without_reading_it_whole() {
 fn ready_turns_not_ready_while_a_delivery_hangs_past_ready_stall_ms() {
     let rx = HttpReceiver::start();
     rx.set_delay(Duration::from_secs(6));
-    let port = free_port();
     let mut d = Daemon::start(&format!(
-        "{}timeout_ms = 30000\n[admin]\nmetrics_address = \"127.0.0.1:{port}\"\nready_stall_ms = 1000\n",
-        http_sink(&rx)
+        "{}timeout_ms = 30000\n{}ready_stall_ms = 1000\n",
+        http_sink(&rx),
+        metrics_on()
     ));
+    let port = d.metrics_port();
     assert!(http_get(port, "/ready").starts_with("HTTP/1.1 200"));
     let pushed = Instant::now();
     d.client().push(Tier::Sync, b"slow-to-deliver").unwrap();
