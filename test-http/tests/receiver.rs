@@ -145,8 +145,8 @@ fn a_delayed_reply_keeps_its_request_in_flight() {
     assert_eq!(response(&mut b_reader).0, 200);
     let elapsed = started.elapsed();
     assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
-    // Both waited at once, not one after the other.
-    assert!(elapsed < Duration::from_millis(550), "{elapsed:?}");
+    // Both waited at once, not one after the other: both were in flight
+    // together (a wall-clock bound here failed on a loaded 2-core machine).
     assert_eq!((rx.in_flight(), rx.in_flight_max()), (0, 2));
     let connections: Vec<usize> = rx.requests().iter().map(|r| r.connection).collect();
     assert!(
