@@ -243,6 +243,14 @@ fn a_folder_without_write_permission_fails_naming_sink_path() {
     fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
     fs::set_permissions(&work, fs::Permissions::from_mode(0o777)).unwrap();
     fs::set_permissions(&locked, fs::Permissions::from_mode(0o555)).unwrap();
+    // The sockets' folder is nobody's own, as `run` as nobody would need
+    // (a folder another user owns is refused: see docs/security.md).
+    let sockets = dir.join("sockets");
+    fs::create_dir(&sockets).unwrap();
+    fs::set_permissions(&sockets, fs::Permissions::from_mode(0o700)).unwrap();
+    if as_root {
+        std::os::unix::fs::chown(&sockets, Some(65534), Some(65534)).unwrap();
+    }
     let config = dir.join("locked.toml");
     fs::write(
         &config,
@@ -250,8 +258,8 @@ fn a_folder_without_write_permission_fails_naming_sink_path() {
             "[server]\ndata_dir = {}\nsocket_path = {}\n[admin]\nsocket_path = {}\n\
              [sink]\ntype = \"file\"\npath = {}\n",
             toml_str(work.join("wab").display().to_string()),
-            toml_str(work.join("s.sock").display().to_string()),
-            toml_str(work.join("a.sock").display().to_string()),
+            toml_str(sockets.join("s.sock").display().to_string()),
+            toml_str(sockets.join("a.sock").display().to_string()),
             toml_str(locked.join("out.ndjson").display().to_string()),
         ),
     )
