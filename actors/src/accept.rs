@@ -9,7 +9,37 @@
 //! [`LOG_EVERY`] with the count of failures since the last line.
 
 use std::io;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
+
+/// The last descriptors below `RLIMIT_NOFILE` that no producer connection
+/// may take: they are kept for the daemon's own files (the next segment,
+/// a checkpoint write, a seal, the drain's reader) and the admin
+/// listeners, whose connections are capped. Start-up sizes
+/// `server.max_connections` so producers never get near them; this holds
+/// the line when the limit shrinks under a running daemon or something
+/// else takes descriptors (measured before it existed: a flood of
+/// connections after the limit was lowered took the last descriptors and
+/// the drain failed to open its next segment with EMFILE).
+pub const RESERVED_FDS: u64 = 32;
+
+/// `Some(EMFILE)` when the socket just accepted as `fd` sits among the
+/// last [`RESERVED_FDS`] descriptors: it must be closed, and the accept
+/// loop treated as out of descriptors. Descriptors are handed out lowest
+/// first, so a new one that high means nearly every one below is in use.
+pub fn into_reserve(fd: RawFd) -> Option<io::Error> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return None;
+    }
+    let limit = lim.rlim_cur as u64;
+    let in_reserve = (fd as u64).saturating_add(RESERVED_FDS) >= limit;
+    in_reserve.then(|| io::Error::from_raw_os_error(libc::EMFILE))
+}
 
 /// First pause after a resource error (EMFILE, ENFILE, ENOBUFS, ENOMEM).
 const PAUSE_FIRST: Duration = Duration::from_millis(5);
@@ -96,6 +126,22 @@ impl AcceptErrors {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_top_descriptors_are_the_reserve() {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct we pass.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        let limit = lim.rlim_cur as RawFd;
+        assert!(into_reserve(3).is_none());
+        assert!(into_reserve(limit - RESERVED_FDS as RawFd - 1).is_none());
+        let e = into_reserve(limit - RESERVED_FDS as RawFd).unwrap();
+        assert!(is_resource_error(&e));
+        assert!(into_reserve(limit - 1).is_some());
+    }
 
     #[test]
     fn resource_errors_back_off_up_to_the_cap_and_reset_on_success() {

@@ -11,6 +11,7 @@
 //! before its group is set and its mode applied, even for an instant.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
 use std::path::{Path, PathBuf};
@@ -201,6 +202,17 @@ impl Listener {
         let fut = async move { l.accept().await };
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
             Ok((stream, _)) => {
+                if let Some(e) = crate::accept::into_reserve(stream.as_raw_fd()) {
+                    // Only the reserve is left: as good as out of descriptors.
+                    drop(stream);
+                    act.shared
+                        .stats
+                        .accept_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    let pause = act.accept_errors.failed(&e);
+                    ctx.run_later(pause, move |act, ctx| act.accept_loop(ctx, listener));
+                    return;
+                }
                 act.accept_errors.accepted();
                 act.on_accept(stream);
                 act.accept_loop(ctx, listener);

@@ -1347,11 +1347,13 @@ pub fn nofile_limit(n: u64) -> impl FnOnce(&mut Command) {
     }
 }
 
-/// Lower a running process's RLIMIT_NOFILE (soft = hard = `n`).
-pub fn set_nofile_of(pid: u32, n: u64) {
+/// Set a running process's soft RLIMIT_NOFILE to `soft` and its hard one
+/// to `hard` (keep `hard` as it was to be able to raise `soft` again
+/// without privilege).
+pub fn set_soft_nofile_of(pid: u32, soft: u64, hard: u64) {
     let lim = libc::rlimit {
-        rlim_cur: n as libc::rlim_t,
-        rlim_max: n as libc::rlim_t,
+        rlim_cur: soft as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
     };
     // SAFETY: prlimit reads the struct we pass and writes nothing (null old).
     let rc = unsafe {
@@ -1365,7 +1367,7 @@ pub fn set_nofile_of(pid: u32, n: u64) {
     assert_eq!(
         rc,
         0,
-        "prlimit({pid}, NOFILE, {n}): {}",
+        "prlimit({pid}, NOFILE, soft {soft}, hard {hard}): {}",
         std::io::Error::last_os_error()
     );
 }

@@ -559,30 +559,6 @@ fn raise_own_nofile(n: u64) {
     }
 }
 
-/// Sets a running process's soft RLIMIT_NOFILE to `soft` (its hard limit
-/// stays `hard`, so the soft one can be raised again without privilege).
-fn set_soft_nofile_of(pid: u32, soft: u64, hard: u64) {
-    let lim = libc::rlimit {
-        rlim_cur: soft as libc::rlim_t,
-        rlim_max: hard as libc::rlim_t,
-    };
-    // SAFETY: prlimit reads the struct we pass and writes nothing (null old).
-    let rc = unsafe {
-        libc::prlimit(
-            pid as libc::pid_t,
-            libc::RLIMIT_NOFILE,
-            &lim,
-            std::ptr::null_mut(),
-        )
-    };
-    assert_eq!(
-        rc,
-        0,
-        "prlimit({pid}, NOFILE, {soft}): {}",
-        std::io::Error::last_os_error()
-    );
-}
-
 #[test]
 fn holding_1500_connections_to_the_metrics_port_under_a_low_fd_limit_starves_nothing() {
     // 100 producers + 64 + 8 per shard x 2 + 16 per admin listener x 2:
