@@ -36,7 +36,7 @@ pub fn into_reserve(fd: RawFd) -> Option<io::Error> {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return None;
     }
-    let limit = lim.rlim_cur as u64;
+    let limit = lim.rlim_cur;
     let in_reserve = (fd as u64).saturating_add(RESERVED_FDS) >= limit;
     in_reserve.then(|| io::Error::from_raw_os_error(libc::EMFILE))
 }
