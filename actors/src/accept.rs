@@ -9,7 +9,7 @@
 //! [`LOG_EVERY`] with the count of failures since the last line.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 /// The last descriptors below `RLIMIT_NOFILE` that no producer connection
@@ -120,6 +120,15 @@ impl AcceptErrors {
         } else {
             PAUSE_OTHER
         }
+    }
+}
+
+/// `socket` back, or (closing it) EMFILE when it took one of the
+/// daemon's reserved descriptors ([`into_reserve`]).
+pub fn outside_reserve<S: AsRawFd>(socket: S) -> io::Result<S> {
+    match into_reserve(socket.as_raw_fd()) {
+        Some(e) => Err(e),
+        None => Ok(socket),
     }
 }
 

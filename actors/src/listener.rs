@@ -11,7 +11,6 @@
 //! before its group is set and its mode applied, even for an instant.
 
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
 use std::path::{Path, PathBuf};
@@ -200,30 +199,24 @@ impl Listener {
     fn accept_loop(&mut self, ctx: &mut Context<Self>, listener: Rc<UnixListener>) {
         let l = listener.clone();
         let fut = async move { l.accept().await };
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| match res {
-            Ok((stream, _)) => {
-                if let Some(e) = crate::accept::into_reserve(stream.as_raw_fd()) {
-                    // Only the reserve is left: as good as out of descriptors.
-                    drop(stream);
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            // A socket that took one of the daemon's reserved descriptors
+            // is closed at once: as good as out of descriptors.
+            let res = res.and_then(|(stream, _)| crate::accept::outside_reserve(stream));
+            match res {
+                Ok(stream) => {
+                    act.accept_errors.accepted();
+                    act.on_accept(stream);
+                    act.accept_loop(ctx, listener);
+                }
+                Err(e) => {
                     act.shared
                         .stats
                         .accept_failures
                         .fetch_add(1, Ordering::Relaxed);
                     let pause = act.accept_errors.failed(&e);
                     ctx.run_later(pause, move |act, ctx| act.accept_loop(ctx, listener));
-                    return;
                 }
-                act.accept_errors.accepted();
-                act.on_accept(stream);
-                act.accept_loop(ctx, listener);
-            }
-            Err(e) => {
-                act.shared
-                    .stats
-                    .accept_failures
-                    .fetch_add(1, Ordering::Relaxed);
-                let pause = act.accept_errors.failed(&e);
-                ctx.run_later(pause, move |act, ctx| act.accept_loop(ctx, listener));
             }
         }));
     }
