@@ -178,15 +178,21 @@ mod tests {
         assert_eq!(parse_reply(&reply(Err(why.clone()))), Err(why));
     }
 
-    /// A listener that accepts and never answers: the call gives up at
-    /// its deadline and says it timed out.
-    #[test]
-    fn a_silent_listener_is_a_timeout_not_a_hang() {
-        let dir = std::env::temp_dir().join(format!("spillway-ctl-silent-{}", std::process::id()));
+    /// A fresh folder of this process's with a listening `admin.sock`.
+    fn socket_in_temp(tag: &str) -> (PathBuf, std::os::unix::net::UnixListener) {
+        let dir = std::env::temp_dir().join(format!("spillway-ctl-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("admin.sock");
         let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        (path, listener)
+    }
+
+    /// A listener that accepts and never answers: the call gives up at
+    /// its deadline and says it timed out.
+    #[test]
+    fn a_silent_listener_is_a_timeout_not_a_hang() {
+        let (path, listener) = socket_in_temp("silent");
         let held = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
         let limits = Limits {
             timeout: Duration::from_millis(300),
@@ -196,17 +202,13 @@ mod tests {
         assert!(err.contains("timed out after 0.3 s"), "{err}");
         assert!(err.contains("admin.sock"), "{err}");
         drop(held.join());
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 
     /// A socket that keeps sending: the call stops at the cap.
     #[test]
     fn a_flooding_socket_is_cut_at_the_reply_cap() {
-        let dir = std::env::temp_dir().join(format!("spillway-ctl-flood-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("admin.sock");
-        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let (path, listener) = socket_in_temp("flood");
         let flood = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
             let block = [b'x'; 4096];
@@ -224,7 +226,7 @@ mod tests {
         let err = call_with(&path, "stats", limits).unwrap_err();
         assert!(err.contains("passed 1048576 bytes"), "{err}");
         flood.join().unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 
     #[test]
