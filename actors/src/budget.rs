@@ -29,6 +29,10 @@ pub struct WabBudget {
     max: u64,
     /// A release below zero was seen (logged once).
     underflow_logged: AtomicBool,
+    /// A push was refused at the cap since bytes were last released: each
+    /// shard's drain then asks its flusher to seal an active segment whose
+    /// records are all delivered, so deleting it frees its bytes.
+    refused: AtomicBool,
 }
 
 impl WabBudget {
@@ -37,6 +41,7 @@ impl WabBudget {
             used: AtomicU64::new(0),
             max,
             underflow_logged: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
         })
     }
 
@@ -50,8 +55,17 @@ impl WabBudget {
         self.max
     }
 
+    /// Whether a push was refused at the cap since bytes were last
+    /// released.
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
+    }
+
     fn release(&self, bytes: u64, what: &str) {
         subtract(&self.used, bytes, what, &self.underflow_logged);
+        if bytes > 0 && self.refused() {
+            self.refused.store(false, Ordering::Relaxed);
+        }
     }
 }
 
@@ -80,7 +94,19 @@ impl ShardBudget {
     /// Whether `disk_bytes` more fit under the cap now. Admission does not
     /// reserve: the bytes count once the flusher writes them ([`Self::charge`]).
     pub fn admit(&self, disk_bytes: u64) -> bool {
-        self.global.used().saturating_add(disk_bytes) <= self.global.max
+        let fits = self.global.used().saturating_add(disk_bytes) <= self.global.max;
+        // Checked first: refusals come in storms, and a store on every one
+        // would bounce the cache line between cores.
+        if !fits && !self.global.refused() {
+            self.global.refused.store(true, Ordering::Relaxed);
+        }
+        fits
+    }
+
+    /// Whether the daemon-wide cap refused a push since bytes were last
+    /// released (see [`WabBudget::refused`]).
+    pub fn refused(&self) -> bool {
+        self.global.refused()
     }
 
     /// Count `bytes` written to (or recovered in) this shard's segments.
@@ -155,6 +181,20 @@ mod tests {
         assert_eq!(b.release_all(), 300);
         assert_eq!((wab.used(), b.held()), (400, 0));
         assert!(a.admit(600) && !a.admit(601));
+    }
+
+    #[test]
+    fn a_refusal_is_remembered_until_bytes_are_released() {
+        let wab = WabBudget::new(1000);
+        let (a, b) = (ShardBudget::new(&wab), ShardBudget::new(&wab));
+        a.charge(900);
+        assert!(b.admit(100) && !wab.refused());
+        assert!(!b.admit(101));
+        assert!(wab.refused() && a.refused(), "seen by every shard");
+        b.release(0);
+        assert!(wab.refused(), "releasing nothing frees nothing");
+        a.release(1);
+        assert!(!wab.refused());
     }
 
     #[test]

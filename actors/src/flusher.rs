@@ -192,6 +192,10 @@ const SEGMENT_RETRY_FIRST: Duration = Duration::from_millis(50);
 /// this long after its disk has space (or works) again.
 const SEGMENT_RETRY_MAX: Duration = Duration::from_secs(1);
 
+/// Why a shard refuses pushes while no segment fits on the disk (health).
+const NO_ROOM: &str =
+    "no room on the disk for a new segment, waiting for delivery (or other files) to free space";
+
 /// A shard's flusher: the state its OS thread owns, and each step of its
 /// loop (`run`), which the simulation calls one at a time.
 pub struct FlusherCore<S: Storage> {
@@ -220,12 +224,10 @@ pub struct FlusherCore<S: Storage> {
     retry_at: Option<Instant>,
     /// The current backoff step.
     retry_wait: Duration,
-    /// A rotation failed (no space for the next segment): the full active
-    /// segment is kept and the rotation retried after `retry_at`.
-    rotate_pending: bool,
     /// First sequence number of the next fresh segment: past every record
     /// written to the abandoned one (a failed fsync does not prove those
-    /// bytes absent; Buffered records among them were acknowledged).
+    /// bytes absent; Buffered records among them were acknowledged), or to
+    /// the full one sealed without a successor.
     resume_seq: u64,
     /// Record bytes made durable so far (published as `Watermark::bytes`).
     durable_bytes: u64,
@@ -359,7 +361,6 @@ impl<S: Storage> FlusherCore<S> {
             failures_in_row: 0,
             retry_at: None,
             retry_wait: SEGMENT_RETRY_FIRST,
-            rotate_pending: false,
             resume_seq: report.next_seq,
             durable_bytes,
         };
@@ -409,11 +410,30 @@ impl<S: Storage> FlusherCore<S> {
     /// writes again by itself once the disk has recovered.
     pub fn idle(&mut self) {
         self.flush_buffered();
+        let wanted = self.queue.take_rotation_wanted();
         if self.active.is_none() {
             let _ = self.ensure_segment();
-        } else if self.rotate_pending {
-            self.retry_rotation();
+        } else if let Some(confirmed) = wanted {
+            self.rotate_delivered(confirmed);
         }
+    }
+
+    /// The drain asked (the WAB budget refuses pushes, and every record
+    /// below `confirmed` is delivered): if that covers every record of the
+    /// active segment, seal it now so the drain can delete it and release
+    /// its bytes. Pushes refused at the budget never reach the flusher, so
+    /// no full segment would ever make it rotate.
+    fn rotate_delivered(&mut self, confirmed: u64) {
+        let active = self.active();
+        if active.is_empty() || active.next_seq() > confirmed {
+            return;
+        }
+        tracing::info!(
+            shard = self.cfg.shard,
+            segment = active.header.segment_id,
+            "pushes are refused at wab.wab_bytes_max and every record of the active segment is delivered: sealing it early so it can be deleted"
+        );
+        let _ = self.rotate();
     }
 
     /// Write, fsync and answer one group taken from the queue.
@@ -461,7 +481,7 @@ impl<S: Storage> FlusherCore<S> {
         let flush = self
             .unsynced_since
             .map(|t| t + self.cfg.buffered_flush_interval);
-        let retry = if self.active.is_none() || self.rotate_pending {
+        let retry = if self.active.is_none() {
             Some(self.retry_at.unwrap_or_else(|| self.clock.now()))
         } else {
             None
@@ -506,45 +526,18 @@ impl<S: Storage> FlusherCore<S> {
             }
             Err(e) => {
                 self.back_off();
-                self.queue.set_unwritable(&e, "no segment to write");
+                let why = if spillway_wab::storage::is_no_space(&e) {
+                    NO_ROOM
+                } else {
+                    "no segment to write"
+                };
+                self.queue.set_unwritable(&e, why);
                 if self.queue.stats.log_segment_failure() {
                     tracing::error!(shard = self.cfg.shard, error = %e, retry_in_ms = self.retry_wait.as_millis() as u64, "cannot start a segment; pushes are refused until one can be started (retrying with backoff)");
                 }
                 Err(self.queue.unwritable_nack())
             }
         }
-    }
-
-    /// The full segment could not be rotated (no space for the next one):
-    /// try again once the backoff has passed.
-    fn retry_rotation(&mut self) {
-        if self.retry_at.is_some_and(|t| self.clock.now() < t) {
-            return;
-        }
-        match self.rotate() {
-            Ok(()) => {
-                tracing::info!(
-                    shard = self.cfg.shard,
-                    "rotated to a fresh segment; writing again"
-                );
-                self.rotated_again();
-            }
-            Err(e) => {
-                self.back_off();
-                self.queue.set_unwritable(&e, "no segment to rotate into");
-                if self.queue.stats.log_segment_failure() {
-                    tracing::error!(shard = self.cfg.shard, error = %e, retry_in_ms = self.retry_wait.as_millis() as u64, "still cannot rotate to a new segment; pushes are refused until it can (retrying with backoff)");
-                }
-            }
-        }
-    }
-
-    /// A rotation that had failed worked: the shard writes again.
-    fn rotated_again(&mut self) {
-        self.rotate_pending = false;
-        self.retry_at = None;
-        self.retry_wait = SEGMENT_RETRY_FIRST;
-        self.queue.set_writable();
     }
 
     fn back_off(&mut self) {
@@ -557,27 +550,16 @@ impl<S: Storage> FlusherCore<S> {
         let records: u64 = group.iter().map(|b| b.records.len() as u64).sum();
         let payload: u64 = group.iter().map(|b| b.bytes).sum();
         let needs_fsync = group.iter().any(|b| b.needs_fsync);
-        if !self.active().fits(payload, records) && !self.active().is_empty() {
-            if let Err(e) = self.rotate() {
-                // The full segment is still good (everything in it was
-                // acked after its fsync): keep it, refuse this group, and
-                // try the rotation again after a backoff (from the idle
-                // loop too: the shard refuses pushes meanwhile).
-                self.rotate_pending = true;
-                self.queue.set_unwritable(&e, "no segment to rotate into");
-                self.back_off();
-                if self.queue.stats.log_segment_failure() {
-                    tracing::error!(shard = self.cfg.shard, error = %e, "cannot rotate to a new segment; the group is refused and the rotation retried with backoff");
-                }
-                let reason = self.queue.unwritable_nack();
-                for b in group.drain(..) {
-                    b.complete(Err(reason));
-                }
-                return;
+        let full = !self.active().fits(payload, records) && !self.active().is_empty();
+        if full && self.rotate().is_err() {
+            // No next segment (or the fsync before sealing failed): the
+            // full one is sealed (or abandoned), and the shard refuses
+            // pushes until a fresh segment can be had.
+            let reason = self.queue.unwritable_nack();
+            for b in group.drain(..) {
+                b.complete(Err(reason));
             }
-            if self.rotate_pending {
-                self.rotated_again();
-            }
+            return;
         }
         let before = self.active().write_offset;
         let started = Instant::now();
@@ -758,6 +740,7 @@ impl<S: Storage> FlusherCore<S> {
             }
             self.queue.mark_abandoned(Abandoned {
                 segment_id: old.header.segment_id,
+                first_seq: old.header.first_seq,
                 acked_end,
                 durable_end: old.durable_offset,
                 next_seq: self.resume_seq,
@@ -766,6 +749,10 @@ impl<S: Storage> FlusherCore<S> {
                 path: old.path.clone(),
                 durable_offset: old.durable_offset,
             });
+            // The drain may finish (and, once confirmed, delete) it now,
+            // not only once a fresh segment starts: on a disk with room for
+            // one segment, none can start before this one goes.
+            self.publish_closed(old.header.segment_id);
         }
         self.queue
             .set_unwritable(e, "the last write or fsync failed");
@@ -782,7 +769,11 @@ impl<S: Storage> FlusherCore<S> {
         }
     }
 
-    /// Hand the full segment to the sealer and continue in a preallocated one.
+    /// Hand the full segment to the sealer and continue in a preallocated
+    /// one. When there is no next segment (a full disk), the full one is
+    /// sealed all the same and the shard waits for a fresh one
+    /// ([`Self::seal_without_successor`]); either way the active segment
+    /// is gone on `Err`.
     fn rotate(&mut self) -> io::Result<()> {
         if self.active().write_offset > self.active().durable_offset {
             // Buffered records not yet covered: make them durable (and
@@ -796,12 +787,70 @@ impl<S: Storage> FlusherCore<S> {
                 return Err(e);
             }
         }
-        let pre = self.next_spare()?;
+        let pre = match self.next_spare() {
+            Ok(pre) => pre,
+            Err(e) => {
+                self.seal_without_successor(&e);
+                return Err(e);
+            }
+        };
         let old = self.active.take().unwrap();
         let next_seq = old.next_seq();
         self.active = Some(ActiveSegment::start(pre, self.cfg.shard, next_seq));
         let _ = self.sealer.send(SealerMsg::SealSegment(old.into_sealing()));
+        // The old segment is closed for the drain now, not at the next
+        // fsync: after an early rotation no push may come until it is gone.
+        self.publish();
         Ok(())
+    }
+
+    /// The active segment is full and no next one can be had (no room on
+    /// the disk for another preallocated segment). Keeping it active kept
+    /// it on disk for good: the drain deletes only segments it has read to
+    /// their end, and it never finishes the one being written, so a disk
+    /// with room for one segment stayed full (every push Overloaded) until
+    /// a restart even after the sink had confirmed everything. So it is
+    /// sealed like any full segment, the drain is told it is closed, and
+    /// once delivery has confirmed it the drain deletes it; the flusher
+    /// meanwhile retries a fresh segment with backoff and refuses pushes.
+    fn seal_without_successor(&mut self, e: &io::Error) {
+        let old = self.active.take().unwrap();
+        self.resume_seq = old.next_seq();
+        self.unsynced_since = None;
+        self.publish_closed(old.header.segment_id);
+        let (segment, next_seq) = (old.header.segment_id, old.next_seq());
+        let _ = self.sealer.send(SealerMsg::SealSegment(old.into_sealing()));
+        self.queue
+            .stats
+            .sealed_without_successor
+            .fetch_add(1, Ordering::Relaxed);
+        self.back_off();
+        self.queue.set_unwritable(e, NO_ROOM);
+        if self.queue.stats.log_segment_failure() {
+            tracing::warn!(
+                shard = self.cfg.shard,
+                segment,
+                next_seq,
+                error = %e,
+                segment_bytes_max = self.cfg.segment_bytes_max,
+                "no room for the next segment: the full one is sealed and deleted once delivered; pushes get Overloaded until a fresh segment fits (rotating without a pause needs room for two segments per shard, see docs/operations.md)"
+            );
+        }
+    }
+
+    /// Tell the drain that segment `id` is no longer written (it was
+    /// sealed without a successor, or abandoned) while there is no active
+    /// segment: the watermark moves to the start of the next id, which no
+    /// segment has passed yet (every later segment gets a higher id), so
+    /// the drain reads `id` to its end, finishes it and, once it is
+    /// confirmed, deletes it, freeing its room for the next segment.
+    fn publish_closed(&self, id: u64) {
+        self.queue.publish_durable(Watermark {
+            segment_id: id + 1,
+            offset: 0,
+            next_seq: self.resume_seq,
+            bytes: self.durable_bytes,
+        });
     }
 
     /// The sealer's next preallocated segment, or one preallocated here if

@@ -13,7 +13,10 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
+use spillway_wab::format::Footer;
 use spillway_wab::{preallocate, seal, Preallocated, Sealing, Storage};
+
+use crate::shard::Abandoned;
 
 /// Work for the sealer, sent by the shard's flusher thread.
 pub enum SealerMsg<F> {
@@ -128,16 +131,28 @@ impl<S: Storage> SealerCore<S> {
 
     fn seal(&self, sealing: Sealing<S::File>) {
         let id = sealing.segment_id;
-        let records = sealing.footer.record_count;
+        let footer: Footer = sealing.footer;
         match seal(&self.storage, &self.dir, sealing) {
             Ok(path) => {
                 self.stats.stats.rotations.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(shard = self.shard, segment = id, records, path = %path.display(), "sealed segment");
+                tracing::debug!(shard = self.shard, segment = id, records = footer.record_count, path = %path.display(), "sealed segment");
             }
             Err(e) => {
                 // Its records were fsynced by the flusher before their acks;
-                // only the footer is missing, and recovery reseals it.
-                tracing::error!(shard = self.shard, segment = id, error = %e, "sealing failed; the segment stays .open for recovery");
+                // only the footer is missing, and recovery reseals it. Till
+                // then it counts as abandoned (never written again), so the
+                // drain deletes it `.open` once delivered: waiting for a
+                // seal that is not coming kept it, and on a disk with room
+                // for one segment every later one, out for good.
+                let next_seq = footer.last_seq.wrapping_add(1);
+                self.stats.mark_abandoned(Abandoned {
+                    segment_id: id,
+                    first_seq: next_seq.wrapping_sub(footer.record_count),
+                    acked_end: footer.end_offset,
+                    durable_end: footer.end_offset,
+                    next_seq,
+                });
+                tracing::error!(shard = self.shard, segment = id, error = %e, "sealing failed; the segment stays .open (recovery reseals it at the next start) and is deleted as it is once delivered");
             }
         }
     }

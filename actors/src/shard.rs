@@ -241,6 +241,9 @@ pub struct ShardStats {
     /// Records per group commit.
     pub group_records: Histogram<GroupRecords>,
     pub rotations: AtomicU64,
+    /// Full segments sealed with no next segment to write (no room on the
+    /// disk for one): the shard waits for delivery to free the full one.
+    pub sealed_without_successor: AtomicU64,
     pub restarts: AtomicU64,
     /// Acknowledged records recovery found missing or damaged at the last
     /// start (sequence gaps and salvaged records): each also logged as an
@@ -288,6 +291,9 @@ impl ShardStats {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Abandoned {
     pub segment_id: u64,
+    /// Its first sequence number (also in its header, which may never
+    /// have reached the disk).
+    pub first_seq: u64,
     /// Every record before this offset was acknowledged (fsynced, or
     /// Buffered and in the page cache); the group whose write or fsync
     /// failed starts here and was nacked, so the drain delivers nothing
@@ -369,6 +375,11 @@ pub struct ShardQueue {
     /// once confirmed. Any other `.open` segment the drain has finished is
     /// being sealed, and is deleted only once sealed.
     abandoned: Mutex<Vec<Abandoned>>,
+    /// Set by the drain (0: nothing asked): every record below this is
+    /// confirmed on the checkpoint and the WAB budget refuses pushes, so
+    /// the flusher seals its active segment if that holds only such
+    /// records, and the drain deletes it (see [`Self::want_rotation`]).
+    rotation_wanted: AtomicU64,
     pub stats: ShardStats,
 }
 
@@ -395,6 +406,7 @@ impl ShardQueue {
             durable: Mutex::new(Watermark::default()),
             durable_changed: Condvar::new(),
             abandoned: Mutex::new(Vec::new()),
+            rotation_wanted: AtomicU64::new(0),
             stats: ShardStats::default(),
         })
     }
@@ -527,6 +539,11 @@ impl ShardQueue {
         self.abandoned.lock().unwrap().push(segment);
     }
 
+    /// Every segment the flusher abandoned that the drain has not deleted.
+    pub fn abandoned_segments(&self) -> Vec<Abandoned> {
+        self.abandoned.lock().unwrap().clone()
+    }
+
     /// The abandoned segment `id`, if it is one; `forget` drops it from
     /// the list (the drain deleted it).
     pub fn abandoned(&self, id: u64, forget: bool) -> Option<Abandoned> {
@@ -537,6 +554,28 @@ impl ShardQueue {
             list.swap_remove(found);
         }
         Some(a)
+    }
+
+    /// The drain: everything below `confirmed` is delivered and on the
+    /// checkpoint, and the WAB budget refuses pushes. Without this a shard
+    /// whose active segment held the budget's last bytes stayed refused for
+    /// good once they were delivered: pushes never reached the flusher (so
+    /// it never rotated) and the drain deletes only segments no longer
+    /// written. Wakes the flusher.
+    pub fn want_rotation(&self, confirmed: u64) {
+        debug_assert!(confirmed > 0, "0 means nothing asked");
+        if self.rotation_wanted.swap(confirmed, Ordering::AcqRel) == 0 {
+            let _q = self.queue.lock().unwrap();
+            self.wakeup.notify_all();
+        }
+    }
+
+    /// The flusher: what [`Self::want_rotation`] asked, if anything.
+    pub fn take_rotation_wanted(&self) -> Option<u64> {
+        match self.rotation_wanted.swap(0, Ordering::AcqRel) {
+            0 => None,
+            confirmed => Some(confirmed),
+        }
     }
 
     /// Wake anyone waiting on the watermark (shutdown).
@@ -584,7 +623,9 @@ impl ShardQueue {
                 self.queued.store(q.len(), Ordering::Release);
                 return;
             }
-            if self.shutdown.load(Ordering::Acquire) {
+            if self.shutdown.load(Ordering::Acquire)
+                || self.rotation_wanted.load(Ordering::Acquire) != 0
+            {
                 return;
             }
             let now = Instant::now();

@@ -256,6 +256,24 @@ pub(crate) fn segment_files<S: Storage>(
         .collect())
 }
 
+/// Whether segment `id`'s `.open` file, which the writer abandoned, has no
+/// segment header that can be read (all zeros, or a header that fails its
+/// check: its first write failed, or a failed fdatasync took its pages).
+/// A follower never opens such a file, so it never finishes it: the
+/// caller passes and removes it ([`remove_segment`]) itself once every
+/// number before it is confirmed. On a disk with room for one segment it
+/// otherwise kept every later segment out. False when it has a readable
+/// header or is no longer `.open` (sealed after all): a follower finishes
+/// and removes it.
+pub fn is_headerless<S: Storage>(storage: &S, dir: &Path, id: u64) -> io::Result<bool> {
+    match SegmentReader::open(storage, &dir.join(open_name(id))) {
+        Ok(Opened::Reader(_)) => Ok(false),
+        Ok(Opened::Unused(_) | Opened::BadHeader(_)) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Which file [`remove_segment`] removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Removed {

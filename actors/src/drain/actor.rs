@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use spillway_wab::deadletter::DeadLetterStore;
-use spillway_wab::follow::{Removed, ShardFollower};
+use spillway_wab::follow::{is_headerless, remove_segment, ShardFollower};
 use spillway_wab::format::now_unix_us;
 use spillway_wab::{load_checkpoint, write_checkpoint, Storage, StoredRecord};
 
@@ -308,7 +308,9 @@ impl<S: Storage> DrainCore<S> {
             if let Err(e) = self.persist() {
                 tracing::error!(shard = self.shard, error = %e, "writing the delivery checkpoint failed; will retry");
             }
+            self.pass_headerless_abandoned(wm);
             self.delete_confirmed_segments();
+            self.free_delivered_active(wm);
             return DrainWait::Durable {
                 seen: wm,
                 timeout: IDLE_WAIT,
@@ -418,6 +420,59 @@ impl<S: Storage> DrainCore<S> {
         Ok(())
     }
 
+    /// An abandoned segment whose header never reached the disk is never
+    /// opened by the follower (so never finished nor deleted), and
+    /// nothing in it was made durable: once every record before it is
+    /// confirmed, confirm past its numbers (as the follower does for an
+    /// abandoned segment's unacknowledged end), and delete it once the
+    /// checkpoint says so. Its Buffered records, if any were acknowledged,
+    /// were never durable: the tier allows losing them.
+    fn pass_headerless_abandoned(&mut self, wm: Watermark) {
+        for a in self.queue.abandoned_segments() {
+            let before_confirmed =
+                self.confirmed >= a.first_seq && self.follower.next_seq() >= a.first_seq;
+            if a.segment_id >= wm.segment_id || !before_confirmed {
+                continue;
+            }
+            match is_headerless(&self.storage, &self.dir, a.segment_id) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::debug!(shard = self.shard, segment = a.segment_id, error = %e, "abandoned segment not checked yet; will retry");
+                    continue;
+                }
+            }
+            if a.next_seq > self.confirmed {
+                self.confirm(a.next_seq);
+            }
+            if let Err(e) = self.persist() {
+                tracing::debug!(shard = self.shard, error = %e, "checkpoint not written; an abandoned segment waits");
+                return;
+            }
+            match remove_segment(&self.storage, &self.dir, a.segment_id, true) {
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(shard = self.shard, segment = a.segment_id, error = %e, "abandoned segment not deleted yet; will retry");
+                    continue;
+                }
+            }
+            self.queue.abandoned(a.segment_id, true);
+            self.queue.budget.release(a.acked_end);
+            self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Everything durable is delivered and on the checkpoint, the active
+    /// segment holds some of it (the watermark is past its start), and the
+    /// WAB budget refuses pushes: ask the flusher to seal that segment, so
+    /// it can be deleted and its bytes released (see
+    /// `ShardQueue::want_rotation`).
+    fn free_delivered_active(&self, wm: Watermark) {
+        if self.persisted >= wm.next_seq && wm.offset > 0 && self.queue.budget.refused() {
+            self.queue.want_rotation(self.persisted);
+        }
+    }
+
     /// Remove every finished segment whose records are all behind the
     /// on-disk checkpoint, releasing its bytes from the WAB budget.
     fn delete_confirmed_segments(&mut self) {
@@ -443,8 +498,9 @@ impl<S: Storage> DrainCore<S> {
                 .remove_oldest_finished(self.persisted, abandoned)
             {
                 Ok(None) => return,
-                Ok(Some((f, removed))) => {
-                    if removed == Removed::Unsealed {
+                Ok(Some((f, _))) => {
+                    if abandoned {
+                        // Whichever file went (a failed seal may have got as far as the rename).
                         self.queue.abandoned(id, true);
                     }
                     self.queue.budget.release(f.bytes);

@@ -189,7 +189,7 @@ fn global_counters() -> [Counter<GlobalGet>; 15] {
     ]
 }
 
-fn shard_counters() -> [Counter<ShardGet>; 26] {
+fn shard_counters() -> [Counter<ShardGet>; 27] {
     [
         Counter {
             key: "pending_records",
@@ -306,6 +306,13 @@ fn shard_counters() -> [Counter<ShardGet>; 26] {
             kind: "counter",
             help: "Segments sealed.",
             get: |q, _| load(&q.stats.rotations),
+        },
+        Counter {
+            key: "sealed_without_successor",
+            metric: "spillway_segments_sealed_without_successor_total",
+            kind: "counter",
+            help: "Full segments sealed with no room on the disk for the next one; pushes got Overloaded until delivery freed it.",
+            get: |q, _| load(&q.stats.sealed_without_successor),
         },
         Counter {
             key: "restarts",
