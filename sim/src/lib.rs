@@ -45,4 +45,4 @@ pub mod storage;
 mod world;
 
 pub use rng::Rng;
-pub use world::{is_segment, run_schedule, Failure, Report};
+pub use world::{is_segment, run_schedule, run_small_disk_schedule, Disk, Failure, Report};

@@ -19,6 +19,9 @@
 //!   [`SimStorage::restart`]. [`SimStorage::set_full`] makes the disk full:
 //!   creating files or folders and growing a file fail with ENOSPC, writes
 //!   inside a file's length still work (as into preallocated space).
+//!   [`SimStorage::set_quota`] gives one folder a size: growing a file in
+//!   it past the size (the live bytes of its files together) fails with
+//!   ENOSPC, a disk with room for so many segments.
 //! - Segment files removed are kept aside ([`SimStorage::take_removed`]) so
 //!   the simulation can check nothing unconfirmed was deleted.
 
@@ -81,6 +84,9 @@ struct Fs {
     step: u64,
     plan: BTreeMap<u64, Fault>,
     full: bool,
+    /// A folder (its files, not its subfolders) and the live bytes its
+    /// files may hold together.
+    quota: Option<(PathBuf, u64)>,
     crashed: bool,
     rng: Rng,
     removed: Vec<(PathBuf, Vec<u8>)>,
@@ -143,6 +149,36 @@ impl Fs {
             Fault::FailedSync if kind == Kind::Sync => Ok(Some(fault)),
             Fault::TornWrite | Fault::FailedSync => Err(err(libc::EIO)),
         }
+    }
+
+    /// Whether file `ino` may grow to `len` bytes: ENOSPC when it lies in
+    /// the folder with a quota and that folder's files would pass it.
+    fn may_grow(&self, ino: usize, len: usize) -> io::Result<()> {
+        let old = self.inodes[ino].live.len();
+        if len <= old {
+            return Ok(());
+        }
+        if self.full {
+            return Err(err(libc::ENOSPC));
+        }
+        let Some((dir, max)) = &self.quota else {
+            return Ok(());
+        };
+        let Some(d) = self.dirs.get(dir) else {
+            return Ok(());
+        };
+        let mut inside = false;
+        let mut used = 0u64;
+        for e in d.live.values() {
+            if let Entry::File(i) = e {
+                inside |= *i == ino;
+                used += self.inodes[*i].live.len() as u64;
+            }
+        }
+        if inside && used + (len - old) as u64 > *max {
+            return Err(err(libc::ENOSPC));
+        }
+        Ok(())
     }
 
     fn dir(&self, path: &Path) -> io::Result<&Dir> {
@@ -247,6 +283,7 @@ impl SimStorage {
                 step: 0,
                 plan: BTreeMap::new(),
                 full: false,
+                quota: None,
                 crashed: false,
                 rng: Rng::new(seed),
                 removed: Vec::new(),
@@ -280,6 +317,26 @@ impl SimStorage {
 
     pub fn is_full(&self) -> bool {
         self.fs().full
+    }
+
+    /// Let the files of folder `dir` hold at most `bytes` together (`None`:
+    /// no limit but the disk being full).
+    pub fn set_quota(&self, quota: Option<(PathBuf, u64)>) {
+        self.fs().quota = quota;
+    }
+
+    /// The live bytes the files of `dir` hold together.
+    pub fn bytes_in(&self, dir: &Path) -> u64 {
+        let fs = self.fs();
+        fs.dirs.get(dir).map_or(0, |d| {
+            d.live
+                .values()
+                .map(|e| match e {
+                    Entry::File(i) => fs.inodes[*i].live.len() as u64,
+                    Entry::Dir => 0,
+                })
+                .sum()
+        })
     }
 
     pub fn crashed(&self) -> bool {
@@ -522,9 +579,7 @@ impl StorageFile for SimFile {
         let fault = fs.gate("write", Kind::Write)?;
         let mut bytes: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
         let end = offset as usize + bytes.len();
-        if fs.full && end > fs.inodes[self.ino].live.len() {
-            return Err(err(libc::ENOSPC));
-        }
+        fs.may_grow(self.ino, end)?;
         if fault == Some(Fault::TornWrite) {
             let keep = fs.rng.below(bytes.len() as u64 + 1) as usize;
             bytes.truncate(keep);
@@ -563,9 +618,7 @@ impl StorageFile for SimFile {
     fn set_len(&mut self, len: u64) -> io::Result<()> {
         let mut fs = self.fs.lock().unwrap();
         fs.gate("set_len", Kind::Other)?;
-        if fs.full && len as usize > fs.inodes[self.ino].live.len() {
-            return Err(err(libc::ENOSPC));
-        }
+        fs.may_grow(self.ino, len as usize)?;
         fs.inodes[self.ino].live.resize(len as usize, 0);
         Ok(())
     }
@@ -639,6 +692,29 @@ mod tests {
         s.remove(&p("f")).unwrap();
         assert!(s.read_file(&p("f")).is_none());
         assert_eq!(s.durable_fork().read_file(&p("f")).unwrap(), b"z");
+    }
+
+    #[test]
+    fn a_folder_with_a_quota_refuses_growth_past_it() {
+        let s = SimStorage::new(5);
+        s.create_dir(&p("q")).unwrap();
+        s.create_dir(&p("other")).unwrap();
+        s.set_quota(Some((p("q"), 100)));
+        let mut a = s.create(&p("q/a")).unwrap();
+        a.write_all_at(0, &[IoSlice::new(&[1; 60])]).unwrap();
+        let mut b = s.create(&p("q/b")).unwrap();
+        let e = b.set_len(41).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        let e = b.write_all_at(0, &[IoSlice::new(&[3; 41])]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        b.set_len(40).unwrap();
+        // Inside a file's length, and in other folders, nothing changes.
+        a.write_all_at(0, &[IoSlice::new(&[2; 60])]).unwrap();
+        s.create(&p("other/o")).unwrap().set_len(1000).unwrap();
+        assert_eq!(s.bytes_in(&p("q")), 100);
+        s.remove(&p("q/a")).unwrap();
+        b.set_len(100).unwrap();
+        assert_eq!(s.bytes_in(&p("q")), 100);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use spillway_actors::{
     WabBudget,
 };
 use spillway_protocol::{BatchRecords, NackReason};
-use spillway_wab::checkpoint::{checkpoint_path, parse};
+use spillway_wab::checkpoint::{checkpoint_path, parse, CHECKPOINT_BYTES};
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::format::{classify, open_name, FileKind, RECORD_HEADER_LEN};
 use spillway_wab::{open_shard, read_shard, shard_dir, Opened, RecordMeta, SegmentReader};
@@ -37,6 +37,8 @@ const TIER_BUFFERED: u8 = 3;
 const ACTIONS: usize = 400;
 /// Turns the final drain may take before the schedule counts as stuck.
 const SETTLE_TURNS: usize = 20_000;
+/// Turns a settled shard may take to acknowledge a push again.
+const TAKE_PUSHES_TURNS: usize = 4_000;
 /// Starts in a row that may fail (faults armed during recovery) before the
 /// operator's patience runs out and the faults are cleared.
 const START_ATTEMPTS: usize = 12;
@@ -66,6 +68,7 @@ pub struct Report {
 #[derive(Debug)]
 pub struct Failure {
     pub seed: u64,
+    pub disk: Disk,
     pub action: usize,
     pub message: String,
     pub trace: Vec<String>,
@@ -82,9 +85,13 @@ impl std::fmt::Display for Failure {
         for t in &self.trace {
             writeln!(f, "  {t}")?;
         }
+        let small = match self.disk {
+            Disk::Roomy => "",
+            Disk::OneSegment => "SPILLWAY_SIM_SMALL_DISK=1 ",
+        };
         write!(
             f,
-            "replay: SPILLWAY_SIM_SEED={:#x} cargo test --release -p spillway-sim --test schedules replay -- --nocapture",
+            "replay: SPILLWAY_SIM_SEED={:#x} {small}cargo test --release -p spillway-sim --test schedules replay -- --nocapture",
             self.seed
         )
     }
@@ -139,10 +146,24 @@ struct Shape {
     wab_bytes_max: u64,
     payload_max: u64,
     producers: u32,
+    /// What the shard folder may hold (`None`: as much as it likes).
+    quota: Option<u64>,
+}
+
+/// The disk a schedule runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disk {
+    /// Room for everything (unless an action fills it).
+    Roomy,
+    /// The shard folder holds one segment and a half (and a checkpoint):
+    /// the next segment never fits beside a full one, so every rotation
+    /// waits for the full segment to be delivered and deleted.
+    OneSegment,
 }
 
 pub struct World {
     seed: u64,
+    disk: Disk,
     rng: Rng,
     clock: Clock,
     storage: SimStorage,
@@ -167,6 +188,8 @@ pub struct World {
     dropped: BTreeSet<u64>,
     /// Abandoned segments already looked at.
     known_abandoned: BTreeSet<u64>,
+    /// Tokens of the pushes that were acknowledged.
+    acked_tokens: BTreeSet<u64>,
     /// Sync/Batched records acknowledged since the last durability check.
     fresh_durable_acks: Vec<u64>,
     trace: Vec<String>,
@@ -239,7 +262,9 @@ fn records_in(bytes: &[u8]) -> io::Result<Vec<(u64, Vec<u8>)>> {
 }
 
 impl World {
-    pub fn new(seed: u64) -> World {
+    /// A schedule from `seed` on `disk`. The disk draws nothing from the
+    /// schedule's random stream: a seed runs the same actions on either.
+    pub fn new(seed: u64, disk: Disk) -> World {
         let mut rng = Rng::new(seed);
         let clock = Clock::manual();
         let storage = SimStorage::new(rng.next_u64());
@@ -250,6 +275,7 @@ impl World {
             wab_bytes_max: rng.range(8, 128) * 1024,
             payload_max: rng.range(8, 400),
             producers: rng.range(1, 4) as u32,
+            quota: None,
         };
         let script = SinkScript::new(rng.next_u64(), clock.clone());
         let settings = random_settings(&mut rng);
@@ -272,8 +298,15 @@ impl World {
             DeadLetterStore::open(storage.clone(), &data.join("dead-letter"))
                 .expect("opening the dead-letter store on a fresh disk"),
         ));
+        let mut shape = shape;
+        if disk == Disk::OneSegment {
+            let quota = shape.segment_bytes * 3 / 2 + CHECKPOINT_BYTES as u64;
+            shape.quota = Some(quota);
+            storage.set_quota(Some((dir.clone(), quota)));
+        }
         World {
             seed,
+            disk,
             rng,
             clock,
             storage,
@@ -291,6 +324,7 @@ impl World {
             lost: BTreeSet::new(),
             dropped: BTreeSet::new(),
             known_abandoned: BTreeSet::new(),
+            acked_tokens: BTreeSet::new(),
             fresh_durable_acks: Vec::new(),
             trace: Vec::new(),
             action: 0,
@@ -314,6 +348,7 @@ impl World {
     fn fail(&self, message: String) -> Failure {
         Failure {
             seed: self.seed,
+            disk: self.disk,
             action: self.action,
             message,
             trace: self.trace.clone(),
@@ -344,6 +379,12 @@ impl World {
             if attempt == START_ATTEMPTS {
                 self.storage.clear_plan();
                 self.storage.set_full(false);
+                // Recovery may need more room than a one-segment disk has
+                // left (a power cut can leave more files than running
+                // does): the operator grows the disk.
+                if self.shape.quota.take().is_some() {
+                    self.storage.set_quota(None);
+                }
                 self.note("operator: faults cleared, disk has space".into());
             }
             match self.try_start() {
@@ -477,6 +518,7 @@ fn layout_of(storage: &SimStorage, dir: &Path) -> String {
             let Some(bytes) = bytes else { continue };
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
             if classify(name).is_none() {
+                let _ = write!(out, " {name}({} bytes)", bytes.len());
                 continue;
             }
             let seqs: Vec<u64> = records_in(&bytes)
@@ -786,9 +828,9 @@ impl World {
     }
 
     fn push(&mut self) -> Check {
-        let Some(node) = self.node.as_ref() else {
+        if self.node.is_none() {
             return Ok(());
-        };
+        }
         let pi = self.rng.below(self.producers.len() as u64) as usize;
         let tier = [TIER_SYNC, TIER_BATCHED, TIER_BUFFERED][self.rng.below(3) as usize];
         let n = if self.rng.chance(1, 3) {
@@ -803,6 +845,24 @@ impl World {
             payloads.push(payload_of(p.id, p.counter, len));
             p.counter += 1;
         }
+        self.push_records(pi, tier, payloads);
+        Ok(())
+    }
+
+    /// One Sync record from producer `pi`; its token, unless refused at
+    /// admission.
+    fn push_one_sync(&mut self, pi: usize) -> Option<u64> {
+        let p = &mut self.producers[pi];
+        let payload = payload_of(p.id, p.counter, 8);
+        p.counter += 1;
+        self.push_records(pi, TIER_SYNC, vec![payload])
+    }
+
+    /// Queue `payloads` from producer `pi` at `tier` as one push (a
+    /// PushBatch if more than one); its token, unless refused at admission.
+    fn push_records(&mut self, pi: usize, tier: u8, payloads: Vec<Vec<u8>>) -> Option<u64> {
+        let node = self.node.as_ref()?;
+        let n = payloads.len();
         self.report.pushes += 1;
         let bytes: u64 = payloads.iter().map(|p| p.len() as u64).sum();
         let token = self.next_token;
@@ -814,7 +874,7 @@ impl World {
                 "push p{} x{n} tier {tier}: refused {reason:?}",
                 producer.id
             ));
-            return Ok(());
+            return None;
         }
         let meta = RecordMeta {
             tier,
@@ -840,7 +900,7 @@ impl World {
             producer.id
         ));
         self.in_flight.insert(token, InFlight { tier, payloads });
-        Ok(())
+        Some(token)
     }
 
     fn flusher_turn(&mut self) -> Check {
@@ -938,6 +998,7 @@ impl World {
                 };
                 match result {
                     Ok(first) => {
+                        self.acked_tokens.insert(token);
                         self.report.acked[(f.tier - 1) as usize] += f.payloads.len() as u64;
                         for (i, payload) in f.payloads.into_iter().enumerate() {
                             let seq = first + i as u64;
@@ -982,6 +1043,7 @@ impl World {
         // lets the daemon start (the schedule's own starts test that).
         let ghost = self.storage.durable_fork();
         ghost.set_full(false);
+        ghost.set_quota(None);
         let before_recovery = layout_of(&ghost, &self.dir);
         open_shard(&ghost, &self.dir, SHARD)
             .map_err(|e| format!("recovery of a power-cut copy failed: {e}"))?;
@@ -1099,35 +1161,8 @@ impl World {
         if self.storage.crashed() || self.node.is_none() {
             self.crash_and_restart()?;
         }
-        let mut turns = 0;
-        loop {
-            self.flusher_turn()?;
-            self.sealer_turn()?;
-            let wait = self.drain_turn()?;
-            self.after_action()?;
-            match wait {
-                DrainWait::Pause(d) => self.clock.advance(d),
-                DrainWait::Durable { timeout, .. } => {
-                    self.clock.advance(timeout.min(Duration::from_millis(25)))
-                }
-                DrainWait::Now => {}
-            }
-            if self.in_flight.is_empty() && self.all_finished()? {
-                break;
-            }
-            turns += 1;
-            if turns % 500 == 0 {
-                self.mark_dropped_buffered()?;
-            }
-            if turns == SETTLE_TURNS {
-                let wm = self.node.as_ref().map(|n| n.queue.durable());
-                return Err(format!(
-                    "stuck: after {SETTLE_TURNS} turns on a healed disk with a healthy sink, acknowledged records are still undelivered (first: {:?}); watermark {wm:?}; on disk:{}",
-                    self.unfinished()?.first(),
-                    self.layout()
-                ));
-            }
-        }
+        self.run_until_settled()?;
+        self.check_takes_pushes()?;
         // Everything delivered, deleted segments released: the budget
         // of this run (not one rebuilt by recovery) matches the disk.
         for _ in 0..20 {
@@ -1166,12 +1201,134 @@ impl World {
         Ok(())
     }
 
+    /// Turns of the flusher, sealer and drain (time moving as the drain
+    /// asks) until every acknowledged record that still exists is
+    /// delivered or dead-lettered; stuck after [`SETTLE_TURNS`].
+    fn run_until_settled(&mut self) -> Check {
+        let mut turns = 0;
+        loop {
+            self.flusher_turn()?;
+            self.sealer_turn()?;
+            let wait = self.drain_turn()?;
+            self.after_action()?;
+            match wait {
+                DrainWait::Pause(d) => self.clock.advance(d),
+                DrainWait::Durable { timeout, .. } => {
+                    self.clock.advance(timeout.min(Duration::from_millis(25)))
+                }
+                DrainWait::Now => {}
+            }
+            if self.in_flight.is_empty() && self.all_finished()? {
+                break;
+            }
+            turns += 1;
+            if turns % 500 == 0 {
+                self.mark_dropped_buffered()?;
+            }
+            if turns == SETTLE_TURNS {
+                let wm = self.node.as_ref().map(|n| n.queue.durable());
+                return Err(format!(
+                    "stuck: after {SETTLE_TURNS} turns on a healed disk with a healthy sink, acknowledged records are still undelivered (first: {:?}); watermark {wm:?}; on disk:{}",
+                    self.unfinished()?.first(),
+                    self.layout()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Everything acknowledged is settled and the faults are healed: a
+    /// shard with room for one segment takes pushes again, without a
+    /// restart, within [`TAKE_PUSHES_TURNS`] turns, whatever state its
+    /// last segment was left in (full, wholly confirmed, holding the WAB
+    /// budget's last bytes). One Sync record per producer, pushed again
+    /// after every refusal; then everything is settled again.
+    fn check_takes_pushes(&mut self) -> Check {
+        if let Some(quota) = self.shape.quota {
+            let segments: u64 = self
+                .storage
+                .snapshot(&self.dir)
+                .into_iter()
+                .filter(|(p, b)| {
+                    b.is_some() && p.parent() == Some(self.dir.as_path()) && is_segment(p)
+                })
+                .map(|(_, b)| b.map_or(0, |b| b.len() as u64))
+                .sum();
+            let other = self.storage.bytes_in(&self.dir) - segments;
+            // A new checkpoint file must fit too when there is no readable
+            // one (it is written whole, then renamed over a damaged one;
+            // recovery's evidence of a bad one stays beside it).
+            let readable = self
+                .storage
+                .read_file(&checkpoint_path(&self.dir))
+                .is_some_and(|b| parse(&b).newest().is_some());
+            let checkpoint = if readable { 0 } else { CHECKPOINT_BYTES as u64 };
+            // Confirmed segments go only once a checkpoint on disk says so.
+            let no_room_to_delete = quota < other + segments + checkpoint;
+            if no_room_to_delete || quota < other + checkpoint + self.shape.segment_bytes {
+                self.note(format!(
+                    "no room for a segment (and a checkpoint) beside {other} bytes of other files: pushes may stay refused"
+                ));
+                return Ok(());
+            }
+        }
+        let mut waiting: Vec<Option<u64>> = vec![None; self.producers.len()];
+        let mut acked = vec![false; self.producers.len()];
+        for turn in 0..TAKE_PUSHES_TURNS {
+            for pi in 0..self.producers.len() {
+                let answered = waiting[pi].is_some_and(|t| !self.in_flight.contains_key(&t));
+                if answered {
+                    acked[pi] |= self.acked_tokens.contains(&waiting[pi].unwrap());
+                    waiting[pi] = None;
+                }
+                if !acked[pi] && waiting[pi].is_none() {
+                    waiting[pi] = self.push_one_sync(pi);
+                }
+            }
+            if acked.iter().all(|a| *a) {
+                self.note(format!("every producer acked again after {turn} turns"));
+                return self.run_until_settled();
+            }
+            self.flusher_turn()?;
+            self.sealer_turn()?;
+            let wait = self.drain_turn()?;
+            self.after_action()?;
+            match wait {
+                DrainWait::Pause(d) => self.clock.advance(d),
+                DrainWait::Durable { timeout, .. } => {
+                    self.clock.advance(timeout.min(Duration::from_millis(25)))
+                }
+                DrainWait::Now => {}
+            }
+        }
+        let node = self.node.as_ref().expect("running");
+        Err(format!(
+            "everything is confirmed, faults healed, room for a segment, yet pushes are still refused after {TAKE_PUSHES_TURNS} turns (acked: {acked:?}); health {:?} ({}); watermark {:?}; checkpoint {}; budget {} of {}; shard folder {} bytes of {:?}; on disk:{}",
+            node.queue.health(),
+            node.queue.unwritable_why(),
+            node.queue.durable(),
+            node.drain.confirmed(),
+            node.budget.used(),
+            node.budget.max(),
+            self.storage.bytes_in(&self.dir),
+            self.shape.quota,
+            self.layout()
+        ))
+    }
+
     /// Once everything is delivered and the checkpoint written, no sealed
     /// segment whose records are all below the checkpoint stays on disk
     /// (it would hold its bytes against the budget for good).
     fn check_nothing_left_behind(&self) -> Check {
         let node = self.node.as_ref().expect("running");
-        let confirmed = node.drain.confirmed();
+        // Deletion goes by the checkpoint on disk: on a disk with no room
+        // to create one (a damaged one moved aside), nothing can go.
+        let on_disk = self
+            .storage
+            .read_file(&checkpoint_path(&self.dir))
+            .and_then(|b| parse(&b).newest())
+            .map_or(0, |s| s.confirmed_next_seq);
+        let confirmed = node.drain.confirmed().min(on_disk);
         for (path, bytes) in self.storage.snapshot(&self.dir) {
             let Some(bytes) = bytes else { continue };
             let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
@@ -1323,7 +1480,12 @@ impl World {
 
 /// Run the schedule of `seed`.
 pub fn run_schedule(seed: u64) -> Result<Report, Failure> {
-    World::new(seed).run()
+    World::new(seed, Disk::Roomy).run()
+}
+
+/// Run the schedule of `seed` on a disk with room for one segment.
+pub fn run_small_disk_schedule(seed: u64) -> Result<Report, Failure> {
+    World::new(seed, Disk::OneSegment).run()
 }
 
 /// Whether `path` is a shard segment of this simulation (for tests).

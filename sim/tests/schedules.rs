@@ -5,7 +5,7 @@
 use std::sync::Once;
 use std::time::Instant;
 
-use spillway_sim::{run_schedule, Report, Rng};
+use spillway_sim::{run_schedule, run_small_disk_schedule, Report, Rng};
 
 /// Seeds that found bugs, each with what it found (fixed since).
 const PINNED: &[(u64, &str)] = &[
@@ -157,8 +157,42 @@ fn schedules() {
     assert!(t.power_cuts > 0 && t.process_crashes > 0 && t.faults_fired > 0);
 }
 
-/// `SPILLWAY_SIM_SEED=<seed>` replays one schedule (with its report);
-/// without it, the pinned seeds run.
+/// Schedules on a disk whose shard folder has room for one segment and a
+/// half (`SPILLWAY_SIM_SMALL_DISK_SCHEDULES`, 500 by default): every
+/// rotation waits for the full segment to be delivered and deleted, and
+/// once everything is confirmed the shard must take pushes again without a
+/// restart.
+#[test]
+fn small_disk_schedules() {
+    quiet_sink_panics();
+    let n = env_u64("SPILLWAY_SIM_SMALL_DISK_SCHEDULES").unwrap_or(500);
+    let mut seeds = Rng::new(0x5eed_0000_0000_0002);
+    let started = Instant::now();
+    let mut totals = Totals::default();
+    for i in 0..n {
+        match run_small_disk_schedule(seeds.next_u64()) {
+            Ok(r) => totals.add(&r),
+            Err(f) => panic!("small-disk schedule {i} of {n}:\n{f}"),
+        }
+    }
+    let t = &totals.r;
+    eprintln!(
+        "sim, one-segment disk: {} schedules in {:.1?}: {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked, {} delivered",
+        totals.schedules,
+        started.elapsed(),
+        t.pushes,
+        t.acked[0],
+        t.acked[1],
+        t.acked[2],
+        t.nacked,
+        t.committed,
+    );
+    assert!(t.acked.iter().all(|&a| a > 0), "every tier acknowledged");
+}
+
+/// `SPILLWAY_SIM_SEED=<seed>` replays one schedule (with its report;
+/// `SPILLWAY_SIM_SMALL_DISK=1` on the one-segment disk); without it, the
+/// pinned seeds run.
 #[test]
 fn replay() {
     quiet_sink_panics();
@@ -166,8 +200,13 @@ fn replay() {
         Some(s) => vec![s],
         None => PINNED.iter().map(|(s, _)| *s).collect(),
     };
+    let run = if std::env::var_os("SPILLWAY_SIM_SMALL_DISK").is_some() {
+        run_small_disk_schedule
+    } else {
+        run_schedule
+    };
     for seed in seeds {
-        match run_schedule(seed) {
+        match run(seed) {
             Ok(r) => eprintln!("schedule {seed:#x}: {r:?}"),
             Err(f) => panic!("{f}"),
         }
