@@ -28,6 +28,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 
+use crate::idle::{Evict, IdleConnections, IdleMark};
 use crate::responder::{Progress, Responder, Slot, State};
 use crate::shard::{AppendBatch, PendingRecords, ShardQueue};
 use crate::stats::DaemonStats;
@@ -46,6 +47,11 @@ pub struct ConnectionLimits {
     pub read_buffer_bytes_max: u64,
     pub inflight_records_max: usize,
     pub inflight_bytes_max: u64,
+    /// At `max_connections`, a new connection closes the longest-idle one
+    /// idle at least this long, with nothing in flight
+    /// (`server.evict_idle_connections`, `server.evict_idle_after_ms`);
+    /// `None`: it is refused instead.
+    pub evict_idle_after: Option<Duration>,
 }
 
 /// Unwritten response bytes past which a connection stops reading: a peer
@@ -86,6 +92,8 @@ pub struct ConnectionContext {
     /// Set when the daemon begins to shut down (the supervisor then removes
     /// the socket files itself; nobody else did).
     pub stopping: std::sync::atomic::AtomicBool,
+    /// Which connections sit idle, for the listener to evict one at the cap.
+    pub idle: IdleConnections,
 }
 
 /// Tells connections waiting for read-buffer budget that some was released
@@ -160,6 +168,10 @@ pub struct Connection {
     /// A closing nack is queued: read nothing more, close once it is written.
     closing: bool,
     next_token: u64,
+    /// When its idle wait began, for the listener's eviction at the cap.
+    idle_mark: Arc<IdleMark>,
+    /// The read in flight is an idle wait (marked in `idle_mark`).
+    idle_wait: bool,
     _live: LiveGuard,
 }
 
@@ -192,6 +204,8 @@ impl Connection {
             read_closed: false,
             closing: false,
             next_token: 0,
+            idle_mark: Arc::new(IdleMark::default()),
+            idle_wait: false,
             _live: live,
         }
     }
@@ -289,6 +303,11 @@ impl Connection {
             None => Wait::Stall(self.shared.limits.read_timeout),
         };
         self.reading = true;
+        self.idle_wait =
+            matches!(limit, Wait::Idle(_)) && self.shared.limits.evict_idle_after.is_some();
+        if self.idle_wait {
+            self.idle_mark.set_idle(self.shared.idle.now());
+        }
         let fut = async move {
             let left = match limit {
                 Wait::Stall(d) | Wait::Idle(d) => d,
@@ -306,6 +325,12 @@ impl Connection {
             act.reader = Some(reader);
             act.rbuf = buf;
             act.reading = false;
+            if std::mem::take(&mut act.idle_wait) && act.idle_mark.set_busy() {
+                // Evicted while idle: what arrived since is not taken in
+                // (nothing of it was answered; the producer sends it again).
+                ctx.stop();
+                return;
+            }
             act.on_read(result, ctx);
         }));
     }
@@ -712,6 +737,14 @@ impl Actor for Connection {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.responder.set_actor(ctx.address().recipient());
+        if self.shared.limits.evict_idle_after.is_some() {
+            self.shared.idle.register(
+                self.id,
+                self.idle_mark.clone(),
+                self.responder.clone(),
+                ctx.address().recipient(),
+            );
+        }
         self.read_more(ctx);
     }
 }
@@ -722,6 +755,23 @@ impl Drop for Connection {
     fn drop(&mut self) {
         self.responder.lock().closed = true;
         self.release_budget();
+        self.shared.idle.remove(self.id);
+    }
+}
+
+impl Handler<Evict> for Connection {
+    type Result = ();
+
+    /// The listener claimed this idle connection to make room at
+    /// `max_connections` (see [`crate::idle`]).
+    fn handle(&mut self, _: Evict, ctx: &mut Context<Self>) {
+        if self.idle_mark.claimed() {
+            tracing::debug!(
+                conn = self.id,
+                "closing an idle connection to make room for a new one at server.max_connections"
+            );
+            ctx.stop();
+        }
     }
 }
 

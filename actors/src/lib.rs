@@ -16,6 +16,7 @@ pub mod connection;
 pub mod drain;
 pub mod flusher;
 pub mod histogram;
+pub mod idle;
 pub mod listener;
 pub mod responder;
 pub mod sealer;
@@ -32,6 +33,7 @@ pub use drain::{
     SinkMaker, SinkSlot, SinkState, StopDrain,
 };
 pub use flusher::{FlusherConfig, FlusherCore, FlusherParts, ShardFlusher, StopShard};
+pub use idle::{Evict, IdleConnections};
 pub use listener::{
     bind_socket, check_socket_path, ensure_socket_folder, BindError, Listener, StopListening,
 };

@@ -223,7 +223,7 @@ impl Listener {
 
     fn on_accept(&mut self, stream: tokio::net::UnixStream) {
         let live = self.shared.live.fetch_add(1, Ordering::Relaxed) + 1;
-        if live > self.max_connections {
+        if live > self.max_connections && !self.evict_idle() {
             self.shared.live.fetch_sub(1, Ordering::Relaxed);
             self.shared
                 .stats
@@ -271,6 +271,33 @@ impl Listener {
         if !started {
             tracing::error!(conn = id, "connection arbiter is gone; connection dropped");
         }
+    }
+}
+
+impl Listener {
+    /// At `max_connections`: close the longest-idle connection with nothing
+    /// in flight, if eviction is on and one has been idle long enough (see
+    /// [`crate::idle`]). The new connection then takes its place; until the
+    /// evicted one is gone (microseconds) one more is open than the cap.
+    fn evict_idle(&self) -> bool {
+        let Some(after) = self.shared.limits.evict_idle_after else {
+            return false;
+        };
+        let Some(id) = self.shared.idle.evict_one(after) else {
+            return false;
+        };
+        self.shared
+            .stats
+            .connections_evicted
+            .fetch_add(1, Ordering::Relaxed);
+        if self.shared.stats.log_limiter.allow() {
+            tracing::info!(
+                max_connections = self.max_connections,
+                evicted = id,
+                "server.max_connections reached: closed the longest-idle connection (nothing in flight) to let a new one in"
+            );
+        }
+        true
     }
 }
 

@@ -111,6 +111,13 @@ impl Responder {
         self.state.lock().unwrap()
     }
 
+    /// No frame waits for its answer and no answer waits to be written:
+    /// closing the connection now loses its producer nothing.
+    pub(crate) fn nothing_in_flight(&self) -> bool {
+        let st = self.lock();
+        st.slots.is_empty() && st.out.is_empty() && !st.writing_async && !st.closed
+    }
+
     /// Write as much of `out` as the socket takes now, without blocking.
     /// Only called with the lock held and `closed == false`.
     pub(crate) fn write_now(&self, st: &mut State) {

@@ -13,6 +13,8 @@ pub struct DaemonStats {
     pub connections_accepted: AtomicU64,
     /// Closed at once because `max_connections` were open.
     pub connections_refused: AtomicU64,
+    /// Idle connections closed to let a new one in at `max_connections`.
+    pub connections_evicted: AtomicU64,
     pub read_timeouts: AtomicU64,
     /// Closed because the peer read none of its responses for
     /// `connection_idle_timeout_ms`.

@@ -105,6 +105,15 @@ pub struct ServerConfig {
     /// waiting for its ack) for this long is closed, so idle sockets cannot
     /// hold `max_connections` against other producers. 1000..=86400000 ms.
     pub connection_idle_timeout_ms: u64,
+    /// At `max_connections`, a new connection closes the connection idle
+    /// longest (nothing in flight: no partial frame, no frame waiting for
+    /// its answer) instead of being refused, so idle holders cannot lock
+    /// producers out until their idle timeout.
+    pub evict_idle_connections: bool,
+    /// How long a connection must have been idle before it may be evicted,
+    /// so a burst of fresh connections cannot evict each other.
+    /// 0..=3600000 ms.
+    pub evict_idle_after_ms: u64,
     /// Bytes all connections together may hold in partially received frames
     /// (beyond a 64 KiB read buffer each); past it, connections wait before
     /// reading more. At least payload_bytes_max; up to 64 GiB.
@@ -137,6 +146,8 @@ impl Default for ServerConfig {
             payload_bytes_max: 16 * MIB,
             connection_read_timeout_ms: 10_000,
             connection_idle_timeout_ms: 300_000,
+            evict_idle_connections: true,
+            evict_idle_after_ms: 1_000,
             read_buffer_bytes_max: 128 * MIB,
             allow_insecure_socket_dir: false,
             inflight_records_max: 4096,
@@ -538,6 +549,13 @@ impl Config {
             " ms",
         )?;
         range_u64(
+            "server.evict_idle_after_ms",
+            s.evict_idle_after_ms,
+            0,
+            3_600_000,
+            " ms",
+        )?;
+        range_u64(
             "server.read_buffer_bytes_max",
             s.read_buffer_bytes_max,
             s.payload_bytes_max.max(MIB),
@@ -665,6 +683,14 @@ impl Config {
         Duration::from_millis(self.server.connection_idle_timeout_ms)
     }
 
+    /// How long a connection must be idle before a new one may evict it at
+    /// `max_connections`; `None` when eviction is off.
+    pub fn evict_idle_after(&self) -> Option<Duration> {
+        self.server
+            .evict_idle_connections
+            .then(|| Duration::from_millis(self.server.evict_idle_after_ms))
+    }
+
     pub fn read_timeout(&self) -> Duration {
         Duration::from_millis(self.server.connection_read_timeout_ms)
     }
@@ -771,6 +797,13 @@ mod tests {
             .to_string();
         assert!(
             err.contains("server.max_connections") && err.contains("1..=65536"),
+            "{err}"
+        );
+        let err = Config::parse("[server]\nevict_idle_after_ms = 3600001\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("server.evict_idle_after_ms") && err.contains("0..=3600000"),
             "{err}"
         );
         let err = Config::parse("[server]\npayload_bytes_max = 20000000\n", "t")

@@ -285,11 +285,13 @@ fn start(
             read_buffer_bytes_max: cfg.server.read_buffer_bytes_max,
             inflight_records_max: cfg.server.inflight_records_max as usize,
             inflight_bytes_max: cfg.server.inflight_bytes_max,
+            evict_idle_after: cfg.evict_idle_after(),
         },
         stats: Arc::new(DaemonStats::default()),
         live: Arc::new(AtomicUsize::new(0)),
         read_budget: Arc::new(ReadBudget::default()),
         stopping: std::sync::atomic::AtomicBool::new(false),
+        idle: Default::default(),
     });
     let listener = Listener::new(
         std_listener,

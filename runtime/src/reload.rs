@@ -215,6 +215,8 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
             payload_bytes_max,
             connection_read_timeout_ms,
             connection_idle_timeout_ms,
+            evict_idle_connections,
+            evict_idle_after_ms,
             read_buffer_bytes_max,
             allow_insecure_socket_dir,
             inflight_records_max,

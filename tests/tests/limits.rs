@@ -156,7 +156,10 @@ fn full_wab_nacks_overloaded_and_keeps_the_connection() {
 
 #[test]
 fn max_connections_closes_the_extra_connection_at_once() {
-    let d = Daemon::start("[server]\nmax_connections = 2\n");
+    // Eviction off: both holders may be idle long enough to be evicted on a
+    // slow machine; this test is about the refusal (idle_eviction.rs is
+    // about eviction).
+    let d = Daemon::start("[server]\nmax_connections = 2\nevict_idle_connections = false\n");
     let mut c1 = connect_healthy(&d);
     let mut c2 = connect_healthy(&d);
 

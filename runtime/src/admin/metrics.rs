@@ -74,7 +74,7 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn global_counters() -> [Counter<GlobalGet>; 15] {
+fn global_counters() -> [Counter<GlobalGet>; 16] {
     [
         Counter {
             key: "connections_open",
@@ -96,6 +96,13 @@ fn global_counters() -> [Counter<GlobalGet>; 15] {
             kind: "counter",
             help: "Connections closed at once because server.max_connections were open.",
             get: |s| load(&s.stats.connections_refused),
+        },
+        Counter {
+            key: "connections_evicted",
+            metric: "spillway_connections_evicted_total",
+            kind: "counter",
+            help: "Idle connections (nothing in flight) closed to let a new one in at server.max_connections.",
+            get: |s| load(&s.stats.connections_evicted),
         },
         Counter {
             key: "read_timeouts",
