@@ -842,8 +842,12 @@ fn idle_connections_time_out() {
         .unwrap()
         .unwrap_or_else(|e| panic!("{e}: a busy connection was closed as idle"));
 
-    // Idle holders of every slot are timed out, letting a new producer in.
-    let d = Daemon::start("[server]\nconnection_idle_timeout_ms = 1000\nmax_connections = 4\n");
+    // Idle holders of every slot are timed out, letting a new producer in
+    // (eviction off: this is about the idle timeout; idle_eviction.rs is
+    // about evicting them sooner).
+    let d = Daemon::start(
+        "[server]\nconnection_idle_timeout_ms = 1000\nmax_connections = 4\nevict_idle_connections = false\n",
+    );
     let mut holders: Vec<RawConn> = (0..4)
         .map(|_| raw_healthy(&d, Duration::from_secs(5)))
         .collect();
