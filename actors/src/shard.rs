@@ -246,8 +246,9 @@ pub struct ShardStats {
     pub sealed_without_successor: AtomicU64,
     pub restarts: AtomicU64,
     /// Acknowledged records recovery found missing or damaged at the last
-    /// start (sequence gaps and salvaged records): each also logged as an
-    /// ERROR with its range and kept in `quarantine/` with a `.reason`.
+    /// start (sequence gaps, salvaged records, records of a segment whose
+    /// header nothing proves): each also logged as an ERROR and kept in
+    /// `quarantine/` with a `.reason`.
     pub records_lost: AtomicU64,
     /// Records recovery found in the shard's segments at the last start
     /// (what was replayed for delivery, delivered ones included).

@@ -228,17 +228,13 @@ fn start(
             || report.resealed.iter().any(|r| r.2 > 0)
             || !report.salvaged.is_empty()
             || !report.footers_repaired.is_empty()
+            || !report.headers_repaired.is_empty()
+            || !report.cut_short.is_empty()
             || report.untrusted_checkpoint.is_some()
             || report.gaps.iter().any(|g| g.new);
         // Losses found now are errors; ones an earlier start already
         // reported (their .reason files exist) are only mentioned.
-        let newly_lost: u64 = report.salvaged.iter().map(|s| s.lost_records).sum::<u64>()
-            + report
-                .gaps
-                .iter()
-                .filter(|g| g.new)
-                .map(|g| g.count())
-                .sum::<u64>();
+        let newly_lost = report.new_losses();
         if newly_lost > 0 {
             tracing::error!(
                 shard,
@@ -259,6 +255,7 @@ fn start(
                 shard,
                 resealed = report.resealed.len(),
                 quarantined = report.quarantined.len(),
+                headers_repaired = report.headers_repaired.len(),
                 "recovery repaired this shard (see the lines above)"
             );
         }

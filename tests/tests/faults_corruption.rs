@@ -1,8 +1,10 @@
-//! Corruption from outside the daemon (issue 7), one test per case, against
-//! the real binary, each with the exact number of records salvaged: a
-//! sealed segment deleted by hand, a checkpoint forged past the data, a
-//! flipped byte in a sealed segment, in the open segment after SIGKILL and
-//! in the dead-letter store, and a checkpoint full of garbage.
+//! Corruption from outside the daemon (issues 7 and 17), one test per case,
+//! against the real binary, each with the exact number of records salvaged
+//! and lost: a sealed segment deleted by hand, a checkpoint forged past the
+//! data, a flipped byte in a sealed segment, in the open segment after
+//! SIGKILL and in the dead-letter store, a checkpoint full of garbage, a
+//! flipped byte in a sealed and in the open segment's header, a sealed
+//! segment cut in half, and a directory named like a segment.
 //!
 //! Each test writes a known set of records with the held sink (nothing is
 //! delivered, so the WAB keeps everything), reads the shard back with the
@@ -817,4 +819,314 @@ fn a_corrupt_checkpoint_is_moved_aside_and_delivery_restarts_from_the_oldest() {
         );
     }
     d.terminate();
+}
+
+// ---------------------------------------------------------------- 7. damaged headers (issue 17)
+
+/// Log lines at ERROR level about a segment's damaged header that was
+/// rewritten: for `segment` (decimal id), `first_seq` and `records`.
+fn header_repaired_lines(log: &str, id: u64, first_seq: u64, records: usize) -> Vec<String> {
+    error_lines(
+        log,
+        &[
+            "rewrote the damaged header",
+            &format!("segment={id}"),
+            &format!("first_seq={first_seq}"),
+            &format!("records={records}"),
+        ],
+    )
+}
+
+/// The segment id in a segment file's name.
+fn segment_id(path: &Path) -> u64 {
+    let name = path.file_name().unwrap().to_str().unwrap();
+    u64::from_str_radix(&name[..16], 16).unwrap()
+}
+
+#[test]
+fn a_flipped_byte_in_a_sealed_segments_header_loses_nothing() {
+    let mut d = Daemon::start(ONE_SHARD);
+    let pushed = push_records(&d, "hdr", 3000);
+    d.terminate();
+    let before = wab_ids(&d);
+    assert_eq!(before.len(), pushed.len());
+    let (_, dir) = d.shard_dirs().remove(0);
+    let segs = segments(&dir);
+    let victim = segs
+        .iter()
+        .filter(|s| s.sealed)
+        .nth(1)
+        .expect("3000 records of 1 KB fill at least two sealed 1 MiB segments");
+    let id = segment_id(&victim.path);
+    // A byte of first_seq: without the header the records cannot be
+    // numbered, and before this fix the whole segment was quarantined and
+    // its records neither delivered nor counted.
+    flip_byte(&victim.path, 25);
+    println!(
+        "flipped header byte 25 of {} ({} records from seq {})",
+        victim.path.display(),
+        victim.records.len(),
+        victim.first_seq
+    );
+
+    let rx = HttpReceiver::start();
+    d.reconfigure(&accepting(&rx, ""));
+    d.spawn();
+    let log = d.stderr();
+    assert_eq!(
+        header_repaired_lines(&log, id, victim.first_seq, victim.records.len()).len(),
+        1,
+        "expected one ERROR saying the header was rewritten with first_seq {} for {} records; log:\n{log}",
+        victim.first_seq,
+        victim.records.len()
+    );
+    assert!(
+        error_lines(&log, &["quarantined a segment"]).is_empty()
+            && error_lines(&log, &["sequence numbers missing"]).is_empty(),
+        "nothing is quarantined or missing; log:\n{log}"
+    );
+    assert_eq!(
+        records_lost(&d),
+        0,
+        "one flipped header byte loses no record"
+    );
+    let qdir = dir.join("quarantine");
+    let copy = format!("{id:016x}.damaged-header");
+    assert_eq!(
+        names_starting(&qdir, ""),
+        vec![copy.clone(), format!("{copy}.reason")],
+        "the damaged header bytes are kept as evidence"
+    );
+    assert_delivered_exactly(
+        &d,
+        &rx,
+        0,
+        &before,
+        "after a flipped byte in a sealed segment's header",
+    );
+    println!(
+        "delivered all {} records, {} of them from the repaired segment",
+        before.len(),
+        victim.records.len()
+    );
+    d.terminate();
+}
+
+#[test]
+fn a_flipped_byte_in_the_open_segments_header_loses_nothing() {
+    let mut d = Daemon::start(ONE_SHARD);
+    let pushed = push_records(&d, "ohdr", 1500);
+    let (_, dir) = d.shard_dirs().remove(0);
+    let sealed_one = || {
+        fs::read_dir(&dir).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".sealed")
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), sealed_one),
+        "1500 records of 1 KB fill (and the sealer seals) a 1 MiB segment first"
+    );
+    d.kill9();
+    let before = wab_ids(&d);
+    assert_eq!(
+        before.len(),
+        pushed.len(),
+        "every acked record survives SIGKILL"
+    );
+    let segs = segments(&dir);
+    let open: Vec<&Segment> = segs.iter().filter(|s| !s.sealed).collect();
+    assert_eq!(open.len(), 1, "one unsealed segment with records");
+    let victim = open[0];
+    assert!(!victim.records.is_empty());
+    let id = segment_id(&victim.path);
+    flip_byte(&victim.path, 30);
+    println!(
+        "flipped header byte 30 of {} ({} acked records from seq {})",
+        victim.path.display(),
+        victim.records.len(),
+        victim.first_seq
+    );
+
+    let rx = HttpReceiver::start();
+    d.reconfigure(&accepting(&rx, ""));
+    d.spawn();
+    let log = d.stderr();
+    assert_eq!(
+        header_repaired_lines(&log, id, victim.first_seq, victim.records.len()).len(),
+        1,
+        "expected one ERROR saying the header was rewritten; log:\n{log}"
+    );
+    assert_eq!(
+        records_lost(&d),
+        0,
+        "one flipped header byte loses no record"
+    );
+    assert!(
+        dir.join("quarantine")
+            .join(format!("{id:016x}.damaged-header.reason"))
+            .is_file(),
+        "no evidence of the damaged header in quarantine"
+    );
+    assert_delivered_exactly(
+        &d,
+        &rx,
+        0,
+        &before,
+        "after a flipped byte in the open segment's header",
+    );
+    println!(
+        "delivered all {} records, {} of them from the repaired open segment",
+        before.len(),
+        victim.records.len()
+    );
+    d.terminate();
+}
+
+#[test]
+fn a_sealed_segment_cut_in_half_delivers_its_first_half_and_counts_the_rest() {
+    let mut d = Daemon::start(ONE_SHARD);
+    let pushed = push_records(&d, "half", 4000);
+    d.terminate();
+    let before = wab_ids(&d);
+    assert_eq!(before.len(), pushed.len());
+    let (shard, dir) = d.shard_dirs().remove(0);
+    let segs = segments(&dir);
+    let sealed: Vec<&Segment> = segs.iter().filter(|s| s.sealed).collect();
+    assert!(
+        sealed.len() >= 3,
+        "4000 records of 1 KB fill at least 3 sealed 1 MiB segments, found {}",
+        sealed.len()
+    );
+    let victim = sealed[1];
+    let id = segment_id(&victim.path);
+    let len = fs::metadata(&victim.path).unwrap().len();
+    let half = len / 2;
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(&victim.path)
+        .unwrap();
+    f.set_len(half).unwrap();
+    f.sync_all().unwrap();
+    // Whole records before the cut are kept; the rest of the segment's
+    // records are lost, and the next segment's first seq counts them.
+    let kept = victim
+        .records
+        .iter()
+        .filter(|r| r.offset + 16 + r.payload.len() as u64 <= half)
+        .count();
+    let lost = victim.records.len() - kept;
+    let first_lost = victim.first_seq + kept as u64;
+    let last_lost = victim.first_seq + victim.records.len() as u64 - 1;
+    assert!(kept > 0 && lost > 0);
+    println!(
+        "cut {} ({} records from seq {}) to {half} of {len} bytes: {kept} whole records stay, \
+         seqs {first_lost}..={last_lost} ({lost}) go",
+        victim.path.display(),
+        victim.records.len(),
+        victim.first_seq
+    );
+
+    let rx = HttpReceiver::start();
+    d.reconfigure(&accepting(&rx, ""));
+    d.spawn();
+    let log = d.stderr();
+    assert_eq!(
+        error_lines(
+            &log,
+            &[
+                "cannot be salvaged whole",
+                &format!("segment={id}"),
+                &format!("kept_records={kept}"),
+                &format!("lost_from_seq={first_lost}"),
+            ]
+        )
+        .len(),
+        1,
+        "expected one ERROR saying {kept} records were kept and the rest lost from seq \
+         {first_lost}; log:\n{log}"
+    );
+    assert_eq!(
+        error_lines(
+            &log,
+            &[
+                "sequence numbers missing",
+                &format!("first_seq={first_lost}"),
+                &format!("last_seq={last_lost}"),
+                &format!("lost_records={lost}"),
+            ]
+        )
+        .len(),
+        1,
+        "expected one ERROR naming the lost seqs {first_lost}..={last_lost} ({lost}); log:\n{log}"
+    );
+    assert_eq!(
+        records_lost(&d),
+        lost as u64,
+        "records_lost must be exactly the records cut off"
+    );
+    let qdir = dir.join("quarantine");
+    let reason = qdir.join(format!("gap-{first_lost}-{last_lost}.reason"));
+    let text = fs::read_to_string(&reason).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (quarantine holds {:?})",
+            reason.display(),
+            names_starting(&qdir, "")
+        )
+    });
+    assert!(text.contains("cut short"), "{text}");
+    assert_eq!(
+        names_starting(&qdir, &format!("{id:016x}.cut-at-")).len(),
+        2,
+        "the cut bytes and their reason are kept: {:?}",
+        names_starting(&qdir, "")
+    );
+    let expected: Ids = before
+        .iter()
+        .filter(|((s, seq), _)| !(*s == shard && (first_lost..=last_lost).contains(seq)))
+        .map(|(k, v)| (*k, v.clone()))
+        .collect();
+    assert_eq!(expected.len(), pushed.len() - lost);
+    assert_delivered_exactly(&d, &rx, 0, &expected, "after a sealed segment cut in half");
+    println!(
+        "delivered {} records ({kept} from the cut segment); records_lost {lost}",
+        expected.len()
+    );
+    d.terminate();
+}
+
+// ---------------------------------------------------------------- 8. a directory under a segment's name
+
+#[test]
+fn a_directory_named_like_an_open_segment_stops_the_start_with_its_path() {
+    let mut d = Daemon::start(ONE_SHARD);
+    push_records(&d, "dir", 10);
+    d.terminate();
+    let (_, dir) = d.shard_dirs().remove(0);
+    let odd = dir.join("00000000000000ff.open");
+    fs::create_dir(&odd).unwrap();
+    match d.run_to_exit_or_start(Duration::from_secs(30)) {
+        StartOrExit::Started => panic!(
+            "a directory named like a segment was accepted; log:\n{}",
+            d.stderr()
+        ),
+        StartOrExit::Exited(f) => {
+            assert!(!f.status.success(), "{f:?}");
+            let odd = odd.display().to_string();
+            assert!(
+                f.stderr.contains(&format!("{odd} is a directory"))
+                    && f.stderr.contains("move it out of"),
+                "the refusal does not name {odd} and what it is:\n{}",
+                f.stderr
+            );
+        }
+    }
+    // Moved out of the way, the daemon starts with every record.
+    fs::remove_dir(&odd).unwrap();
+    d.spawn();
+    assert_eq!(records_lost(&d), 0);
+    d.terminate();
+    assert_eq!(wab_ids(&d).len(), 10);
 }

@@ -5,13 +5,14 @@
 //! ([`format`]), the storage seam every file operation goes through
 //! ([`storage`], with fault injection in [`fault`]), writing and sealing
 //! ([`segment`]), reading back ([`reader`]), crash recovery and salvage
-//! ([`recovery`]), following a live shard for delivery ([`follow`]), the
-//! delivery checkpoint ([`checkpoint`]) and opening a
-//! shard at start-up ([`shard::open_shard`], which checks the two against
+//! ([`recovery`], damaged headers in [`damaged_header`]), following a live
+//! shard for delivery ([`follow`]), the delivery checkpoint
+//! ([`checkpoint`]) and opening a shard at start-up ([`shard::open_shard`], which checks the two against
 //! each other). It knows nothing of sockets, actors or sinks; the daemon's
 //! actors drive it from their own threads.
 
 pub mod checkpoint;
+pub mod damaged_header;
 pub mod deadletter;
 pub mod descriptors;
 pub mod fault;
@@ -28,12 +29,13 @@ pub mod storage;
 use std::path::{Path, PathBuf};
 
 pub use checkpoint::{load_checkpoint, read_checkpoint, write_checkpoint, CheckpointLoad};
+pub use damaged_header::{HeaderProof, HeaderRepair, Unnumbered};
 pub use format::{FormatError, RecordMeta, SegmentHeader};
 pub use lock::DataDirLock;
 pub use reader::{End, Opened, SegmentReader, StoredRecord};
 pub use recovery::{
-    recover_shard, Recovered, RecoveryReport, Salvaged, SegmentInfo, SeqGap, UntrustedCheckpoint,
-    QUARANTINE_DIR,
+    recover_shard, CutShort, QuarantinedSegment, Recovered, RecoveryReport, Salvaged, SegmentInfo,
+    SeqGap, UntrustedCheckpoint, QUARANTINE_DIR,
 };
 pub use segment::{preallocate, seal, ActiveSegment, AppendRecord, Preallocated, Sealing};
 pub use shard::{open_shard, OpenedShard};

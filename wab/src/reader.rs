@@ -101,18 +101,26 @@ impl<F: StorageFile> SegmentReader<F> {
     }
 
     /// Check the header of an already open file.
+    ///
+    /// The header and the first record header are read together (one
+    /// read): an all-zero header with record bytes after it is a damaged
+    /// header, not a spare.
     pub fn from_file(file: F) -> io::Result<Opened<F>> {
-        let mut raw = [0u8; SEGMENT_HEADER_LEN];
-        let n = read_full_at(&file, 0, &mut raw)?;
+        let mut head = [0u8; SEGMENT_HEADER_LEN + RECORD_HEADER_LEN];
+        let n = read_full_at(&file, 0, &mut head)?;
         if n < SEGMENT_HEADER_LEN {
-            if raw[..n].iter().all(|&b| b == 0) {
+            if head[..n].iter().all(|&b| b == 0) {
                 return Ok(Opened::Unused(file));
             }
             return Ok(Opened::BadHeader(FormatError::BadFooter(format!(
                 "file is {n} bytes, shorter than the {SEGMENT_HEADER_LEN}-byte header"
             ))));
         }
-        match SegmentHeader::decode(&raw) {
+        let raw: &[u8; SEGMENT_HEADER_LEN] = head[..SEGMENT_HEADER_LEN].try_into().unwrap();
+        match SegmentHeader::decode(raw) {
+            Ok(None) if head[SEGMENT_HEADER_LEN..n].iter().any(|&b| b != 0) => {
+                Ok(Opened::BadHeader(FormatError::ZeroedOverRecords))
+            }
             Ok(None) => Ok(Opened::Unused(file)),
             Err(e) => Ok(Opened::BadHeader(e)),
             Ok(Some(header)) => Ok(Opened::Reader(SegmentReader {
@@ -128,6 +136,31 @@ impl<F: StorageFile> SegmentReader<F> {
                 end: None,
                 gap_passed: false,
             })),
+        }
+    }
+
+    /// A reader of a file whose header failed its check, numbering its
+    /// records from 0: for counting what the file holds and finding where
+    /// its records end, never for handing records out (their sequence
+    /// numbers are not known). Recovery uses it to salvage such a file.
+    pub(crate) fn unnumbered(file: F) -> Self {
+        SegmentReader {
+            file,
+            header: SegmentHeader {
+                shard: 0,
+                segment_id: 0,
+                first_seq: 0,
+                created_unix_us: 0,
+            },
+            offset: SEGMENT_HEADER_LEN as u64,
+            count: 0,
+            records_crc: RecordsCrc::new(),
+            gaps: Vec::new(),
+            chunk: Bytes::new(),
+            chunk_start: 0,
+            limit: u64::MAX,
+            end: None,
+            gap_passed: false,
         }
     }
 

@@ -2,15 +2,31 @@
 //!
 //! - `*.open.tmp`: a preallocation that never finished; it never held a
 //!   record, so it is removed.
+//! - A segment (`*.sealed` or `*.open`) whose **header** fails its check
+//!   (or is all zeros with records after it): see [`crate::damaged_header`].
+//!   Its records carry no sequence number of their own (numbering is
+//!   positional: `first_seq` + position), so the header is rewritten in
+//!   place only from something that proves `first_seq` (the segment's own
+//!   footer, or the header itself with its one damaged byte put back),
+//!   after the damaged bytes are copied to `quarantine/`; the segment is
+//!   then recovered like any other and nothing is lost. With no proof it
+//!   is moved to `quarantine/` whole and its records are counted as lost
+//!   ([`Unnumbered`]); they are never delivered under a guessed number.
 //! - `*.sealed`: verified end to end (header, every record CRC, footer).
 //!   Damaged records are salvaged in place (see [`crate::salvage`]): a GAP
 //!   frame replaces them, the footer is rewritten, every other record stays
-//!   under its own sequence number. Only a segment that cannot be salvaged
-//!   (bad header, no usable footer, counts that do not add up) is moved to
-//!   `quarantine/` whole, never deleted.
-//! - `*.open` with an all-zero header: a spare preallocated segment, kept for
-//!   reuse if it is newer than every used segment.
-//! - `*.open` with a bad header: quarantined.
+//!   under its own sequence number. A sealed segment that cannot be
+//!   salvaged whole (cut short, its footer gone, or damage whose size
+//!   nothing counts) keeps the records before the damage, and those after
+//!   it whose number is still known, and is sealed again where they end
+//!   ([`CutShort`]); the bytes cut go to `quarantine/<id>.cut-at-<offset>`
+//!   first. The records lost with its end are counted by
+//!   [`crate::shard::open_shard`] as the gap before the next segment, which
+//!   starts where this one ended. A segment with no intact record left is
+//!   moved to `quarantine/` whole, never deleted.
+//! - `*.open` with an all-zero header (and nothing after it): a spare
+//!   preallocated segment, kept for reuse if it is newer than every used
+//!   segment.
 //! - `*.open` with a good header: damage in the middle (valid records after
 //!   it) is salvaged like a sealed segment's; a bad record with nothing
 //!   valid after it is a torn write (a group whose fdatasync never
@@ -22,6 +38,8 @@
 //!   segment and reused those seqs in the next one); it is cut the same way.
 //! - a segment file that is only a footer (sealed before its first record,
 //!   so it never got a header) holds nothing and is removed.
+//! - anything else under a segment's name (a directory, a FIFO) stops the
+//!   start with its path and what it is: it is not spillway's.
 //!
 //! Segments in `quarantine/` still count: `next_seq` is past every sequence
 //! number their header, intact records or footer show, and
@@ -30,14 +48,17 @@
 //! Every step is idempotent: a crash during recovery followed by another
 //! recovery gives the same directory.
 //!
-//! Nothing here needs free space to make progress: footers and GAP frames
-//! are written in place, sealing truncates, moving a file is a rename. The
-//! copies and `.reason` files written to `quarantine/` are evidence, not
-//! data the shard needs: on ENOSPC they are logged and skipped.
+//! Nothing here needs free space to make progress: headers, footers and
+//! GAP frames are written in place, sealing truncates, moving a file is a
+//! rename (a sealed segment cut exactly at a record boundary grows by its
+//! 40-byte footer). The copies and `.reason` files written to `quarantine/`
+//! are evidence, not data the shard needs: on ENOSPC they are logged and
+//! skipped.
 
 use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 
+use crate::damaged_header::{self, HeaderRepair, Unnumbered};
 use crate::format::{classify, FileKind, Footer, GapFrame, SegmentHeader, FOOTER_LEN};
 use crate::reader::{End, Opened, PassedGap, SegmentReader};
 use crate::salvage::{self, footer_like, Hole};
@@ -102,6 +123,46 @@ impl SeqGap {
     }
 }
 
+/// A sealed segment that could not be salvaged whole (cut short, its
+/// footer gone, or damage whose size nothing counts): sealed again after
+/// the records whose numbers are still known; the rest is lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CutShort {
+    pub segment_id: u64,
+    /// Where the kept records end (the new footer's offset).
+    pub offset: u64,
+    /// Intact records kept.
+    pub kept_records: u64,
+    /// One past the last sequence number kept: the lost records start
+    /// here and run to the next segment's first (`open_shard` counts them
+    /// as that gap).
+    pub end_seq: u64,
+    /// One past the last sequence number the segment held, when its old
+    /// footer still says (it agrees with the header): the count of what was
+    /// lost even with no next segment. `next_seq` is kept past it.
+    pub known_end: Option<u64>,
+    /// Bytes cut from `offset` to the old end of the file.
+    pub cut_bytes: u64,
+    /// What was wrong at `offset`.
+    pub detail: String,
+    /// Copy of the cut bytes in `quarantine/` (`None` if there were none,
+    /// or no space for them).
+    pub saved_to: Option<PathBuf>,
+}
+
+/// A segment file in `quarantine/`, as far as its bytes still say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuarantinedSegment {
+    pub segment_id: u64,
+    /// Its file name in `quarantine/`.
+    pub name: String,
+    /// The sequence numbers `[first, end)` it is known to cover (possibly
+    /// none): from a valid header (`first_seq` up to its last intact
+    /// record) or, without one, from a valid footer at the end of the file.
+    /// `None` when neither says (its records cannot be numbered).
+    pub range: Option<(u64, u64)>,
+}
+
 /// A checkpoint that claimed more than the data holds (see `open_shard`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UntrustedCheckpoint {
@@ -131,9 +192,25 @@ pub struct RecoveryReport {
     /// Sealed segments whose footer alone was damaged and has been
     /// rewritten from the (intact) records: (segment id, what was wrong).
     pub footers_repaired: Vec<(u64, String)>,
+    /// Segments whose damaged header was rewritten from what proves it
+    /// (nothing lost).
+    pub headers_repaired: Vec<HeaderRepair>,
+    /// Segments whose header is damaged beyond proof: quarantined whole,
+    /// their records lost.
+    pub unnumbered: Vec<Unnumbered>,
+    /// Sealed segments sealed again short of their old end.
+    pub cut_short: Vec<CutShort>,
+    /// Every segment file in `quarantine/` (moved now or earlier).
+    pub in_quarantine: Vec<QuarantinedSegment>,
+    /// The ranges `quarantine/gap-<first>-<last>.reason` files record
+    /// (first, last): numbers an earlier start found lost, never handed
+    /// out again.
+    pub recorded_gaps: Vec<(u64, u64)>,
     /// Sequence ranges no file holds (filled by `open_shard`).
     pub gaps: Vec<SeqGap>,
-    /// Records known lost: every salvaged hole and every gap above.
+    /// Records known lost: every salvaged hole, the records of every
+    /// unnumbered segment, and every gap above (`open_shard` leaves out
+    /// the unnumbered records that a gap already counts).
     pub lost_records: u64,
     /// Set when the checkpoint was ahead of the data (by `open_shard`).
     pub untrusted_checkpoint: Option<UntrustedCheckpoint>,
@@ -154,6 +231,26 @@ impl RecoveryReport {
 
     pub fn bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.bytes).sum()
+    }
+
+    /// Records this start found lost (an ERROR at start-up): the salvaged
+    /// holes, the unnumbered records no gap counts, and the gaps not
+    /// reported by an earlier start. (`lost_records` also keeps counting
+    /// gaps an earlier start reported.)
+    pub fn new_losses(&self) -> u64 {
+        self.salvaged.iter().map(|s| s.lost_records).sum::<u64>()
+            + self
+                .unnumbered
+                .iter()
+                .filter(|u| !u.counted_by_gap)
+                .map(|u| u.records)
+                .sum::<u64>()
+            + self
+                .gaps
+                .iter()
+                .filter(|g| g.new)
+                .map(|g| g.count())
+                .sum::<u64>()
     }
 }
 
@@ -195,11 +292,39 @@ pub fn recover_shard<S: Storage>(
     // starting at X proves that nothing at or past X in an older segment was
     // ever acked (see `recover_open`).
     let mut starts: Vec<(u64, u64)> = Vec::new();
+    let mut damaged = Vec::new();
     for (kind, path) in &entries {
+        if *kind == FileKind::PartialPrealloc {
+            // Opened only to refuse what is not a file before anything changes.
+            storage.open_read(path).map_err(|e| not_ours(dir, e))?;
+        }
         if let FileKind::Open(id) | FileKind::Sealed(id) = *kind {
-            if let Opened::Reader(r) = SegmentReader::open(storage, path)? {
-                starts.push((id, r.header().first_seq));
+            match SegmentReader::open(storage, path).map_err(|e| not_ours(dir, e))? {
+                Opened::Reader(r) => starts.push((id, r.header().first_seq)),
+                Opened::BadHeader(e) => damaged.push((id, path.clone(), e.to_string())),
+                Opened::Unused(_) if matches!(kind, FileKind::Sealed(_)) => damaged.push((
+                    id,
+                    path.clone(),
+                    "sealed segment has an all-zero header".to_string(),
+                )),
+                Opened::Unused(_) => {}
             }
+        }
+    }
+    // Damaged headers are rewritten first, from what proves them, so that
+    // every other step sees the segment as it was written.
+    for (id, path, damage) in damaged {
+        if let Some(first_seq) = damaged_header::repair(
+            storage,
+            dir,
+            &path,
+            id,
+            shard,
+            &damage,
+            &starts,
+            &mut report,
+        )? {
+            starts.push((id, first_seq));
         }
     }
     let mut max_id: Option<u64> = None;
@@ -234,10 +359,13 @@ pub fn recover_shard<S: Storage>(
     // sequence numbers and ids must never be handed out again. Looking at
     // the quarantine itself, rather than only at what this run moved there,
     // keeps that true across restarts and after a crash mid-recovery.
-    for (id, floor) in quarantined_segments(storage, dir)? {
-        max_id = Some(max_id.map_or(id, |m| m.max(id)));
+    let (in_quarantine, recorded_gaps) = scan_quarantine(storage, dir)?;
+    for (q, floor) in in_quarantine {
+        max_id = Some(max_id.map_or(q.segment_id, |m| m.max(q.segment_id)));
         report.next_seq = report.next_seq.max(floor);
+        report.in_quarantine.push(q);
     }
+    report.recorded_gaps = recorded_gaps;
     report.segments.sort_by_key(|s| s.first_seq);
     let max_used = report.segments.iter().map(|s| s.segment_id).max();
     let mut spares = Vec::new();
@@ -260,9 +388,31 @@ pub fn recover_shard<S: Storage>(
     for s in &report.segments {
         report.next_seq = report.next_seq.max(s.first_seq + s.record_count);
     }
+    for c in &report.cut_short {
+        report.next_seq = report.next_seq.max(c.known_end.unwrap_or(0));
+    }
     report.next_segment_id = max_id.map_or(0, |m| m + 1);
-    report.lost_records = report.salvaged.iter().map(|s| s.lost_records).sum();
+    report.lost_records = report.salvaged.iter().map(|s| s.lost_records).sum::<u64>()
+        + report.unnumbered.iter().map(|u| u.records).sum::<u64>();
     Ok(Recovered { report, spares })
+}
+
+/// A file under a segment's name that spillway did not write (a directory,
+/// a FIFO): the start stops and says what to do.
+fn not_ours(dir: &Path, e: io::Error) -> io::Error {
+    if !matches!(
+        e.kind(),
+        io::ErrorKind::InvalidInput | io::ErrorKind::IsADirectory
+    ) {
+        return e;
+    }
+    io::Error::new(
+        e.kind(),
+        format!(
+            "{e}; it is named like a write-ahead buffer file but is not one: move it out of {} and start again",
+            dir.display()
+        ),
+    )
 }
 
 fn recover_sealed<S: Storage>(
@@ -275,43 +425,257 @@ fn recover_sealed<S: Storage>(
     // Read-write: a damaged segment is salvaged in place.
     let mut reader = match SegmentReader::from_file(storage.open(path)?)? {
         Opened::Reader(r) => r,
+        // A damaged header that could not be repaired (see `recover_shard`).
         Opened::Unused(_) => {
-            return quarantine(
-                storage,
-                dir,
-                path,
-                "sealed segment has an all-zero header",
-                report,
-            )
+            let damage = "sealed segment has an all-zero header";
+            return damaged_header::quarantine_unnumbered(storage, dir, path, id, damage, report);
         }
         Opened::BadHeader(e) => {
             if remove_if_empty_seal(storage, dir, path, report)? {
                 return Ok(());
             }
-            return quarantine(storage, dir, path, &e.to_string(), report);
+            let damage = e.to_string();
+            return damaged_header::quarantine_unnumbered(storage, dir, path, id, &damage, report);
         }
     };
     while reader.next()?.is_some() {}
     match reader.end().cloned() {
-        Some(End::Footer(_)) => {
-            report.segments.push(SegmentInfo {
+        Some(End::Footer(footer)) => {
+            let info = SegmentInfo {
                 path: path.to_path_buf(),
                 segment_id: id,
                 first_seq: reader.header().first_seq,
                 record_count: reader.count(),
                 bytes: reader.offset(),
                 lost_records: reader.lost_records(),
-            });
+            };
+            trim_after_footer(storage, dir, path, id, reader.into_file(), &footer)?;
+            report.segments.push(info);
             Ok(())
         }
         Some(End::Corrupt { offset, detail }) => {
             salvage_sealed(storage, dir, path, id, reader, offset, &detail, report)
         }
         other => {
-            let reason = format!("sealed segment has no footer (ended with {other:?})");
-            quarantine(storage, dir, path, &reason, report)
+            let why = format!(
+                "sealed segment has no footer: its records end at offset {} with {}",
+                reader.offset(),
+                match other {
+                    Some(End::Zeros) => "16 zero bytes",
+                    _ => "the end of the file",
+                }
+            );
+            drop(reader);
+            cut_short(storage, dir, path, id, &why, report)
         }
     }
+}
+
+/// A sealed segment whose file goes on past its footer: left by a
+/// recovery that wrote a new footer ([`cut_short`]) and crashed before
+/// cutting the file there, or damage. The bytes past the footer are copied
+/// to quarantine (unless that recovery did already), then cut, so that a
+/// rerun ends where an uninterrupted recovery does.
+fn trim_after_footer<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    path: &Path,
+    id: u64,
+    mut file: S::File,
+    footer: &Footer,
+) -> io::Result<()> {
+    let end = footer.end_offset + FOOTER_LEN as u64;
+    let len = file.len()?;
+    if len <= end {
+        return Ok(());
+    }
+    let name = format!("{id:016x}.cut-at-{}", footer.end_offset);
+    let reason = format!(
+        "{} bytes after the footer (offset {}) of sealed segment {id}; cut",
+        len - end,
+        footer.end_offset
+    );
+    save_copy_once(storage, dir, &file, &name, end, len, &reason)?;
+    file.set_len(end)?;
+    file.sync_all()?;
+    tracing::warn!(segment = id, path = %path.display(), bytes = len - end,
+        "cut bytes after a sealed segment's footer (copied to quarantine)");
+    Ok(())
+}
+
+/// A sealed segment that cannot be salvaged whole (see the module docs):
+/// keep the records before its first damage, and those after it that a
+/// hole of known size leaves numbered, and seal it again where they end;
+/// the bytes from there on are copied to `quarantine/<id>.cut-at-<offset>`
+/// first. With no intact record left it is quarantined whole. The records
+/// lost with its end are counted by `open_shard` (the gap before the next
+/// segment).
+fn cut_short<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    path: &Path,
+    id: u64,
+    why: &str,
+    report: &mut RecoveryReport,
+) -> io::Result<()> {
+    let mut reader = match SegmentReader::from_file(storage.open(path)?)? {
+        Opened::Reader(r) => r,
+        _ => return Err(changed(path)),
+    };
+    while reader.next()?.is_some() {}
+    let header = *reader.header();
+    let earlier_gaps = reader.gaps().to_vec();
+    let earlier_lost = reader.lost_records();
+    let positions = reader.count();
+    let stop = reader.end().cloned();
+    let walked_to = reader.offset();
+    let mut file = reader.into_file();
+    let len = file.len()?;
+    // Walked as an unsealed segment with no anchor: a hole whose size its
+    // own length proves is framed, and the walk stops at the first one of
+    // unknown size (its records could not be numbered), at zeros or at the
+    // end of the file.
+    let (holes, end, kept_positions, gap_positions, detail) = match stop {
+        Some(End::Corrupt { offset, detail }) => {
+            match salvage::plan(&file, offset, positions, len, false, None)? {
+                Ok(p) => {
+                    // What the reader found says more than the walk's
+                    // second look at the same bytes.
+                    let detail = match &p.cut {
+                        Some((at, why)) if *at != offset => why.clone(),
+                        _ => detail,
+                    };
+                    (p.holes, p.end, p.positions, p.gap_positions, detail)
+                }
+                Err(e) => (Vec::new(), offset, positions, 0, format!("{detail}; {e}")),
+            }
+        }
+        _ => (
+            Vec::new(),
+            walked_to,
+            positions,
+            0,
+            "no footer after the records".to_string(),
+        ),
+    };
+    let lost_in_holes: u64 = holes.iter().map(|h| h.lost.unwrap_or(0)).sum();
+    let kept = kept_positions - earlier_lost - gap_positions - lost_in_holes;
+    let known_end = old_footer_end(&file, len, &header)?;
+    let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+    let end_seq = header.first_seq + kept_positions;
+    if kept == 0 {
+        let reason = format!("{why}; no intact record before the damage at offset {end}: {detail}");
+        return quarantine(storage, dir, path, &reason, report);
+    }
+    let reason = format!(
+        "{why}. Sealed segment {id} ({file_name}) cannot be salvaged whole: at offset {end}, \
+         {detail}. The {kept} intact record(s) before it (seqs {}..{end_seq}) were kept and the \
+         segment sealed again there; these bytes (from offset {end}) held its records from seq \
+         {end_seq} on, which are lost: the gap up to the next segment's first seq counts them",
+        header.first_seq
+    );
+    let saved_to = if len > end {
+        let name = format!("{id:016x}.cut-at-{end}");
+        save_copy_once(storage, dir, &file, &name, end, len, &reason)?
+    } else {
+        None
+    };
+    let first = report.salvaged.len();
+    write_gap_frames(storage, dir, &mut file, path, &header, &holes, report)?;
+    let mut again = match SegmentReader::from_file(storage.open_read(path)?)? {
+        Opened::Reader(r) => r,
+        _ => return Err(changed(path)),
+    };
+    again.set_limit(end);
+    while again.next()?.is_some() {}
+    if again.offset() != end || again.count() != kept_positions {
+        return Err(io::Error::other(format!(
+            "{}: a cut planned {kept_positions} records up to offset {end}, reading back gives {} up to {}",
+            path.display(),
+            again.count(),
+            again.offset()
+        )));
+    }
+    let footer = Footer {
+        record_count: again.count(),
+        end_offset: end,
+        last_seq: end_seq - 1,
+        records_crc: again.records_crc(),
+    };
+    let lost = again.lost_records();
+    drop(again);
+    // The footer first: a rerun that finds it trims what is past it
+    // (`trim_after_footer`); one that does not walks to the same cut.
+    file.write_all_at(end, &[IoSlice::new(&footer.encode())])?;
+    file.set_len(end + FOOTER_LEN as u64)?;
+    file.sync_all()?;
+    report_earlier_gaps(dir, id, &earlier_gaps, report, first);
+    for s in &mut report.salvaged[first..] {
+        s.kept_records = kept;
+    }
+    if report.salvaged.len() > first {
+        log_salvage(path, id, &report.salvaged[first..], kept);
+    }
+    tracing::error!(
+        segment = id,
+        path = %path.display(),
+        kept_records = kept,
+        lost_from_seq = end_seq,
+        offset = end,
+        cut_bytes = len.saturating_sub(end),
+        reason = %detail,
+        "a sealed segment cannot be salvaged whole: kept its intact records before the damage and \
+         sealed it again there; its records from lost_from_seq on are lost (counted as the gap up \
+         to the next segment)"
+    );
+    report.cut_short.push(CutShort {
+        segment_id: id,
+        offset: end,
+        kept_records: kept,
+        end_seq,
+        known_end: known_end.filter(|&e| e > end_seq),
+        cut_bytes: len.saturating_sub(end),
+        detail,
+        saved_to,
+    });
+    report.segments.push(SegmentInfo {
+        path: path.to_path_buf(),
+        segment_id: id,
+        first_seq: header.first_seq,
+        record_count: kept_positions,
+        bytes: end,
+        lost_records: lost,
+    });
+    Ok(())
+}
+
+/// One past the last sequence number the footer at the end of a sealed
+/// file names, if it decodes, sits where it says and agrees with the
+/// header.
+fn old_footer_end<F: StorageFile>(
+    file: &F,
+    len: u64,
+    header: &SegmentHeader,
+) -> io::Result<Option<u64>> {
+    let Some(at) = len.checked_sub(FOOTER_LEN as u64) else {
+        return Ok(None);
+    };
+    let mut raw = [0u8; FOOTER_LEN];
+    if at < crate::format::SEGMENT_HEADER_LEN as u64
+        || read_full_at(file, at, &mut raw)? < FOOTER_LEN
+    {
+        return Ok(None);
+    }
+    Ok(match Footer::decode(&raw) {
+        Ok(f)
+            if f.end_offset == at
+                && f.last_seq.wrapping_add(1).checked_sub(f.record_count)
+                    == Some(header.first_seq) =>
+        {
+            Some(f.last_seq.wrapping_add(1))
+        }
+        _ => None,
+    })
 }
 
 /// A sealed segment failed its check at `offset`. Salvage it in place if
@@ -336,12 +700,14 @@ fn salvage_sealed<S: Storage>(
     let len = file.len()?;
     let min_len = (crate::format::SEGMENT_HEADER_LEN + FOOTER_LEN) as u64;
     if len < min_len {
-        return quarantine(storage, dir, path, &why, report);
+        drop(file);
+        return cut_short(storage, dir, path, id, &why, report);
     }
     let footer_at = len - FOOTER_LEN as u64;
     let mut raw = [0u8; FOOTER_LEN];
     if read_full_at(&file, footer_at, &mut raw)? < FOOTER_LEN || offset > footer_at {
-        return quarantine(storage, dir, path, &why, report);
+        drop(file);
+        return cut_short(storage, dir, path, id, &why, report);
     }
     // The footer's count is the anchor, if the footer is whole and agrees
     // with the header and its own position.
@@ -361,13 +727,15 @@ fn salvage_sealed<S: Storage>(
     if anchor.is_none() && !footer_like(&raw) {
         // Cut short or overwritten at the end: where its records end is
         // not known.
-        return quarantine(storage, dir, path, &why, report);
+        drop(file);
+        return cut_short(storage, dir, path, id, &why, report);
     }
     let plan = match salvage::plan(&file, offset, positions, footer_at, true, anchor)? {
         Ok(p) => p,
         Err(cannot) => {
-            let reason = format!("{why}; cannot be salvaged: {cannot}");
-            return quarantine(storage, dir, path, &reason, report);
+            let why = format!("{why}; the footer does not count the damage: {cannot}");
+            drop(file);
+            return cut_short(storage, dir, path, id, &why, report);
         }
     };
     let first = report.salvaged.len();
@@ -535,10 +903,36 @@ fn log_salvage(path: &Path, id: u64, holes: &[Salvaged], kept: u64) {
     );
 }
 
+/// [`save_copy`], unless `quarantine/<name>.reason` is there whole (it
+/// ends in a newline): the copy is then whole too (the reason is written
+/// after it), made by a recovery that went further before it crashed, and
+/// may hold more than the bytes left now.
+fn save_copy_once<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    file: &S::File,
+    name: &str,
+    from: u64,
+    to: u64,
+    reason: &str,
+) -> io::Result<Option<PathBuf>> {
+    let target = dir.join(QUARANTINE_DIR).join(name);
+    let mut reason_path = target.as_os_str().to_owned();
+    reason_path.push(".reason");
+    if let Ok(written) = storage.open_read(Path::new(&reason_path)) {
+        let len = written.len()?;
+        let mut last = [0u8; 1];
+        if len > 0 && read_full_at(&written, len - 1, &mut last)? == 1 && last[0] == b'\n' {
+            return Ok(Some(target));
+        }
+    }
+    save_copy(storage, dir, file, name, from, to, reason)
+}
+
 /// Copy `[from, to)` of `file` to `quarantine/<name>` with a `.reason`.
 /// Evidence only: on ENOSPC (or a full quota) the partial copy is removed,
 /// the failure logged, and `None` returned.
-fn save_copy<S: Storage>(
+pub(crate) fn save_copy<S: Storage>(
     storage: &S,
     dir: &Path,
     file: &S::File,
@@ -611,9 +1005,11 @@ fn recover_open<S: Storage>(
                 capacity,
             }));
         }
+        // A damaged header that could not be repaired (see `recover_shard`).
         Opened::BadHeader(e) => {
             if !remove_if_empty_seal(storage, dir, path, report)? {
-                quarantine(storage, dir, path, &e.to_string(), report)?;
+                let damage = e.to_string();
+                damaged_header::quarantine_unnumbered(storage, dir, path, id, &damage, report)?;
             }
             return Ok(None);
         }
@@ -690,7 +1086,10 @@ fn recover_open<S: Storage>(
     }
     if count == lost {
         // Header only (its first group was torn), or nothing but damage:
-        // no record to keep.
+        // no record to keep. Records lost to damage here are counted by
+        // `open_shard`, as numbers the quarantined file covers and no
+        // kept segment holds; not also as salvaged.
+        report.salvaged.truncate(first_salvaged);
         let reason = "unsealed segment holds no intact record";
         quarantine(storage, dir, path, reason, report)?;
         report.next_seq = report.next_seq.max(header.first_seq);
@@ -756,94 +1155,78 @@ fn remove_if_empty_seal<S: Storage>(
     Ok(true)
 }
 
-/// Segment files in `<dir>/quarantine/`: (segment id, one past the highest
-/// sequence number the file shows evidence of).
-fn quarantined_segments<S: Storage>(storage: &S, dir: &Path) -> io::Result<Vec<(u64, u64)>> {
-    let paths = match storage.list(&dir.join(QUARANTINE_DIR)) {
-        Ok(p) => p,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    let mut out = Vec::new();
-    for path in paths {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if let Some(FileKind::Open(id) | FileKind::Sealed(id)) = classify(name) {
-            out.push((id, seq_floor(storage, &path)?));
-        }
-    }
-    Ok(out)
-}
-
-/// The sequence ranges `[first, end)` the segment files in `quarantine/`
-/// are known to cover: from a valid header (`first_seq` up to the file's
-/// seq floor) or, without one, from a valid footer at the end of the file
-/// (`last_seq + 1 - record_count ..= last_seq`). Used to tell a gap a
-/// quarantine explains from one nothing explains.
-pub(crate) fn quarantined_ranges<S: Storage>(
+/// What `<dir>/quarantine/` holds that recovery reads: the segment files,
+/// each with one past the highest sequence number it shows evidence of
+/// (see [`seq_evidence`]), and the ranges of the gap reason files.
+#[allow(clippy::type_complexity)]
+fn scan_quarantine<S: Storage>(
     storage: &S,
     dir: &Path,
-) -> io::Result<Vec<(u64, u64)>> {
+) -> io::Result<(Vec<(QuarantinedSegment, u64)>, Vec<(u64, u64)>)> {
     let paths = match storage.list(&dir.join(QUARANTINE_DIR)) {
         Ok(p) => p,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
         Err(e) => return Err(e),
     };
     let mut out = Vec::new();
+    let mut gaps = Vec::new();
     for path in paths {
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if !matches!(
-            classify(name),
-            Some(FileKind::Open(_) | FileKind::Sealed(_))
-        ) {
-            continue;
+        if let Some(range) = gap_file_range(name) {
+            gaps.push(range);
         }
-        let end = seq_floor(storage, &path)?;
-        let file = storage.open_read(&path)?;
-        let first = match SegmentReader::from_file(file)? {
-            Opened::Reader(r) => Some(r.header().first_seq),
-            _ => {
-                let file = storage.open_read(&path)?;
-                let len = file.len()?;
-                let mut raw = [0u8; FOOTER_LEN];
-                if len >= FOOTER_LEN as u64
-                    && read_full_at(&file, len - FOOTER_LEN as u64, &mut raw)? == FOOTER_LEN
-                {
-                    Footer::decode(&raw)
-                        .ok()
-                        .map(|f| f.last_seq.wrapping_add(1).saturating_sub(f.record_count))
-                } else {
-                    None
-                }
-            }
-        };
-        if let Some(first) = first.filter(|&f| f < end) {
-            out.push((first, end));
+        if let Some(FileKind::Open(id) | FileKind::Sealed(id)) = classify(name) {
+            let (first, floor) = seq_evidence(storage, &path)?;
+            let range = first.map(|f| (f, floor.max(f)));
+            let q = QuarantinedSegment {
+                segment_id: id,
+                name: name.to_string(),
+                range,
+            };
+            out.push((q, floor));
         }
     }
-    Ok(out)
+    out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    gaps.sort_unstable();
+    Ok((out, gaps))
 }
 
-/// One past the highest sequence number a (possibly damaged) segment file
-/// shows evidence of: a valid header's `first_seq` plus the records that
-/// pass their check, and a valid footer's `last_seq + 1` at the end of the
-/// file. 0 when neither header nor footer can be trusted.
-fn seq_floor<S: Storage>(storage: &S, path: &Path) -> io::Result<u64> {
+/// (first, last) of a `gap-<first>-<last>.reason` file name.
+fn gap_file_range(name: &str) -> Option<(u64, u64)> {
+    let (first, last) = name
+        .strip_prefix("gap-")?
+        .strip_suffix(".reason")?
+        .split_once('-')?;
+    let (first, last) = (first.parse().ok()?, last.parse().ok()?);
+    (first <= last).then_some((first, last))
+}
+
+/// What a (possibly damaged) segment file still proves about its sequence
+/// numbers: where they start (a valid header's `first_seq`, or without one
+/// a valid footer's `last_seq + 1 - record_count` at the end of the file),
+/// and one past the highest it shows (the header's `first_seq` plus the
+/// records that pass their check, and the footer's `last_seq + 1`; 0 when
+/// neither header nor footer can be trusted).
+fn seq_evidence<S: Storage>(storage: &S, path: &Path) -> io::Result<(Option<u64>, u64)> {
     let file = storage.open_read(path)?;
     let mut floor = 0;
+    let mut footer_first = None;
     let len = file.len()?;
     if len >= FOOTER_LEN as u64 {
         let mut raw = [0u8; FOOTER_LEN];
         if read_full_at(&file, len - FOOTER_LEN as u64, &mut raw)? == FOOTER_LEN {
             if let Ok(f) = Footer::decode(&raw) {
                 floor = f.last_seq.wrapping_add(1);
+                footer_first = Some(floor.saturating_sub(f.record_count));
             }
         }
     }
     if let Opened::Reader(mut r) = SegmentReader::from_file(file)? {
         while r.next()?.is_some() {}
         floor = floor.max(r.next_seq());
+        return Ok((Some(r.header().first_seq), floor));
     }
-    Ok(floor)
+    Ok((footer_first, floor))
 }
 
 /// Copy the non-zero bytes past a cut into quarantine, so nothing that

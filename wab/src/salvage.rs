@@ -126,6 +126,11 @@ pub(crate) struct Plan {
     pub cut: Option<(u64, String)>,
     /// Offset of a footer a crashed seal left (unsealed segments).
     pub footer_at: Option<u64>,
+    /// Where the kept records end: the cut, the footer, or the end the
+    /// walk reached.
+    pub end: u64,
+    /// Positions of GAP frames (an earlier salvage) the walk passed.
+    pub gap_positions: u64,
 }
 
 /// Walk an unsealed (`sealed == false`) or sealed segment from `from` (the
@@ -147,6 +152,7 @@ pub(crate) fn plan<F: StorageFile>(
     let mut w = Window::new();
     let mut holes: Vec<Hole> = Vec::new();
     let mut at = from;
+    let mut gap_positions = 0;
     let stop = loop {
         match probe(&mut w, file, at, region_end, sealed)? {
             Probe::Record => {
@@ -161,6 +167,7 @@ pub(crate) fn plan<F: StorageFile>(
                 })?;
                 at += gap.span();
                 positions += gap.lost_records as u64;
+                gap_positions += gap.lost_records as u64;
             }
             Probe::End => break Stop::End(at),
             Probe::Zeros if !sealed => break Stop::End(at),
@@ -195,7 +202,8 @@ pub(crate) fn plan<F: StorageFile>(
     if let Stop::End(end) = stop {
         if sealed && end != region_end {
             return Ok(Err(format!(
-                "the records end at offset {end}, {} bytes before the footer at offset                  {region_end}",
+                "the records end at offset {end}, {} bytes before the footer at offset \
+                 {region_end}",
                 region_end.saturating_sub(end)
             )));
         }
@@ -205,7 +213,25 @@ pub(crate) fn plan<F: StorageFile>(
         (Stop::Footer(_, f), None) => Some(f.record_count),
         (_, a) => a,
     };
-    Ok(resolve(holes, positions, stop, sealed, anchor))
+    let plan = resolve(holes, positions, stop, sealed, anchor).map(|p| Plan { gap_positions, ..p });
+    // Damage that runs to a sealed segment's footer can be shorter than a
+    // GAP frame (found by fuzzing: writing the frame failed the whole
+    // recovery). (An unsealed segment's holes end at a frame found at least
+    // a record's length on.)
+    if let Ok(p) = &plan {
+        if let Some(h) = p
+            .holes
+            .iter()
+            .find(|h| h.end - h.start < GAP_FRAME_LEN as u64)
+        {
+            return Ok(Err(format!(
+                "the damaged stretch at offset {} is {} bytes, too short for a GAP frame",
+                h.start,
+                h.end - h.start
+            )));
+        }
+    }
+    Ok(plan)
 }
 
 /// Fix the count of every hole (see the module docs).
@@ -223,6 +249,9 @@ fn resolve(
     let footer_at = match &stop {
         Stop::Footer(at, _) => Some(*at),
         _ => None,
+    };
+    let end = match &stop {
+        Stop::End(at) | Stop::Footer(at, _) | Stop::Torn { at, .. } => *at,
     };
     let unknown = holes.iter().any(|h| h.lost.is_none());
     // A length damaged into another plausible length can make rule 1
@@ -249,6 +278,8 @@ fn resolve(
             positions,
             cut,
             footer_at,
+            end,
+            gap_positions: 0,
         });
     }
     let counted = anchor
@@ -262,6 +293,8 @@ fn resolve(
             positions: anchor.unwrap_or(positions),
             cut,
             footer_at,
+            end,
+            gap_positions: 0,
         }),
         Err(why) if sealed => Err(format!("damage of unknown size: {why}")),
         // Cut at the first hole of unknown size (what recovery always did):
@@ -287,6 +320,8 @@ fn resolve(
                     ),
                 )),
                 footer_at: None,
+                end: h.start,
+                gap_positions: 0,
             })
         }
     }
@@ -469,6 +504,36 @@ fn probe<F: StorageFile>(
         )));
     }
     Ok(Probe::Record)
+}
+
+/// Records whose own length and CRC check out, from `from` to the end of
+/// the file, stepping over damage the way [`plan`] does (a GAP frame counts
+/// none): what a file whose records cannot be numbered still holds.
+pub(crate) fn count_intact<F: StorageFile>(file: &F, from: u64) -> io::Result<u64> {
+    let region_end = file.len()?;
+    let mut w = Window::new();
+    let mut at = from;
+    let mut records = 0;
+    loop {
+        match probe(&mut w, file, at, region_end, false)? {
+            Probe::Record => {
+                let len = u32_at(w.get(file, at, 4)?, 0) as u64;
+                at += RECORD_HEADER_LEN as u64 + len;
+                records += 1;
+            }
+            Probe::Gap => {
+                let head = w.get(file, at, GAP_FRAME_LEN)?;
+                let (gap, _) = GapFrame::decode(head)
+                    .ok_or_else(|| io::Error::other("GAP frame changed while counting records"))?;
+                at += gap.span();
+            }
+            Probe::End | Probe::Zeros | Probe::Footer(_) => return Ok(records),
+            Probe::Bad(_) => match resync(&mut w, file, at, region_end, false)? {
+                Some((next, _)) => at = next,
+                None => return Ok(records),
+            },
+        }
+    }
 }
 
 /// Whether the 40 bytes at the end of a sealed file look like its footer

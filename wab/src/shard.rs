@@ -6,14 +6,20 @@
 //! one is moved aside), recovers the segments ([`recover_shard`]), and then
 //! checks the two against each other:
 //!
-//! - **Gaps.** Sequence numbers between two consecutive segments, or
-//!   between a valid checkpoint and the oldest segment, that no file holds
-//!   (a segment deleted from outside). Each is logged as an error with its
-//!   range and count, listed in [`RecoveryReport::gaps`], and recorded once
-//!   in `quarantine/gap-<first>-<last>.reason`; on later starts it stays in
-//!   the report (`new: false`) but is not logged as new. Ranges a
-//!   quarantined segment covers are not gaps (the quarantine reported
-//!   them), nor is a jump of `next_seq` this module made on purpose (below).
+//! - **Gaps.** Sequence numbers between two consecutive segments, between
+//!   a valid checkpoint and the oldest segment, or past the newest segment
+//!   up to what a quarantined segment shows, that no kept segment holds: a
+//!   segment deleted from outside, quarantined whole, or cut short (the
+//!   reason says which, as far as the folder shows). Each is logged as an
+//!   error with its range and count, listed in [`RecoveryReport::gaps`],
+//!   and recorded once in `quarantine/gap-<first>-<last>.reason`; on later
+//!   starts it stays in the report (`new: false`) but is not logged as new.
+//!   Numbers below a checkpoint that was read are not gaps (delivered), nor
+//!   is a jump of `next_seq` this module made on purpose (below).
+//! - **`lost_records`**: the salvaged holes, every gap, and the intact
+//!   records of a segment whose header nothing proves when no gap counts
+//!   them (it is the newest): each acknowledged record recovery cannot
+//!   deliver, counted once.
 //! - **A checkpoint ahead of the data.** Segments exist but the checkpoint
 //!   says more was confirmed than any of them (or the quarantine) shows:
 //!   it cannot be trusted. It is logged, reported
@@ -40,7 +46,7 @@ use crate::checkpoint::{
     load_checkpoint, move_aside, moved_aside_floors, write_checkpoint, CheckpointLoad, AHEAD_PREFIX,
 };
 use crate::recovery::{
-    quarantined_ranges, recover_shard, Recovered, SeqGap, UntrustedCheckpoint, QUARANTINE_DIR,
+    recover_shard, Recovered, RecoveryReport, SeqGap, UntrustedCheckpoint, QUARANTINE_DIR,
 };
 use crate::storage::{create_dir_durable, is_no_space, Storage, StorageFile};
 
@@ -95,28 +101,34 @@ pub fn open_shard<S: Storage>(
     let (ahead, corrupt) = moved_aside_floors(storage, dir)?;
     let mut next_seq = data_end.max(checkpoint.confirmed);
     next_seq = next_seq.max(ahead.iter().copied().max().unwrap_or(0));
+    // Numbers an earlier start found lost were acknowledged once.
+    let recorded = report.recorded_gaps.iter().map(|&(_, last)| last + 1);
+    next_seq = next_seq.max(recorded.max().unwrap_or(0));
     if report.segments.is_empty() {
         next_seq = next_seq.max(corrupt.iter().copied().max().unwrap_or(0));
     }
     report.next_seq = next_seq;
 
-    // Where a gap could be: (first missing, last missing, where).
-    let mut candidates: Vec<(u64, u64, String)> = Vec::new();
+    // Where a gap could be: (first missing, last missing, where, the ids of
+    // the kept segments before and after it).
+    let mut candidates: Vec<Candidate> = Vec::new();
     if let Some(oldest) = report.segments.first() {
         // Only a checkpoint that was read says where delivery stood; with
         // none (or an unreadable one) the missing numbers may well have
         // been delivered and deleted.
         if checkpoint.found && report.untrusted_checkpoint.is_none() && confirmed < oldest.first_seq
         {
-            candidates.push((
-                confirmed,
-                oldest.first_seq - 1,
-                format!(
+            candidates.push(Candidate {
+                first: confirmed,
+                last: oldest.first_seq - 1,
+                place: format!(
                     "between the delivery checkpoint ({confirmed}) and the oldest segment \
                      ({:016x}, first seq {})",
                     oldest.segment_id, oldest.first_seq
                 ),
-            ));
+                before: None,
+                after: Some(oldest.segment_id),
+            });
         }
     }
     // Below a checkpoint that was read, a hole between segments is a
@@ -124,53 +136,147 @@ pub fn open_shard<S: Storage>(
     // between the checkpoint write and the deletion, or a deletion a power
     // cut undid): nothing there is lost. Only the part at or past the
     // checkpoint is.
-    let delivered_below = if checkpoint.found && report.untrusted_checkpoint.is_none() {
-        confirmed
-    } else {
-        0
-    };
+    let trusted = checkpoint.found && report.untrusted_checkpoint.is_none();
+    let delivered_below = if trusted { confirmed } else { 0 };
     for w in report.segments.windows(2) {
         let seg_end = w[0].first_seq + w[0].record_count;
         let end = seg_end.max(delivered_below);
         if w[1].first_seq > end {
-            candidates.push((
-                end,
-                w[1].first_seq - 1,
-                format!(
+            candidates.push(Candidate {
+                first: end,
+                last: w[1].first_seq - 1,
+                place: format!(
                     "between segment {:016x} (ends before seq {seg_end}) and segment {:016x} \
                      (first seq {})",
                     w[0].segment_id, w[1].segment_id, w[1].first_seq
                 ),
-            ));
+                before: Some(w[0].segment_id),
+                after: Some(w[1].segment_id),
+            });
+        }
+    }
+    // Past the newest segment kept: numbers a segment in quarantine shows
+    // were used, or the old footer of the newest segment, cut short, says
+    // it held (with no segment kept, past a checkpoint that was read).
+    let newest = report.segments.last();
+    let low = match newest {
+        Some(s) => Some((s.first_seq + s.record_count).max(delivered_below)),
+        None if trusted => Some(confirmed),
+        None => None,
+    };
+    let quarantined_end = report
+        .in_quarantine
+        .iter()
+        .filter_map(|q| q.range.map(|(_, end)| end))
+        .chain(report.cut_short.iter().filter_map(|c| c.known_end))
+        .max();
+    if let (Some(low), Some(end)) = (low, quarantined_end) {
+        if end > low {
+            candidates.push(Candidate {
+                first: low,
+                last: end - 1,
+                place: match newest {
+                    Some(s) => format!(
+                        "after the newest segment kept ({:016x}, ends before seq {})",
+                        s.segment_id,
+                        s.first_seq + s.record_count
+                    ),
+                    None => format!("after the delivery checkpoint ({confirmed}), no segment kept"),
+                },
+                before: newest.map(|s| s.segment_id),
+                after: None,
+            });
+        }
+    }
+    // Gaps an earlier start recorded past everything kept (the numbers of
+    // an unnumbered segment, or of a quarantined one, that was the newest)
+    // stay listed and counted, as those between segments do.
+    if let Some(low) = low {
+        for &(first, last) in &report.recorded_gaps {
+            if first >= low
+                && !candidates
+                    .iter()
+                    .any(|c| (c.first, c.last) == (first, last))
+            {
+                candidates.push(Candidate {
+                    first,
+                    last,
+                    place: "past the newest segment kept (recorded by an earlier start)".into(),
+                    before: newest.map(|s| s.segment_id),
+                    after: None,
+                });
+            }
         }
     }
     if !candidates.is_empty() {
         let jumps: Vec<u64> = ahead.iter().chain(&corrupt).copied().collect();
-        let covered = quarantined_ranges(storage, dir)?;
-        for (first, last, place) in candidates {
+        for c in candidates {
             // A deliberate jump of next_seq: the next segment started at
             // a floor a moved-aside checkpoint records.
-            if jumps.contains(&(last + 1)) {
+            if jumps.contains(&(c.last + 1)) {
                 continue;
             }
-            for (first, last) in uncovered(first, last, &covered) {
-                let gap = report_gap(storage, dir, shard, first, last, &place)?;
-                report.gaps.push(gap);
-            }
+            let cause = cause_of(storage, dir, report, &c)?;
+            let gap = report_gap(storage, dir, shard, c.first, c.last, &c.place, &cause)?;
+            report.gaps.push(gap);
         }
     }
-    report.lost_records += report.gaps.iter().map(|g| g.count()).sum::<u64>();
+    // An unnumbered segment (its header damaged beyond proof) older than a
+    // segment whose numbers are known lies inside a gap just counted (or
+    // below the checkpoint, delivered). One newer than every such segment
+    // is counted as a gap of its intact records right after everything the
+    // shard shows (where the writer started it, unless a floor it knew of
+    // is gone): `next_seq` goes past it, so none of the numbers its records
+    // may carry is handed out again, and later starts know the gap.
+    let before_unnumbered = report.next_seq;
+    for i in 0..report.unnumbered.len() {
+        let id = report.unnumbered[i].segment_id;
+        let followed = report.segments.iter().any(|s| s.segment_id > id)
+            || report
+                .in_quarantine
+                .iter()
+                .any(|q| q.segment_id > id && q.range.is_some());
+        let records = report.unnumbered[i].records;
+        if !followed {
+            let (first, last) = (report.next_seq, report.next_seq + records - 1);
+            let name = report.unnumbered[i]
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let place = format!(
+                "the {records} numbers after everything the shard shows, presumed for the intact \
+                 records of quarantine/{name}, whose damaged header nothing proves (their own \
+                 numbers are not known; these are never handed out again)"
+            );
+            let cause = format!("quarantine/{name} holds them (see its .reason)");
+            let gap = report_gap(storage, dir, shard, first, last, &place, &cause)?;
+            report.gaps.push(gap);
+            report.next_seq = last + 1;
+        }
+        report.unnumbered[i].counted_by_gap = true;
+    }
+    report.lost_records = report.salvaged.iter().map(|s| s.lost_records).sum::<u64>()
+        + report
+            .unnumbered
+            .iter()
+            .filter(|u| !u.counted_by_gap)
+            .map(|u| u.records)
+            .sum::<u64>()
+        + report.gaps.iter().map(|g| g.count()).sum::<u64>();
     if !checkpoint.found || checkpoint.corrupt || report.untrusted_checkpoint.is_some() {
         // Leave a checkpoint that says where delivery restarts (the oldest
         // record kept, or nothing to deliver), written now while there is
         // space: later updates go in place and need none, so a disk that
         // fills before the first delivery cannot block every confirmation
         // (and with it every deletion). A later start then reads this one
-        // instead of guessing again.
+        // instead of guessing again. (Not past the numbers presumed for
+        // unnumbered records: they were not delivered, and later starts
+        // list that gap as long as the checkpoint is below it.)
         confirmed = report
             .segments
             .first()
-            .map_or(report.next_seq, |s| s.first_seq);
+            .map_or(before_unnumbered, |s| s.first_seq);
         if let Err(e) = write_checkpoint(storage, dir, confirmed) {
             if !is_no_space(&e) {
                 return Err(e);
@@ -185,26 +291,59 @@ pub fn open_shard<S: Storage>(
     })
 }
 
-/// The parts of `first..=last` no range in `covered` (`[from, to)`) holds.
-fn uncovered(first: u64, last: u64, covered: &[(u64, u64)]) -> Vec<(u64, u64)> {
-    let mut pieces = vec![(first, last)];
-    for &(from, to) in covered {
-        let mut next = Vec::new();
-        for (a, b) in pieces {
-            if to <= a || from > b {
-                next.push((a, b));
-                continue;
-            }
-            if from > a {
-                next.push((a, from - 1));
-            }
-            if to <= b {
-                next.push((to, b));
-            }
-        }
-        pieces = next;
+/// Sequence numbers that may be missing, and where.
+struct Candidate {
+    first: u64,
+    last: u64,
+    place: String,
+    /// Ids of the kept segments before and after the hole, if any.
+    before: Option<u64>,
+    after: Option<u64>,
+}
+
+/// Why the numbers of `c` are in no segment, as far as the folder says:
+/// segment files in quarantine that cover them or sit between the segments
+/// around them, the segment before them cut short (its
+/// `quarantine/<id>.cut-at-<end>` copy), or else a segment deleted from
+/// outside.
+fn cause_of<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    report: &RecoveryReport,
+    c: &Candidate,
+) -> io::Result<String> {
+    let between = |id: u64| c.before.is_none_or(|b| id > b) && c.after.is_none_or(|a| id < a);
+    let held: Vec<&str> = report
+        .in_quarantine
+        .iter()
+        .filter(|q| match q.range {
+            Some((from, to)) => (from <= c.last && to > c.first) || between(q.segment_id),
+            None => between(q.segment_id),
+        })
+        .map(|q| q.name.as_str())
+        .collect();
+    if !held.is_empty() {
+        return Ok(format!(
+            "quarantine/ holds {} from here, which recovery could not trust or number (see the \
+             .reason beside each)",
+            held.join(", ")
+        ));
     }
-    pieces
+    if let Some(before) = c
+        .before
+        .and_then(|id| report.segments.iter().find(|s| s.segment_id == id))
+    {
+        let name = format!("{:016x}.cut-at-{}", before.segment_id, before.bytes);
+        let reason = dir.join(QUARANTINE_DIR).join(format!("{name}.reason"));
+        if storage.open_read(&reason).is_ok() {
+            return Ok(format!(
+                "segment {:016x} before them was cut short and they went with its end (see \
+                 quarantine/{name}.reason)",
+                before.segment_id
+            ));
+        }
+    }
+    Ok("a segment file was probably deleted from outside the daemon".to_string())
 }
 
 /// Record a gap: its reason file (written once), and a log line (an error
@@ -216,6 +355,7 @@ fn report_gap<S: Storage>(
     first: u64,
     last: u64,
     place: &str,
+    cause: &str,
 ) -> io::Result<SeqGap> {
     let count = last - first + 1;
     let qdir = dir.join(QUARANTINE_DIR);
@@ -237,13 +377,13 @@ fn report_gap<S: Storage>(
         last_seq = last,
         lost_records = count,
         place,
-        "sequence numbers missing from the shard: no segment holds them (a segment deleted from \
-         outside?); these records are lost unless they had been delivered"
+        cause,
+        "sequence numbers missing from the shard: no segment holds them; these records are lost \
+         unless they had been delivered"
     );
     let text = format!(
         "sequence numbers {first}..={last} ({count} records) are in no segment: {place}. \
-         They were accepted and are lost unless the sink had received them; a segment file was \
-         probably deleted from outside the daemon.\n"
+         They were accepted and are lost unless the sink had received them; {cause}.\n"
     );
     let written = write_once(storage, &qdir, &path, text.as_bytes());
     let reason_file = match written {
@@ -283,18 +423,4 @@ fn write_once<S: Storage>(storage: &S, qdir: &Path, path: &Path, bytes: &[u8]) -
         return Err(e);
     }
     storage.sync_dir(qdir)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::uncovered;
-
-    #[test]
-    fn uncovered_subtracts_half_open_ranges() {
-        assert_eq!(uncovered(5, 8, &[]), vec![(5, 8)]);
-        assert_eq!(uncovered(5, 8, &[(5, 9)]), vec![]);
-        assert_eq!(uncovered(5, 8, &[(6, 8)]), vec![(5, 5), (8, 8)]);
-        assert_eq!(uncovered(5, 8, &[(0, 6), (8, 20)]), vec![(6, 7)]);
-        assert_eq!(uncovered(5, 8, &[(9, 20), (0, 5)]), vec![(5, 8)]);
-    }
 }

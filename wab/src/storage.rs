@@ -13,7 +13,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, IoSlice};
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
@@ -90,6 +90,7 @@ impl Storage for FsStorage {
     }
 
     fn open(&self, path: &Path) -> io::Result<FsFile> {
+        regular_file(path)?;
         let file = OpenOptions::new().read(true).write(true).open(path);
         Ok(FsFile {
             file: counted(file, "opening a file")?,
@@ -97,6 +98,7 @@ impl Storage for FsStorage {
     }
 
     fn open_read(&self, path: &Path) -> io::Result<FsFile> {
+        regular_file(path)?;
         Ok(FsFile {
             file: counted(File::open(path), "opening a file")?,
         })
@@ -138,6 +140,36 @@ impl Storage for FsStorage {
 /// ([`crate::descriptors`]).
 fn counted<T>(result: io::Result<T>, doing: &'static str) -> io::Result<T> {
     result.inspect_err(|e| crate::descriptors::note(e, doing))
+}
+
+/// Every file the WAB opens is a regular file it wrote. Anything else
+/// under such a name (a directory named like a segment, a FIFO, a device)
+/// is refused with its path and what it is, before it is opened: opening a
+/// FIFO would block, and reading a directory fails with a bare "Is a
+/// directory" that names nothing.
+fn regular_file(path: &Path) -> io::Result<()> {
+    let kind = fs::metadata(path)?.file_type();
+    if kind.is_file() {
+        return Ok(());
+    }
+    let what = if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "{} is {what}, not a file spillway wrote (the write-ahead buffer holds only regular files)",
+            path.display()
+        ),
+    ))
 }
 
 /// Create `dir` and every missing parent (mode 0700), durably: after each

@@ -1,7 +1,9 @@
 //! Damaged segments: a sealed segment that fails its check (a damaged
-//! record is salvaged, a damaged footer rewritten, a damaged header
-//! quarantines the segment), an unsealed one with a bad header, spare and
-//! partial preallocations.
+//! record is salvaged, a damaged footer rewritten, a damaged header put
+//! back from what proves it, a segment cut short sealed again after its
+//! intact records), an unsealed one with a damaged header, a header that
+//! nothing proves (quarantined, its records counted), a directory under a
+//! segment's name, spare and partial preallocations.
 
 mod common;
 
@@ -12,7 +14,8 @@ use common::*;
 use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
 use spillway_wab::format::{SegmentHeader, FOOTER_LEN, SEQ_MAX};
 use spillway_wab::{
-    preallocate, read_shard, recover_shard, seal, ActiveSegment, FsStorage, Storage, QUARANTINE_DIR,
+    open_shard, preallocate, read_shard, recover_shard, seal, ActiveSegment, FsStorage,
+    HeaderProof, Storage, QUARANTINE_DIR,
 };
 
 const CAP: u64 = 16 * 1024;
@@ -46,11 +49,12 @@ enum Outcome {
     SalvageLast,
     /// Only the footer is damaged: rewritten from the records.
     FooterRewritten,
-    /// The header is needed to number the records: quarantined whole.
-    Quarantined,
+    /// Only the header is damaged: put back (its footer and the CRC agree
+    /// on the byte), nothing lost.
+    HeaderRepaired,
 }
 
-/// Where to damage a sealed segment, and a word its quarantine reason must
+/// Where to damage a sealed segment, and a word its `.reason` must
 /// contain.
 fn spots(len: u64) -> Vec<(&'static str, u64, &'static str, Outcome)> {
     use Outcome::*;
@@ -58,7 +62,7 @@ fn spots(len: u64) -> Vec<(&'static str, u64, &'static str, Outcome)> {
         "first record payload" | "first record length" => SalvageFirst,
         "last record CRC" => SalvageLast,
         s if s.starts_with("footer") => FooterRewritten,
-        _ => Quarantined,
+        _ => HeaderRepaired,
     };
     spots_and_words(len)
         .into_iter()
@@ -82,7 +86,7 @@ fn spots_and_words(len: u64) -> Vec<(&'static str, u64, &'static str)> {
 }
 
 #[test]
-fn corrupt_sealed_segment_is_salvaged_or_quarantined_and_its_seqs_never_reused() {
+fn corrupt_sealed_segment_is_salvaged_and_its_seqs_never_reused() {
     for target in 0..3usize {
         let probe = tempfile::tempdir().unwrap();
         let len = fs::metadata(&three_sealed(probe.path())[target].0)
@@ -108,41 +112,45 @@ fn corrupt_sealed_segment_is_salvaged_or_quarantined_and_its_seqs_never_reused()
 
             let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
             let r = &rec.report;
-            let name = bad_path.file_name().unwrap().to_str().unwrap().to_string();
             let qdir = dir.join(QUARANTINE_DIR);
-            let qpath = qdir.join(&name);
             // The others are untouched and still verified.
             for ((p, _), b) in others.iter().zip(&other_bytes) {
                 assert_eq!(&fs::read(p).unwrap(), b, "{what}: {} changed", p.display());
             }
+            assert!(r.quarantined.is_empty(), "{what}: {:?}", r.quarantined);
+            assert!(r.unnumbered.is_empty() && r.cut_short.is_empty(), "{what}");
             match outcome {
-                Outcome::Quarantined => {
-                    // Moved, byte for byte, with a reason beside it.
-                    assert!(!bad_path.exists(), "{what}");
-                    assert_eq!(fs::read(&qpath).unwrap(), bad_bytes, "{what}");
+                Outcome::HeaderRepaired => {
+                    // Put back byte for byte; the damaged 64 bytes are kept.
+                    assert_eq!(fs::read(bad_path).unwrap(), orig_bytes, "{what}");
+                    assert!(r.salvaged.is_empty() && r.footers_repaired.is_empty());
+                    assert_eq!(r.headers_repaired.len(), 1, "{what}");
+                    let h = &r.headers_repaired[0];
                     assert_eq!(
-                        names(&qdir),
-                        vec![name.clone(), format!("{name}.reason")],
+                        (h.segment_id, h.first_seq, h.records, h.proof),
+                        (
+                            target as u64,
+                            bad_recs[0].seq,
+                            bad_recs.len() as u64,
+                            HeaderProof::FooterAndOneByte {
+                                offset: at as usize
+                            }
+                        ),
                         "{what}"
                     );
-                    let reason = fs::read_to_string(qdir.join(format!("{name}.reason"))).unwrap();
+                    let copy = format!("{target:016x}.damaged-header");
+                    assert_eq!(names(&qdir), vec![copy.clone(), format!("{copy}.reason")]);
+                    assert_eq!(h.saved_to, Some(qdir.join(&copy)));
+                    assert_eq!(fs::read(qdir.join(&copy)).unwrap(), bad_bytes[..64]);
+                    let reason = fs::read_to_string(qdir.join(format!("{copy}.reason"))).unwrap();
                     assert!(
-                        reason.contains(word) && reason.ends_with('\n'),
+                        reason.contains(word) && reason.contains("none lost"),
                         "{what}: reason {reason:?}"
                     );
-                    assert_eq!(
-                        r.quarantined,
-                        vec![(qpath.clone(), reason.trim_end().to_string())],
-                        "{what}"
-                    );
                     assert_eq!(mode(&qdir), 0o700);
-                    assert_eq!(mode(&qpath), 0o600);
-                    let seg_ids: Vec<u64> = r.segments.iter().map(|s| s.segment_id).collect();
-                    let want_ids: Vec<u64> = (0..3).filter(|i| *i != target as u64).collect();
-                    assert_eq!(seg_ids, want_ids, "{what}");
-                    let want_records: Vec<Rec> =
-                        others.iter().flat_map(|(_, r)| r.clone()).collect();
-                    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want_records);
+                    assert_eq!(r.lost_records, 0);
+                    let want: Vec<Rec> = segs.iter().flat_map(|(_, r)| r.clone()).collect();
+                    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
                 }
                 Outcome::SalvageFirst | Outcome::SalvageLast => {
                     let lost = if outcome == Outcome::SalvageFirst {
@@ -150,7 +158,6 @@ fn corrupt_sealed_segment_is_salvaged_or_quarantined_and_its_seqs_never_reused()
                     } else {
                         bad_recs.last().unwrap().seq
                     };
-                    assert!(r.quarantined.is_empty(), "{what}: {:?}", r.quarantined);
                     assert_eq!(r.salvaged.len(), 1, "{what}");
                     let s = &r.salvaged[0];
                     assert_eq!(
@@ -176,7 +183,10 @@ fn corrupt_sealed_segment_is_salvaged_or_quarantined_and_its_seqs_never_reused()
                     assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
                 }
                 Outcome::FooterRewritten => {
-                    assert!(r.quarantined.is_empty() && r.salvaged.is_empty(), "{what}");
+                    assert!(
+                        r.salvaged.is_empty() && r.headers_repaired.is_empty(),
+                        "{what}"
+                    );
                     assert_eq!(r.footers_repaired.len(), 1, "{what}");
                     assert_eq!(r.footers_repaired[0].0, target as u64);
                     assert!(!qdir.exists(), "{what}");
@@ -188,12 +198,13 @@ fn corrupt_sealed_segment_is_salvaged_or_quarantined_and_its_seqs_never_reused()
             // The damaged segment's seqs (up to 13) and id are never reused.
             assert_eq!((r.next_seq, r.next_segment_id), (14, 3), "{what}");
 
-            // Idempotent, and the quarantined seqs still count on the next start.
+            // Idempotent.
             let before = snapshot(&dir);
             let again = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
             assert_eq!(snapshot(&dir), before, "{what}");
             assert!(again.report.quarantined.is_empty());
             assert!(again.report.salvaged.is_empty() && again.report.footers_repaired.is_empty());
+            assert!(again.report.headers_repaired.is_empty());
             assert_eq!(
                 (again.report.next_seq, again.report.next_segment_id),
                 (14, 3),
@@ -203,23 +214,19 @@ fn corrupt_sealed_segment_is_salvaged_or_quarantined_and_its_seqs_never_reused()
     }
 }
 
-/// Crash the recovery that quarantines the newest sealed segment (a
-/// damaged header) at each of its steps; the rerun must end the same (in
-/// particular: next_seq past the quarantined records even when the crash
-/// came right after the move). A damaged record is salvaged instead; the
-/// same crash test for salvage is in salvage.rs.
-#[test]
-fn crash_while_quarantining_then_recover_again() {
+/// Crash the recovery at each of its storage steps, then recover again:
+/// the folder must end as an uninterrupted recovery leaves it (and
+/// next_seq past every number the damaged segment held).
+fn crash_at_every_step_then_recover_again(damage: impl Fn(&[(PathBuf, Vec<Rec>)]), what: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let state = tmp.path().join("state");
     let segs = three_sealed(&state);
-    flip(&segs[2].0, 30);
+    damage(&segs);
     let base_dir = tmp.path().join("base");
     copy_dir(&state, &base_dir);
     let base = recover_shard(&FsStorage, &base_dir, SHARD, 0)
         .unwrap()
         .report;
-    assert_eq!((base.next_seq, base.next_segment_id), (14, 3));
     let base_files = snapshot(&base_dir);
     let counter = FaultyStorage::new(vec![]);
     let count_dir = tmp.path().join("count");
@@ -231,6 +238,7 @@ fn crash_while_quarantining_then_recover_again() {
         Op::Open,
         Op::Write,
         Op::SyncAll,
+        Op::SetLen,
         Op::Rename,
         Op::SyncDir,
         Op::Remove,
@@ -246,30 +254,73 @@ fn crash_while_quarantining_then_recover_again() {
             }]);
             assert!(recover_shard(&faulty, &dir, SHARD, 0).is_err());
             let r = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap().report;
-            assert_eq!(snapshot(&dir), base_files, "crash at {op:?} #{n}");
+            assert_eq!(snapshot(&dir), base_files, "{what}: crash at {op:?} #{n}");
             assert_eq!(
                 (r.next_seq, r.next_segment_id),
-                (14, 3),
-                "crash at {op:?} #{n}"
+                (base.next_seq, base.next_segment_id),
+                "{what}: crash at {op:?} #{n}"
             );
             points += 1;
         }
     }
-    assert!(points >= 10, "{points}");
+    assert!(points >= 10, "{what}: {points}");
 }
 
+/// A damaged header is put back (copy first, then the header, then an
+/// fsync); a crash at any step and a rerun end the same.
 #[test]
-fn sealed_segment_cut_short_or_zeroed_is_quarantined() {
-    // (description, damage, expected reason fragment)
+fn crash_while_repairing_a_header_then_recover_again() {
+    crash_at_every_step_then_recover_again(|segs| flip(&segs[2].0, 30), "header flip");
+}
+
+/// A header nothing proves (two bytes damaged, the footer cut off): the
+/// segment is quarantined whole (reason first, then the rename).
+#[test]
+fn crash_while_quarantining_then_recover_again() {
+    crash_at_every_step_then_recover_again(
+        |segs| {
+            let p = &segs[2].0;
+            flip(p, 24);
+            flip(p, 40);
+            let b = fs::read(p).unwrap();
+            fs::write(p, &b[..b.len() - FOOTER_LEN]).unwrap();
+        },
+        "header beyond proof",
+    );
+}
+
+/// A sealed segment cut short: the cut bytes are copied, the footer
+/// written, the file cut to it, fsynced.
+#[test]
+fn crash_while_sealing_a_segment_cut_short_then_recover_again() {
+    crash_at_every_step_then_recover_again(
+        |segs| {
+            let p = &segs[1].0;
+            let b = fs::read(p).unwrap();
+            fs::write(p, &b[..b.len() / 2]).unwrap();
+        },
+        "cut in half",
+    );
+}
+
+/// A sealed segment that lost its end keeps the records before the damage
+/// and is sealed again there; with no intact record it is quarantined
+/// whole. A zeroed header is rewritten from the footer.
+#[test]
+fn sealed_segment_cut_short_keeps_its_intact_records() {
     type Damage = fn(&Path);
-    let cases: [(&str, Damage, &str); 4] = [
+    // Segment 2 holds seqs 9..14 in records of 16 + 119, 130, 141, 152,
+    // 163 bytes: 64 + 785 + 40 = 889 bytes. Half of it (444) holds two
+    // whole records (ending at offsets 199 and 345).
+    // (description, damage, records kept)
+    let cases: [(&str, Damage, u64); 5] = [
         (
             "footer cut off",
             |p| {
                 let b = fs::read(p).unwrap();
                 fs::write(p, &b[..b.len() - FOOTER_LEN]).unwrap();
             },
-            "no footer",
+            5,
         ),
         (
             "cut mid-footer",
@@ -277,7 +328,15 @@ fn sealed_segment_cut_short_or_zeroed_is_quarantined() {
                 let b = fs::read(p).unwrap();
                 fs::write(p, &b[..b.len() - 7]).unwrap();
             },
-            "footer runs past the end",
+            5,
+        ),
+        (
+            "cut in half",
+            |p| {
+                let b = fs::read(p).unwrap();
+                fs::write(p, &b[..b.len() / 2]).unwrap();
+            },
+            2,
         ),
         (
             "cut mid-record",
@@ -285,7 +344,7 @@ fn sealed_segment_cut_short_or_zeroed_is_quarantined() {
                 let b = fs::read(p).unwrap();
                 fs::write(p, &b[..100]).unwrap();
             },
-            "torn write",
+            0,
         ),
         (
             "header zeroed",
@@ -294,98 +353,439 @@ fn sealed_segment_cut_short_or_zeroed_is_quarantined() {
                 b[..64].fill(0);
                 fs::write(p, &b).unwrap();
             },
-            "all-zero header",
+            5,
+        ),
+    ];
+    for (what, damage, kept) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let segs = three_sealed(&dir);
+        let victim = &segs[2].0;
+        assert_eq!(fs::metadata(victim).unwrap().len(), 889, "{what}");
+        let damaged = fs::read({
+            damage(victim);
+            victim
+        })
+        .unwrap();
+        let r = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap().report;
+        let want: Vec<Rec> = segs[2].1[..kept as usize].to_vec();
+        assert_records(
+            &read_shard(&FsStorage, &dir).unwrap(),
+            &[segs[0].1.clone(), segs[1].1.clone(), want.clone()].concat(),
+        );
+        let qdir = dir.join(QUARANTINE_DIR);
+        match what {
+            "cut mid-record" => {
+                // Nothing left to keep: quarantined whole.
+                assert!(r.cut_short.is_empty(), "{what}");
+                assert_eq!(r.quarantined.len(), 1, "{what}");
+                assert!(r.quarantined[0].1.contains("no intact record"), "{what}");
+                assert_eq!(
+                    fs::read(qdir.join("0000000000000002.sealed")).unwrap(),
+                    damaged
+                );
+            }
+            "header zeroed" => {
+                assert!(r.cut_short.is_empty() && r.quarantined.is_empty(), "{what}");
+                let h = &r.headers_repaired[0];
+                assert_eq!(
+                    (h.first_seq, h.records, h.proof),
+                    (9, 5, HeaderProof::Footer)
+                );
+                assert_eq!(
+                    names(&qdir),
+                    vec![
+                        "0000000000000002.damaged-header",
+                        "0000000000000002.damaged-header.reason"
+                    ]
+                );
+            }
+            _ => {
+                assert!(r.quarantined.is_empty(), "{what}: {:?}", r.quarantined);
+                assert_eq!(r.cut_short.len(), 1, "{what}");
+                let c = &r.cut_short[0];
+                let end = 64 + disk_len(&want);
+                assert_eq!(
+                    (c.segment_id, c.offset, c.kept_records, c.end_seq),
+                    (2, end, kept, 9 + kept),
+                    "{what}"
+                );
+                assert_eq!(c.cut_bytes, damaged.len() as u64 - end, "{what}");
+                let sealed = fs::read(victim).unwrap();
+                assert_eq!(sealed.len() as u64, end + FOOTER_LEN as u64, "{what}");
+                assert_eq!(sealed[..end as usize], damaged[..end as usize], "{what}");
+                if c.cut_bytes > 0 {
+                    let copy = qdir.join(format!("0000000000000002.cut-at-{end}"));
+                    assert_eq!(c.saved_to.as_ref(), Some(&copy), "{what}");
+                    assert_eq!(fs::read(&copy).unwrap(), damaged[end as usize..], "{what}");
+                    let reason = fs::read_to_string(format!("{}.reason", copy.display())).unwrap();
+                    assert!(
+                        reason.contains(&format!("from seq {} on", 9 + kept)),
+                        "{what}: {reason}"
+                    );
+                } else {
+                    assert_eq!(c.saved_to, None, "{what}");
+                }
+                // recover_shard alone cannot count what went with the end
+                // (open_shard counts it against a next segment).
+                assert_eq!(r.lost_records, 0, "{what}");
+            }
+        }
+        // The seqs the file still proves are not reused.
+        assert_eq!(r.next_seq, 9 + kept, "{what}");
+        assert_eq!(r.next_segment_id, 3);
+        let before = snapshot(&dir);
+        let again = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap().report;
+        assert_eq!(snapshot(&dir), before, "{what}: a second recovery");
+        assert_eq!(again.next_seq, r.next_seq, "{what}: on restart");
+    }
+}
+
+/// Damage that runs to a sealed segment's footer in fewer bytes than a
+/// GAP frame needs (found by fuzzing: writing the frame failed the whole
+/// recovery): the footer counts the lost record, but it cannot be framed,
+/// so the segment is cut short before the damage.
+#[test]
+fn damage_too_short_for_a_gap_frame_before_the_footer_cuts_the_segment_short() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-002");
+    FsStorage.create_dir_all(&dir).unwrap();
+    let header = SegmentHeader {
+        shard: SHARD,
+        segment_id: 0,
+        first_seq: 40,
+        created_unix_us: 1,
+    };
+    let kept = recs(40, 1, |_| 30);
+    let mut bytes = group_bytes(Some(&header), &kept);
+    let end = bytes.len() as u64;
+    bytes.extend_from_slice(&[0, 0, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7]);
+    let footer = spillway_wab::format::Footer {
+        record_count: 2,
+        end_offset: end + 15,
+        last_seq: 41,
+        records_crc: 0,
+    };
+    bytes.extend_from_slice(&footer.encode());
+    fs::write(dir.join("0000000000000000.sealed"), &bytes).unwrap();
+
+    let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    let r = &o.recovered.report;
+    assert_eq!(r.cut_short.len(), 1, "{r:?}");
+    let c = &r.cut_short[0];
+    assert_eq!(
+        (c.offset, c.kept_records, c.end_seq, c.known_end),
+        (end, 1, 41, Some(42))
+    );
+    assert!(r.quarantined.is_empty() && r.salvaged.is_empty());
+    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &kept);
+    // The old footer counts what went (no next segment does): seq 41.
+    assert_eq!(r.gaps.len(), 1, "{:?}", r.gaps);
+    assert_eq!((r.gaps[0].first, r.gaps[0].last), (41, 41));
+    let reason = fs::read_to_string(r.gaps[0].reason_file.as_ref().unwrap()).unwrap();
+    assert!(reason.contains("cut short"), "{reason}");
+    assert_eq!((r.lost_records, r.new_losses(), r.next_seq), (1, 1, 42));
+    let before = snapshot(&dir);
+    let again = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    assert_eq!(snapshot(&dir), before);
+    let r = &again.recovered.report;
+    assert_eq!((r.lost_records, r.new_losses(), r.next_seq), (1, 0, 42));
+}
+
+/// A sealed segment cut in half between two others: its first records are
+/// delivered, and `open_shard` counts the rest exactly (the next segment
+/// starts where it ended) as a gap with a reason file that says so.
+#[test]
+fn a_sealed_segment_cut_in_half_counts_what_it_lost_against_the_next_segment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-002");
+    let segs = three_sealed(&dir);
+    let victim = &segs[1].0;
+    let b = fs::read(victim).unwrap();
+    // Segment 1 holds seqs 5..9 (records of 16 + 75, 86, 97, 108 bytes):
+    // the first two end at offset 64 + 91 + 102 = 257, the third at 370.
+    fs::write(victim, &b[..300]).unwrap();
+    let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    let r = &o.recovered.report;
+    assert_eq!(r.cut_short.len(), 1);
+    assert_eq!(
+        (r.cut_short[0].kept_records, r.cut_short[0].end_seq),
+        (2, 7)
+    );
+    assert_eq!(r.gaps.len(), 1, "{:?}", r.gaps);
+    let g = &r.gaps[0];
+    assert_eq!((g.first, g.last, g.new), (7, 8, true));
+    assert_eq!(r.lost_records, 2);
+    assert_eq!(r.new_losses(), 2);
+    let reason = fs::read_to_string(g.reason_file.as_ref().unwrap()).unwrap();
+    assert!(
+        reason.contains("0000000000000001 before them was cut short")
+            && reason.contains("0000000000000001.cut-at-257"),
+        "{reason}"
+    );
+    let want: Vec<Rec> = segs
+        .iter()
+        .flat_map(|(_, r)| r.clone())
+        .filter(|r| !(7..9).contains(&r.seq))
+        .collect();
+    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
+    // Later starts still count it (a known gap), and report nothing new.
+    let again = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    let r = &again.recovered.report;
+    assert_eq!((r.lost_records, r.new_losses()), (2, 0));
+    assert!(!r.gaps[0].new);
+}
+
+#[test]
+fn one_flipped_byte_in_an_unsealed_segments_header_is_put_back() {
+    for at in [0u64, 9, 17, 24, 30, 63] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let (first, second) = sealed_then_open(&dir);
+        let path = dir.join("0000000000000001.open");
+        let orig = fs::read(&path).unwrap();
+        flip(&path, at);
+
+        let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
+        let r = &o.recovered.report;
+        assert_eq!(r.headers_repaired.len(), 1, "byte {at}");
+        let h = &r.headers_repaired[0];
+        assert_eq!(
+            (h.segment_id, h.first_seq, h.records, h.proof),
+            (
+                1,
+                5,
+                3,
+                HeaderProof::OneByte {
+                    offset: at as usize
+                }
+            ),
+            "byte {at}"
+        );
+        assert!(
+            r.quarantined.is_empty() && r.unnumbered.is_empty(),
+            "byte {at}"
+        );
+        assert_eq!((r.lost_records, r.new_losses()), (0, 0), "byte {at}");
+        // Sealed as any unsealed segment is at start, with its header back.
+        let sealed = fs::read(dir.join("0000000000000001.sealed")).unwrap();
+        assert_eq!(sealed[..64], orig[..64], "byte {at}");
+        assert_records(
+            &read_shard(&FsStorage, &dir).unwrap(),
+            &[first.clone(), second.clone()].concat(),
+        );
+        assert_eq!(r.next_seq, 8);
+        let before = snapshot(&dir);
+        open_shard(&FsStorage, &dir, SHARD).unwrap();
+        assert_eq!(snapshot(&dir), before, "byte {at}: a second recovery");
+    }
+}
+
+/// Segment 0 sealed (seqs 0..5), segment 1 unsealed (5..8), 40-byte
+/// payloads.
+fn sealed_then_open(dir: &Path) -> (Vec<Rec>, Vec<Rec>) {
+    let mut seg = ActiveSegment::start(preallocate(&FsStorage, dir, 0, CAP).unwrap(), SHARD, 0);
+    let first = recs(0, 5, |_| 40);
+    append(&mut seg, &first).unwrap();
+    seg.sync().unwrap();
+    seal(&FsStorage, dir, seg.into_sealing()).unwrap();
+    let mut seg = ActiveSegment::start(preallocate(&FsStorage, dir, 1, CAP).unwrap(), SHARD, 5);
+    let second = recs(5, 3, |_| 40);
+    append(&mut seg, &second).unwrap();
+    seg.sync().unwrap();
+    (first, second)
+}
+
+/// Two damaged bytes, or a header wiped to zeros over records, and no
+/// footer: nothing proves the first sequence number (segment 0's end is
+/// where it usually starts, not where it must). The file is moved to
+/// quarantine byte for byte, never reused as a spare, and its 3 intact
+/// records are counted as lost, as a gap of 3 numbers right after segment
+/// 0 that is never handed out again; no record is delivered under a guess.
+#[test]
+fn an_unsealed_segment_whose_header_nothing_proves_is_quarantined_and_counted() {
+    type Damage = fn(&Path);
+    let cases: [(&str, Damage, &str); 3] = [
+        (
+            "two bytes",
+            |p| {
+                flip(p, 24);
+                flip(p, 33);
+            },
+            "CRC mismatch",
+        ),
+        (
+            "magic and first_seq",
+            |p| {
+                flip(p, 0);
+                flip(p, 26);
+            },
+            "magic",
+        ),
+        (
+            "zeroed over records",
+            |p| {
+                let mut b = fs::read(p).unwrap();
+                b[..64].fill(0);
+                fs::write(p, &b).unwrap();
+            },
+            "all 64 bytes are zero",
         ),
     ];
     for (what, damage, word) in cases {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
-        let segs = three_sealed(&dir);
-        damage(&segs[2].0);
-        let r = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap().report;
-        assert_eq!(r.quarantined.len(), 1, "{what}");
+        let (first, _) = sealed_then_open(&dir);
+        let path = dir.join("0000000000000001.open");
+        damage(&path);
+        let bytes = fs::read(&path).unwrap();
+
+        let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
+        let rec = &o.recovered;
+        let r = &rec.report;
+        let qdir = dir.join(QUARANTINE_DIR);
+        let moved = qdir.join("0000000000000001.open");
+        assert_eq!(
+            names(&qdir),
+            vec![
+                "0000000000000001.open",
+                "0000000000000001.open.reason",
+                "gap-5-7.reason"
+            ],
+            "{what}"
+        );
+        assert_eq!(
+            fs::read(&moved).unwrap(),
+            bytes,
+            "{what}: moved byte for byte"
+        );
+        let reason = fs::read_to_string(qdir.join("0000000000000001.open.reason")).unwrap();
         assert!(
-            r.quarantined[0].1.contains(word),
-            "{what}: {:?}",
-            r.quarantined[0].1
+            reason.contains(word) && reason.contains("3 intact record(s) cannot be numbered"),
+            "{what}: {reason:?}"
         );
-        assert!(dir
-            .join(QUARANTINE_DIR)
-            .join("0000000000000002.sealed.reason")
-            .exists());
-        assert_records(
-            &read_shard(&FsStorage, &dir).unwrap(),
-            &[segs[0].1.clone(), segs[1].1.clone()].concat(),
+        assert!(r.headers_repaired.is_empty(), "{what}");
+        assert_eq!(r.unnumbered.len(), 1, "{what}");
+        let u = &r.unnumbered[0];
+        assert_eq!(
+            (u.segment_id, u.records, &u.path, u.counted_by_gap),
+            (1, 3, &moved, true),
+            "{what}"
         );
-        // Cut off / zeroed header: the seqs known from what is left (the
-        // header and intact records, or the footer) are not reused.
-        let floor = match what {
-            // The file ends inside its first record (64 + 16 + 119 bytes):
-            // the header says the segment starts at seq 9.
-            "cut mid-record" => 9,
-            _ => 14,
-        };
-        assert_eq!(r.next_seq, floor, "{what}");
-        assert_eq!(r.next_segment_id, 3);
-        let again = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap().report;
-        assert_eq!(again.next_seq, floor, "{what}: on restart");
+        // The newest segment: counted by its intact records, as a gap of 3
+        // numbers right after everything else the shard shows.
+        assert_eq!((r.lost_records, r.new_losses()), (3, 3), "{what}");
+        assert_eq!(r.gaps.len(), 1, "{what}: {:?}", r.gaps);
+        assert_eq!((r.gaps[0].first, r.gaps[0].last), (5, 7), "{what}");
+        let gap = fs::read_to_string(qdir.join("gap-5-7.reason")).unwrap();
+        assert!(
+            gap.contains("presumed") && gap.contains("quarantine/0000000000000001.open"),
+            "{what}: {gap}"
+        );
+        assert_eq!(
+            r.next_seq, 8,
+            "{what}: the presumed numbers are never handed out"
+        );
+        assert_eq!(
+            names(&dir),
+            vec!["0000000000000000.sealed", "checkpoint", QUARANTINE_DIR]
+        );
+        assert!(r.resealed.is_empty() && rec.spares.is_empty(), "{what}");
+        assert_records(&read_shard(&FsStorage, &dir).unwrap(), &first);
+        assert_eq!(r.next_segment_id, 2);
+        let before = snapshot(&dir);
+        let again = open_shard(&FsStorage, &dir, SHARD).unwrap();
+        assert_eq!(snapshot(&dir), before, "{what}: a second recovery");
+        let r = &again.recovered.report;
+        assert!(r.unnumbered.is_empty(), "{what}");
+        assert_eq!(
+            (r.lost_records, r.new_losses(), r.next_seq),
+            (3, 0, 8),
+            "{what}: later starts still count the gap, as a known one"
+        );
     }
 }
 
+/// The same damage with a newer segment after it: the numbers it held are
+/// the gap before that segment, counted exactly once, with a reason file
+/// that names the quarantined file.
 #[test]
-fn unsealed_segment_with_a_bad_header_is_quarantined() {
-    for (at, word) in [
-        (0u64, "magic"),
-        (9, "format version"),
-        (30, "CRC mismatch"),
-        (63, "CRC mismatch"),
+fn a_header_nothing_proves_between_two_segments_is_counted_as_the_gap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let (first, _) = sealed_then_open(&dir);
+    let path = dir.join("0000000000000001.open");
+    flip(&path, 24);
+    flip(&path, 33);
+    let mut seg = ActiveSegment::start(preallocate(&FsStorage, &dir, 2, CAP).unwrap(), SHARD, 8);
+    let third = recs(8, 2, |_| 40);
+    append(&mut seg, &third).unwrap();
+    seg.sync().unwrap();
+    drop(seg);
+    spillway_wab::write_checkpoint(&FsStorage, &dir, 2).unwrap();
+
+    let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    let r = &o.recovered.report;
+    assert_eq!(r.unnumbered.len(), 1);
+    assert!(r.unnumbered[0].counted_by_gap);
+    assert_eq!(r.gaps.len(), 1, "{:?}", r.gaps);
+    assert_eq!((r.gaps[0].first, r.gaps[0].last), (5, 7));
+    assert_eq!((r.lost_records, r.new_losses()), (3, 3));
+    let reason = fs::read_to_string(r.gaps[0].reason_file.as_ref().unwrap()).unwrap();
+    assert!(reason.contains("0000000000000001.open"), "{reason}");
+    assert_records(
+        &read_shard(&FsStorage, &dir).unwrap(),
+        &[first, third].concat(),
+    );
+    // On later starts the gap stays counted, as a known one.
+    let again = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    let r = &again.recovered.report;
+    assert_eq!((r.lost_records, r.new_losses()), (3, 0));
+}
+
+/// A directory (or a FIFO) under a segment's name is not spillway's: the
+/// start stops with its path, what it is and what to do, and nothing in
+/// the folder changes.
+#[test]
+fn a_directory_named_like_a_segment_stops_the_start_with_its_path() {
+    for name in [
+        "0000000000000005.open",
+        "0000000000000005.sealed",
+        "0000000000000005.open.tmp",
     ] {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().to_path_buf();
-        let mut seg =
-            ActiveSegment::start(preallocate(&FsStorage, &dir, 0, CAP).unwrap(), SHARD, 0);
-        let first = recs(0, 5, |_| 40);
-        append(&mut seg, &first).unwrap();
-        seg.sync().unwrap();
-        seal(&FsStorage, &dir, seg.into_sealing()).unwrap();
-        let mut seg =
-            ActiveSegment::start(preallocate(&FsStorage, &dir, 1, CAP).unwrap(), SHARD, 5);
-        append(&mut seg, &recs(5, 3, |_| 40)).unwrap();
-        seg.sync().unwrap();
-        let path = seg.path.clone();
-        drop(seg);
-        flip(&path, at);
-        let bytes = fs::read(&path).unwrap();
-
-        let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
-        let r = &rec.report;
-        let qdir = dir.join(QUARANTINE_DIR);
-        assert_eq!(
-            names(&qdir),
-            vec!["0000000000000001.open", "0000000000000001.open.reason"]
-        );
-        assert_eq!(
-            fs::read(qdir.join("0000000000000001.open")).unwrap(),
-            bytes,
-            "moved byte for byte"
-        );
-        let reason = fs::read_to_string(qdir.join("0000000000000001.open.reason")).unwrap();
-        assert!(reason.contains(word), "byte {at}: {reason:?}");
-        assert_eq!(names(&dir), vec!["0000000000000000.sealed", QUARANTINE_DIR]);
-        assert!(r.resealed.is_empty() && rec.spares.is_empty());
-        assert_records(&read_shard(&FsStorage, &dir).unwrap(), &first);
-        // Without a trustworthy header the segment's first_seq is unknown:
-        // next_seq comes from the other segments (and the caller's floor).
-        assert!(r.next_seq >= 5);
-        assert_eq!(r.next_segment_id, 2);
-        let floor = recover_shard(&FsStorage, &dir, SHARD, 1_000)
-            .unwrap()
-            .report;
-        assert_eq!(floor.next_seq, 1_000);
+        let dir = tmp.path().join("shard-002");
+        FsStorage.create_dir_all(&dir).unwrap();
+        sealed_then_open(&dir);
+        let odd = dir.join(name);
+        fs::create_dir(&odd).unwrap();
         let before = snapshot(&dir);
-        recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
-        assert_eq!(snapshot(&dir), before);
+        let err = match open_shard(&FsStorage, &dir, SHARD) {
+            Ok(_) => panic!("{name}: a directory under a segment's name was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains(&odd.display().to_string())
+                && err.contains("directory")
+                && err.contains("move it out of"),
+            "{name}: {err}"
+        );
+        assert_eq!(snapshot(&dir), before, "{name}");
     }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-002");
+    FsStorage.create_dir_all(&dir).unwrap();
+    let fifo = dir.join("0000000000000000.open");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let err = recover_shard(&FsStorage, &dir, SHARD, 0)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains(&fifo.display().to_string()) && err.contains("a FIFO"),
+        "{err}"
+    );
 }
 
 /// A header whose CRC checks but whose first_seq is past what spillway

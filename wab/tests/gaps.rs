@@ -220,18 +220,71 @@ fn normal_states_report_nothing() {
     assert_eq!(o.recovered.report.next_seq, 12);
 }
 
-/// A segment quarantined whole (bad header) leaves a hole its footer still
-/// accounts for: the quarantine reported it, the gap check does not repeat it.
+/// A segment quarantined whole (its header damaged beyond proof, its
+/// footer cut off) takes its records with it: the hole it leaves between
+/// its neighbours is counted once, as a gap whose reason names the file;
+/// later starts still count it, as a known gap.
 #[test]
-fn quarantined_segment_is_not_reported_again_as_a_gap() {
+fn a_segment_quarantined_whole_is_counted_as_the_gap_it_leaves() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("shard-007");
     let segs = sealed(&dir, 0, &[(0, 5), (5, 4), (9, 5)]);
-    flip(&segs[1].0, 30);
+    let p = &segs[1].0;
+    flip(p, 24);
+    flip(p, 33);
+    let b = fs::read(p).unwrap();
+    fs::write(p, &b[..b.len() - 40]).unwrap();
     let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
     let r = &o.recovered.report;
     assert_eq!(r.quarantined.len(), 1);
-    assert!(r.gaps.is_empty(), "{:?}", r.gaps);
+    assert_eq!(r.unnumbered.len(), 1);
+    assert_eq!(
+        (r.unnumbered[0].records, r.unnumbered[0].counted_by_gap),
+        (4, true)
+    );
+    assert_eq!(r.gaps.len(), 1, "{:?}", r.gaps);
+    assert_eq!(
+        (r.gaps[0].first, r.gaps[0].last, r.gaps[0].new),
+        (5, 8, true)
+    );
+    assert_eq!((r.lost_records, r.new_losses()), (4, 4));
+    let reason = fs::read_to_string(r.gaps[0].reason_file.as_ref().unwrap()).unwrap();
+    assert!(
+        reason.contains("quarantine/ holds 0000000000000001.sealed"),
+        "{reason}"
+    );
+    assert_eq!(r.next_seq, 14);
+    let again = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    let r = &again.recovered.report;
+    assert_eq!((r.lost_records, r.new_losses()), (4, 0));
+    assert!(!r.gaps[0].new);
+}
+
+/// A segment an earlier start moved to quarantine whole with its header
+/// intact (what a sealed segment cut short used to get) covers numbers no
+/// kept segment holds: they are lost and counted, not explained away. Its
+/// records below the checkpoint were delivered and are not.
+#[test]
+fn numbers_only_a_quarantined_segment_holds_are_counted_past_the_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-007");
+    let segs = sealed(&dir, 0, &[(0, 5), (5, 4), (9, 5)]);
+    let qdir = dir.join(QUARANTINE_DIR);
+    fs::create_dir(&qdir).unwrap();
+    fs::rename(&segs[1].0, qdir.join("0000000000000001.sealed")).unwrap();
+    fs::rename(&segs[2].0, qdir.join("0000000000000002.sealed")).unwrap();
+    write_checkpoint(&FsStorage, &dir, 7).unwrap();
+    let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    let r = &o.recovered.report;
+    // Past the newest segment kept (0..5): 7..=13 (5 and 6 were delivered).
+    assert_eq!(r.gaps.len(), 1, "{:?}", r.gaps);
+    assert_eq!((r.gaps[0].first, r.gaps[0].last), (7, 13));
+    assert_eq!(r.lost_records, 7);
+    let reason = fs::read_to_string(r.gaps[0].reason_file.as_ref().unwrap()).unwrap();
+    assert!(
+        reason.contains("0000000000000001.sealed, 0000000000000002.sealed"),
+        "{reason}"
+    );
     assert_eq!(r.next_seq, 14);
 }
 

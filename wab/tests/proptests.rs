@@ -176,8 +176,9 @@ proptest! {
     /// Damage a real segment. Recovery keeps a subset of the records, each
     /// under its own sequence number, that includes every record wholly
     /// before the first damaged byte; one changed byte in a sealed segment
-    /// costs at most one record (the footer's count is the anchor) unless it
-    /// hits the header, which quarantines the segment; and next_seq never
+    /// costs at most one record (the footer's count is the anchor), and
+    /// none in the header (the byte is put back); a sealed segment cut
+    /// short keeps exactly the records before the cut; and next_seq never
     /// falls below a sequence number the damaged file still proves.
     #[test]
     fn damaged_segment_recovers_the_intact_prefix(
@@ -229,8 +230,8 @@ proptest! {
         assert_records(&got, &picked);
         prop_assert!(got.windows(2).all(|w| w[0].seq < w[1].seq));
         let r = &rec.report;
-        // (A sealed segment cut short or with a bad header is still
-        // quarantined whole: its records cannot be counted or numbered.)
+        // (A segment whose header nothing proves, or with no intact record
+        // left, is quarantined whole: its records cannot be numbered.)
         let whole_quarantine = r.quarantined.iter().any(|(p, _)| {
             p.file_name() == path.file_name()
         });
@@ -242,11 +243,27 @@ proptest! {
             if !changed_within {
                 prop_assert_eq!(got.len(), records.len());
             } else if !header_ok {
-                // The header numbers every record: quarantined whole.
-                prop_assert!(got.is_empty(), "{:?}", dmg);
-                prop_assert_eq!(r.quarantined.len(), 1);
+                if matches!(dmg, Damage::Flip(..)) {
+                    // One flipped header byte is put back: nothing lost.
+                    prop_assert_eq!(r.headers_repaired.len(), 1, "{:?}", dmg);
+                    prop_assert_eq!(got.len(), records.len(), "{:?}", dmg);
+                } else if r.headers_repaired.is_empty() {
+                    // Nothing proves the numbers: quarantined whole.
+                    prop_assert!(got.is_empty(), "{:?}", dmg);
+                    prop_assert_eq!(r.quarantined.len(), 1);
+                }
             } else if whole_quarantine {
                 prop_assert!(got.is_empty(), "{:?}", dmg);
+            } else if !r.cut_short.is_empty() {
+                // Sealed again after the records before the damage; the
+                // rest went with its end (counted against a next segment,
+                // by open_shard).
+                prop_assert!(!matches!(dmg, Damage::Flip(..)), "{:?}", dmg);
+                prop_assert!(r.quarantined.is_empty(), "{:?}", dmg);
+                prop_assert!(got.len() as u64 + r.lost_records <= records.len() as u64, "{:?}", dmg);
+                if matches!(dmg, Damage::Truncate(_)) {
+                    prop_assert_eq!(got.len(), intact, "{:?}", dmg);
+                }
             } else {
                 prop_assert!(r.quarantined.is_empty(), "{:?}", dmg);
                 prop_assert_eq!(got.len() as u64 + r.lost_records, records.len() as u64, "{:?}", dmg);
@@ -278,7 +295,11 @@ proptest! {
             }
             let last = got.last().map_or(first_seq, |g| g.seq + 1);
             prop_assert!(r.next_seq >= last);
-        } else {
+        } else if matches!(dmg, Damage::Flip(..)) {
+            // One flipped header byte is put back: nothing lost.
+            prop_assert_eq!(r.headers_repaired.len(), 1, "{:?}", dmg);
+            prop_assert_eq!(got.len(), records.len(), "{:?}", dmg);
+        } else if r.headers_repaired.is_empty() {
             prop_assert!(got.is_empty());
         }
         drop(rec);
@@ -287,5 +308,6 @@ proptest! {
         prop_assert_eq!(snapshot(dir), before);
         prop_assert!(again.report.quarantined.is_empty() && again.report.resealed.is_empty());
         prop_assert!(again.report.salvaged.is_empty() && again.report.footers_repaired.is_empty());
+        prop_assert!(again.report.headers_repaired.is_empty() && again.report.cut_short.is_empty());
     }
 }

@@ -241,7 +241,7 @@ fn shard_counters() -> [Counter<ShardGet>; 27] {
             key: "records_lost",
             metric: "spillway_records_lost",
             kind: "gauge",
-            help: "Acknowledged records recovery found missing or damaged at the last start (gaps, salvaged records); see quarantine/*.reason.",
+            help: "Acknowledged records recovery found missing or damaged at the last start (gaps, salvaged records, records of a segment whose header nothing proves); see quarantine/*.reason.",
             get: |q, _| load(&q.stats.records_lost),
         },
         Counter {
