@@ -58,7 +58,14 @@ pub const DEAD_LETTER_DIR: &str = "dead-letter";
 pub fn foreign_entries(data_dir: &Path) -> std::io::Result<Vec<String>> {
     let entries = match std::fs::read_dir(data_dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        // Missing, or not a folder at all: nothing foreign in it (creating
+        // the folder says what is wrong with a path that is not one).
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ENOTDIR) =>
+        {
+            return Ok(Vec::new())
+        }
         Err(e) => return Err(e),
     };
     let mut foreign = Vec::new();
@@ -124,4 +131,38 @@ pub fn read_shard<S: Storage>(storage: &S, dir: &Path) -> std::io::Result<Vec<St
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_data_folder_is_ours_only_with_what_spillway_makes_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("wab");
+        assert!(foreign_entries(&data).unwrap().is_empty(), "missing");
+        std::fs::create_dir(&data).unwrap();
+        for ours in ["shard-000", "shard-1234", "dead-letter", "lost+found"] {
+            std::fs::create_dir(data.join(ours)).unwrap();
+        }
+        std::fs::write(data.join(lock::LOCK_FILE), b"").unwrap();
+        check_data_dir_is_ours(&data).unwrap();
+        for theirs in ["shard-01", "shard-abc", ".bashrc", "passwd"] {
+            std::fs::write(data.join(theirs), b"").unwrap();
+        }
+        assert_eq!(
+            foreign_entries(&data).unwrap(),
+            [".bashrc", "passwd", "shard-01", "shard-abc"]
+        );
+        let err = check_data_dir_is_ours(&data).unwrap_err();
+        assert!(
+            err.contains("holds 4 entries spillway did not make (.bashrc, passwd"),
+            "{err}"
+        );
+        // A path under a file is not judged here (creating it says why).
+        assert!(foreign_entries(&data.join("passwd").join("x"))
+            .unwrap()
+            .is_empty());
+    }
 }
