@@ -12,7 +12,9 @@
 //! how (EIO, ENOSPC, a torn write, a failed fdatasync, a crash), when the
 //! disk is full, when the process crashes (keeping the page cache or
 //! losing everything unsynced), restarts cleanly, or reloads its sink, and
-//! how the sink answers (commits, retries, splits, times out, panics).
+//! how the sink answers (commits, retries, splits, times out, panics), and,
+//! at some clean restarts, a segment header damaged while the daemon is
+//! down (one byte flipped, or the whole header wiped).
 //!
 //! Checked as the schedule runs:
 //! - every Sync/Batched record acknowledged survives a power cut taken at
@@ -21,6 +23,12 @@
 //!   delivered, or dead-lettered with a reason (Buffered ones not found
 //!   are counted as lost, which that tier allows);
 //! - recovery run twice ends where running it once did;
+//! - a header with one byte flipped costs nothing: recovery keeps the
+//!   records it keeps without the damage, under the same numbers, and
+//!   counts as lost what it counts without it; after a wiped header no
+//!   record comes back under another number, every acknowledged
+//!   Sync/Batched record that does not come back is counted in
+//!   `records_lost`, and its number is never handed out again;
 //! - the WAB budget equals the bytes of the shard's segments on disk;
 //! - the checkpoint, in memory and on disk, never passes an acknowledged
 //!   Sync/Batched record the sink has not taken and the dead-letter store

@@ -428,6 +428,30 @@ impl SimStorage {
         Some(fs.inodes[ino].live.clone())
     }
 
+    /// Overwrite `bytes` at `offset` of an existing file, in its live and
+    /// its durable content alike: damage on the disk itself (as a bad
+    /// sector or a stray write while the daemon is down), which no crash
+    /// undoes. `false` if there is no such file or it is too short.
+    pub fn damage(&self, path: &Path, offset: usize, bytes: &[u8]) -> bool {
+        let mut fs = self.fs();
+        let Ok(ino) = fs.file(path) else {
+            return false;
+        };
+        let inode = &mut fs.inodes[ino];
+        let end = offset + bytes.len();
+        if inode.live.len() < end {
+            return false;
+        }
+        inode.live[offset..end].copy_from_slice(bytes);
+        // As far as the durable content reaches (a part not synced yet
+        // is damaged in the page cache only).
+        let durable_end = end.min(inode.durable.len());
+        if durable_end > offset {
+            inode.durable[offset..durable_end].copy_from_slice(&bytes[..durable_end - offset]);
+        }
+        true
+    }
+
     /// Write a whole file durably (name and bytes), for scratch copies.
     pub fn put_file(&self, path: &Path, bytes: &[u8]) {
         let mut fs = self.fs();

@@ -23,7 +23,9 @@ use spillway_protocol::{BatchRecords, NackReason};
 use spillway_wab::checkpoint::{checkpoint_path, parse, CHECKPOINT_BYTES};
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::format::{classify, open_name, FileKind, RECORD_HEADER_LEN};
-use spillway_wab::{open_shard, read_shard, shard_dir, Opened, RecordMeta, SegmentReader};
+use spillway_wab::{
+    open_shard, read_shard, shard_dir, Opened, RecordMeta, SegmentHeader, SegmentReader,
+};
 
 use crate::rng::Rng;
 use crate::sink::{SinkMode, SinkScript};
@@ -62,6 +64,14 @@ pub struct Report {
     pub duplicates: u64,
     pub ghost_checks: u64,
     pub storage_steps: u64,
+    /// Segment headers with one byte flipped while the daemon was down.
+    pub header_flips: u64,
+    /// Segment headers wiped (zeros or garbage) while the daemon was down.
+    pub header_wipes: u64,
+    /// Damaged headers recovery rewrote from what proved them.
+    pub header_repairs: u64,
+    /// Acknowledged records a wiped header took, each counted by recovery.
+    pub damage_lost: u64,
 }
 
 /// A broken promise: which, where, and the actions leading to it.
@@ -197,6 +207,23 @@ pub struct World {
     report: Report,
     /// A promise broken inside a start (which otherwise retries).
     broken: Option<String>,
+    /// Chance for the header damage done at clean restarts: a stream of
+    /// its own, so that the rest of a schedule (a pinned seed's too) draws
+    /// what it drew before.
+    damage_rng: Rng,
+    /// A header wiped before the coming start, checked after it.
+    wiped: Option<Wiped>,
+    /// `records_lost` of the last start.
+    lost_at_start: u64,
+}
+
+/// A segment whose header was wiped while the daemon was down.
+struct Wiped {
+    path: PathBuf,
+    /// Its records (seq, payload) before.
+    held: Vec<(u64, Vec<u8>)>,
+    /// `records_lost` recovery reported on a copy of the disk before.
+    lost_before: u64,
 }
 
 type Check = Result<(), String>;
@@ -330,6 +357,9 @@ impl World {
             action: 0,
             report: Report::default(),
             broken: None,
+            damage_rng: Rng::new(seed ^ 0x6865_6164_6572_2121),
+            wiped: None,
+            lost_at_start: 0,
         }
     }
 
@@ -411,6 +441,8 @@ impl World {
     fn try_start(&mut self) -> io::Result<Node> {
         let fired = self.storage.fired().len();
         let opened = open_shard(&self.storage, &self.dir, SHARD)?;
+        self.lost_at_start = opened.recovered.report.lost_records;
+        self.report.header_repairs += opened.recovered.report.headers_repaired.len() as u64;
         // Recovery run twice ends where running it once did (unless a
         // fault fired in the first run: what it skipped, such as a
         // checkpoint it had no space for, the second run may do).
@@ -552,12 +584,19 @@ impl World {
             .into_iter()
             .map(|r| (r.seq, r.payload.to_vec()))
             .collect();
+        if let Some(w) = self.wiped.take() {
+            self.check_wiped(w, &on_disk)?;
+        }
         let dead = self.dead_lettered()?;
         let committed = self.script.log.lock().unwrap().committed.clone();
         let mut newly_lost = Vec::new();
         for (seq, a) in &self.acked {
             let key = (*seq, a.payload.clone());
             if on_disk.contains(&key) || committed.contains(&key) || dead.contains(&key) {
+                continue;
+            }
+            if self.lost.contains(seq) && a.tier != TIER_BUFFERED {
+                // Taken by a wiped header, and counted (`check_wiped`).
                 continue;
             }
             if a.tier == TIER_BUFFERED {
@@ -702,7 +741,166 @@ impl World {
             let kind = self.crash_kind();
             self.storage.restart(kind);
         }
+        if self.damage_rng.chance(1, 3) {
+            self.damage_a_header()?;
+        }
         self.start()
+    }
+
+    /// While the daemon is down, damage the header of one segment: flip
+    /// one byte (recovery must put it back and lose nothing: what it
+    /// reports as lost is what it reports without the damage; checked on
+    /// copies of the disk, with and without it), or wipe it (recovery may
+    /// have nothing that proves the records' numbers: every acknowledged
+    /// Sync/Batched record that does not come back must be counted, and
+    /// none may come back under another number; checked after the start,
+    /// which may crash and lose a proof on the way, in [`Self::after_start`]).
+    fn damage_a_header(&mut self) -> Check {
+        let view = self.storage.fork();
+        let mut candidates = Vec::new();
+        for (path, bytes) in view.snapshot(&self.dir) {
+            let Some(bytes) = bytes else { continue };
+            if path.parent() != Some(self.dir.as_path()) || !is_segment(&path) {
+                continue;
+            }
+            let header: &[u8; 64] = match bytes.get(..64).map(|h| h.try_into()) {
+                Some(Ok(h)) => h,
+                _ => continue,
+            };
+            if matches!(SegmentHeader::decode(header), Ok(Some(_))) {
+                candidates.push((path, bytes));
+            }
+        }
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        let pick = self.damage_rng.below(candidates.len() as u64) as usize;
+        let (path, bytes) = candidates.swap_remove(pick);
+        let flip = self.damage_rng.chance(3, 4);
+        let damage: Vec<u8> = if flip {
+            let at = self.damage_rng.below(64) as usize;
+            let mask = self.damage_rng.range(1, 255) as u8;
+            self.note(format!(
+                "damage: flip byte {at} of {path:?} with {mask:#04x}"
+            ));
+            let mut header = bytes[..64].to_vec();
+            header[at] ^= mask;
+            header
+        } else {
+            let zeros = self.damage_rng.chance(1, 2);
+            self.note(format!(
+                "damage: wipe the header of {path:?} ({})",
+                if zeros { "zeros" } else { "garbage" }
+            ));
+            (0..64)
+                .map(|_| {
+                    if zeros {
+                        0
+                    } else {
+                        self.damage_rng.next_u64() as u8
+                    }
+                })
+                .collect()
+        };
+        let held = records_in(&bytes).map_err(|e| format!("reading {path:?}: {e}"))?;
+        let before = self.storage.fork();
+        before.set_full(false);
+        let base = open_shard(&before, &self.dir, SHARD)
+            .map_err(|e| format!("recovery of an undamaged copy failed: {e}"))?
+            .recovered
+            .report;
+        let kept_before = read_shard(&before, &self.dir)
+            .map_err(|e| format!("reading the recovered undamaged copy: {e}"))?;
+        if !self.storage.damage(&path, 0, &damage) {
+            return Err(format!("could not damage {path:?}"));
+        }
+        if !flip {
+            self.report.header_wipes += 1;
+            self.wiped = Some(Wiped {
+                path,
+                held,
+                lost_before: base.lost_records,
+            });
+            return Ok(());
+        }
+        self.report.header_flips += 1;
+        let after = self.storage.fork();
+        after.set_full(false);
+        let hit = open_shard(&after, &self.dir, SHARD)
+            .map_err(|e| format!("recovery of a copy with a damaged header failed: {e}"))?
+            .recovered
+            .report;
+        let on_disk = read_shard(&after, &self.dir)
+            .map_err(|e| format!("reading the recovered copy: {e}"))?;
+        if !held.is_empty() && hit.headers_repaired.len() <= base.headers_repaired.len() {
+            return Err(format!(
+                "one flipped byte in the header of {path:?} ({} records) was not put back: {hit:?}",
+                held.len()
+            ));
+        }
+        if hit.new_losses() != base.new_losses() {
+            return Err(format!(
+                "one flipped byte in the header of {path:?} changed what recovery counts as lost: {} instead of {}",
+                hit.new_losses(),
+                base.new_losses()
+            ));
+        }
+        // Recovery keeps exactly what it keeps without the damage.
+        let keys = |recs: &[spillway_wab::StoredRecord]| -> Vec<(u64, Vec<u8>)> {
+            recs.iter().map(|r| (r.seq, r.payload.to_vec())).collect()
+        };
+        if keys(&on_disk) != keys(&kept_before) {
+            return Err(format!(
+                "one flipped byte in the header of {path:?} changed the records recovery keeps"
+            ));
+        }
+        Ok(())
+    }
+
+    /// After a start that followed a wiped header: no record of the wiped
+    /// segment is on disk under another number, and recovery counts (in
+    /// `records_lost`, beyond what it counted before) at least the
+    /// acknowledged Sync/Batched records of it that are gone; those are
+    /// then lost, as the report says.
+    fn check_wiped(&mut self, w: Wiped, on_disk: &BTreeSet<(u64, Vec<u8>)>) -> Check {
+        for (seq, payload) in &w.held {
+            if let Some((other, _)) = on_disk.iter().find(|(s, p)| p == payload && s != seq) {
+                return Err(format!(
+                    "after the header of {:?} was wiped, the record of seq {seq} came back as seq {other}",
+                    w.path
+                ));
+            }
+        }
+        let committed = self.script.log.lock().unwrap().committed.clone();
+        let mut dead = None;
+        let mut gone = Vec::new();
+        for (seq, payload) in &w.held {
+            let key = (*seq, payload.clone());
+            let Some(a) = self.acked.get(seq) else {
+                continue;
+            };
+            if a.payload != *payload
+                || a.tier == TIER_BUFFERED
+                || self.lost.contains(seq)
+                || on_disk.contains(&key)
+            {
+                continue;
+            }
+            if !self.settled(&key, &committed, &mut dead)? {
+                gone.push(*seq);
+            }
+        }
+        let counted = self.lost_at_start.saturating_sub(w.lost_before);
+        if gone.len() as u64 > counted {
+            return Err(format!(
+                "a wiped header took {} acknowledged records of {:?} (seqs {gone:?}) but recovery counts {counted} more lost",
+                gone.len(),
+                w.path
+            ));
+        }
+        self.report.damage_lost += gone.len() as u64;
+        self.lost.extend(gone);
+        Ok(())
     }
 
     fn act(&mut self) -> Check {
@@ -809,7 +1007,9 @@ impl World {
             };
             self.acked
                 .range(node.drain.confirmed()..wm.next_seq)
-                .filter(|(seq, a)| a.tier != TIER_BUFFERED && !taken(**seq, &a.payload))
+                .filter(|(seq, a)| {
+                    a.tier != TIER_BUFFERED && !self.lost.contains(seq) && !taken(**seq, &a.payload)
+                })
                 .map(|(_, a)| (RECORD_HEADER_LEN + a.payload.len()) as u64)
                 .sum::<u64>()
         };
@@ -1137,7 +1337,7 @@ impl World {
         let committed = self.script.log.lock().unwrap().committed.clone();
         let mut dead = None;
         for (seq, a) in self.acked.range(..confirmed) {
-            if a.tier == TIER_BUFFERED {
+            if a.tier == TIER_BUFFERED || self.lost.contains(seq) {
                 continue;
             }
             let key = (*seq, a.payload.clone());

@@ -1175,6 +1175,15 @@ fn scan_quarantine<S: Storage>(
         if let Some(range) = gap_file_range(name) {
             gaps.push(range);
         }
+        if let Some((id, first, last)) = presumed_name(name) {
+            let q = QuarantinedSegment {
+                segment_id: id,
+                name: name.to_string(),
+                range: Some((first, last + 1)),
+            };
+            out.push((q, last + 1));
+            continue;
+        }
         if let Some(FileKind::Open(id) | FileKind::Sealed(id)) = classify(name) {
             let (first, floor) = seq_evidence(storage, &path)?;
             let range = first.map(|f| (f, floor.max(f)));
@@ -1189,6 +1198,19 @@ fn scan_quarantine<S: Storage>(
     out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     gaps.sort_unstable();
     Ok((out, gaps))
+}
+
+/// (segment id, first, last) of an unnumbered segment's name once
+/// `open_shard` has presumed numbers for its records:
+/// `<id>.<open|sealed>.seqs-<first>-<last>`.
+fn presumed_name(name: &str) -> Option<(u64, u64, u64)> {
+    let (segment, seqs) = name.split_once(".seqs-")?;
+    let Some(FileKind::Open(id) | FileKind::Sealed(id)) = classify(segment) else {
+        return None;
+    };
+    let (first, last) = seqs.split_once('-')?;
+    let (first, last) = (first.parse().ok()?, last.parse().ok()?);
+    (first <= last).then_some((id, first, last))
 }
 
 /// (first, last) of a `gap-<first>-<last>.reason` file name.

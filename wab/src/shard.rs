@@ -16,10 +16,13 @@
 //!   starts it stays in the report (`new: false`) but is not logged as new.
 //!   Numbers below a checkpoint that was read are not gaps (delivered), nor
 //!   is a jump of `next_seq` this module made on purpose (below).
-//! - **`lost_records`**: the salvaged holes, every gap, and the intact
-//!   records of a segment whose header nothing proves when no gap counts
-//!   them (it is the newest): each acknowledged record recovery cannot
-//!   deliver, counted once.
+//! - **Unnumbered records.** A quarantined segment whose header nothing
+//!   proves, newer than every segment kept, gets numbers presumed for its
+//!   intact records right after everything the shard shows, written into
+//!   its name (`<name>.seqs-<first>-<last>`): it then counts as a gap like
+//!   any quarantined segment, and `next_seq` stays past it.
+//! - **`lost_records`**: the salvaged holes and every gap: each
+//!   acknowledged record recovery cannot deliver, counted once.
 //! - **A checkpoint ahead of the data.** Segments exist but the checkpoint
 //!   says more was confirmed than any of them (or the quarantine) shows:
 //!   it cannot be trusted. It is logged, reported
@@ -28,9 +31,10 @@
 //!   record kept (at-least-once).
 //!
 //! Sequence numbers are never reused: `next_seq` is at least every number a
-//! segment or quarantined file shows, the checkpoint, and every value a
-//! checkpoint moved aside as "ahead" held (the sink may have received
-//! records under those numbers). When the checkpoint could not be read and
+//! segment or quarantined file shows (the numbers presumed in a quarantined
+//! file's name included), the checkpoint, every number a gap reason file
+//! names, and every value a checkpoint moved aside as "ahead" held (the
+//! sink may have received records under those numbers). When the checkpoint could not be read and
 //! no segment is left, nothing shows how far numbering had gone; then
 //! `next_seq` is floored at the time (µs since the epoch) in the name of
 //! the moved-aside file: numbers are handed out one per record, so a shard
@@ -45,9 +49,11 @@ use std::path::{Path, PathBuf};
 use crate::checkpoint::{
     load_checkpoint, move_aside, moved_aside_floors, write_checkpoint, CheckpointLoad, AHEAD_PREFIX,
 };
+use crate::format::SEGMENT_HEADER_LEN;
 use crate::recovery::{
     recover_shard, Recovered, RecoveryReport, SeqGap, UntrustedCheckpoint, QUARANTINE_DIR,
 };
+use crate::salvage::count_intact;
 use crate::storage::{create_dir_durable, is_no_space, Storage, StorageFile};
 
 /// A shard ready to start.
@@ -109,6 +115,60 @@ pub fn open_shard<S: Storage>(
     }
     report.next_seq = next_seq;
 
+    // The records of an unnumbered segment (its header damaged beyond
+    // proof) older than a segment whose numbers are known lie inside a gap
+    // counted below (or below the checkpoint, delivered). The newest such
+    // segment gets numbers presumed for its intact records, right after
+    // everything the shard shows (where the writer started it, unless a
+    // floor it knew of is gone), written into its name in quarantine/ (a
+    // rename: no space needed): from then on it is a quarantined segment
+    // with a range, counted as a gap, and no number its records may carry
+    // is handed out again.
+    let before_unnumbered = report.next_seq;
+    let qdir = dir.join(QUARANTINE_DIR);
+    let mut nameless: Vec<(u64, String)> = report
+        .in_quarantine
+        .iter()
+        .filter(|q| q.range.is_none())
+        .map(|q| (q.segment_id, q.name.clone()))
+        .collect();
+    // (Also one a start that crashed moved there and left unnamed.)
+    nameless.sort();
+    for (id, name) in nameless {
+        let followed = report.segments.iter().any(|s| s.segment_id > id)
+            || report
+                .in_quarantine
+                .iter()
+                .any(|q| q.segment_id > id && q.range.is_some());
+        if followed {
+            continue;
+        }
+        let path = qdir.join(&name);
+        let records = count_intact(&storage.open_read(&path)?, SEGMENT_HEADER_LEN as u64)?;
+        if records == 0 {
+            continue;
+        }
+        let first = report.next_seq;
+        let end = first + records;
+        let to = presume_numbers(storage, dir, &path, first, end)?;
+        let new_name = to.file_name().unwrap_or_default().to_string_lossy();
+        for q in &mut report.in_quarantine {
+            if q.segment_id == id && q.name == name {
+                q.name = new_name.to_string();
+                q.range = Some((first, end));
+            }
+        }
+        for u in &mut report.unnumbered {
+            if u.segment_id == id {
+                u.path = to.clone();
+            }
+        }
+        report.next_seq = end;
+    }
+    for u in &mut report.unnumbered {
+        u.counted_by_gap = true;
+    }
+
     // Where a gap could be: (first missing, last missing, where, the ids of
     // the kept segments before and after it).
     let mut candidates: Vec<Candidate> = Vec::new();
@@ -155,33 +215,52 @@ pub fn open_shard<S: Storage>(
             });
         }
     }
-    // Past the newest segment kept: numbers a segment in quarantine shows
-    // were used, or the old footer of the newest segment, cut short, says
-    // it held (with no segment kept, past a checkpoint that was read).
+    // Past the newest segment kept: the numbers segments in quarantine
+    // show were used, and those the old footer of the newest segment, cut
+    // short, says it held (with no segment kept, past a checkpoint that was
+    // read). Numbers none of them shows are not counted.
     let newest = report.segments.last();
+    // (With no segment and no checkpoint read, from where the fresh
+    // checkpoint written below says: later starts read it and count from
+    // there too.)
     let low = match newest {
-        Some(s) => Some((s.first_seq + s.record_count).max(delivered_below)),
-        None if trusted => Some(confirmed),
-        None => None,
+        Some(s) => (s.first_seq + s.record_count).max(delivered_below),
+        None if trusted => confirmed,
+        None => before_unnumbered,
     };
-    let quarantined_end = report
-        .in_quarantine
-        .iter()
-        .filter_map(|q| q.range.map(|(_, end)| end))
-        .chain(report.cut_short.iter().filter_map(|c| c.known_end))
-        .max();
-    if let (Some(low), Some(end)) = (low, quarantined_end) {
-        if end > low {
+    {
+        let mut used: Vec<(u64, u64)> = report
+            .in_quarantine
+            .iter()
+            .filter_map(|q| q.range)
+            .chain(
+                report
+                    .cut_short
+                    .iter()
+                    .filter_map(|c| c.known_end.map(|e| (c.end_seq, e))),
+            )
+            .map(|(from, to)| (from.max(low), to))
+            .filter(|(from, to)| from < to)
+            .collect();
+        used.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (from, to) in used {
+            match merged.last_mut() {
+                Some(last) if from <= last.1 => last.1 = last.1.max(to),
+                _ => merged.push((from, to)),
+            }
+        }
+        for (from, to) in merged {
             candidates.push(Candidate {
-                first: low,
-                last: end - 1,
+                first: from,
+                last: to - 1,
                 place: match newest {
                     Some(s) => format!(
                         "after the newest segment kept ({:016x}, ends before seq {})",
                         s.segment_id,
                         s.first_seq + s.record_count
                     ),
-                    None => format!("after the delivery checkpoint ({confirmed}), no segment kept"),
+                    None => format!("from seq {low} on, with no segment kept"),
                 },
                 before: newest.map(|s| s.segment_id),
                 after: None,
@@ -191,21 +270,19 @@ pub fn open_shard<S: Storage>(
     // Gaps an earlier start recorded past everything kept (the numbers of
     // an unnumbered segment, or of a quarantined one, that was the newest)
     // stay listed and counted, as those between segments do.
-    if let Some(low) = low {
-        for &(first, last) in &report.recorded_gaps {
-            if first >= low
-                && !candidates
-                    .iter()
-                    .any(|c| (c.first, c.last) == (first, last))
-            {
-                candidates.push(Candidate {
-                    first,
-                    last,
-                    place: "past the newest segment kept (recorded by an earlier start)".into(),
-                    before: newest.map(|s| s.segment_id),
-                    after: None,
-                });
-            }
+    for &(first, last) in &report.recorded_gaps {
+        if first >= low
+            && !candidates
+                .iter()
+                .any(|c| (c.first, c.last) == (first, last))
+        {
+            candidates.push(Candidate {
+                first,
+                last,
+                place: "past the newest segment kept (recorded by an earlier start)".into(),
+                before: newest.map(|s| s.segment_id),
+                after: None,
+            });
         }
     }
     if !candidates.is_empty() {
@@ -220,41 +297,6 @@ pub fn open_shard<S: Storage>(
             let gap = report_gap(storage, dir, shard, c.first, c.last, &c.place, &cause)?;
             report.gaps.push(gap);
         }
-    }
-    // An unnumbered segment (its header damaged beyond proof) older than a
-    // segment whose numbers are known lies inside a gap just counted (or
-    // below the checkpoint, delivered). One newer than every such segment
-    // is counted as a gap of its intact records right after everything the
-    // shard shows (where the writer started it, unless a floor it knew of
-    // is gone): `next_seq` goes past it, so none of the numbers its records
-    // may carry is handed out again, and later starts know the gap.
-    let before_unnumbered = report.next_seq;
-    for i in 0..report.unnumbered.len() {
-        let id = report.unnumbered[i].segment_id;
-        let followed = report.segments.iter().any(|s| s.segment_id > id)
-            || report
-                .in_quarantine
-                .iter()
-                .any(|q| q.segment_id > id && q.range.is_some());
-        let records = report.unnumbered[i].records;
-        if !followed {
-            let (first, last) = (report.next_seq, report.next_seq + records - 1);
-            let name = report.unnumbered[i]
-                .path
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let place = format!(
-                "the {records} numbers after everything the shard shows, presumed for the intact \
-                 records of quarantine/{name}, whose damaged header nothing proves (their own \
-                 numbers are not known; these are never handed out again)"
-            );
-            let cause = format!("quarantine/{name} holds them (see its .reason)");
-            let gap = report_gap(storage, dir, shard, first, last, &place, &cause)?;
-            report.gaps.push(gap);
-            report.next_seq = last + 1;
-        }
-        report.unnumbered[i].counted_by_gap = true;
     }
     report.lost_records = report.salvaged.iter().map(|s| s.lost_records).sum::<u64>()
         + report
@@ -272,7 +314,7 @@ pub fn open_shard<S: Storage>(
         // (and with it every deletion). A later start then reads this one
         // instead of guessing again. (Not past the numbers presumed for
         // unnumbered records: they were not delivered, and later starts
-        // list that gap as long as the checkpoint is below it.)
+        // count that gap as long as the checkpoint is below it.)
         confirmed = report
             .segments
             .first()
@@ -289,6 +331,32 @@ pub fn open_shard<S: Storage>(
         confirmed,
         checkpoint,
     })
+}
+
+/// Rename `quarantine/<name>` (an unnumbered segment) to
+/// `quarantine/<name>.seqs-<first>-<last>`, its `.reason` with it (that
+/// first, so a rerun after a crash between the two finds the segment still
+/// unnumbered and does the same): the numbers presumed for its records,
+/// recorded where no space is needed. Returns the new path.
+fn presume_numbers<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    path: &Path,
+    first: u64,
+    end: u64,
+) -> io::Result<PathBuf> {
+    let qdir = dir.join(QUARANTINE_DIR);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let new_name = format!("{name}.seqs-{first}-{}", end - 1);
+    let reason = qdir.join(format!("{name}.reason"));
+    match storage.rename(&reason, &qdir.join(format!("{new_name}.reason"))) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let to = qdir.join(&new_name);
+    storage.rename(path, &to)?;
+    storage.sync_dir(&qdir)?;
+    Ok(to)
 }
 
 /// Sequence numbers that may be missing, and where.

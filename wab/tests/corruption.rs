@@ -644,12 +644,13 @@ fn an_unsealed_segment_whose_header_nothing_proves_is_quarantined_and_counted() 
         let rec = &o.recovered;
         let r = &rec.report;
         let qdir = dir.join(QUARANTINE_DIR);
-        let moved = qdir.join("0000000000000001.open");
+        // Its name records the numbers presumed for its records.
+        let moved = qdir.join("0000000000000001.open.seqs-5-7");
         assert_eq!(
             names(&qdir),
             vec![
-                "0000000000000001.open",
-                "0000000000000001.open.reason",
+                "0000000000000001.open.seqs-5-7",
+                "0000000000000001.open.seqs-5-7.reason",
                 "gap-5-7.reason"
             ],
             "{what}"
@@ -659,7 +660,8 @@ fn an_unsealed_segment_whose_header_nothing_proves_is_quarantined_and_counted() 
             bytes,
             "{what}: moved byte for byte"
         );
-        let reason = fs::read_to_string(qdir.join("0000000000000001.open.reason")).unwrap();
+        let reason =
+            fs::read_to_string(qdir.join("0000000000000001.open.seqs-5-7.reason")).unwrap();
         assert!(
             reason.contains(word) && reason.contains("3 intact record(s) cannot be numbered"),
             "{what}: {reason:?}"
@@ -679,7 +681,7 @@ fn an_unsealed_segment_whose_header_nothing_proves_is_quarantined_and_counted() 
         assert_eq!((r.gaps[0].first, r.gaps[0].last), (5, 7), "{what}");
         let gap = fs::read_to_string(qdir.join("gap-5-7.reason")).unwrap();
         assert!(
-            gap.contains("presumed") && gap.contains("quarantine/0000000000000001.open"),
+            gap.contains("0000000000000001.open.seqs-5-7"),
             "{what}: {gap}"
         );
         assert_eq!(
