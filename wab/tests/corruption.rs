@@ -581,6 +581,26 @@ fn one_flipped_byte_in_an_unsealed_segments_header_is_put_back() {
     }
 }
 
+/// On a full disk the evidence copy of a damaged header cannot be made:
+/// it is skipped (logged), and the header is still put back in place
+/// (that needs no space), nothing lost.
+#[test]
+fn a_damaged_header_is_put_back_on_a_full_disk() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-002");
+    let segs = three_sealed(&dir);
+    let orig = fs::read(&segs[1].0).unwrap();
+    flip(&segs[1].0, 27);
+    let storage = FaultyStorage::new(vec![]);
+    storage.fail_every(Op::Create, FaultKind::Enospc);
+    let r = recover_shard(&storage, &dir, SHARD, 0).unwrap().report;
+    assert_eq!(r.headers_repaired.len(), 1);
+    assert_eq!(r.headers_repaired[0].saved_to, None);
+    assert_eq!(fs::read(&segs[1].0).unwrap(), orig);
+    let want: Vec<Rec> = segs.iter().flat_map(|(_, r)| r.clone()).collect();
+    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
+}
+
 /// Segment 0 sealed (seqs 0..5), segment 1 unsealed (5..8), 40-byte
 /// payloads.
 fn sealed_then_open(dir: &Path) -> (Vec<Rec>, Vec<Rec>) {
