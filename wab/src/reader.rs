@@ -123,19 +123,7 @@ impl<F: StorageFile> SegmentReader<F> {
             }
             Ok(None) => Ok(Opened::Unused(file)),
             Err(e) => Ok(Opened::BadHeader(e)),
-            Ok(Some(header)) => Ok(Opened::Reader(SegmentReader {
-                file,
-                header,
-                offset: SEGMENT_HEADER_LEN as u64,
-                count: 0,
-                records_crc: RecordsCrc::new(),
-                gaps: Vec::new(),
-                chunk: Bytes::new(),
-                chunk_start: 0,
-                limit: u64::MAX,
-                end: None,
-                gap_passed: false,
-            })),
+            Ok(Some(header)) => Ok(Opened::Reader(SegmentReader::at_first_record(file, header))),
         }
     }
 
@@ -144,14 +132,20 @@ impl<F: StorageFile> SegmentReader<F> {
     /// its records end, never for handing records out (their sequence
     /// numbers are not known). Recovery uses it to salvage such a file.
     pub(crate) fn unnumbered(file: F) -> Self {
+        let header = SegmentHeader {
+            shard: 0,
+            segment_id: 0,
+            first_seq: 0,
+            created_unix_us: 0,
+        };
+        SegmentReader::at_first_record(file, header)
+    }
+
+    /// A reader of `file` under `header`, before its first record.
+    fn at_first_record(file: F, header: SegmentHeader) -> Self {
         SegmentReader {
             file,
-            header: SegmentHeader {
-                shard: 0,
-                segment_id: 0,
-                first_seq: 0,
-                created_unix_us: 0,
-            },
+            header,
             offset: SEGMENT_HEADER_LEN as u64,
             count: 0,
             records_crc: RecordsCrc::new(),
