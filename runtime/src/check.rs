@@ -84,8 +84,8 @@ fn environment(cfg: &Config) -> Findings {
             found.errors.push(format!("{key}: {e}"));
         }
     }
-    if let Err(e) = spillway_wab::check_data_dir_is_ours(&cfg.server.data_dir) {
-        found.errors.push(format!("server.data_dir: {e}"));
+    if let Err(e) = cfg.check_data_dir() {
+        found.errors.push(e);
     }
     let insecure_ok = cfg.server.allow_insecure_socket_dir;
     for (key, socket) in [

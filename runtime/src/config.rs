@@ -672,6 +672,30 @@ impl Config {
         }
     }
 
+    /// `server.data_dir` must hold nothing spillway did not make; the
+    /// sockets this config puts in it (and their `.lock` files) are
+    /// spillway's too.
+    pub fn check_data_dir(&self) -> Result<(), String> {
+        let data_dir = &self.server.data_dir;
+        let mut ours = Vec::new();
+        for socket in [&self.server.socket_path, &self.admin.socket_path] {
+            if socket.parent() == Some(data_dir.as_path()) {
+                if let Some(name) = socket.file_name() {
+                    let name = name.to_string_lossy().into_owned();
+                    ours.push(format!("{name}.lock"));
+                    ours.push(name);
+                }
+            }
+        }
+        let foreign: Vec<String> = spillway_wab::foreign_entries(data_dir)
+            .map_err(|e| format!("server.data_dir: reading {}: {e}", data_dir.display()))?
+            .into_iter()
+            .filter(|name| !ours.contains(name))
+            .collect();
+        spillway_wab::refuse_foreign(data_dir, &foreign)
+            .map_err(|e| format!("server.data_dir: {e}"))
+    }
+
     /// Connections the admin listeners may hold together: the admin
     /// socket's, and the metrics address's when it is set.
     pub fn admin_connections_reserved(&self) -> u64 {

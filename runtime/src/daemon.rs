@@ -110,7 +110,7 @@ struct Ownership {
 /// message naming the folder, the holder or the numbers.
 fn take_ownership(cfg: &Config) -> Result<Ownership, String> {
     let data_dir = &cfg.server.data_dir;
-    spillway_wab::check_data_dir_is_ours(data_dir).map_err(|e| format!("server.data_dir: {e}"))?;
+    cfg.check_data_dir()?;
     spillway_wab::storage::create_dir_durable(&FsStorage, data_dir)
         .map_err(|e| format!("creating the data folder {}: {e}", data_dir.display()))?;
     let data = DataDirLock::acquire(data_dir)?;

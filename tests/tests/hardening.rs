@@ -998,3 +998,34 @@ fn check_and_run_refuse_the_same_configs() {
     }
     drop(busy);
 }
+
+/// The sockets a config puts in its own data folder (and their `.lock`
+/// files) are spillway's: such a folder is not refused as someone else's;
+/// anything else in it still is.
+#[test]
+fn sockets_the_config_puts_in_the_data_folder_count_as_spillways_own() {
+    let mut d = Daemon::configure("");
+    let data = d.data_dir().to_path_buf();
+    fs::create_dir_all(data.join("shard-000")).unwrap();
+    let mut listeners = Vec::new();
+    for name in ["spillway.sock", "admin.sock"] {
+        listeners.push(UnixListener::bind(data.join(name)).unwrap());
+        fs::write(data.join(format!("{name}.lock")), b"").unwrap();
+    }
+    d.reconfigure(&format!(
+        "[server]\nsocket_path = {}\n[admin]\nsocket_path = {}\n{NOOP_SINK}",
+        toml_str(data.join("spillway.sock").display().to_string()),
+        toml_str(data.join("admin.sock").display().to_string()),
+    ));
+    let c = check(d.config_path());
+    assert!(c.status.success(), "{c:?}");
+    fs::write(data.join("notes.txt"), b"mine").unwrap();
+    let c = check(d.config_path());
+    assert!(!c.status.success(), "{c:?}");
+    assert_names(
+        "check",
+        &c.stderr,
+        &["server.data_dir", "spillway did not make (notes.txt)"],
+    );
+    drop(listeners);
+}

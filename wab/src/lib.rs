@@ -89,6 +89,12 @@ pub fn foreign_entries(data_dir: &Path) -> std::io::Result<Vec<String>> {
 pub fn check_data_dir_is_ours(data_dir: &Path) -> Result<(), String> {
     let foreign = foreign_entries(data_dir)
         .map_err(|e| format!("reading the data folder {}: {e}", data_dir.display()))?;
+    refuse_foreign(data_dir, &foreign)
+}
+
+/// A refusal naming `data_dir` and a few of the `foreign` entries in it;
+/// `Ok` when there are none.
+pub fn refuse_foreign(data_dir: &Path, foreign: &[String]) -> Result<(), String> {
     if foreign.is_empty() {
         return Ok(());
     }
