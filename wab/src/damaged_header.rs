@@ -61,8 +61,8 @@ use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 
 use crate::format::{Footer, SegmentHeader, FOOTER_LEN, SEGMENT_HEADER_LEN, SEQ_MAX};
+use crate::quarantine::{quarantine, save_copy, QUARANTINE_DIR};
 use crate::reader::SegmentReader;
-use crate::recovery::{quarantine, save_copy, RecoveryReport, QUARANTINE_DIR};
 use crate::salvage::count_intact;
 use crate::storage::{read_full_at, Storage, StorageFile};
 
@@ -126,9 +126,9 @@ pub struct Unnumbered {
 }
 
 /// Rewrite the damaged header of segment `id` at `path` if its footer or
-/// the header itself proves `first_seq` (see the module docs); the proven
-/// `first_seq`, or `None` (the file is left as it is, for the caller to
-/// quarantine). `starts` holds the (id, first_seq) of the segments whose
+/// the header itself proves `first_seq` (see the module docs); what was
+/// done (with the proven `first_seq`), or `None` (the file is left as it
+/// is, for the caller to quarantine). `starts` holds the (id, first_seq) of the segments whose
 /// header is valid.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn repair<S: Storage>(
@@ -139,8 +139,7 @@ pub(crate) fn repair<S: Storage>(
     shard: u32,
     damage: &str,
     starts: &[(u64, u64)],
-    report: &mut RecoveryReport,
-) -> io::Result<Option<u64>> {
+) -> io::Result<Option<HeaderRepair>> {
     // Read-write: the header is rewritten in place.
     let file = storage.open(path)?;
     let mut raw = [0u8; SEGMENT_HEADER_LEN];
@@ -212,31 +211,33 @@ pub(crate) fn repair<S: Storage>(
         %proof,
         "rewrote the damaged header of a segment from what proves its first sequence number; no record lost"
     );
-    report.headers_repaired.push(HeaderRepair {
+    Ok(Some(HeaderRepair {
         segment_id: id,
         damage: damage.to_string(),
         proof,
         first_seq: header.first_seq,
         records,
         saved_to,
-    });
-    Ok(Some(header.first_seq))
+    }))
 }
 
 /// Move segment `id` at `path`, whose header failed its check (`damage`)
 /// and could not be repaired, to `quarantine/` whole, and count its intact
-/// records as lost (see the module docs).
+/// records as lost (see the module docs): the [`Unnumbered`] to count,
+/// `None` when it held no intact record. The move is listed in
+/// `quarantined`.
 pub(crate) fn quarantine_unnumbered<S: Storage>(
     storage: &S,
     dir: &Path,
     path: &Path,
     id: u64,
     damage: &str,
-    report: &mut RecoveryReport,
-) -> io::Result<()> {
+    quarantined: &mut Vec<(PathBuf, String)>,
+) -> io::Result<Option<Unnumbered>> {
     let records = count_intact(&storage.open_read(path)?, SEGMENT_HEADER_LEN as u64)?;
     if records == 0 {
-        return quarantine(storage, dir, path, damage, report);
+        quarantine(storage, dir, path, damage, quarantined)?;
+        return Ok(None);
     }
     let reason = format!(
         "{damage}; nothing proves the segment's first sequence number (no footer that counts \
@@ -244,7 +245,7 @@ pub(crate) fn quarantine_unnumbered<S: Storage>(
          record(s) cannot be numbered: they are lost (counted in records_lost), never delivered \
          under a guessed number"
     );
-    quarantine(storage, dir, path, &reason, report)?;
+    quarantine(storage, dir, path, &reason, quarantined)?;
     let name = path.file_name().unwrap_or_default();
     let moved = dir.join(QUARANTINE_DIR).join(name);
     tracing::error!(
@@ -255,13 +256,12 @@ pub(crate) fn quarantine_unnumbered<S: Storage>(
         "a segment's header is damaged and nothing proves its first sequence number: its intact \
          records cannot be numbered and are lost (the file is kept in quarantine)"
     );
-    report.unnumbered.push(Unnumbered {
+    Ok(Some(Unnumbered {
         segment_id: id,
         records,
         path: moved,
         counted_by_gap: false,
-    });
-    Ok(())
+    }))
 }
 
 /// `first_seq` from the footer of a segment read (headerless) by `walk`:

@@ -19,6 +19,7 @@ pub mod fault;
 pub mod follow;
 pub mod format;
 pub mod lock;
+pub mod quarantine;
 pub mod reader;
 pub mod recovery;
 mod salvage;

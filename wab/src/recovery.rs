@@ -60,13 +60,13 @@ use std::path::{Path, PathBuf};
 
 use crate::damaged_header::{self, HeaderRepair, Unnumbered};
 use crate::format::{classify, FileKind, Footer, GapFrame, SegmentHeader, FOOTER_LEN};
+use crate::quarantine::{quarantine, save_copy, save_copy_once};
 use crate::reader::{End, Opened, PassedGap, SegmentReader};
 use crate::salvage::{self, footer_like, Hole};
 use crate::segment::{seal, Preallocated, Sealing};
-use crate::storage::{create_dir_durable, is_no_space, read_full_at, Storage, StorageFile};
+use crate::storage::{create_dir_durable, read_full_at, Storage, StorageFile};
 
-/// Name of the folder (inside each shard directory) untrusted files go to.
-pub const QUARANTINE_DIR: &str = "quarantine";
+pub use crate::quarantine::QUARANTINE_DIR;
 
 /// A sealed, verified segment, in sequence order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,17 +314,11 @@ pub fn recover_shard<S: Storage>(
     // Damaged headers are rewritten first, from what proves them, so that
     // every other step sees the segment as it was written.
     for (id, path, damage) in damaged {
-        if let Some(first_seq) = damaged_header::repair(
-            storage,
-            dir,
-            &path,
-            id,
-            shard,
-            &damage,
-            &starts,
-            &mut report,
-        )? {
-            starts.push((id, first_seq));
+        if let Some(repaired) =
+            damaged_header::repair(storage, dir, &path, id, shard, &damage, &starts)?
+        {
+            starts.push((id, repaired.first_seq));
+            report.headers_repaired.push(repaired);
         }
     }
     let mut max_id: Option<u64> = None;
@@ -428,14 +422,14 @@ fn recover_sealed<S: Storage>(
         // A damaged header that could not be repaired (see `recover_shard`).
         Opened::Unused(_) => {
             let damage = "sealed segment has an all-zero header";
-            return damaged_header::quarantine_unnumbered(storage, dir, path, id, damage, report);
+            return quarantine_unnumbered(storage, dir, path, id, damage, report);
         }
         Opened::BadHeader(e) => {
             if remove_if_empty_seal(storage, dir, path, report)? {
                 return Ok(());
             }
             let damage = e.to_string();
-            return damaged_header::quarantine_unnumbered(storage, dir, path, id, &damage, report);
+            return quarantine_unnumbered(storage, dir, path, id, &damage, report);
         }
     };
     while reader.next()?.is_some() {}
@@ -565,7 +559,7 @@ fn cut_short<S: Storage>(
     let end_seq = header.first_seq + kept_positions;
     if kept == 0 {
         let reason = format!("{why}; no intact record before the damage at offset {end}: {detail}");
-        return quarantine(storage, dir, path, &reason, report);
+        return quarantine(storage, dir, path, &reason, &mut report.quarantined);
     }
     let reason = format!(
         "{why}. Sealed segment {id} ({file_name}) cannot be salvaged whole: at offset {end}, \
@@ -903,81 +897,6 @@ fn log_salvage(path: &Path, id: u64, holes: &[Salvaged], kept: u64) {
     );
 }
 
-/// [`save_copy`], unless `quarantine/<name>.reason` is there whole (it
-/// ends in a newline): the copy is then whole too (the reason is written
-/// after it), made by a recovery that went further before it crashed, and
-/// may hold more than the bytes left now.
-fn save_copy_once<S: Storage>(
-    storage: &S,
-    dir: &Path,
-    file: &S::File,
-    name: &str,
-    from: u64,
-    to: u64,
-    reason: &str,
-) -> io::Result<Option<PathBuf>> {
-    let target = dir.join(QUARANTINE_DIR).join(name);
-    let mut reason_path = target.as_os_str().to_owned();
-    reason_path.push(".reason");
-    if let Ok(written) = storage.open_read(Path::new(&reason_path)) {
-        let len = written.len()?;
-        let mut last = [0u8; 1];
-        if len > 0 && read_full_at(&written, len - 1, &mut last)? == 1 && last[0] == b'\n' {
-            return Ok(Some(target));
-        }
-    }
-    save_copy(storage, dir, file, name, from, to, reason)
-}
-
-/// Copy `[from, to)` of `file` to `quarantine/<name>` with a `.reason`.
-/// Evidence only: on ENOSPC (or a full quota) the partial copy is removed,
-/// the failure logged, and `None` returned.
-pub(crate) fn save_copy<S: Storage>(
-    storage: &S,
-    dir: &Path,
-    file: &S::File,
-    name: &str,
-    from: u64,
-    to: u64,
-    reason: &str,
-) -> io::Result<Option<PathBuf>> {
-    let qdir = dir.join(QUARANTINE_DIR);
-    let target = qdir.join(name);
-    let copied = (|| {
-        create_dir_durable(storage, &qdir)?;
-        let _ = storage.remove(&target);
-        let mut out = storage.create(&target)?;
-        let mut buf = vec![0u8; COPY_CHUNK_BYTES];
-        let mut at = from;
-        while at < to {
-            let want = ((to - at) as usize).min(buf.len());
-            let n = read_full_at(file, at, &mut buf[..want])?;
-            if n == 0 {
-                break;
-            }
-            out.write_all_at(at - from, &[IoSlice::new(&buf[..n])])?;
-            at += n as u64;
-        }
-        out.sync_all()
-    })();
-    match copied {
-        Ok(()) => {}
-        Err(e) if is_no_space(&e) => {
-            let _ = storage.remove(&target);
-            tracing::error!(path = %target.display(), error = %e, reason,
-                "no space to save damaged bytes in quarantine; carrying on without the copy");
-            return Ok(None);
-        }
-        Err(e) => return Err(e),
-    }
-    write_reason(storage, &qdir, &target, reason)?;
-    storage.sync_dir(&qdir)?;
-    Ok(Some(target))
-}
-
-/// Bytes copied at a time into quarantine.
-const COPY_CHUNK_BYTES: usize = 1024 * 1024;
-
 /// Returns the file as a spare if it is an unused preallocated segment.
 ///
 /// `newer_first_seq` is the lowest first_seq of the segments with a higher
@@ -1009,7 +928,7 @@ fn recover_open<S: Storage>(
         Opened::BadHeader(e) => {
             if !remove_if_empty_seal(storage, dir, path, report)? {
                 let damage = e.to_string();
-                damaged_header::quarantine_unnumbered(storage, dir, path, id, &damage, report)?;
+                quarantine_unnumbered(storage, dir, path, id, &damage, report)?;
             }
             return Ok(None);
         }
@@ -1091,7 +1010,7 @@ fn recover_open<S: Storage>(
         // kept segment holds; not also as salvaged.
         report.salvaged.truncate(first_salvaged);
         let reason = "unsealed segment holds no intact record";
-        quarantine(storage, dir, path, reason, report)?;
+        quarantine(storage, dir, path, reason, &mut report.quarantined)?;
         report.next_seq = report.next_seq.max(header.first_seq);
         return Ok(None);
     }
@@ -1291,55 +1210,23 @@ fn save_tail<S: Storage>(
     Ok(())
 }
 
-/// Move `path` into `<dir>/quarantine/` with a `.reason` file beside it.
-pub fn quarantine<S: Storage>(
+/// [`damaged_header::quarantine_unnumbered`], its records counted in `report`.
+fn quarantine_unnumbered<S: Storage>(
     storage: &S,
     dir: &Path,
     path: &Path,
-    reason: &str,
+    id: u64,
+    damage: &str,
     report: &mut RecoveryReport,
 ) -> io::Result<()> {
-    let qdir = dir.join(QUARANTINE_DIR);
-    create_dir_durable(storage, &qdir)?;
-    let name = path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("segment");
-    let target = qdir.join(name);
-    write_reason(storage, &qdir, &target, reason)?;
-    storage.rename(path, &target)?;
-    storage.sync_dir(&qdir)?;
-    storage.sync_dir(dir)?;
-    tracing::error!(path = %path.display(), moved_to = %target.display(), reason, "quarantined a segment that cannot be trusted");
-    report.quarantined.push((target, reason.to_string()));
+    let unnumbered = damaged_header::quarantine_unnumbered(
+        storage,
+        dir,
+        path,
+        id,
+        damage,
+        &mut report.quarantined,
+    )?;
+    report.unnumbered.extend(unnumbered);
     Ok(())
-}
-
-/// Write `<target>.reason`. Evidence only: on ENOSPC the partial file is
-/// removed and the failure logged (the reason is in the log line too).
-fn write_reason<S: Storage>(
-    storage: &S,
-    _qdir: &Path,
-    target: &Path,
-    reason: &str,
-) -> io::Result<()> {
-    let mut reason_path = target.as_os_str().to_owned();
-    reason_path.push(".reason");
-    let reason_path = PathBuf::from(reason_path);
-    let _ = storage.remove(&reason_path);
-    let written = (|| {
-        let mut f = storage.create(&reason_path)?;
-        let text = format!("{reason}\n");
-        f.write_all_at(0, &[IoSlice::new(text.as_bytes())])?;
-        f.sync_all()
-    })();
-    match written {
-        Err(e) if is_no_space(&e) => {
-            let _ = storage.remove(&reason_path);
-            tracing::error!(path = %reason_path.display(), error = %e, reason,
-                "no space to write a quarantine reason file; carrying on without it");
-            Ok(())
-        }
-        other => other,
-    }
 }
