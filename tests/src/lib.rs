@@ -1298,6 +1298,17 @@ pub fn answers_health(socket: &Path) -> bool {
     c.health().is_ok()
 }
 
+/// A top-level counter of `ctl stats` (`KEY VALUE`).
+pub fn stat(stats: &str, key: &str) -> u64 {
+    stats
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
+        })
+        .unwrap_or_else(|| panic!("no {key} in ctl stats:\n{stats}"))
+}
+
 /// Sum over shards of a per-shard counter of `ctl stats`
 /// (`shard{shard="N"}.KEY V`); panics if there is none.
 pub fn shard_stat_sum(stats: &str, key: &str) -> u64 {

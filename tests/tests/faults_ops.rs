@@ -29,17 +29,6 @@ use sink_sdk::units::MIB;
 
 // ---------------------------------------------------------------- helpers
 
-/// A global counter of `ctl stats` (`KEY VALUE`).
-fn stat(stats: &str, key: &str) -> u64 {
-    stats
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
-        })
-        .unwrap_or_else(|| panic!("no {key} in ctl stats:\n{stats}"))
-}
-
 /// A `/proc/<pid>/status` field in KiB (`VmRSS`, `VmHWM`).
 fn status_kib(pid: u32, field: &str) -> u64 {
     let status = fs::read_to_string(format!("/proc/{pid}/status"))

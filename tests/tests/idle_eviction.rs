@@ -14,17 +14,6 @@ use spillway_tests::*;
 /// Idle sockets held open (the daemon's `max_connections`).
 const IDLE: usize = 300;
 
-/// A global counter of `ctl stats` (`KEY VALUE`).
-fn stat(stats: &str, key: &str) -> u64 {
-    stats
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(' ')?;
-            (k == key).then(|| v.trim().parse::<u64>().ok()).flatten()
-        })
-        .unwrap_or_else(|| panic!("no {key} in ctl stats:\n{stats}"))
-}
-
 /// A raw connection the daemon has accepted and answered once (so it is
 /// counted and registered), then left idle.
 fn idle_connection(d: &Daemon) -> RawConn {

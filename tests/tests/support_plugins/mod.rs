@@ -190,17 +190,6 @@ pub fn stats(d: &Daemon) -> String {
     f.stdout
 }
 
-/// A top-level counter of `ctl stats` (`KEY VALUE`).
-pub fn stat(stats: &str, key: &str) -> u64 {
-    stats
-        .lines()
-        .find_map(|l| l.strip_prefix(key).and_then(|rest| rest.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no {key} in ctl stats:\n{stats}"))
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{key} is not a number in ctl stats:\n{stats}"))
-}
-
 /// The `sink "..."` line of `ctl stats`.
 pub fn stat_sink(stats: &str) -> String {
     stats
