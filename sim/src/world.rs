@@ -1401,23 +1401,30 @@ impl World {
         Ok(())
     }
 
+    /// One turn each of the flusher, sealer and drain, then time moves as
+    /// the drain asks (at most 25 ms while it waits for durable records).
+    fn turn_all(&mut self) -> Check {
+        self.flusher_turn()?;
+        self.sealer_turn()?;
+        let wait = self.drain_turn()?;
+        self.after_action()?;
+        match wait {
+            DrainWait::Pause(d) => self.clock.advance(d),
+            DrainWait::Durable { timeout, .. } => {
+                self.clock.advance(timeout.min(Duration::from_millis(25)))
+            }
+            DrainWait::Now => {}
+        }
+        Ok(())
+    }
+
     /// Turns of the flusher, sealer and drain (time moving as the drain
     /// asks) until every acknowledged record that still exists is
     /// delivered or dead-lettered; stuck after [`SETTLE_TURNS`].
     fn run_until_settled(&mut self) -> Check {
         let mut turns = 0;
         loop {
-            self.flusher_turn()?;
-            self.sealer_turn()?;
-            let wait = self.drain_turn()?;
-            self.after_action()?;
-            match wait {
-                DrainWait::Pause(d) => self.clock.advance(d),
-                DrainWait::Durable { timeout, .. } => {
-                    self.clock.advance(timeout.min(Duration::from_millis(25)))
-                }
-                DrainWait::Now => {}
-            }
+            self.turn_all()?;
             if self.in_flight.is_empty() && self.all_finished()? {
                 break;
             }
@@ -1489,17 +1496,7 @@ impl World {
                 self.note(format!("every producer acked again after {turn} turns"));
                 return self.run_until_settled();
             }
-            self.flusher_turn()?;
-            self.sealer_turn()?;
-            let wait = self.drain_turn()?;
-            self.after_action()?;
-            match wait {
-                DrainWait::Pause(d) => self.clock.advance(d),
-                DrainWait::Durable { timeout, .. } => {
-                    self.clock.advance(timeout.min(Duration::from_millis(25)))
-                }
-                DrainWait::Now => {}
-            }
+            self.turn_all()?;
         }
         let node = self.node.as_ref().expect("running");
         Err(format!(
