@@ -58,14 +58,19 @@ pub struct RateLimiter {
 
 impl Default for RateLimiter {
     fn default() -> Self {
-        RateLimiter {
-            per_second: 20,
-            window: Mutex::new((None, 0, 0)),
-        }
+        RateLimiter::per_second(20)
     }
 }
 
 impl RateLimiter {
+    /// Allows `per_second` events per wall-clock second.
+    pub fn per_second(per_second: u32) -> Self {
+        RateLimiter {
+            per_second,
+            window: Mutex::new((None, 0, 0)),
+        }
+    }
+
     pub fn allow(&self) -> bool {
         let mut w = self.window.lock().unwrap();
         let now = Instant::now();

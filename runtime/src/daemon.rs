@@ -24,7 +24,7 @@ use spillway_actors::{
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::{DataDirLock, FsStorage};
 
-use crate::admin::{Admin, AdminState};
+use crate::admin::{Admin, AdminState, ListenerLoad};
 use crate::config::Config;
 use crate::logging::say;
 use crate::reload::Reloader;
@@ -340,8 +340,8 @@ fn start(
         })),
         reload_stats,
         connections_max: u64::from(cfg.admin.connections_max),
-        admin_socket: Default::default(),
-        metrics_http: Default::default(),
+        admin_socket: Arc::new(ListenerLoad::new("admin socket")),
+        metrics_http: Arc::new(ListenerLoad::new("metrics address")),
         ready_stall: std::time::Duration::from_millis(cfg.admin.ready_stall_ms),
     };
     Admin::new(admin_listener, metrics_listener, admin_state).start();

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
-use spillway_actors::{AcceptErrors, DaemonStats, DrainStats, ShardQueue, WabBudget};
+use spillway_actors::{AcceptErrors, DaemonStats, DrainStats, RateLimiter, ShardQueue, WabBudget};
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::FsStorage;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -67,18 +67,38 @@ pub struct AdminState {
 
 /// Connections one admin listener serves now, and those it closed at once
 /// because `admin.connections_max` were open.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ListenerLoad {
+    /// Which listener, for the log line.
+    name: &'static str,
     open: AtomicU64,
     pub refused: AtomicU64,
+    /// One refusal line a second at most; the counter says how many.
+    log: RateLimiter,
 }
 
 impl ListenerLoad {
-    /// A place for one more connection, or `None` (counted) at `max`.
+    pub fn new(name: &'static str) -> Self {
+        ListenerLoad {
+            name,
+            open: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            log: RateLimiter::per_second(1),
+        }
+    }
+
+    /// A place for one more connection, or `None` (counted, logged) at `max`.
     fn enter(self: &Arc<Self>, max: u64) -> Option<Seat> {
         // One arbiter thread runs the accept loop: load then add is exact.
         if self.open.load(Ordering::Relaxed) >= max {
             self.refused.fetch_add(1, Ordering::Relaxed);
+            if self.log.allow() {
+                tracing::warn!(
+                    listener = self.name,
+                    admin_connections_max = max,
+                    "closed a new connection at once: admin.connections_max are open (at most one such line per second; admin_connections_refused counts them)"
+                );
+            }
             return None;
         }
         self.open.fetch_add(1, Ordering::Relaxed);
@@ -140,7 +160,6 @@ impl Actor for Admin {
                                         let Some(seat) =
                                             state.metrics_http.enter(state.connections_max)
                                         else {
-                                            refused_log("metrics address", state.connections_max);
                                             continue;
                                         };
                                         let state = state.clone();
@@ -178,7 +197,6 @@ impl Actor for Admin {
                         Ok((stream, _)) => {
                             errors.accepted();
                             let Some(seat) = state.admin_socket.enter(state.connections_max) else {
-                                refused_log("admin socket", state.connections_max);
                                 // Best effort, never waiting: the reason, then close.
                                 let _ = stream.try_write(
                                     spillway_ctl::reply(Err(format!(
@@ -200,23 +218,6 @@ impl Actor for Admin {
                 }
             }
             .into_actor(self),
-        );
-    }
-}
-
-/// A connection refused at `admin.connections_max`: logged at most once a
-/// second per process (the counter says how many).
-fn refused_log(listener: &'static str, max: u64) {
-    use std::sync::atomic::AtomicU64;
-    static LAST_S: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if LAST_S.swap(now, Ordering::Relaxed) != now {
-        tracing::warn!(
-            listener,
-            admin_connections_max = max,
-            "closed a new connection at once: admin.connections_max are open (at most one such line per second; admin_connections_refused counts them)"
         );
     }
 }
