@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sink_sdk::{records, Batch, Limits, Outcome, RecordOutcome, Sink};
 use spillway_actors::{
-    AppendBatch, CommitTarget, Drain, DrainConfig, DrainSettings, DrainStats, FlusherConfig,
-    PendingRecord, ShardFlusher, ShardQueue, SinkHost, SinkMaker, SinkSlot, WabBudget,
+    AppendBatch, Clock, CommitTarget, Cursor, CursorConfig, Drain, DrainSettings, DrainStats,
+    FlusherConfig, PendingRecord, Retention, ShardFlusher, ShardQueue, SinkHost, SinkMaker,
+    SinkSlot, StartAt, WabBudget,
 };
 use spillway_protocol::NackReason;
 use spillway_wab::deadletter::DeadLetterStore;
@@ -411,15 +412,34 @@ impl Rig {
             DeadLetterStore::open(FsStorage, &tmp.path().join("dead-letter")).unwrap(),
         ));
         let stats = Arc::new(DrainStats::default());
-        let drain = Drain::spawn(
+        let sinks = ["default".to_string()];
+        let retention = Retention::open(
             FsStorage,
-            DrainConfig { shard: 0, dir },
+            0,
+            dir.clone(),
+            queue.clone(),
+            &sinks,
+            Arc::default(),
+        )
+        .expect("opening the retention");
+        let cursor = Cursor::new(
+            FsStorage,
+            CursorConfig {
+                sink: "default".into(),
+                shard: 0,
+                dir,
+            },
+            StartAt::End,
             queue.clone(),
             slot,
+            Arc::new(Mutex::new(retention)),
             dead,
             stats.clone(),
+            Clock::system(),
+            1,
         )
-        .expect("starting the drain");
+        .expect("opening the cursor");
+        let drain = Drain::spawn(cursor).expect("starting the drain");
         let (tx, commits) = mpsc::channel();
         let target = Arc::new(Commits(Mutex::new(tx)));
         Rig {

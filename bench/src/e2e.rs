@@ -157,7 +157,8 @@ fn wait_for(
     }
 }
 
-/// Sum of the `shard{shard="N"}.delivered_records` lines of `ctl stats`.
+/// Sum of the `sink{sink="S",shard="N"}.delivered_records` lines of `ctl
+/// stats` (every sink's, every shard's).
 fn delivered_records(admin_socket: &Path) -> Result<u64, String> {
     let body = spillway_ctl::call(admin_socket, "stats").map_err(|e| format!("ctl stats: {e}"))?;
     Ok(parse_delivered(&body))
@@ -168,7 +169,9 @@ fn parse_delivered(stats: &str) -> u64 {
         .lines()
         .filter_map(|line| {
             let (key, value) = line.split_once(' ')?;
-            let per_shard = key.starts_with("shard{") && key.ends_with("}.delivered_records");
+            let per_shard = key.starts_with("sink{")
+                && key.contains("shard=")
+                && key.ends_with("}.delivered_records");
             per_shard
                 .then(|| value.trim().parse::<u64>().ok())
                 .flatten()
@@ -885,7 +888,7 @@ mod tests {
 
     #[test]
     fn delivered_lines() {
-        let stats = "wab_bytes_used 1\nshard{shard=\"0\"}.delivered_records 10\nshard{shard=\"0\"}.delivered_batches 2\nshard{shard=\"1\"}.delivered_records 5\n";
+        let stats = "wab_bytes_used 1\nsink{sink=\"default\",shard=\"0\"}.delivered_records 10\nsink{sink=\"default\",shard=\"0\"}.delivered_batches 2\nsink{sink=\"default\",shard=\"1\"}.delivered_records 5\nsink{sink=\"default\"}.delivered_records 15\n";
         assert_eq!(parse_delivered(stats), 15);
     }
 

@@ -30,19 +30,20 @@ pub fn config(data: &[u8]) {
     };
     cfg.validate()
         .expect("an accepted configuration validates again");
-    cfg.sink
-        .validate()
-        .expect("an accepted [sink] table validates");
-    let remade = SinkConfig::new(cfg.sink.type_config().clone(), cfg.sink.drain().clone());
-    remade
-        .validate()
-        .expect("the [sink] table made from its parts validates");
-    assert_eq!(
-        remade, cfg.sink,
-        "the [sink] table made from its parts differs"
+    assert!(
+        !cfg.sinks.is_empty(),
+        "an accepted configuration has a sink"
     );
-    let drain = cfg.drain_settings();
-    assert!(drain.retry_initial <= drain.retry_max, "{drain:?}");
+    for sink in cfg.sinks.values() {
+        sink.validate().expect("an accepted sink table validates");
+        let remade = SinkConfig::new(sink.type_config().clone(), sink.drain().clone());
+        remade
+            .validate()
+            .expect("the sink table made from its parts validates");
+        assert_eq!(&remade, sink, "the sink table made from its parts differs");
+        let drain = spillway::config::drain_settings(sink);
+        assert!(drain.retry_initial <= drain.retry_max, "{drain:?}");
+    }
 
     // The document as the TOML library writes it back: same values, other text.
     let value: toml::Table = toml::from_str(&text).expect("accepted text is a TOML table");
@@ -57,7 +58,8 @@ pub fn config(data: &[u8]) {
             .try_into()
             .unwrap_or_else(|e| panic!("the [sink] table alone is refused: {e}"));
         assert_eq!(
-            alone, cfg.sink,
+            Some(&alone),
+            cfg.sinks.get(spillway::config::DEFAULT_SINK),
             "the [sink] table alone means something else"
         );
     }

@@ -25,6 +25,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use spillway_sinks::SinkConfig;
+
 use crate::config::Config;
 use crate::logging::{say, say_err};
 
@@ -105,15 +107,46 @@ fn environment(cfg: &Config) -> Findings {
     if let Some(address) = &cfg.admin.metrics_address {
         metrics_address(cfg, address, &mut found);
     }
-    // On its own thread under sink.build_timeout_ms, as the daemon builds it.
-    let sink = cfg.sink.clone();
-    let preflight = crate::sink::build_on_thread(crate::sink::build_timeout(cfg), move || {
-        spillway_sinks::preflight(&sink)
+    // On its own thread under the sinks' build_timeout_ms, as the daemon
+    // builds them. Each sink's findings name it when there are several.
+    let sinks: Vec<(String, SinkConfig)> = cfg
+        .sinks
+        .iter()
+        .map(|(n, s)| (n.clone(), s.clone()))
+        .collect();
+    let several = sinks.len() > 1;
+    let deadline = crate::sink::build_timeout(&sinks);
+    let preflight = crate::sink::build_on_thread(deadline, move || {
+        sinks
+            .iter()
+            .map(|(name, sink)| {
+                (
+                    name.clone(),
+                    spillway_sinks::preflight(sink).map_err(|e| e.to_string()),
+                )
+            })
+            .collect::<Vec<_>>()
     })
     .and_then(|build| build.wait());
+    let named = |name: &str, text: String| {
+        if several {
+            format!("sinks.{name}: {text}")
+        } else {
+            text
+        }
+    };
     match preflight {
-        Ok(Ok(warnings)) => found.warnings.extend(warnings),
-        Ok(Err(e)) | Err(e) => found.errors.push(e),
+        Ok(per_sink) => {
+            for (name, result) in per_sink {
+                match result {
+                    Ok(warnings) => found
+                        .warnings
+                        .extend(warnings.into_iter().map(|w| named(&name, w))),
+                    Err(e) => found.errors.push(named(&name, e)),
+                }
+            }
+        }
+        Err(e) => found.errors.push(e),
     }
     found
 }

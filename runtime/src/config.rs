@@ -4,6 +4,7 @@
 //! `spillway run` with no `--config` uses [`DEFAULT_CONFIG`], which needs no
 //! outside service: socket and data live under `./spillway-data/`.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -49,9 +50,18 @@ pub struct Config {
     pub wab: WabConfig,
     #[serde(default)]
     pub log: LogConfig,
-    /// Where delivered records go; hot-reloadable. See docs/sinks.md.
+    /// `[sink]`: one sink, named `default`; read into `sinks`. See
+    /// docs/sinks.md.
+    #[serde(default, rename = "sink")]
+    single_sink: Option<SinkConfig>,
+    /// Where delivered records go: every `[sinks.NAME]` table (or the one
+    /// `[sink]`, as `default`; the embedded default file sink when neither
+    /// is set), by name; hot-reloadable. See docs/sinks.md.
     #[serde(default)]
-    pub sink: SinkConfig,
+    pub sinks: BTreeMap<String, SinkConfig>,
+    /// The sinks came from one `[sink]` table (errors name `sink.KEY`).
+    #[serde(skip)]
+    single_table: bool,
     #[serde(default)]
     pub admin: AdminConfig,
 }
@@ -457,10 +467,11 @@ impl Config {
             origin: origin.to_string(),
             message,
         })?;
-        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let mut cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             origin: origin.to_string(),
             message: e.to_string(),
         })?;
+        cfg.resolve_sinks()?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -487,6 +498,38 @@ impl Config {
     pub fn embedded_default() -> Config {
         Config::parse(DEFAULT_CONFIG, "embedded default config")
             .expect("the embedded default config is valid")
+    }
+
+    /// `[sink]` becomes the sink named `default`; with neither `[sink]`
+    /// nor `[sinks.*]`, the default file sink is `default`.
+    fn resolve_sinks(&mut self) -> Result<(), ConfigError> {
+        match self.single_sink.take() {
+            Some(_) if !self.sinks.is_empty() => {
+                let names: Vec<String> =
+                    self.sinks.keys().map(|n| format!("[sinks.{n}]")).collect();
+                Err(ConfigError::Invalid {
+                    key: "sink",
+                    message: format!(
+                        "both [sink] and {} are set: use [sinks.NAME] tables only (a single \
+                         [sink] is the same as [sinks.{DEFAULT_SINK}])",
+                        names.join(", ")
+                    ),
+                })
+            }
+            Some(one) => {
+                self.sinks.insert(DEFAULT_SINK.to_string(), one);
+                self.single_table = true;
+                Ok(())
+            }
+            None => {
+                if self.sinks.is_empty() {
+                    self.single_table = true;
+                    self.sinks
+                        .insert(DEFAULT_SINK.to_string(), SinkConfig::default());
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Check every range and cross-key rule.
@@ -651,9 +694,17 @@ impl Config {
                 message: "must be set and differ from server.socket_path".into(),
             });
         }
-        self.sink
-            .validate()
-            .map_err(|e| ConfigError::Sink(e.to_string()))?;
+        for (name, sink) in &self.sinks {
+            check_sink_name(name)?;
+            sink.validate().map_err(|e| {
+                let e = e.to_string();
+                ConfigError::Sink(if self.single_table {
+                    e
+                } else {
+                    sink_error(name, &e)
+                })
+            })?;
+        }
         crate::logging::check_level(&self.log.level).map_err(|message| ConfigError::Invalid {
             key: "log.level",
             message,
@@ -719,9 +770,55 @@ impl Config {
         Duration::from_millis(self.server.connection_read_timeout_ms)
     }
 
-    /// The drain's batching and retry settings, from `[sink]`.
-    pub fn drain_settings(&self) -> spillway_actors::DrainSettings {
-        let s = self.sink.drain();
+    /// The sink `name`, if configured.
+    pub fn sink(&self, name: &str) -> Option<&SinkConfig> {
+        self.sinks.get(name)
+    }
+}
+
+/// The name `[sink]` gives its one sink (and the single-sink data layout's
+/// checkpoint and dead letters belong to).
+pub const DEFAULT_SINK: &str = "default";
+
+/// Longest sink name.
+pub const SINK_NAME_BYTES_MAX: usize = 32;
+
+/// A sink name is 1-32 of `a-z 0-9 _ -`: it names a file in every shard
+/// folder and a folder of its own.
+fn check_sink_name(name: &str) -> Result<(), ConfigError> {
+    let bad = name
+        .bytes()
+        .find(|b| !(b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_' || *b == b'-'));
+    let why = if name.is_empty() || name.len() > SINK_NAME_BYTES_MAX {
+        format!(
+            "is {} bytes long; a sink name has 1 to {SINK_NAME_BYTES_MAX}",
+            name.len()
+        )
+    } else if let Some(b) = bad {
+        format!(
+            "holds {:?}; a sink name has only a-z, 0-9, _ and -",
+            b as char
+        )
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::Sink(format!(
+        "[sinks.{name:?}]: the name {why}"
+    )))
+}
+
+/// A sink's table error, named by where it came from.
+fn sink_error(name: &str, e: &str) -> String {
+    match e.strip_prefix("sink.") {
+        Some(rest) => format!("sinks.{name}.{rest}"),
+        None => format!("sinks.{name}: {e}"),
+    }
+}
+
+/// The drain's batching and retry settings of one sink.
+pub fn drain_settings(sink: &SinkConfig) -> spillway_actors::DrainSettings {
+    {
+        let s = sink.drain();
         spillway_actors::DrainSettings {
             max_records: s.max_records as usize,
             max_bytes: s.max_bytes as usize,
@@ -732,7 +829,9 @@ impl Config {
                 .then(|| Duration::from_millis(s.max_retry_duration_ms)),
         }
     }
+}
 
+impl Config {
     pub fn buffered_flush_interval(&self) -> Duration {
         Duration::from_millis(self.wab.buffered_flush_interval_ms)
     }

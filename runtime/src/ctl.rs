@@ -21,12 +21,16 @@ pub enum CtlCommand {
     Metrics,
     /// Per shard: segment files (open or sealed, bytes, first seq, how much is confirmed), positions, oldest pending age.
     Segments,
-    /// Records the sink rejected for good.
+    /// Records a sink rejected for good (each sink has its own store).
     DeadLetter {
+        /// The sink whose dead letters to act on (may be left out when
+        /// there is only one).
+        #[arg(long, global = true)]
+        sink: Option<String>,
         #[command(subcommand)]
         action: DeadLetterAction,
     },
-    /// Re-read the config file and switch the sink without a restart.
+    /// Re-read the config file: add, change and remove sinks without a restart.
     Reload,
     /// A live view, refreshed every interval: ingest and delivery rates, backlog, oldest pending age, fsync p99, sink state (plain lines when not on a terminal).
     Top {
@@ -106,15 +110,19 @@ pub fn run(
         CtlCommand::Metrics => "metrics".to_string(),
         CtlCommand::Segments => "segments".to_string(),
         CtlCommand::Reload => "reload".to_string(),
-        CtlCommand::DeadLetter {
-            action: DeadLetterAction::List,
-        } => "dead-letter list".to_string(),
-        CtlCommand::DeadLetter {
-            action: DeadLetterAction::Requeue { ids },
-        } => format!("dead-letter requeue {}", ids.join(" ")),
-        CtlCommand::DeadLetter {
-            action: DeadLetterAction::Drop { ids },
-        } => format!("dead-letter drop {}", ids.join(" ")),
+        CtlCommand::DeadLetter { sink, action } => {
+            let line = match action {
+                DeadLetterAction::List => "dead-letter list".to_string(),
+                DeadLetterAction::Requeue { ids } => {
+                    format!("dead-letter requeue {}", ids.join(" "))
+                }
+                DeadLetterAction::Drop { ids } => format!("dead-letter drop {}", ids.join(" ")),
+            };
+            match sink {
+                Some(name) => format!("{line} --sink {name}"),
+                None => line,
+            }
+        }
     };
     let line = if json { line + " --json" } else { line };
     spillway_ctl::call_with(&socket, &line, limits)

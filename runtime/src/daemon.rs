@@ -11,6 +11,7 @@
 //! SIGTERM / SIGINT stop gracefully.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::AtomicUsize;
@@ -19,17 +20,19 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use spillway_actors::{
     bind_socket, ensure_socket_folder, ConnectionContext, ConnectionLimits, DaemonStats,
-    DrainStats, Listener, ReadBudget, ShardQueue, SinkSlot, SocketAccess, SocketLock, WabBudget,
+    DeliveryBoard, DrainStats, Listener, ReadBudget, Retention, RetentionStats, ShardQueue,
+    SinkFigures, SinkSlot, SocketAccess, SocketLock, WabBudget,
 };
-use spillway_wab::deadletter::DeadLetterStore;
-use spillway_wab::{DataDirLock, FsStorage};
+use spillway_sinks::SinkConfig;
+use spillway_wab::{shard_dir, DataDirLock, FsStorage};
 
 use crate::admin::{Admin, AdminState, ListenerLoad};
 use crate::config::Config;
+use crate::delivery::{open_dead_letters, sinks_on_disk, start_drain, DeadLetterStores, SinkRun};
 use crate::logging::say;
 use crate::reload::Reloader;
-use crate::sink::{build_on_thread, build_timeout, sink_maker};
-use crate::supervisor::{Children, ShardSlot, Shutdown, Supervisor};
+use crate::sink::{build_on_thread, build_sinks, build_timeout};
+use crate::supervisor::{Children, DrainSlot, ShardSlot, Shutdown, Supervisor};
 
 /// Run the daemon until it is told to stop. Errors are start-up failures.
 pub fn run(
@@ -198,18 +201,45 @@ fn start(
     };
     // Off this thread and under the deadline, as at a reload: a plugin or
     // endpoint that hangs makes the start fail with the reason.
-    let for_build = cfg.clone();
-    let (maker, sink_description) =
-        build_on_thread(build_timeout(&cfg), move || sink_maker(&for_build))?.wait()??;
-    let sink = SinkSlot::new(maker, cfg.drain_settings(), sink_description.clone());
-    let dl_dir = cfg.server.data_dir.join(spillway_wab::DEAD_LETTER_DIR);
-    let dead_letters = Arc::new(Mutex::new(
-        DeadLetterStore::open(FsStorage, &dl_dir)
-            .map_err(|e| format!("opening the dead-letter store {}: {e}", dl_dir.display()))?,
-    ));
+    let to_build: Vec<(String, SinkConfig)> = cfg
+        .sinks
+        .iter()
+        .map(|(n, s)| (n.clone(), s.clone()))
+        .collect();
+    let deadline = build_timeout(&to_build);
+    let built = build_on_thread(deadline, move || build_sinks(&to_build, false))?.wait()??;
+    let sink_description = built
+        .iter()
+        .map(|b| format!("{} = {}", b.name, b.description))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let dead_letters: DeadLetterStores = Arc::default();
+    let mut sinks = BTreeMap::new();
+    for b in built {
+        let store = open_dead_letters(&cfg.server.data_dir, &b.name)?;
+        dead_letters
+            .lock()
+            .unwrap()
+            .insert(b.name.clone(), store.clone());
+        let run = SinkRun {
+            slot: SinkSlot::new(b.maker, b.settings, b.description),
+            dead_letters: store,
+            start: b.start,
+        };
+        sinks.insert(b.name, run);
+    }
+    // Stores of sinks no longer configured stay readable (`ctl dead-letter
+    // list --sink NAME`): their records are never dropped silently.
+    for name in sinks_on_disk(&cfg.server.data_dir) {
+        if !sinks.contains_key(&name) {
+            let store = open_dead_letters(&cfg.server.data_dir, &name)?;
+            dead_letters.lock().unwrap().insert(name, store);
+        }
+    }
     let shard_count = shards_to_serve(&cfg)?;
     let wab = WabBudget::new(cfg.wab.wab_bytes_max);
     let mut shards = Vec::new();
+    let mut retentions = Vec::new();
     let mut recovered_records = 0;
     let mut recovered_segments = 0;
     for shard in 0..shard_count {
@@ -259,16 +289,48 @@ fn start(
                 "recovery repaired this shard (see the lines above)"
             );
         }
-        let drain_stats = Arc::new(DrainStats::default());
-        let drain = Supervisor::start_drain(
-            &cfg,
+        let dir = shard_dir(&cfg.server.data_dir, shard);
+        let names: Vec<String> = sinks.keys().cloned().collect();
+        let retention_stats = Arc::new(RetentionStats::default());
+        let retention = Retention::open(
+            FsStorage,
+            shard,
+            dir,
             queue.clone(),
-            sink.clone(),
-            dead_letters.clone(),
-            drain_stats.clone(),
+            &names,
+            retention_stats.clone(),
         )
-        .map_err(|e| format!("starting delivery for shard {shard}: {e}"))?;
-        shards.push(ShardSlot::new(queue, addr, drain, drain_stats));
+        .map_err(|e| format!("opening delivery of shard {shard}: {e}"))?;
+        let retention = Arc::new(Mutex::new(retention));
+        let mut drains = BTreeMap::new();
+        for (name, run) in &sinks {
+            let stats = Arc::new(DrainStats::default());
+            let addr = start_drain(
+                &cfg.server.data_dir,
+                queue.clone(),
+                retention.clone(),
+                name,
+                run,
+                stats.clone(),
+            )
+            .map_err(|e| format!("starting delivery of shard {shard} to sink {name}: {e}"))?;
+            drains.insert(name.clone(), DrainSlot::new(addr, stats));
+        }
+        retentions.push(retention_stats);
+        shards.push(ShardSlot::new(queue, addr, retention, drains));
+    }
+    let board = Arc::new(DeliveryBoard::new(retentions));
+    for (name, run) in &sinks {
+        board.insert(
+            name,
+            SinkFigures {
+                description: run.slot.description(),
+                shards: shards
+                    .iter()
+                    .map(|s| s.drains[name].stats.clone())
+                    .collect(),
+            },
+        );
     }
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -318,23 +380,36 @@ fn start(
         recovered_records,
         recovered_segments
     ));
-    let description = Arc::new(Mutex::new(sink_description.clone()));
+    let status = format!(
+        "listening on {} ({shard_count} shards, sinks: {sink_description})",
+        cfg.server.socket_path.display()
+    );
+    let queues: Vec<Arc<ShardQueue>> = shards.iter().map(|s| s.queue.clone()).collect();
+    let children = Children {
+        conn_ctx: conn_ctx.clone(),
+        arbiters,
+        listener,
+        shards,
+        sinks,
+        dead_letters: dead_letters.clone(),
+        board: board.clone(),
+    };
+    let supervisor = Supervisor::new(cfg.clone(), children).start();
     let reloader = Rc::new(RefCell::new(Reloader::new(
         config_path,
         cfg.clone(),
-        sink.clone(),
-        description.clone(),
+        supervisor.clone(),
     )));
     let reload_stats = reloader.borrow().stats.clone();
     let for_admin = reloader.clone();
     let admin_state = AdminState {
-        shards: shards.iter().map(|s| s.queue.clone()).collect(),
-        drains: shards.iter().map(|s| s.drain_stats.clone()).collect(),
+        shards: queues,
+        board,
+        data_dir: cfg.server.data_dir.clone(),
         wab: wab.clone(),
         stats: conn_ctx.stats.clone(),
         live_connections: conn_ctx.live.clone(),
-        dead_letters: dead_letters.clone(),
-        sink_description: description,
+        dead_letters,
         reload: Some(Box::new(move || {
             Box::pin(Reloader::reload(for_admin.clone()))
         })),
@@ -345,19 +420,6 @@ fn start(
         ready_stall: std::time::Duration::from_millis(cfg.admin.ready_stall_ms),
     };
     Admin::new(admin_listener, metrics_listener, admin_state).start();
-    let children = Children {
-        conn_ctx,
-        arbiters,
-        listener,
-        shards,
-        sink,
-        dead_letters,
-    };
-    let status = format!(
-        "listening on {} ({shard_count} shards, sink: {sink_description})",
-        cfg.server.socket_path.display()
-    );
-    let supervisor = Supervisor::new(cfg, children).start();
     spawn_signal_handlers(supervisor);
     spawn_reload_triggers(reloader, watch_config);
     // The socket listens and every shard is recovered: a producer that

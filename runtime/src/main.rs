@@ -18,6 +18,7 @@ mod admin;
 mod check;
 mod ctl;
 mod daemon;
+mod delivery;
 mod fd_limit;
 mod inspect;
 mod notify;

@@ -1,25 +1,31 @@
-//! Hot reload of the `[sink]` table: SIGHUP, `spillway ctl reload`, or a
-//! change seen by `--watch-config`.
+//! Hot reload of the sinks (`[sink]` or `[sinks.NAME]`): SIGHUP, `spillway
+//! ctl reload`, or a change seen by `--watch-config`.
 //!
-//! Steps: read the file, parse and validate it, build the new sink and run
-//! its health check (on a thread of its own, under `sink.build_timeout_ms`:
-//! see `crate::sink`), then hand it to every drain through the shared
-//! [`SinkSlot`]; each drain switches at its next batch boundary and drops
-//! its old instance. A file that fails any step leaves the running sink
-//! untouched; the reason is logged, returned to `ctl reload` and counted.
-//! Changes outside `[sink]` need a restart and are reported as such.
+//! Steps: read the file, parse and validate it, compare its sinks with the
+//! running ones by name (changed, added, removed; a renamed sink is a
+//! removal plus an addition, and the report says so), build every changed
+//! and added sink and run its health check (on a thread of its own, under
+//! their `build_timeout_ms`: see `crate::sink`), then hand the outcome to
+//! the supervisor ([`ApplySinks`]): a changed sink's drains switch at their
+//! next batch boundary, an added one starts on every shard, a removed one
+//! stops and lets go of its records. A file that fails any step changes
+//! nothing; the reason is logged, returned to `ctl reload` and counted.
+//! Changes outside the sinks need a restart and are reported as such.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
-use spillway_actors::SinkSlot;
+use actix::Addr;
+use spillway_sinks::SinkConfig;
 
 use crate::config::Config;
-use crate::sink::{build_on_thread, build_timeout, sink_maker_checked};
+use crate::sink::{build_on_thread, build_sinks, build_timeout};
+use crate::supervisor::{ApplySinks, Supervisor};
 
 /// Counters exported by `ctl stats`.
 #[derive(Debug, Default)]
@@ -33,54 +39,53 @@ pub struct Reloader {
     /// `None` when running on the embedded default: nothing to re-read.
     path: Option<PathBuf>,
     current: Config,
-    slot: Arc<SinkSlot>,
-    description: Arc<Mutex<String>>,
+    supervisor: Addr<Supervisor>,
     pub stats: Arc<ReloadStats>,
     /// (mtime, size) of the file as last applied by the file watch.
     seen_file: Option<(SystemTime, u64)>,
     /// A changed (mtime, size) waiting one poll to be sure the write is done.
     settling: Option<(SystemTime, u64)>,
-    /// (mtime, size) of the running plugin's library: a rebuilt plugin is
-    /// reloaded even when the `[sink]` table did not change.
-    plugin_file: Option<(SystemTime, u64)>,
+    /// (mtime, size) of each running plugin sink's library: a rebuilt
+    /// plugin is reloaded even when its table did not change.
+    plugin_files: PluginFiles,
 }
+
+/// (mtime, size) of the library of every plugin sink, by sink name.
+type PluginFiles = BTreeMap<String, (SystemTime, u64)>;
 
 /// What a reload has to do once the file is read.
-enum Plan {
-    /// The sink is the same: nothing to build (the report may still name
-    /// keys that need a restart).
-    Unchanged(String),
-    /// A new sink to build from `new`.
-    Build {
-        new: Box<Config>,
-        report: String,
-        plugin_file: Option<(SystemTime, u64)>,
-    },
+struct Plan {
+    /// The new config.
+    new: Box<Config>,
+    /// Sinks to build: changed ones, then added ones.
+    changed: Vec<(String, SinkConfig)>,
+    added: Vec<(String, SinkConfig)>,
+    removed: Vec<String>,
+    /// Lines for `ctl reload` so far (keys that need a restart, renames).
+    report: String,
+    plugin_files: PluginFiles,
 }
 
-/// (mtime, size) of the plugin library a config points at, if it is a plugin.
-fn plugin_fingerprint(cfg: &Config) -> Option<(SystemTime, u64)> {
-    file_stamp(cfg.sink.plugin_path()?)
+/// (mtime, size) of the plugin library of every plugin sink of `cfg`.
+fn plugin_fingerprints(cfg: &Config) -> PluginFiles {
+    cfg.sinks
+        .iter()
+        .filter_map(|(n, s)| Some((n.clone(), file_stamp(s.plugin_path()?)?)))
+        .collect()
 }
 
 impl Reloader {
-    pub fn new(
-        path: Option<PathBuf>,
-        current: Config,
-        slot: Arc<SinkSlot>,
-        description: Arc<Mutex<String>>,
-    ) -> Self {
+    pub fn new(path: Option<PathBuf>, current: Config, supervisor: Addr<Supervisor>) -> Self {
         let seen_file = path.as_ref().and_then(|p| file_stamp(p));
-        let plugin_file = plugin_fingerprint(&current);
+        let plugin_files = plugin_fingerprints(&current);
         Reloader {
             path,
             current,
-            slot,
-            description,
+            supervisor,
             stats: Arc::new(ReloadStats::default()),
             seen_file,
             settling: None,
-            plugin_file,
+            plugin_files,
         }
     }
 
@@ -101,37 +106,54 @@ impl Reloader {
             }
             Err(e) => {
                 stats.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %e, "config reload rejected; the running sink is unchanged");
-                Err(format!("reload rejected, running sink unchanged: {e}"))
+                tracing::error!(error = %e, "config reload rejected; the running sinks are unchanged");
+                Err(format!("reload rejected, running sinks unchanged: {e}"))
             }
         }
     }
 
     async fn try_reload(this: &Rc<RefCell<Reloader>>) -> Result<String, String> {
-        let (new, mut report, plugin_file) = match this.borrow().plan()? {
-            Plan::Unchanged(report) => return Ok(report),
-            Plan::Build {
-                new,
-                report,
-                plugin_file,
-            } => (new, report, plugin_file),
-        };
-        let deadline = build_timeout(&new);
-        let for_build = new.clone();
-        let built = build_on_thread(deadline, move || sink_maker_checked(&for_build))?
+        let plan = this.borrow().plan()?;
+        let Plan {
+            new,
+            changed,
+            added,
+            removed,
+            mut report,
+            plugin_files,
+        } = plan;
+        if changed.is_empty() && added.is_empty() && removed.is_empty() {
+            report.push_str("sinks unchanged\n");
+            return Ok(report);
+        }
+        let to_build: Vec<(String, SinkConfig)> = changed.iter().chain(&added).cloned().collect();
+        let deadline = build_timeout(&to_build);
+        let mut built = build_on_thread(deadline, move || build_sinks(&to_build, true))?
             .wait_async()
             .await??;
-        let (maker, description) = built;
+        let added_built = built.split_off(changed.len());
+        let supervisor = this.borrow().supervisor.clone();
+        let applied = supervisor
+            .send(ApplySinks {
+                changed: built,
+                added: added_built,
+                removed,
+            })
+            .await
+            .map_err(|e| format!("the supervisor did not answer: {e}"))?;
         let mut me = this.borrow_mut();
-        me.slot
-            .replace(maker, new.drain_settings(), description.clone());
-        *me.description.lock().unwrap() = description.clone();
-        report.push_str(&format!(
-            "sink switched to {description} (each shard switches at its next batch boundary)\n"
-        ));
-        me.current.sink = new.sink;
-        me.plugin_file = plugin_file;
-        Ok(report)
+        // Whatever part was applied is running now: remember it, so a
+        // partial failure (an added sink whose drain could not start) is
+        // tried again at the next reload.
+        match applied {
+            Ok(lines) => {
+                report.push_str(&lines);
+                me.current = *new;
+                me.plugin_files = plugin_files;
+                Ok(report)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Reads and validates the file (bounded: a capped read of a regular
@@ -143,15 +165,42 @@ impl Reloader {
         for key in restart_needed(&self.current, &new) {
             report.push_str(&format!("{key} changed: needs a restart, not applied\n"));
         }
-        let plugin_file = plugin_fingerprint(&new);
-        if new.sink == self.current.sink && plugin_file == self.plugin_file {
-            report.push_str("sink unchanged\n");
-            return Ok(Plan::Unchanged(report));
+        let plugin_files = plugin_fingerprints(&new);
+        let old = &self.current.sinks;
+        let mut changed = Vec::new();
+        let mut added = Vec::new();
+        for (name, sink) in &new.sinks {
+            match old.get(name) {
+                None => added.push((name.clone(), sink.clone())),
+                Some(o) if o != sink || plugin_files.get(name) != self.plugin_files.get(name) => {
+                    changed.push((name.clone(), sink.clone()))
+                }
+                Some(_) => {}
+            }
         }
-        Ok(Plan::Build {
+        let removed: Vec<String> = old
+            .keys()
+            .filter(|n| !new.sinks.contains_key(*n))
+            .cloned()
+            .collect();
+        // A sink whose table moved to a new name, unchanged otherwise.
+        for gone in &removed {
+            for (name, sink) in &added {
+                if old.get(gone) == Some(sink) {
+                    report.push_str(&format!(
+                        "sink {gone} renamed to {name}: that is a removal plus an addition (the new name starts as its `start` says)\n"
+                    ));
+                    tracing::info!(from = %gone, to = %name, "sink renamed: removing the old name and adding the new one");
+                }
+            }
+        }
+        Ok(Plan {
             new: Box::new(new),
+            changed,
+            added,
+            removed,
             report,
-            plugin_file,
+            plugin_files,
         })
     }
 
@@ -198,7 +247,7 @@ macro_rules! changed_fields {
     }};
 }
 
-/// Keys outside `[sink]` that differ (they need a restart).
+/// Keys outside the sinks that differ (they need a restart).
 fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
     use crate::config::{AdminConfig, LogConfig, ServerConfig, WabConfig};
     let mut keys = Vec::new();

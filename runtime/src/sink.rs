@@ -19,14 +19,26 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sink_sdk::Health;
-use spillway_actors::SinkMaker;
+use spillway_actors::{DrainSettings, SinkMaker, StartAt};
+use spillway_sinks::SinkConfig;
 
-use crate::config::Config;
+use crate::config::drain_settings;
 
-/// Build the configured sink into the maker the drains use. Blocks: call
-/// it only through [`build_on_thread`] (or where blocking is harmless).
-pub fn sink_maker(cfg: &Config) -> Result<(SinkMaker, String), String> {
-    let factory = spillway_sinks::build(&cfg.sink).map_err(|e| format!("sink: {e}"))?;
+/// One sink built: what its drains run.
+pub struct BuiltSink {
+    pub name: String,
+    pub maker: SinkMaker,
+    pub settings: DrainSettings,
+    /// Its type and target, for people (`ctl health`, log lines).
+    pub description: String,
+    /// Where it starts in a shard where it has no cursor yet.
+    pub start: StartAt,
+}
+
+/// Build one sink into the maker its drains use. Blocks: call it only
+/// through [`build_on_thread`] (or where blocking is harmless).
+pub fn sink_maker(sink: &SinkConfig) -> Result<(SinkMaker, String), String> {
+    let factory = spillway_sinks::build(sink).map_err(|e| e.to_string())?;
     let description = factory.describe();
     let maker: SinkMaker = Arc::new(move |shard| factory.create(shard));
     Ok((maker, description))
@@ -34,8 +46,8 @@ pub fn sink_maker(cfg: &Config) -> Result<(SinkMaker, String), String> {
 
 /// Builds the sink, creates shard 0's instance and runs its health check;
 /// `Ok` is the maker and its description, ready to swap in. Blocks.
-pub fn sink_maker_checked(cfg: &Config) -> Result<(SinkMaker, String), String> {
-    let (maker, description) = sink_maker(cfg)?;
+pub fn sink_maker_checked(sink: &SinkConfig) -> Result<(SinkMaker, String), String> {
+    let (maker, description) = sink_maker(sink)?;
     let mut probe = maker(0).map_err(|e| format!("building the new sink: {e}"))?;
     let health = probe.health_check();
     drop(probe);
@@ -47,9 +59,39 @@ pub fn sink_maker_checked(cfg: &Config) -> Result<(SinkMaker, String), String> {
     }
 }
 
-/// The deadline `cfg` gives a sink build (`sink.build_timeout_ms`).
-pub fn build_timeout(cfg: &Config) -> Duration {
-    Duration::from_millis(cfg.sink.drain().build_timeout_ms)
+/// Build every sink of `sinks` in turn (health-checked when `checked`,
+/// as a reload does). Blocks: run it through [`build_on_thread`] under
+/// [`build_timeout`] of the same sinks. The first failure names its sink.
+pub fn build_sinks(
+    sinks: &[(String, SinkConfig)],
+    checked: bool,
+) -> Result<Vec<BuiltSink>, String> {
+    let mut built = Vec::with_capacity(sinks.len());
+    for (name, sink) in sinks {
+        let made = if checked {
+            sink_maker_checked(sink)
+        } else {
+            sink_maker(sink)
+        };
+        let (maker, description) = made.map_err(|e| format!("sinks.{name}: {e}"))?;
+        built.push(BuiltSink {
+            name: name.clone(),
+            maker,
+            settings: drain_settings(sink),
+            description,
+            start: StartAt::End,
+        });
+    }
+    Ok(built)
+}
+
+/// The deadline for building `sinks` one after another: the sum of their
+/// `build_timeout_ms`.
+pub fn build_timeout(sinks: &[(String, SinkConfig)]) -> Duration {
+    sinks
+        .iter()
+        .map(|(_, s)| Duration::from_millis(s.drain().build_timeout_ms))
+        .sum()
 }
 
 /// When the build thread now running started, if one is.

@@ -9,21 +9,23 @@
 //! cap stays stopped and visibly failed (its pushes get InternalError); the
 //! listener past the cap stops the daemon, which cannot serve without it.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use std::sync::Mutex;
 
 use spillway_actors::{
-    bind_socket, ConnectionContext, Drain, DrainConfig, DrainStats, FlusherConfig, Listener,
-    ShardFlusher, ShardHealth, ShardQueue, SinkSlot, StopDrain, StopListening, StopShard,
+    bind_socket, ConnectionContext, DeliveryBoard, Drain, DrainStats, FlusherConfig, Listener,
+    Retention, RetireDrain, ShardFlusher, ShardHealth, ShardQueue, SinkFigures, SinkSlot,
+    StopDrain, StopListening, StopShard,
 };
-use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::{open_shard, shard_dir, FsStorage};
 
 use crate::config::Config;
+use crate::delivery::{open_dead_letters, start_drain, DeadLetterStores, SinkRun};
+use crate::sink::BuiltSink;
 
 /// Restarts allowed per child within [`RESTART_WINDOW`].
 pub const RESTARTS_MAX: usize = 5;
@@ -38,7 +40,7 @@ const LAST_ACKS_GRACE: Duration = Duration::from_millis(100);
 
 /// Restart bookkeeping of one child.
 #[derive(Default)]
-struct RestartPolicy {
+pub(crate) struct RestartPolicy {
     recent: Vec<Instant>,
     not_before: Option<Instant>,
     given_up: bool,
@@ -76,34 +78,51 @@ impl RestartPolicy {
     }
 }
 
-/// One shard's children: its flusher (with sealer) and its drain.
+/// One shard's children: its flusher (with sealer), its retention and
+/// one drain per sink.
 pub struct ShardSlot {
     pub queue: Arc<ShardQueue>,
     pub addr: Option<Addr<ShardFlusher>>,
     policy: RestartPolicy,
     dead_since: Option<Instant>,
-    pub drain: Option<Addr<Drain>>,
-    pub drain_stats: Arc<DrainStats>,
-    drain_policy: RestartPolicy,
-    drain_dead_since: Option<Instant>,
+    pub retention: Arc<Mutex<Retention<FsStorage>>>,
+    /// By sink name.
+    pub drains: BTreeMap<String, DrainSlot>,
+}
+
+/// One sink's drain of one shard, watched like every child.
+pub struct DrainSlot {
+    pub addr: Option<Addr<Drain>>,
+    pub stats: Arc<DrainStats>,
+    policy: RestartPolicy,
+    dead_since: Option<Instant>,
+}
+
+impl DrainSlot {
+    pub fn new(addr: Addr<Drain>, stats: Arc<DrainStats>) -> Self {
+        DrainSlot {
+            addr: Some(addr),
+            stats,
+            policy: RestartPolicy::default(),
+            dead_since: None,
+        }
+    }
 }
 
 impl ShardSlot {
     pub fn new(
         queue: Arc<ShardQueue>,
         addr: Addr<ShardFlusher>,
-        drain: Addr<Drain>,
-        drain_stats: Arc<DrainStats>,
+        retention: Arc<Mutex<Retention<FsStorage>>>,
+        drains: BTreeMap<String, DrainSlot>,
     ) -> Self {
         ShardSlot {
             queue,
             addr: Some(addr),
             policy: RestartPolicy::default(),
             dead_since: None,
-            drain: Some(drain),
-            drain_stats,
-            drain_policy: RestartPolicy::default(),
-            drain_dead_since: None,
+            retention,
+            drains,
         }
     }
 }
@@ -117,8 +136,10 @@ pub struct Supervisor {
     listener_policy: RestartPolicy,
     listener_dead_since: Option<Instant>,
     shards: Vec<ShardSlot>,
-    sink: Arc<SinkSlot>,
-    dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
+    /// The configured sinks, by name.
+    sinks: BTreeMap<String, SinkRun>,
+    dead_letters: DeadLetterStores,
+    board: Arc<DeliveryBoard>,
     shutting_down: bool,
 }
 
@@ -129,8 +150,9 @@ pub struct Children {
     pub arbiters: Vec<ArbiterHandle>,
     pub listener: Addr<Listener>,
     pub shards: Vec<ShardSlot>,
-    pub sink: Arc<SinkSlot>,
-    pub dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
+    pub sinks: BTreeMap<String, SinkRun>,
+    pub dead_letters: DeadLetterStores,
+    pub board: Arc<DeliveryBoard>,
 }
 
 impl Supervisor {
@@ -140,8 +162,9 @@ impl Supervisor {
             arbiters,
             listener,
             shards,
-            sink,
+            sinks,
             dead_letters,
+            board,
         } = children;
         Supervisor {
             cfg,
@@ -151,8 +174,9 @@ impl Supervisor {
             listener_policy: RestartPolicy::default(),
             listener_dead_since: None,
             shards,
-            sink,
+            sinks,
             dead_letters,
+            board,
             shutting_down: false,
         }
     }
@@ -184,22 +208,6 @@ impl Supervisor {
         Ok((flusher.start(), report))
     }
 
-    /// Start one shard's drain (after its flusher: it needs the watermark).
-    pub fn start_drain(
-        cfg: &Config,
-        queue: Arc<ShardQueue>,
-        sink: Arc<SinkSlot>,
-        dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
-        stats: Arc<DrainStats>,
-    ) -> std::io::Result<Addr<Drain>> {
-        let dcfg = DrainConfig {
-            shard: queue.shard,
-            dir: shard_dir(&cfg.server.data_dir, queue.shard),
-        };
-        let drain = Drain::spawn(FsStorage, dcfg, queue, sink, dead_letters, stats)?;
-        Ok(drain.start())
-    }
-
     fn check_children(&mut self, ctx: &mut Context<Self>) {
         if self.shutting_down {
             return;
@@ -208,7 +216,10 @@ impl Supervisor {
         self.check_listener(now, ctx);
         for i in 0..self.shards.len() {
             self.check_shard(i, now);
-            self.check_drain(i, now);
+            let names: Vec<String> = self.shards[i].drains.keys().cloned().collect();
+            for name in names {
+                self.check_drain(i, &name, now);
+            }
         }
     }
 
@@ -312,46 +323,53 @@ impl Supervisor {
         }
     }
 
-    fn check_drain(&mut self, i: usize, now: Instant) {
-        let slot = &mut self.shards[i];
-        if slot.drain.as_ref().is_some_and(|a| a.connected()) {
+    fn check_drain(&mut self, i: usize, sink: &str, now: Instant) {
+        let Some(run) = self.sinks.get(sink) else {
+            return;
+        };
+        let data_dir = self.cfg.server.data_dir.clone();
+        let shard_slot = &mut self.shards[i];
+        let shard = shard_slot.queue.shard;
+        let Some(slot) = shard_slot.drains.get_mut(sink) else {
+            return;
+        };
+        if slot.addr.as_ref().is_some_and(|a| a.connected()) {
             return;
         }
-        let shard = slot.queue.shard;
-        let sink = self.sink.description();
-        if slot.drain_dead_since.is_none() {
+        if slot.dead_since.is_none() {
             tracing::error!(
                 shard,
                 sink,
-                "drain died; delivery of this shard pauses until it restarts"
+                "drain died; this sink's delivery of this shard pauses until it restarts"
             );
-            slot.drain_dead_since = Some(now);
-            slot.drain_policy.noticed(now);
-            slot.drain = None;
+            slot.dead_since = Some(now);
+            slot.policy.noticed(now);
+            slot.addr = None;
         }
-        match slot.drain_policy.try_restart(now) {
+        match slot.policy.try_restart(now) {
             None => {}
             Some(false) => {
                 tracing::error!(
                     shard,
                     sink,
                     restarts = RESTARTS_MAX,
-                    "drain keeps failing; delivery of this shard stays stopped (records are kept)"
+                    "drain keeps failing; this sink's delivery of this shard stays stopped (records are kept)"
                 );
             }
             Some(true) => {
-                let started = Self::start_drain(
-                    &self.cfg,
-                    slot.queue.clone(),
-                    self.sink.clone(),
-                    self.dead_letters.clone(),
-                    slot.drain_stats.clone(),
+                let started = start_drain(
+                    &data_dir,
+                    shard_slot.queue.clone(),
+                    shard_slot.retention.clone(),
+                    sink,
+                    run,
+                    slot.stats.clone(),
                 );
                 match started {
                     Ok(addr) => {
                         tracing::warn!(shard, sink, "restarted drain");
-                        slot.drain = Some(addr);
-                        slot.drain_dead_since = None;
+                        slot.addr = Some(addr);
+                        slot.dead_since = None;
                     }
                     Err(e) => {
                         tracing::error!(shard, sink, error = %e, "restarting drain failed; will retry")
@@ -359,6 +377,67 @@ impl Supervisor {
                 }
             }
         }
+    }
+
+    /// Start sink `built` on every shard (a reload added it).
+    fn add_sink(&mut self, built: BuiltSink) -> Result<(), String> {
+        let name = built.name.clone();
+        let data_dir = self.cfg.server.data_dir.clone();
+        let dead_letters = open_dead_letters(&data_dir, &name)?;
+        let run = SinkRun {
+            slot: SinkSlot::new(built.maker, built.settings, built.description.clone()),
+            dead_letters: dead_letters.clone(),
+            start: built.start,
+        };
+        let mut stats = Vec::new();
+        for shard in &mut self.shards {
+            let s = Arc::new(DrainStats::default());
+            let addr = start_drain(
+                &data_dir,
+                shard.queue.clone(),
+                shard.retention.clone(),
+                &name,
+                &run,
+                s.clone(),
+            )
+            .map_err(|e| {
+                format!(
+                    "sinks.{name}: starting its drain of shard {}: {e}",
+                    shard.queue.shard
+                )
+            })?;
+            shard
+                .drains
+                .insert(name.clone(), DrainSlot::new(addr, s.clone()));
+            stats.push(s);
+        }
+        self.dead_letters
+            .lock()
+            .unwrap()
+            .insert(name.clone(), dead_letters);
+        self.board.insert(
+            &name,
+            SinkFigures {
+                description: built.description,
+                shards: stats,
+            },
+        );
+        self.sinks.insert(name, run);
+        Ok(())
+    }
+
+    /// Stop sink `name` on every shard; each cursor leaves its shard's
+    /// retention once its thread finishes (see [`RetireDrain`]).
+    fn remove_sink(&mut self, name: &str) {
+        for shard in &mut self.shards {
+            if let Some(slot) = shard.drains.remove(name) {
+                if let Some(addr) = slot.addr {
+                    addr.do_send(RetireDrain);
+                }
+            }
+        }
+        self.sinks.remove(name);
+        self.board.remove(name);
     }
 
     fn shutdown(&mut self, ctx: &mut Context<Self>) {
@@ -383,7 +462,7 @@ impl Supervisor {
         let drains: Vec<_> = self
             .shards
             .iter_mut()
-            .filter_map(|s| s.drain.take())
+            .flat_map(|s| s.drains.values_mut().filter_map(|d| d.addr.take()))
             .collect();
         let queues: Vec<_> = self.shards.iter().map(|s| s.queue.clone()).collect();
         let timeout = Duration::from_millis(self.cfg.server.shutdown_timeout_ms);
@@ -443,6 +522,51 @@ impl Handler<Shutdown> for Supervisor {
     type Result = ();
     fn handle(&mut self, _: Shutdown, ctx: &mut Context<Self>) {
         self.shutdown(ctx);
+    }
+}
+
+/// Sent by a reload once the new sinks are built: switch the `changed`
+/// ones (each drain at its next batch boundary), start the `added` ones on
+/// every shard, stop the `removed` ones. Answers one line per sink.
+#[derive(Message)]
+#[rtype(result = "Result<String, String>")]
+pub struct ApplySinks {
+    pub changed: Vec<BuiltSink>,
+    pub added: Vec<BuiltSink>,
+    pub removed: Vec<String>,
+}
+
+impl Handler<ApplySinks> for Supervisor {
+    type Result = Result<String, String>;
+    fn handle(&mut self, msg: ApplySinks, _: &mut Context<Self>) -> Self::Result {
+        if self.shutting_down {
+            return Err("the daemon is shutting down".into());
+        }
+        let mut report = String::new();
+        for name in &msg.removed {
+            self.remove_sink(name);
+            tracing::info!(sink = %name, "sink removed: its drains stop after their batch in flight, and it holds no records any more");
+            report.push_str(&format!("sink {name} removed (its cursors and hold on segments go once its batches in flight finish; its dead letters stay)\n"));
+        }
+        for built in msg.changed {
+            let Some(run) = self.sinks.get(&built.name) else {
+                continue;
+            };
+            run.slot
+                .replace(built.maker, built.settings, built.description.clone());
+            self.board.describe(&built.name, &built.description);
+            report.push_str(&format!(
+                "sink {} switched to {} (each shard switches at its next batch boundary)\n",
+                built.name, built.description
+            ));
+        }
+        for built in msg.added {
+            let (name, description) = (built.name.clone(), built.description.clone());
+            self.add_sink(built)?;
+            tracing::info!(sink = %name, target = %description, "sink added");
+            report.push_str(&format!("sink {name} added: {description}\n"));
+        }
+        Ok(report)
     }
 }
 

@@ -31,6 +31,24 @@ fn ask(socket: &Path, command: &str, limits: Limits) -> Result<Value, String> {
     serde_json::from_str(&body).map_err(|e| format!("{command}: {e}"))
 }
 
+/// Records of `shard` delivered to every sink: the lowest of the sinks'
+/// counts (the rate a shard's records leave for all of them).
+fn delivered_by_every_sink(stats: &Value, shard: u64) -> u64 {
+    stats["sinks"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(_, sink)| {
+            sink["shards"]
+                .as_array()?
+                .iter()
+                .find(|s| s["shard"].as_u64() == Some(shard))?["delivered_records"]
+                .as_u64()
+        })
+        .min()
+        .unwrap_or(0)
+}
+
 fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
     let stats = ask(socket, "stats", limits)?;
     let health = ask(socket, "health", limits)?;
@@ -44,7 +62,7 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
                     (
                         n(s, "shard"),
                         n(s, "records_written"),
-                        n(s, "delivered_records"),
+                        delivered_by_every_sink(&stats, n(s, "shard")),
                         n(s, "pending_records"),
                         n(s, "oldest_pending_age_seconds"),
                         n(s, "pending_bytes"),
@@ -75,11 +93,26 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
         .map(|a| {
             a.iter()
                 .map(|s| {
-                    let sink = &s["sink"];
-                    (
-                        sink["state"].as_str().unwrap_or("?").to_string(),
-                        sink["reason"].as_str().unwrap_or("").to_string(),
-                    )
+                    // The sinks that are not running, by name; else "running".
+                    let failing: Vec<(String, String)> = s["sinks"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .filter(|(_, v)| v["state"] != "running")
+                        .map(|(name, v)| {
+                            (
+                                format!("{name} {}", v["state"].as_str().unwrap_or("?")),
+                                v["reason"].as_str().unwrap_or("").to_string(),
+                            )
+                        })
+                        .collect();
+                    if failing.is_empty() {
+                        ("running".to_string(), String::new())
+                    } else {
+                        let (states, reasons): (Vec<String>, Vec<String>) =
+                            failing.into_iter().unzip();
+                        (states.join(", "), reasons.join("; "))
+                    }
                 })
                 .collect()
         })

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use spillway_actors::{
-    AppendBatch, Clock, CommitTarget, DrainConfig, DrainCore, DrainSettings, DrainStats, DrainWait,
-    FlusherConfig, FlusherCore, PendingRecords, SealerCore, SealerMsg, ShardQueue, SinkSlot,
-    WabBudget,
+    AppendBatch, Clock, CommitTarget, Cursor, CursorConfig, DrainSettings, DrainStats, DrainWait,
+    FlusherConfig, FlusherCore, PendingRecords, Retention, SealerCore, SealerMsg, ShardQueue,
+    SinkSlot, StartAt, WabBudget,
 };
 use spillway_protocol::{BatchRecords, NackReason};
 use spillway_wab::checkpoint::{checkpoint_path, parse, CHECKPOINT_BYTES};
@@ -32,6 +32,8 @@ use crate::sink::{SinkMode, SinkScript};
 use crate::storage::{CrashKind, Fault, SimFile, SimStorage, ROOT};
 
 const SHARD: u32 = 0;
+/// The one sink the schedules deliver to.
+const SINK: &str = "default";
 const TIER_SYNC: u8 = 1;
 const TIER_BATCHED: u8 = 2;
 const TIER_BUFFERED: u8 = 3;
@@ -146,7 +148,7 @@ struct Node {
     flusher: FlusherCore<SimStorage>,
     sealer: SealerCore<SimStorage>,
     inbox: Receiver<SealerMsg<SimFile>>,
-    drain: DrainCore<SimStorage>,
+    drain: Cursor<SimStorage>,
     drain_stats: Arc<DrainStats>,
     group: Vec<AppendBatch>,
 }
@@ -469,15 +471,28 @@ impl World {
         )?;
         let store = DeadLetterStore::open(self.storage.clone(), &self.data.join("dead-letter"))?;
         *self.dead_letters.lock().unwrap() = store;
-        let drain_stats = Arc::new(DrainStats::default());
-        let drain = DrainCore::new(
+        let sinks = [SINK.to_string()];
+        let retention = Retention::open(
             self.storage.clone(),
-            DrainConfig {
+            SHARD,
+            self.dir.clone(),
+            queue.clone(),
+            &sinks,
+            Arc::default(),
+        )?;
+        let retention = Arc::new(Mutex::new(retention));
+        let drain_stats = Arc::new(DrainStats::default());
+        let drain = Cursor::new(
+            self.storage.clone(),
+            CursorConfig {
+                sink: SINK.to_string(),
                 shard: SHARD,
                 dir: self.dir.clone(),
             },
+            StartAt::End,
             queue.clone(),
             self.slot.clone(),
+            retention,
             self.dead_letters.clone(),
             drain_stats.clone(),
             self.clock.clone(),

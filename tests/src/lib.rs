@@ -1310,14 +1310,17 @@ pub fn stat(stats: &str, key: &str) -> u64 {
 }
 
 /// Sum over shards of a per-shard counter of `ctl stats`
-/// (`shard{shard="N"}.KEY V`); panics if there is none.
+/// (`shard{shard="N"}.KEY V`), or of a sink's counter over its shards and
+/// every sink (`sink{sink="S",shard="N"}.KEY V`); panics if there is none.
 pub fn shard_stat_sum(stats: &str, key: &str) -> u64 {
     let suffix = format!("}}.{key}");
     let mut found = false;
     let mut sum = 0;
     for line in stats.lines() {
         if let Some((name, value)) = line.split_once(' ') {
-            if name.starts_with("shard{") && name.ends_with(&suffix) {
+            let per_shard = name.starts_with("shard{")
+                || (name.starts_with("sink{") && name.contains("shard="));
+            if per_shard && name.ends_with(&suffix) {
                 found = true;
                 sum += value
                     .trim()

@@ -25,7 +25,10 @@ fn every_subcommand_answers_in_prose_and_in_json() {
     assert_eq!(h["shards"].as_array().unwrap().len(), 2, "{h}");
     assert_eq!(h["shards"][0]["state"], "running", "{h}");
     for field in ["state", "since", "reason", "last_delivery"] {
-        assert!(h["shards"][0]["sink"].get(field).is_some(), "{field}: {h}");
+        assert!(
+            h["shards"][0]["sinks"]["default"].get(field).is_some(),
+            "{field}: {h}"
+        );
     }
     assert!(h["ready"].is_boolean() && h["failing"].is_array(), "{h}");
 
@@ -46,7 +49,7 @@ fn every_subcommand_answers_in_prose_and_in_json() {
     assert_eq!(written, 5, "{s}");
     assert!(s["shards"][0]["pending_records"].is_u64(), "{s}");
     assert!(
-        s["reloads"]["failed"].is_u64() && s["sink"].is_string(),
+        s["reloads"]["failed"].is_u64() && s["sinks"]["default"]["description"].is_string(),
         "{s}"
     );
 

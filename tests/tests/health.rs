@@ -59,7 +59,7 @@ fn ready_follows_the_sink_and_health_stays_up() {
     let health = d.ctl(&["health"]);
     assert!(health.contains("shard 0 Running"), "{health}");
     assert!(
-        health.contains("sink of shard 0 Running (last delivery 20"),
+        health.contains("sink default of shard 0 Running (last delivery 20"),
         "{health}"
     );
     assert!(health.ends_with("ready\n"), "{health}");
@@ -99,12 +99,12 @@ fn ready_follows_the_sink_and_health_stays_up() {
     );
     let health = d.ctl(&["health"]);
     assert!(
-        health.contains("sink of shard 0 Retrying since 20"),
+        health.contains("sink default of shard 0 Retrying since 20"),
         "{health}"
     );
     assert!(health.contains("503"), "{health}");
     assert!(
-        health.contains("not ready: sink of shard 0 retrying"),
+        health.contains("not ready: sink default of shard 0 retrying"),
         "{health}"
     );
 

@@ -44,7 +44,6 @@ pub const SLOT_BYTES: usize = 4096;
 const SLOT_USED: usize = 40;
 pub const CHECKPOINT_BYTES: usize = 2 * SLOT_BYTES;
 pub const CHECKPOINT_FILE: &str = "checkpoint";
-const TMP_FILE: &str = "checkpoint.tmp";
 /// Prefix of a checkpoint moved aside because no slot could be read.
 pub const CORRUPT_PREFIX: &str = "checkpoint.corrupt-";
 /// Prefix of a checkpoint moved aside because it was ahead of the data.
@@ -52,6 +51,39 @@ pub const AHEAD_PREFIX: &str = "checkpoint.ahead-";
 
 pub fn checkpoint_path(shard_dir: &Path) -> PathBuf {
     shard_dir.join(CHECKPOINT_FILE)
+}
+
+/// Prefix of a sink's cursor file in a shard folder: `cursor-<sink>`.
+pub const CURSOR_PREFIX: &str = "cursor-";
+
+/// The name of sink `sink`'s cursor file in a shard folder. A sink name is
+/// 1-32 of `a-z 0-9 _ -` (the config checks it), so the name never holds a
+/// `.`, which the files moved aside and the temporary file add.
+pub fn cursor_file(sink: &str) -> String {
+    format!("{CURSOR_PREFIX}{sink}")
+}
+
+/// The sinks that have a cursor file in `shard_dir`, sorted.
+pub fn cursor_sinks<S: Storage>(storage: &S, shard_dir: &Path) -> io::Result<Vec<String>> {
+    let mut sinks: Vec<String> = storage
+        .list(shard_dir)?
+        .iter()
+        .filter_map(|p| p.file_name()?.to_str()?.strip_prefix(CURSOR_PREFIX))
+        .filter(|s| !s.is_empty() && !s.contains('.'))
+        .map(str::to_string)
+        .collect();
+    sinks.sort();
+    Ok(sinks)
+}
+
+/// Remove sink `sink`'s cursor file from `shard_dir` (the sink was removed
+/// from the config), durably. Missing already is fine.
+pub fn remove_cursor<S: Storage>(storage: &S, shard_dir: &Path, sink: &str) -> io::Result<()> {
+    match storage.remove(&shard_dir.join(cursor_file(sink))) {
+        Ok(()) => storage.sync_dir(shard_dir),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// A decoded slot.
@@ -176,7 +208,17 @@ fn read_file<F: StorageFile>(file: &F) -> io::Result<Vec<u8>> {
 /// nothing; a checkpoint with no valid slot is an `InvalidData` error
 /// naming the file (a starting shard uses [`load_checkpoint`] instead).
 pub fn read_checkpoint<S: Storage>(storage: &S, shard_dir: &Path) -> io::Result<u64> {
-    let path = checkpoint_path(shard_dir);
+    read_checkpoint_file(storage, shard_dir, CHECKPOINT_FILE)
+}
+
+/// [`read_checkpoint`] of the file `file` in `shard_dir` (a sink's cursor:
+/// [`cursor_file`]).
+pub fn read_checkpoint_file<S: Storage>(
+    storage: &S,
+    shard_dir: &Path,
+    name: &str,
+) -> io::Result<u64> {
+    let path = shard_dir.join(name);
     let file = match storage.open_read(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
@@ -216,7 +258,17 @@ pub struct CheckpointLoad {
 /// (at-least-once). The caller must keep new sequence numbers from
 /// colliding with delivered ones (see `open_shard`).
 pub fn load_checkpoint<S: Storage>(storage: &S, shard_dir: &Path) -> io::Result<CheckpointLoad> {
-    let path = checkpoint_path(shard_dir);
+    load_checkpoint_file(storage, shard_dir, CHECKPOINT_FILE)
+}
+
+/// [`load_checkpoint`] of the file `file` in `shard_dir` (a sink's cursor:
+/// [`cursor_file`]); an unreadable one is moved to `<file>.corrupt-<unix_us>`.
+pub fn load_checkpoint_file<S: Storage>(
+    storage: &S,
+    shard_dir: &Path,
+    name: &str,
+) -> io::Result<CheckpointLoad> {
+    let path = shard_dir.join(name);
     let file = match storage.open_read(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(CheckpointLoad::default()),
@@ -250,7 +302,7 @@ pub fn load_checkpoint<S: Storage>(storage: &S, shard_dir: &Path) -> io::Result<
             });
         }
     };
-    let aside = move_aside(storage, shard_dir, CORRUPT_PREFIX)?;
+    let aside = move_file_aside(storage, shard_dir, name, &format!("{name}.corrupt-"))?;
     tracing::error!(
         path = %path.display(),
         moved_to = %aside.display(),
@@ -274,6 +326,17 @@ pub(crate) fn move_aside<S: Storage>(
     shard_dir: &Path,
     prefix: &str,
 ) -> io::Result<PathBuf> {
+    move_file_aside(storage, shard_dir, CHECKPOINT_FILE, prefix)
+}
+
+/// Rename `file` in `shard_dir` to `<prefix><unix_us>` and fsync the
+/// folder. Returns the new path.
+pub(crate) fn move_file_aside<S: Storage>(
+    storage: &S,
+    shard_dir: &Path,
+    file: &str,
+    prefix: &str,
+) -> io::Result<PathBuf> {
     let mut us = now_unix_us();
     let mut aside = shard_dir.join(format!("{prefix}{us}"));
     // Two moves within one microsecond (or a clock set back) must not
@@ -282,7 +345,7 @@ pub(crate) fn move_aside<S: Storage>(
         us += 1;
         aside = shard_dir.join(format!("{prefix}{us}"));
     }
-    storage.rename(&checkpoint_path(shard_dir), &aside)?;
+    storage.rename(&shard_dir.join(file), &aside)?;
     storage.sync_dir(shard_dir)?;
     Ok(aside)
 }
@@ -300,11 +363,22 @@ pub fn write_checkpoint<S: Storage>(
     shard_dir: &Path,
     confirmed_next_seq: u64,
 ) -> io::Result<()> {
-    let path = checkpoint_path(shard_dir);
+    write_checkpoint_file(storage, shard_dir, CHECKPOINT_FILE, confirmed_next_seq)
+}
+
+/// [`write_checkpoint`] into the file `file` in `shard_dir` (a sink's
+/// cursor: [`cursor_file`]).
+pub fn write_checkpoint_file<S: Storage>(
+    storage: &S,
+    shard_dir: &Path,
+    name: &str,
+    confirmed_next_seq: u64,
+) -> io::Result<()> {
+    let path = shard_dir.join(name);
     let mut file = match storage.open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return create_file(storage, shard_dir, confirmed_next_seq, 1)
+            return create_file(storage, shard_dir, name, confirmed_next_seq, 1)
         }
         Err(e) => return Err(e),
     };
@@ -313,7 +387,7 @@ pub fn write_checkpoint<S: Storage>(
         // newest, so start the file again (found by the fuzz target).
         Parsed::Slots(Some((_, s))) if s.generation == u64::MAX => {
             drop(file);
-            return create_file(storage, shard_dir, confirmed_next_seq, 1);
+            return create_file(storage, shard_dir, name, confirmed_next_seq, 1);
         }
         Parsed::Slots(Some((i, s))) => (1 - i, s.generation + 1),
         // No valid slot (damaged since the shard started): the drain's
@@ -321,7 +395,7 @@ pub fn write_checkpoint<S: Storage>(
         Parsed::Slots(None) => (0, 1),
         Parsed::Legacy(_) => {
             drop(file);
-            return match create_file(storage, shard_dir, confirmed_next_seq, 1) {
+            return match create_file(storage, shard_dir, name, confirmed_next_seq, 1) {
                 Err(e) if is_no_space(&e) => {
                     legacy_in_place(storage, &path, confirmed_next_seq, &e)
                 }
@@ -330,7 +404,7 @@ pub fn write_checkpoint<S: Storage>(
         }
         Parsed::Corrupt(_) => {
             drop(file);
-            return create_file(storage, shard_dir, confirmed_next_seq, 1);
+            return create_file(storage, shard_dir, name, confirmed_next_seq, 1);
         }
     };
     let b = encode_slot(&Slot {
@@ -346,6 +420,7 @@ pub fn write_checkpoint<S: Storage>(
 fn create_file<S: Storage>(
     storage: &S,
     shard_dir: &Path,
+    file: &str,
     confirmed_next_seq: u64,
     generation: u64,
 ) -> io::Result<()> {
@@ -355,13 +430,13 @@ fn create_file<S: Storage>(
         confirmed_next_seq,
         updated_unix_us: now_unix_us(),
     }));
-    let tmp = shard_dir.join(TMP_FILE);
+    let tmp = shard_dir.join(format!("{file}.tmp"));
     let _ = storage.remove(&tmp);
     let mut f = storage.create(&tmp)?;
     let written = f
         .write_all_at(0, &[IoSlice::new(&b)])
         .and_then(|()| f.sync_all())
-        .and_then(|()| storage.rename(&tmp, &checkpoint_path(shard_dir)));
+        .and_then(|()| storage.rename(&tmp, &shard_dir.join(file)));
     if let Err(e) = written {
         // Do not leave a partial file on a full disk.
         let _ = storage.remove(&tmp);

@@ -184,6 +184,14 @@ impl<S: Storage> ShardFollower<S> {
         self.finished.front()
     }
 
+    /// Every segment read to its end since the last call, oldest first,
+    /// handed to whoever removes them (a shard with several readers has
+    /// one owner of removal, which removes a segment only once every
+    /// reader's confirmed point has passed it).
+    pub fn take_finished(&mut self) -> VecDeque<FinishedSegment> {
+        std::mem::take(&mut self.finished)
+    }
+
     /// Remove the oldest finished segment's file, if every record in it is
     /// below `confirmed_end`. `abandoned`: the writer gave up on it, so it
     /// may still be `.open` (any other unsealed segment is being sealed and

@@ -29,7 +29,10 @@ pub mod storage;
 
 use std::path::{Path, PathBuf};
 
-pub use checkpoint::{load_checkpoint, read_checkpoint, write_checkpoint, CheckpointLoad};
+pub use checkpoint::{
+    cursor_file, cursor_sinks, load_checkpoint, load_checkpoint_file, read_checkpoint,
+    read_checkpoint_file, remove_cursor, write_checkpoint, write_checkpoint_file, CheckpointLoad,
+};
 pub use damaged_header::{HeaderProof, HeaderRepair, Unnumbered};
 pub use format::{FormatError, RecordMeta, SegmentHeader};
 pub use lock::DataDirLock;
@@ -47,8 +50,12 @@ pub fn shard_dir(data_dir: &Path, shard: u32) -> PathBuf {
     data_dir.join(format!("shard-{shard:03}"))
 }
 
-/// The dead-letter store's folder under `data_dir`.
+/// The dead-letter store's folder: of a sink, under its folder; at the top
+/// of `data_dir`, the single-sink layout's (the `default` sink's).
 pub const DEAD_LETTER_DIR: &str = "dead-letter";
+
+/// The folder under `data_dir` holding one folder per sink.
+pub const SINKS_DIR: &str = "sinks";
 
 /// Names in `data_dir` that spillway did not make, sorted (empty for a
 /// missing, empty or spillway-made folder). spillway makes only
@@ -74,6 +81,7 @@ pub fn foreign_entries(data_dir: &Path) -> std::io::Result<Vec<String>> {
         let name = entry?.file_name().to_string_lossy().into_owned();
         let ours = name == lock::LOCK_FILE
             || name == DEAD_LETTER_DIR
+            || name == SINKS_DIR
             || name == "lost+found"
             || name
                 .strip_prefix("shard-")
@@ -103,7 +111,7 @@ pub fn refuse_foreign(data_dir: &Path, foreign: &[String]) -> Result<(), String>
     let more = foreign.len().saturating_sub(shown.len());
     Err(format!(
         "{} holds {} spillway did not make ({}{}): give spillway a folder of its own, \
-         empty or made by spillway (shard-NNN, dead-letter, LOCK)",
+         empty or made by spillway (shard-NNN, sinks, dead-letter, LOCK)",
         data_dir.display(),
         match foreign.len() {
             1 => "an entry".to_string(),
@@ -150,7 +158,13 @@ mod tests {
         let data = dir.path().join("wab");
         assert!(foreign_entries(&data).unwrap().is_empty(), "missing");
         std::fs::create_dir(&data).unwrap();
-        for ours in ["shard-000", "shard-1234", "dead-letter", "lost+found"] {
+        for ours in [
+            "shard-000",
+            "shard-1234",
+            "dead-letter",
+            "sinks",
+            "lost+found",
+        ] {
             std::fs::create_dir(data.join(ours)).unwrap();
         }
         std::fs::write(data.join(lock::LOCK_FILE), b"").unwrap();

@@ -47,7 +47,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{
-    load_checkpoint, move_aside, moved_aside_floors, write_checkpoint, CheckpointLoad, AHEAD_PREFIX,
+    cursor_file, cursor_sinks, load_checkpoint, move_aside, move_file_aside, moved_aside_floors,
+    read_checkpoint_file, write_checkpoint, CheckpointLoad, AHEAD_PREFIX,
 };
 use crate::format::SEGMENT_HEADER_LEN;
 use crate::recovery::{
@@ -103,7 +104,15 @@ pub fn open_shard<S: Storage>(
             confirmed = oldest;
         }
     }
-    // Listed after the move above, so this start's own jump is included.
+    // A cursor is ahead only past every number the shard vouches for,
+    // those of checkpoints moved aside as ahead included (so a second
+    // start finds what the first did).
+    let (ahead_before, _) = moved_aside_floors(storage, dir)?;
+    let vouched = ahead_before
+        .into_iter()
+        .fold(data_end.max(checkpoint.confirmed), u64::max);
+    move_cursors_ahead_aside(storage, dir, shard, vouched)?;
+    // Listed after the moves above, so this start's own jumps are included.
     let (ahead, corrupt) = moved_aside_floors(storage, dir)?;
     let mut next_seq = data_end.max(checkpoint.confirmed);
     next_seq = next_seq.max(ahead.iter().copied().max().unwrap_or(0));
@@ -491,4 +500,39 @@ fn write_once<S: Storage>(storage: &S, qdir: &Path, path: &Path, bytes: &[u8]) -
         return Err(e);
     }
     storage.sync_dir(qdir)
+}
+
+/// A sink's cursor past every number the shard shows (`end`: the data's
+/// end, or the shard's checkpoint if higher) cannot be trusted either: it
+/// is moved aside as a `checkpoint.ahead-` file, so it floors `next_seq`
+/// like an untrusted checkpoint (the sink may hold records under those
+/// numbers) and later starts know the jump, and the sink starts again at
+/// the shard's checkpoint (at-least-once). An unreadable cursor is left to
+/// the sink's own load, which moves it aside.
+fn move_cursors_ahead_aside<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    shard: u32,
+    end: u64,
+) -> io::Result<()> {
+    for sink in cursor_sinks(storage, dir)? {
+        let file = cursor_file(&sink);
+        let Ok(value) = read_checkpoint_file(storage, dir, &file) else {
+            continue;
+        };
+        if value <= end {
+            continue;
+        }
+        let moved_to = move_file_aside(storage, dir, &file, AHEAD_PREFIX)?;
+        tracing::error!(
+            shard,
+            sink = %sink,
+            cursor = value,
+            data_end = end,
+            moved_to = %moved_to.display(),
+            "a sink's cursor is ahead of every segment and cannot be trusted; moved it aside \
+             and the sink starts again at the shard's checkpoint (at-least-once)"
+        );
+    }
+    Ok(())
 }

@@ -1,5 +1,5 @@
 //! One batch: offer the head of the pending records to the sink, classify
-//! its outcome ([`Verdict`]), and settle what is finished (dead-letter the
+//! its outcome ([`Settlement`]), and settle what is finished (dead-letter the
 //! rejected records, then confirm).
 
 use std::io;
@@ -11,11 +11,11 @@ use spillway_wab::deadletter::DeadLetter;
 use spillway_wab::format::{now_unix_us, RECORD_HEADER_LEN};
 use spillway_wab::Storage;
 
-use super::actor::DrainCore;
+use super::cursor::Cursor;
 use super::retry::RetryState;
 
 /// What a sink's outcome means for the batch at the head of `pending`.
-struct Verdict {
+struct Settlement {
     /// Records at the head that are finished (committed or rejected).
     done: usize,
     /// Rejected records among them (index into the batch, the sink's reason).
@@ -24,9 +24,9 @@ struct Verdict {
     retry: Option<(Option<Duration>, String)>,
 }
 
-impl Verdict {
+impl Settlement {
     fn finished(done: usize, rejected: Vec<(usize, String)>) -> Self {
-        Verdict {
+        Settlement {
             done,
             rejected,
             retry: None,
@@ -39,7 +39,7 @@ impl Verdict {
         after: Option<Duration>,
         reason: String,
     ) -> Self {
-        Verdict {
+        Settlement {
             done,
             rejected,
             retry: Some((after, reason)),
@@ -47,7 +47,7 @@ impl Verdict {
     }
 }
 
-impl<S: Storage> DrainCore<S> {
+impl<S: Storage> Cursor<S> {
     /// Offer the head of `pending` to the sink and apply the outcome.
     pub(super) fn deliver_one(&mut self, max_records: usize, max_bytes: usize) -> io::Result<()> {
         let mut n = 0;
@@ -79,7 +79,7 @@ impl<S: Storage> DrainCore<S> {
             .sink_request_us
             .observe(started.elapsed().as_micros() as u64);
         drop(records);
-        let Verdict {
+        let Settlement {
             done,
             rejected,
             retry,
@@ -109,17 +109,19 @@ impl<S: Storage> DrainCore<S> {
     }
 
     /// What the sink's `outcome` for the first `n` pending records means.
-    fn classify(&self, outcome: Outcome, n: usize) -> Verdict {
+    fn classify(&self, outcome: Outcome, n: usize) -> Settlement {
         match outcome {
-            Outcome::Committed => Verdict::finished(n, Vec::new()),
-            Outcome::Retry { after, reason } => Verdict::retry_from(0, Vec::new(), after, reason),
+            Outcome::Committed => Settlement::finished(n, Vec::new()),
+            Outcome::Retry { after, reason } => {
+                Settlement::retry_from(0, Vec::new(), after, reason)
+            }
             Outcome::Split(v) if v.len() != n => {
                 let reason = format!(
                     "sink answered {} record outcomes for a batch of {n}",
                     v.len()
                 );
-                tracing::error!(shard = self.shard, sink = %self.host.description(), "{reason}; retrying the batch");
-                Verdict::retry_from(0, Vec::new(), None, reason)
+                tracing::error!(shard = self.shard, sink = %self.sink, target = %self.host.description(), "{reason}; retrying the batch");
+                Settlement::retry_from(0, Vec::new(), None, reason)
             }
             Outcome::Split(v) => {
                 let mut rejected = Vec::new();
@@ -128,7 +130,7 @@ impl<S: Storage> DrainCore<S> {
                         RecordOutcome::Committed => {}
                         RecordOutcome::Rejected(why) => rejected.push((i, why)),
                         RecordOutcome::Retry => {
-                            return Verdict::retry_from(
+                            return Settlement::retry_from(
                                 i,
                                 rejected,
                                 None,
@@ -137,7 +139,7 @@ impl<S: Storage> DrainCore<S> {
                         }
                     }
                 }
-                Verdict::finished(n, rejected)
+                Settlement::finished(n, rejected)
             }
         }
     }
@@ -203,7 +205,7 @@ impl<S: Storage> DrainCore<S> {
             .dead_lettered
             .fetch_add(letters.len() as u64, Ordering::Relaxed);
         for l in &letters {
-            tracing::warn!(shard = self.shard, sink = %self.host.description(), seq = l.seq, reason = %l.reason, "record rejected by the sink; moved to the dead-letter store");
+            tracing::warn!(shard = self.shard, sink = %self.sink, target = %self.host.description(), seq = l.seq, reason = %l.reason, "record rejected by the sink; moved to the dead-letter store");
         }
         Ok(())
     }

@@ -1,33 +1,39 @@
-//! The Drain: one per shard. Its OS thread follows the shard's durable tail,
-//! forms batches, hands them to the sink through the [`SinkHost`], and on
-//! commit advances the shard's checkpoint and deletes fully confirmed
-//! sealed segments (releasing their bytes from the WAB budget, so
-//! backpressure lifts when delivery catches up).
+//! Delivery: every sink has, per shard, a [`Cursor`] (its own reader, batch,
+//! retries, checkpoint file and dead letters) run by a [`Drain`] thread;
+//! each shard has one [`Retention`], the only code that deletes its
+//! segments, once every sink's cursor has passed them.
 //!
-//! - Reads only durable records: up to the flusher's [`Watermark`], in the
-//!   active segment too (delivery does not wait for a seal).
-//! - One batch in flight per shard; order within the shard is preserved.
+//! - Reads only durable records: up to the flusher's [`crate::Watermark`], in the
+//!   active segment too (delivery does not wait for a seal). Records are
+//!   read from the segment files by each cursor (the page cache serves the
+//!   second reader); nothing is copied per sink in memory.
+//! - One batch in flight per cursor; order within the shard is preserved
+//!   for each sink. A sink that fails holds only its own cursor.
 //! - Batches close at `max_records`, `max_bytes` (the smaller of the config
 //!   and the sink's limits) or `linger` after their first record was read.
+//! - The cursor file is written after every confirmed batch, before the
+//!   next one is offered: a crash redelivers at most the batch in flight.
 //! - Transient failures retry forever by default, with exponential backoff
 //!   and full jitter capped at `retry_max`, honouring the sink's
 //!   retry-after; with `max_retry_duration` set, a batch failing that long is
-//!   dead-lettered. Permanent rejections go to the dead-letter store (fsynced
-//!   before the checkpoint moves past them).
+//!   dead-lettered. Permanent rejections go to the sink's dead-letter store
+//!   (fsynced before the cursor moves past them).
 //!
-//! The actor half exists for supervision, like the flusher's.
-//!
-//! One concept per file: `actor` (the supervised actor and the thread's
-//! main loop: read, batch, confirm, checkpoint, remove finished segments),
-//! `sink_host` (the current sink, its instance, panics and reloads),
-//! `delivery` (one batch: offer it, classify the sink's outcome,
-//! dead-letter the rejected records and confirm), `retry` (backoff with
-//! jitter, retry-after, probing while backing off). The records come from
-//! [`spillway_wab::follow::ShardFollower`], which follows the shard's
-//! segment files; this folder never builds a file name.
+//! One concept per file: `cursor` (one sink's view of one shard and one
+//! step of its loop), `retention` (deleting what every sink passed),
+//! `actor` (the supervised actor and its thread), `sink_host` (the current
+//! sink, its instance, panics and reloads), `delivery` (one batch: offer it,
+//! classify the sink's outcome, dead-letter the rejected records and
+//! confirm), `retry` (backoff with jitter, retry-after, probing while
+//! backing off), `board` (what the admin side reads: every sink's figures).
+//! The records come from [`spillway_wab::follow::ShardFollower`]; this
+//! folder never builds a segment's file name.
 
 mod actor;
+mod board;
+mod cursor;
 mod delivery;
+mod retention;
 mod retry;
 mod sink_host;
 
@@ -36,10 +42,13 @@ use std::sync::Mutex;
 
 use crate::histogram::{Histogram, SinkMicros};
 
-pub use actor::{Drain, DrainConfig, DrainCore, DrainWait, StopDrain};
+pub use actor::{Drain, RetireDrain, StopDrain};
+pub use board::{DeliveryBoard, SinkFigures};
+pub use cursor::{Cursor, CursorConfig, DrainWait};
+pub use retention::{Membership, Retention, RetentionStats, StartAt};
 pub use sink_host::{DrainSettings, SinkHost, SinkMaker, SinkSlot};
 
-/// Counters of one shard's delivery.
+/// Counters of one sink's delivery from one shard.
 #[derive(Debug, Default)]
 pub struct DrainStats {
     pub delivered_records: AtomicU64,
@@ -47,7 +56,6 @@ pub struct DrainStats {
     pub retries: AtomicU64,
     pub dead_lettered: AtomicU64,
     pub sink_restarts: AtomicU64,
-    pub segments_deleted: AtomicU64,
     /// Every record below this sequence number is confirmed.
     pub checkpoint: AtomicU64,
     /// Whether this shard's sink delivers, and if not since when and why

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use spillway_wab::Storage;
 
-use super::actor::{DrainCore, DrainWait};
+use super::cursor::{Cursor, DrainWait};
 
 /// The failures in a row of the batch at the head.
 #[derive(Default)]
@@ -43,7 +43,7 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 /// How often a shard logs a still-failing sink at warn level.
 const RETRY_LOG_EVERY: Duration = Duration::from_secs(10);
 
-impl<S: Storage> DrainCore<S> {
+impl<S: Storage> Cursor<S> {
     /// A transient failure of `n` records: dead-letter them if they have
     /// failed for too long, else back off.
     pub(super) fn after_transient(
@@ -89,9 +89,9 @@ impl<S: Storage> DrainCore<S> {
             .is_none_or(|t| now.duration_since(t) >= RETRY_LOG_EVERY);
         if loud {
             self.retry.last_log = Some(now);
-            tracing::warn!(shard = self.shard, sink = %self.host.description(), attempts = self.retry.attempts, records = n, retry_in_ms = delay.as_millis() as u64, reason = %reason, "delivery failed (transient); retrying");
+            tracing::warn!(shard = self.shard, sink = %self.sink, target = %self.host.description(), attempts = self.retry.attempts, records = n, retry_in_ms = delay.as_millis() as u64, reason = %reason, "delivery failed (transient); retrying");
         } else {
-            tracing::debug!(shard = self.shard, attempts = self.retry.attempts, reason = %reason, "delivery retry");
+            tracing::debug!(shard = self.shard, sink = %self.sink, attempts = self.retry.attempts, reason = %reason, "delivery retry");
         }
         self.back_off(delay, after.unwrap_or(Duration::ZERO));
         Ok(())
@@ -132,6 +132,7 @@ impl<S: Storage> DrainCore<S> {
                 let waited = now.saturating_duration_since(b.started);
                 tracing::info!(
                     shard = self.shard,
+                    sink = %self.sink,
                     waited_ms = waited.as_millis() as u64,
                     "the sink answers its health check again; retrying now"
                 );

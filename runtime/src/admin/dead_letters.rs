@@ -1,5 +1,6 @@
-//! `ctl dead-letter list | requeue | drop`: what the operator does with
-//! records the sink rejected for good.
+//! `ctl dead-letter list | requeue | drop [--sink NAME]`: what the operator
+//! does with records a sink rejected for good. Every sink has its own
+//! store; `--sink` may be left out when there is only one.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -11,20 +12,33 @@ use spillway_wab::RecordMeta;
 use tokio::sync::oneshot;
 
 use super::AdminState;
+use crate::delivery::DeadLetters;
+
+/// The dead-letter store of sink `sink`, or of the only sink there is.
+pub(super) fn store(state: &AdminState, sink: Option<&str>) -> Result<DeadLetters, String> {
+    let stores = state.dead_letters.lock().unwrap();
+    let names = || stores.keys().cloned().collect::<Vec<_>>().join(", ");
+    match sink {
+        Some(name) => stores
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("no sink {name:?} has dead letters here; sinks: {}", names())),
+        None if stores.len() == 1 => Ok(stores.values().next().cloned().unwrap()),
+        None => Err(format!(
+            "there are several sinks; say which with --sink NAME ({})",
+            names()
+        )),
+    }
+}
 
 /// Every dead letter in the store, oldest first.
-fn stored(state: &AdminState) -> Result<Vec<DeadLetter>, String> {
-    state
-        .dead_letters
-        .lock()
-        .unwrap()
-        .list()
-        .map_err(|e| e.to_string())
+fn stored(store: &DeadLetters) -> Result<Vec<DeadLetter>, String> {
+    store.lock().unwrap().list().map_err(|e| e.to_string())
 }
 
 /// `dead-letter list`: one line per dead letter, with a payload preview.
-pub(super) fn list(state: &AdminState) -> Result<String, String> {
-    let all = stored(state)?;
+pub(super) fn list(store: &DeadLetters) -> Result<String, String> {
+    let all = stored(store)?;
     let mut out = String::new();
     let _ = writeln!(out, "{} dead letters", all.len());
     for l in all {
@@ -46,8 +60,8 @@ pub(super) fn list(state: &AdminState) -> Result<String, String> {
 
 /// `dead-letter list --json`: every dead letter with its identity, times,
 /// reason and the start of its payload.
-pub(super) fn list_json(state: &AdminState) -> Result<serde_json::Value, String> {
-    let letters: Vec<serde_json::Value> = stored(state)?
+pub(super) fn list_json(store: &DeadLetters) -> Result<serde_json::Value, String> {
+    let letters: Vec<serde_json::Value> = stored(store)?
         .iter()
         .map(|l| {
             serde_json::json!({
@@ -102,9 +116,8 @@ impl Selection {
 }
 
 /// `dead-letter drop`: remove the selected dead letters for good.
-pub(super) fn drop(state: &AdminState, sel: Selection) -> Result<usize, String> {
-    let removed = state
-        .dead_letters
+pub(super) fn drop(store: &DeadLetters, sel: Selection) -> Result<usize, String> {
+    let removed = store
         .lock()
         .unwrap()
         .remove_where(|l| sel.matches(l))
@@ -125,8 +138,22 @@ impl CommitTarget for RequeueWaiter {
 
 /// Push the selected dead letters back into their shards (as new records,
 /// Sync, in their original order), then remove them from the store.
-pub(super) async fn requeue(state: &AdminState, sel: Selection) -> Result<usize, String> {
-    let all = stored(state)?;
+pub(super) async fn requeue(
+    state: &AdminState,
+    store: &DeadLetters,
+    sel: Selection,
+) -> Result<usize, String> {
+    let sinks = state.board.sinks().len();
+    if sinks > 1 {
+        // A requeued record is pushed into the WAB again, and every sink
+        // reads the WAB: it would reach the sinks that already have it.
+        return Err(format!(
+            "requeue pushes the records into the buffer again, which {sinks} sinks read; \
+             with more than one sink it would deliver them twice to the others, so it is \
+             refused (list or drop them, or push them again yourself)"
+        ));
+    }
+    let all = stored(store)?;
     let chosen: Vec<DeadLetter> = all.into_iter().filter(|l| sel.matches(l)).collect();
     if chosen.is_empty() {
         return Ok(0);
@@ -182,22 +209,21 @@ pub(super) async fn requeue(state: &AdminState, sel: Selection) -> Result<usize,
         if let Some(why) = failed {
             // What earlier shards took is pending again: out of the store
             // with it, or it would be delivered twice.
-            remove(state, &requeued)?;
+            remove(store, &requeued)?;
             return Err(format!("{why} ({} requeued before that)", requeued.len()));
         }
         requeued.extend(letters.iter().map(|l| (l.shard, l.seq)));
     }
-    remove(state, &requeued)?;
+    remove(store, &requeued)?;
     Ok(chosen.len())
 }
 
 /// Take requeued dead letters (now pending again) out of the store.
-fn remove(state: &AdminState, ids: &[(u32, u64)]) -> Result<(), String> {
+fn remove(store: &DeadLetters, ids: &[(u32, u64)]) -> Result<(), String> {
     if ids.is_empty() {
         return Ok(());
     }
-    state
-        .dead_letters
+    store
         .lock()
         .unwrap()
         .remove_where(|l| ids.contains(&(l.shard, l.seq)))

@@ -1,4 +1,4 @@
-//! Health that tells the truth: each shard's state and each shard's sink,
+//! Health that tells the truth: each shard's state and each sink's in it,
 //! for `ctl health` (prose lines) and `GET /ready` (JSON). Ready means every
 //! shard is Running and every sink delivers: a sink that is retrying a
 //! failed batch, or whose instance failed, or whose current call has been
@@ -10,7 +10,9 @@
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
-use spillway_actors::{ShardHealth, SinkHealth, SinkState};
+use std::sync::Arc;
+
+use spillway_actors::{DrainStats, ShardHealth, SinkHealth, SinkState};
 
 use super::AdminState;
 
@@ -20,6 +22,8 @@ const FD_SHORTAGE_WINDOW_MS: u64 = 10_000;
 /// One thing that keeps the daemon from being ready.
 struct Failing {
     what: &'static str,
+    /// The sink that fails, when it is one.
+    sink: Option<String>,
     /// `None`: the whole process.
     shard: Option<u32>,
     state: String,
@@ -37,6 +41,9 @@ impl Failing {
         if let Some(shard) = self.shard {
             v["shard"] = json!(shard);
         }
+        if let Some(sink) = &self.sink {
+            v["sink"] = json!(sink);
+        }
         if self.since_unix_ms > 0 {
             v["since_unix_ms"] = json!(self.since_unix_ms);
             v["since"] = json!(rfc3339(self.since_unix_ms));
@@ -45,9 +52,13 @@ impl Failing {
     }
 
     fn line(&self) -> String {
+        let what = match &self.sink {
+            Some(sink) => format!("{} {sink}", self.what),
+            None => self.what.to_string(),
+        };
         let mut s = match self.shard {
-            Some(shard) => format!("{} of shard {shard} {}", self.what, self.state),
-            None => format!("{} {}", self.what, self.state),
+            Some(shard) => format!("{what} of shard {shard} {}", self.state),
+            None => format!("{what} {}", self.state),
         };
         if self.since_unix_ms > 0 {
             let _ = write!(s, " since {}", rfc3339(self.since_unix_ms));
@@ -59,12 +70,17 @@ impl Failing {
     }
 }
 
-fn sink_health(state: &AdminState, shard: usize) -> SinkHealth {
+/// Every sink's health in shard `shard`, by sink name.
+fn sink_health(state: &AdminState, shard: usize) -> Vec<(String, Arc<DrainStats>, SinkHealth)> {
     state
-        .drains
-        .get(shard)
-        .map(|d| d.sink.lock().unwrap().clone())
-        .unwrap_or_default()
+        .board
+        .shard(shard)
+        .into_iter()
+        .map(|(name, d)| {
+            let h = d.sink.lock().unwrap().clone();
+            (name, d, h)
+        })
+        .collect()
 }
 
 /// What keeps the daemon from being ready; empty when it is.
@@ -82,23 +98,26 @@ fn failing(state: &AdminState) -> Vec<Failing> {
             }
             out.push(Failing {
                 what: "shard",
+                sink: None,
                 shard: Some(q.shard),
                 state: format!("{health:?}").to_lowercase(),
                 since_unix_ms: 0,
                 reason,
             });
         }
-        let sink = sink_health(state, i);
-        if sink.state != SinkState::Running {
-            out.push(Failing {
-                what: "sink",
-                shard: Some(q.shard),
-                state: sink.state.name().to_string(),
-                since_unix_ms: sink.since_unix_ms,
-                reason: sink.reason,
-            });
-        } else if let Some(stalled) = stalled_call(state, i) {
-            out.push(stalled);
+        for (name, drain, sink) in sink_health(state, i) {
+            if sink.state != SinkState::Running {
+                out.push(Failing {
+                    what: "sink",
+                    sink: Some(name),
+                    shard: Some(q.shard),
+                    state: sink.state.name().to_string(),
+                    since_unix_ms: sink.since_unix_ms,
+                    reason: sink.reason,
+                });
+            } else if let Some(stalled) = stalled_call(state, q.shard, name, &drain) {
+                out.push(stalled);
+            }
         }
     }
     if let Some(shortage) = fd_shortage() {
@@ -111,10 +130,14 @@ fn now_unix_ms() -> u64 {
     spillway_wab::format::now_unix_us() / 1000
 }
 
-/// Shard `i`'s sink call, if it has been outstanding past
+/// Sink `sink`'s call in shard `shard`, if it has been outstanding past
 /// `admin.ready_stall_ms`.
-fn stalled_call(state: &AdminState, i: usize) -> Option<Failing> {
-    let drain = state.drains.get(i)?;
+fn stalled_call(
+    state: &AdminState,
+    shard: u32,
+    sink: String,
+    drain: &DrainStats,
+) -> Option<Failing> {
     let since = drain
         .sink_call_since_unix_ms
         .load(std::sync::atomic::Ordering::Relaxed);
@@ -125,7 +148,8 @@ fn stalled_call(state: &AdminState, i: usize) -> Option<Failing> {
     }
     Some(Failing {
         what: "sink",
-        shard: state.shards.get(i).map(|q| q.shard),
+        sink: Some(sink),
+        shard: Some(shard),
         state: "stalled".to_string(),
         since_unix_ms: since,
         reason: format!(
@@ -145,6 +169,7 @@ fn fd_shortage() -> Option<Failing> {
     }
     Some(Failing {
         what: "daemon",
+        sink: None,
         shard: None,
         state: "out of file descriptors".to_string(),
         since_unix_ms: 0,
@@ -171,35 +196,30 @@ pub(super) fn text(state: &AdminState) -> String {
             }
         }
         out.push('\n');
-        let sink = sink_health(state, i);
-        let _ = match sink.state {
-            SinkState::Running if sink.last_delivery_unix_ms > 0 => write!(
-                out,
-                "sink of shard {} Running (last delivery {})",
-                q.shard,
-                rfc3339(sink.last_delivery_unix_ms)
-            ),
-            SinkState::Running => write!(
-                out,
-                "sink of shard {} Running (nothing delivered yet)",
-                q.shard
-            ),
-            SinkState::Retrying => write!(
-                out,
-                "sink of shard {} Retrying since {}: {}",
-                q.shard,
-                rfc3339(sink.since_unix_ms),
-                sink.reason
-            ),
-            SinkState::Failed => write!(
-                out,
-                "sink of shard {} Failed since {}: {}",
-                q.shard,
-                rfc3339(sink.since_unix_ms),
-                sink.reason
-            ),
-        };
-        out.push('\n');
+        for (name, _, sink) in sink_health(state, i) {
+            let _ = write!(out, "sink {name} of shard {} ", q.shard);
+            let _ = match sink.state {
+                SinkState::Running if sink.last_delivery_unix_ms > 0 => write!(
+                    out,
+                    "Running (last delivery {})",
+                    rfc3339(sink.last_delivery_unix_ms)
+                ),
+                SinkState::Running => write!(out, "Running (nothing delivered yet)"),
+                SinkState::Retrying => write!(
+                    out,
+                    "Retrying since {}: {}",
+                    rfc3339(sink.since_unix_ms),
+                    sink.reason
+                ),
+                SinkState::Failed => write!(
+                    out,
+                    "Failed since {}: {}",
+                    rfc3339(sink.since_unix_ms),
+                    sink.reason
+                ),
+            };
+            out.push('\n');
+        }
     }
     let failing = failing(state);
     if failing.is_empty() {
@@ -225,7 +245,6 @@ pub(super) fn json(state: &AdminState) -> Value {
         .iter()
         .enumerate()
         .map(|(i, q)| {
-            let sink = sink_health(state, i);
             let ms = |t: u64| {
                 if t > 0 {
                     json!(rfc3339(t))
@@ -233,17 +252,24 @@ pub(super) fn json(state: &AdminState) -> Value {
                     Value::Null
                 }
             };
+            let sinks: serde_json::Map<String, Value> = sink_health(state, i)
+                .into_iter()
+                .map(|(name, _, sink)| {
+                    let v = json!({
+                        "state": sink.state.name(),
+                        "since": ms(sink.since_unix_ms),
+                        "reason": sink.reason,
+                        "last_delivery": ms(sink.last_delivery_unix_ms),
+                    });
+                    (name, v)
+                })
+                .collect();
             json!({
                 "shard": q.shard,
                 "state": format!("{:?}", q.health()).to_lowercase(),
                 "refusal": q.refusal().map(|r| r.name()),
                 "why": q.unwritable_why(),
-                "sink": {
-                    "state": sink.state.name(),
-                    "since": ms(sink.since_unix_ms),
-                    "reason": sink.reason,
-                    "last_delivery": ms(sink.last_delivery_unix_ms),
-                },
+                "sinks": sinks,
             })
         })
         .collect();

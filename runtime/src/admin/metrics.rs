@@ -17,7 +17,10 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use spillway_actors::histogram::Snapshot;
-use spillway_actors::{DaemonStats, DrainStats, ShardHealth, ShardQueue, SinkState, WabBudget};
+use spillway_actors::{
+    DaemonStats, DeliveryBoard, DrainStats, RetentionStats, ShardHealth, ShardQueue, SinkState,
+    WabBudget,
+};
 
 use super::AdminState;
 use crate::reload::ReloadStats;
@@ -25,12 +28,14 @@ use crate::reload::ReloadStats;
 /// What the metrics read: shared handles to the daemon's counters.
 pub(super) struct Sources {
     shards: Vec<Arc<ShardQueue>>,
-    drains: Vec<Arc<DrainStats>>,
+    board: Arc<DeliveryBoard>,
     wab: Arc<WabBudget>,
     stats: Arc<DaemonStats>,
     live_connections: Arc<AtomicUsize>,
     reload_stats: Arc<ReloadStats>,
-    dead_letter_dir: PathBuf,
+    data_dir: PathBuf,
+    /// Every sink's dead-letter folder, by sink name.
+    dead_letter_dirs: Vec<(String, PathBuf)>,
     admin_listeners: [Arc<super::ListenerLoad>; 2],
 }
 
@@ -38,12 +43,19 @@ impl Sources {
     pub(super) fn of(state: &AdminState) -> Self {
         Sources {
             shards: state.shards.clone(),
-            drains: state.drains.clone(),
+            board: state.board.clone(),
             wab: state.wab.clone(),
             stats: state.stats.clone(),
             live_connections: state.live_connections.clone(),
             reload_stats: state.reload_stats.clone(),
-            dead_letter_dir: state.dead_letters.lock().unwrap().dir().to_path_buf(),
+            data_dir: state.data_dir.clone(),
+            dead_letter_dirs: state
+                .dead_letters
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(n, d)| (n.clone(), d.lock().unwrap().dir().to_path_buf()))
+                .collect(),
             admin_listeners: [state.admin_socket.clone(), state.metrics_http.clone()],
         }
     }
@@ -68,7 +80,29 @@ struct Counter<G> {
 }
 
 type GlobalGet = fn(&Sources) -> u64;
-type ShardGet = fn(&ShardQueue, &DrainStats) -> u64;
+type ShardGet = fn(&ShardQueue, &ShardView) -> u64;
+type SinkGet = fn(&ShardQueue, &DrainStats) -> u64;
+
+/// What a shard's figures read besides its queue: its retention and every
+/// sink's delivery from it.
+pub(super) struct ShardView {
+    retention: Arc<RetentionStats>,
+    sinks: Vec<(String, Arc<DrainStats>)>,
+}
+
+impl ShardView {
+    pub(super) fn of(board: &DeliveryBoard, shard: usize) -> ShardView {
+        ShardView {
+            retention: board.retention.get(shard).cloned().unwrap_or_default(),
+            sinks: board.shard(shard),
+        }
+    }
+
+    /// The lowest of every sink's `get` (0 with no sink).
+    fn lowest(&self, get: impl Fn(&DrainStats) -> u64) -> u64 {
+        self.sinks.iter().map(|(_, d)| get(d)).min().unwrap_or(0)
+    }
+}
 
 fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
@@ -196,23 +230,27 @@ fn global_counters() -> [Counter<GlobalGet>; 16] {
     ]
 }
 
-fn shard_counters() -> [Counter<ShardGet>; 27] {
+fn shard_counters() -> [Counter<ShardGet>; 21] {
     [
         Counter {
             key: "pending_records",
             metric: "spillway_pending_records",
             kind: "gauge",
-            help: "Records acknowledged durably (fsynced) and not yet confirmed by the sink (delivered or dead-lettered).",
-            get: |q, d| q.durable().next_seq.saturating_sub(load(&d.checkpoint)),
+            help: "Records acknowledged durably (fsynced) and not yet confirmed by every sink (delivered or dead-lettered).",
+            get: |q, v| {
+                q.durable()
+                    .next_seq
+                    .saturating_sub(v.lowest(|d| load(&d.checkpoint)))
+            },
         },
         Counter {
             key: "pending_bytes",
             metric: "spillway_pending_bytes",
             kind: "gauge",
-            help: "Bytes of the pending records in the WAB (record headers and payloads): acknowledged durably, not yet confirmed by the sink.",
-            get: |q, d| {
-                // The drain's count first: it never passes the flusher's.
-                let confirmed = load(&d.confirmed_bytes);
+            help: "Bytes of the pending records in the WAB (record headers and payloads): acknowledged durably, not yet confirmed by every sink.",
+            // The cursors' counts first: they never pass the flusher's.
+            get: |q, v| {
+                let confirmed = v.lowest(|d| load(&d.confirmed_bytes));
                 q.durable().bytes.saturating_sub(confirmed)
             },
         },
@@ -220,15 +258,8 @@ fn shard_counters() -> [Counter<ShardGet>; 27] {
             key: "oldest_pending_age_seconds",
             metric: "spillway_oldest_pending_age_seconds",
             kind: "gauge",
-            help: "Age of the oldest record not yet confirmed by the sink (0 when none is pending).",
-            get: |_, d| oldest_age_seconds(d),
-        },
-        Counter {
-            key: "sink_up",
-            metric: "spillway_sink_up",
-            kind: "gauge",
-            help: "1 while the shard's sink delivers; 0 while it retries a failed batch or its instance failed (see ctl health, GET /ready).",
-            get: |_, d| u64::from(d.sink.lock().unwrap().state == SinkState::Running),
+            help: "Age of the oldest record some sink has not confirmed yet (0 when none is pending).",
+            get: |_, v| v.sinks.iter().map(|(_, d)| oldest_age_seconds(d)).max().unwrap_or(0),
         },
         Counter {
             key: "up",
@@ -347,7 +378,55 @@ fn shard_counters() -> [Counter<ShardGet>; 27] {
             metric: "spillway_checkpoint_seq",
             kind: "gauge",
             help:
-                "Every record below this sequence number is delivered or dead-lettered (on disk).",
+                "Every record below this sequence number is delivered or dead-lettered by every sink (on disk; segments below it are deleted).",
+            get: |_, v| load(&v.retention.floor),
+        },
+        Counter {
+            key: "segments_deleted",
+            metric: "spillway_segments_deleted_total",
+            kind: "counter",
+            help: "Segments deleted once every sink had confirmed them.",
+            get: |_, v| load(&v.retention.segments_deleted),
+        },
+    ]
+}
+
+/// One sink's figures of one shard (labels `sink` and `shard`).
+fn sink_counters() -> [Counter<SinkGet>; 10] {
+    [
+        Counter {
+            key: "up",
+            metric: "spillway_sink_up",
+            kind: "gauge",
+            help: "1 while the sink delivers from the shard; 0 while it retries a failed batch or its instance failed (see ctl health, GET /ready).",
+            get: |_, d| u64::from(d.sink.lock().unwrap().state == SinkState::Running),
+        },
+        Counter {
+            key: "backlog_records",
+            metric: "spillway_sink_backlog_records",
+            kind: "gauge",
+            help: "Records durable in the shard and not yet confirmed by the sink.",
+            get: |q, d| q.durable().next_seq.saturating_sub(load(&d.checkpoint)),
+        },
+        Counter {
+            key: "backlog_bytes",
+            metric: "spillway_sink_backlog_bytes",
+            kind: "gauge",
+            help: "Bytes (record headers and payloads) durable in the shard and not yet confirmed by the sink: what it holds of the WAB.",
+            get: |q, d| q.durable().bytes.saturating_sub(load(&d.confirmed_bytes)),
+        },
+        Counter {
+            key: "oldest_age_seconds",
+            metric: "spillway_sink_oldest_age_seconds",
+            kind: "gauge",
+            help: "Age of the oldest record the sink has read and not confirmed (0 when it holds none).",
+            get: |_, d| oldest_age_seconds(d),
+        },
+        Counter {
+            key: "checkpoint",
+            metric: "spillway_sink_checkpoint_seq",
+            kind: "gauge",
+            help: "Every record below this sequence number is delivered to the sink or in its dead-letter store (its cursor file).",
             get: |_, d| load(&d.checkpoint),
         },
         Counter {
@@ -375,7 +454,7 @@ fn shard_counters() -> [Counter<ShardGet>; 27] {
             key: "dead_lettered",
             metric: "spillway_dead_lettered_total",
             kind: "counter",
-            help: "Records moved to the dead-letter store.",
+            help: "Records moved to the sink's dead-letter store.",
             get: |_, d| load(&d.dead_lettered),
         },
         Counter {
@@ -384,13 +463,6 @@ fn shard_counters() -> [Counter<ShardGet>; 27] {
             kind: "counter",
             help: "Sink instances re-created after a panic or a failed creation.",
             get: |_, d| load(&d.sink_restarts),
-        },
-        Counter {
-            key: "segments_deleted",
-            metric: "spillway_segments_deleted_total",
-            kind: "counter",
-            help: "Delivered segments deleted.",
-            get: |_, d| load(&d.segments_deleted),
         },
     ]
 }
@@ -418,19 +490,55 @@ pub(super) fn stats(state: &AdminState) -> String {
             state.stats.nack_count(reason)
         );
     }
-    let _ = writeln!(out, "sink {:?}", state.sink_description.lock().unwrap());
+    for (name, f) in state.board.sinks() {
+        let _ = writeln!(out, "sink{{sink=\"{name}\"}} {:?}", f.description);
+    }
     let _ = writeln!(
         out,
         "reloads_succeeded {}",
         load(&state.reload_stats.succeeded)
     );
     let _ = writeln!(out, "reloads_failed {}", load(&state.reload_stats.failed));
-    for (q, d) in state.shards.iter().zip(&state.drains) {
-        for (k, v) in shard_figures(q, d) {
+    for (i, q) in state.shards.iter().enumerate() {
+        for (k, v) in shard_figures(q, &ShardView::of(&state.board, i)) {
             let _ = writeln!(out, "shard{{shard=\"{}\"}}.{k} {v}", q.shard);
         }
     }
+    for (name, f) in state.board.sinks() {
+        for (k, v) in sink_totals(&state.shards, &f.shards) {
+            let _ = writeln!(out, "sink{{sink=\"{name}\"}}.{k} {v}");
+        }
+        for (q, d) in state.shards.iter().zip(&f.shards) {
+            for c in sink_counters() {
+                let _ = writeln!(
+                    out,
+                    "sink{{sink=\"{name}\",shard=\"{}\"}}.{} {}",
+                    q.shard,
+                    c.key,
+                    (c.get)(q, d)
+                );
+            }
+        }
+    }
     out
+}
+
+/// A sink's figures over every shard: counts and backlogs summed, the
+/// oldest age the highest, `up` only if every shard's is.
+fn sink_totals(shards: &[Arc<ShardQueue>], drains: &[Arc<DrainStats>]) -> Vec<(&'static str, u64)> {
+    sink_counters()
+        .into_iter()
+        .filter(|c| c.key != "checkpoint")
+        .map(|c| {
+            let values = shards.iter().zip(drains).map(|(q, d)| (c.get)(q, d));
+            let total = match c.key {
+                "up" => values.min().unwrap_or(0),
+                "oldest_age_seconds" => values.max().unwrap_or(0),
+                _ => values.sum(),
+            };
+            (c.key, total)
+        })
+        .collect()
 }
 
 /// One per-shard figure of `ctl stats`.
@@ -462,7 +570,7 @@ impl Figure {
 
 /// A shard's figures for both renderings of `ctl stats`: a few derived
 /// ones, then every shard counter.
-fn shard_figures(q: &ShardQueue, d: &DrainStats) -> Vec<(&'static str, Figure)> {
+fn shard_figures(q: &ShardQueue, v: &ShardView) -> Vec<(&'static str, Figure)> {
     let st = &q.stats;
     let (fsyncs, groups, records) = (load(&st.fsyncs), load(&st.groups), load(&st.records));
     let mut figures = vec![
@@ -477,7 +585,7 @@ fn shard_figures(q: &ShardQueue, d: &DrainStats) -> Vec<(&'static str, Figure)> 
             Figure::Ratio(records as f64 / groups.max(1) as f64),
         ),
     ];
-    figures.extend(shard_counters().map(|c| (c.key, Figure::Count((c.get)(q, d)))));
+    figures.extend(shard_counters().map(|c| (c.key, Figure::Count((c.get)(q, v)))));
     figures
 }
 
@@ -496,20 +604,47 @@ pub(super) fn stats_json(state: &AdminState) -> serde_json::Value {
     let shards: Vec<Value> = state
         .shards
         .iter()
-        .zip(&state.drains)
-        .map(|(q, d)| {
+        .enumerate()
+        .map(|(i, q)| {
             let mut m = Map::new();
             m.insert("shard".into(), json!(q.shard));
-            for (k, v) in shard_figures(q, d) {
+            for (k, v) in shard_figures(q, &ShardView::of(&state.board, i)) {
                 m.insert(k.into(), v.json());
             }
             Value::Object(m)
         })
         .collect();
+    let sinks: Map<String, Value> = state
+        .board
+        .sinks()
+        .into_iter()
+        .map(|(name, f)| {
+            let mut total = Map::new();
+            total.insert("description".into(), json!(f.description));
+            for (k, v) in sink_totals(&state.shards, &f.shards) {
+                total.insert(k.into(), json!(v));
+            }
+            let per_shard: Vec<Value> = state
+                .shards
+                .iter()
+                .zip(&f.shards)
+                .map(|(q, d)| {
+                    let mut m = Map::new();
+                    m.insert("shard".into(), json!(q.shard));
+                    for c in sink_counters() {
+                        m.insert(c.key.into(), json!((c.get)(q, d)));
+                    }
+                    Value::Object(m)
+                })
+                .collect();
+            total.insert("shards".into(), json!(per_shard));
+            (name, Value::Object(total))
+        })
+        .collect();
     json!({
         "global": global,
         "nacks": nacks,
-        "sink": *state.sink_description.lock().unwrap(),
+        "sinks": sinks,
         "reloads": {
             "succeeded": load(&state.reload_stats.succeeded),
             "failed": load(&state.reload_stats.failed),
@@ -622,12 +757,11 @@ fn histograms(
     encoder: &mut DescriptorEncoder<'_>,
     metric: &str,
     help: &str,
-    samples: impl IntoIterator<Item = (u32, Snapshot)>,
+    samples: impl IntoIterator<Item = (Vec<(&'static str, String)>, Snapshot)>,
 ) -> Result<(), std::fmt::Error> {
     let mut metric_encoder =
         encoder.encode_descriptor(metric, help, None, MetricType::Histogram)?;
-    for (shard, snap) in samples {
-        let labels = [("shard", shard.to_string())];
+    for (labels, snap) in samples {
         let mut sample = metric_encoder.encode_family(&labels)?;
         sample.encode_histogram::<NoLabels>(snap.sum, snap.count, &snap.buckets, None)?;
     }
@@ -637,10 +771,7 @@ fn histograms(
 impl Sources {
     /// A shard's segment files by state, read from its folder.
     fn segment_counts(&self, shard: u32) -> [(&'static str, u64); 4] {
-        let Some(data_dir) = self.dead_letter_dir.parent() else {
-            return [("open", 0), ("sealed", 0), ("spare", 0), ("quarantined", 0)];
-        };
-        let dir = spillway_wab::shard_dir(data_dir, shard);
+        let dir = spillway_wab::shard_dir(&self.data_dir, shard);
         let segs = super::segments::segments(&dir).unwrap_or_default();
         let count = |f: &dyn Fn(&super::segments::Segment) -> bool| {
             segs.iter().filter(|s| f(s)).count() as u64
@@ -676,6 +807,10 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
 }
 
 type NoLabels = [(&'static str, String); 0];
+
+fn shard_label(q: &ShardQueue) -> Vec<(&'static str, String)> {
+    vec![("shard", q.shard.to_string())]
+}
 
 impl Collector for Sources {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
@@ -723,26 +858,66 @@ impl Collector for Sources {
             "Config reloads, by result.",
             reloads,
         )?;
-        single(
+        let dead_letter_bytes = self
+            .dead_letter_dirs
+            .iter()
+            .map(|(name, dir)| ([("sink", name.clone())], dir_bytes(dir)));
+        family(
             &mut encoder,
             "spillway_dead_letter_bytes",
             "gauge",
-            "Bytes of the dead-letter store on disk (records the sink rejected for good, with their reasons).",
-            dir_bytes(&self.dead_letter_dir),
+            "Bytes of each sink's dead-letter store on disk (records the sink rejected for good, with their reasons).",
+            dead_letter_bytes,
         )?;
-        let pairs = || self.shards.iter().zip(&self.drains);
+        let views: Vec<ShardView> = (0..self.shards.len())
+            .map(|i| ShardView::of(&self.board, i))
+            .collect();
         for c in shard_counters() {
-            let samples = pairs().map(|(q, d)| ([("shard", q.shard.to_string())], (c.get)(q, d)));
+            let samples = self
+                .shards
+                .iter()
+                .zip(&views)
+                .map(|(q, v)| ([("shard", q.shard.to_string())], (c.get)(q, v)));
             family(&mut encoder, c.metric, c.kind, c.help, samples)?;
         }
-        let errors = pairs().flat_map(|(q, d)| {
+        let sinks = self.board.sinks();
+        let sink_pairs = || {
+            sinks
+                .iter()
+                .flat_map(|(name, f)| {
+                    self.shards
+                        .iter()
+                        .zip(&f.shards)
+                        .map(move |(q, d)| (name.clone(), q.clone(), d.clone()))
+                })
+                .collect::<Vec<_>>()
+        };
+        for c in sink_counters() {
+            let samples = sink_pairs().into_iter().map(|(name, q, d)| {
+                (
+                    [("sink", name), ("shard", q.shard.to_string())],
+                    (c.get)(&q, &d),
+                )
+            });
+            family(&mut encoder, c.metric, c.kind, c.help, samples)?;
+        }
+        let errors = sink_pairs().into_iter().flat_map(|(name, q, d)| {
             let shard = q.shard.to_string();
             [
                 ("transient", load(&d.retries)),
                 ("rejected", load(&d.dead_lettered)),
                 ("instance", load(&d.sink_restarts)),
             ]
-            .map(|(kind, v)| ([("shard", shard.clone()), ("kind", kind.to_string())], v))
+            .map(|(kind, v)| {
+                (
+                    [
+                        ("sink", name.clone()),
+                        ("shard", shard.clone()),
+                        ("kind", kind.to_string()),
+                    ],
+                    v,
+                )
+            })
         });
         family(
             &mut encoder,
@@ -769,7 +944,7 @@ impl Collector for Sources {
             "fdatasync latency of group commits.",
             self.shards
                 .iter()
-                .map(|q| (q.shard, q.stats.fsync_us.snapshot())),
+                .map(|q| (shard_label(q), q.stats.fsync_us.snapshot())),
         )?;
         histograms(
             &mut encoder,
@@ -777,7 +952,7 @@ impl Collector for Sources {
             "Write and fdatasync of one group commit.",
             self.shards
                 .iter()
-                .map(|q| (q.shard, q.stats.commit_us.snapshot())),
+                .map(|q| (shard_label(q), q.stats.commit_us.snapshot())),
         )?;
         histograms(
             &mut encoder,
@@ -785,13 +960,18 @@ impl Collector for Sources {
             "Records per group commit (one write, at most one fdatasync).",
             self.shards
                 .iter()
-                .map(|q| (q.shard, q.stats.group_records.snapshot())),
+                .map(|q| (shard_label(q), q.stats.group_records.snapshot())),
         )?;
         histograms(
             &mut encoder,
             "spillway_sink_request_seconds",
             "How long the sink took with each batch offered to it, whatever the outcome.",
-            pairs().map(|(q, d)| (q.shard, d.sink_request_us.snapshot())),
+            sink_pairs().into_iter().map(|(name, q, d)| {
+                (
+                    vec![("sink", name), ("shard", q.shard.to_string())],
+                    d.sink_request_us.snapshot(),
+                )
+            }),
         )?;
         Ok(())
     }

@@ -27,13 +27,15 @@ pub(crate) mod segments;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use spillway_actors::{AcceptErrors, DaemonStats, DrainStats, RateLimiter, ShardQueue, WabBudget};
-use spillway_wab::deadletter::DeadLetterStore;
-use spillway_wab::FsStorage;
+use spillway_actors::{
+    AcceptErrors, DaemonStats, DeliveryBoard, RateLimiter, ShardQueue, WabBudget,
+};
+
+use crate::delivery::DeadLetterStores;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -45,12 +47,13 @@ const COMMAND_BYTES_MAX: usize = 4096;
 /// Everything the admin commands read or act on.
 pub struct AdminState {
     pub shards: Vec<Arc<ShardQueue>>,
-    pub drains: Vec<Arc<DrainStats>>,
+    /// Every sink's delivery figures and every shard's retention.
+    pub board: Arc<DeliveryBoard>,
+    pub data_dir: std::path::PathBuf,
     pub wab: Arc<WabBudget>,
     pub stats: Arc<DaemonStats>,
     pub live_connections: Arc<std::sync::atomic::AtomicUsize>,
-    pub dead_letters: Arc<Mutex<DeadLetterStore<FsStorage>>>,
-    pub sink_description: Arc<Mutex<String>>,
+    pub dead_letters: DeadLetterStores,
     /// Starts a reload; the future answers with its report (set by the
     /// daemon). It waits for the new sink without blocking this arbiter.
     pub reload: Option<Box<dyn Fn() -> ReloadFuture>>,
@@ -236,12 +239,25 @@ async fn serve(stream: UnixStream, state: Rc<AdminState>) {
 
 /// Runs one command line. A trailing `--json` asks for the answer as one
 /// JSON document (`ctl --json`); an error stays an `error:` reply either way.
+/// Takes `name VALUE` out of `words`, if there.
+fn take_option<'a>(words: &mut Vec<&'a str>, name: &str) -> Result<Option<&'a str>, String> {
+    let Some(i) = words.iter().position(|w| *w == name) else {
+        return Ok(None);
+    };
+    let value = *words
+        .get(i + 1)
+        .ok_or_else(|| format!("{name} needs a value"))?;
+    words.drain(i..=i + 1);
+    Ok(Some(value))
+}
+
 async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
     let mut words: Vec<&str> = line.split_whitespace().collect();
     let json = words.last() == Some(&"--json");
     if json {
         words.pop();
     }
+    let sink = take_option(&mut words, "--sink")?;
     let as_json = |v: serde_json::Value| v.to_string() + "\n";
     match words.as_slice() {
         ["health"] if json => Ok(as_json(health::json(state))),
@@ -253,10 +269,13 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
             state,
         )))),
         ["metrics"] => Ok(metrics::prometheus(state)),
-        ["dead-letter", "list"] if json => dead_letters::list_json(state).map(as_json),
-        ["dead-letter", "list"] => dead_letters::list(state),
+        ["dead-letter", "list"] if json => {
+            dead_letters::list_json(&dead_letters::store(state, sink)?).map(as_json)
+        }
+        ["dead-letter", "list"] => dead_letters::list(&dead_letters::store(state, sink)?),
         ["dead-letter", "drop", sel @ ..] => {
-            let n = dead_letters::drop(state, Selection::parse(sel)?)?;
+            let store = dead_letters::store(state, sink)?;
+            let n = dead_letters::drop(&store, Selection::parse(sel)?)?;
             Ok(if json {
                 as_json(serde_json::json!({ "dropped": n }))
             } else {
@@ -264,7 +283,8 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
             })
         }
         ["dead-letter", "requeue", sel @ ..] => {
-            let n = dead_letters::requeue(state, Selection::parse(sel)?).await?;
+            let store = dead_letters::store(state, sink)?;
+            let n = dead_letters::requeue(state, &store, Selection::parse(sel)?).await?;
             Ok(if json {
                 as_json(serde_json::json!({ "requeued": n }))
             } else {
@@ -284,7 +304,7 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         }
         [] => Err("empty command".into()),
         _ => Err(format!(
-            "unknown command {line:?}; try: health | stats | metrics | segments | dead-letter list | dead-letter requeue all|SHARD:SEQ... | dead-letter drop all|SHARD:SEQ... | reload"
+            "unknown command {line:?}; try: health | stats | metrics | segments | dead-letter list [--sink NAME] | dead-letter requeue all|SHARD:SEQ... [--sink NAME] | dead-letter drop all|SHARD:SEQ... [--sink NAME] | reload"
         )),
     }
 }

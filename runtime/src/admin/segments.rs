@@ -81,22 +81,26 @@ fn confirmed(
 
 /// The report, as prose or as one JSON document.
 pub(super) fn report(state: &AdminState, as_json: bool) -> Result<String, String> {
-    let data_dir = {
-        let store = state.dead_letters.lock().unwrap();
-        store
-            .dir()
-            .parent()
-            .map(Path::to_path_buf)
-            .ok_or("the data folder is unknown")?
-    };
+    let data_dir = state.data_dir.clone();
     let mut shards = Vec::new();
     let mut text = String::new();
-    for (q, d) in state.shards.iter().zip(&state.drains) {
+    for (i, q) in state.shards.iter().enumerate() {
         let dir = spillway_wab::shard_dir(&data_dir, q.shard);
         let segs = segments(&dir)?;
-        let checkpoint = d.checkpoint.load(Ordering::Relaxed);
+        let drains = state.board.shard(i);
+        // A segment is confirmed once every sink has confirmed it.
+        let checkpoint = drains
+            .iter()
+            .map(|(_, d)| d.checkpoint.load(Ordering::Relaxed))
+            .min()
+            .unwrap_or(0);
         let durable = q.durable().next_seq;
-        let oldest = d.oldest_pending_arrival_us.load(Ordering::Relaxed);
+        let oldest = drains
+            .iter()
+            .map(|(_, d)| d.oldest_pending_arrival_us.load(Ordering::Relaxed))
+            .filter(|&t| t > 0)
+            .min()
+            .unwrap_or(0);
         let age = (oldest > 0).then(|| now_unix_us().saturating_sub(oldest) as f64 / 1e6);
         let total: u64 = segs.iter().map(|s| s.bytes).sum();
         let sealed = segs.iter().filter(|s| s.sealed).count();

@@ -1,0 +1,410 @@
+//! One sink's cursor over one shard: where it has read, the records it
+//! holds for its next batch, what it has confirmed (its own checkpoint
+//! file, `cursor-<sink>`), its retry state and its sink instance. One step
+//! of its loop at a time ([`Cursor::step`]): the daemon's drain thread runs
+//! the steps back to back, the simulation calls them itself.
+//!
+//! A cursor never deletes anything: it reports its checkpoint and the
+//! segments it has read to their end to the shard's [`Retention`], which
+//! deletes a segment once every sink's cursor has passed it. Cursors of
+//! different sinks share nothing else, so a sink that is down, slow or
+//! rejecting holds only its own cursor.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use spillway_wab::checkpoint::cursor_file;
+use spillway_wab::deadletter::DeadLetterStore;
+use spillway_wab::follow::{is_headerless, ShardFollower};
+use spillway_wab::storage::is_no_space;
+use spillway_wab::{write_checkpoint_file, Storage, StoredRecord};
+
+use super::retention::{Membership, Retention, StartAt};
+use super::retry::RetryState;
+use super::sink_host::{SinkHost, SinkSlot};
+use super::DrainStats;
+use crate::clock::Clock;
+use crate::shard::{ShardQueue, Watermark};
+
+/// How long an idle cursor sleeps before looking again (it is woken by
+/// new durable records anyway).
+const IDLE_WAIT: Duration = Duration::from_millis(500);
+/// Pause after a failed read of the segments or a failed checkpoint write
+/// before the cursor tries again.
+const IO_ERROR_PAUSE: Duration = Duration::from_secs(1);
+/// Longest a drain sleeps without looking at its stop flag.
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+/// Which sink and shard a cursor serves.
+pub struct CursorConfig {
+    /// The sink's name (`[sinks.NAME]`; `default` for `[sink]`).
+    pub sink: String,
+    pub shard: u32,
+    /// The shard's folder.
+    pub dir: PathBuf,
+}
+
+/// What a drain waits for after a [`Cursor::step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainWait {
+    /// Go on at once.
+    Now,
+    /// Records durable past `seen`, or `timeout` (idle, or lingering for a
+    /// fuller batch).
+    Durable { seen: Watermark, timeout: Duration },
+    /// Nothing to do for this long: backing off a failing sink (probing it
+    /// between pauses), waiting to re-create a failed instance, or pausing
+    /// after an I/O error.
+    Pause(Duration),
+}
+
+/// One sink's cursor over one shard (see the module documentation).
+pub struct Cursor<S: Storage> {
+    pub(super) storage: S,
+    pub(super) sink: String,
+    /// Its checkpoint file's name in the shard folder.
+    file: String,
+    pub(super) shard: u32,
+    pub(super) dir: PathBuf,
+    pub(super) queue: Arc<ShardQueue>,
+    pub(super) retention: Arc<Mutex<Retention<S>>>,
+    /// Its turn in the retention (from [`Retention::join`]).
+    membership: Membership,
+    /// Set when the sink was removed from the config: at its stop the
+    /// cursor leaves the retention (its file goes, it holds nothing).
+    retire: Arc<AtomicBool>,
+    pub(super) dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
+    pub(super) stats: Arc<DrainStats>,
+    pub(super) stop: Arc<AtomicBool>,
+    pub(super) host: SinkHost,
+    /// What linger and the retry backoff read.
+    pub(super) clock: Clock,
+    /// Reads the shard's durable records in order, across segments.
+    pub(super) follower: ShardFollower<S>,
+    /// Added to the follower's passed bytes to give the confirmed bytes on
+    /// the flusher's running count ([`Watermark::bytes`]): 0 at the
+    /// daemon's start (both count from the oldest segment), set again
+    /// whenever the cursor has confirmed everything durable, which also
+    /// corrects any drift (damaged bytes no record is read from, a drain
+    /// restarted without its flusher, a cursor that started past the
+    /// oldest record).
+    pub(super) bytes_base: u64,
+    /// Every record below this is confirmed (by the sink or the dead-letter store).
+    pub(super) confirmed: u64,
+    /// What the cursor file on disk says (<= `confirmed`).
+    pub(super) persisted: u64,
+    /// Read, not yet confirmed, in order.
+    pub(super) pending: VecDeque<StoredRecord>,
+    pub(super) pending_bytes: usize,
+    /// When the oldest pending record was read (linger starts there).
+    pub(super) pending_since: Option<Instant>,
+    pub(super) retry: RetryState,
+    pub(super) rng: u64,
+}
+
+impl<S: Storage> Cursor<S> {
+    /// A cursor of sink `cfg.sink`: it joins the shard's retention, which
+    /// says where it starts (its cursor file, or its `start`). `rng_seed`
+    /// (non-zero) seeds the retry jitter.
+    #[allow(clippy::too_many_arguments)] // each is one collaborator of the cursor
+    pub fn new(
+        storage: S,
+        cfg: CursorConfig,
+        start: StartAt,
+        queue: Arc<ShardQueue>,
+        slot: Arc<SinkSlot>,
+        retention: Arc<Mutex<Retention<S>>>,
+        dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
+        stats: Arc<DrainStats>,
+        clock: Clock,
+        rng_seed: u64,
+    ) -> io::Result<Self> {
+        let (membership, start) = retention.lock().unwrap().join(&cfg.sink, start)?;
+        stats.checkpoint.store(start, Ordering::Relaxed);
+        Ok(Cursor {
+            follower: ShardFollower::new(storage.clone(), cfg.dir.clone(), start),
+            host: SinkHost::new(cfg.shard, slot, stats.clone()).with_clock(clock.clone()),
+            file: cursor_file(&cfg.sink),
+            sink: cfg.sink,
+            storage,
+            shard: cfg.shard,
+            dir: cfg.dir,
+            queue,
+            retention,
+            dead_letters,
+            stats,
+            stop: Arc::new(AtomicBool::new(false)),
+            clock,
+            confirmed: start,
+            persisted: start,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            bytes_base: 0,
+            pending_since: None,
+            retry: RetryState::default(),
+            rng: rng_seed.max(1),
+            membership,
+            retire: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// The flag that stops [`Cursor::run`].
+    pub(super) fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// The flag that makes a stopping cursor leave the retention.
+    pub(super) fn retire_flag(&self) -> Arc<AtomicBool> {
+        self.retire.clone()
+    }
+
+    /// Every record below this is confirmed (what the cursor file says
+    /// once written).
+    pub fn confirmed(&self) -> u64 {
+        self.confirmed
+    }
+
+    /// The sink this cursor delivers to.
+    pub fn sink(&self) -> &str {
+        &self.sink
+    }
+
+    pub(super) fn run(mut self) {
+        while !self.stopping() {
+            match self.step() {
+                DrainWait::Now => {}
+                DrainWait::Durable { seen, timeout } => {
+                    self.queue.wait_durable(seen, timeout);
+                }
+                DrainWait::Pause(d) => self.sleep(d),
+            }
+        }
+        self.finish();
+    }
+
+    /// Write the last checkpoint (a clean stop), or, for a sink removed
+    /// from the config, leave the retention.
+    pub fn finish(mut self) {
+        if self.retire.load(Ordering::Acquire) {
+            self.leave();
+            return;
+        }
+        if let Err(e) = self.persist() {
+            tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "writing the final delivery checkpoint failed; some records will be delivered again");
+        }
+    }
+
+    /// One turn of the loop: pick up a reload, wait out a backoff, read
+    /// what is durable, and deliver a batch once it is full or has lingered
+    /// long enough; when idle, make sure the checkpoint is written and tell
+    /// retention. Says what to wait for before the next turn.
+    pub fn step(&mut self) -> DrainWait {
+        if self.host.check_reload() {
+            // A new sink (or new settings) gets its first try at once.
+            self.retry.end_backoff();
+        }
+        if let Some(wait) = self.backing_off() {
+            return wait;
+        }
+        if let Some(left) = self.host.restart_wait() {
+            return DrainWait::Pause(left);
+        }
+        let wm = self.queue.durable();
+        if let Err(e) = self.fill(wm) {
+            tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "reading segments for delivery failed; retrying");
+            return DrainWait::Pause(IO_ERROR_PAUSE);
+        }
+        if self.pending.is_empty() {
+            self.pass_headerless_abandoned(wm);
+            match self.persist() {
+                Ok(()) => self.report(self.persisted),
+                Err(e) if is_no_space(&e) => self.report(self.confirmed),
+                Err(e) => {
+                    tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "writing the delivery checkpoint failed; will retry");
+                }
+            }
+            return DrainWait::Durable {
+                seen: wm,
+                timeout: IDLE_WAIT,
+            };
+        }
+        let (max_records, max_bytes) = self.host.batch_limits();
+        let full = self.pending.len() >= max_records || self.pending_bytes >= max_bytes;
+        let linger_left = self.pending_since.map_or(Duration::ZERO, |t| {
+            self.host
+                .settings()
+                .linger
+                .saturating_sub(self.clock.since(t))
+        });
+        if !full && !linger_left.is_zero() {
+            return DrainWait::Durable {
+                seen: wm,
+                timeout: linger_left,
+            };
+        }
+        if let Err(e) = self.deliver_one(max_records, max_bytes) {
+            tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "recording delivery progress failed; the batch will be delivered again");
+            return DrainWait::Pause(IO_ERROR_PAUSE);
+        }
+        DrainWait::Now
+    }
+
+    /// Read durable records until the batch limits are reached.
+    fn fill(&mut self, wm: Watermark) -> io::Result<()> {
+        let (max_records, max_bytes) = self.host.batch_limits();
+        let mut at_tail = false;
+        while self.pending.len() < max_records && self.pending_bytes < max_bytes {
+            let queue = &self.queue;
+            let next = self
+                .follower
+                .next(wm.tail(), |id| queue.abandoned(id, false).map(|a| a.cut()))?;
+            match next {
+                Some(rec) => {
+                    if self.pending.is_empty() {
+                        self.pending_since = Some(self.clock.now());
+                    }
+                    self.pending_bytes += rec.payload.len();
+                    self.pending.push_back(rec);
+                }
+                None => {
+                    at_tail = true;
+                    break;
+                }
+            }
+        }
+        if at_tail && self.pending.is_empty() {
+            // Everything durable is read and confirmed: nothing is pending,
+            // whatever the counts said.
+            self.bytes_base = wm.bytes.wrapping_sub(self.follower.passed_bytes());
+        }
+        if self.pending.is_empty() && self.follower.next_seq() > self.confirmed {
+            // The follower passed numbers no record will ever be read at
+            // (the end of an abandoned segment: nacked records, or Buffered
+            // ones no fsync covered): confirm past them, so the segment
+            // goes and the backlog says 0, without waiting for a later
+            // record to be delivered.
+            self.confirm(self.follower.next_seq());
+        }
+        self.publish_backlog();
+        Ok(())
+    }
+
+    /// Move the confirmed point and write it to the cursor file before the
+    /// next batch is offered, so a crash redelivers at most the batch in
+    /// flight. A failed write does not undo the confirmation: the sink has
+    /// the records (or the dead-letter store does), so they leave
+    /// `pending` all the same, and the write is tried again at the next
+    /// confirmation or when idle; only retention waits for it (it goes by
+    /// what is on disk). Treating the failure as the batch's moved the
+    /// confirmed point back when the batch was offered again and split.
+    pub(super) fn confirm(&mut self, next_seq: u64) {
+        debug_assert!(
+            next_seq >= self.confirmed,
+            "the confirmed point moves forward only"
+        );
+        self.confirmed = next_seq;
+        match self.persist() {
+            Ok(()) => self.report(self.persisted),
+            // No room to make the cursor file: retention may still let
+            // segments go, writing the shard's floor (which needs no new
+            // space) at this point first: the sink restarts there.
+            Err(e) if is_no_space(&e) => {
+                tracing::warn!(shard = self.shard, sink = %self.sink, error = %e, "no space to write the delivery checkpoint; the shard's checkpoint holds this sink's place");
+                self.report(self.confirmed);
+            }
+            Err(e) => {
+                tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "writing the delivery checkpoint failed; will retry (records confirmed since the last checkpoint would be delivered again after a crash)");
+            }
+        }
+    }
+
+    /// Write the cursor file if it lags: one 4 KiB overwrite and an
+    /// fdatasync that needs no new block (see `spillway_wab::checkpoint`),
+    /// so it costs far less than the sink's own round trip.
+    pub(super) fn persist(&mut self) -> io::Result<()> {
+        if self.persisted == self.confirmed {
+            return Ok(());
+        }
+        write_checkpoint_file(&self.storage, &self.dir, &self.file, self.confirmed)?;
+        self.persisted = self.confirmed;
+        self.stats
+            .checkpoint
+            .store(self.confirmed, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The sink was removed: its cursor file goes and it holds nothing.
+    pub fn leave(self) {
+        let left = self
+            .retention
+            .lock()
+            .unwrap()
+            .leave(&self.sink, self.membership);
+        match left {
+            Ok(()) => {
+                tracing::info!(shard = self.shard, sink = %self.sink, "removed sink's cursor is gone; it holds no records any more")
+            }
+            Err(e) => {
+                tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "removing a removed sink's cursor failed; it is removed at the next start")
+            }
+        }
+    }
+
+    /// Tell retention how far this sink has confirmed (`at`: its cursor
+    /// file, or past it when a full disk keeps the file from being made)
+    /// and which segments the follower has read to their end; it deletes
+    /// what every sink passed.
+    fn report(&mut self, at: u64) {
+        let finished = self.follower.take_finished();
+        let wm = self.queue.durable();
+        self.retention
+            .lock()
+            .unwrap()
+            .confirmed(&self.sink, self.membership, at, finished, wm);
+    }
+
+    /// An abandoned segment whose header never reached the disk is never
+    /// opened by the follower, and nothing in it was made durable: once
+    /// every record before it is confirmed, confirm past its numbers (as
+    /// the follower does for an abandoned segment's unacknowledged end);
+    /// retention deletes it once every sink has. Its Buffered records, if
+    /// any were acknowledged, were never durable: the tier allows losing
+    /// them.
+    fn pass_headerless_abandoned(&mut self, wm: Watermark) {
+        for a in self.queue.abandoned_segments() {
+            let before_confirmed =
+                self.confirmed >= a.first_seq && self.follower.next_seq() >= a.first_seq;
+            if a.segment_id >= wm.segment_id || !before_confirmed || a.next_seq <= self.confirmed {
+                continue;
+            }
+            match is_headerless(&self.storage, &self.dir, a.segment_id) {
+                Ok(true) => self.confirm(a.next_seq),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::debug!(shard = self.shard, segment = a.segment_id, error = %e, "abandoned segment not checked yet; will retry");
+                }
+            }
+        }
+    }
+
+    /// Sleep, waking early on shutdown.
+    pub(super) fn sleep(&self, d: Duration) {
+        let until = Instant::now() + d;
+        while !self.stopping() {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            thread::sleep((until - now).min(SLEEP_SLICE));
+        }
+    }
+}

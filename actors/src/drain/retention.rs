@@ -1,0 +1,340 @@
+//! One shard's retention: the only code that deletes the shard's segments.
+//!
+//! Every sink has its own cursor over the shard (`cursor`), with its own
+//! checkpoint file. A segment may go only once **every** cursor's
+//! checkpoint on disk has passed it; then retention writes the shard's own
+//! checkpoint (`checkpoint`, the floor: every sink has confirmed every
+//! record below it; recovery reads it as "delivered") and only then
+//! deletes the segment and releases its bytes from the shard's WAB budget.
+//! So the slowest sink sets the WAB's size, unless it may skip ahead.
+//!
+//! Invariant, on disk: the floor is at or below every cursor file (a new
+//! cursor starts at or above it; a rewind lowers the floor first), and
+//! every segment file deleted lies wholly below the floor.
+//!
+//! Retention is passive: cursors report to it (under its mutex) after each
+//! checkpoint write and when idle, and it does its work then. It has no
+//! thread of its own and no clock, so the simulation drives it through the
+//! cursors' steps.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use spillway_wab::checkpoint::{cursor_file, cursor_sinks, remove_cursor};
+use spillway_wab::follow::{is_headerless, remove_segment, FinishedSegment};
+use spillway_wab::storage::is_no_space;
+use spillway_wab::{
+    load_checkpoint, load_checkpoint_file, write_checkpoint, write_checkpoint_file,
+};
+use spillway_wab::{Storage, StorageFile};
+
+use crate::shard::{ShardQueue, Watermark};
+
+/// Where a sink with no cursor file in a shard starts reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartAt {
+    /// At the end of what the shard holds: only records pushed from now on.
+    #[default]
+    End,
+    /// At the oldest record every other sink has not yet confirmed (the
+    /// shard's floor): everything still held for delivery.
+    Oldest,
+}
+
+/// One shard's figures of retention (`ctl stats`, metrics).
+#[derive(Debug, Default)]
+pub struct RetentionStats {
+    pub segments_deleted: AtomicU64,
+    /// The floor on disk: every sink has confirmed every record below it.
+    pub floor: AtomicU64,
+}
+
+/// One sink's turn in a shard's retention, from [`Retention::join`] to
+/// [`Retention::leave`]. A sink removed and added again under the same
+/// name while its old cursor still finishes gets a new one, so the old
+/// cursor's last words (a confirmation, its leave) change nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Membership(u64);
+
+/// One shard's owner of segment deletion (see the module documentation).
+pub struct Retention<S: Storage> {
+    storage: S,
+    shard: u32,
+    dir: PathBuf,
+    queue: Arc<ShardQueue>,
+    /// Each sink's confirmed point as its cursor file says, and the
+    /// membership it joined with ([`Membership`]).
+    cursors: BTreeMap<String, (Membership, u64)>,
+    /// The next membership handed out.
+    next_membership: u64,
+    /// Segments some cursor has read to their end, by id, not deleted yet.
+    finished: BTreeMap<u64, FinishedSegment>,
+    /// Every segment up to this id is deleted (a cursor that finishes one
+    /// later, its file already gone, is not listened to).
+    deleted_through: Option<u64>,
+    /// What the shard's checkpoint file says.
+    floor: u64,
+    /// The sinks the shard was opened with when it had no cursor file (a
+    /// new data folder, or one written by a single-sink release): each
+    /// begins at the floor when it first joins, whatever its `start`.
+    adopting: BTreeSet<String>,
+    stats: Arc<RetentionStats>,
+}
+
+impl<S: Storage> Retention<S> {
+    /// Opens the shard's retention for the sinks configured now (their
+    /// cursors [`Retention::join`] when they start). A cursor file of a
+    /// sink no longer configured is removed (its hold on segments goes
+    /// with it), with a log line.
+    pub fn open(
+        storage: S,
+        shard: u32,
+        dir: PathBuf,
+        queue: Arc<ShardQueue>,
+        sinks: &[String],
+        stats: Arc<RetentionStats>,
+    ) -> io::Result<Self> {
+        let floor = load_checkpoint(&storage, &dir)?.confirmed;
+        let existing = cursor_sinks(&storage, &dir)?;
+        for stale in existing.iter().filter(|s| !sinks.contains(s)) {
+            remove_cursor(&storage, &dir, stale)?;
+            tracing::info!(shard, sink = %stale, "sink no longer configured: its cursor is removed and it holds no records any more");
+        }
+        stats.floor.store(floor, Ordering::Relaxed);
+        // No cursor file at all: a new data folder, or one written by a
+        // single-sink release (its checkpoint is what its one sink
+        // confirmed). Every sink starts at the floor, whatever its `start`.
+        let adopting = if existing.is_empty() {
+            sinks.iter().cloned().collect()
+        } else {
+            BTreeSet::new()
+        };
+        Ok(Retention {
+            storage,
+            shard,
+            dir,
+            queue,
+            cursors: BTreeMap::new(),
+            next_membership: 1,
+            finished: BTreeMap::new(),
+            deleted_through: None,
+            floor,
+            adopting,
+            stats,
+        })
+    }
+
+    /// A sink (re)joins: where its cursor starts. Its cursor file if it
+    /// has one (never below the floor: an unreadable one is moved aside
+    /// and it starts at the floor); otherwise `start` decides, and the
+    /// file is written now, so a crash before its first delivery does not
+    /// move its start.
+    pub fn join(&mut self, sink: &str, start: StartAt) -> io::Result<(Membership, u64)> {
+        let file = cursor_file(sink);
+        // An empty cursor file is a marker: the sink is a member but its
+        // position could not be written (a full disk); the floor holds it.
+        let marker = self.is_marker(&file);
+        let loaded = if marker {
+            Default::default()
+        } else {
+            load_checkpoint_file(&self.storage, &self.dir, &file)?
+        };
+        let adopted = self.adopting.remove(sink);
+        let known = self.cursors.get(sink).map(|(_, at)| *at);
+        let at = if loaded.found {
+            loaded.confirmed.max(self.floor)
+        } else if let Some(at) = known {
+            // Joined before in this run, its file not written yet (a full
+            // disk): where it stood.
+            at.max(self.floor)
+        } else if adopted || loaded.corrupt || marker {
+            // (An unreadable cursor was moved aside: the sink had a
+            // position, so it starts again at the floor, never past
+            // records it may not have.)
+            self.floor
+        } else {
+            match start {
+                StartAt::End => self.queue.durable().next_seq.max(self.floor),
+                StartAt::Oldest => self.floor,
+            }
+        };
+        if !loaded.found || at != loaded.confirmed {
+            match write_checkpoint_file(&self.storage, &self.dir, &file, at) {
+                Ok(()) => {}
+                // A full disk: the file is made at the first confirmation
+                // (then it overwrites in place and needs no space); until
+                // then a restart starts this sink again as `start` says.
+                Err(e) if is_no_space(&e) => {
+                    // An empty file needs no data block: it says "a member,
+                    // at the floor" until the real one can be made.
+                    if !marker {
+                        let _ = self.storage.create(&self.dir.join(&file));
+                        let _ = self.storage.sync_dir(&self.dir);
+                    }
+                    tracing::warn!(shard = self.shard, sink, error = %e, "no space to create the sink's cursor file yet; the shard's checkpoint holds its place until it can be")
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if !loaded.found && !loaded.corrupt && !adopted && !marker && known.is_none() {
+            tracing::info!(
+                shard = self.shard,
+                sink,
+                start_seq = at,
+                ?start,
+                "sink added: its cursor starts here"
+            );
+        }
+        let membership = Membership(self.next_membership);
+        self.next_membership += 1;
+        self.cursors.insert(sink.to_string(), (membership, at));
+        Ok((membership, at))
+    }
+
+    /// A sink was removed from the config: its cursor file goes and it
+    /// holds nothing any more.
+    pub fn leave(&mut self, sink: &str, membership: Membership) -> io::Result<()> {
+        if !self.is_member(sink, membership) {
+            return Ok(());
+        }
+        remove_cursor(&self.storage, &self.dir, sink)?;
+        self.cursors.remove(sink);
+        self.collect(self.queue.durable());
+        Ok(())
+    }
+
+    /// Whether `file` is an empty cursor file (see [`Retention::join`]).
+    fn is_marker(&self, file: &str) -> bool {
+        self.storage
+            .open_read(&self.dir.join(file))
+            .and_then(|f| f.len())
+            .is_ok_and(|n| n == 0)
+    }
+
+    fn is_member(&self, sink: &str, membership: Membership) -> bool {
+        self.cursors
+            .get(sink)
+            .is_some_and(|(m, _)| *m == membership)
+    }
+
+    /// The shard's floor on disk.
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// The lowest confirmed point of any sink (on their cursor files).
+    pub fn lowest_cursor(&self) -> Option<u64> {
+        self.cursors.values().map(|(_, at)| *at).min()
+    }
+
+    /// Sink `sink` has confirmed everything below `persisted`: on its
+    /// cursor file, or, when a full disk kept that file from being made,
+    /// only in memory (the floor, written before any deletion, then holds
+    /// its place on disk: at a restart it starts at the floor).
+    /// `finished` are the segments its reader has read to their end since
+    /// it last said. Deletes what every sink has passed.
+    pub fn confirmed(
+        &mut self,
+        sink: &str,
+        membership: Membership,
+        persisted: u64,
+        finished: VecDeque<FinishedSegment>,
+        wm: Watermark,
+    ) {
+        match self.cursors.get_mut(sink) {
+            Some((m, at)) if *m == membership => *at = persisted,
+            _ => return, // left (or replaced): it holds nothing
+        }
+        for f in finished {
+            if self.deleted_through.is_none_or(|d| f.segment_id > d) {
+                self.finished.entry(f.segment_id).or_insert(f);
+            }
+        }
+        self.collect(wm);
+    }
+
+    /// Delete every finished segment below the lowest cursor (the floor
+    /// written first), abandoned segments whose header never reached the
+    /// disk once every sink passed them, and ask the flusher to seal a
+    /// delivered active segment while the budget refuses pushes.
+    fn collect(&mut self, wm: Watermark) {
+        let Some(lowest) = self.lowest_cursor() else {
+            return; // no sink: keep everything
+        };
+        self.delete_finished(lowest);
+        self.delete_headerless_abandoned(lowest, wm);
+        if lowest >= wm.next_seq && wm.offset > 0 && self.queue.budget.refused() {
+            self.queue.want_rotation(lowest);
+        }
+    }
+
+    /// Raise the floor on disk to `to` (at most the lowest cursor) if it
+    /// is below. False when the write failed (nothing may be deleted).
+    fn raise_floor(&mut self, to: u64) -> bool {
+        if self.floor >= to {
+            return true;
+        }
+        if let Err(e) = write_checkpoint(&self.storage, &self.dir, to) {
+            tracing::error!(shard = self.shard, error = %e, "writing the shard's checkpoint failed; confirmed segments are kept until it can be written");
+            return false;
+        }
+        self.floor = to;
+        self.stats.floor.store(to, Ordering::Relaxed);
+        true
+    }
+
+    fn delete_finished(&mut self, lowest: u64) {
+        while let Some((&id, &f)) = self.finished.iter().next() {
+            if f.end_seq > lowest || !self.raise_floor(lowest) {
+                return;
+            }
+            // Never sealed: the flusher abandoned it after an I/O error; it
+            // is finished, so the flusher no longer writes it and it can go
+            // as it is. (Any other unsealed segment is being sealed: wait.)
+            let abandoned = self.queue.abandoned(id, false).is_some();
+            if let Err(e) = remove_segment(&self.storage, &self.dir, id, abandoned) {
+                tracing::debug!(shard = self.shard, segment = id, error = %e, "confirmed segment not deleted yet; will retry");
+                return;
+            }
+            if abandoned {
+                self.queue.abandoned(id, true);
+            }
+            self.finished.remove(&id);
+            self.deleted_through = Some(id);
+            self.queue.budget.release(f.bytes);
+            self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// An abandoned segment whose header never reached the disk is never
+    /// opened by a reader (so never finished): each cursor passes its
+    /// numbers itself, and once every one has, it is deleted here.
+    fn delete_headerless_abandoned(&mut self, lowest: u64, wm: Watermark) {
+        for a in self.queue.abandoned_segments() {
+            if a.segment_id >= wm.segment_id || lowest < a.next_seq {
+                continue;
+            }
+            match is_headerless(&self.storage, &self.dir, a.segment_id) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::debug!(shard = self.shard, segment = a.segment_id, error = %e, "abandoned segment not checked yet; will retry");
+                    continue;
+                }
+            }
+            if !self.raise_floor(lowest) {
+                return;
+            }
+            if let Err(e) = remove_segment(&self.storage, &self.dir, a.segment_id, true) {
+                tracing::debug!(shard = self.shard, segment = a.segment_id, error = %e, "abandoned segment not deleted yet; will retry");
+                continue;
+            }
+            self.queue.abandoned(a.segment_id, true);
+            self.queue.budget.release(a.acked_end);
+            self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

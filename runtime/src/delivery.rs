@@ -1,0 +1,116 @@
+//! The configured sinks as the daemon runs them: each sink's slot (its
+//! current maker and settings, swapped by a reload), its dead-letter store
+//! and, per shard, the drain thread that runs its cursor. The supervisor
+//! owns these; a reload adds, changes and removes sinks through it
+//! ([`crate::supervisor::ApplySinks`]).
+//!
+//! On disk a sink has `sinks/<name>/` in the data folder (its dead-letter
+//! store) and a cursor file in every shard folder. A data folder written
+//! by the single-sink release has `dead-letter/` at its top: it is the
+//! `default` sink's, and is moved to `sinks/default/dead-letter/` the
+//! first time that sink starts.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use actix::prelude::*;
+use spillway_actors::{
+    Cursor, CursorConfig, Drain, DrainStats, Retention, ShardQueue, SinkSlot, StartAt,
+};
+use spillway_wab::deadletter::DeadLetterStore;
+use spillway_wab::format::now_unix_us;
+use spillway_wab::{create_dir_durable, shard_dir, FsStorage, Storage, DEAD_LETTER_DIR, SINKS_DIR};
+
+use crate::config::DEFAULT_SINK;
+
+/// A sink's dead-letter store, shared by its drains and the admin.
+pub type DeadLetters = Arc<Mutex<DeadLetterStore<FsStorage>>>;
+
+/// Every sink's dead-letter store by name: the configured ones and those
+/// of sinks removed since the start (their dead letters stay readable).
+pub type DeadLetterStores = Arc<Mutex<BTreeMap<String, DeadLetters>>>;
+
+/// One configured sink as the daemon runs it.
+pub struct SinkRun {
+    pub slot: Arc<SinkSlot>,
+    pub dead_letters: DeadLetters,
+    /// Where it starts in a shard where it has no cursor yet.
+    pub start: StartAt,
+}
+
+/// Sink `name`'s folder in `data_dir`.
+pub fn sink_dir(data_dir: &Path, name: &str) -> PathBuf {
+    data_dir.join(SINKS_DIR).join(name)
+}
+
+/// Open sink `name`'s dead-letter store (`sinks/<name>/dead-letter/`),
+/// creating its folders durably. For `default`, a `dead-letter/` folder
+/// of the single-sink layout is moved there first (one rename, the data
+/// folder fsynced).
+pub fn open_dead_letters(data_dir: &Path, name: &str) -> Result<DeadLetters, String> {
+    let storage = FsStorage;
+    let sinks = data_dir.join(SINKS_DIR);
+    let own = sink_dir(data_dir, name);
+    let at = |e: std::io::Error, p: &Path| format!("{}: {e}", p.display());
+    for dir in [&sinks, &own] {
+        create_dir_durable(&storage, dir).map_err(|e| at(e, dir))?;
+    }
+    let store_dir = own.join(DEAD_LETTER_DIR);
+    let legacy = data_dir.join(DEAD_LETTER_DIR);
+    if name == DEFAULT_SINK && legacy.is_dir() && !store_dir.exists() {
+        storage
+            .rename(&legacy, &store_dir)
+            .and_then(|()| storage.sync_dir(data_dir))
+            .and_then(|()| storage.sync_dir(&own))
+            .map_err(|e| at(e, &legacy))?;
+        tracing::info!(from = %legacy.display(), to = %store_dir.display(), "moved the single-sink dead-letter store to the default sink's folder");
+    }
+    let store = DeadLetterStore::open(storage, &store_dir)
+        .map_err(|e| format!("opening the dead-letter store {}: {e}", store_dir.display()))?;
+    Ok(Arc::new(Mutex::new(store)))
+}
+
+/// The sinks that have a folder in `data_dir` (configured or not).
+pub fn sinks_on_disk(data_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(data_dir.join(SINKS_DIR)) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Start sink `name`'s drain of one shard: its cursor joins the shard's
+/// retention (which says where it starts) and a thread runs it.
+pub fn start_drain(
+    data_dir: &Path,
+    queue: Arc<ShardQueue>,
+    retention: Arc<Mutex<Retention<FsStorage>>>,
+    name: &str,
+    run: &SinkRun,
+    stats: Arc<DrainStats>,
+) -> std::io::Result<Addr<Drain>> {
+    let cfg = CursorConfig {
+        sink: name.to_string(),
+        shard: queue.shard,
+        dir: shard_dir(data_dir, queue.shard),
+    };
+    let cursor = Cursor::new(
+        FsStorage,
+        cfg,
+        run.start,
+        queue,
+        run.slot.clone(),
+        retention,
+        run.dead_letters.clone(),
+        stats,
+        spillway_actors::Clock::system(),
+        now_unix_us() | 1,
+    )?;
+    Ok(Drain::spawn(cursor)?.start())
+}
