@@ -27,7 +27,7 @@ use spillway_sinks::SinkConfig;
 use spillway_wab::{shard_dir, DataDirLock, FsStorage};
 
 use crate::admin::{Admin, AdminState, ListenerLoad};
-use crate::config::Config;
+use crate::config::{Config, DEFAULT_SINK};
 use crate::delivery::{open_dead_letters, sinks_on_disk, start_drain, DeadLetterStores, SinkRun};
 use crate::logging::say;
 use crate::reload::Reloader;
@@ -208,11 +208,15 @@ fn start(
         .collect();
     let deadline = build_timeout(&to_build);
     let built = build_on_thread(deadline, move || build_sinks(&to_build, false))?.wait()??;
-    let sink_description = built
-        .iter()
-        .map(|b| format!("{} = {}", b.name, b.description))
-        .collect::<Vec<_>>()
-        .join(", ");
+    // One sink named default (a `[sink]` table) is just its description.
+    let sink_description = match built.as_slice() {
+        [one] if one.name == DEFAULT_SINK => one.description.clone(),
+        all => all
+            .iter()
+            .map(|b| format!("{} = {}", b.name, b.description))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
     let dead_letters: DeadLetterStores = Arc::default();
     let mut sinks = BTreeMap::new();
     for b in built {
@@ -381,7 +385,7 @@ fn start(
         recovered_segments
     ));
     let status = format!(
-        "listening on {} ({shard_count} shards, sinks: {sink_description})",
+        "listening on {} ({shard_count} shards, sink: {sink_description})",
         cfg.server.socket_path.display()
     );
     let queues: Vec<Arc<ShardQueue>> = shards.iter().map(|s| s.queue.clone()).collect();

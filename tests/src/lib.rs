@@ -360,9 +360,10 @@ fn build_config(socket: &Path, data: &Path, admin_socket: &Path, overrides: &str
         }
         if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
             let name = name.trim().to_string();
-            if name == "sink" && !replaced_sink {
-                // A [sink] override replaces the held sink as a whole (keys
-                // of one sink type are invalid for another).
+            if (name == "sink" || name.starts_with("sinks.")) && !replaced_sink {
+                // A [sink] (or [sinks.NAME]) override replaces the held
+                // sink as a whole (keys of one sink type are invalid for
+                // another; [sink] and [sinks.*] do not mix).
                 replaced_sink = true;
                 sections.retain(|s| s.name != "sink");
             }

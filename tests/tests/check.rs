@@ -426,7 +426,8 @@ fn ctl_reload_of_a_file_that_does_not_validate_reports_the_daemons_verdict() {
     let f = ctl_config(&d, &["reload"]);
     assert!(!f.status.success(), "{f:?}");
     assert!(
-        f.stderr.contains("reload rejected, running sink unchanged")
+        f.stderr
+            .contains("reload rejected, running sinks unchanged")
             && f.stderr.contains("sink.max_records"),
         "not the daemon's verdict: {f:?}"
     );

@@ -102,9 +102,9 @@ fn every_subcommand_answers_in_prose_and_in_json() {
     assert_eq!(d.ctl(&["dead-letter", "requeue", "all"]), "requeued 0\n");
     assert_eq!(json(&d, &["dead-letter", "requeue", "all"])["requeued"], 0);
 
-    assert!(d.ctl(&["reload"]).contains("sink unchanged"));
+    assert!(d.ctl(&["reload"]).contains("sinks unchanged"));
     let r = json(&d, &["reload"]);
-    assert_eq!(r["report"], serde_json::json!(["sink unchanged"]), "{r}");
+    assert_eq!(r["report"], serde_json::json!(["sinks unchanged"]), "{r}");
 }
 
 #[test]

@@ -447,6 +447,9 @@ fn a_forged_checkpoint_past_the_data_is_moved_aside_and_everything_redelivered()
     let (_, dir) = d.shard_dirs().remove(0);
     const FORGED: u64 = 50_000_000;
     spillway_wab::write_checkpoint(&FsStorage, &dir, FORGED).unwrap();
+    // The sink's cursor too (forged alone, the checkpoint only holds the
+    // floor: the cursor says where the sink stands).
+    spillway_wab::write_checkpoint_file(&FsStorage, &dir, "cursor-default", FORGED).unwrap();
     println!(
         "receiver had {} records; WAB holds {} (seqs {}..{data_end}); checkpoint forged to {FORGED}",
         seen.len(),
@@ -470,8 +473,14 @@ fn a_forged_checkpoint_past_the_data_is_moved_aside_and_everything_redelivered()
         1,
         "expected one ERROR about the checkpoint {FORGED} ahead of the data end {data_end}; log:\n{log}"
     );
+    assert_eq!(
+        error_lines(&log, &["cursor is ahead", &format!("cursor={FORGED}")]).len(),
+        1,
+        "expected one ERROR about the sink's cursor {FORGED} ahead of the data; log:\n{log}"
+    );
+    // The shard's checkpoint and the sink's cursor, each moved aside.
     let aside = names_starting(&dir, "checkpoint.ahead-");
-    assert_eq!(aside.len(), 1, "checkpoint.ahead-* files: {aside:?}");
+    assert_eq!(aside.len(), 2, "checkpoint.ahead-* files: {aside:?}");
     assert_delivered_exactly(
         &d,
         &rx,
@@ -698,7 +707,7 @@ fn a_flipped_byte_in_the_dead_letter_store_keeps_other_dead_letters_visible() {
     drop(c);
     d.terminate();
 
-    let dl_dir = d.data_dir().join("dead-letter");
+    let dl_dir = d.data_dir().join("sinks/default/dead-letter");
     let segs = segments(&dl_dir);
     let stored: usize = segs.iter().map(|s| s.records.len()).sum();
     assert_eq!(
@@ -777,9 +786,13 @@ fn a_corrupt_checkpoint_is_moved_aside_and_delivery_restarts_from_the_oldest() {
         "the checkpoint ({old}) must be past the oldest record kept ({oldest_held}) for this test \
          to show redelivery"
     );
+    // The sink's own position too: with only the shard's checkpoint
+    // damaged, the sink's cursor file says where it stands and nothing is
+    // redelivered.
     fs::write(&ckpt, vec![0xA5u8; 8192]).unwrap();
+    fs::write(dir.join("cursor-default"), vec![0xA5u8; 8192]).unwrap();
     println!(
-        "receiver had {} records; WAB holds {} from seq {oldest_held}; checkpoint {old} overwritten with garbage",
+        "receiver had {} records; WAB holds {} from seq {oldest_held}; checkpoint {old} and the sink's cursor overwritten with garbage",
         seen.len(),
         held.len()
     );
@@ -789,11 +802,13 @@ fn a_corrupt_checkpoint_is_moved_aside_and_delivery_restarts_from_the_oldest() {
     let log = d.stderr();
     assert_eq!(
         error_lines(&log, &["checkpoint cannot be read"]).len(),
-        1,
-        "expected one ERROR about the unreadable checkpoint; log:\n{log}"
+        2,
+        "expected an ERROR about each unreadable checkpoint (the shard's, the sink's); log:\n{log}"
     );
     let aside = names_starting(&dir, "checkpoint.corrupt-");
     assert_eq!(aside.len(), 1, "checkpoint.corrupt-* files: {aside:?}");
+    let aside = names_starting(&dir, "cursor-default.corrupt-");
+    assert_eq!(aside.len(), 1, "cursor-default.corrupt-* files: {aside:?}");
     assert_delivered_exactly(
         &d,
         &rx,

@@ -184,6 +184,10 @@ fn backlog_metrics_follow_a_sink_outage() {
         "spillway_pending_records",
         "spillway_oldest_pending_age_seconds",
         "spillway_sink_up",
+        "spillway_sink_backlog_records",
+        "spillway_sink_backlog_bytes",
+        "spillway_sink_oldest_age_seconds",
+        "spillway_sink_checkpoint_seq",
         "spillway_sink_errors",
         "spillway_dead_letter_bytes",
         "spillway_group_commit_seconds",
@@ -217,7 +221,10 @@ fn backlog_metrics_follow_a_sink_outage() {
         value(&held, "spillway_oldest_pending_age_seconds", "shard=\"0\"") >= 2.0,
         "{held}"
     );
-    assert_eq!(value(&held, "spillway_sink_up", "shard=\"0\""), 0.0);
+    assert_eq!(
+        value(&held, "spillway_sink_up", "sink=\"default\",shard=\"0\""),
+        0.0
+    );
     assert!(
         value(
             &held,
@@ -239,7 +246,10 @@ fn backlog_metrics_follow_a_sink_outage() {
                 value(&after, "spillway_oldest_pending_age_seconds", "shard=\"0\""),
                 0.0
             );
-            assert_eq!(value(&after, "spillway_sink_up", "shard=\"0\""), 1.0);
+            assert_eq!(
+                value(&after, "spillway_sink_up", "sink=\"default\",shard=\"0\""),
+                1.0
+            );
             assert_eq!(sum(&after, "spillway_delivered_records_total"), 10);
             break;
         }

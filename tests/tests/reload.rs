@@ -174,17 +174,17 @@ fn ctl_reload_under_load_switches_a_to_b_to_plugin_and_back_without_losing_a_rec
         (
             Dest::B,
             &sink_b,
-            vec!["sink switched to http".to_string(), rx_b.url()],
+            vec!["sink default switched to http".to_string(), rx_b.url()],
         ),
         (
             Dest::Plugin,
             &sink_p,
-            vec!["sink switched to plugin spillway-plugin-file".to_string()],
+            vec!["sink default switched to plugin spillway-plugin-file".to_string()],
         ),
         (
             Dest::A,
             &sink_a,
-            vec!["sink switched to http".to_string(), rx_a.url()],
+            vec!["sink default switched to http".to_string(), rx_a.url()],
         ),
     ];
     for (next, cfg, expect) in steps {
@@ -670,7 +670,7 @@ fn a_change_outside_the_sink_table_is_reported_as_needing_a_restart_and_not_appl
         f.stdout
     );
     assert!(
-        f.stdout.contains("sink unchanged"),
+        f.stdout.contains("sinks unchanged"),
         "the sink table did not change:\n{}",
         f.stdout
     );

@@ -104,14 +104,10 @@ pub fn open_shard<S: Storage>(
             confirmed = oldest;
         }
     }
-    // A cursor is ahead only past every number the shard vouches for,
-    // those of checkpoints moved aside as ahead included (so a second
-    // start finds what the first did).
-    let (ahead_before, _) = moved_aside_floors(storage, dir)?;
-    let vouched = ahead_before
-        .into_iter()
-        .fold(data_end.max(checkpoint.confirmed), u64::max);
-    move_cursors_ahead_aside(storage, dir, shard, vouched)?;
+    // A cursor past what the files show and a checkpoint that is trusted
+    // is ahead (one ahead of an untrusted checkpoint too: a second start
+    // then finds what the first did).
+    move_cursors_ahead_aside(storage, dir, shard, data_end.max(confirmed))?;
     // Listed after the moves above, so this start's own jumps are included.
     let (ahead, corrupt) = moved_aside_floors(storage, dir)?;
     let mut next_seq = data_end.max(checkpoint.confirmed);

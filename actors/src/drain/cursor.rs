@@ -226,8 +226,8 @@ impl<S: Storage> Cursor<S> {
         if self.pending.is_empty() {
             self.pass_headerless_abandoned(wm);
             match self.persist() {
-                Ok(()) => self.report(self.persisted),
-                Err(e) if is_no_space(&e) => self.report(self.confirmed),
+                Ok(()) => self.report(self.persisted, true),
+                Err(e) if is_no_space(&e) => self.report(self.confirmed, true),
                 Err(e) => {
                     tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "writing the delivery checkpoint failed; will retry");
                 }
@@ -313,13 +313,13 @@ impl<S: Storage> Cursor<S> {
         );
         self.confirmed = next_seq;
         match self.persist() {
-            Ok(()) => self.report(self.persisted),
+            Ok(()) => self.report(self.persisted, false),
             // No room to make the cursor file: retention may still let
             // segments go, writing the shard's floor (which needs no new
             // space) at this point first: the sink restarts there.
             Err(e) if is_no_space(&e) => {
                 tracing::warn!(shard = self.shard, sink = %self.sink, error = %e, "no space to write the delivery checkpoint; the shard's checkpoint holds this sink's place");
-                self.report(self.confirmed);
+                self.report(self.confirmed, false);
             }
             Err(e) => {
                 tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "writing the delivery checkpoint failed; will retry (records confirmed since the last checkpoint would be delivered again after a crash)");
@@ -363,13 +363,17 @@ impl<S: Storage> Cursor<S> {
     /// file, or past it when a full disk keeps the file from being made)
     /// and which segments the follower has read to their end; it deletes
     /// what every sink passed.
-    fn report(&mut self, at: u64) {
+    fn report(&mut self, at: u64, idle: bool) {
         let finished = self.follower.take_finished();
         let wm = self.queue.durable();
-        self.retention
-            .lock()
-            .unwrap()
-            .confirmed(&self.sink, self.membership, at, finished, wm);
+        self.retention.lock().unwrap().confirmed(
+            &self.sink,
+            self.membership,
+            at,
+            finished,
+            wm,
+            idle,
+        );
     }
 
     /// An abandoned segment whose header never reached the disk is never

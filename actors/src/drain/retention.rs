@@ -202,7 +202,7 @@ impl<S: Storage> Retention<S> {
         }
         remove_cursor(&self.storage, &self.dir, sink)?;
         self.cursors.remove(sink);
-        self.collect(self.queue.durable());
+        self.collect(self.queue.durable(), false);
         Ok(())
     }
 
@@ -235,7 +235,8 @@ impl<S: Storage> Retention<S> {
     /// only in memory (the floor, written before any deletion, then holds
     /// its place on disk: at a restart it starts at the floor).
     /// `finished` are the segments its reader has read to their end since
-    /// it last said. Deletes what every sink has passed.
+    /// it last said; `idle`: it has nothing to deliver (the floor is
+    /// brought up to date then). Deletes what every sink has passed.
     pub fn confirmed(
         &mut self,
         sink: &str,
@@ -243,6 +244,7 @@ impl<S: Storage> Retention<S> {
         persisted: u64,
         finished: VecDeque<FinishedSegment>,
         wm: Watermark,
+        idle: bool,
     ) {
         match self.cursors.get_mut(sink) {
             Some((m, at)) if *m == membership => *at = persisted,
@@ -253,17 +255,23 @@ impl<S: Storage> Retention<S> {
                 self.finished.entry(f.segment_id).or_insert(f);
             }
         }
-        self.collect(wm);
+        self.collect(wm, idle);
     }
 
     /// Delete every finished segment below the lowest cursor (the floor
     /// written first), abandoned segments whose header never reached the
     /// disk once every sink passed them, and ask the flusher to seal a
     /// delivered active segment while the budget refuses pushes.
-    fn collect(&mut self, wm: Watermark) {
+    fn collect(&mut self, wm: Watermark, idle: bool) {
         let Some(lowest) = self.lowest_cursor() else {
             return; // no sink: keep everything
         };
+        // When idle, the floor follows the lowest cursor even with nothing
+        // to delete (`inspect` and `ctl stats` read it); while busy it is
+        // written only before a deletion, so it costs no fdatasync per batch.
+        if idle {
+            self.raise_floor(lowest);
+        }
         self.delete_finished(lowest);
         self.delete_headerless_abandoned(lowest, wm);
         if lowest >= wm.next_seq && wm.offset > 0 && self.queue.budget.refused() {

@@ -190,11 +190,12 @@ pub fn stats(d: &Daemon) -> String {
     f.stdout
 }
 
-/// The `sink "..."` line of `ctl stats`.
+/// The description on the `default` sink's line of `ctl stats`
+/// (`sink{sink="default"} "..."`).
 pub fn stat_sink(stats: &str) -> String {
     stats
         .lines()
-        .find_map(|l| l.strip_prefix("sink "))
+        .find_map(|l| l.strip_prefix("sink{sink=\"default\"} "))
         .unwrap_or_else(|| panic!("no sink line in ctl stats:\n{stats}"))
         .to_string()
 }

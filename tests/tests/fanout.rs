@@ -1,0 +1,302 @@
+//! One buffer, several sinks, against the real binary: every sink gets every
+//! acknowledged record from its own cursor; a sink that is down holds only
+//! its own cursor (the others keep delivering) and the segments it still
+//! needs (deleted once it caught up); a SIGKILL loses nothing on any sink;
+//! a reload adds a sink (at the end, or at the oldest record held) and
+//! removes one (its hold on segments goes); a data folder of the
+//! single-sink layout keeps its checkpoint as the `default` sink's.
+//!
+//! Timing is only ever bounded from above by generous liveness timeouts.
+
+mod support_http;
+
+use std::collections::HashSet;
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use spillway_tests::*;
+use support_http::HttpReceiver;
+
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Push `n` records `"{tag}:{i}"` at Sync; every one must be acked.
+fn push_tagged(d: &Daemon, tag: &str, n: u64) -> Vec<String> {
+    let mut c = d.client();
+    (0..n)
+        .map(|i| {
+            let p = format!("{tag}:{i}");
+            c.push(Tier::Sync, p.as_bytes())
+                .unwrap_or_else(|e| panic!("push {p}: {e}"));
+            p
+        })
+        .collect()
+}
+
+/// The payloads in an NDJSON file sink's output (each line is a JSON
+/// object with the payload as a string, or the raw payload).
+fn file_payloads(path: &Path) -> HashSet<String> {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["payload"].as_str().map(str::to_string))
+                .unwrap_or_else(|| l.to_string())
+        })
+        .collect()
+}
+
+fn http_table(name: &str, rx: &HttpReceiver) -> String {
+    format!(
+        "[sinks.{name}]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 300\n",
+        rx.url()
+    )
+}
+
+/// `sink{sink="NAME"}.KEY` of `ctl stats`.
+fn sink_stat(d: &Daemon, sink: &str, key: &str) -> u64 {
+    let stats = d.ctl(&["stats"]);
+    let prefix = format!("sink{{sink=\"{sink}\"}}.{key} ");
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in ctl stats:\n{stats}"))
+}
+
+/// Three sinks (two HTTP receivers, a file); one receiver answers 503:
+/// the other two get everything while it is down, its backlog and the
+/// segments it needs are kept, and once it answers it catches up and the
+/// segments go.
+#[test]
+fn a_dead_sink_holds_only_its_own_cursor_and_the_segments_it_needs() {
+    let warehouse = HttpReceiver::start();
+    let stream = HttpReceiver::start();
+    stream.set_status(503);
+    let mut d = Daemon::configure("");
+    let archive = d.dir().join("archive.ndjson");
+    d.reconfigure(&format!(
+        "[server]\nshards = 1\n[wab]\nsegment_bytes_max = 65536\n{}{}[sinks.archive]\ntype = \"file\"\npath = \"{}\"\n",
+        http_table("warehouse", &warehouse),
+        http_table("stream", &stream),
+        archive.display()
+    ));
+    d.spawn();
+    let sent = push_tagged(&d, "fan", 3000);
+    warehouse.wait_for_payloads(&sent, DELIVERY_TIMEOUT);
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || file_payloads(&archive).len()
+            >= sent.len()),
+        "the file sink did not get every record while another sink was down"
+    );
+    assert_eq!(
+        stream.accepted_records().len(),
+        0,
+        "the dead receiver accepted records"
+    );
+    // The dead sink still needs every segment: none was deleted.
+    assert!(
+        sealed_segments(&d) >= 2,
+        "segments: {}",
+        sealed_segments(&d)
+    );
+    assert_eq!(shard_stat_sum(&d.ctl(&["stats"]), "segments_deleted"), 0);
+    assert!(sink_stat(&d, "stream", "backlog_records") >= 3000);
+    assert_eq!(sink_stat(&d, "warehouse", "backlog_records"), 0);
+    let health = d.ctl(&["health"]);
+    assert!(
+        health.contains("sink stream of shard 0 Retrying"),
+        "{health}"
+    );
+    assert!(
+        health.contains("not ready: sink stream of shard 0"),
+        "{health}"
+    );
+
+    stream.set_status(200);
+    stream.wait_for_payloads(&sent, DELIVERY_TIMEOUT);
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || sealed_segments(&d) == 0),
+        "segments every sink confirmed were kept: {}",
+        sealed_segments(&d)
+    );
+    assert!(shard_stat_sum(&d.ctl(&["stats"]), "segments_deleted") >= 2);
+}
+
+/// A SIGKILL while three sinks deliver: after the restart every sink has
+/// every acknowledged record.
+#[test]
+fn a_sigkill_loses_nothing_on_any_sink() {
+    let a = HttpReceiver::start();
+    let b = HttpReceiver::start();
+    b.set_delay(Duration::from_millis(20));
+    let mut d = Daemon::configure("");
+    let archive = d.dir().join("archive.ndjson");
+    d.reconfigure(&format!(
+        "[server]\nshards = 2\n{}{}[sinks.archive]\ntype = \"file\"\npath = \"{}\"\n",
+        http_table("a", &a),
+        http_table("b", &b),
+        archive.display()
+    ));
+    d.spawn();
+    let mut sent = push_tagged(&d, "before", 2000);
+    d.kill9();
+    d.spawn();
+    sent.extend(push_tagged(&d, "after", 200));
+    a.wait_for_payloads(&sent, DELIVERY_TIMEOUT);
+    b.wait_for_payloads(&sent, DELIVERY_TIMEOUT);
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || {
+            let got = file_payloads(&archive);
+            sent.iter().all(|p| got.contains(p))
+        }),
+        "the file sink is missing records after a SIGKILL"
+    );
+}
+
+/// Reload adds a sink at the end (only new records) and one at the oldest
+/// record held (everything still pending for another sink), then removes
+/// the lagging one: its cursor files go and the segments it held are
+/// deleted.
+#[test]
+fn reload_adds_and_removes_sinks_while_records_flow() {
+    let first = HttpReceiver::start();
+    let held = HttpReceiver::start();
+    held.set_status(503);
+    let mut d = Daemon::configure("");
+    let base = format!(
+        "[server]\nshards = 1\n[wab]\nsegment_bytes_max = 65536\n{}{}",
+        http_table("first", &first),
+        http_table("held", &held)
+    );
+    d.reconfigure(&base);
+    d.spawn();
+    let old = push_tagged(&d, "old", 1500);
+    first.wait_for_payloads(&old, DELIVERY_TIMEOUT);
+
+    let at_end = HttpReceiver::start();
+    let at_oldest = HttpReceiver::start();
+    let added = format!(
+        "{base}{}start = \"end\"\n{}start = \"oldest\"\n",
+        http_table("at_end", &at_end),
+        http_table("at_oldest", &at_oldest)
+    );
+    d.reconfigure(&added);
+    let report = d.ctl(&["reload"]);
+    assert!(report.contains("sink at_end added"), "{report}");
+    assert!(report.contains("sink at_oldest added"), "{report}");
+    let new = push_tagged(&d, "new", 300);
+    at_end.wait_for_payloads(&new, DELIVERY_TIMEOUT);
+    at_oldest.wait_for_payloads(&old, DELIVERY_TIMEOUT);
+    at_oldest.wait_for_payloads(&new, DELIVERY_TIMEOUT);
+    let got_old: usize = at_end
+        .accepted_records()
+        .iter()
+        .filter(|r| r.text().starts_with("old:"))
+        .count();
+    assert_eq!(got_old, 0, "a sink added at the end got older records");
+
+    // Remove the sink that held everything back.
+    let segments_before = sealed_segments(&d);
+    assert!(segments_before >= 1, "the held sink kept no segment");
+    let removed = base.replace(&http_table("held", &held), "")
+        + &http_table("at_end", &at_end)
+        + "start = \"end\"\n"
+        + &http_table("at_oldest", &at_oldest)
+        + "start = \"oldest\"\n";
+    d.reconfigure(&removed);
+    let report = d.ctl(&["reload"]);
+    assert!(report.contains("sink held removed"), "{report}");
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || sealed_segments(&d) == 0),
+        "the removed sink's segments were kept: {}",
+        sealed_segments(&d)
+    );
+    let cursor = d.data_dir().join("shard-000").join("cursor-held");
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || !cursor.exists()),
+        "the removed sink's cursor file stayed"
+    );
+    assert!(d.data_dir().join("shard-000").join("cursor-first").exists());
+}
+
+/// A data folder of the single-sink layout (`checkpoint` in each shard, no
+/// cursor files, `dead-letter/` at the top) keeps its checkpoint as the
+/// `default` sink's: exactly what was pending is delivered.
+#[test]
+fn a_single_sink_data_folder_delivers_exactly_what_was_pending() {
+    let rx = HttpReceiver::start();
+    rx.set_status(503);
+    let mut d = Daemon::configure("");
+    d.reconfigure(&format!(
+        "[server]\nshards = 1\n[sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 300\n",
+        rx.url()
+    ));
+    d.spawn();
+    let delivered = push_tagged(&d, "done", 100);
+    rx.set_status(200);
+    rx.wait_for_payloads(&delivered, DELIVERY_TIMEOUT);
+    assert!(wait_until(DELIVERY_TIMEOUT, || {
+        shard_stat_sum(&d.ctl(&["stats"]), "checkpoint") >= 100
+    }));
+    rx.set_status(503);
+    let pending = push_tagged(&d, "pending", 50);
+    d.terminate();
+    // Make it look like the previous release left it: the shard's
+    // checkpoint says how far its one sink confirmed; no cursor files.
+    let shard = d.data_dir().join("shard-000");
+    let cursor = shard.join("cursor-default");
+    let confirmed =
+        spillway_wab::read_checkpoint_file(&spillway_wab::FsStorage, &shard, "cursor-default")
+            .unwrap();
+    assert_eq!(confirmed, 100, "the cursor file after a clean stop");
+    spillway_wab::write_checkpoint(&spillway_wab::FsStorage, &shard, confirmed).unwrap();
+    fs::remove_file(&cursor).unwrap();
+    let sinks_dir = d.data_dir().join("sinks");
+    fs::rename(
+        sinks_dir.join("default").join("dead-letter"),
+        d.data_dir().join("dead-letter"),
+    )
+    .unwrap();
+    fs::remove_dir_all(&sinks_dir).unwrap();
+
+    let before = rx.accepted_records().len();
+    rx.set_status(200);
+    d.spawn();
+    rx.wait_for_payloads(&pending, DELIVERY_TIMEOUT);
+    let after: Vec<String> = rx.accepted_records()[before..]
+        .iter()
+        .map(|r| r.text())
+        .collect();
+    assert!(
+        after.iter().all(|p| p.starts_with("pending:")),
+        "records confirmed before the upgrade were delivered again: {after:?}"
+    );
+    assert!(
+        cursor.exists(),
+        "the default sink's cursor file was not made"
+    );
+    assert!(
+        d.data_dir().join("sinks/default/dead-letter").is_dir(),
+        "the dead-letter store did not move to the default sink's folder"
+    );
+}
+
+/// `[sink]` and `[sinks.*]` together are refused with both named; a bad
+/// sink name is refused with the offending character.
+#[test]
+fn sink_tables_are_checked() {
+    let both = "[sink]\ntype = \"noop\"\n[sinks.a]\ntype = \"noop\"\n";
+    let mut d = Daemon::configure(both);
+    let out = d.run_to_exit(Duration::from_secs(10));
+    assert!(!out.status.success());
+    assert!(
+        out.stderr.contains("[sink]") && out.stderr.contains("[sinks.a]"),
+        "{}",
+        out.stderr
+    );
+    d.reconfigure("[sinks.Bad]\ntype = \"noop\"\n");
+    let out = d.run_to_exit(Duration::from_secs(10));
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("'B'"), "{}", out.stderr);
+}
