@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, LOCATION, RETRY_AFTER};
 use http::{HeaderMap, StatusCode};
-use spillway_sinks::http::{response_verdict, Verdict, REASON_BODY_BYTES_MAX};
+use spillway_sinks::http::{response_verdict, ResponseVerdict, REASON_BODY_BYTES_MAX};
 
 /// How the reasons name the target (as `HttpSettings::target` would).
 const TARGET: &str = "POST http://127.0.0.1:9/ingest";
@@ -55,8 +55,8 @@ pub fn http_response(data: &[u8]) {
     assert_eq!(verdict, again, "the same answer judged twice differently");
     let transient_status = code == 408 || code == 429 || code >= 500;
     match &verdict {
-        Verdict::Delivered => assert!(status.is_success(), "{code} delivered"),
-        Verdict::Transient { after, reason } => {
+        ResponseVerdict::Delivered => assert!(status.is_success(), "{code} delivered"),
+        ResponseVerdict::Transient { after, reason } => {
             assert!(
                 status.is_informational() || status.is_redirection() || transient_status,
                 "{code} is transient"
@@ -67,7 +67,7 @@ pub fn http_response(data: &[u8]) {
             }
             check_wait(*after, &headers, now, cap, transient_status);
         }
-        Verdict::Permanent { reason } => {
+        ResponseVerdict::Permanent { reason } => {
             // The table's "any other 4xx".
             assert!(
                 (400..500).contains(&code) && !transient_status,

@@ -31,7 +31,7 @@ use crate::SinkFactory;
 pub(crate) use config::HttpSettings;
 pub use config::{Delivery, HttpConfig, HttpEncoding, HttpMethod};
 use request::Carried;
-pub use service::{response_verdict, Verdict, REASON_BODY_BYTES_MAX};
+pub use service::{response_verdict, ResponseVerdict, REASON_BODY_BYTES_MAX};
 
 /// Idle keep-alive connections are dropped after this long: shorter than
 /// the shortest common server keep-alive (Node.js closes after 5 s), so a
@@ -126,16 +126,16 @@ impl HttpSink {
             .runtime()
             .block_on(service::send(request, &self.settings));
         match verdict {
-            Verdict::Delivered if !has_rejections => Outcome::Committed,
-            Verdict::Delivered => Outcome::Split(
+            ResponseVerdict::Delivered if !has_rejections => Outcome::Committed,
+            ResponseVerdict::Delivered => Outcome::Split(
                 encoded
                     .rejections
                     .into_iter()
                     .map(|r| r.map_or(RecordOutcome::Committed, RecordOutcome::Rejected))
                     .collect(),
             ),
-            Verdict::Transient { after, reason } => Outcome::Retry { after, reason },
-            Verdict::Permanent { reason } => Outcome::Split(
+            ResponseVerdict::Transient { after, reason } => Outcome::Retry { after, reason },
+            ResponseVerdict::Permanent { reason } => Outcome::Split(
                 encoded
                     .rejections
                     .into_iter()
@@ -156,8 +156,8 @@ impl HttpSink {
     /// Sends each record; after the first transient failure starts no new
     /// request (everything from the first retry on is offered again anyway)
     /// but lets those in flight finish. `None` = never sent.
-    async fn send_each(&self, records: &[Record<'_>]) -> Vec<Option<Verdict>> {
-        let mut verdicts: Vec<Option<Verdict>> = vec![None; records.len()];
+    async fn send_each(&self, records: &[Record<'_>]) -> Vec<Option<ResponseVerdict>> {
+        let mut verdicts: Vec<Option<ResponseVerdict>> = vec![None; records.len()];
         let mut in_flight = JoinSet::new();
         let mut next = 0;
         let mut stop = false;
@@ -217,10 +217,10 @@ fn rejections_only(rejections: Vec<Option<String>>) -> Outcome {
 /// Folds per-record verdicts into one outcome. If the first record must be
 /// retried nothing can be committed, so the whole batch is a `Retry` (which,
 /// unlike a `Split`, carries the reason and any Retry-After).
-fn per_record_outcome(verdicts: Vec<Option<Verdict>>) -> Outcome {
-    if let Some(None | Some(Verdict::Transient { .. })) = verdicts.first() {
+fn per_record_outcome(verdicts: Vec<Option<ResponseVerdict>>) -> Outcome {
+    if let Some(None | Some(ResponseVerdict::Transient { .. })) = verdicts.first() {
         let first_transient = verdicts.iter().flatten().find(|v| v.is_transient());
-        if let Some(Verdict::Transient { after, reason }) = first_transient {
+        if let Some(ResponseVerdict::Transient { after, reason }) = first_transient {
             return Outcome::Retry {
                 after: *after,
                 reason: reason.clone(),
@@ -230,7 +230,7 @@ fn per_record_outcome(verdicts: Vec<Option<Verdict>>) -> Outcome {
     }
     if verdicts
         .iter()
-        .all(|v| matches!(v, Some(Verdict::Delivered)))
+        .all(|v| matches!(v, Some(ResponseVerdict::Delivered)))
     {
         return Outcome::Committed;
     }
@@ -238,9 +238,9 @@ fn per_record_outcome(verdicts: Vec<Option<Verdict>>) -> Outcome {
         verdicts
             .into_iter()
             .map(|v| match v {
-                Some(Verdict::Delivered) => RecordOutcome::Committed,
-                Some(Verdict::Permanent { reason }) => RecordOutcome::Rejected(reason),
-                Some(Verdict::Transient { .. }) | None => RecordOutcome::Retry,
+                Some(ResponseVerdict::Delivered) => RecordOutcome::Committed,
+                Some(ResponseVerdict::Permanent { reason }) => RecordOutcome::Rejected(reason),
+                Some(ResponseVerdict::Transient { .. }) | None => RecordOutcome::Retry,
             })
             .collect(),
     )

@@ -28,7 +28,7 @@ const SUCCESS_BODY_BYTES_MAX: usize = 64 * 1024;
 
 /// What one request achieved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub enum ResponseVerdict {
     /// 2xx: the receiver has the records.
     Delivered,
     /// Try again later, not before `after` if the receiver said so.
@@ -40,24 +40,24 @@ pub enum Verdict {
     Permanent { reason: String },
 }
 
-impl Verdict {
+impl ResponseVerdict {
     pub fn is_transient(&self) -> bool {
-        matches!(self, Verdict::Transient { .. })
+        matches!(self, ResponseVerdict::Transient { .. })
     }
 }
 
 /// Sends `request` and classifies the answer. Never panics on a bad peer.
-pub(crate) async fn send(request: RequestBuilder, settings: &HttpSettings) -> Verdict {
+pub(crate) async fn send(request: RequestBuilder, settings: &HttpSettings) -> ResponseVerdict {
     match request.send().await {
         Ok(response) => classify(response, settings).await,
-        Err(error) => Verdict::Transient {
+        Err(error) => ResponseVerdict::Transient {
             after: None,
             reason: network_reason(&error, settings),
         },
     }
 }
 
-async fn classify(mut response: Response, settings: &HttpSettings) -> Verdict {
+async fn classify(mut response: Response, settings: &HttpSettings) -> ResponseVerdict {
     let status = response.status();
     let now = SystemTime::now();
     let body = if status.is_success() {
@@ -91,9 +91,9 @@ pub fn response_verdict(
     now: SystemTime,
     target: &str,
     retry_after_max: Duration,
-) -> Verdict {
+) -> ResponseVerdict {
     if status.is_success() {
-        return Verdict::Delivered;
+        return ResponseVerdict::Delivered;
     }
     let status_text = status_text(status);
     if status.is_informational() || status.is_redirection() {
@@ -106,7 +106,7 @@ pub fn response_verdict(
             }
             None => "unexpected informational response".to_string(),
         };
-        return Verdict::Transient {
+        return ResponseVerdict::Transient {
             after: None,
             reason: format!("{status_text}: {detail} ({target})"),
         };
@@ -120,9 +120,9 @@ pub fn response_verdict(
     };
     let reason = format!("{status_text}{unknown}: {} ({target})", quote_body(quoted));
     if is_transient_status(status) {
-        Verdict::Transient { after, reason }
+        ResponseVerdict::Transient { after, reason }
     } else {
-        Verdict::Permanent { reason }
+        ResponseVerdict::Permanent { reason }
     }
 }
 
