@@ -36,7 +36,7 @@ pub fn config(data: &[u8]) {
     );
     for sink in cfg.sinks.values() {
         sink.validate().expect("an accepted sink table validates");
-        let remade = SinkConfig::new(sink.type_config().clone(), sink.drain().clone());
+        let remade = SinkConfig::new(sink.type_config().clone(), sink.delivery().clone());
         remade
             .validate()
             .expect("the sink table made from its parts validates");

@@ -108,13 +108,12 @@ fn environment(cfg: &Config) -> Findings {
         metrics_address(cfg, address, &mut found);
     }
     // On its own thread under the sinks' build_timeout_ms, as the daemon
-    // builds them. Each sink's findings name it when there are several.
+    // builds them. Each sink's findings name its table.
     let sinks: Vec<(String, SinkConfig)> = cfg
         .sinks
         .iter()
         .map(|(n, s)| (n.clone(), s.clone()))
         .collect();
-    let several = sinks.len() > 1;
     let deadline = crate::sink::build_timeout(&sinks);
     let preflight = crate::sink::build_on_thread(deadline, move || {
         sinks
@@ -128,21 +127,12 @@ fn environment(cfg: &Config) -> Findings {
             .collect::<Vec<_>>()
     })
     .and_then(|build| build.wait());
-    let named = |name: &str, text: String| {
-        if several {
-            format!("sinks.{name}: {text}")
-        } else {
-            text
-        }
-    };
     match preflight {
         Ok(per_sink) => {
-            for (name, result) in per_sink {
+            for (_, result) in per_sink {
                 match result {
-                    Ok(warnings) => found
-                        .warnings
-                        .extend(warnings.into_iter().map(|w| named(&name, w))),
-                    Err(e) => found.errors.push(named(&name, e)),
+                    Ok(warnings) => found.warnings.extend(warnings),
+                    Err(e) => found.errors.push(e),
                 }
             }
         }

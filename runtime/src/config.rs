@@ -59,9 +59,6 @@ pub struct Config {
     /// is set), by name; hot-reloadable. See docs/sinks.md.
     #[serde(default)]
     pub sinks: BTreeMap<String, SinkConfig>,
-    /// The sinks came from one `[sink]` table (errors name `sink.KEY`).
-    #[serde(skip)]
-    single_table: bool,
     #[serde(default)]
     pub admin: AdminConfig,
 }
@@ -518,12 +515,19 @@ impl Config {
             }
             Some(one) => {
                 self.sinks.insert(DEFAULT_SINK.to_string(), one);
-                self.single_table = true;
                 Ok(())
             }
             None => {
+                // Each table names itself in its errors.
+                let named = std::mem::take(&mut self.sinks);
+                self.sinks = named
+                    .into_iter()
+                    .map(|(n, s)| {
+                        let table = format!("sinks.{n}");
+                        (n, s.with_table(&table))
+                    })
+                    .collect();
                 if self.sinks.is_empty() {
-                    self.single_table = true;
                     self.sinks
                         .insert(DEFAULT_SINK.to_string(), SinkConfig::default());
                 }
@@ -696,14 +700,8 @@ impl Config {
         }
         for (name, sink) in &self.sinks {
             check_sink_name(name)?;
-            sink.validate().map_err(|e| {
-                let e = e.to_string();
-                ConfigError::Sink(if self.single_table {
-                    e
-                } else {
-                    sink_error(name, &e)
-                })
-            })?;
+            sink.validate()
+                .map_err(|e| ConfigError::Sink(e.to_string()))?;
         }
         crate::logging::check_level(&self.log.level).map_err(|message| ConfigError::Invalid {
             key: "log.level",
@@ -807,18 +805,10 @@ fn check_sink_name(name: &str) -> Result<(), ConfigError> {
     )))
 }
 
-/// A sink's table error, named by where it came from.
-fn sink_error(name: &str, e: &str) -> String {
-    match e.strip_prefix("sink.") {
-        Some(rest) => format!("sinks.{name}.{rest}"),
-        None => format!("sinks.{name}: {e}"),
-    }
-}
-
 /// The drain's batching and retry settings of one sink.
 pub fn drain_settings(sink: &SinkConfig) -> spillway_actors::DrainSettings {
     {
-        let s = sink.drain();
+        let s = sink.delivery();
         spillway_actors::DrainSettings {
             max_records: s.max_records as usize,
             max_bytes: s.max_bytes as usize,

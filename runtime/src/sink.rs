@@ -40,7 +40,8 @@ pub struct BuiltSink {
 pub fn sink_maker(sink: &SinkConfig) -> Result<(SinkMaker, String), String> {
     let factory = spillway_sinks::build(sink).map_err(|e| e.to_string())?;
     let description = factory.describe();
-    let maker: SinkMaker = Arc::new(move |shard| factory.create(shard));
+    // The actors' maker speaks strings: the typed error ends here.
+    let maker: SinkMaker = Arc::new(move |shard| factory.create(shard).map_err(|e| e.to_string()));
     Ok((maker, description))
 }
 
@@ -73,13 +74,17 @@ pub fn build_sinks(
         } else {
             sink_maker(sink)
         };
-        let (maker, description) = made.map_err(|e| format!("sinks.{name}: {e}"))?;
+        // (Its errors name its table: `sinks.NAME.KEY`, or `sink.KEY`.)
+        let (maker, description) = made?;
         built.push(BuiltSink {
             name: name.clone(),
             maker,
             settings: drain_settings(sink),
             description,
-            start: StartAt::End,
+            start: match sink.delivery().start() {
+                spillway_sinks::StartAt::End => StartAt::End,
+                spillway_sinks::StartAt::Oldest => StartAt::Oldest,
+            },
         });
     }
     Ok(built)
@@ -90,7 +95,7 @@ pub fn build_sinks(
 pub fn build_timeout(sinks: &[(String, SinkConfig)]) -> Duration {
     sinks
         .iter()
-        .map(|(_, s)| Duration::from_millis(s.drain().build_timeout_ms))
+        .map(|(_, s)| Duration::from_millis(s.delivery().build_timeout_ms))
         .sum()
 }
 

@@ -1,39 +1,49 @@
-//! The `[sink]` table of spillway's configuration file: `type`, that type's
-//! own keys, and the drain's batching and retry keys, which every type has.
+//! A sink table of spillway's configuration file (`[sink]`, or
+//! `[sinks.NAME]`): `type`, that type's own keys, and the delivery keys
+//! (batching, retries, where to start, lag, batches in flight), which
+//! every type has.
 //!
-//! Each sink owns its keys: their documentation, defaults, ranges and checks
-//! live in the sink's `config` module ([`HttpConfig`], [`FileConfig`],
-//! [`PluginConfig`]; noop has none). This module only dispatches on `type`,
-//! holds the drain's keys ([`DrainConfig`]), and reports keys set for a type
-//! that does not use them.
+//! This module is the shared vocabulary only. Each sink type owns its keys:
+//! their documentation, defaults, ranges and checks live in the sink's
+//! folder, which describes the type to the [`registry`](crate::registry)
+//! in one place. Here a table is read by looking `type` up in the
+//! registry; the delivery keys ([`DeliveryConfig`]) are read and checked
+//! here; keys set for a type that does not use them are reported here.
 //!
 //! A table is checked once, when it is made ([`SinkConfig::new`], which
 //! reading it from TOML and [`Default`] go through): ranges, required keys,
 //! keys that do not apply to the chosen type. The outcome is kept with the
 //! table; [`SinkConfig::validate`] reports it and [`crate::build`] builds
 //! from the checked settings, so a start or a reload checks the table
-//! exactly once. Every error names the key as `sink.<key>` with what is
-//! allowed. Reading only checks shapes (a string where a string belongs, a
-//! known enum value, no unknown key) and reports them as TOML errors.
+//! exactly once. Reading only checks shapes (a string where a string
+//! belongs, a known enum value, no unknown key) and reports them as TOML
+//! errors.
 //!
-//! Adding a sink type: a [`SinkKind`] variant and its [`TypeConfig`] and
-//! `SinkSettings` variants; its config module with a `KEYS` list, a
-//! `read_key` and a `check`; and an arm in `lib.rs`'s `build`.
+//! Every error names the key with its table and says what is allowed. The
+//! table is `sink` unless the config is told otherwise with
+//! [`SinkConfig::with_table`]: a table read from `[sinks.warehouse]` is
+//! given `"sinks.warehouse"`, and then reports
+//! `sinks.warehouse.max_records = 0 is out of range ...` where `[sink]`
+//! reports `sink.max_records = 0 ...`. The check does not depend on the
+//! table; only the messages do.
+//!
+//! Adding a sink type: its folder (a `config` module with the keys, a
+//! `TYPE` describing it) and one line in [`crate::registry::SINK_TYPES`].
 
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use sink_sdk::Limits;
 
-use crate::file::{FileConfig, FileSettings};
-use crate::http::{HttpConfig, HttpSettings};
-use crate::plugin::{PluginConfig, PluginSettings};
+use crate::file::FileConfig;
+use crate::registry::{self, CheckedSink, SinkType, TypeKeys, SINK_TYPES};
 
+pub use crate::error::{KeyProblem, SinkConfigError, DEFAULT_TABLE};
 pub(crate) use sink_sdk::units::{GIB, KIB, MIB};
 
 /// The file the built-in default config delivers to.
@@ -57,79 +67,108 @@ pub const MAX_RETRY_DURATION_MS_RANGE: RangeInclusive<u64> = 1_000..=604_800_000
 /// operator still waits on `ctl reload`.
 pub const DEFAULT_BUILD_TIMEOUT_MS: u64 = 10_000;
 pub const BUILD_TIMEOUT_MS_RANGE: RangeInclusive<u64> = 100..=600_000;
+/// 0 means "no limit"; any other value must lie in this range: below
+/// 1 MiB a sink would skip at every hiccup, past 1 TiB the limit is none.
+pub const LAG_BYTES_MAX_RANGE: RangeInclusive<u64> = MIB..=1024 * GIB;
+pub const BATCHES_IN_FLIGHT_RANGE: RangeInclusive<u32> = 1..=64;
+pub const DEFAULT_BATCHES_IN_FLIGHT_MAX: u32 = 16;
+pub const BATCHES_IN_FLIGHT_MAX_RANGE: RangeInclusive<u32> = 2..=256;
 
-/// Which sink delivers the records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+/// Where a sink starts reading when it has no cursor of its own: added
+/// while the daemon runs, or its cursor file is missing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SinkKind {
-    /// POST (or PUT/PATCH) the records to an HTTP endpoint.
-    Http,
-    /// Append the records to a local file.
-    File,
-    /// Accept and count the records, deliver them nowhere (benchmarks).
-    Noop,
-    /// A sink plugin: a `cdylib` built against sink-sdk, loaded at run time.
-    Plugin,
+pub enum StartAt {
+    /// At the end of what the buffer holds: only records that arrive from
+    /// now on.
+    #[default]
+    End,
+    /// At the oldest record the buffer still holds.
+    Oldest,
 }
 
-impl SinkKind {
-    pub(crate) const ALL: [SinkKind; 4] = [
-        SinkKind::Http,
-        SinkKind::File,
-        SinkKind::Noop,
-        SinkKind::Plugin,
-    ];
+/// What a sink does when it falls `lag_bytes_max` behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLag {
+    /// Keep every record: the buffer holds them (and grows) until the sink
+    /// catches up.
+    #[default]
+    Block,
+    /// Skip ahead: the records past the limit are dropped for this sink,
+    /// counted and logged, so the buffer is not held by it.
+    Skip,
+}
 
-    /// The value the user writes for `type`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SinkKind::Http => "http",
-            SinkKind::File => "file",
-            SinkKind::Noop => "noop",
-            SinkKind::Plugin => "plugin",
-        }
-    }
+/// How many batches a sink may have in flight at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Concurrency {
+    /// Exactly this many (1..=64). 1 keeps batches in order.
+    Fixed(u32),
+    /// As many as the sink takes without slowing down, up to
+    /// `batches_in_flight_max`.
+    Adaptive,
+}
 
-    /// The keys of this type (the drain's keys, which every type has, aside).
-    pub(crate) fn keys(self) -> &'static [&'static str] {
-        match self {
-            SinkKind::Http => HttpConfig::KEYS,
-            SinkKind::File => FileConfig::KEYS,
-            SinkKind::Noop => &[],
-            SinkKind::Plugin => PluginConfig::KEYS,
-        }
+impl Default for Concurrency {
+    fn default() -> Self {
+        Concurrency::Fixed(1)
     }
 }
 
-impl fmt::Display for SinkKind {
+impl fmt::Display for Concurrency {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// `type` and the keys of that type, as the user wrote them.
-#[derive(Debug, Clone, PartialEq)]
-pub enum TypeConfig {
-    Http(HttpConfig),
-    File(FileConfig),
-    Noop,
-    Plugin(PluginConfig),
-}
-
-impl TypeConfig {
-    pub fn kind(&self) -> SinkKind {
         match self {
-            TypeConfig::Http(_) => SinkKind::Http,
-            TypeConfig::File(_) => SinkKind::File,
-            TypeConfig::Noop => SinkKind::Noop,
-            TypeConfig::Plugin(_) => SinkKind::Plugin,
+            Concurrency::Fixed(n) => write!(f, "{n}"),
+            Concurrency::Adaptive => f.write_str("\"adaptive\""),
         }
     }
 }
 
-/// The drain's batching and retry keys: every type has them.
+/// An integer or the string `"adaptive"`; the range is the check's.
+impl<'de> Deserialize<'de> for Concurrency {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ConcurrencyVisitor;
+
+        impl Visitor<'_> for ConcurrencyVisitor {
+            type Value = Concurrency;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an integer 1..=64 or the string \"adaptive\"")
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Concurrency, E> {
+                u32::try_from(v)
+                    .map(Concurrency::Fixed)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Unsigned(v), &self))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Concurrency, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+                    .and_then(|v| self.visit_u64(v))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Concurrency, E> {
+                match v {
+                    "adaptive" => Ok(Concurrency::Adaptive),
+                    _ => Err(E::invalid_value(de::Unexpected::Str(v), &self)),
+                }
+            }
+        }
+
+        deserializer.deserialize_any(ConcurrencyVisitor)
+    }
+}
+
+/// The delivery keys: how the drain batches, retries, starts, bounds its
+/// lag and overlaps batches. Every type has them.
+///
+/// `start`, `lag_bytes_max`, `on_lag`, `batches_in_flight` and
+/// `batches_in_flight_max` are read and checked here; the drain that acts
+/// on them is the multi-sink drain's.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DrainConfig {
+pub struct DeliveryConfig {
     /// Most records in one batch. Default 1000, range 1..=100000.
     pub max_records: u32,
     /// Most payload bytes in one batch (a single larger record is still sent
@@ -153,11 +192,34 @@ pub struct DrainConfig {
     /// sink is refused and the running one keeps delivering. Default 10000,
     /// range 100..=600000.
     pub build_timeout_ms: u64,
+    /// Where a sink starts reading when it has no cursor: one added while
+    /// the daemon runs, or whose cursor is missing. `"end"` (default): only
+    /// records that arrive from then on; `"oldest"`: the oldest record the
+    /// buffer still holds.
+    pub start: StartAt,
+    /// How far, in bytes of buffered records, this sink may fall behind the
+    /// newest record before `on_lag` applies. Default 0: no limit. Otherwise
+    /// 1048576..=1099511627776 (1 MiB..=1 TiB).
+    pub lag_bytes_max: u64,
+    /// At `lag_bytes_max`: `"block"` (default) keeps every record for this
+    /// sink, so the buffer grows until it catches up (and, full, slows the
+    /// producers); `"skip"` skips this sink ahead, counting and logging the
+    /// records it never receives. `"skip"` needs `lag_bytes_max`.
+    pub on_lag: OnLag,
+    /// Batches in flight at once: an integer 1..=64, or `"adaptive"` (as
+    /// many as the sink takes without slowing down, up to
+    /// `batches_in_flight_max`). Default 1. Above 1 (and with
+    /// `"adaptive"`) batches may be delivered out of order; records within
+    /// a batch keep theirs.
+    pub batches_in_flight: Concurrency,
+    /// `batches_in_flight = "adaptive"` only: the most batches in flight.
+    /// Default 16, range 2..=256.
+    pub batches_in_flight_max: Option<u32>,
 }
 
-impl Default for DrainConfig {
+impl Default for DeliveryConfig {
     fn default() -> Self {
-        DrainConfig {
+        DeliveryConfig {
             max_records: DEFAULT_MAX_RECORDS,
             max_bytes: DEFAULT_MAX_BYTES,
             linger_ms: DEFAULT_LINGER_MS,
@@ -165,11 +227,16 @@ impl Default for DrainConfig {
             retry_max_ms: DEFAULT_RETRY_MAX_MS,
             max_retry_duration_ms: 0,
             build_timeout_ms: DEFAULT_BUILD_TIMEOUT_MS,
+            start: StartAt::default(),
+            lag_bytes_max: 0,
+            on_lag: OnLag::default(),
+            batches_in_flight: Concurrency::default(),
+            batches_in_flight_max: None,
         }
     }
 }
 
-impl DrainConfig {
+impl DeliveryConfig {
     pub(crate) const KEYS: &'static [&'static str] = &[
         "max_records",
         "max_bytes",
@@ -178,9 +245,14 @@ impl DrainConfig {
         "retry_max_ms",
         "max_retry_duration_ms",
         "build_timeout_ms",
+        "start",
+        "lag_bytes_max",
+        "on_lag",
+        "batches_in_flight",
+        "batches_in_flight_max",
     ];
 
-    /// Reads the value of `key`, one of [`DrainConfig::KEYS`].
+    /// Reads the value of `key`, one of [`DeliveryConfig::KEYS`].
     fn read_key<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         match key {
             "max_records" => self.max_records = map.next_value()?,
@@ -190,12 +262,23 @@ impl DrainConfig {
             "retry_max_ms" => self.retry_max_ms = map.next_value()?,
             "max_retry_duration_ms" => self.max_retry_duration_ms = map.next_value()?,
             "build_timeout_ms" => self.build_timeout_ms = map.next_value()?,
-            other => unreachable!("sink.{other} is not a drain key"),
+            "start" => self.start = map.next_value()?,
+            "lag_bytes_max" => self.lag_bytes_max = map.next_value()?,
+            "on_lag" => self.on_lag = map.next_value()?,
+            "batches_in_flight" => self.batches_in_flight = map.next_value()?,
+            "batches_in_flight_max" => self.batches_in_flight_max = map.next_value()?,
+            other => unreachable!("{other} is not a delivery key"),
         }
         Ok(())
     }
 
-    fn check(&self) -> Result<(), SinkConfigError> {
+    fn check(&self) -> Result<(), KeyProblem> {
+        self.check_batching_and_retries()?;
+        self.check_lag()?;
+        self.check_batches_in_flight()
+    }
+
+    fn check_batching_and_retries(&self) -> Result<(), KeyProblem> {
         check_range("max_records", self.max_records, &MAX_RECORDS_RANGE, "")?;
         check_range(
             "max_bytes",
@@ -218,27 +301,72 @@ impl DrainConfig {
             "",
         )?;
         if self.retry_max_ms < self.retry_initial_ms {
-            return Err(SinkConfigError::Invalid {
+            return Err(KeyProblem::AgainstKey {
                 key: "retry_max_ms".into(),
-                reason: format!(
-                    "{} is less than sink.retry_initial_ms = {}; it must be at least that",
-                    self.retry_max_ms, self.retry_initial_ms
-                ),
+                head: format!(": {} is less than ", self.retry_max_ms),
+                other: "retry_initial_ms",
+                tail: format!(" = {}; it must be at least that", self.retry_initial_ms),
             });
         }
-        let d = self.max_retry_duration_ms;
-        if d != 0 && !MAX_RETRY_DURATION_MS_RANGE.contains(&d) {
-            return Err(SinkConfigError::OutOfRange {
-                key: "max_retry_duration_ms",
-                value: d,
-                allowed: format!(
-                    "0 (retry forever) or {}..={}",
-                    MAX_RETRY_DURATION_MS_RANGE.start(),
-                    MAX_RETRY_DURATION_MS_RANGE.end()
-                ),
+        check_zero_or_range(
+            "max_retry_duration_ms",
+            self.max_retry_duration_ms,
+            &MAX_RETRY_DURATION_MS_RANGE,
+            "0 (retry forever)",
+            "",
+        )
+    }
+
+    fn check_lag(&self) -> Result<(), KeyProblem> {
+        check_zero_or_range(
+            "lag_bytes_max",
+            self.lag_bytes_max,
+            &LAG_BYTES_MAX_RANGE,
+            "0 (no limit)",
+            " (1 MiB..=1 TiB)",
+        )?;
+        if self.on_lag == OnLag::Skip && self.lag_bytes_max == 0 {
+            return Err(KeyProblem::AgainstKey {
+                key: "on_lag".into(),
+                head: " = \"skip\" needs ".into(),
+                other: "lag_bytes_max",
+                tail: " (the lag to skip at); it is 0, no limit".into(),
             });
         }
         Ok(())
+    }
+
+    fn check_batches_in_flight(&self) -> Result<(), KeyProblem> {
+        if let Concurrency::Fixed(n) = self.batches_in_flight {
+            if !BATCHES_IN_FLIGHT_RANGE.contains(&n) {
+                return Err(KeyProblem::OutOfRange {
+                    key: "batches_in_flight",
+                    value: n.into(),
+                    allowed: format!(
+                        "{}..={} or \"adaptive\"",
+                        BATCHES_IN_FLIGHT_RANGE.start(),
+                        BATCHES_IN_FLIGHT_RANGE.end()
+                    ),
+                });
+            }
+        }
+        let Some(max) = self.batches_in_flight_max else {
+            return Ok(());
+        };
+        if let Concurrency::Fixed(n) = self.batches_in_flight {
+            return Err(KeyProblem::AgainstKey {
+                key: "batches_in_flight_max".into(),
+                head: " is not used with ".into(),
+                other: "batches_in_flight",
+                tail: format!(" = {n} (only with \"adaptive\")"),
+            });
+        }
+        check_range(
+            "batches_in_flight_max",
+            max,
+            &BATCHES_IN_FLIGHT_MAX_RANGE,
+            "",
+        )
     }
 
     /// The batch limits these keys ask for, as a sink reports them.
@@ -265,74 +393,133 @@ impl DrainConfig {
     pub fn retry_max(&self) -> Duration {
         Duration::from_millis(self.retry_max_ms)
     }
+
+    pub fn build_timeout(&self) -> Duration {
+        Duration::from_millis(self.build_timeout_ms)
+    }
+
+    /// Where a sink without a cursor starts reading.
+    pub fn start(&self) -> StartAt {
+        self.start
+    }
+
+    /// `lag_bytes_max` as the drain uses it: `None` = no limit.
+    pub fn lag_bytes_max(&self) -> Option<u64> {
+        (self.lag_bytes_max != 0).then_some(self.lag_bytes_max)
+    }
+
+    /// What to do at `lag_bytes_max`.
+    pub fn on_lag(&self) -> OnLag {
+        self.on_lag
+    }
+
+    /// Batches in flight at once: a fixed count, or adaptive.
+    pub fn batches_in_flight(&self) -> Concurrency {
+        self.batches_in_flight
+    }
+
+    /// The most batches in flight with `batches_in_flight = "adaptive"`
+    /// (the default when unset).
+    pub fn batches_in_flight_max(&self) -> u32 {
+        self.batches_in_flight_max
+            .unwrap_or(DEFAULT_BATCHES_IN_FLIGHT_MAX)
+    }
 }
 
-/// A `[sink]` table that parses but cannot be used. Every message names the
-/// key as `sink.<key>` and says what is allowed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SinkConfigError {
-    #[error("sink.{key} = {value} is out of range: allowed {allowed}")]
-    OutOfRange {
-        key: &'static str,
-        value: u64,
-        allowed: String,
-    },
-    #[error("sink.{key} is required for type = \"{kind}\"")]
-    Missing { key: &'static str, kind: SinkKind },
-    #[error("sink.{key} is not used by type = \"{kind}\"{hint}")]
-    NotApplicable {
-        key: &'static str,
-        kind: SinkKind,
-        hint: String,
-    },
-    #[error("sink.{key}: {reason}")]
-    Invalid { key: String, reason: String },
+/// `type` and the keys of that type, as the user wrote them.
+pub struct TypeConfig(Box<dyn TypeKeys>);
+
+impl TypeConfig {
+    /// A table of the type `keys` belong to.
+    pub fn new(keys: impl TypeKeys) -> TypeConfig {
+        TypeConfig(Box::new(keys))
+    }
+
+    /// The type's registry entry.
+    pub fn sink_type(&self) -> &'static SinkType {
+        self.0.sink_type()
+    }
+
+    /// The keys, if they are of type `T` (e.g. `HttpConfig`).
+    pub fn keys<T: TypeKeys>(&self) -> Option<&T> {
+        self.0.as_any().downcast_ref()
+    }
 }
 
-/// A checked table, defaults filled in: what `build` makes a sink from.
-#[derive(Debug, Clone)]
-pub(crate) enum SinkSettings {
-    Http(Box<HttpSettings>),
-    File(FileSettings),
-    Noop(Limits),
-    Plugin(PluginSettings),
+impl Clone for TypeConfig {
+    fn clone(&self) -> Self {
+        TypeConfig(self.0.clone_box())
+    }
 }
 
-/// The `[sink]` table: where delivered records go, and how the drain batches
+impl PartialEq for TypeConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.same_as(other.0.as_ref())
+    }
+}
+
+impl fmt::Debug for TypeConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A sink table: where delivered records go, and how the drain batches
 /// and retries them. Hot-reloadable. Checked once, when made (see the
 /// module documentation).
 #[derive(Clone)]
 pub struct SinkConfig {
     sink: TypeConfig,
-    drain: DrainConfig,
-    /// What checking `sink` and `drain` found: the settings to build from,
-    /// or the first problem.
-    checked: Result<SinkSettings, SinkConfigError>,
+    delivery: DeliveryConfig,
+    /// The table errors name keys in: `sink`, or `sinks.NAME`.
+    table: String,
+    /// What checking `sink` and `delivery` found: the settings to build
+    /// from, or the first problem.
+    checked: Result<Arc<dyn CheckedSink>, KeyProblem>,
 }
 
 impl SinkConfig {
-    /// A table of `sink`'s type with its keys and the drain's; checks it.
-    pub fn new(sink: TypeConfig, drain: DrainConfig) -> SinkConfig {
-        SinkConfig::with_unused_key(sink, drain, None)
+    /// A table of `sink`'s type with its keys and the delivery keys;
+    /// checks it.
+    pub fn new(sink: TypeConfig, delivery: DeliveryConfig) -> SinkConfig {
+        SinkConfig::with_unused_key(sink, delivery, None)
     }
 
     /// As [`SinkConfig::new`], for a table that also set `unused_key`, a key
     /// of another type (the first one found).
     fn with_unused_key(
         sink: TypeConfig,
-        drain: DrainConfig,
+        delivery: DeliveryConfig,
         unused_key: Option<&'static str>,
     ) -> SinkConfig {
-        let checked = check(&sink, &drain, unused_key);
+        let checked = check(&sink, &delivery, unused_key);
         SinkConfig {
             sink,
-            drain,
+            delivery,
+            table: DEFAULT_TABLE.to_owned(),
             checked,
         }
     }
 
-    pub fn kind(&self) -> SinkKind {
-        self.sink.kind()
+    /// The same config, its errors naming keys in `table` (e.g.
+    /// `"sinks.warehouse"` for a table read from `[sinks.warehouse]`;
+    /// `"sink"` until told). Checks nothing again.
+    pub fn with_table(self, table: &str) -> SinkConfig {
+        SinkConfig {
+            table: table.to_owned(),
+            ..self
+        }
+    }
+
+    /// The table errors name keys in.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The type's registry entry (its name is what the user wrote for
+    /// `type`).
+    pub fn sink_type(&self) -> &'static SinkType {
+        self.sink.sink_type()
     }
 
     /// `type` and the keys of that type.
@@ -340,40 +527,46 @@ impl SinkConfig {
         &self.sink
     }
 
-    /// The drain's batching and retry keys.
-    pub fn drain(&self) -> &DrainConfig {
-        &self.drain
+    /// The delivery keys: batching, retries, start, lag, batches in flight.
+    pub fn delivery(&self) -> &DeliveryConfig {
+        &self.delivery
     }
 
-    /// The plugin's shared library, for `type = "plugin"` with a `path`.
+    /// The shared library this table loads (a plugin's `path`), if any.
     pub fn plugin_path(&self) -> Option<&Path> {
-        match &self.sink {
-            TypeConfig::Plugin(plugin) => plugin.path.as_deref(),
-            _ => None,
-        }
+        self.sink.0.library_path()
     }
 
     /// `Ok` if the table can be used, else the first problem its check
-    /// found: a range, a required key, or a key the type does not use. The
-    /// check ran when the table was made and touched neither the
-    /// environment, the network nor the file system (`build` does).
+    /// found: a range, a required key, or a key the type does not use,
+    /// named in this config's table. The check ran when the table was made
+    /// and touched neither the environment, the network nor the file
+    /// system (`build` does).
     pub fn validate(&self) -> Result<(), SinkConfigError> {
-        self.checked.as_ref().map(|_| ()).map_err(Clone::clone)
+        match &self.checked {
+            Ok(_) => Ok(()),
+            Err(problem) => Err(SinkConfigError::from(problem.clone()).in_table(&self.table)),
+        }
     }
 
-    /// The checked settings, or the first problem.
-    pub(crate) fn settings(&self) -> Result<&SinkSettings, &SinkConfigError> {
-        self.checked.as_ref()
+    /// The checked settings, or the first problem (in this table).
+    pub(crate) fn settings(&self) -> Result<&dyn CheckedSink, SinkConfigError> {
+        self.validate()?;
+        Ok(self
+            .checked
+            .as_deref()
+            .expect("validate returned Ok, so the check passed"))
     }
 }
 
-/// Two tables are equal when the user wrote the same keys: the same type
-/// keys, drain keys and (for tables that cannot be used) problem. The
-/// settings follow from those.
+/// Two tables are equal when the user wrote the same keys in the same
+/// table: the same type keys, delivery keys, table name and (for tables
+/// that cannot be used) problem. The settings follow from those.
 impl PartialEq for SinkConfig {
     fn eq(&self, other: &Self) -> bool {
         self.sink == other.sink
-            && self.drain == other.drain
+            && self.delivery == other.delivery
+            && self.table == other.table
             && self.checked.as_ref().err() == other.checked.as_ref().err()
     }
 }
@@ -386,49 +579,44 @@ impl Default for SinkConfig {
             path: Some(PathBuf::from(DEFAULT_FILE_PATH)),
             ..FileConfig::default()
         };
-        SinkConfig::new(TypeConfig::File(file), DrainConfig::default())
+        SinkConfig::new(TypeConfig::new(file), DeliveryConfig::default())
     }
 }
 
-/// The type's keys (whose own `Debug` hides secrets), the drain's, and the
-/// problem if any; not the settings, which hold header values.
+/// The type's keys (whose own `Debug` hides secrets), the delivery keys,
+/// and the problem if any; not the settings, which hold header values.
 impl fmt::Debug for SinkConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SinkConfig")
+            .field("table", &self.table)
             .field("sink", &self.sink)
-            .field("drain", &self.drain)
+            .field("delivery", &self.delivery)
             .field("problem", &self.checked.as_ref().err())
             .finish()
     }
 }
 
 /// The one check of a table: keys of another type first, then the type's
-/// own keys, then the drain's.
+/// own keys, then the delivery keys.
 fn check(
     sink: &TypeConfig,
-    drain: &DrainConfig,
+    delivery: &DeliveryConfig,
     unused_key: Option<&'static str>,
-) -> Result<SinkSettings, SinkConfigError> {
-    let kind = sink.kind();
+) -> Result<Arc<dyn CheckedSink>, KeyProblem> {
     if let Some(key) = unused_key {
-        let users: Vec<String> = SinkKind::ALL
+        let users: Vec<String> = SINK_TYPES
             .iter()
-            .filter(|k| k.keys().contains(&key))
-            .map(|k| format!("\"{k}\""))
+            .filter(|t| t.has_key(key))
+            .map(|t| format!("\"{t}\""))
             .collect();
-        return Err(SinkConfigError::NotApplicable {
+        return Err(KeyProblem::NotApplicable {
             key,
-            kind,
+            kind: sink.sink_type().name,
             hint: format!(" (only by type = {})", users.join(" or ")),
         });
     }
-    let settings = match sink {
-        TypeConfig::Http(http) => SinkSettings::Http(Box::new(http.check(drain)?)),
-        TypeConfig::File(file) => SinkSettings::File(file.check(drain)?),
-        TypeConfig::Noop => SinkSettings::Noop(drain.limits()),
-        TypeConfig::Plugin(plugin) => SinkSettings::Plugin(plugin.check()?),
-    };
-    drain.check()?;
+    let settings = sink.0.check(delivery)?;
+    delivery.check()?;
     Ok(settings)
 }
 
@@ -439,15 +627,34 @@ pub(crate) fn check_range<T: Copy + Into<u64>>(
     value: T,
     range: &RangeInclusive<T>,
     human: &str,
-) -> Result<(), SinkConfigError> {
+) -> Result<(), KeyProblem> {
     let (value, start, end) = (value.into(), (*range.start()).into(), (*range.end()).into());
     if (start..=end).contains(&value) {
         return Ok(());
     }
-    Err(SinkConfigError::OutOfRange {
+    Err(KeyProblem::OutOfRange {
         key,
         value,
         allowed: format!("{start}..={end}{human}"),
+    })
+}
+
+/// `value` must be 0 (which means `zero`, e.g. `"0 (no limit)"`) or lie in
+/// `range`; `human` follows the range in the error.
+fn check_zero_or_range(
+    key: &'static str,
+    value: u64,
+    range: &RangeInclusive<u64>,
+    zero: &str,
+    human: &str,
+) -> Result<(), KeyProblem> {
+    if value == 0 || range.contains(&value) {
+        return Ok(());
+    }
+    Err(KeyProblem::OutOfRange {
+        key,
+        value,
+        allowed: format!("{zero} or {}..={}{human}", range.start(), range.end()),
     })
 }
 
@@ -455,14 +662,14 @@ pub(crate) fn check_range<T: Copy + Into<u64>>(
 /// file, for the error). The file and plugin types share this key.
 pub(crate) fn required_path<'a>(
     path: &'a Option<PathBuf>,
-    kind: SinkKind,
+    kind: &'static str,
     what: &str,
-) -> Result<&'a PathBuf, SinkConfigError> {
+) -> Result<&'a PathBuf, KeyProblem> {
     let Some(path) = path else {
-        return Err(SinkConfigError::Missing { key: "path", kind });
+        return Err(KeyProblem::Missing { key: "path", kind });
     };
     if path.as_os_str().is_empty() || path.file_name().is_none() {
-        return Err(SinkConfigError::Invalid {
+        return Err(KeyProblem::Invalid {
             key: "path".into(),
             reason: format!("{path:?} does not name {what}"),
         });
@@ -472,76 +679,69 @@ pub(crate) fn required_path<'a>(
 
 // ---- reading the table -------------------------------------------------------
 
-/// Every key a `[sink]` table may hold, in the order serde's "expected one
-/// of" lists them: `type`, each type's keys, the drain's.
+/// Every key a sink table may hold, in the order serde's "expected one
+/// of" lists them: `type`, each type's keys, the delivery keys.
 fn table_keys() -> &'static [&'static str] {
     static KEYS: OnceLock<Vec<&'static str>> = OnceLock::new();
     KEYS.get_or_init(|| {
         let mut keys = vec!["type"];
-        for kind in SinkKind::ALL {
-            for &key in kind.keys() {
+        for sink_type in SINK_TYPES {
+            for &key in sink_type.keys {
                 if !keys.contains(&key) {
                     keys.push(key);
                 }
             }
         }
-        keys.extend_from_slice(DrainConfig::KEYS);
+        keys.extend_from_slice(DeliveryConfig::KEYS);
         keys
     })
 }
 
 /// Every type's keys as read so far: `type` may come after the keys of its
-/// type, so all are read, and the keys of the types not chosen are then
-/// reported by the check.
-#[derive(Default)]
+/// type, so each key is read by every type that has it (`path` by file
+/// and plugin), and the keys of the types not chosen are then reported by
+/// the check.
 struct AllTypeKeys {
-    http: HttpConfig,
-    file: FileConfig,
-    plugin: PluginConfig,
+    /// One per registered type, in registry order.
+    types: Vec<Box<dyn TypeKeys>>,
     /// The type-specific keys the table set.
     written: Vec<&'static str>,
 }
 
 impl AllTypeKeys {
-    /// Reads the value of `key`, a key of some type, into that type's keys.
-    fn read_key<'de, A: MapAccess<'de>>(
-        &mut self,
-        key: &'static str,
-        map: &mut A,
-    ) -> Result<(), A::Error> {
-        if key == "path" {
-            // The file sink's output or a plugin's library: one value, kept
-            // for both until `type` is known.
-            self.file.read_key(key, map)?;
-            self.plugin.path.clone_from(&self.file.path);
-        } else if HttpConfig::KEYS.contains(&key) {
-            self.http.read_key(key, map)?;
-        } else if FileConfig::KEYS.contains(&key) {
-            self.file.read_key(key, map)?;
-        } else {
-            self.plugin.read_key(key, map)?;
+    fn new() -> AllTypeKeys {
+        AllTypeKeys {
+            types: SINK_TYPES.iter().map(|t| (t.unset)()).collect(),
+            written: Vec::new(),
+        }
+    }
+
+    /// Reads the value of `key`, a key of some type, into every type that
+    /// has it.
+    fn read_key(&mut self, key: &'static str, value: toml::Value) -> Result<(), toml::de::Error> {
+        for keys in &mut self.types {
+            if keys.sink_type().has_key(key) {
+                keys.read_key(key, value.clone())?;
+            }
         }
         self.written.push(key);
         Ok(())
     }
 
-    /// The keys of `kind`, and the first key written that `kind` does not
-    /// use.
-    fn into_type(self, kind: SinkKind) -> (TypeConfig, Option<&'static str>) {
-        // The order keys of another type are looked for in.
-        const OWNERS: [SinkKind; 3] = [SinkKind::Http, SinkKind::Plugin, SinkKind::File];
-        let unused_key = OWNERS
+    /// The keys of `chosen`, and the first key written that `chosen` does
+    /// not use (looked for in registry order).
+    fn into_type(self, chosen: &'static SinkType) -> (TypeConfig, Option<&'static str>) {
+        let unused_key = SINK_TYPES
             .iter()
-            .flat_map(|owner| owner.keys())
-            .find(|key| self.written.contains(key) && !kind.keys().contains(key))
+            .flat_map(|t| t.keys)
+            .find(|key| self.written.contains(key) && !chosen.has_key(key))
             .copied();
-        let sink = match kind {
-            SinkKind::Http => TypeConfig::Http(self.http),
-            SinkKind::File => TypeConfig::File(self.file),
-            SinkKind::Noop => TypeConfig::Noop,
-            SinkKind::Plugin => TypeConfig::Plugin(self.plugin),
-        };
-        (sink, unused_key)
+        let keys = self
+            .types
+            .into_iter()
+            .find(|keys| keys.sink_type() == chosen)
+            .expect("every registered type has its keys here");
+        (TypeConfig(keys), unused_key)
     }
 }
 
@@ -563,21 +763,24 @@ impl<'de> Visitor<'de> for TableVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SinkConfig, A::Error> {
-        let mut kind: Option<SinkKind> = None;
-        let mut type_keys = AllTypeKeys::default();
-        let mut drain = DrainConfig::default();
+        let mut sink_type: Option<&'static SinkType> = None;
+        let mut type_keys = AllTypeKeys::new();
+        let mut delivery = DeliveryConfig::default();
         while let Some(key) = map.next_key_seed(KeySeed)? {
             if key == "type" {
-                kind = Some(map.next_value()?);
-            } else if DrainConfig::KEYS.contains(&key) {
-                drain.read_key(key, &mut map)?;
+                sink_type = Some(map.next_value_seed(TypeSeed)?);
+            } else if DeliveryConfig::KEYS.contains(&key) {
+                delivery.read_key(key, &mut map)?;
             } else {
-                type_keys.read_key(key, &mut map)?;
+                map.next_value_seed(TypeKeySeed {
+                    key,
+                    into: &mut type_keys,
+                })?;
             }
         }
-        let kind = kind.ok_or_else(|| de::Error::missing_field("type"))?;
-        let (sink, unused_key) = type_keys.into_type(kind);
-        Ok(SinkConfig::with_unused_key(sink, drain, unused_key))
+        let sink_type = sink_type.ok_or_else(|| de::Error::missing_field("type"))?;
+        let (sink, unused_key) = type_keys.into_type(sink_type);
+        Ok(SinkConfig::with_unused_key(sink, delivery, unused_key))
     }
 }
 
@@ -609,9 +812,52 @@ impl Visitor<'_> for KeySeed {
     }
 }
 
+/// The value of `type`: a registered type's name, else an "unknown
+/// variant" error listing them.
+struct TypeSeed;
+
+impl<'de> DeserializeSeed<'de> for TypeSeed {
+    type Value = &'static SinkType;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for TypeSeed {
+    type Value = &'static SinkType;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a sink type")
+    }
+
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<Self::Value, E> {
+        registry::find(name).ok_or_else(|| E::unknown_variant(name, registry::names()))
+    }
+}
+
+/// The value of a type-specific key, read inside the value's own
+/// deserializer so that a wrong shape is reported at the value.
+struct TypeKeySeed<'a> {
+    key: &'static str,
+    into: &'a mut AllTypeKeys,
+}
+
+impl<'de> DeserializeSeed<'de> for TypeKeySeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        let value = toml::Value::deserialize(deserializer)?;
+        self.into
+            .read_key(self.key, value)
+            .map_err(|e| de::Error::custom(e.message()))
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::noop::NoopKeys;
 
     /// The `[sink]` table of `toml_text`, or the TOML error.
     pub(crate) fn parse(toml_text: &str) -> Result<SinkConfig, String> {
@@ -631,24 +877,22 @@ pub(crate) mod tests {
             .to_string()
     }
 
-    /// The default file sink with `drain`'s keys.
-    fn with_drain(drain: DrainConfig) -> SinkConfig {
-        SinkConfig::new(SinkConfig::default().type_config().clone(), drain)
+    /// The default file sink with these delivery keys.
+    fn with_delivery(delivery: DeliveryConfig) -> SinkConfig {
+        SinkConfig::new(SinkConfig::default().type_config().clone(), delivery)
     }
 
     #[test]
     fn default_is_a_valid_file_sink() {
         let cfg = SinkConfig::default();
-        assert_eq!(cfg.kind(), SinkKind::File);
-        let TypeConfig::File(file) = cfg.type_config() else {
-            panic!("{cfg:?}")
-        };
+        assert_eq!(cfg.sink_type().name, "file");
+        let file: &FileConfig = cfg.type_config().keys().expect("file keys");
         assert_eq!(
             file.path.as_deref(),
             Some(std::path::Path::new("spillway-data/delivered.ndjson"))
         );
         assert_eq!(cfg.validate(), Ok(()));
-        assert_eq!(cfg.drain().max_retry_duration(), None);
+        assert_eq!(cfg.delivery().max_retry_duration(), None);
     }
 
     #[test]
@@ -661,6 +905,25 @@ pub(crate) mod tests {
     fn bad_type_lists_the_allowed_ones() {
         let e = parse("[sink]\ntype = \"kafka\"\n").unwrap_err();
         assert!(e.contains("`http`, `file`, `noop`"), "{e}");
+    }
+
+    #[test]
+    fn a_wrong_shape_is_reported_at_the_value() {
+        let e = parse("[sink]\ntype = \"http\"\nurl = \"http://a/\"\n\ntimeout_ms = \"x\"\n")
+            .unwrap_err();
+        assert!(e.contains("line 5"), "{e}");
+        assert!(
+            e.contains("invalid type: string \"x\", expected u64"),
+            "{e}"
+        );
+        let e = parse("[sink]\npath = 7\ntype = \"file\"\n").unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
+        let e =
+            parse("[sink]\ntype = \"http\"\nurl = \"http://a/\"\nmethod = \"GET\"\n").unwrap_err();
+        assert!(
+            e.contains("unknown variant `GET`, expected one of `POST`, `PUT`, `PATCH`"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -713,7 +976,7 @@ pub(crate) mod tests {
         let keys: Vec<&str> = table_keys()
             .iter()
             .copied()
-            .filter(|k| *k != "type" && !DrainConfig::KEYS.contains(k))
+            .filter(|k| *k != "type" && !DeliveryConfig::KEYS.contains(k))
             .collect();
         for key in keys {
             let one = parse(&format!(
@@ -731,67 +994,67 @@ pub(crate) mod tests {
     #[test]
     fn a_noop_sink_needs_no_keys() {
         assert_eq!(
-            SinkConfig::new(TypeConfig::Noop, DrainConfig::default()).validate(),
+            SinkConfig::new(TypeConfig::new(NoopKeys), DeliveryConfig::default()).validate(),
             Ok(())
         );
     }
 
     #[test]
-    fn drain_range_errors_name_the_key_and_the_range() {
-        let d = DrainConfig::default;
-        let cases: Vec<(DrainConfig, &str)> = vec![
-            (DrainConfig { max_records: 0, ..d() }, "sink.max_records = 0 is out of range: allowed 1..=100000"),
-            (DrainConfig { max_records: 100_001, ..d() }, "sink.max_records = 100001"),
-            (DrainConfig { max_bytes: 1023, ..d() }, "sink.max_bytes = 1023 is out of range: allowed 1024..=67108864 (1 KiB..=64 MiB)"),
-            (DrainConfig { max_bytes: 64 * MIB + 1, ..d() }, "sink.max_bytes = "),
-            (DrainConfig { linger_ms: 10_001, ..d() }, "sink.linger_ms = 10001 is out of range: allowed 0..=10000"),
-            (DrainConfig { retry_initial_ms: 0, ..d() }, "sink.retry_initial_ms = 0 is out of range: allowed 1..=60000"),
-            (DrainConfig { retry_initial_ms: 60_001, retry_max_ms: 70_000, ..d() }, "sink.retry_initial_ms = 60001"),
-            (DrainConfig { retry_initial_ms: 5, retry_max_ms: 9, ..d() }, "sink.retry_max_ms = 9 is out of range: allowed 10..=3600000"),
-            (DrainConfig { retry_max_ms: 3_600_001, ..d() }, "sink.retry_max_ms = 3600001"),
+    fn delivery_range_errors_name_the_key_and_the_range() {
+        let d = DeliveryConfig::default;
+        let cases: Vec<(DeliveryConfig, &str)> = vec![
+            (DeliveryConfig { max_records: 0, ..d() }, "sink.max_records = 0 is out of range: allowed 1..=100000"),
+            (DeliveryConfig { max_records: 100_001, ..d() }, "sink.max_records = 100001"),
+            (DeliveryConfig { max_bytes: 1023, ..d() }, "sink.max_bytes = 1023 is out of range: allowed 1024..=67108864 (1 KiB..=64 MiB)"),
+            (DeliveryConfig { max_bytes: 64 * MIB + 1, ..d() }, "sink.max_bytes = "),
+            (DeliveryConfig { linger_ms: 10_001, ..d() }, "sink.linger_ms = 10001 is out of range: allowed 0..=10000"),
+            (DeliveryConfig { retry_initial_ms: 0, ..d() }, "sink.retry_initial_ms = 0 is out of range: allowed 1..=60000"),
+            (DeliveryConfig { retry_initial_ms: 60_001, retry_max_ms: 70_000, ..d() }, "sink.retry_initial_ms = 60001"),
+            (DeliveryConfig { retry_initial_ms: 5, retry_max_ms: 9, ..d() }, "sink.retry_max_ms = 9 is out of range: allowed 10..=3600000"),
+            (DeliveryConfig { retry_max_ms: 3_600_001, ..d() }, "sink.retry_max_ms = 3600001"),
             (
-                DrainConfig { retry_initial_ms: 500, retry_max_ms: 400, ..d() },
+                DeliveryConfig { retry_initial_ms: 500, retry_max_ms: 400, ..d() },
                 "sink.retry_max_ms: 400 is less than sink.retry_initial_ms = 500",
             ),
             (
-                DrainConfig { max_retry_duration_ms: 999, ..d() },
+                DeliveryConfig { max_retry_duration_ms: 999, ..d() },
                 "sink.max_retry_duration_ms = 999 is out of range: allowed 0 (retry forever) or 1000..=604800000",
             ),
-            (DrainConfig { max_retry_duration_ms: 604_800_001, ..d() }, "sink.max_retry_duration_ms = 604800001"),
-            (DrainConfig { build_timeout_ms: 99, ..d() }, "sink.build_timeout_ms = 99 is out of range: allowed 100..=600000"),
-            (DrainConfig { build_timeout_ms: 600_001, ..d() }, "sink.build_timeout_ms = 600001"),
+            (DeliveryConfig { max_retry_duration_ms: 604_800_001, ..d() }, "sink.max_retry_duration_ms = 604800001"),
+            (DeliveryConfig { build_timeout_ms: 99, ..d() }, "sink.build_timeout_ms = 99 is out of range: allowed 100..=600000"),
+            (DeliveryConfig { build_timeout_ms: 600_001, ..d() }, "sink.build_timeout_ms = 600001"),
         ];
-        for (drain, want) in cases {
-            let got = err(&with_drain(drain));
+        for (delivery, want) in cases {
+            let got = err(&with_delivery(delivery));
             assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}");
         }
     }
 
     #[test]
-    fn drain_range_bounds_are_inclusive() {
+    fn delivery_range_bounds_are_inclusive() {
         let ok = [
-            DrainConfig {
+            DeliveryConfig {
                 max_records: 100_000,
                 max_bytes: 64 * MIB,
                 linger_ms: 0,
-                ..DrainConfig::default()
+                ..DeliveryConfig::default()
             },
-            DrainConfig {
+            DeliveryConfig {
                 retry_initial_ms: 10,
                 retry_max_ms: 10,
-                ..DrainConfig::default()
+                ..DeliveryConfig::default()
             },
-            DrainConfig {
+            DeliveryConfig {
                 max_retry_duration_ms: 1000,
-                ..DrainConfig::default()
+                ..DeliveryConfig::default()
             },
-            DrainConfig {
+            DeliveryConfig {
                 max_retry_duration_ms: 604_800_000,
-                ..DrainConfig::default()
+                ..DeliveryConfig::default()
             },
         ];
-        for drain in ok {
-            let cfg = with_drain(drain);
+        for delivery in ok {
+            let cfg = with_delivery(delivery);
             assert_eq!(cfg.validate(), Ok(()), "{cfg:?}");
         }
     }
@@ -805,5 +1068,164 @@ pub(crate) mod tests {
                 "docs/sinks.md has no table row for {key}"
             );
         }
+    }
+
+    #[test]
+    fn the_new_delivery_keys_are_read() {
+        let cfg = parse(
+            "[sink]\ntype = \"noop\"\nstart = \"oldest\"\nlag_bytes_max = 1048576\non_lag = \"skip\"\nbatches_in_flight = \"adaptive\"\nbatches_in_flight_max = 32\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.validate(), Ok(()));
+        let d = cfg.delivery();
+        assert_eq!(d.start(), StartAt::Oldest);
+        assert_eq!(d.lag_bytes_max(), Some(MIB));
+        assert_eq!(d.on_lag(), OnLag::Skip);
+        assert_eq!(d.batches_in_flight(), Concurrency::Adaptive);
+        assert_eq!(d.batches_in_flight_max(), 32);
+
+        let cfg = parse("[sink]\ntype = \"noop\"\nbatches_in_flight = 4\n").unwrap();
+        assert_eq!(cfg.delivery().batches_in_flight(), Concurrency::Fixed(4));
+        let d = SinkConfig::default().delivery().clone();
+        assert_eq!(
+            (
+                d.start(),
+                d.lag_bytes_max(),
+                d.on_lag(),
+                d.batches_in_flight()
+            ),
+            (StartAt::End, None, OnLag::Block, Concurrency::Fixed(1))
+        );
+        assert_eq!(d.batches_in_flight_max(), 16);
+    }
+
+    #[test]
+    fn the_new_delivery_keys_say_what_shapes_they_take() {
+        let cases = [
+            ("start = \"newest\"", "unknown variant `newest`, expected `end` or `oldest`"),
+            ("on_lag = \"drop\"", "unknown variant `drop`, expected `block` or `skip`"),
+            (
+                "batches_in_flight = \"many\"",
+                "invalid value: string \"many\", expected an integer 1..=64 or the string \"adaptive\"",
+            ),
+            (
+                "batches_in_flight = -1",
+                "invalid value: integer `-1`, expected an integer 1..=64 or the string \"adaptive\"",
+            ),
+            (
+                "batches_in_flight = 1.5",
+                "invalid type: floating point `1.5`, expected an integer 1..=64 or the string \"adaptive\"",
+            ),
+            ("lag_bytes_max = \"1 GiB\"", "invalid type: string \"1 GiB\", expected u64"),
+        ];
+        for (line, want) in cases {
+            let e = parse(&format!("[sink]\ntype = \"noop\"\n{line}\n")).unwrap_err();
+            assert!(e.contains(want), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_new_delivery_keys_are_checked() {
+        let d = DeliveryConfig::default;
+        let adaptive = Concurrency::Adaptive;
+        let cases: Vec<(DeliveryConfig, &str)> = vec![
+            (
+                DeliveryConfig { lag_bytes_max: MIB - 1, ..d() },
+                "sink.lag_bytes_max = 1048575 is out of range: allowed 0 (no limit) or 1048576..=1099511627776 (1 MiB..=1 TiB)",
+            ),
+            (DeliveryConfig { lag_bytes_max: 1024 * GIB + 1, ..d() }, "sink.lag_bytes_max = 1099511627777 is out of range"),
+            (
+                DeliveryConfig { on_lag: OnLag::Skip, ..d() },
+                "sink.on_lag = \"skip\" needs sink.lag_bytes_max (the lag to skip at); it is 0, no limit",
+            ),
+            (
+                DeliveryConfig { batches_in_flight: Concurrency::Fixed(0), ..d() },
+                "sink.batches_in_flight = 0 is out of range: allowed 1..=64 or \"adaptive\"",
+            ),
+            (DeliveryConfig { batches_in_flight: Concurrency::Fixed(65), ..d() }, "sink.batches_in_flight = 65 is out of range"),
+            (
+                DeliveryConfig { batches_in_flight: Concurrency::Fixed(4), batches_in_flight_max: Some(8), ..d() },
+                "sink.batches_in_flight_max is not used with sink.batches_in_flight = 4 (only with \"adaptive\")",
+            ),
+            (
+                DeliveryConfig { batches_in_flight_max: Some(16), ..d() },
+                "sink.batches_in_flight_max is not used with sink.batches_in_flight = 1",
+            ),
+            (
+                DeliveryConfig { batches_in_flight: adaptive, batches_in_flight_max: Some(1), ..d() },
+                "sink.batches_in_flight_max = 1 is out of range: allowed 2..=256",
+            ),
+            (
+                DeliveryConfig { batches_in_flight: adaptive, batches_in_flight_max: Some(257), ..d() },
+                "sink.batches_in_flight_max = 257 is out of range",
+            ),
+        ];
+        for (delivery, want) in cases {
+            let got = err(&with_delivery(delivery));
+            assert!(got.starts_with(want), "got {got:?}, want prefix {want:?}");
+        }
+    }
+
+    #[test]
+    fn the_new_delivery_keys_bounds_are_inclusive() {
+        let d = DeliveryConfig::default;
+        let ok = [
+            DeliveryConfig {
+                lag_bytes_max: MIB,
+                on_lag: OnLag::Skip,
+                ..d()
+            },
+            DeliveryConfig {
+                lag_bytes_max: 1024 * GIB,
+                ..d()
+            },
+            DeliveryConfig {
+                batches_in_flight: Concurrency::Fixed(64),
+                ..d()
+            },
+            DeliveryConfig {
+                batches_in_flight: Concurrency::Adaptive,
+                batches_in_flight_max: Some(2),
+                ..d()
+            },
+            DeliveryConfig {
+                batches_in_flight: Concurrency::Adaptive,
+                batches_in_flight_max: Some(256),
+                ..d()
+            },
+            DeliveryConfig {
+                start: StartAt::Oldest,
+                ..d()
+            },
+        ];
+        for delivery in ok {
+            let cfg = with_delivery(delivery);
+            assert_eq!(cfg.validate(), Ok(()), "{cfg:?}");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_table_the_config_came_from() {
+        let bad = with_delivery(DeliveryConfig {
+            max_records: 0,
+            ..DeliveryConfig::default()
+        });
+        assert_eq!(bad.table(), "sink");
+        assert!(err(&bad).starts_with("sink.max_records = 0 is out of range"));
+        let named = bad.clone().with_table("sinks.warehouse");
+        assert_eq!(
+            err(&named),
+            "sinks.warehouse.max_records = 0 is out of range: allowed 1..=100000"
+        );
+        assert_ne!(named, bad, "the table is part of the config");
+        let e = crate::build(&named).err().expect("refused").to_string();
+        assert!(e.starts_with("sinks.warehouse.max_records = 0"), "{e}");
+        let cfg = parse("[sink]\ntype = \"file\"\npath = \"x\"\nurl = \"http://a/\"\n")
+            .unwrap()
+            .with_table("sinks.a-1");
+        assert_eq!(
+            err(&cfg),
+            "sinks.a-1.url is not used by type = \"file\" (only by type = \"http\")"
+        );
     }
 }

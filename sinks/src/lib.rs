@@ -7,8 +7,10 @@
 //!
 //! Every sink has the same rooms: a `config` module with the keys the user
 //! writes (their defaults, ranges and checks), and the sink itself.
-//! [`config`] is the `[sink]` table: it dispatches on `type` and holds the
-//! drain's keys, which every type shares.
+//! [`registry`] lists the types, one line each; [`config`] is a sink table:
+//! it looks `type` up in the registry and holds the delivery keys, which
+//! every type shares; [`error`] holds the errors, which name the key with
+//! its table.
 //!
 //! The daemon turns the user's `[sink]` table ([`SinkConfig`], checked once
 //! when it was read) into a [`SinkFactory`] with [`build`], once per start
@@ -24,25 +26,30 @@
 //! records only as `sink_sdk::Batch`es.
 
 pub mod config;
+pub mod error;
 pub mod file;
 mod framing;
 pub mod http;
 pub mod noop;
 pub mod plugin;
+pub mod registry;
 pub mod regular_file;
 
 use std::sync::Arc;
 
 use sink_sdk::Sink;
 
-use config::SinkSettings;
-pub use config::{DrainConfig, SinkConfig, SinkConfigError, SinkKind, TypeConfig};
+pub use config::{
+    Concurrency, DeliveryConfig, OnLag, SinkConfig, StartAt, TypeConfig, DEFAULT_TABLE,
+};
+pub use error::{KeyProblem, SinkConfigError, SinkError};
+pub use registry::{CheckedSink, SinkType, TypeKeys, SINK_TYPES};
 
-/// Makes sink instances for one checked `[sink]` config.
+/// Makes sink instances for one checked sink table.
 pub trait SinkFactory: Send + Sync {
     /// A new instance for `shard`. Called once per shard at start, and again
     /// after an instance panicked (the old one is gone by then).
-    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, String>;
+    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, SinkError>;
 
     /// One line for logs, e.g. `http POST https://host/path (batched, ndjson, timeout 10000 ms)`.
     fn describe(&self) -> String;
@@ -52,20 +59,10 @@ pub trait SinkFactory: Send + Sync {
 /// token variable, the output file, the plugin library) and prepares the
 /// state the instances share. Does not check `cfg` again; a table that
 /// failed its check is refused with that problem. An error names the key
-/// (`sink.<key>`) and what is wrong; on reload it leaves the old sink
-/// running.
-pub fn build(cfg: &SinkConfig) -> Result<Arc<dyn SinkFactory>, String> {
-    let settings = cfg.settings().map_err(|e| e.to_string())?;
-    let factory: Arc<dyn SinkFactory> = match settings {
-        SinkSettings::Http(http) => Arc::new(http::HttpFactory::new(http)?),
-        SinkSettings::File(file) => Arc::new(file::FileFactory::new(file)?),
-        SinkSettings::Noop(limits) => Arc::new(noop::NoopFactory::new(*limits)),
-        SinkSettings::Plugin(plugin) => Arc::new(plugin::PluginFactory::load(
-            &plugin.path,
-            &plugin.options_toml,
-        )?),
-    };
-    Ok(factory)
+/// in `cfg`'s table (`sink.<key>`, `sinks.NAME.<key>`) and what is wrong;
+/// on reload it leaves the old sink running.
+pub fn build(cfg: &SinkConfig) -> Result<Arc<dyn SinkFactory>, SinkError> {
+    cfg.settings()?.build(cfg.table())
 }
 
 /// What `spillway check` asks of a checked `cfg`, short of [`build`]ing
@@ -75,13 +72,8 @@ pub fn build(cfg: &SinkConfig) -> Result<Arc<dyn SinkFactory>, String> {
 /// library is loaded and one instance created from `[sink.options]` and
 /// health-checked (what the plugin's `create` opens, it opens). `Ok`
 /// carries the warnings: a sink that does not answer its health check,
-/// which the daemon would start and retry. An error names the key
-/// (`sink.<key>`) and what is wrong.
-pub fn preflight(cfg: &SinkConfig) -> Result<Vec<String>, String> {
-    match cfg.settings().map_err(|e| e.to_string())? {
-        SinkSettings::Http(http) => http::preflight(http),
-        SinkSettings::File(file) => file::preflight(file).map(|()| Vec::new()),
-        SinkSettings::Noop(_) => Ok(Vec::new()),
-        SinkSettings::Plugin(plugin) => plugin::preflight(plugin),
-    }
+/// which the daemon would start and retry. An error names the key in
+/// `cfg`'s table and what is wrong.
+pub fn preflight(cfg: &SinkConfig) -> Result<Vec<String>, SinkError> {
+    cfg.settings()?.preflight(cfg.table())
 }

@@ -1,12 +1,55 @@
 //! The noop sink: commits every batch at once and only counts it. For
-//! benchmarks of everything upstream of delivery.
+//! benchmarks of everything upstream of delivery. It has no keys of its
+//! own; the delivery keys give it its batch limits.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use sink_sdk::{Batch, Limits, Outcome, Sink};
 
-use crate::SinkFactory;
+use crate::config::DeliveryConfig;
+use crate::registry::{CheckedSink, SinkType, TypeKeys};
+use crate::{KeyProblem, SinkError, SinkFactory};
+
+/// The noop sink in the registry.
+pub static TYPE: SinkType = SinkType {
+    name: "noop",
+    about: "Accept and count the records, deliver them nowhere (benchmarks).",
+    keys: &[],
+    unset: || Box::new(NoopKeys),
+};
+
+/// The keys of `type = "noop"`: none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NoopKeys;
+
+impl TypeKeys for NoopKeys {
+    fn sink_type(&self) -> &'static SinkType {
+        &TYPE
+    }
+
+    fn read_key(&mut self, key: &'static str, _: toml::Value) -> Result<(), toml::de::Error> {
+        unreachable!("{key} is not a noop key: it has none")
+    }
+
+    fn check(&self, delivery: &DeliveryConfig) -> Result<Arc<dyn CheckedSink>, KeyProblem> {
+        Ok(Arc::new(NoopSettings(delivery.limits())))
+    }
+}
+
+/// A checked noop table: the batch limits it reports.
+#[derive(Debug, Clone, Copy)]
+struct NoopSettings(Limits);
+
+impl CheckedSink for NoopSettings {
+    fn build(&self, _table: &str) -> Result<Arc<dyn SinkFactory>, SinkError> {
+        Ok(Arc::new(NoopFactory::new(self.0)))
+    }
+
+    fn preflight(&self, _table: &str) -> Result<Vec<String>, SinkError> {
+        Ok(Vec::new())
+    }
+}
 
 /// Counters shared by every instance of one noop sink.
 #[derive(Debug, Default)]
@@ -47,7 +90,7 @@ impl NoopFactory {
 }
 
 impl SinkFactory for NoopFactory {
-    fn create(&self, _shard: u32) -> Result<Box<dyn Sink>, String> {
+    fn create(&self, _shard: u32) -> Result<Box<dyn Sink>, SinkError> {
         Ok(Box::new(NoopSink {
             limits: self.limits,
             counters: Arc::clone(&self.counters),

@@ -6,12 +6,12 @@
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
-use serde::de::MapAccess;
 use serde::Deserialize;
 use sink_sdk::output::AppendRules;
 use sink_sdk::Limits;
 
-use crate::config::{check_range, required_path, DrainConfig, SinkConfigError, SinkKind, GIB, MIB};
+use crate::config::{check_range, required_path, DeliveryConfig, GIB, MIB};
+use crate::KeyProblem;
 
 pub(crate) const DEFAULT_ROTATE_BYTES: u64 = 256 * MIB;
 pub(crate) const ROTATE_BYTES_RANGE: RangeInclusive<u64> = MIB..=64 * GIB;
@@ -36,7 +36,7 @@ impl FileFormat {
     }
 }
 
-/// The keys of `[sink] type = "file"` (mirrored in `docs/sinks.md`). Unset
+/// The keys of `type = "file"` (mirrored in `docs/sinks.md`). Unset
 /// keys take the defaults below.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct FileConfig {
@@ -59,25 +59,25 @@ impl FileConfig {
     pub(crate) const KEYS: &'static [&'static str] = &["path", "format", "rotate_bytes", "fsync"];
 
     /// Reads the value of `key`, one of [`FileConfig::KEYS`].
-    pub(crate) fn read_key<'de, A: MapAccess<'de>>(
+    pub(crate) fn read_key(
         &mut self,
         key: &str,
-        map: &mut A,
-    ) -> Result<(), A::Error> {
+        value: toml::Value,
+    ) -> Result<(), toml::de::Error> {
         match key {
-            "path" => self.path = map.next_value()?,
-            "format" => self.format = map.next_value()?,
-            "rotate_bytes" => self.rotate_bytes = map.next_value()?,
-            "fsync" => self.fsync = map.next_value()?,
+            "path" => self.path = value.try_into()?,
+            "format" => self.format = value.try_into()?,
+            "rotate_bytes" => self.rotate_bytes = value.try_into()?,
+            "fsync" => self.fsync = value.try_into()?,
             other => unreachable!("sink.{other} is not a file key"),
         }
         Ok(())
     }
 
-    /// Checks every key and resolves them, with the drain's keys, into the
+    /// Checks every key and resolves them, with the delivery keys, into the
     /// sink's settings. Does not touch the file system.
-    pub(crate) fn check(&self, drain: &DrainConfig) -> Result<FileSettings, SinkConfigError> {
-        let path = required_path(&self.path, SinkKind::File, "a file")?;
+    pub(crate) fn check(&self, delivery: &DeliveryConfig) -> Result<FileSettings, KeyProblem> {
+        let path = required_path(&self.path, super::TYPE.name, "a file")?;
         if let Some(v) = self.rotate_bytes {
             check_range("rotate_bytes", v, &ROTATE_BYTES_RANGE, " (1 MiB..=64 GiB)")?;
         }
@@ -88,7 +88,7 @@ impl FileConfig {
                 fsync: self.fsync.unwrap_or(true),
                 rotate_bytes: self.rotate_bytes.unwrap_or(DEFAULT_ROTATE_BYTES),
             },
-            limits: drain.limits(),
+            limits: delivery.limits(),
         })
     }
 }
@@ -118,7 +118,7 @@ mod tests {
 
     /// A `[sink]` table of `type = "file"` with these keys.
     fn table(file: FileConfig) -> SinkConfig {
-        SinkConfig::new(TypeConfig::File(file), DrainConfig::default())
+        SinkConfig::new(TypeConfig::new(file), DeliveryConfig::default())
     }
 
     #[test]
@@ -127,9 +127,7 @@ mod tests {
             "[sink]\ntype = \"file\"\npath = \"p\"\nformat = \"length_prefixed\"\nrotate_bytes = 1048576\nfsync = false\n",
         )
         .unwrap();
-        let TypeConfig::File(file) = cfg.type_config() else {
-            panic!("{cfg:?}")
-        };
+        let file: &FileConfig = cfg.type_config().keys().expect("file keys");
         // Naming every field: a new key must be added here, and so to KEYS.
         let FileConfig {
             path,

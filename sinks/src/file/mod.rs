@@ -33,7 +33,9 @@ use std::sync::Arc;
 use sink_sdk::output::{AppendRules, Framing, RollingFile};
 use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
-use crate::SinkFactory;
+use crate::config::DeliveryConfig;
+use crate::registry::{CheckedSink, SinkType, TypeKeys};
+use crate::{KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::FileSettings;
 pub use config::{FileConfig, FileFormat};
 pub(crate) use preflight::preflight;
@@ -45,6 +47,40 @@ pub use sink_sdk::output::FileStats;
 /// The end of the reason a record with a newline is rejected with in
 /// `format = "ndjson"` (docs/sinks.md quotes it).
 const NEWLINE_ADVICE: &str = "use format = \"length_prefixed\"";
+
+/// The file sink in the registry: its name and keys here, reading and
+/// checking them in [`config`], building in [`FileFactory::new`], the
+/// preflight in `preflight`.
+pub static TYPE: SinkType = SinkType {
+    name: "file",
+    about: "Append the records to a local file.",
+    keys: FileConfig::KEYS,
+    unset: || Box::<FileConfig>::default(),
+};
+
+impl TypeKeys for FileConfig {
+    fn sink_type(&self) -> &'static SinkType {
+        &TYPE
+    }
+
+    fn read_key(&mut self, key: &'static str, value: toml::Value) -> Result<(), toml::de::Error> {
+        FileConfig::read_key(self, key, value)
+    }
+
+    fn check(&self, delivery: &DeliveryConfig) -> Result<Arc<dyn CheckedSink>, KeyProblem> {
+        Ok(Arc::new(FileConfig::check(self, delivery)?))
+    }
+}
+
+impl CheckedSink for FileSettings {
+    fn build(&self, table: &str) -> Result<Arc<dyn SinkFactory>, SinkError> {
+        Ok(Arc::new(FileFactory::new(self, table)?))
+    }
+
+    fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError> {
+        preflight(self, table).map(|()| Vec::new())
+    }
+}
 
 /// What every instance of one file sink shares.
 struct SharedFile {
@@ -63,11 +99,15 @@ pub struct FileFactory {
 impl FileFactory {
     /// From checked settings. Creates the folder (0700) and opens (or
     /// creates, 0600) the file, so a bad path fails the build rather than
-    /// every delivery.
-    pub(crate) fn new(settings: &FileSettings) -> Result<FileFactory, String> {
+    /// every delivery. An error names `<table>.path`.
+    pub(crate) fn new(settings: &FileSettings, table: &str) -> Result<FileFactory, SinkError> {
         let path = &settings.path;
-        let output = RollingFile::open(path)
-            .map_err(|e| format!("sink.path: cannot open {}: {e}", path.display()))?;
+        let output = RollingFile::open(path).map_err(|source| SinkError::Io {
+            table: table.to_owned(),
+            key: "path",
+            path: path.clone(),
+            source,
+        })?;
         let shared = SharedFile {
             output,
             format: settings.format,
@@ -81,11 +121,11 @@ impl FileFactory {
 
     /// The factory `build` makes from these keys and the drain's defaults.
     #[cfg(test)]
-    pub(crate) fn from_keys(cfg: &FileConfig) -> Result<FileFactory, String> {
+    pub(crate) fn from_keys(cfg: &FileConfig) -> Result<FileFactory, SinkError> {
         let settings = cfg
-            .check(&crate::config::DrainConfig::default())
-            .map_err(|e| e.to_string())?;
-        FileFactory::new(&settings)
+            .check(&DeliveryConfig::default())
+            .map_err(crate::SinkConfigError::from)?;
+        FileFactory::new(&settings, crate::DEFAULT_TABLE)
     }
 
     /// Counters across every instance of this sink.
@@ -95,7 +135,7 @@ impl FileFactory {
 }
 
 impl SinkFactory for FileFactory {
-    fn create(&self, _shard: u32) -> Result<Box<dyn Sink>, String> {
+    fn create(&self, _shard: u32) -> Result<Box<dyn Sink>, SinkError> {
         Ok(Box::new(FileSink {
             shared: Arc::clone(&self.shared),
         }))
@@ -445,10 +485,10 @@ mod tests {
         let blocker = dir.path().join("file");
         std::fs::write(&blocker, b"").unwrap();
         let cfg = crate::SinkConfig::new(
-            crate::config::TypeConfig::File(config(&blocker.join("out.ndjson"))),
-            crate::config::DrainConfig::default(),
+            crate::config::TypeConfig::new(config(&blocker.join("out.ndjson"))),
+            DeliveryConfig::default(),
         );
-        let err = crate::build(&cfg).err().expect("must fail");
+        let err = crate::build(&cfg).err().expect("must fail").to_string();
         assert!(err.starts_with("sink.path: cannot open "), "{err}");
     }
 }

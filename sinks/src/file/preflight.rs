@@ -22,11 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::FileSettings;
+use crate::SinkError;
 
-/// `sink.path` can be opened for appending, or created. The error names the
-/// key.
-pub(crate) fn preflight(settings: &FileSettings) -> Result<(), String> {
-    appendable(&settings.path).map_err(|e| format!("sink.path: {e}"))
+/// `<table>.path` can be opened for appending, or created. The error names
+/// the key.
+pub(crate) fn preflight(settings: &FileSettings, table: &str) -> Result<(), SinkError> {
+    appendable(&settings.path).map_err(|e| SinkError::key(table, "path", e))
 }
 
 /// Whether the file at `path` can be opened for appending: an existing

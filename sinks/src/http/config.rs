@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use reqwest::{Method, Url};
-use serde::de::MapAccess;
 use serde::Deserialize;
 use sink_sdk::Limits;
 
-use crate::config::{check_range, DrainConfig, SinkConfigError, SinkKind};
+use crate::config::{check_range, DeliveryConfig};
+use crate::{KeyProblem, SinkError};
 
 pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 pub(crate) const TIMEOUT_MS_RANGE: RangeInclusive<u64> = 100..=600_000;
@@ -83,7 +83,7 @@ impl HttpEncoding {
     }
 }
 
-/// The keys of `[sink] type = "http"` (mirrored in `docs/sinks.md`). Unset
+/// The keys of `type = "http"` (mirrored in `docs/sinks.md`). Unset
 /// keys take the defaults below.
 #[derive(Clone, PartialEq, Default)]
 pub struct HttpConfig {
@@ -152,49 +152,49 @@ impl HttpConfig {
     ];
 
     /// Reads the value of `key`, one of [`HttpConfig::KEYS`].
-    pub(crate) fn read_key<'de, A: MapAccess<'de>>(
+    pub(crate) fn read_key(
         &mut self,
         key: &str,
-        map: &mut A,
-    ) -> Result<(), A::Error> {
+        value: toml::Value,
+    ) -> Result<(), toml::de::Error> {
         match key {
-            "url" => self.url = map.next_value()?,
-            "delivery" => self.delivery = map.next_value()?,
-            "method" => self.method = map.next_value()?,
-            "headers" => self.headers = map.next_value()?,
-            "bearer_token_env" => self.bearer_token_env = map.next_value()?,
-            "gzip" => self.gzip = map.next_value()?,
-            "timeout_ms" => self.timeout_ms = map.next_value()?,
-            "concurrency" => self.concurrency = map.next_value()?,
-            "encoding" => self.encoding = map.next_value()?,
+            "url" => self.url = value.try_into()?,
+            "delivery" => self.delivery = value.try_into()?,
+            "method" => self.method = value.try_into()?,
+            "headers" => self.headers = value.try_into()?,
+            "bearer_token_env" => self.bearer_token_env = value.try_into()?,
+            "gzip" => self.gzip = value.try_into()?,
+            "timeout_ms" => self.timeout_ms = value.try_into()?,
+            "concurrency" => self.concurrency = value.try_into()?,
+            "encoding" => self.encoding = value.try_into()?,
             other => unreachable!("sink.{other} is not an http key"),
         }
         Ok(())
     }
 
-    /// Checks every key and resolves them, with the drain's keys, into the
+    /// Checks every key and resolves them, with the delivery keys, into the
     /// settings instances use. Reports the first problem found. Reads
     /// neither the environment nor the network.
-    pub(crate) fn check(&self, drain: &DrainConfig) -> Result<HttpSettings, SinkConfigError> {
+    pub(crate) fn check(&self, delivery_keys: &DeliveryConfig) -> Result<HttpSettings, KeyProblem> {
         let Some(url) = &self.url else {
-            return Err(SinkConfigError::Missing {
+            return Err(KeyProblem::Missing {
                 key: "url",
-                kind: SinkKind::Http,
+                kind: super::TYPE.name,
             });
         };
         let url = check_http_url(url)?;
         let delivery = self.delivery.unwrap_or_default();
         if delivery == Delivery::PerRecord && self.encoding.is_some() {
-            return Err(SinkConfigError::NotApplicable {
+            return Err(KeyProblem::NotApplicable {
                 key: "encoding",
-                kind: SinkKind::Http,
+                kind: super::TYPE.name,
                 hint: " with delivery = \"per_record\" (each body is the raw payload)".into(),
             });
         }
         if delivery == Delivery::Batched && self.concurrency.is_some() {
-            return Err(SinkConfigError::NotApplicable {
+            return Err(KeyProblem::NotApplicable {
                 key: "concurrency",
-                kind: SinkKind::Http,
+                kind: super::TYPE.name,
                 hint: " with delivery = \"batched\" (one request per batch at a time)".into(),
             });
         }
@@ -232,8 +232,8 @@ impl HttpConfig {
             concurrency,
             headers,
             bearer_token_env: self.bearer_token_env.clone(),
-            retry_after_max: drain.retry_max(),
-            limits: drain.limits(),
+            retry_after_max: delivery_keys.retry_max(),
+            limits: delivery_keys.limits(),
         })
     }
 }
@@ -268,11 +268,14 @@ pub(crate) struct HttpSettings {
 impl HttpSettings {
     /// These settings with the `Authorization` header from
     /// `bearer_token_env`, read now (the sink is being built). Fails if the
-    /// variable is unset or empty, or its value cannot be a header.
-    pub fn with_bearer_token(&self) -> Result<HttpSettings, String> {
+    /// variable is unset or empty, or its value cannot be a header; the
+    /// error names `<table>.bearer_token_env`.
+    pub fn with_bearer_token(&self, table: &str) -> Result<HttpSettings, SinkError> {
         let mut settings = self.clone();
         if let Some(var) = &self.bearer_token_env {
-            settings.headers.insert(AUTHORIZATION, bearer_header(var)?);
+            let header =
+                bearer_header(var).map_err(|e| SinkError::key(table, "bearer_token_env", e))?;
+            settings.headers.insert(AUTHORIZATION, header);
         }
         Ok(settings)
     }
@@ -308,26 +311,23 @@ fn shown_url(url: &Url) -> String {
     shown.to_string()
 }
 
-/// `Bearer <token>` from the environment variable `var`, marked sensitive.
+/// `Bearer <token>` from the environment variable `var`, marked sensitive;
+/// else why not (the caller names the key).
 fn bearer_header(var: &str) -> Result<HeaderValue, String> {
-    let token = std::env::var(var).map_err(|e| {
-        format!("sink.bearer_token_env: environment variable {var} cannot be used: {e}")
-    })?;
+    let token = std::env::var(var)
+        .map_err(|e| format!("environment variable {var} cannot be used: {e}"))?;
     if token.is_empty() {
-        return Err(format!(
-            "sink.bearer_token_env: environment variable {var} is empty"
-        ));
+        return Err(format!("environment variable {var} is empty"));
     }
-    let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-        format!("sink.bearer_token_env: the token in {var} is not a valid HTTP header value")
-    })?;
+    let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| format!("the token in {var} is not a valid HTTP header value"))?;
     value.set_sensitive(true);
     Ok(value)
 }
 
 /// The URL must parse and be http(s) with a host.
-fn check_http_url(url: &str) -> Result<Url, SinkConfigError> {
-    let invalid = |reason: String| SinkConfigError::Invalid {
+fn check_http_url(url: &str) -> Result<Url, KeyProblem> {
+    let invalid = |reason: String| KeyProblem::Invalid {
         key: "url".into(),
         reason,
     };
@@ -344,9 +344,9 @@ fn check_http_url(url: &str) -> Result<Url, SinkConfigError> {
     Ok(parsed)
 }
 
-fn check_env_var_name(name: &str) -> Result<(), SinkConfigError> {
+fn check_env_var_name(name: &str) -> Result<(), KeyProblem> {
     if name.is_empty() || name.contains('=') || name.contains('\0') {
-        return Err(SinkConfigError::Invalid {
+        return Err(KeyProblem::Invalid {
             key: "bearer_token_env".into(),
             reason: format!("{name:?} is not an environment variable name"),
         });
@@ -369,8 +369,8 @@ fn check_header(
     name: &str,
     value: &str,
     has_bearer: bool,
-) -> Result<(HeaderName, HeaderValue), SinkConfigError> {
-    let invalid = |reason: String| SinkConfigError::Invalid {
+) -> Result<(HeaderName, HeaderValue), KeyProblem> {
+    let invalid = |reason: String| KeyProblem::Invalid {
         key: format!("headers.{name:?}"),
         reason,
     };
@@ -383,9 +383,12 @@ fn check_header(
         )));
     }
     if has_bearer && lower == "authorization" {
-        return Err(invalid(
-            "Authorization is set from sink.bearer_token_env; set one or the other".into(),
-        ));
+        return Err(KeyProblem::AgainstKey {
+            key: format!("headers.{name:?}"),
+            head: ": Authorization is set from ".into(),
+            other: "bearer_token_env",
+            tail: "; set one or the other".into(),
+        });
     }
     let value = HeaderValue::from_str(value).map_err(|_| {
         invalid(
@@ -411,32 +414,31 @@ mod tests {
 
     /// A `[sink]` table of `type = "http"` with these keys.
     fn table(http: HttpConfig) -> SinkConfig {
-        SinkConfig::new(TypeConfig::Http(http), DrainConfig::default())
+        SinkConfig::new(TypeConfig::new(http), DeliveryConfig::default())
     }
 
     /// The HTTP keys of a table of `type = "http"`.
     fn keys(cfg: &SinkConfig) -> &HttpConfig {
-        match cfg.type_config() {
-            TypeConfig::Http(http) => http,
-            other => panic!("not an http table: {other:?}"),
-        }
+        cfg.type_config()
+            .keys()
+            .unwrap_or_else(|| panic!("not an http table: {cfg:?}"))
     }
 
     fn settings(http: HttpConfig) -> HttpSettings {
-        http.check(&DrainConfig::default()).expect("valid")
+        http.check(&DeliveryConfig::default()).expect("valid")
     }
 
     #[test]
     fn parse_minimal_http_gets_defaults() {
         let cfg = parse("[sink]\ntype = \"http\"\nurl = \"https://example.test/in\"\n").unwrap();
-        assert_eq!(cfg.kind(), SinkKind::Http);
+        assert_eq!(cfg.sink_type().name, "http");
         assert_eq!(keys(&cfg).delivery, None);
-        assert_eq!(cfg.drain().max_records, 1000);
-        assert_eq!(cfg.drain().max_bytes, 4 * 1024 * 1024);
-        assert_eq!(cfg.drain().linger_ms, 5);
-        assert_eq!(cfg.drain().retry_initial_ms, 100);
-        assert_eq!(cfg.drain().retry_max_ms, 30_000);
-        assert_eq!(cfg.drain().max_retry_duration_ms, 0);
+        assert_eq!(cfg.delivery().max_records, 1000);
+        assert_eq!(cfg.delivery().max_bytes, 4 * 1024 * 1024);
+        assert_eq!(cfg.delivery().linger_ms, 5);
+        assert_eq!(cfg.delivery().retry_initial_ms, 100);
+        assert_eq!(cfg.delivery().retry_max_ms, 30_000);
+        assert_eq!(cfg.delivery().max_retry_duration_ms, 0);
         assert_eq!(cfg.validate(), Ok(()));
         assert_eq!(
             cfg,
@@ -471,7 +473,7 @@ max_retry_duration_ms = 60000
         assert_eq!(http.concurrency, Some(16));
         assert_eq!(cfg.validate(), Ok(()));
         assert_eq!(
-            cfg.drain().max_retry_duration(),
+            cfg.delivery().max_retry_duration(),
             Some(Duration::from_secs(60))
         );
     }
@@ -734,7 +736,7 @@ encoding = "ndjson"
             bearer_token_env: Some("SPILLWAY_TEST_TOKEN_THAT_IS_NEVER_SET".into()),
             ..HttpConfig::default()
         });
-        let e = s.with_bearer_token().unwrap_err();
+        let e = s.with_bearer_token("sink").unwrap_err().to_string();
         assert!(
             e.starts_with(
                 "sink.bearer_token_env: environment variable SPILLWAY_TEST_TOKEN_THAT_IS_NEVER_SET"

@@ -27,7 +27,9 @@ use sink_sdk::{Batch, Health, Limits, Outcome, Record, RecordOutcome, Sink};
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 
-use crate::SinkFactory;
+use crate::config::DeliveryConfig;
+use crate::registry::{CheckedSink, SinkType, TypeKeys};
+use crate::{KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::HttpSettings;
 pub use config::{Delivery, HttpConfig, HttpEncoding, HttpMethod};
 use request::Carried;
@@ -40,22 +42,57 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 /// Longest wait for a health check's TCP connect.
 const HEALTH_CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(5);
 
+/// The HTTP sink in the registry: its name and keys here, reading and
+/// checking them in [`config`], building in [`HttpFactory::new`], the
+/// preflight in [`preflight`].
+pub static TYPE: SinkType = SinkType {
+    name: "http",
+    about: "POST (or PUT/PATCH) the records to an HTTP endpoint.",
+    keys: HttpConfig::KEYS,
+    unset: || Box::<HttpConfig>::default(),
+};
+
+impl TypeKeys for HttpConfig {
+    fn sink_type(&self) -> &'static SinkType {
+        &TYPE
+    }
+
+    fn read_key(&mut self, key: &'static str, value: toml::Value) -> Result<(), toml::de::Error> {
+        HttpConfig::read_key(self, key, value)
+    }
+
+    fn check(&self, delivery: &DeliveryConfig) -> Result<Arc<dyn CheckedSink>, KeyProblem> {
+        Ok(Arc::new(HttpConfig::check(self, delivery)?))
+    }
+}
+
+impl CheckedSink for HttpSettings {
+    fn build(&self, table: &str) -> Result<Arc<dyn SinkFactory>, SinkError> {
+        Ok(Arc::new(HttpFactory::new(self, table)?))
+    }
+
+    fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError> {
+        preflight(self, table)
+    }
+}
+
 /// Builds one [`HttpSink`] per shard from settings resolved once.
 pub struct HttpFactory {
     settings: Arc<HttpSettings>,
 }
 
 impl HttpFactory {
-    /// From checked settings; reads `bearer_token_env` now.
-    pub(crate) fn new(settings: &HttpSettings) -> Result<HttpFactory, String> {
+    /// From checked settings; reads `bearer_token_env` now (an error names
+    /// `<table>.bearer_token_env`).
+    pub(crate) fn new(settings: &HttpSettings, table: &str) -> Result<HttpFactory, SinkError> {
         Ok(HttpFactory {
-            settings: Arc::new(settings.with_bearer_token()?),
+            settings: Arc::new(settings.with_bearer_token(table)?),
         })
     }
 }
 
 impl SinkFactory for HttpFactory {
-    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, String> {
+    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, SinkError> {
         Ok(Box::new(HttpSink::new(Arc::clone(&self.settings), shard)?))
     }
 
@@ -75,12 +112,14 @@ pub struct HttpSink {
 }
 
 impl HttpSink {
-    fn new(settings: Arc<HttpSettings>, shard: u32) -> Result<HttpSink, String> {
+    fn new(settings: Arc<HttpSettings>, shard: u32) -> Result<HttpSink, SinkError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .thread_name(format!("spillway-http-sink-{shard}"))
             .build()
-            .map_err(|e| format!("http sink: cannot start its runtime: {e}"))?;
+            .map_err(|e| SinkError::Build {
+                reason: format!("http sink: cannot start its runtime: {e}"),
+            })?;
         let client = {
             // The client's connector looks for a runtime when it is built.
             let _in_runtime = runtime.enter();
@@ -92,7 +131,9 @@ impl HttpSink {
                 .tcp_nodelay(true)
                 .user_agent(concat!("spillway/", env!("CARGO_PKG_VERSION")))
                 .build()
-                .map_err(|e| format!("http sink: cannot build the HTTP client: {e}"))?
+                .map_err(|e| SinkError::Build {
+                    reason: format!("http sink: cannot build the HTTP client: {e}"),
+                })?
         };
         Ok(HttpSink {
             settings,
@@ -310,16 +351,16 @@ fn connect(settings: &HttpSettings, addrs: &[SocketAddr]) -> Result<(), String> 
 /// `spillway check` of an HTTP sink: builds it as the daemon does (reading
 /// `bearer_token_env`) without delivering anything, resolves the URL's host
 /// and tries its health check. A host that does not resolve is an error
-/// (`sink.url`); one that does not answer is a warning, returned, since
+/// (`<table>.url`); one that does not answer is a warning, returned, since
 /// the daemon would start and retry it.
-pub(crate) fn preflight(settings: &HttpSettings) -> Result<Vec<String>, String> {
-    let factory = HttpFactory::new(settings)?;
+pub(crate) fn preflight(settings: &HttpSettings, table: &str) -> Result<Vec<String>, SinkError> {
+    let factory = HttpFactory::new(settings, table)?;
     drop(factory.create(0)?);
-    let addrs = resolve(settings).map_err(|e| format!("sink.url: {e}"))?;
+    let addrs = resolve(settings).map_err(|e| SinkError::key(table, "url", e))?;
     match connect(settings, &addrs) {
         Ok(()) => Ok(Vec::new()),
         Err(why) => Ok(vec![format!(
-            "sink.url: {why}; the daemon would start and retry it"
+            "{table}.url: {why}; the daemon would start and retry it"
         )]),
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use sink_sdk::{Batch, Health, Outcome, Record, RecordOutcome, Sink};
 
 use super::{Delivery, HttpConfig, HttpEncoding, HttpMethod};
-use crate::{DrainConfig, SinkConfig, TypeConfig};
+use crate::{DeliveryConfig, SinkConfig, TypeConfig};
 use spillway_test_http::{Receiver, Reply, Request};
 
 fn http_config(url: &str) -> HttpConfig {
@@ -17,17 +17,17 @@ fn http_config(url: &str) -> HttpConfig {
     }
 }
 
-/// A `[sink]` table of `type = "http"` with these keys and the drain's.
-fn table(http: &HttpConfig, drain: DrainConfig) -> SinkConfig {
-    SinkConfig::new(TypeConfig::Http(http.clone()), drain)
+/// A `[sink]` table of `type = "http"` with these keys and the delivery keys.
+fn table(http: &HttpConfig, delivery: DeliveryConfig) -> SinkConfig {
+    SinkConfig::new(TypeConfig::new(http.clone()), delivery)
 }
 
 fn sink(cfg: &HttpConfig) -> Box<dyn Sink> {
-    sink_with(cfg, DrainConfig::default())
+    sink_with(cfg, DeliveryConfig::default())
 }
 
-fn sink_with(cfg: &HttpConfig, drain: DrainConfig) -> Box<dyn Sink> {
-    crate::build(&table(cfg, drain))
+fn sink_with(cfg: &HttpConfig, delivery: DeliveryConfig) -> Box<dyn Sink> {
+    crate::build(&table(cfg, delivery))
         .expect("valid config")
         .create(0)
         .expect("instance")
@@ -248,7 +248,7 @@ fn bearer_token_from_the_environment() {
         bearer_token_env: Some(var.into()),
         ..http_config(&server.url("/"))
     };
-    let factory = crate::build(&table(&cfg, DrainConfig::default())).unwrap();
+    let factory = crate::build(&table(&cfg, DeliveryConfig::default())).unwrap();
     assert!(
         !factory.describe().contains("t0ken"),
         "{}",
@@ -268,9 +268,10 @@ fn bearer_token_from_the_environment() {
         bearer_token_env: Some("SPILLWAY_SINKS_TEST_UNSET".into()),
         ..cfg
     };
-    let err = crate::build(&table(&unset, DrainConfig::default()))
+    let err = crate::build(&table(&unset, DeliveryConfig::default()))
         .err()
-        .expect("unset variable must fail the build");
+        .expect("unset variable must fail the build")
+        .to_string();
     assert!(
         err.starts_with("sink.bearer_token_env: environment variable SPILLWAY_SINKS_TEST_UNSET"),
         "{err}"
@@ -290,7 +291,7 @@ fn idempotency_keys_follow_the_records() {
     // A new instance (after a panic, a restart) derives the same key.
     let mut fresh = crate::build(&table(
         &http_config(&server.url("/")),
-        DrainConfig::default(),
+        DeliveryConfig::default(),
     ))
     .unwrap()
     .create(4)
@@ -352,11 +353,11 @@ fn status_429_honours_retry_after_seconds() {
 fn retry_after_date_and_cap() {
     let in_90s = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(90));
     let server = Receiver::start(move |_| Reply::status(503).header("Retry-After", &in_90s));
-    let drain = DrainConfig {
+    let delivery = DeliveryConfig {
         retry_max_ms: 300_000,
-        ..DrainConfig::default()
+        ..DeliveryConfig::default()
     };
-    let mut sink = sink_with(&http_config(&server.url("/")), drain);
+    let mut sink = sink_with(&http_config(&server.url("/")), delivery);
     let Outcome::Retry {
         after: Some(after), ..
     } = deliver(&mut *sink, &records(0, &[1], &[b"a"]))
@@ -370,12 +371,12 @@ fn retry_after_date_and_cap() {
 
     // Never longer than the drain's own longest backoff.
     let server = Receiver::start(|_| Reply::status(429).header("Retry-After", "86400"));
-    let drain = DrainConfig {
+    let delivery = DeliveryConfig {
         retry_max_ms: 5000,
-        ..DrainConfig::default()
+        ..DeliveryConfig::default()
     };
     let outcome = deliver(
-        &mut *sink_with(&http_config(&server.url("/")), drain),
+        &mut *sink_with(&http_config(&server.url("/")), delivery),
         &records(0, &[1], &[b"a"]),
     );
     assert!(
@@ -650,7 +651,7 @@ fn per_record_later_failure_commits_the_prefix() {
 #[test]
 fn describe_names_the_target_without_secrets() {
     let cfg = http_config("https://u:p@example.test/in?key=s3cret");
-    let factory = crate::build(&table(&cfg, DrainConfig::default())).unwrap();
+    let factory = crate::build(&table(&cfg, DeliveryConfig::default())).unwrap();
     assert_eq!(
         factory.describe(),
         "http POST https://example.test/in (batched, ndjson, timeout 10000 ms)"

@@ -5,11 +5,10 @@
 
 use std::path::PathBuf;
 
-use serde::de::MapAccess;
+use crate::config::required_path;
+use crate::KeyProblem;
 
-use crate::config::{required_path, SinkConfigError, SinkKind};
-
-/// The keys of `[sink] type = "plugin"` (mirrored in `docs/sinks.md`).
+/// The keys of `type = "plugin"` (mirrored in `docs/sinks.md`).
 #[derive(Clone, PartialEq, Default)]
 pub struct PluginConfig {
     /// The plugin's shared library (a `cdylib` built against sink-sdk).
@@ -38,14 +37,14 @@ impl PluginConfig {
     pub(crate) const KEYS: &'static [&'static str] = &["path", "options"];
 
     /// Reads the value of `key`, one of [`PluginConfig::KEYS`].
-    pub(crate) fn read_key<'de, A: MapAccess<'de>>(
+    pub(crate) fn read_key(
         &mut self,
         key: &str,
-        map: &mut A,
-    ) -> Result<(), A::Error> {
+        value: toml::Value,
+    ) -> Result<(), toml::de::Error> {
         match key {
-            "path" => self.path = map.next_value()?,
-            "options" => self.options = map.next_value()?,
+            "path" => self.path = value.try_into()?,
+            "options" => self.options = value.try_into()?,
             other => unreachable!("sink.{other} is not a plugin key"),
         }
         Ok(())
@@ -53,10 +52,10 @@ impl PluginConfig {
 
     /// Checks the keys the host uses. Does not touch the file system; the
     /// library is read when the sink is built.
-    pub(crate) fn check(&self) -> Result<PluginSettings, SinkConfigError> {
+    pub(crate) fn check(&self) -> Result<PluginSettings, KeyProblem> {
         let path = required_path(
             &self.path,
-            SinkKind::Plugin,
+            super::TYPE.name,
             "a shared library (e.g. target/release/libmy_sink.so)",
         )?;
         Ok(PluginSettings {
@@ -82,16 +81,14 @@ pub(crate) struct PluginSettings {
 mod tests {
     use super::*;
     use crate::config::tests::{err, parse};
-    use crate::config::{DrainConfig, TypeConfig};
+    use crate::config::{DeliveryConfig, TypeConfig};
     use crate::SinkConfig;
 
     #[test]
     fn every_key_is_read() {
         let cfg =
             parse("[sink]\ntype = \"plugin\"\npath = \"p.so\"\n[sink.options]\nk = 1\n").unwrap();
-        let TypeConfig::Plugin(plugin) = cfg.type_config() else {
-            panic!("{cfg:?}")
-        };
+        let plugin: &PluginConfig = cfg.type_config().keys().expect("plugin keys");
         // Naming every field: a new key must be added here, and so to KEYS.
         let PluginConfig { path, options } = plugin;
         let set = [path.is_some(), options.is_some()];
@@ -102,7 +99,7 @@ mod tests {
 
     #[test]
     fn path_is_required_and_names_a_library() {
-        let table = |plugin| SinkConfig::new(TypeConfig::Plugin(plugin), DrainConfig::default());
+        let table = |plugin| SinkConfig::new(TypeConfig::new(plugin), DeliveryConfig::default());
         assert_eq!(
             err(&table(PluginConfig::default())),
             "sink.path is required for type = \"plugin\""
@@ -122,9 +119,7 @@ mod tests {
     fn options_become_toml_text() {
         let cfg =
             parse("[sink]\ntype = \"plugin\"\npath = \"p.so\"\n[sink.options]\nk = 1\n").unwrap();
-        let TypeConfig::Plugin(plugin) = cfg.type_config() else {
-            panic!("{cfg:?}")
-        };
+        let plugin: &PluginConfig = cfg.type_config().keys().expect("plugin keys");
         assert_eq!(plugin.check().unwrap().options_toml, "k = 1\n");
         let bare = PluginConfig {
             options: None,

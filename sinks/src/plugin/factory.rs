@@ -11,7 +11,7 @@ use sink_sdk::Sink;
 use super::instance::PluginInstance;
 use super::library;
 use super::log::ShardScope;
-use crate::SinkFactory;
+use crate::{SinkError, SinkFactory};
 
 /// Makes instances of a sink plugin, all with the same options.
 pub struct PluginFactory {
@@ -27,7 +27,7 @@ pub struct PluginFactory {
 impl PluginFactory {
     /// Loads the plugin at `path` through a private copy in the system's
     /// temporary folder; see [`PluginFactory::load_in`].
-    pub fn load(path: &Path, options_toml: &str) -> Result<PluginFactory, String> {
+    pub fn load(path: &Path, options_toml: &str) -> Result<PluginFactory, SinkError> {
         Self::load_in(path, options_toml, &std::env::temp_dir())
     }
 
@@ -43,8 +43,9 @@ impl PluginFactory {
         path: &Path,
         options_toml: &str,
         copy_dir: &Path,
-    ) -> Result<PluginFactory, String> {
-        let factory = Self::open_in(path, options_toml, copy_dir)?;
+    ) -> Result<PluginFactory, SinkError> {
+        let factory = Self::open_in(path, options_toml, copy_dir)
+            .map_err(|reason| SinkError::Plugin { reason })?;
         // Validate the options now, so a bad config fails the start or the
         // reload rather than every shard. The instance is dropped at once.
         drop(factory.instance()?);
@@ -85,15 +86,16 @@ impl PluginFactory {
     }
 
     /// A new instance, as its concrete type.
-    pub fn instance(&self) -> Result<PluginInstance, String> {
+    pub fn instance(&self) -> Result<PluginInstance, SinkError> {
         self.instance_for(None)
     }
 
     /// A new instance for `shard`: what the plugin logs while creating it
     /// and in its later calls carries the shard's number.
-    fn instance_for(&self, shard: Option<u32>) -> Result<PluginInstance, String> {
-        self.create_verbatim(shard)
-            .map_err(|e| format!("plugin {}: {e}", self.plugin.name()))
+    fn instance_for(&self, shard: Option<u32>) -> Result<PluginInstance, SinkError> {
+        self.create_verbatim(shard).map_err(|e| SinkError::Plugin {
+            reason: format!("plugin {}: {e}", self.plugin.name()),
+        })
     }
 
     /// A new instance; the error is the plugin's `create` error as it wrote
@@ -111,7 +113,7 @@ impl PluginFactory {
 }
 
 impl SinkFactory for PluginFactory {
-    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, String> {
+    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, SinkError> {
         Ok(Box::new(self.instance_for(Some(shard))?))
     }
 

@@ -58,3 +58,53 @@ pub(crate) use config::PluginSettings;
 pub use factory::PluginFactory;
 pub use instance::PluginInstance;
 pub(crate) use preflight::preflight;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::config::DeliveryConfig;
+use crate::registry::{CheckedSink, SinkType, TypeKeys};
+use crate::{KeyProblem, SinkError, SinkFactory};
+
+/// The plugin host in the registry: its name and keys here, reading and
+/// checking them in [`config`], building in [`PluginFactory::load`], the
+/// preflight in `preflight`.
+pub static TYPE: SinkType = SinkType {
+    name: "plugin",
+    about: "A sink plugin: a `cdylib` built against sink-sdk, loaded at run time.",
+    keys: PluginConfig::KEYS,
+    unset: || Box::<PluginConfig>::default(),
+};
+
+impl TypeKeys for PluginConfig {
+    fn sink_type(&self) -> &'static SinkType {
+        &TYPE
+    }
+
+    fn read_key(&mut self, key: &'static str, value: toml::Value) -> Result<(), toml::de::Error> {
+        PluginConfig::read_key(self, key, value)
+    }
+
+    /// The host's keys only; the delivery keys do not reach a plugin (it
+    /// reports its own limits).
+    fn check(&self, _delivery: &DeliveryConfig) -> Result<Arc<dyn CheckedSink>, KeyProblem> {
+        Ok(Arc::new(PluginConfig::check(self)?))
+    }
+
+    fn library_path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+}
+
+impl CheckedSink for PluginSettings {
+    fn build(&self, _table: &str) -> Result<Arc<dyn SinkFactory>, SinkError> {
+        Ok(Arc::new(PluginFactory::load(
+            &self.path,
+            &self.options_toml,
+        )?))
+    }
+
+    fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError> {
+        preflight(self, table)
+    }
+}

@@ -3,42 +3,44 @@
 //! created from `[sink.options]` (the plugin's `create` checks them) and
 //! health-checked, then dropped. Nothing is delivered.
 //!
-//! Errors name the key: `sink.path` for a library that cannot be read or
-//! loaded (missing, not a plugin, another ABI version), `sink.options.<key>`
-//! when the plugin's error names an option the way docs/plugins.md asks
-//! (`options.<key>: ...`), else `sink.options`.
+//! Errors name the key in the table (`sink` or `sinks.NAME`): `path` for
+//! a library that cannot be read or loaded (missing, not a plugin, another
+//! ABI version), `options.<key>` when the plugin's error names an option
+//! the way docs/plugins.md asks (`options.<key>: ...`), else `options`.
 
 use sink_sdk::{Health, Sink};
 
 use super::{PluginFactory, PluginSettings};
+use crate::SinkError;
 
 /// Loads the plugin, creates and health-checks one instance. `Ok` carries
 /// the warnings (a failed health check: the daemon would start and retry).
-pub(crate) fn preflight(settings: &PluginSettings) -> Result<Vec<String>, String> {
+pub(crate) fn preflight(settings: &PluginSettings, table: &str) -> Result<Vec<String>, SinkError> {
     let factory = PluginFactory::open_in(
         &settings.path,
         &settings.options_toml,
         &std::env::temp_dir(),
     )
-    .map_err(|e| format!("sink.path: {e}"))?;
+    .map_err(|e| SinkError::key(table, "path", e))?;
     let name = factory.plugin_name().to_string();
-    let mut instance = factory
-        .instance_verbatim()
-        .map_err(|e| options_error(&name, &e))?;
+    let mut instance = factory.instance_verbatim().map_err(|e| {
+        let (key, reason) = options_error(&name, &e);
+        SinkError::key(table, key, reason)
+    })?;
     let warnings = match instance.health_check() {
         Health::Healthy => Vec::new(),
         Health::Unhealthy(why) => vec![format!(
-            "sink: plugin {name} fails its health check: {why}; the daemon would start and retry it"
+            "{table}: plugin {name} fails its health check: {why}; the daemon would start and retry it"
         )],
     };
     drop(instance);
     Ok(warnings)
 }
 
-/// A plugin's `create` error with the key it names: `options.<key>: why`
-/// becomes `sink.options.<key>: plugin <name>: why`, `options: why` and
-/// anything else `sink.options: plugin <name>: ...`.
-fn options_error(plugin: &str, error: &str) -> String {
+/// A plugin's `create` error as the key it names and the reason:
+/// `options.<key>: why` becomes `options.<key>` and `plugin <name>: why`;
+/// `options: why` and anything else `options` and `plugin <name>: ...`.
+fn options_error(plugin: &str, error: &str) -> (String, String) {
     if let Some((key, why)) = error
         .strip_prefix("options.")
         .and_then(|rest| rest.split_once(": "))
@@ -48,11 +50,11 @@ fn options_error(plugin: &str, error: &str) -> String {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
         if is_key {
-            return format!("sink.options.{key}: plugin {plugin}: {why}");
+            return (format!("options.{key}"), format!("plugin {plugin}: {why}"));
         }
     }
     let why = error.strip_prefix("options: ").unwrap_or(error);
-    format!("sink.options: plugin {plugin}: {why}")
+    ("options".into(), format!("plugin {plugin}: {why}"))
 }
 
 #[cfg(test)]
@@ -61,20 +63,24 @@ mod tests {
 
     #[test]
     fn option_errors_name_the_key() {
+        let rendered = |plugin: &str, error: &str| {
+            let (key, reason) = options_error(plugin, error);
+            SinkError::key("sink", key, reason).to_string()
+        };
         assert_eq!(
-            options_error("file-plugin", "options.rotate_bytes: 5 is out of range"),
+            rendered("file-plugin", "options.rotate_bytes: 5 is out of range"),
             "sink.options.rotate_bytes: plugin file-plugin: 5 is out of range"
         );
         assert_eq!(
-            options_error("file-plugin", "options: missing field `path`"),
+            rendered("file-plugin", "options: missing field `path`"),
             "sink.options: plugin file-plugin: missing field `path`"
         );
         assert_eq!(
-            options_error("count-c", "the count sink takes no options"),
+            rendered("count-c", "the count sink takes no options"),
             "sink.options: plugin count-c: the count sink takes no options"
         );
         assert_eq!(
-            options_error("p", "options.a b: not a key"),
+            rendered("p", "options.a b: not a key"),
             "sink.options: plugin p: options.a b: not a key"
         );
     }

@@ -249,19 +249,26 @@ fn fail_first_batches_answers_retry_through_the_boundary() {
 
 #[test]
 fn bad_options_are_refused_with_the_plugin_name() {
-    let err = PluginFactory::load(file_plugin(), "").err().unwrap();
+    let err = PluginFactory::load(file_plugin(), "")
+        .err()
+        .unwrap()
+        .to_string();
     assert_eq!(
         err,
         "plugin spillway-plugin-file: options: missing field `path`"
     );
     let err = PluginFactory::load(file_plugin(), "path = \"/x\"\nfsinc = true")
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(
         err.starts_with("plugin spillway-plugin-file: options: unknown field `fsinc`"),
         "{err}"
     );
-    let err = PluginFactory::load(file_plugin(), "path = ").err().unwrap();
+    let err = PluginFactory::load(file_plugin(), "path = ")
+        .err()
+        .unwrap()
+        .to_string();
     assert!(
         err.starts_with("plugin spillway-plugin-file: options: "),
         "{err}"
@@ -421,7 +428,7 @@ fn the_c_plugin_from_the_docs_delivers_splits_and_refuses_options() {
         ])
     );
     assert_eq!(
-        PluginFactory::load(&so, "x = 1").err().unwrap(),
+        PluginFactory::load(&so, "x = 1").err().unwrap().to_string(),
         "plugin count-c: the count sink takes no options"
     );
 }
@@ -437,7 +444,7 @@ fn a_plugin_built_for_another_abi_is_refused_naming_both_versions() {
         const header *spillway_sink_plugin_v1(void) { return &VTABLE; }
     "#;
     let so = compile_c(dir.path(), "libabi999", source);
-    let err = PluginFactory::load(&so, "").err().unwrap();
+    let err = PluginFactory::load(&so, "").err().unwrap().to_string();
     let sdk = sink_sdk::abi::SDK_VERSION;
     assert_eq!(
         err,
@@ -457,7 +464,7 @@ fn a_library_without_the_entry_symbol_is_refused_naming_file_and_symbol() {
         "libnotaplugin",
         "int answer(void) { return 42; }\n",
     );
-    let err = PluginFactory::load(&so, "").err().unwrap();
+    let err = PluginFactory::load(&so, "").err().unwrap().to_string();
     assert!(
         err.starts_with(&format!(
             "plugin {}: is a shared object without the spillway entry symbol \
@@ -472,18 +479,19 @@ fn a_library_without_the_entry_symbol_is_refused_naming_file_and_symbol() {
         "libdataentry",
         "int spillway_sink_plugin_v1 = 7;\n",
     );
-    let err = PluginFactory::load(&data, "").err().unwrap();
+    let err = PluginFactory::load(&data, "").err().unwrap().to_string();
     assert!(
         err.contains("does not define it as an exported function"),
         "{err}"
     );
     let err = PluginFactory::load(&dir.path().join("missing.so"), "")
         .err()
-        .unwrap();
+        .unwrap()
+        .to_string();
     assert!(err.contains("missing.so: cannot read it: "), "{err}");
     let garbage = dir.path().join("libgarbage.so");
     std::fs::write(&garbage, b"not an ELF file").unwrap();
-    let err = PluginFactory::load(&garbage, "").err().unwrap();
+    let err = PluginFactory::load(&garbage, "").err().unwrap().to_string();
     assert!(err.contains("libgarbage.so: is not an ELF file"), "{err}");
     // An object file is ELF but no shared object.
     let c = dir.path().join("obj.c");
@@ -496,7 +504,7 @@ fn a_library_without_the_entry_symbol_is_refused_naming_file_and_symbol() {
         .status()
         .unwrap();
     assert!(status.success());
-    let err = PluginFactory::load(&o, "").err().unwrap();
+    let err = PluginFactory::load(&o, "").err().unwrap().to_string();
     assert!(
         err.contains("obj.o: is an object file (.o), not a shared object"),
         "{err}"
@@ -510,7 +518,7 @@ fn a_library_without_the_entry_symbol_is_refused_naming_file_and_symbol() {
 #[test]
 fn a_foreign_system_library_is_refused_without_being_loaded() {
     let lib = foreign_system_library();
-    let err = PluginFactory::load(&lib, "").err().unwrap();
+    let err = PluginFactory::load(&lib, "").err().unwrap().to_string();
     assert!(
         err.starts_with(&format!(
             "plugin {}: is a shared object without",
