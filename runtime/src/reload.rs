@@ -127,10 +127,14 @@ impl Reloader {
             return Ok(report);
         }
         let to_build: Vec<(String, SinkConfig)> = changed.iter().chain(&added).cloned().collect();
-        let deadline = build_timeout(&to_build);
-        let mut built = build_on_thread(deadline, move || build_sinks(&to_build, true))?
-            .wait_async()
-            .await??;
+        let mut built = if to_build.is_empty() {
+            Vec::new() // only removals
+        } else {
+            let deadline = build_timeout(&to_build);
+            build_on_thread(deadline, move || build_sinks(&to_build, true))?
+                .wait_async()
+                .await??
+        };
         let added_built = built.split_off(changed.len());
         let supervisor = this.borrow().supervisor.clone();
         let applied = supervisor

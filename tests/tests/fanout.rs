@@ -20,12 +20,21 @@ use support_http::HttpReceiver;
 
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Push `n` records `"{tag}:{i}"` at Sync; every one must be acked.
+/// Bytes each record is padded to, so that a few thousand records fill
+/// several segments of the smallest size (1 MiB).
+const RECORD_BYTES: usize = 1000;
+
+/// Push `n` records `"{tag}:{i}:…"` (padded to [`RECORD_BYTES`]) at Sync;
+/// every one must be acked.
 fn push_tagged(d: &Daemon, tag: &str, n: u64) -> Vec<String> {
     let mut c = d.client();
     (0..n)
         .map(|i| {
-            let p = format!("{tag}:{i}");
+            let head = format!("{tag}:{i}:");
+            let p = format!(
+                "{head}{}",
+                "x".repeat(RECORD_BYTES.saturating_sub(head.len()))
+            );
             c.push(Tier::Sync, p.as_bytes())
                 .unwrap_or_else(|e| panic!("push {p}: {e}"));
             p
@@ -76,7 +85,7 @@ fn a_dead_sink_holds_only_its_own_cursor_and_the_segments_it_needs() {
     let mut d = Daemon::configure("");
     let archive = d.dir().join("archive.ndjson");
     d.reconfigure(&format!(
-        "[server]\nshards = 1\n[wab]\nsegment_bytes_max = 65536\n{}{}[sinks.archive]\ntype = \"file\"\npath = \"{}\"\n",
+        "[server]\nshards = 1\n[wab]\nsegment_bytes_max = 1048576\n{}{}[sinks.archive]\ntype = \"file\"\npath = \"{}\"\n",
         http_table("warehouse", &warehouse),
         http_table("stream", &stream),
         archive.display()
@@ -165,7 +174,7 @@ fn reload_adds_and_removes_sinks_while_records_flow() {
     held.set_status(503);
     let mut d = Daemon::configure("");
     let base = format!(
-        "[server]\nshards = 1\n[wab]\nsegment_bytes_max = 65536\n{}{}",
+        "[server]\nshards = 1\n[wab]\nsegment_bytes_max = 1048576\n{}{}",
         http_table("first", &first),
         http_table("held", &held)
     );

@@ -229,11 +229,17 @@ fn backlog_metrics_follow_a_sink_outage() {
         value(
             &held,
             "spillway_sink_errors_total",
-            "shard=\"0\",kind=\"transient\""
+            "sink=\"default\",shard=\"0\",kind=\"transient\""
         ) >= 1.0,
         "{held}"
     );
-    assert!(value(&held, "spillway_sink_request_seconds_count", "shard=\"0\"") >= 1.0);
+    assert!(
+        value(
+            &held,
+            "spillway_sink_request_seconds_count",
+            "sink=\"default\",shard=\"0\""
+        ) >= 1.0
+    );
     assert!(value(&held, "spillway_group_commit_records_count", "shard=\"0\"") >= 1.0);
 
     rx.set_status(200);
