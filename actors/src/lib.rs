@@ -29,9 +29,9 @@ pub use budget::{ShardBudget, WabBudget};
 pub use clock::Clock;
 pub use connection::{Connection, ConnectionContext, ConnectionLimits, ReadBudget};
 pub use drain::{
-    Cursor, CursorConfig, DeliveryBoard, Drain, DrainSettings, DrainStats, DrainWait, Membership,
-    Retention, RetentionStats, RetireDrain, SinkFigures, SinkHealth, SinkHost, SinkMaker, SinkSlot,
-    SinkState, StartAt, StopDrain,
+    Cursor, CursorConfig, CursorControl, DeliveryBoard, Drain, DrainSettings, DrainStats,
+    DrainWait, Membership, Retention, RetentionStats, RetireDrain, RewindTo, SinkFigures,
+    SinkHealth, SinkHost, SinkMaker, SinkSlot, SinkState, StartAt, StopDrain,
 };
 pub use flusher::{FlusherConfig, FlusherCore, FlusherParts, ShardFlusher, StopShard};
 pub use idle::{Evict, IdleConnections};

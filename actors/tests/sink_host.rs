@@ -131,6 +131,7 @@ fn settings(max_records: usize) -> DrainSettings {
         retry_initial: Duration::from_millis(10),
         retry_max: Duration::from_millis(50),
         max_retry_duration: None,
+        skip_lag_bytes: None,
     }
 }
 
@@ -428,6 +429,7 @@ impl Rig {
                 sink: "default".into(),
                 shard: 0,
                 dir,
+                skipped_file: tmp.path().join("skipped"),
             },
             StartAt::End,
             queue.clone(),

@@ -817,6 +817,10 @@ pub fn drain_settings(sink: &SinkConfig) -> spillway_actors::DrainSettings {
             retry_max: Duration::from_millis(s.retry_max_ms),
             max_retry_duration: (s.max_retry_duration_ms > 0)
                 .then(|| Duration::from_millis(s.max_retry_duration_ms)),
+            skip_lag_bytes: match s.on_lag() {
+                spillway_sinks::OnLag::Skip => s.lag_bytes_max(),
+                spillway_sinks::OnLag::Block => None,
+            },
         }
     }
 }

@@ -30,6 +30,12 @@ pub enum CtlCommand {
         #[command(subcommand)]
         action: DeadLetterAction,
     },
+    /// Steer one sink: pause or resume its delivery, or rewind its cursors
+    /// to replay records the shards still hold.
+    Sink {
+        #[command(subcommand)]
+        action: SinkAction,
+    },
     /// Re-read the config file: add, change and remove sinks without a restart.
     Reload,
     /// A live view, refreshed every interval: ingest and delivery rates, backlog, oldest pending age, fsync p99, sink state (plain lines when not on a terminal).
@@ -40,6 +46,27 @@ pub enum CtlCommand {
         /// Stop after this many refreshes (default: until interrupted).
         #[arg(long)]
         count: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum SinkAction {
+    /// Hold the sink on every shard (remembered across restarts); its
+    /// records are kept and count against wab.wab_bytes_max.
+    Pause { name: String },
+    /// Deliver again after a pause.
+    Resume { name: String },
+    /// Move the sink's cursors back over records still held, so they are
+    /// delivered to it (and only it) again.
+    Rewind {
+        name: String,
+        /// `oldest` (the oldest record each shard holds) or a sequence
+        /// number (with --shard).
+        #[arg(long)]
+        to: String,
+        /// Only this shard.
+        #[arg(long)]
+        shard: Option<u32>,
     },
 }
 
@@ -110,6 +137,14 @@ pub fn run(
         CtlCommand::Metrics => "metrics".to_string(),
         CtlCommand::Segments => "segments".to_string(),
         CtlCommand::Reload => "reload".to_string(),
+        CtlCommand::Sink { action } => match action {
+            SinkAction::Pause { name } => format!("sink pause {name}"),
+            SinkAction::Resume { name } => format!("sink resume {name}"),
+            SinkAction::Rewind { name, to, shard } => match shard {
+                Some(n) => format!("sink rewind {name} --to {to} --shard {n}"),
+                None => format!("sink rewind {name} --to {to}"),
+            },
+        },
         CtlCommand::DeadLetter { sink, action } => {
             let line = match action {
                 DeadLetterAction::List => "dead-letter list".to_string(),

@@ -233,9 +233,18 @@ fn start(
         sinks.insert(b.name, run);
     }
     // Stores of sinks no longer configured stay readable (`ctl dead-letter
-    // list --sink NAME`): their records are never dropped silently.
+    // list --sink NAME`): their records are never dropped silently. The
+    // single-sink layout's store is `default`'s, configured or not.
+    let legacy = cfg.server.data_dir.join(spillway_wab::DEAD_LETTER_DIR);
+    if legacy.is_dir() && !sinks.contains_key(DEFAULT_SINK) {
+        let store = open_dead_letters(&cfg.server.data_dir, DEFAULT_SINK)?;
+        dead_letters
+            .lock()
+            .unwrap()
+            .insert(DEFAULT_SINK.to_string(), store);
+    }
     for name in sinks_on_disk(&cfg.server.data_dir) {
-        if !sinks.contains_key(&name) {
+        if !dead_letters.lock().unwrap().contains_key(&name) {
             let store = open_dead_letters(&cfg.server.data_dir, &name)?;
             dead_letters.lock().unwrap().insert(name, store);
         }

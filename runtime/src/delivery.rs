@@ -24,6 +24,10 @@ use spillway_wab::{create_dir_durable, shard_dir, FsStorage, Storage, DEAD_LETTE
 
 use crate::config::DEFAULT_SINK;
 
+/// In a sink's folder: one JSON line per range of records it skipped
+/// (`on_lag = "skip"`).
+pub const SKIPPED_FILE: &str = "skipped";
+
 /// A sink's dead-letter store, shared by its drains and the admin.
 pub type DeadLetters = Arc<Mutex<DeadLetterStore<FsStorage>>>;
 
@@ -95,10 +99,12 @@ pub fn start_drain(
     run: &SinkRun,
     stats: Arc<DrainStats>,
 ) -> std::io::Result<Addr<Drain>> {
+    stats.control.set_paused(paused_on_disk(data_dir, name));
     let cfg = CursorConfig {
         sink: name.to_string(),
         shard: queue.shard,
         dir: shard_dir(data_dir, queue.shard),
+        skipped_file: sink_dir(data_dir, name).join(SKIPPED_FILE),
     };
     let cursor = Cursor::new(
         FsStorage,
@@ -113,4 +119,33 @@ pub fn start_drain(
         now_unix_us() | 1,
     )?;
     Ok(Drain::spawn(cursor)?.start())
+}
+
+/// In a sink's folder: present while the operator has paused the sink.
+pub const PAUSED_FILE: &str = "paused";
+
+/// Whether sink `name` was left paused (`ctl sink pause`).
+pub fn paused_on_disk(data_dir: &Path, name: &str) -> bool {
+    sink_dir(data_dir, name).join(PAUSED_FILE).exists()
+}
+
+/// Remember (or forget) that sink `name` is paused, durably.
+pub fn set_paused_on_disk(data_dir: &Path, name: &str, paused: bool) -> Result<(), String> {
+    let storage = FsStorage;
+    let dir = sink_dir(data_dir, name);
+    let path = dir.join(PAUSED_FILE);
+    let done = if paused {
+        match storage.create(&path) {
+            Ok(_) => storage.sync_dir(&dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(e),
+        }
+    } else {
+        match storage.remove(&path) {
+            Ok(()) => storage.sync_dir(&dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    };
+    done.map_err(|e| format!("{}: {e}", path.display()))
 }

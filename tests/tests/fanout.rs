@@ -309,3 +309,158 @@ fn sink_tables_are_checked() {
     assert!(!out.status.success());
     assert!(out.stderr.contains("'B'"), "{}", out.stderr);
 }
+
+/// `on_lag = "skip"`: a dead sink with a small `lag_bytes_max` stops
+/// neither ingest nor the other sink; what it skipped is counted, in its
+/// `skipped` file, and exactly those records never reach it.
+#[test]
+fn a_skipping_sink_lets_ingest_and_the_others_go_on_and_reports_what_it_skipped() {
+    let healthy = HttpReceiver::start();
+    let dead = HttpReceiver::start();
+    dead.set_status(503);
+    let mut d = Daemon::configure("");
+    d.reconfigure(&format!(
+        "[server]\nshards = 1\n[wab]\nsegment_bytes_max = 1048576\nwab_bytes_max = 8388608\n{}{}lag_bytes_max = 1048576\non_lag = \"skip\"\n",
+        http_table("healthy", &healthy),
+        http_table("dead", &dead)
+    ));
+    d.spawn();
+    // 12 MiB through an 8 MiB WAB: only possible if the dead sink lets go.
+    let sent = push_tagged(&d, "lag", 12_000);
+    healthy.wait_for_payloads(&sent, DELIVERY_TIMEOUT);
+    let skipped = sink_stat(&d, "dead", "records_skipped");
+    assert!(skipped > 0, "nothing skipped");
+    let file = d.data_dir().join("sinks/dead/skipped");
+    let lines = fs::read_to_string(&file).expect("the skipped file");
+    let mut ranges = Vec::new();
+    for l in lines.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        ranges.push((
+            v["first_seq"].as_u64().unwrap(),
+            v["end_seq"].as_u64().unwrap(),
+        ));
+    }
+    let in_file: u64 = lines
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["records"]
+                .as_u64()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(
+        in_file, skipped,
+        "the skipped file and the counter disagree:\n{lines}"
+    );
+    // The dead sink comes back: it gets everything except the skipped ranges.
+    dead.set_status(200);
+    let skipped_seq = |seq: u64| ranges.iter().any(|(a, b)| (*a..*b).contains(&seq));
+    let expected: Vec<String> = sent
+        .iter()
+        .enumerate()
+        .filter(|(seq, _)| !skipped_seq(*seq as u64))
+        .map(|(_, p)| p.clone())
+        .collect();
+    let got = dead.wait_for_payloads(&expected, DELIVERY_TIMEOUT);
+    for r in &got {
+        assert!(
+            !skipped_seq(r.id().1),
+            "skipped record {:?} was delivered",
+            r.id()
+        );
+    }
+    assert_eq!(
+        expected.len() as u64 + skipped,
+        sent.len() as u64,
+        "every record either reached the sink or was reported skipped"
+    );
+}
+
+/// `ctl sink pause` holds one sink (and survives a restart); `resume`
+/// catches up; `rewind --to oldest` replays exactly what the shard holds,
+/// to that sink alone.
+#[test]
+fn pause_holds_one_sink_resume_catches_up_and_rewind_replays_to_it_alone() {
+    let a = HttpReceiver::start();
+    let b = HttpReceiver::start();
+    let mut d = Daemon::configure("");
+    d.reconfigure(&format!(
+        "[server]\nshards = 1\n{}{}",
+        http_table("a", &a),
+        http_table("b", &b)
+    ));
+    d.spawn();
+    let report = d.ctl(&["sink", "pause", "b"]);
+    assert!(report.contains("sink b paused"), "{report}");
+    let first = push_tagged(&d, "p", 200);
+    a.wait_for_payloads(&first, DELIVERY_TIMEOUT);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(b.accepted_records().len(), 0, "a paused sink delivered");
+    assert!(d.ctl(&["health"]).contains("sink b of shard 0 Paused"));
+    d.terminate();
+    d.spawn();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        b.accepted_records().len(),
+        0,
+        "the pause did not survive a restart"
+    );
+    d.ctl(&["sink", "resume", "b"]);
+    b.wait_for_payloads(&first, DELIVERY_TIMEOUT);
+
+    // Replay: b gets exactly what the shard holds again; a nothing new.
+    // (The segments from before the restart are gone once both sinks had
+    // them; the active one is kept.)
+    let second = push_tagged(&d, "q", 100);
+    a.wait_for_payloads(&second, DELIVERY_TIMEOUT);
+    b.wait_for_payloads(&second, DELIVERY_TIMEOUT);
+    std::thread::sleep(Duration::from_millis(300));
+    let held: HashSet<String> = texts(&d.read_all_records()).into_iter().collect();
+    assert!(
+        second.iter().all(|p| held.contains(p)),
+        "the active segment no longer holds the last records"
+    );
+    let a_before = a.accepted_records().len();
+    let b_before = b.accepted_records().len();
+    let report = d.ctl(&["sink", "rewind", "b", "--to", "oldest"]);
+    assert!(report.contains("rewind"), "{report}");
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || b.accepted_records().len()
+            >= b_before + held.len()),
+        "the rewind replayed {} of the {} records held",
+        b.accepted_records().len() - b_before,
+        held.len()
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let replayed: HashSet<String> = b.accepted_records()[b_before..]
+        .iter()
+        .map(|r| r.text())
+        .collect();
+    assert_eq!(
+        replayed, held,
+        "the replay is not exactly what the shard holds"
+    );
+    assert_eq!(
+        a.accepted_records().len(),
+        a_before,
+        "the rewind of b reached a"
+    );
+    // An unknown sink is refused, naming it and the ones there are.
+    let f = run_spillway(
+        &[
+            "ctl".as_ref(),
+            "--config".as_ref(),
+            d.config_path().as_os_str(),
+            "sink".as_ref(),
+            "pause".as_ref(),
+            "nope".as_ref(),
+        ],
+        Duration::from_secs(10),
+    );
+    assert!(!f.status.success(), "{f:?}");
+    assert!(
+        f.stderr.contains("no sink \"nope\"; sinks: a, b"),
+        "{}",
+        f.stderr
+    );
+}

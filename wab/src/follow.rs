@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use crate::format::{classify, open_name, record_bytes, sealed_name, FileKind};
 use crate::reader::{End, Opened, SegmentReader, StoredRecord};
-use crate::storage::Storage;
+use crate::storage::{Storage, StorageFile};
 
 /// How far the writer has made records durable: every record before
 /// `offset` in segment `segment_id` (and every record of earlier segments).
@@ -243,6 +243,44 @@ impl<S: Storage> ShardFollower<S> {
         self.closed_limit = None;
         Ok(true)
     }
+}
+
+/// The first sequence number of the oldest segment in `dir` whose header
+/// can be read: the oldest record the shard holds. `None`: no segment.
+pub fn oldest_first_seq<S: Storage>(storage: &S, dir: &Path) -> io::Result<Option<u64>> {
+    let mut oldest: Option<u64> = None;
+    for (_, path) in segment_files(storage, dir)? {
+        let file = match storage.open_read(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        if let Opened::Reader(r) = SegmentReader::from_file(file)? {
+            let first = r.header().first_seq;
+            oldest = Some(oldest.map_or(first, |o| o.min(first)));
+        }
+    }
+    Ok(oldest)
+}
+
+/// Appends one line to the file at `path` (made if missing) and makes it
+/// durable (fdatasync; the folder too when the file is new): a log that a
+/// crash cannot cut short of a line already reported.
+pub fn append_line_durable<S: Storage>(storage: &S, path: &Path, line: &str) -> io::Result<()> {
+    let (mut file, new) = match storage.open(path) {
+        Ok(f) => (f, false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (storage.create(path)?, true),
+        Err(e) => return Err(e),
+    };
+    let at = file.len()?;
+    file.write_all_at(at, &[std::io::IoSlice::new(line.as_bytes())])?;
+    file.sync_data()?;
+    if new {
+        if let Some(dir) = path.parent() {
+            storage.sync_dir(dir)?;
+        }
+    }
+    Ok(())
 }
 
 /// The segment files (sealed or still open) in `dir`, with their ids, in

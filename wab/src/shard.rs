@@ -520,6 +520,11 @@ fn move_cursors_ahead_aside<S: Storage>(
             continue;
         }
         let moved_to = move_file_aside(storage, dir, &file, AHEAD_PREFIX)?;
+        // An empty cursor file in its place: the sink is still a member and
+        // starts at the shard's checkpoint (not where a new sink would).
+        // It needs no data block, so a full disk cannot stop it.
+        storage.create(&dir.join(&file))?;
+        storage.sync_dir(dir)?;
         tracing::error!(
             shard,
             sink = %sink,

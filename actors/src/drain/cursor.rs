@@ -20,10 +20,12 @@ use std::time::{Duration, Instant};
 
 use spillway_wab::checkpoint::cursor_file;
 use spillway_wab::deadletter::DeadLetterStore;
-use spillway_wab::follow::{is_headerless, ShardFollower};
+use spillway_wab::follow::{append_line_durable, is_headerless, oldest_first_seq, ShardFollower};
+use spillway_wab::format::RECORD_HEADER_LEN;
 use spillway_wab::storage::is_no_space;
 use spillway_wab::{write_checkpoint_file, Storage, StoredRecord};
 
+use super::control::RewindTo;
 use super::retention::{Membership, Retention, StartAt};
 use super::retry::RetryState;
 use super::sink_host::{SinkHost, SinkSlot};
@@ -37,6 +39,8 @@ const IDLE_WAIT: Duration = Duration::from_millis(500);
 /// Pause after a failed read of the segments or a failed checkpoint write
 /// before the cursor tries again.
 const IO_ERROR_PAUSE: Duration = Duration::from_secs(1);
+/// How often a paused cursor looks whether it was resumed.
+const PAUSED_POLL: Duration = Duration::from_millis(100);
 /// Longest a drain sleeps without looking at its stop flag.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 
@@ -47,6 +51,9 @@ pub struct CursorConfig {
     pub shard: u32,
     /// The shard's folder.
     pub dir: PathBuf,
+    /// The file that records every range this sink skipped (`on_lag =
+    /// "skip"`), one JSON line each.
+    pub skipped_file: PathBuf,
 }
 
 /// What a drain waits for after a [`Cursor::step`].
@@ -71,6 +78,7 @@ pub struct Cursor<S: Storage> {
     file: String,
     pub(super) shard: u32,
     pub(super) dir: PathBuf,
+    skipped_file: PathBuf,
     pub(super) queue: Arc<ShardQueue>,
     pub(super) retention: Arc<Mutex<Retention<S>>>,
     /// Its turn in the retention (from [`Retention::join`]).
@@ -134,6 +142,7 @@ impl<S: Storage> Cursor<S> {
             storage,
             shard: cfg.shard,
             dir: cfg.dir,
+            skipped_file: cfg.skipped_file,
             queue,
             retention,
             dead_letters,
@@ -208,9 +217,20 @@ impl<S: Storage> Cursor<S> {
     /// long enough; when idle, make sure the checkpoint is written and tell
     /// retention. Says what to wait for before the next turn.
     pub fn step(&mut self) -> DrainWait {
+        if let Some(to) = self.stats.control.take_rewind() {
+            if let Err(e) = self.rewind(to) {
+                tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "rewinding the sink's cursor failed; it stays where it was");
+            }
+        }
+        if self.hold_while_paused() {
+            return DrainWait::Pause(PAUSED_POLL);
+        }
         if self.host.check_reload() {
             // A new sink (or new settings) gets its first try at once.
             self.retry.end_backoff();
+        }
+        if let Some(wait) = self.skip_check() {
+            return wait;
         }
         if let Some(wait) = self.backing_off() {
             return wait;
@@ -222,6 +242,9 @@ impl<S: Storage> Cursor<S> {
         if let Err(e) = self.fill(wm) {
             tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "reading segments for delivery failed; retrying");
             return DrainWait::Pause(IO_ERROR_PAUSE);
+        }
+        if let Some(wait) = self.skip_check() {
+            return wait;
         }
         if self.pending.is_empty() {
             self.pass_headerless_abandoned(wm);
@@ -398,6 +421,147 @@ impl<S: Storage> Cursor<S> {
                 }
             }
         }
+    }
+
+    /// Whether the operator holds this cursor; keeps its health saying so.
+    fn hold_while_paused(&mut self) -> bool {
+        let paused = self.stats.control.paused();
+        let mut health = self.stats.sink.lock().unwrap();
+        if paused != (health.state == super::SinkState::Paused) {
+            health.paused(paused);
+            tracing::info!(shard = self.shard, sink = %self.sink, paused, "sink delivery {}", if paused { "paused by the operator" } else { "resumed" });
+        }
+        paused
+    }
+
+    /// Move the cursor back to `to` over records the shard still holds
+    /// (never forward: that is what skipping is for). Under the retention's
+    /// lock, so nothing it needs is deleted meanwhile; the floor is
+    /// lowered first, then the cursor file; what was read is dropped and
+    /// reading starts again there.
+    fn rewind(&mut self, to: RewindTo) -> io::Result<()> {
+        let retention = self.retention.clone();
+        let mut r = retention.lock().unwrap();
+        let Some(oldest) = oldest_first_seq(&self.storage, &self.dir)? else {
+            tracing::info!(shard = self.shard, sink = %self.sink, "rewind: the shard holds no record; nothing to replay");
+            return Ok(());
+        };
+        let target = match to {
+            RewindTo::Oldest => oldest,
+            RewindTo::Seq(seq) => seq.max(oldest),
+        };
+        if target >= self.confirmed {
+            tracing::info!(shard = self.shard, sink = %self.sink, target, confirmed = self.confirmed, "rewind: the cursor is not past that point; nothing to replay");
+            return Ok(());
+        }
+        r.rewind(&self.sink, self.membership, target)?;
+        let bytes_base = r.deleted_record_bytes();
+        drop(r);
+        write_checkpoint_file(&self.storage, &self.dir, &self.file, target)?;
+        tracing::warn!(shard = self.shard, sink = %self.sink, from = self.confirmed, to = target, "sink rewound by the operator: records from here are delivered to it again");
+        self.confirmed = target;
+        self.persisted = target;
+        self.stats.checkpoint.store(target, Ordering::Relaxed);
+        self.restart_reader_with(bytes_base);
+        Ok(())
+    }
+
+    /// Drop what was read and read again from the confirmed point.
+    fn restart_reader(&mut self) {
+        let bytes_base = self.retention.lock().unwrap().deleted_record_bytes();
+        self.restart_reader_with(bytes_base);
+    }
+
+    /// [`Cursor::restart_reader`], with the record bytes of the segments
+    /// deleted since the start (a new reader counts from the oldest
+    /// segment left).
+    fn restart_reader_with(&mut self, bytes_base: u64) {
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.pending_since = None;
+        self.retry = RetryState::default();
+        self.follower = ShardFollower::new(self.storage.clone(), self.dir.clone(), self.confirmed);
+        self.bytes_base = bytes_base;
+    }
+
+    /// With `on_lag = "skip"`: skip ahead if the backlog passed the limit
+    /// (before a backoff is waited out, and after reading); `Some` when the
+    /// step must pause after an I/O error.
+    fn skip_check(&mut self) -> Option<DrainWait> {
+        let lag_max = self.host.settings().skip_lag_bytes?;
+        match self.skip_if_lagging(lag_max) {
+            Ok(()) => None,
+            Err(e) => {
+                tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "skipping ahead of a lagging sink failed; will retry");
+                Some(DrainWait::Pause(IO_ERROR_PAUSE))
+            }
+        }
+    }
+
+    /// `on_lag = "skip"`: when this sink's backlog (durable bytes it has
+    /// not confirmed) passes `lag_max`, its cursor jumps ahead until the
+    /// backlog is half of that (so it does not skip one record at a time).
+    /// The backlog is exact only once the reader has passed a record at or
+    /// after the cursor (the bytes below it count from then), so this
+    /// looks only while it holds a record. The skipped records are never
+    /// delivered to this sink: their range and count go to its `skipped`
+    /// file (fsynced), an error line and a counter before the cursor moves
+    /// past them.
+    fn skip_if_lagging(&mut self, lag_max: u64) -> io::Result<()> {
+        let wm = self.queue.durable();
+        let backlog = |c: &Self| wm.bytes.saturating_sub(c.confirmed_bytes());
+        if self.pending.is_empty() || backlog(self) <= lag_max {
+            return Ok(());
+        }
+        let first = self.confirmed;
+        let goal = lag_max / 2;
+        let mut records = 0u64;
+        while backlog(self) > goal {
+            if let Some(r) = self.pending.pop_front() {
+                self.pending_bytes -= r.payload.len();
+                records += 1;
+                continue;
+            }
+            let queue = &self.queue;
+            let next = self
+                .follower
+                .next(wm.tail(), |id| queue.abandoned(id, false).map(|a| a.cut()))?;
+            let Some(rec) = next else { break };
+            self.pending_bytes += rec.payload.len();
+            self.pending.push_back(rec);
+        }
+        let end = self
+            .pending
+            .front()
+            .map_or(self.follower.next_seq(), |r| r.seq);
+        let line = format!(
+            "{{\"at_unix_ms\":{},\"shard\":{},\"first_seq\":{first},\"end_seq\":{end},\"records\":{records},\"lag_bytes_max\":{lag_max}}}\n",
+            spillway_wab::format::now_unix_us() / 1000,
+            self.shard
+        );
+        if let Err(e) = append_line_durable(&self.storage, &self.skipped_file, &line) {
+            // Nothing was skipped: read again from the confirmed point.
+            self.restart_reader();
+            return Err(e);
+        }
+        self.stats
+            .records_skipped
+            .fetch_add(records, Ordering::Relaxed);
+        tracing::error!(shard = self.shard, sink = %self.sink, first_seq = first, end_seq = end, records, lag_bytes_max = lag_max, file = %self.skipped_file.display(), "sink's backlog passed lag_bytes_max: skipped records it will never get (on_lag = \"skip\")");
+        self.retry = RetryState::default();
+        self.pending_since = (!self.pending.is_empty()).then(|| self.clock.now());
+        self.confirm(end);
+        self.publish_backlog();
+        Ok(())
+    }
+
+    /// Record bytes confirmed on the flusher's running count (see
+    /// `bytes_base`): every byte the follower passed, less what is pending.
+    pub(super) fn confirmed_bytes(&self) -> u64 {
+        let unconfirmed = (self.pending_bytes + self.pending.len() * RECORD_HEADER_LEN) as u64;
+        self.bytes_base
+            .wrapping_add(self.follower.passed_bytes())
+            .wrapping_sub(unconfirmed)
     }
 
     /// Sleep, waking early on shutdown.

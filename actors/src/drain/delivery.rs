@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use sink_sdk::{Batch, Outcome, Record, RecordOutcome};
 use spillway_wab::deadletter::DeadLetter;
-use spillway_wab::format::{now_unix_us, RECORD_HEADER_LEN};
+use spillway_wab::format::now_unix_us;
 use spillway_wab::Storage;
 
 use super::cursor::Cursor;
@@ -168,11 +168,7 @@ impl<S: Storage> Cursor<S> {
         self.stats
             .oldest_pending_arrival_us
             .store(us, Ordering::Relaxed);
-        let unconfirmed = (self.pending_bytes + self.pending.len() * RECORD_HEADER_LEN) as u64;
-        let confirmed = self
-            .bytes_base
-            .wrapping_add(self.follower.passed_bytes())
-            .wrapping_sub(unconfirmed);
+        let confirmed = self.confirmed_bytes();
         self.stats
             .confirmed_bytes
             .store(confirmed, Ordering::Relaxed);

@@ -31,6 +31,7 @@
 
 mod actor;
 mod board;
+mod control;
 mod cursor;
 mod delivery;
 mod retention;
@@ -44,11 +45,13 @@ use crate::histogram::{Histogram, SinkMicros};
 
 pub use actor::{Drain, RetireDrain, StopDrain};
 pub use board::{DeliveryBoard, SinkFigures};
+pub use control::{CursorControl, RewindTo};
 pub use cursor::{Cursor, CursorConfig, DrainWait};
 pub use retention::{Membership, Retention, RetentionStats, StartAt};
 pub use sink_host::{DrainSettings, SinkHost, SinkMaker, SinkSlot};
 
-/// Counters of one sink's delivery from one shard.
+/// One sink's delivery from one shard as the admin side sees it: its
+/// figures, and the operator's requests ([`CursorControl`]).
 #[derive(Debug, Default)]
 pub struct DrainStats {
     pub delivered_records: AtomicU64,
@@ -78,6 +81,12 @@ pub struct DrainStats {
     /// outstanding. `GET /ready` reads it: a sink that hangs is not ready
     /// long before its request times out.
     pub sink_call_since_unix_ms: AtomicU64,
+    /// Records this sink skipped (its backlog passed `lag_bytes_max` with
+    /// `on_lag = "skip"`): never delivered to it; each range is logged and
+    /// written to the sink's `skipped` file.
+    pub records_skipped: AtomicU64,
+    /// What the operator asks of this cursor (pause, rewind).
+    pub control: CursorControl,
 }
 
 impl DrainStats {
@@ -122,6 +131,9 @@ pub enum SinkState {
     /// The sink instance could not be created or panicked; it is being
     /// re-created with backoff (its batch waits).
     Failed,
+    /// The operator paused it (`ctl sink pause`): it offers nothing until
+    /// resumed; its records are kept.
+    Paused,
 }
 
 impl SinkState {
@@ -130,6 +142,7 @@ impl SinkState {
             Self::Running => "running",
             Self::Retrying => "retrying",
             Self::Failed => "failed",
+            Self::Paused => "paused",
         }
     }
 }
@@ -145,6 +158,19 @@ impl SinkHealth {
         self.since_unix_ms = 0;
         self.reason.clear();
         self.last_delivery_unix_ms = now_unix_ms();
+    }
+
+    /// Paused (true) or resumed (false) by the operator.
+    pub(crate) fn paused(&mut self, paused: bool) {
+        if paused {
+            self.state = SinkState::Paused;
+            self.since_unix_ms = now_unix_ms();
+            self.reason = "paused by the operator (ctl sink resume NAME)".into();
+        } else if self.state == SinkState::Paused {
+            self.state = SinkState::Running;
+            self.since_unix_ms = 0;
+            self.reason.clear();
+        }
     }
 
     /// A failed instance was created again: its batch is being retried.

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use spillway_wab::checkpoint::{cursor_file, cursor_sinks, remove_cursor};
 use spillway_wab::follow::{is_headerless, remove_segment, FinishedSegment};
+use spillway_wab::format::record_bytes;
 use spillway_wab::storage::is_no_space;
 use spillway_wab::{
     load_checkpoint, load_checkpoint_file, write_checkpoint, write_checkpoint_file,
@@ -77,6 +78,10 @@ pub struct Retention<S: Storage> {
     deleted_through: Option<u64>,
     /// What the shard's checkpoint file says.
     floor: u64,
+    /// Record bytes of the segments deleted since the start: a cursor
+    /// that reads from the oldest segment again (a rewind) counts its
+    /// confirmed bytes from there.
+    deleted_record_bytes: u64,
     /// The sinks the shard was opened with when it had no cursor file (a
     /// new data folder, or one written by a single-sink release): each
     /// begins at the floor when it first joins, whatever its `start`.
@@ -122,6 +127,7 @@ impl<S: Storage> Retention<S> {
             finished: BTreeMap::new(),
             deleted_through: None,
             floor,
+            deleted_record_bytes: 0,
             adopting,
             stats,
         })
@@ -220,6 +226,30 @@ impl<S: Storage> Retention<S> {
             .is_some_and(|(m, _)| *m == membership)
     }
 
+    /// Move sink `sink`'s place back to `to` (a rewind, which the cursor
+    /// applies under this retention's lock, so nothing it needs is deleted
+    /// meanwhile): the floor on disk is lowered first if `to` is below it,
+    /// so the floor stays at or below every cursor file.
+    pub fn rewind(&mut self, sink: &str, membership: Membership, to: u64) -> io::Result<()> {
+        if !self.is_member(sink, membership) {
+            return Err(io::Error::other(format!(
+                "sink {sink} is not delivering from this shard"
+            )));
+        }
+        if to < self.floor {
+            write_checkpoint(&self.storage, &self.dir, to)?;
+            self.floor = to;
+            self.stats.floor.store(to, Ordering::Relaxed);
+        }
+        self.cursors.insert(sink.to_string(), (membership, to));
+        Ok(())
+    }
+
+    /// Record bytes of the segments deleted since the start.
+    pub fn deleted_record_bytes(&self) -> u64 {
+        self.deleted_record_bytes
+    }
+
     /// The shard's floor on disk.
     pub fn floor(&self) -> u64 {
         self.floor
@@ -313,6 +343,7 @@ impl<S: Storage> Retention<S> {
             self.finished.remove(&id);
             self.deleted_through = Some(id);
             self.queue.budget.release(f.bytes);
+            self.deleted_record_bytes += record_bytes(f.bytes);
             self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
         }
     }

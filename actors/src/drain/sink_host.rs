@@ -28,6 +28,9 @@ pub struct DrainSettings {
     pub retry_max: Duration,
     /// `None`: retry transient failures forever.
     pub max_retry_duration: Option<Duration>,
+    /// `on_lag = "skip"` with this `lag_bytes_max`: past it the cursor
+    /// skips ahead. `None`: a lagging sink holds the WAB (`"block"`).
+    pub skip_lag_bytes: Option<u64>,
 }
 
 /// The current sink of the daemon, shared by every drain. A reload stores

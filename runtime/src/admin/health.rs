@@ -106,6 +106,10 @@ fn failing(state: &AdminState) -> Vec<Failing> {
             });
         }
         for (name, drain, sink) in sink_health(state, i) {
+            // A paused sink is the operator's choice, not a failure.
+            if sink.state == SinkState::Paused {
+                continue;
+            }
             if sink.state != SinkState::Running {
                 out.push(Failing {
                     what: "sink",
@@ -216,6 +220,11 @@ pub(super) fn text(state: &AdminState) -> String {
                     "Failed since {}: {}",
                     rfc3339(sink.since_unix_ms),
                     sink.reason
+                ),
+                SinkState::Paused => write!(
+                    out,
+                    "Paused since {} (ctl sink resume {name})",
+                    rfc3339(sink.since_unix_ms)
                 ),
             };
             out.push('\n');

@@ -392,7 +392,7 @@ fn shard_counters() -> [Counter<ShardGet>; 21] {
 }
 
 /// One sink's figures of one shard (labels `sink` and `shard`).
-fn sink_counters() -> [Counter<SinkGet>; 10] {
+fn sink_counters() -> [Counter<SinkGet>; 11] {
     [
         Counter {
             key: "up",
@@ -456,6 +456,13 @@ fn sink_counters() -> [Counter<SinkGet>; 10] {
             kind: "counter",
             help: "Records moved to the sink's dead-letter store.",
             get: |_, d| load(&d.dead_lettered),
+        },
+        Counter {
+            key: "records_skipped",
+            metric: "spillway_records_skipped_total",
+            kind: "counter",
+            help: "Records the sink skipped because its backlog passed lag_bytes_max (on_lag = \"skip\"); each range is in its folder's skipped file.",
+            get: |_, d| load(&d.records_skipped),
         },
         Counter {
             key: "sink_restarts",

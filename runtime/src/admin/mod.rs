@@ -24,6 +24,7 @@ mod health;
 mod http;
 mod metrics;
 pub(crate) mod segments;
+mod sinks;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -258,6 +259,8 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         words.pop();
     }
     let sink = take_option(&mut words, "--sink")?;
+    let to = take_option(&mut words, "--to")?;
+    let shard = take_option(&mut words, "--shard")?;
     let as_json = |v: serde_json::Value| v.to_string() + "\n";
     match words.as_slice() {
         ["health"] if json => Ok(as_json(health::json(state))),
@@ -291,6 +294,12 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
                 format!("requeued {n}\n")
             })
         }
+        ["sink", "pause", name] => sinks::pause(state, name, true),
+        ["sink", "resume", name] => sinks::pause(state, name, false),
+        ["sink", "rewind", name] => {
+            let to = to.ok_or("sink rewind needs --to oldest|SEQ")?;
+            sinks::rewind(state, name, to, shard)
+        }
         ["reload"] => {
             let report = match &state.reload {
                 Some(f) => f().await?,
@@ -304,7 +313,7 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         }
         [] => Err("empty command".into()),
         _ => Err(format!(
-            "unknown command {line:?}; try: health | stats | metrics | segments | dead-letter list [--sink NAME] | dead-letter requeue all|SHARD:SEQ... [--sink NAME] | dead-letter drop all|SHARD:SEQ... [--sink NAME] | reload"
+            "unknown command {line:?}; try: health | stats | metrics | segments | dead-letter list [--sink NAME] | dead-letter requeue all|SHARD:SEQ... [--sink NAME] | dead-letter drop all|SHARD:SEQ... [--sink NAME] | sink pause|resume NAME | sink rewind NAME --to oldest|SEQ [--shard N] | reload"
         )),
     }
 }
