@@ -347,7 +347,19 @@ fn the_embedded_default_and_the_example_configs_pass_and_leave_nothing_behind() 
         }
         let f = spillway_in(&cwd, &["check".as_ref(), path.as_os_str()]);
         assert!(f.status.success(), "{}: {f:?}", path.display());
-        assert_eq!(f.stdout, format!("{}: ok\n", path.display()), "{f:?}");
+        // An example's HTTP sink points at a collector on loopback that need
+        // not run here: that health check is a warning (the daemon would
+        // start and retry); no other warning is.
+        let ok = format!("{}: ok\n", path.display());
+        let warning = format!("{}: warning: ", path.display());
+        let rest = f.stdout.strip_prefix(&ok).unwrap_or_else(|| panic!("{f:?}"));
+        for line in rest.lines() {
+            assert!(
+                line.starts_with(&warning) && line.contains(": cannot connect ("),
+                "{}: unexpected line {line:?}: {f:?}",
+                path.display()
+            );
+        }
         checked += 1;
     }
     assert!(
