@@ -352,7 +352,10 @@ fn the_embedded_default_and_the_example_configs_pass_and_leave_nothing_behind() 
         // start and retry); no other warning is.
         let ok = format!("{}: ok\n", path.display());
         let warning = format!("{}: warning: ", path.display());
-        let rest = f.stdout.strip_prefix(&ok).unwrap_or_else(|| panic!("{f:?}"));
+        let rest = f
+            .stdout
+            .strip_prefix(&ok)
+            .unwrap_or_else(|| panic!("{f:?}"));
         for line in rest.lines() {
             assert!(
                 line.starts_with(&warning) && line.contains(": cannot connect ("),

@@ -222,22 +222,14 @@ impl<S: Storage> Cursor<S> {
                 tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "rewinding the sink's cursor failed; it stays where it was");
             }
         }
-        if self.hold_while_paused() {
-            return DrainWait::Pause(PAUSED_POLL);
-        }
         if self.host.check_reload() {
             // A new sink (or new settings) gets its first try at once.
             self.retry.end_backoff();
         }
-        if let Some(wait) = self.skip_check() {
-            return wait;
-        }
-        if let Some(wait) = self.backing_off() {
-            return wait;
-        }
-        if let Some(left) = self.host.restart_wait() {
-            return DrainWait::Pause(left);
-        }
+        // Read first, whatever else holds delivery (a pause, a backoff, a
+        // failed instance): up to one batch, so the backlog this cursor
+        // publishes counts from where it stands (a shard's other cursors
+        // may delete segments meanwhile), and a skip sees an exact backlog.
         let wm = self.queue.durable();
         if let Err(e) = self.fill(wm) {
             tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "reading segments for delivery failed; retrying");
@@ -245,6 +237,15 @@ impl<S: Storage> Cursor<S> {
         }
         if let Some(wait) = self.skip_check() {
             return wait;
+        }
+        if self.hold_while_paused() {
+            return DrainWait::Pause(PAUSED_POLL);
+        }
+        if let Some(wait) = self.backing_off() {
+            return wait;
+        }
+        if let Some(left) = self.host.restart_wait() {
+            return DrainWait::Pause(left);
         }
         if self.pending.is_empty() {
             self.pass_headerless_abandoned(wm);

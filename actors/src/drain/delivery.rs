@@ -172,6 +172,7 @@ impl<S: Storage> Cursor<S> {
         self.stats
             .confirmed_bytes
             .store(confirmed, Ordering::Relaxed);
+        self.stats.backlog_measured.store(true, Ordering::Relaxed);
     }
 
     /// Append the rejected records (indices into `pending`) to the

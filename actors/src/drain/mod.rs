@@ -38,7 +38,7 @@ mod retention;
 mod retry;
 mod sink_host;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::histogram::{Histogram, SinkMicros};
@@ -72,6 +72,10 @@ pub struct DrainStats {
     /// record bytes ([`crate::Watermark::bytes`]): the difference is what is
     /// pending.
     pub confirmed_bytes: AtomicU64,
+    /// `confirmed_bytes` has been measured since the cursor started (its
+    /// reader passed the records below it): until then it says nothing,
+    /// and a backlog read from it is not to be trusted.
+    pub backlog_measured: AtomicBool,
     /// How long each batch offered to the sink took (µs), whatever its
     /// outcome.
     pub sink_request_us: Histogram<SinkMicros>,

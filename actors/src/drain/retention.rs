@@ -82,9 +82,8 @@ pub struct Retention<S: Storage> {
     /// that reads from the oldest segment again (a rewind) counts its
     /// confirmed bytes from there.
     deleted_record_bytes: u64,
-    /// The sinks the shard was opened with when it had no cursor file (a
-    /// new data folder, or one written by a single-sink release): each
-    /// begins at the floor when it first joins, whatever its `start`.
+    /// The sinks the shard was opened with: each begins at the floor when
+    /// it first joins without a cursor file, whatever its `start`.
     adopting: BTreeSet<String>,
     stats: Arc<RetentionStats>,
 }
@@ -109,14 +108,14 @@ impl<S: Storage> Retention<S> {
             tracing::info!(shard, sink = %stale, "sink no longer configured: its cursor is removed and it holds no records any more");
         }
         stats.floor.store(floor, Ordering::Relaxed);
-        // No cursor file at all: a new data folder, or one written by a
-        // single-sink release (its checkpoint is what its one sink
-        // confirmed). Every sink starts at the floor, whatever its `start`.
-        let adopting = if existing.is_empty() {
-            sinks.iter().cloned().collect()
-        } else {
-            BTreeSet::new()
-        };
+        // A sink configured at the start that has no cursor file starts at
+        // the floor, whatever its `start`: a new data folder, one written
+        // by a single-sink release (its checkpoint is what its one sink
+        // confirmed), a sink added while the daemon was stopped, or a
+        // cursor file a power cut took before its creation was durable
+        // (the simulation found that starting such a sink at the end
+        // skipped records). `start` is for sinks a reload adds.
+        let adopting = sinks.iter().cloned().collect();
         Ok(Retention {
             storage,
             shard,

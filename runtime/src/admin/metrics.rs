@@ -102,6 +102,19 @@ impl ShardView {
     fn lowest(&self, get: impl Fn(&DrainStats) -> u64) -> u64 {
         self.sinks.iter().map(|(_, d)| get(d)).min().unwrap_or(0)
     }
+
+    /// The lowest confirmed bytes of the cursors that have measured theirs
+    /// (one that could not read since its start knows nothing yet).
+    fn lowest_confirmed_bytes(&self) -> u64 {
+        let measured = self
+            .sinks
+            .iter()
+            .filter(|(_, d)| d.backlog_measured.load(Ordering::Relaxed));
+        measured
+            .map(|(_, d)| load(&d.confirmed_bytes))
+            .min()
+            .unwrap_or(0)
+    }
 }
 
 fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
@@ -250,7 +263,7 @@ fn shard_counters() -> [Counter<ShardGet>; 21] {
             help: "Bytes of the pending records in the WAB (record headers and payloads): acknowledged durably, not yet confirmed by every sink.",
             // The cursors' counts first: they never pass the flusher's.
             get: |q, v| {
-                let confirmed = v.lowest(|d| load(&d.confirmed_bytes));
+                let confirmed = v.lowest_confirmed_bytes();
                 q.durable().bytes.saturating_sub(confirmed)
             },
         },
