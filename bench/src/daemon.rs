@@ -1,7 +1,8 @@
 //! The daemons a bench runs against: start the current executable as
 //! `spillway run --config <tmp.toml>` in a fresh folder, wait for its socket
 //! to answer a health check, stop it with SIGTERM; plus resident-memory
-//! sampling from `/proc/<pid>/status`.
+//! sampling from `/proc/<pid>/status` and read-byte counts from
+//! `/proc/<pid>/io`.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -40,6 +41,9 @@ pub struct Overrides {
     pub segment_bytes: Option<u64>,
     /// The body of the `[sink]` table, instead of [`NOOP_SINK`].
     pub sink_toml: Option<String>,
+    /// Named sinks instead of `[sink]`: one `[sinks.NAME]` table per
+    /// (name, body), in this order. Takes precedence over `sink_toml`.
+    pub named_sinks: Vec<(String, String)>,
     /// `server.connection_read_timeout_ms` (`None` = the daemon's default).
     pub read_timeout_ms: Option<u64>,
 }
@@ -47,6 +51,27 @@ pub struct Overrides {
 /// Ingest scenarios measure the daemon, not a sink: records are drained and
 /// confirmed by the noop sink, so the WAB does not grow without bound.
 pub const NOOP_SINK: &str = "type = \"noop\"\n";
+
+/// The sink section of a config: one `[sink]` table with this body.
+pub fn single_sink_section(body: &str) -> String {
+    format!("[sink]\n{body}")
+}
+
+/// The sink section of a config: one `[sinks.NAME]` table per (name,
+/// body), in order. A name is 1-32 of `a-z 0-9 _ -` (the daemon's rule).
+pub fn named_sinks_section(sinks: &[(String, String)]) -> String {
+    assert!(!sinks.is_empty(), "a named sink section needs a sink");
+    let mut text = String::new();
+    for (name, body) in sinks {
+        let valid = (1..=32).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        assert!(valid, "sink name {name:?}: 1-32 of a-z 0-9 _ -");
+        text.push_str(&format!("[sinks.{name}]\n{body}\n"));
+    }
+    text
+}
 
 impl Launcher {
     /// Whether the daemon being benchmarked accepts this `[sink]` body
@@ -83,15 +108,20 @@ impl Launcher {
             .map_err(|e| format!("creating a daemon folder in {}: {e}", self.parent.display()))?;
         let config = dir.path().join("bench.toml");
         let socket = dir.path().join("spillway.sock");
+        let sinks = if overrides.named_sinks.is_empty() {
+            single_sink_section(overrides.sink_toml.as_deref().unwrap_or(NOOP_SINK))
+        } else {
+            named_sinks_section(&overrides.named_sinks)
+        };
         let settings = DaemonSettings {
             dir: dir.path(),
             shards: self.shards,
             segment_bytes: overrides.segment_bytes.or(self.segment_bytes),
-            sink_toml: overrides.sink_toml.as_deref().unwrap_or(NOOP_SINK),
+            sinks,
             read_timeout_ms: overrides.read_timeout_ms,
         };
         let config_head = settings.config_head();
-        let text = format!("{config_head}{}", settings.sink_toml);
+        let text = settings.config_text();
         std::fs::write(&config, text).map_err(|e| format!("writing {}: {e}", config.display()))?;
         let child = spawn(&self.exe, &config, dir.path())?;
         let admin_socket = dir.path().join("admin.sock");
@@ -120,7 +150,7 @@ pub fn config_text(dir: &Path, segment_bytes: Option<u64>, read_timeout_ms: Opti
         dir,
         shards: 2,
         segment_bytes,
-        sink_toml: NOOP_SINK,
+        sinks: single_sink_section(NOOP_SINK),
         read_timeout_ms,
     }
     .config_text()
@@ -131,17 +161,18 @@ struct DaemonSettings<'a> {
     dir: &'a Path,
     shards: u32,
     segment_bytes: Option<u64>,
-    sink_toml: &'a str,
+    /// The sink tables: [`single_sink_section`] or [`named_sinks_section`].
+    sinks: String,
     read_timeout_ms: Option<u64>,
 }
 
 impl DaemonSettings<'_> {
     fn config_text(&self) -> String {
-        format!("{}{}", self.config_head(), self.sink_toml)
+        format!("{}{}", self.config_head(), self.sinks)
     }
 
-    /// Everything up to and including the `[sink]` line (the sink's body
-    /// comes last, so a scenario can rewrite it for a reload).
+    /// Everything before the sink tables (they come last, so a scenario can
+    /// rewrite them for a reload).
     fn config_head(&self) -> String {
         let segment = self
             .segment_bytes
@@ -154,7 +185,7 @@ impl DaemonSettings<'_> {
         format!(
             "# written by `spillway bench`\n[server]\nsocket_path = {}\ndata_dir = {}\nshards = {}\n\
              inflight_records_max = {INFLIGHT_RECORDS_MAX}\n{read_timeout}\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
-             [log]\nlevel = \"warn\"\n\n[admin]\nsocket_path = {}\n\n[sink]\n",
+             [log]\nlevel = \"warn\"\n\n[admin]\nsocket_path = {}\n\n",
             toml_str(&self.dir.join("spillway.sock")),
             toml_str(&self.dir.join("wab")),
             self.shards,
@@ -197,7 +228,7 @@ pub struct BenchDaemon {
     admin_socket: PathBuf,
     /// The config file the daemon was started with (`ctl reload` re-reads it).
     config: PathBuf,
-    /// Its text up to the `[sink]` line.
+    /// Its text before the sink tables.
     config_head: String,
     stopped: bool,
     /// Declared last: removed after the daemon has stopped.
@@ -226,9 +257,10 @@ impl BenchDaemon {
         self.dir.path()
     }
 
-    /// Rewrites the config file with another `[sink]` body (for a reload).
+    /// Rewrites the config file with one `[sink]` of this body in place of
+    /// its sink tables (for a reload).
     pub fn rewrite_sink(&self, sink_toml: &str) -> Result<(), String> {
-        let text = format!("{}{sink_toml}", self.config_head);
+        let text = format!("{}{}", self.config_head, single_sink_section(sink_toml));
         // Write then rename, so the daemon never reads a half-written file.
         let tmp = self.config.with_extension("toml.tmp");
         std::fs::write(&tmp, text).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
@@ -361,6 +393,19 @@ pub fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// Bytes a process has read with read(2), pread(2) and the like (its
+/// segment reads, but also its sockets'): `rchar` of `/proc/<pid>/io`.
+/// `None` where that file cannot be read.
+pub fn read_bytes(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    parse_rchar(&io)
+}
+
+fn parse_rchar(io: &str) -> Option<u64> {
+    let line = io.lines().find(|l| l.starts_with("rchar:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Samples a process's VmRSS on a thread and keeps the peak.
 pub struct RssSampler {
     stop: Arc<AtomicBool>,
@@ -400,7 +445,7 @@ mod tests {
             dir,
             shards: 2,
             segment_bytes: Some(1 << 20),
-            sink_toml: NOOP_SINK,
+            sinks: single_sink_section(NOOP_SINK),
             read_timeout_ms: Some(1000),
         };
         let text = settings.config_text();
@@ -432,6 +477,47 @@ mod tests {
         .config_text();
         assert!(!default.contains("segment_bytes_max"));
         assert!(!default.contains("connection_read_timeout_ms"));
+    }
+
+    #[test]
+    fn named_sinks_are_tables_of_their_own() {
+        let sinks = vec![
+            ("a".to_string(), NOOP_SINK.to_string()),
+            (
+                "b-2".to_string(),
+                "type = \"file\"\npath = \"x\"\n".to_string(),
+            ),
+        ];
+        let text = format!(
+            "{}{}",
+            DaemonSettings {
+                dir: Path::new("/tmp/x"),
+                shards: 2,
+                segment_bytes: None,
+                sinks: String::new(),
+                read_timeout_ms: None,
+            }
+            .config_head(),
+            named_sinks_section(&sinks)
+        );
+        let value: toml::Value = toml::from_str(&text).unwrap();
+        assert_eq!(value["sinks"]["a"]["type"].as_str(), Some("noop"));
+        assert_eq!(value["sinks"]["b-2"]["path"].as_str(), Some("x"));
+        assert!(value.get("sink").is_none());
+    }
+
+    #[test]
+    #[should_panic(expected = "sink name")]
+    fn a_sink_name_outside_the_daemon_rule_is_a_bench_bug() {
+        named_sinks_section(&[("A".to_string(), NOOP_SINK.to_string())]);
+    }
+
+    #[test]
+    fn rchar_of_proc_io() {
+        let io = "rchar: 12345\nwchar: 7\nsyscr: 3\nread_bytes: 0\n";
+        assert_eq!(parse_rchar(io), Some(12345));
+        assert_eq!(parse_rchar("wchar: 1\n"), None);
+        assert!(read_bytes(std::process::id()).is_some_and(|n| n > 0));
     }
 
     #[test]

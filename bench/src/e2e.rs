@@ -1,10 +1,11 @@
 //! End-to-end scenarios: each starts its own daemon(s) with the `[sink]` it
 //! needs (an HTTP sink to a loopback [`Receiver`], the built-in file sink,
-//! the file plugin) and measures delivery, not just ingest. See
+//! the file plugin; `[sinks.a]`, `[sinks.b]`, `[sinks.c]` for the fan-out)
+//! and measures delivery, not just ingest. See
 //! `docs/benchmarks.md` for what each one shows and why its target is what
 //! it is.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use spillway_client::Tier;
 
 use super::context::Ctx;
-use super::daemon::{BenchDaemon, Launcher, Overrides, NOOP_SINK};
+use super::daemon::{self, BenchDaemon, Launcher, Overrides, RssSampler, NOOP_SINK};
 use super::load::{self, LoadError};
 use super::receiver::{micros_since, Receiver};
 use super::report::{new_histogram, Kind, ReportRow, RATE};
@@ -69,6 +70,18 @@ const RELOAD_TO_A: u64 = 5500;
 const RELOAD_END: u64 = 6500;
 /// "Around a reload": from this long before its start to this long after its report.
 const RELOAD_AROUND_US: u64 = 1_000_000;
+
+/// `e2e_fanout_3`: the sinks of the fan-out phase, in order (the one-sink
+/// phase has the first).
+pub const FANOUT_SINKS: [&str; 3] = ["a", "b", "c"];
+const FANOUT_OFFERED_PER_S: f64 = 20_000.0;
+/// Paced producers (connections) sharing the offered load.
+const FANOUT_PRODUCERS: usize = 4;
+/// Before each phase's measured window: the fresh daemon's first batches,
+/// the sinks' first connections.
+const FANOUT_WARMUP: Duration = Duration::from_secs(1);
+const FANOUT_WARMUP_QUICK: Duration = Duration::from_millis(500);
+const FANOUT_RSS_EVERY: Duration = Duration::from_millis(20);
 
 /// How long delivery may take to catch up before a scenario fails.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(300);
@@ -179,6 +192,31 @@ fn parse_delivered(stats: &str) -> u64 {
         .sum()
 }
 
+/// Each sink's `sink{sink="NAME"}.delivered_records` total of `ctl stats`.
+fn sink_delivered(admin_socket: &Path) -> Result<BTreeMap<String, u64>, String> {
+    let body = spillway_ctl::call(admin_socket, "stats").map_err(|e| format!("ctl stats: {e}"))?;
+    Ok(parse_sink_delivered(&body))
+}
+
+/// The per-sink totals (`sink{sink="NAME"}.delivered_records V`), by sink
+/// name; the per-shard lines (`sink{sink="NAME",shard="N"}...`) are not
+/// totals and are left out.
+pub fn parse_sink_delivered(stats: &str) -> BTreeMap<String, u64> {
+    stats
+        .lines()
+        .filter_map(|line| {
+            let (key, value) = line.split_once(' ')?;
+            let name = key
+                .strip_prefix("sink{sink=\"")?
+                .strip_suffix("\"}.delivered_records")?;
+            if name.contains('"') {
+                return None;
+            }
+            Some((name.to_string(), value.trim().parse::<u64>().ok()?))
+        })
+        .collect()
+}
+
 /// `spillway ctl --config <config> reload`, as an operator would run it.
 fn ctl_reload(exe: &Path, config: &Path) -> Result<String, String> {
     let out = Command::new(exe)
@@ -267,6 +305,7 @@ pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
         window: PACED_WINDOW,
         tier: Tier::Sync,
         ack_times: false,
+        latency_from_us: None,
     };
     let producer = |i: usize| stamped::paced(&socket, pace(i), epoch, &stop, &acked);
     let (sent, window) = stamped::with_producers(SLOW_PRODUCERS, &stop, producer, || {
@@ -460,6 +499,7 @@ pub fn light_load_latency(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
         window: 8,
         tier: Tier::Sync,
         ack_times: false,
+        latency_from_us: None,
     };
     let (sent, window) = stamped::with_producers(
         1,
@@ -746,6 +786,7 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
         window: PACED_WINDOW,
         tier: Tier::Sync,
         ack_times: true,
+        latency_from_us: None,
     };
     let switch = |sink: &str| -> Result<(u64, u64), String> {
         let started = micros_since(epoch);
@@ -871,6 +912,254 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     Ok(vec![o])
 }
 
+// ---------------------------------------------------------------------------
+// e2e_fanout_3
+
+/// `[sinks.NAME]` tables for `e2e_fanout_3`: batched HTTP to each URL, named
+/// after [`FANOUT_SINKS`] in order.
+pub fn fanout_sinks(urls: &[String]) -> Vec<(String, String)> {
+    assert!(
+        urls.len() <= FANOUT_SINKS.len(),
+        "{} URLs for {} sink names",
+        urls.len(),
+        FANOUT_SINKS.len()
+    );
+    FANOUT_SINKS
+        .iter()
+        .zip(urls)
+        .map(|(name, url)| (name.to_string(), http_sink(url, "batched")))
+        .collect()
+}
+
+/// What one phase of `e2e_fanout_3` measured, over its window.
+struct FanoutPhase {
+    seconds: f64,
+    /// Records acked during the window.
+    acked: u64,
+    /// Send → ack of the records sent from the window's start on, ns.
+    ack_latency: hdrhistogram::Histogram<u64>,
+    /// Records each receiver got during the window, in sink order.
+    delivered: Vec<u64>,
+    nacks: u64,
+    /// From the producers' stop until every sink had every acked record.
+    drain_after_stop: Duration,
+    /// The daemon's read bytes (`rchar`) during the window, where readable.
+    read_bytes: Option<u64>,
+    rss_peak_kib: u64,
+    notes: Vec<String>,
+}
+
+/// Figures the measuring thread takes at the window's edges.
+struct FanoutWindow {
+    seconds: f64,
+    acked: u64,
+    delivered: Vec<u64>,
+    read_bytes: Option<u64>,
+    rss_peak_kib: u64,
+}
+
+/// A fresh daemon with `sinks` batched HTTP sinks (`[sinks.a]` ...), each
+/// to a receiver of its own that answers at once, under the paced Sync load
+/// of [`FANOUT_PRODUCERS`] connections, 20,000 records/s of 256 B in all:
+/// warm-up, then `measured` long; then waits until every sink has every
+/// acked record (the receivers' counts and `ctl stats`' per-sink totals).
+fn fanout_phase(
+    launcher: &Launcher,
+    sinks: usize,
+    warmup: Duration,
+    measured: Duration,
+) -> Result<FanoutPhase, LoadError> {
+    let epoch = Instant::now();
+    let receivers = (0..sinks)
+        .map(|_| Receiver::start(epoch, Duration::ZERO, false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let urls: Vec<String> = receivers.iter().map(Receiver::url).collect();
+    let label = format!("fanout-{sinks}");
+    let overrides = Overrides {
+        named_sinks: fanout_sinks(&urls),
+        ..Overrides::default()
+    };
+    let daemon = launcher
+        .start(&label, &overrides)
+        .map_err(|e| LoadError::Failed(format!("starting the {label} daemon: {e}")))?;
+    let (socket, admin, pid) = (
+        daemon.socket().to_path_buf(),
+        daemon.admin_socket().to_path_buf(),
+        daemon.pid(),
+    );
+    let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
+    let warm_until = Instant::now() + warmup;
+    let pace = |i: usize| Pace {
+        producer: i as u64,
+        rate: FANOUT_OFFERED_PER_S / FANOUT_PRODUCERS as f64,
+        size: RECORD_BYTES,
+        window: PACED_WINDOW,
+        tier: Tier::Sync,
+        ack_times: false,
+        latency_from_us: Some(micros_since(epoch) + warmup.as_micros() as u64),
+    };
+    let producer = |i: usize| stamped::paced(&socket, pace(i), epoch, &stop, &acked);
+    let delivered_now = || -> Vec<u64> { receivers.iter().map(Receiver::records).collect() };
+    let (sent, window) = stamped::with_producers(FANOUT_PRODUCERS, &stop, producer, || {
+        if !sleep_until(warm_until, &stop) {
+            return None;
+        }
+        let rss = RssSampler::start(pid, FANOUT_RSS_EVERY);
+        let t0 = Instant::now();
+        let (d0, a0, r0) = (
+            delivered_now(),
+            acked.load(Ordering::Acquire),
+            daemon::read_bytes(pid),
+        );
+        let reached = sleep_until(t0 + measured, &stop);
+        // Delivered first: a record is acked before it can arrive.
+        let d1 = delivered_now();
+        let (a1, r1) = (acked.load(Ordering::Acquire), daemon::read_bytes(pid));
+        let seconds = t0.elapsed().as_secs_f64();
+        let rss_peak_kib = rss.finish();
+        reached.then(|| FanoutWindow {
+            seconds,
+            acked: a1 - a0,
+            delivered: d1.iter().zip(&d0).map(|(d1, d0)| d1 - d0).collect(),
+            read_bytes: r0.zip(r1).map(|(r0, r1)| r1.saturating_sub(r0)),
+            rss_peak_kib,
+        })
+    });
+    let sent = sent?;
+    let w = window.ok_or_else(|| LoadError::Failed("the producers stopped early".into()))?;
+    let names = &FANOUT_SINKS[..sinks];
+    let mut counted = BTreeMap::new();
+    let drain_after_stop = wait_for(
+        &format!("{label}: every sink delivering every acked record"),
+        Duration::from_millis(5),
+        || {
+            if receivers.iter().any(|r| r.records() < sent.acked) {
+                return Ok(false);
+            }
+            counted = sink_delivered(&admin)?;
+            Ok(names
+                .iter()
+                .all(|n| counted.get(*n).is_some_and(|&d| d >= sent.acked)))
+        },
+    )?;
+    let mut notes = Vec::new();
+    for (name, r) in names.iter().zip(&receivers) {
+        let daemon_count = counted.get(*name).copied().unwrap_or(0);
+        if r.records() != sent.acked || daemon_count != sent.acked {
+            notes.push(format!(
+                "sink {name}: {} acked, the receiver got {}, ctl stats counts {daemon_count}",
+                sent.acked,
+                r.records()
+            ));
+        }
+        if r.bad_requests() > 0 || r.unstamped() > 0 {
+            notes.push(format!(
+                "receiver {name}: {} requests refused, {} records without a stamp",
+                r.bad_requests(),
+                r.unstamped()
+            ));
+        }
+    }
+    stop_daemon(daemon, &label)?;
+    Ok(FanoutPhase {
+        seconds: w.seconds,
+        acked: w.acked,
+        ack_latency: sent.ack_latency,
+        delivered: w.delivered,
+        nacks: sent.overloaded + sent.other_nacks,
+        drain_after_stop,
+        read_bytes: w.read_bytes,
+        rss_peak_kib: w.rss_peak_kib,
+        notes,
+    })
+}
+
+impl FanoutPhase {
+    fn p50_us(&self) -> f64 {
+        self.ack_latency.value_at_quantile(0.5) as f64 / 1000.0
+    }
+
+    fn p99_us(&self) -> f64 {
+        self.ack_latency.value_at_quantile(0.99) as f64 / 1000.0
+    }
+
+    fn read_bytes_per_record(&self) -> Option<f64> {
+        self.read_bytes.map(|b| b as f64 / self.acked.max(1) as f64)
+    }
+
+    /// The phase's row: ingest rate and ack latency, each sink's delivery.
+    fn row(&self, name: &str) -> ReportRow {
+        let mut o = ReportRow::new(name, Kind::Scenario);
+        let ingest = self.acked as f64 / self.seconds;
+        o.set(RATE, ingest)
+            .set("offered_records_per_s", FANOUT_OFFERED_PER_S)
+            .set("records", self.acked as f64)
+            .set("elapsed_s", self.seconds)
+            .set("sinks", self.delivered.len() as f64)
+            .set("nacks", self.nacks as f64)
+            .set(
+                "drain_after_stop_ms",
+                self.drain_after_stop.as_secs_f64() * 1000.0,
+            )
+            .set("rss_peak_mib", self.rss_peak_kib as f64 / 1024.0)
+            .set_latency("", &self.ack_latency);
+        let mut min_ratio = f64::INFINITY;
+        for (sink, delivered) in FANOUT_SINKS.iter().zip(&self.delivered) {
+            let ratio = *delivered as f64 / self.acked.max(1) as f64;
+            min_ratio = min_ratio.min(ratio);
+            o.set(
+                &format!("delivered_per_s_{sink}"),
+                *delivered as f64 / self.seconds,
+            )
+            .set(&format!("delivery_ratio_{sink}"), ratio);
+        }
+        o.set("delivery_ratio_min", min_ratio);
+        if let Some(per_record) = self.read_bytes_per_record() {
+            o.set("read_bytes_per_record", per_record);
+        }
+        for note in &self.notes {
+            o.note(note.clone());
+        }
+        o
+    }
+}
+
+/// The same paced Sync ingest (20,000 records/s of 256 B) into a fresh
+/// daemon with one HTTP sink and into one with three, alternating which
+/// goes first from one repeat to the next. Two rows, `/one_sink` and
+/// `/three_sinks`; the second holds the comparisons.
+pub fn fanout_3(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
+    let launcher = launcher(ctx)?;
+    let warmup = if ctx.quick {
+        FANOUT_WARMUP_QUICK
+    } else {
+        FANOUT_WARMUP
+    };
+    let measured = ctx.plan.duration;
+    let phase = |sinks: usize| fanout_phase(launcher, sinks, warmup, measured);
+    let (one, three) = if ctx.round.is_multiple_of(2) {
+        let one = phase(1)?;
+        (one, phase(FANOUT_SINKS.len())?)
+    } else {
+        let three = phase(FANOUT_SINKS.len())?;
+        (phase(1)?, three)
+    };
+    let one_row = one.row("e2e_fanout_3/one_sink");
+    let mut o = three.row("e2e_fanout_3/three_sinks");
+    o.set("one_sink_p50_us", one.p50_us())
+        .set("one_sink_p99_us", one.p99_us())
+        .set("p50_ratio", three.p50_us() / one.p50_us())
+        .set("p99_ratio", three.p99_us() / one.p99_us())
+        .set("one_sink_records_per_s", one.acked as f64 / one.seconds);
+    if let (Some(r1), Some(r3)) = (one.read_bytes_per_record(), three.read_bytes_per_record()) {
+        // What each sink beyond the first adds to the daemon's reads, per
+        // record: about one stored record if every sink reads the segments once.
+        let extra = (FANOUT_SINKS.len() - 1) as f64;
+        o.set("read_bytes_per_record_per_extra_sink", (r3 - r1) / extra);
+    }
+    Ok(vec![one_row, o])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -890,6 +1179,36 @@ mod tests {
     fn delivered_lines() {
         let stats = "wab_bytes_used 1\nsink{sink=\"default\",shard=\"0\"}.delivered_records 10\nsink{sink=\"default\",shard=\"0\"}.delivered_batches 2\nsink{sink=\"default\",shard=\"1\"}.delivered_records 5\nsink{sink=\"default\"}.delivered_records 15\n";
         assert_eq!(parse_delivered(stats), 15);
+    }
+
+    #[test]
+    fn per_sink_delivered_totals() {
+        let stats = "delivered_records 7\nsink{sink=\"a\"} \"http http://x\"\nsink{sink=\"a\"}.delivered_records 30\nsink{sink=\"a\",shard=\"0\"}.delivered_records 10\nsink{sink=\"a\",shard=\"1\"}.delivered_records 20\nsink{sink=\"b_2\"}.delivered_batches 3\nsink{sink=\"b_2\"}.delivered_records 25\nsink{sink=\"c\"}.delivered_records x\n";
+        let totals = parse_sink_delivered(stats);
+        assert_eq!(
+            totals,
+            BTreeMap::from([("a".to_string(), 30), ("b_2".to_string(), 25)])
+        );
+        // The per-shard lines are what `parse_delivered` sums.
+        assert_eq!(parse_delivered(stats), 30);
+    }
+
+    #[test]
+    fn fanout_sink_tables_are_named_a_b_c() {
+        let urls = vec![
+            "http://127.0.0.1:9/a".to_string(),
+            "http://127.0.0.1:9/b".to_string(),
+        ];
+        let sinks = fanout_sinks(&urls);
+        let names: Vec<&str> = sinks.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        let text = daemon::named_sinks_section(&sinks);
+        let value: toml::Value = toml::from_str(&text).unwrap();
+        assert_eq!(
+            value["sinks"]["b"]["url"].as_str(),
+            Some("http://127.0.0.1:9/b")
+        );
+        assert_eq!(value["sinks"]["a"]["delivery"].as_str(), Some("batched"));
     }
 
     #[test]

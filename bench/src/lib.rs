@@ -48,8 +48,8 @@ use report::{median_of, Kind, ReportRow, Status, P50, RATE};
 use scenarios::{Scenario, SCENARIOS};
 
 /// Every config file the bench writes for its daemons: the daemon's whole
-/// file with each knob the bench varies, and each `[sink]` table of the
-/// end-to-end scenarios. The daemon's tests check that it accepts them all
+/// file with each knob the bench varies, each `[sink]` table of the
+/// end-to-end scenarios and the `[sinks.NAME]` tables of `e2e_fanout_3`. The daemon's tests check that it accepts them all
 /// (the bench cannot: it does not link the daemon's config).
 pub fn written_configs() -> Vec<String> {
     let dir = Path::new("/tmp/bench dir");
@@ -58,6 +58,11 @@ pub fn written_configs() -> Vec<String> {
         daemon::config_text(dir, Some(1 << 20), Some(1000)),
     ];
     texts.extend(e2e::sink_tables().iter().map(|t| format!("[sink]\n{t}")));
+    let urls: Vec<String> = e2e::FANOUT_SINKS
+        .iter()
+        .map(|n| format!("http://127.0.0.1:9/{n}"))
+        .collect();
+    texts.push(daemon::named_sinks_section(&e2e::fanout_sinks(&urls)));
     texts
 }
 
@@ -196,6 +201,7 @@ fn summary(o: &ReportRow) -> String {
         "rss_peak_mib",
         "speedup",
         "delivery_ratio",
+        "delivery_ratio_min",
         "max_ack_gap_ms",
         "mib_per_s",
         "batch_ratio",

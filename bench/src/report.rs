@@ -214,6 +214,7 @@ fn row_notes(o: &ReportRow) -> String {
     notes.extend(sweep_notes(o));
     notes.extend(sustained_notes(o));
     notes.extend(delivery_notes(o));
+    notes.extend(fanout_notes(o));
     if let Some(peak) = o.get("rss_peak_mib") {
         notes.push(format!("RSS peak {peak:.1} MiB"));
     }
@@ -344,6 +345,39 @@ fn delivery_notes(o: &ReportRow) -> Vec<String> {
     }
     if let (Some(a), Some(b)) = (f("at_a"), f("at_b")) {
         notes.push(format!("{} at A, {} at B", thousands(a), thousands(b)));
+    }
+    notes
+}
+
+/// Notes of the `e2e_fanout_3` rows, from their figures.
+fn fanout_notes(o: &ReportRow) -> Vec<String> {
+    let mut notes = Vec::new();
+    let f = |k: &str| o.get(k);
+    let Some(sinks) = f("sinks") else {
+        return notes;
+    };
+    let per_sink: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .take(sinks as usize)
+        .filter_map(|s| f(&format!("delivery_ratio_{s}")).map(|r| format!("{s} {:.1}%", r * 100.0)))
+        .collect();
+    notes.push(format!(
+        "{sinks:.0} sink(s) delivered {} of ingest",
+        per_sink.join(", ")
+    ));
+    if let (Some(p50), Some(ratio), Some(p99_ratio)) =
+        (f("one_sink_p50_us"), f("p50_ratio"), f("p99_ratio"))
+    {
+        notes.push(format!(
+            "1 sink p50 {} µs; ack p50/p99 3 sinks/1 sink {ratio:.2}/{p99_ratio:.2}",
+            micros(Some(p50))
+        ));
+    }
+    if let Some(bytes) = f("read_bytes_per_record") {
+        notes.push(format!("daemon read {bytes:.0} B/record"));
+    }
+    if let Some(extra) = f("read_bytes_per_record_per_extra_sink") {
+        notes.push(format!("+{extra:.0} B/record per extra sink"));
     }
     notes
 }

@@ -128,6 +128,7 @@ pub const SCENARIOS: &[Scenario] = &[
         None,
     ),
     own("reload_under_load", e2e::reload_under_load, None),
+    own("e2e_fanout_3", e2e::fanout_3, None),
     own("hostile", hostile::hostile, None),
 ];
 

@@ -4,7 +4,8 @@
 //! which records arrived.
 //!
 //! - [`paced`]: one pipelined connection sending at a fixed rate until told
-//!   to stop, counting acks as they come (and optionally their times).
+//!   to stop, counting acks as they come (and optionally their times and
+//!   each record's ack latency).
 //! - [`push_all`]: one pipelined connection sending a fixed number of
 //!   records as fast as the daemon takes them, one per Push or several per
 //!   PushBatch.
@@ -14,10 +15,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use spillway_client::{Client, Error, NackReason, Tier};
 
 use super::load::LoadError;
 use super::receiver::{micros_since, stamp};
+use super::report::{new_histogram, record};
 
 /// A client call that takes longer than this is a hung daemon, not a figure.
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -50,10 +53,13 @@ pub struct Pace {
     pub tier: Tier,
     /// Keep the time of every ack (µs since the epoch).
     pub ack_times: bool,
+    /// Time the ack of every record sent at or after this (µs since the
+    /// epoch) into [`Sent::ack_latency`]; `None`: time none.
+    pub latency_from_us: Option<u64>,
 }
 
 /// What a producer saw.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Sent {
     /// Records sent: ids `record_id(producer, 0..sent)`.
     pub sent: u64,
@@ -65,6 +71,23 @@ pub struct Sent {
     pub nacked_ids: Vec<u64>,
     /// µs since the epoch of each ack, in order (with `Pace::ack_times`).
     pub ack_times_us: Vec<u64>,
+    /// Send → ack of each acked record, ns (with `Pace::latency_from_us`;
+    /// the send time is when the record was encoded for the socket).
+    pub ack_latency: Histogram<u64>,
+}
+
+impl Default for Sent {
+    fn default() -> Sent {
+        Sent {
+            sent: 0,
+            acked: 0,
+            overloaded: 0,
+            other_nacks: 0,
+            nacked_ids: Vec::new(),
+            ack_times_us: Vec::new(),
+            ack_latency: new_histogram(),
+        }
+    }
 }
 
 impl Sent {
@@ -75,6 +98,9 @@ impl Sent {
         self.other_nacks += other.other_nacks;
         self.nacked_ids.extend(other.nacked_ids);
         self.ack_times_us.extend(other.ack_times_us);
+        self.ack_latency
+            .add(&other.ack_latency)
+            .expect("histograms of the same bounds merge");
     }
 
     /// Books the answer to record `id`.
@@ -111,6 +137,30 @@ impl Sent {
             Err(e) => Err(LoadError::Failed(e.to_string())),
         }
     }
+
+    /// Books the answer to one Push of [`paced`], timing its ack if asked.
+    fn answer_timed<T>(
+        &mut self,
+        request: InFlight,
+        result: Result<T, Error>,
+        epoch: Instant,
+        keep_time: bool,
+        acked: &AtomicU64,
+    ) -> Result<(), LoadError> {
+        if request.timed && result.is_ok() {
+            record(&mut self.ack_latency, request.sent_at.elapsed());
+        }
+        self.answer(request.id, result, epoch, keep_time, acked, 1)
+    }
+}
+
+/// One Push of a paced producer awaiting its answer.
+struct InFlight {
+    id: u64,
+    /// When it was encoded for the socket.
+    sent_at: Instant,
+    /// Its ack goes into [`Sent::ack_latency`].
+    timed: bool,
 }
 
 /// Sends stamped records at `pace.rate` on one pipelined connection until
@@ -128,7 +178,7 @@ pub fn paced(
     let mut client = connect(socket)?;
     let mut pipe = client.pipeline(pace.window);
     let mut out = Sent::default();
-    let mut in_flight: VecDeque<u64> = VecDeque::new();
+    let mut in_flight: VecDeque<InFlight> = VecDeque::new();
     let mut buf = vec![0u8; pace.size];
     let start = Instant::now();
     while !stop.load(Ordering::Acquire) {
@@ -136,19 +186,21 @@ pub fn paced(
         let mut queued = false;
         while out.sent < due && in_flight.len() < pace.window {
             let id = record_id(pace.producer, out.sent);
-            stamp(&mut buf, micros_since(epoch), id);
+            let (sent_at, sent_us) = (Instant::now(), micros_since(epoch));
+            stamp(&mut buf, sent_us, id);
             pipe.push(pace.tier, &buf)
                 .map_err(|e| LoadError::Failed(e.to_string()))?;
-            in_flight.push_back(id);
+            let timed = pace.latency_from_us.is_some_and(|from| sent_us >= from);
+            in_flight.push_back(InFlight { id, sent_at, timed });
             out.sent += 1;
             queued = true;
         }
         if queued {
             pipe.flush().map_err(|e| LoadError::Failed(e.to_string()))?;
         }
-        if let Some(id) = in_flight.pop_front() {
+        if let Some(request) = in_flight.pop_front() {
             let result = pipe.recv();
-            out.answer(id, result, epoch, pace.ack_times, acked, 1)?;
+            out.answer_timed(request, result, epoch, pace.ack_times, acked)?;
         } else {
             let next = start + Duration::from_secs_f64(out.sent as f64 / pace.rate);
             std::thread::sleep(
@@ -157,9 +209,9 @@ pub fn paced(
             );
         }
     }
-    while let Some(id) = in_flight.pop_front() {
+    while let Some(request) = in_flight.pop_front() {
         let result = pipe.recv();
-        out.answer(id, result, epoch, pace.ack_times, acked, 1)?;
+        out.answer_timed(request, result, epoch, pace.ack_times, acked)?;
     }
     Ok(out)
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::e2e::BACKLOG_FLOOR;
+use super::e2e::{BACKLOG_FLOOR, FANOUT_SINKS};
 use super::report::{ReportRow, Status, P50, P99, RATE};
 
 /// Slack allowed on top of the probes' floor for the daemon's own work, µs.
@@ -184,6 +184,16 @@ const RULES: &[Rule] = &[
         "reload_under_load records on the old sink after a reload = 0",
         Cmp::AtMost,
         reload_misrouted,
+    ),
+    (
+        "e2e_fanout_3 every one of 3 sinks delivers >= 95% of ingest",
+        Cmp::AtLeast,
+        fanout_delivery,
+    ),
+    (
+        "e2e_fanout_3 ingest ack p50, 3 sinks / 1 sink <= 1.15",
+        Cmp::AtMost,
+        fanout_p50,
     ),
     (
         "hostile p99 under attack <= 3x p99 without attack",
@@ -469,6 +479,47 @@ fn reload_misrouted(f: &Figures) -> Result<Measured, String> {
     )
 }
 
+/// The row of `e2e_fanout_3` that holds its comparisons.
+const FANOUT: &str = "e2e_fanout_3/three_sinks";
+
+fn fanout_delivery(f: &Figures) -> Result<Measured, String> {
+    let ingest = f.get(FANOUT, RATE)?;
+    let min = f.get(FANOUT, "delivery_ratio_min")?;
+    let mut per_sink = Vec::new();
+    for sink in FANOUT_SINKS {
+        let r = f.get(FANOUT, &format!("delivery_ratio_{sink}"))?;
+        per_sink.push(format!("{sink} {:.1}%", r * 100.0));
+    }
+    let one = f
+        .get("e2e_fanout_3/one_sink", "delivery_ratio_min")
+        .map(|r| format!("; 1 sink {:.1}%", r * 100.0))
+        .unwrap_or_default();
+    let detail = format!(
+        "{} of {ingest:.0} rec/s, median lowest {:.1}% (>= 95%){one}",
+        per_sink.join(", "),
+        min * 100.0
+    );
+    Ok(Measured {
+        value: min,
+        bound: 0.95,
+        detail,
+    })
+}
+
+fn fanout_p50(f: &Figures) -> Result<Measured, String> {
+    let (three, one, r) = (
+        f.get(FANOUT, P50)?,
+        f.get(FANOUT, "one_sink_p50_us")?,
+        f.get(FANOUT, "p50_ratio")?,
+    );
+    let detail = format!("3 sinks {three:.1} vs 1 sink {one:.1} µs, median ratio {r:.2} (<= 1.15)");
+    Ok(Measured {
+        value: r,
+        bound: 1.15,
+        detail,
+    })
+}
+
 /// The row of the `hostile` scenario that holds its comparisons.
 const HOSTILE: &str = "hostile/under_attack";
 
@@ -618,5 +669,53 @@ mod tests {
         assert_eq!(verdict("reload_under_load Overloaded"), "PASS");
         assert_eq!(verdict("reload_under_load acked records missing"), "FAIL");
         assert_eq!(verdict("reload_under_load longest"), "SKIP");
+    }
+
+    #[test]
+    fn fanout_targets_pass_and_fail() {
+        let verdicts = |ratios: [f64; 3], p50_ratio: f64| {
+            let outcomes = vec![outcome(
+                "e2e_fanout_3/three_sinks",
+                Kind::Scenario,
+                &[
+                    (RATE, 20_000.0),
+                    (P50, 300.0),
+                    ("one_sink_p50_us", 300.0 / p50_ratio),
+                    ("p50_ratio", p50_ratio),
+                    ("delivery_ratio_a", ratios[0]),
+                    ("delivery_ratio_b", ratios[1]),
+                    ("delivery_ratio_c", ratios[2]),
+                    (
+                        "delivery_ratio_min",
+                        ratios.iter().copied().fold(1.0, f64::min),
+                    ),
+                ],
+            )];
+            let targets = evaluate(&outcomes);
+            let verdict = |prefix: &str| {
+                targets
+                    .iter()
+                    .find(|t| t.name.starts_with(prefix))
+                    .unwrap()
+                    .verdict()
+            };
+            (
+                verdict("e2e_fanout_3 every"),
+                verdict("e2e_fanout_3 ingest"),
+            )
+        };
+        assert_eq!(verdicts([1.0, 0.99, 0.95], 1.15), ("PASS", "PASS"));
+        assert_eq!(verdicts([1.0, 0.94, 1.0], 1.16), ("FAIL", "FAIL"));
+        // A failed scenario is a skip, not a pass.
+        let targets = evaluate(&[ReportRow::failed(
+            "e2e_fanout_3",
+            Kind::Scenario,
+            "x".into(),
+        )]);
+        let t = targets
+            .iter()
+            .find(|t| t.name.starts_with("e2e_fanout_3 every"))
+            .unwrap();
+        assert_eq!((t.verdict(), t.detail()), ("SKIP", "e2e_fanout_3 failed"));
     }
 }
