@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 pub use checkpoint::{
     cursor_file, cursor_sinks, load_checkpoint, load_checkpoint_file, read_checkpoint,
     read_checkpoint_file, remove_cursor, write_checkpoint, write_checkpoint_file, CheckpointLoad,
+    CheckpointWriter,
 };
 pub use damaged_header::{HeaderProof, HeaderRepair, Unnumbered};
 pub use format::{FormatError, RecordMeta, SegmentHeader};

@@ -23,7 +23,7 @@ use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::follow::{append_line_durable, is_headerless, oldest_first_seq, ShardFollower};
 use spillway_wab::format::RECORD_HEADER_LEN;
 use spillway_wab::storage::is_no_space;
-use spillway_wab::{write_checkpoint_file, Storage, StoredRecord};
+use spillway_wab::{CheckpointWriter, Storage, StoredRecord};
 
 use super::control::RewindTo;
 use super::retention::{Membership, Retention, StartAt};
@@ -74,8 +74,8 @@ pub enum DrainWait {
 pub struct Cursor<S: Storage> {
     pub(super) storage: S,
     pub(super) sink: String,
-    /// Its checkpoint file's name in the shard folder.
-    file: String,
+    /// Writes its checkpoint file (`cursor-<sink>` in the shard folder).
+    writer: CheckpointWriter,
     pub(super) shard: u32,
     pub(super) dir: PathBuf,
     skipped_file: PathBuf,
@@ -137,7 +137,7 @@ impl<S: Storage> Cursor<S> {
         Ok(Cursor {
             follower: ShardFollower::new(storage.clone(), cfg.dir.clone(), start),
             host: SinkHost::new(cfg.shard, slot, stats.clone()).with_clock(clock.clone()),
-            file: cursor_file(&cfg.sink),
+            writer: CheckpointWriter::new(&cfg.dir, &cursor_file(&cfg.sink)),
             sink: cfg.sink,
             storage,
             shard: cfg.shard,
@@ -358,7 +358,7 @@ impl<S: Storage> Cursor<S> {
         if self.persisted == self.confirmed {
             return Ok(());
         }
-        write_checkpoint_file(&self.storage, &self.dir, &self.file, self.confirmed)?;
+        self.writer.write(&self.storage, self.confirmed)?;
         self.persisted = self.confirmed;
         self.stats
             .checkpoint
@@ -458,7 +458,7 @@ impl<S: Storage> Cursor<S> {
         r.rewind(&self.sink, self.membership, target)?;
         let bytes_base = r.deleted_record_bytes();
         drop(r);
-        write_checkpoint_file(&self.storage, &self.dir, &self.file, target)?;
+        self.writer.write(&self.storage, target)?;
         tracing::warn!(shard = self.shard, sink = %self.sink, from = self.confirmed, to = target, "sink rewound by the operator: records from here are delivered to it again");
         self.confirmed = target;
         self.persisted = target;
