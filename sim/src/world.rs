@@ -1164,13 +1164,11 @@ impl World {
             at_least = unsettled(Some(&self.dead_lettered()?));
         }
         let held = node.budget.used();
-        // The upper bound is checked with one sink only: with the mirror,
-        // the sink's confirmed-bytes count can drift above what the shard
-        // still holds after an injected read error (seed
-        // 0x05d47293c5b4b9ec, action 224) — a known accounting fault of
-        // the backlog gauge, recorded on issue 18, not a lost record.
-        let over = self.mirror.is_none() && gauge > held;
-        if gauge < at_least || over {
+        // (With the mirror, seed 0x05d47293c5b4b9ec once broke the upper
+        // bound: the mirror's confirmation deleted a segment below the
+        // sink's cursor that its reader had not passed yet, so its bytes
+        // were never counted. Retention now waits for every reader.)
+        if gauge < at_least || gauge > held {
             return Err(format!(
                 "pending bytes read {gauge} (durable {} - confirmed {confirmed_bytes}); the unconfirmed acknowledged Sync/Batched records alone take {at_least}, the budget holds {held} (the sink's cursor at {}, the mirror's at {:?})",
                 wm.bytes,

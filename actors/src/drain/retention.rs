@@ -71,8 +71,13 @@ pub struct Retention<S: Storage> {
     cursors: BTreeMap<String, (Membership, u64)>,
     /// The next membership handed out.
     next_membership: u64,
-    /// Segments some cursor has read to their end, by id, not deleted yet.
-    finished: BTreeMap<u64, FinishedSegment>,
+    /// Segments some cursor has read to their end, by id, not deleted yet,
+    /// with the sinks whose readers have. A segment goes only once every
+    /// sink's reader has passed it, not only its confirmed point: a reader
+    /// that starts past a segment still reads through it (counting its
+    /// bytes; the simulation found a backlog gauge that drifted for good
+    /// when another sink's confirmation deleted it first).
+    finished: BTreeMap<u64, (FinishedSegment, BTreeSet<String>)>,
     /// Every segment up to this id is deleted (a cursor that finishes one
     /// later, its file already gone, is not listened to).
     deleted_through: Option<u64>,
@@ -281,7 +286,11 @@ impl<S: Storage> Retention<S> {
         }
         for f in finished {
             if self.deleted_through.is_none_or(|d| f.segment_id > d) {
-                self.finished.entry(f.segment_id).or_insert(f);
+                let (_, readers) = self
+                    .finished
+                    .entry(f.segment_id)
+                    .or_insert_with(|| (f, BTreeSet::new()));
+                readers.insert(sink.to_string());
             }
         }
         self.collect(wm, idle);
@@ -324,8 +333,10 @@ impl<S: Storage> Retention<S> {
     }
 
     fn delete_finished(&mut self, lowest: u64) {
-        while let Some((&id, &f)) = self.finished.iter().next() {
-            if f.end_seq > lowest || !self.raise_floor(lowest) {
+        while let Some((&id, (f, readers))) = self.finished.iter().next() {
+            let f = *f;
+            let all_read = self.cursors.keys().all(|sink| readers.contains(sink));
+            if f.end_seq > lowest || !all_read || !self.raise_floor(lowest) {
                 return;
             }
             // Never sealed: the flusher abandoned it after an I/O error; it
