@@ -244,9 +244,10 @@ fn start(
             .insert(DEFAULT_SINK.to_string(), store);
     }
     for name in sinks_on_disk(&cfg.server.data_dir) {
-        if !dead_letters.lock().unwrap().contains_key(&name) {
-            let store = open_dead_letters(&cfg.server.data_dir, &name)?;
-            dead_letters.lock().unwrap().insert(name, store);
+        let mut stores = dead_letters.lock().unwrap();
+        if let std::collections::btree_map::Entry::Vacant(slot) = stores.entry(name) {
+            let store = open_dead_letters(&cfg.server.data_dir, slot.key())?;
+            slot.insert(store);
         }
     }
     let shard_count = shards_to_serve(&cfg)?;
