@@ -407,19 +407,32 @@ fn light_p50(f: &Figures) -> Result<Measured, String> {
     })
 }
 
-fn http_vs_noop(f: &Figures) -> Result<Measured, String> {
-    let name = "ingest_http_vs_noop";
-    let (http, noop, r) = (
-        f.get(name, P50)?,
-        f.get(name, "noop_p50_us")?,
-        f.get(name, "p50_ratio")?,
+/// A scenario's p50 against its baseline's (`base_key`), as a median
+/// ratio that must stay at or below 1.15: `label` and `base_label` name
+/// the two in the detail.
+fn p50_ratio_at_most_1_15(
+    f: &Figures,
+    scenario: &str,
+    base_key: &str,
+    label: &str,
+    base_label: &str,
+) -> Result<Measured, String> {
+    let (this, base, r) = (
+        f.get(scenario, P50)?,
+        f.get(scenario, base_key)?,
+        f.get(scenario, "p50_ratio")?,
     );
-    let detail = format!("HTTP {http:.1} vs noop {noop:.1} µs, median ratio {r:.2} (<= 1.15)");
+    let detail =
+        format!("{label} {this:.1} vs {base_label} {base:.1} µs, median ratio {r:.2} (<= 1.15)");
     Ok(Measured {
         value: r,
         bound: 1.15,
         detail,
     })
+}
+
+fn http_vs_noop(f: &Figures) -> Result<Measured, String> {
+    p50_ratio_at_most_1_15(f, "ingest_http_vs_noop", "noop_p50_us", "HTTP", "noop")
 }
 
 fn plugin_vs_builtin(f: &Figures) -> Result<Measured, String> {
@@ -507,17 +520,7 @@ fn fanout_delivery(f: &Figures) -> Result<Measured, String> {
 }
 
 fn fanout_p50(f: &Figures) -> Result<Measured, String> {
-    let (three, one, r) = (
-        f.get(FANOUT, P50)?,
-        f.get(FANOUT, "one_sink_p50_us")?,
-        f.get(FANOUT, "p50_ratio")?,
-    );
-    let detail = format!("3 sinks {three:.1} vs 1 sink {one:.1} µs, median ratio {r:.2} (<= 1.15)");
-    Ok(Measured {
-        value: r,
-        bound: 1.15,
-        detail,
-    })
+    p50_ratio_at_most_1_15(f, FANOUT, "one_sink_p50_us", "3 sinks", "1 sink")
 }
 
 /// The row of the `hostile` scenario that holds its comparisons.

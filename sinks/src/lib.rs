@@ -26,6 +26,7 @@
 //! records only as `sink_sdk::Batch`es.
 
 pub mod config;
+pub mod delivery;
 pub mod error;
 pub mod file;
 mod framing;

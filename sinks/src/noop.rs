@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sink_sdk::{Batch, Limits, Outcome, Sink};
 
-use crate::config::DeliveryConfig;
+use crate::delivery::DeliveryConfig;
 use crate::registry::{CheckedSink, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 

@@ -17,7 +17,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use crate::config::DeliveryConfig;
+use crate::delivery::DeliveryConfig;
 use crate::error::{KeyProblem, SinkError};
 use crate::SinkFactory;
 

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use sink_sdk::output::AppendRules;
 use sink_sdk::Limits;
 
-use crate::config::{check_range, required_path, DeliveryConfig, GIB, MIB};
+use crate::delivery::{check_range, required_path, DeliveryConfig, GIB, MIB};
 use crate::KeyProblem;
 
 pub(crate) const DEFAULT_ROTATE_BYTES: u64 = 256 * MIB;

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use sink_sdk::output::{AppendRules, Framing, RollingFile};
 use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
-use crate::config::DeliveryConfig;
+use crate::delivery::DeliveryConfig;
 use crate::registry::{CheckedSink, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::FileSettings;

@@ -18,7 +18,7 @@ use reqwest::{Method, Url};
 use serde::Deserialize;
 use sink_sdk::Limits;
 
-use crate::config::{check_range, DeliveryConfig};
+use crate::delivery::{check_range, DeliveryConfig};
 use crate::{KeyProblem, SinkError};
 
 pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 10_000;

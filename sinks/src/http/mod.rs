@@ -27,7 +27,7 @@ use sink_sdk::{Batch, Health, Limits, Outcome, Record, RecordOutcome, Sink};
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 
-use crate::config::DeliveryConfig;
+use crate::delivery::DeliveryConfig;
 use crate::registry::{CheckedSink, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::HttpSettings;

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::required_path;
+use crate::delivery::required_path;
 use crate::KeyProblem;
 
 /// The keys of `type = "plugin"` (mirrored in `docs/sinks.md`).

@@ -62,7 +62,7 @@ pub(crate) use preflight::preflight;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::config::DeliveryConfig;
+use crate::delivery::DeliveryConfig;
 use crate::registry::{CheckedSink, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 
