@@ -1,22 +1,22 @@
 //! A long crash loop with the real binary: one data folder, many lives,
 //! each ended by SIGKILL at a seeded moment, all delivering over HTTP to
-//! one loopback receiver that outlives them.
+//! two sinks, each to its own loopback receiver that outlives them.
 //!
 //! Each cycle (`SPILLWAY_CRASH_CYCLES`, default 20) starts the daemon on
-//! the same folder with an HTTP sink (NDJSON batches) and 1 MiB segments
-//! (`wab.segment_bytes_max`'s minimum), and kills it at one of four kinds
-//! of moment:
+//! the same folder with two HTTP sinks (NDJSON batches), `[sinks.main]`
+//! and `[sinks.mirror]`, and 1 MiB segments (`wab.segment_bytes_max`'s
+//! minimum), and kills it at one of four kinds of moment:
 //!
 //! - **recovery**: a few milliseconds after the spawn, before or while it
 //!   starts serving (the delay is drawn from 0..1.3 × the median start-up
 //!   time measured so far). The cycle before a recovery cycle keeps the
-//!   receiver at 503 for its whole life, so there is a real backlog on disk
+//!   main receiver at 503 for its whole life, so there is a real backlog on disk
 //!   to recover. Whether the daemon had printed "listening" and answered a
 //!   health check before the kill is logged for every such cycle, and the
 //!   test fails if no recovery cycle ever killed before the first health
 //!   answer.
-//! - **reload**: while producers push, the `[sink]` table is changed (URL
-//!   path, `max_records`, `linger_ms`) and the daemon told by SIGHUP or by
+//! - **reload**: while producers push, both `[sinks.*]` tables are changed
+//!   (URL path, `max_records`, `linger_ms`) and the daemon told by SIGHUP or by
 //!   `spillway ctl reload`; it is killed 0–5 ms later. Whether its log
 //!   shows the reload started / applied by then is logged.
 //! - **rotation**: killed while 5 connections push as hard as they can into
@@ -32,14 +32,18 @@
 //!   later, while the drain works through the backlog (a kill in the
 //!   middle of delivery, with no ingest to hide it).
 //!
-//! The receiver answers 503 for seeded stretches, so a backlog builds and
-//! delivery, retries and redelivery cross the kills. Each producer has its
+//! Each receiver answers 503 for seeded stretches of its own (the mirror's
+//! drawn apart from the main one's: a stretch in 40% of the pushing lives,
+//! a whole life in 15% of all), so backlogs build, one sink falls behind
+//! the other, and delivery, retries and redelivery cross the kills. When
+//! producers stop before a kill both answer 200. Each producer has its
 //! own connection, a unique tag and a counter in every payload (plus a
 //! deterministic pad, so a record is verifiable byte for byte), and mixes
 //! the three tiers, single pushes and PushBatch, pipelined or lock-step.
 //!
 //! At the end a last clean start delivers everything (`ctl stats` until no
-//! shard has `pending_records`), and a SIGTERM stops it. Then:
+//! shard has `pending_records`, the worst over sinks), and a SIGTERM stops
+//! it. Then, for each of the two receivers:
 //!
 //! - every record whose Sync or Batched ack the producer saw was delivered
 //!   (at least once); so was every acked Buffered record (SIGKILL keeps the
@@ -54,7 +58,16 @@
 //!   `(shard, seq)` across redeliveries, which no other record shares;
 //! - a loss the daemon reports (`records_lost` in `ctl stats`, from the
 //!   gaps recovery finds) is a real one: with every acked record
-//!   delivered, a non-zero `records_lost` is a false alarm and fails.
+//!   delivered to both, a non-zero `records_lost` is a false alarm and fails;
+//! - duplicates (copies of a record a receiver already had, counted in the
+//!   life they arrive in) stay within what one kill can cause: each sink has
+//!   one batch in flight per shard and writes its cursor after every
+//!   confirmed batch, so a life gets at most one batch per shard and sink:
+//!   for each shard, at most the `max_records` the batch was built under
+//!   (the generations of the last life that had a request of that shard
+//!   accepted: a batch refused or never offered is carried to a later
+//!   life), at most shards × `max_records` in all. The duplicates per life,
+//!   the bound, and the median and max per kill are printed per sink.
 //!
 //! On a failure the message names the seed, the cycles involved and the
 //! first missing records, and the daemon's logs and data folder are
@@ -67,7 +80,7 @@
 
 mod support_http;
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -132,6 +145,8 @@ struct ConnRx {
     shard: Option<u32>,
     /// Sequence number of each counter's first arrival, by counter.
     seqs: Vec<u64>,
+    /// The life of each counter's first arrival, by counter.
+    first_life: Vec<u16>,
 }
 
 impl ConnRx {
@@ -157,6 +172,16 @@ struct RxState {
     seqs_used: HashMap<u32, Vec<u64>>,
     /// Copies of already-delivered records, by the life they arrived in.
     dups_per_life: Vec<u64>,
+    /// Per life, the duplicates by the life their first copy arrived in.
+    dup_origins: Vec<BTreeMap<usize, u64>>,
+    /// Per life, the duplicates by shard.
+    dups_by_shard: Vec<BTreeMap<u32, u64>>,
+    /// Per shard, the lives in which records of it were accepted.
+    lives_by_shard: BTreeMap<u32, BTreeSet<usize>>,
+    /// Records first delivered in each life.
+    firsts_per_life: Vec<u64>,
+    /// The most records one accepted request carried, per life.
+    max_request_per_life: Vec<usize>,
     distinct: u64,
     copies: u64,
     accepted_requests: u64,
@@ -200,7 +225,13 @@ impl RxState {
         let life = self.life;
         if self.dups_per_life.len() <= life {
             self.dups_per_life.resize(life + 1, 0);
+            self.dup_origins.resize(life + 1, BTreeMap::new());
+            self.dups_by_shard.resize(life + 1, BTreeMap::new());
+            self.firsts_per_life.resize(life + 1, 0);
+            self.max_request_per_life.resize(life + 1, 0);
         }
+        let most = &mut self.max_request_per_life[life];
+        *most = (*most).max(recs.len());
         for r in recs {
             let parsed = parse_payload(&r.payload).filter(|&(_, n)| n < COUNTER_MAX);
             let Some((conn, n)) = parsed else {
@@ -218,16 +249,20 @@ impl RxState {
                 continue;
             }
             self.copies += 1;
+            self.lives_by_shard.entry(r.shard).or_default().insert(life);
             let c = self.conns.entry(conn).or_default();
             c.arrivals.push(n);
             let shard = *c.shard.get_or_insert(r.shard);
             if c.seqs.len() <= n as usize {
                 c.seqs.resize(n as usize + 1, NO_SEQ);
+                c.first_life.resize(n as usize + 1, 0);
             }
             let first = c.seqs[n as usize];
             if first == NO_SEQ {
                 c.seqs[n as usize] = r.seq;
+                c.first_life[n as usize] = life as u16;
                 self.distinct += 1;
+                self.firsts_per_life[life] += 1;
                 if shard != r.shard {
                     self.bad(format!(
                         "life {life}: connection k{conn} delivered from shard {shard} and from shard {} (k{conn}:{n})",
@@ -242,6 +277,10 @@ impl RxState {
                 }
             } else {
                 self.dups_per_life[life] += 1;
+                *self.dup_origins[life]
+                    .entry(usize::from(c.first_life[n as usize]))
+                    .or_default() += 1;
+                *self.dups_by_shard[life].entry(r.shard).or_default() += 1;
                 if (shard, first) != (r.shard, r.seq) {
                     self.bad(format!(
                         "life {life}: k{conn}:{n} first came as (shard {shard}, seq {first}), again as (shard {}, seq {})",
@@ -253,14 +292,17 @@ impl RxState {
     }
 }
 
-/// The loopback receiver: keeps no request bodies, only what the checks need.
+/// A loopback receiver (one per sink): keeps no request bodies, only what
+/// the checks need.
 struct Rx {
+    /// The sink delivering to it (`[sinks.NAME]`).
+    name: &'static str,
     receiver: Receiver,
     state: Arc<Mutex<RxState>>,
 }
 
 impl Rx {
-    fn start() -> Rx {
+    fn start(name: &'static str) -> Rx {
         let state = Arc::new(Mutex::new(RxState {
             status: 200,
             ..RxState::default()
@@ -279,7 +321,11 @@ impl Rx {
                 HttpReply::status(status)
             })
             .expect("starting the loopback HTTP receiver");
-        Rx { receiver, state }
+        Rx {
+            name,
+            receiver,
+            state,
+        }
     }
 
     fn url(&self, path: &str) -> String {
@@ -491,7 +537,10 @@ enum Outage {
 #[derive(Debug, Clone)]
 struct Plan {
     kind: Kind,
+    /// The main receiver's 503s.
     outage: Outage,
+    /// The mirror receiver's 503s, drawn apart from the main one's.
+    mirror_outage: Outage,
     /// Pushing lives: ms of pushing before the kill (or the reload).
     push_ms: u64,
     /// Random: producers stop after `push_ms` and the kill comes this many
@@ -543,6 +592,7 @@ fn make_plans(seed: u64, cycles: usize) -> Vec<Plan> {
             Plan {
                 kind,
                 outage,
+                mirror_outage: Outage::None,
                 push_ms,
                 quiet_ms: if kind == Kind::Random && rng.below(2) == 0 {
                     50 + rng.below(750)
@@ -563,21 +613,50 @@ fn make_plans(seed: u64, cycles: usize) -> Vec<Plan> {
             plans[i - 1].outage = Outage::Whole;
         }
     }
+    // The mirror's outages come from a generator of their own (the main
+    // plan is what it was with one sink): 503 for a stretch in 40% of the
+    // pushing lives, for the whole life in 15% of all lives.
+    let mut mrng = Rng::new(seed ^ 0x0317_3A1E_D0C5);
+    for p in &mut plans {
+        let r = mrng.below(100);
+        p.mirror_outage = if r < 15 {
+            Outage::Whole
+        } else if r < 55 && p.kind != Kind::Recovery {
+            let from = mrng.below(p.push_ms.max(1));
+            Outage::Stretch(from, from + 50 + mrng.below(450))
+        } else {
+            Outage::None
+        };
+    }
     plans
 }
 
 // ---------------------------------------------------------------- daemon lives
 
-/// The `[sink]` table of sink generation `gen` (a reload moves to the next).
-fn sink_config(rx: &Rx, gen: u64) -> String {
-    format!(
-        "[server]\nshards = 2\n[wab]\nsegment_bytes_max = 1048576\n\
-         [sink]\ntype = \"http\"\nurl = \"{}\"\nmax_records = {}\nlinger_ms = {}\n\
-         retry_initial_ms = 10\nretry_max_ms = 200\ntimeout_ms = 5000\n",
-        rx.url(&format!("/ingest-{gen}")),
-        200 + (gen % 5) * 200,
-        gen % 4,
-    )
+/// `server.shards` of every life.
+const SHARDS: u64 = 2;
+
+/// `max_records` of sink `sink` (index into the receivers) in sink
+/// generation `gen`; the mirror's cycle is offset so the two differ.
+fn max_records(sink: usize, gen: u64) -> u64 {
+    200 + ((gen + 2 * sink as u64) % 5) * 200
+}
+
+/// The `[sinks.NAME]` tables, one per receiver, of sink generation `gen`
+/// (a reload moves to the next: URL path, `max_records`, `linger_ms`).
+fn sink_config(rxs: &[Rx], gen: u64) -> String {
+    let mut out = format!("[server]\nshards = {SHARDS}\n[wab]\nsegment_bytes_max = 1048576\n");
+    for (i, rx) in rxs.iter().enumerate() {
+        out.push_str(&format!(
+            "[sinks.{}]\ntype = \"http\"\nurl = \"{}\"\nmax_records = {}\nlinger_ms = {}\n\
+             retry_initial_ms = 10\nretry_max_ms = 200\ntimeout_ms = 5000\n",
+            rx.name,
+            rx.url(&format!("/ingest-{gen}")),
+            max_records(i, gen),
+            (gen + i as u64) % 4,
+        ));
+    }
+    out
 }
 
 /// One start of the daemon, spawned without waiting for anything.
@@ -701,9 +780,12 @@ fn crash_loop_keeps_every_acked_record_in_order() {
     let wall = Instant::now();
     let plans = make_plans(seed, cycles);
 
-    let rx = Rx::start();
+    // The main sink's receiver and the mirror's, each with its own 503s.
+    let rxs = [Rx::start("main"), Rx::start("mirror")];
     let mut gen = 0u64;
-    let mut d = Daemon::configure(&sink_config(&rx, gen));
+    // Sink generation at the start of each life (index = rx life).
+    let mut gens: Vec<u64> = Vec::new();
+    let mut d = Daemon::configure(&sink_config(&rxs, gen));
     let socket = d.socket_path().to_path_buf();
     let data = d.data_dir().to_path_buf();
     let mut logs: Vec<ConnLog> = Vec::new();
@@ -719,12 +801,22 @@ fn crash_loop_keeps_every_acked_record_in_order() {
 
     for (cycle, plan) in plans.iter().enumerate() {
         let life_no = cycle + 1;
-        rx.set_life(cycle);
-        let backlog = rx.undelivered_acked(&logs);
-        rx.set_status(match plan.outage {
-            Outage::Whole => 503,
-            _ => 200,
-        });
+        gens.push(gen);
+        for rx in &rxs {
+            rx.set_life(cycle);
+        }
+        let backlogs: Vec<u64> = rxs.iter().map(|rx| rx.undelivered_acked(&logs)).collect();
+        let backlog = backlogs.iter().copied().max().unwrap_or(0);
+        let statuses: Vec<u16> = [plan.outage, plan.mirror_outage]
+            .iter()
+            .map(|o| match o {
+                Outage::Whole => 503,
+                _ => 200,
+            })
+            .collect();
+        for (rx, &status) in rxs.iter().zip(&statuses) {
+            rx.set_status(status);
+        }
         let context = format!("seed {seed:#x}, cycle {cycle}");
         let mut life = Life::spawn(&d, life_no);
         let line = if plan.kind == Kind::Recovery {
@@ -764,12 +856,12 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             collect_errors(&stderr, life_no, &mut error_lines);
             format!(
                 "cycle {cycle:3} recovery: kill {:.1} ms after spawn (median start-up {:.1} ms), \
-                 listening {}, health answered {}, backlog ≈{backlog} acked records undelivered, receiver {}",
+                 listening {}, health answered {}, backlog ≈{backlogs:?} acked records undelivered \
+                 (main, mirror), receivers {statuses:?}",
                 killed_at.duration_since(spawned).as_secs_f64() * 1e3,
                 est.as_secs_f64() * 1e3,
                 yes(listening),
                 yes(health),
-                if matches!(plan.outage, Outage::Whole) { 503 } else { 200 },
             )
         } else {
             let restart = life.wait_health(&socket, &context);
@@ -787,21 +879,27 @@ fn crash_loop_keeps_every_acked_record_in_order() {
                 })
                 .collect();
             let t0 = Instant::now();
-            let mut events: Vec<(u64, u16)> = Vec::new();
-            if let Outage::Stretch(from, to) = plan.outage {
-                events.push((from, 503));
-                events.push((to, 200));
+            // (ms, receiver, status): each receiver's own stretch of 503s.
+            let mut events: Vec<(u64, usize, u16)> = Vec::new();
+            for (i, outage) in [plan.outage, plan.mirror_outage].into_iter().enumerate() {
+                if let Outage::Stretch(from, to) = outage {
+                    events.push((from, i, 503));
+                    events.push((to, i, 200));
+                }
             }
+            events.sort_unstable();
             let kill_ms = plan.push_ms;
-            for &(at, status) in events.iter().filter(|e| e.0 < kill_ms) {
+            for &(at, i, status) in events.iter().filter(|e| e.0 < kill_ms) {
                 sleep_until(t0 + Duration::from_millis(at));
-                rx.set_status(status);
+                rxs[i].set_status(status);
             }
             sleep_until(t0 + Duration::from_millis(kill_ms));
             let mut extra = String::new();
             if plan.quiet_ms > 0 {
                 stop.store(true, Ordering::Relaxed);
-                rx.set_status(200);
+                for rx in &rxs {
+                    rx.set_status(200);
+                }
                 sleep_until(t0 + Duration::from_millis(kill_ms + plan.quiet_ms));
                 extra = format!(
                     ", producers stopped and the kill came {} ms later (delivery catching up)",
@@ -811,7 +909,7 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             let mut ctl_child = None;
             if plan.kind == Kind::Reload {
                 gen += 1;
-                d.reconfigure(&sink_config(&rx, gen));
+                d.reconfigure(&sink_config(&rxs, gen));
                 let sent = Instant::now();
                 if plan.reload_via_ctl {
                     ctl_child = Some(
@@ -868,10 +966,12 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             collect_errors(&stderr, life_no, &mut error_lines);
             format!(
                 "cycle {cycle:3} {:<8}: restart {:.1} ms, kill after {kill_ms} ms of pushing, \
-                 {pushed} pushed / {acked} acked, outage {:?}, .open segments per shard after the kill {open:?}{extra}",
+                 {pushed} pushed / {acked} acked, outage main {:?} mirror {:?}, \
+                 .open segments per shard after the kill {open:?}{extra}",
                 format!("{:?}", plan.kind).to_lowercase(),
                 restart.as_secs_f64() * 1e3,
                 plan.outage,
+                plan.mirror_outage,
             )
         };
         eprintln!("{line}");
@@ -879,10 +979,13 @@ fn crash_loop_keeps_every_acked_record_in_order() {
     }
 
     // ------------------------------------------------ the last clean start
-    rx.set_life(cycles);
-    rx.set_status(200);
+    gens.push(gen);
+    for rx in &rxs {
+        rx.set_life(cycles);
+        rx.set_status(200);
+    }
     let final_life_no = cycles + 1;
-    let backlog = rx.undelivered_acked(&logs);
+    let backlog: Vec<u64> = rxs.iter().map(|rx| rx.undelivered_acked(&logs)).collect();
     let mut life = Life::spawn(&d, final_life_no);
     let restart = life.wait_health(&socket, &format!("seed {seed:#x}, final start"));
     restarts.push(restart);
@@ -899,11 +1002,13 @@ fn crash_loop_keeps_every_acked_record_in_order() {
     );
     // Quiet: nothing more arrives for a moment.
     wait_until(Duration::from_secs(10), || {
-        rx.state
-            .lock()
-            .unwrap()
-            .last_accept
-            .is_none_or(|t| t.elapsed() > Duration::from_millis(300))
+        rxs.iter().all(|rx| {
+            rx.state
+                .lock()
+                .unwrap()
+                .last_accept
+                .is_none_or(|t| t.elapsed() > Duration::from_millis(300))
+        })
     });
     let drain_took = drain_started.elapsed();
     let records_lost = shard_stat_sum(&last_stats, "records_lost");
@@ -920,7 +1025,7 @@ fn crash_loop_keeps_every_acked_record_in_order() {
         life.log()
     );
     eprintln!(
-        "final start: restart {:.1} ms, backlog ≈{backlog} acked records, delivered in {:.2} s; \
+        "final start: restart {:.1} ms, backlog ≈{backlog:?} acked records (main, mirror), delivered in {:.2} s; \
          records_lost {records_lost}, dead_lettered {dead_lettered}; with nothing pending: \
          segment files per shard {files_left:?}, wab_bytes_used {wab_bytes_used}, gap reason files {}",
         restart.as_secs_f64() * 1e3,
@@ -929,143 +1034,169 @@ fn crash_loop_keeps_every_acked_record_in_order() {
     );
 
     // ------------------------------------------------ checks
-    let st = rx.state.lock().unwrap();
+    let sts: Vec<_> = rxs.iter().map(|rx| rx.state.lock().unwrap()).collect();
     let mut failures: Vec<String> = Vec::new();
     let mut acked_per_tier = [0u64; 3];
-    let mut buffered_survived = 0u64;
-    let mut buffered_lost: Vec<String> = Vec::new();
-    let mut lost: Vec<String> = Vec::new();
-    let mut holes: Vec<String> = Vec::new();
-    let mut order: Vec<String> = Vec::new();
-    let mut phantom: Vec<String> = Vec::new();
-    let empty = ConnRx::default();
     for l in &logs {
-        let c = st.conns.get(&l.id).unwrap_or(&empty);
-        let where_ = |n: u32| {
-            let op = l.op_of(n).expect("an op per pushed counter");
-            format!(
-                "k{}:{n} (cycle {}, window {}, {:?} {}, op {}..{} {:?})",
-                l.id,
-                l.cycle,
-                l.window,
-                op.tier,
-                if op.len > 1 { "batch" } else { "push" },
-                op.start,
-                op.start + op.len,
-                op.state
-            )
-        };
-        for op in &l.ops {
-            if op.state != OpState::Acked {
-                continue;
-            }
+        for op in l.ops.iter().filter(|o| o.state == OpState::Acked) {
             acked_per_tier[tier_index(op.tier)] += u64::from(op.len);
-            for n in op.start..op.start + op.len {
-                let have = c.has(n);
-                match (op.tier, have) {
-                    (Tier::Buffered, true) => buffered_survived += 1,
-                    (Tier::Buffered, false) => buffered_lost.push(where_(n)),
-                    (_, false) => lost.push(where_(n)),
-                    (_, true) => {}
-                }
-            }
-        }
-        let max = c.max_delivered();
-        if let Some(max) = max {
-            if max >= l.pushed {
-                phantom.push(format!(
-                    "k{}: counter {max} delivered, only 0..{} were pushed",
-                    l.id, l.pushed
-                ));
-            }
-            for n in 0..max.min(l.pushed) {
-                if !c.has(n) && l.op_of(n).is_some_and(|o| o.state != OpState::Nacked) {
-                    holes.push(format!(
-                        "{} missing below delivered k{}:{max}",
-                        where_(n),
-                        l.id
-                    ));
-                }
-            }
-        }
-        // First arrivals in push order (a redelivered suffix may repeat).
-        let mut last: Option<u32> = None;
-        let mut seen = HashSet::new();
-        for (i, &n) in c.arrivals.iter().enumerate() {
-            if !seen.insert(n) {
-                continue;
-            }
-            if let Some(prev) = last {
-                if n <= prev {
-                    order.push(format!(
-                        "k{} (cycle {}): arrival #{i} is counter {n}, first seen after {prev}; arrivals around it: {:?}",
-                        l.id,
-                        l.cycle,
-                        &c.arrivals[i.saturating_sub(5)..(i + 5).min(c.arrivals.len())]
-                    ));
-                    break;
-                }
-            }
-            last = Some(n);
         }
     }
-    for (what, list) in [
-        ("acked Sync/Batched records never delivered", &lost),
-        (
-            "acked Buffered records never delivered (Buffered survives a daemon crash)",
-            &buffered_lost,
-        ),
-        (
-            "records missing below a later delivered record of the same connection (no nack)",
-            &holes,
-        ),
-        (
-            "connections whose first arrivals are out of push order",
-            &order,
-        ),
-        ("delivered records beyond what was pushed", &phantom),
-        ("bad bodies at the receiver", &st.bad),
-    ] {
-        if !list.is_empty() {
-            let count = if std::ptr::eq(list, &st.bad) {
-                st.bad_count as usize
-            } else {
-                list.len()
-            };
-            failures.push(format!(
-                "{count} {what}; first: {:#?}",
-                &list[..list.len().min(8)]
-            ));
+    let findings: Vec<Findings> = sts.iter().map(|st| check_receiver(st, &logs)).collect();
+    for ((rx, st), f) in rxs.iter().zip(&sts).zip(&findings) {
+        for (what, list, count) in [
+            (
+                "acked Sync/Batched records never delivered",
+                &f.lost,
+                f.lost.len(),
+            ),
+            (
+                "acked Buffered records never delivered (Buffered survives a daemon crash)",
+                &f.buffered_lost,
+                f.buffered_lost.len(),
+            ),
+            (
+                "records missing below a later delivered record of the same connection (no nack)",
+                &f.holes,
+                f.holes.len(),
+            ),
+            (
+                "connections whose first arrivals are out of push order",
+                &f.order,
+                f.order.len(),
+            ),
+            (
+                "delivered records beyond what was pushed",
+                &f.phantom,
+                f.phantom.len(),
+            ),
+            ("bad bodies at the receiver", &st.bad, st.bad_count as usize),
+        ] {
+            if !list.is_empty() {
+                failures.push(format!(
+                    "sink {}: {count} {what}; first: {:#?}",
+                    rx.name,
+                    &list[..list.len().min(8)]
+                ));
+            }
         }
     }
     // The daemon's own account: a loss it reports must be a real one.
-    if records_lost > 0 && lost.is_empty() && buffered_lost.is_empty() && holes.is_empty() {
+    let any_loss = findings
+        .iter()
+        .any(|f| !f.lost.is_empty() || !f.buffered_lost.is_empty() || !f.holes.is_empty());
+    if records_lost > 0 && !any_loss {
         failures.push(format!(
             "the daemon reports records_lost = {records_lost} (an ERROR \"acknowledged records are missing\" \
-             at start-up, {} quarantine/gap-*.reason files: {:?}), yet every record it acked was delivered: \
-             a false loss report; segment files left per shard once everything was delivered: {files_left:?}",
+             at start-up, {} quarantine/gap-*.reason files: {:?}), yet every record it acked was delivered \
+             to every sink: a false loss report; segment files left per shard once everything was delivered: {files_left:?}",
             gap_files.len(),
             &gap_files[..gap_files.len().min(4)]
         ));
     }
 
+    // ------------------------------------------------ duplicates per kill
+    // Life `l` (index = cycle, `cycles` = the final start) begins after the
+    // kill that ended life `l - 1`. A sink has one batch in flight per shard
+    // (`batches_in_flight` = 1) and writes its cursor after every confirmed
+    // batch, so what a kill makes it offer again is at most the batch each
+    // shard had in flight: shards × max_records, as issue 18 puts it.
+    // Duplicates are counted in the life they arrive in, and a 503 is not
+    // taken, so a refused re-offer adds nothing there: the in-flight batch
+    // of a shard is carried to the next life in which that shard's request
+    // is accepted. The bound is therefore per shard: the batch was built in
+    // the last life `k` < `l` in which the receiver accepted a request of
+    // that shard, under the generation life `k` started with or the one a
+    // reload in it moved to (`max_records` differs between generations),
+    // not necessarily under life `l - 1`'s. Seen with seed
+    // 0x18edbd2727ad8923: the mirror got 1800 duplicates in life 11 whose
+    // own generation had max_records 200 (2 × 200 = 400), 800 of them first
+    // delivered in life 5 (max_records 800) and 1000 in life 8 (1000):
+    // lives 6 to 10 accepted nothing of those shards from the mirror (two
+    // recovery kills at 15 and 62 ms, a 503 stretch over the first offer,
+    // a 99 ms life, a life of 503), so each shard's one in-flight batch
+    // arrived again only in life 11: 800 + 1000, within the per-shard bound.
+    let mut dup_lines: Vec<String> = Vec::new();
+    let mut dup_summary: Vec<String> = Vec::new();
+    for (i, (rx, st)) in rxs.iter().zip(&sts).enumerate() {
+        let dups: Vec<u64> = st
+            .dups_per_life
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(0))
+            .take(cycles + 1)
+            .collect();
+        // (life k the in-flight batch was built in, bound) per life and shard.
+        let shard_bound = |l: usize, shard: u32| -> (Option<usize>, u64) {
+            let k = st
+                .lives_by_shard
+                .get(&shard)
+                .and_then(|lives| lives.range(..l).next_back().copied());
+            let bound = k.map_or(0, |k| {
+                max_records(i, gens[k]).max(max_records(i, gens[(k + 1).min(cycles)]))
+            });
+            (k, bound)
+        };
+        let bounds: Vec<u64> = (0..=cycles)
+            .map(|l| (0..SHARDS as u32).map(|s| shard_bound(l, s).1).sum())
+            .collect();
+        for l in 0..=cycles {
+            let Some(by_shard) = st.dups_by_shard.get(l) else {
+                continue;
+            };
+            for (&shard, &n) in by_shard {
+                let (k, bound) = shard_bound(l, shard);
+                if n > bound {
+                    let built = match k.and_then(|k| notes.get(k)) {
+                        Some(note) => note.line.as_str(),
+                        None => "(no earlier life)",
+                    };
+                    failures.push(format!(
+                        "sink {}: {n} duplicates of shard {shard} in life {l}, more than one batch in flight \
+                         (max_records {bound}, of the generations of life {k:?}, the last before it in which \
+                         a request of that shard was accepted); first copies arrived in lives (life: count) {:?}; \
+                         records first delivered per life up to it: {:?}; the most records in one request per life: {:?}; \
+                         life {k:?} was: {built}",
+                        rx.name,
+                        st.dup_origins.get(l),
+                        &st.firsts_per_life[..(l + 1).min(st.firsts_per_life.len())],
+                        &st.max_request_per_life[..(l + 1).min(st.max_request_per_life.len())],
+                    ));
+                }
+            }
+        }
+        // Per kill: lives 1..=cycles, each started after a SIGKILL.
+        let mut per_kill: Vec<u64> = dups[1..].to_vec();
+        per_kill.sort_unstable();
+        let median = per_kill.get(per_kill.len() / 2).copied().unwrap_or(0);
+        let max = per_kill.last().copied().unwrap_or(0);
+        let total: u64 = dups.iter().sum();
+        let with_dups = per_kill.iter().filter(|&&n| n > 0).count();
+        dup_lines.push(format!(
+            "sink {}: duplicates delivered per life (index = cycle, last = final start): {dups:?}; \
+             bound per life (the sum over shards of the in-flight batch's max_records): {bounds:?}; \
+             by the life of the first copy: {:?}",
+            rx.name,
+            st.dup_origins
+                .iter()
+                .enumerate()
+                .filter(|(_, o)| !o.is_empty())
+                .collect::<Vec<_>>()
+        ));
+        dup_summary.push(format!(
+            "{} total {total}, per kill median {median}, max {max} ({with_dups} of {} kills gave some)",
+            rx.name,
+            per_kill.len()
+        ));
+    }
+
     // ------------------------------------------------ report
-    let dups: Vec<u64> = st
-        .dups_per_life
-        .iter()
-        .copied()
-        .chain(std::iter::repeat(0))
-        .take(cycles + 1)
-        .collect();
-    let dup_total: u64 = dups.iter().sum();
-    let mut dup_sorted = dups.clone();
-    dup_sorted.sort_unstable();
-    let dup_median = dup_sorted[dup_sorted.len() / 2];
-    let dup_max = dup_sorted.last().copied().unwrap_or(0);
     let restart_median = median(&restarts);
     let restart_max = restarts.iter().max().copied().unwrap_or_default();
     let kinds = |k: Kind| plans.iter().filter(|p| p.kind == k).count();
-    eprintln!("duplicates delivered per life (index = cycle, last = final start): {dups:?}");
+    for line in &dup_lines {
+        eprintln!("{line}");
+    }
     if !error_lines.is_empty() {
         eprintln!(
             "{} ERROR lines in the daemon logs; first: {:#?}",
@@ -1083,19 +1214,32 @@ fn crash_loop_keeps_every_acked_record_in_order() {
         kinds(Kind::Rotation),
         kinds(Kind::Random),
     );
+    let per_sink: Vec<String> = rxs
+        .iter()
+        .zip(&sts)
+        .zip(&findings)
+        .map(|((rx, st), f)| {
+            format!(
+                "{}: buffered acked survived {}, lost {}; {} distinct records in {} copies \
+                 ({} requests accepted, {} answered 503)",
+                rx.name,
+                f.buffered_survived,
+                f.buffered_lost.len(),
+                st.distinct,
+                st.copies,
+                st.accepted_requests,
+                st.refused_requests,
+            )
+        })
+        .collect();
     eprintln!(
         "SUMMARY crash loop: seed {seed:#x}, {cycles} cycles; acked records sync {} batched {} buffered {}; \
-         buffered acked survived {buffered_survived}, lost {}; delivered {} distinct records in {} copies \
-         ({} requests accepted, {} answered 503); duplicates total {dup_total}, per life median {dup_median}, max {dup_max}; \
-         restart (spawn to health) median {:.1} ms, max {:.1} ms over {} starts; wall time {:.1} s",
+         {}; duplicates {}; restart (spawn to health) median {:.1} ms, max {:.1} ms over {} starts; wall time {:.1} s",
         acked_per_tier[0],
         acked_per_tier[1],
         acked_per_tier[2],
-        buffered_lost.len(),
-        st.distinct,
-        st.copies,
-        st.accepted_requests,
-        st.refused_requests,
+        per_sink.join("; "),
+        dup_summary.join("; "),
         restart_median.as_secs_f64() * 1e3,
         restart_max.as_secs_f64() * 1e3,
         restarts.len(),
@@ -1104,8 +1248,9 @@ fn crash_loop_keeps_every_acked_record_in_order() {
 
     if !failures.is_empty() {
         let kept = keep_logs(&d, seed);
-        let cycles_involved: BTreeSet<usize> = [&lost, &buffered_lost, &holes, &order]
+        let cycles_involved: BTreeSet<usize> = findings
             .iter()
+            .flat_map(|f| [&f.lost, &f.buffered_lost, &f.holes, &f.order])
             .flat_map(|l| l.iter())
             .filter_map(|s| {
                 s.split("(cycle ")
@@ -1133,8 +1278,92 @@ fn crash_loop_keeps_every_acked_record_in_order() {
         kinds(Kind::Recovery) < 2 || recovery_before_health > 0,
         "seed {seed:#x}: no recovery cycle killed the daemon before it answered a health check: the kill moments miss the recovery window"
     );
-    drop(st);
+    drop(sts);
     drop(d);
+}
+
+/// What one receiver got, held against what the producers pushed.
+#[derive(Default)]
+struct Findings {
+    buffered_survived: u64,
+    buffered_lost: Vec<String>,
+    lost: Vec<String>,
+    holes: Vec<String>,
+    order: Vec<String>,
+    phantom: Vec<String>,
+}
+
+/// The per-receiver checks: every acked record delivered, no hole below a
+/// delivered record except where a push was nacked, first arrivals in push
+/// order, nothing delivered beyond what was pushed.
+fn check_receiver(st: &RxState, logs: &[ConnLog]) -> Findings {
+    let mut f = Findings::default();
+    let empty = ConnRx::default();
+    for l in logs {
+        let c = st.conns.get(&l.id).unwrap_or(&empty);
+        let where_ = |n: u32| {
+            let op = l.op_of(n).expect("an op per pushed counter");
+            format!(
+                "k{}:{n} (cycle {}, window {}, {:?} {}, op {}..{} {:?})",
+                l.id,
+                l.cycle,
+                l.window,
+                op.tier,
+                if op.len > 1 { "batch" } else { "push" },
+                op.start,
+                op.start + op.len,
+                op.state
+            )
+        };
+        for op in l.ops.iter().filter(|o| o.state == OpState::Acked) {
+            for n in op.start..op.start + op.len {
+                match (op.tier, c.has(n)) {
+                    (Tier::Buffered, true) => f.buffered_survived += 1,
+                    (Tier::Buffered, false) => f.buffered_lost.push(where_(n)),
+                    (_, false) => f.lost.push(where_(n)),
+                    (_, true) => {}
+                }
+            }
+        }
+        if let Some(max) = c.max_delivered() {
+            if max >= l.pushed {
+                f.phantom.push(format!(
+                    "k{}: counter {max} delivered, only 0..{} were pushed",
+                    l.id, l.pushed
+                ));
+            }
+            for n in 0..max.min(l.pushed) {
+                if !c.has(n) && l.op_of(n).is_some_and(|o| o.state != OpState::Nacked) {
+                    f.holes.push(format!(
+                        "{} missing below delivered k{}:{max}",
+                        where_(n),
+                        l.id
+                    ));
+                }
+            }
+        }
+        // First arrivals in push order (a redelivered suffix may repeat).
+        let mut last: Option<u32> = None;
+        let mut seen = HashSet::new();
+        for (i, &n) in c.arrivals.iter().enumerate() {
+            if !seen.insert(n) {
+                continue;
+            }
+            if let Some(prev) = last {
+                if n <= prev {
+                    f.order.push(format!(
+                        "k{} (cycle {}): arrival #{i} is counter {n}, first seen after {prev}; arrivals around it: {:?}",
+                        l.id,
+                        l.cycle,
+                        &c.arrivals[i.saturating_sub(5)..(i + 5).min(c.arrivals.len())]
+                    ));
+                    break;
+                }
+            }
+            last = Some(n);
+        }
+    }
+    f
 }
 
 fn yes(b: bool) -> &'static str {

@@ -16,6 +16,14 @@
 //! again after every later cut); a fresh daemon and mount start every
 //! `LIVES_PER_FOLDER` cuts so the folder stays small.
 //!
+//! The delivering variant has two sinks, `main` and `mirror`, each to its
+//! own loopback receiver; the mirror answers 503 in seeded stretches of its
+//! own (in half the lives, from a random moment for 20–320 ms). Each sink
+//! is held to the checks on its own: what it got plus what the shard files
+//! kept has every Sync/Batched ack, with no gap, and after the folder's
+//! last restart it gets everything it kept. Buffered losses are the worst
+//! sink's.
+//!
 //! `SPILLWAY_POWER_CUTS=N` runs N cuts (20 by default),
 //! `SPILLWAY_POWER_CUT_SEED=S` repeats a run's random choices (the kill
 //! moments; the timing of the run itself cannot be repeated). Needs root
@@ -87,10 +95,12 @@ enum Sink {
     /// Nowhere (the test default): the WAB keeps every record, and what
     /// is kept is what recovery left in the shard files.
     Held,
-    /// To a loopback HTTP receiver answering 200: the drain moves the
-    /// checkpoint and deletes delivered segments while producers push, so
-    /// cuts also land in checkpoint writes and deletions. What is kept is
-    /// what was delivered or is in the shard files the cut left.
+    /// To two sinks, `main` and `mirror`, each to its own loopback HTTP
+    /// receiver: main answers 200, the mirror 503 in seeded stretches of
+    /// its own. The drains move their cursors and segments both confirmed
+    /// are deleted while producers push, so cuts also land in cursor
+    /// writes and deletions. What each sink keeps is what was delivered to
+    /// it or is in the shard files the cut left.
     Delivering,
 }
 
@@ -99,8 +109,10 @@ struct Pushed {
     tier: Tier,
     life: usize,
     out: ProducerOutcome,
-    /// The record numbers kept after the cut that ended its life.
-    kept: Option<Vec<u64>>,
+    /// The record numbers kept after the cut that ended its life, per view
+    /// (the shard files alone when held; with what each sink got when
+    /// delivering, in the order of [`Folder::rx`]).
+    kept: Option<Vec<Vec<u64>>>,
 }
 
 /// One data folder on a lazy mount and the daemon on it. Dropping it kills
@@ -108,8 +120,9 @@ struct Pushed {
 struct Folder {
     fs: Option<LazyFs>,
     d: Daemon,
-    /// The sink's receiver when the daemon delivers (else the sink is held).
-    rx: Option<HttpReceiver>,
+    /// The sinks' receivers by sink name when the daemon delivers (else
+    /// empty: the sink is held).
+    rx: Vec<(&'static str, HttpReceiver)>,
     _backing: tempfile::TempDir,
 }
 
@@ -128,17 +141,22 @@ fn folder(sink: Sink) -> Option<Folder> {
     // The data folder is the mount's root (it always exists); the shard
     // folders, segments and checkpoints are made inside it. The sockets
     // stay on the real disk, in the daemon's temporary folder.
-    let rx = match sink {
-        Sink::Held => None,
-        Sink::Delivering => Some(HttpReceiver::start()),
+    let rx: Vec<(&'static str, HttpReceiver)> = match sink {
+        Sink::Held => Vec::new(),
+        Sink::Delivering => ["main", "mirror"]
+            .into_iter()
+            .map(|name| (name, HttpReceiver::start()))
+            .collect(),
     };
-    let config = match &rx {
-        None => String::new(),
-        Some(rx) => format!(
-            "[sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 500\n",
-            rx.url()
-        ),
-    };
+    let config: String = rx
+        .iter()
+        .map(|(name, rx)| {
+            format!(
+                "[sinks.{name}]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 500\n",
+                rx.url()
+            )
+        })
+        .collect();
     let d = Daemon::configure(&config);
     fs::create_dir(d.data_dir()).expect("creating the mount point");
     let backing = tempfile::Builder::new()
@@ -321,6 +339,7 @@ fn run(sink: Sink, default_cuts: usize) {
     ));
     let wall = Instant::now();
     let mut rng = Rng::new(seed);
+    let mut mrng = Rng::new(seed ^ 0x0317_3A1E_D0C5);
     let mut totals = Totals::default();
     let mut cut = 0;
     while cut < cuts {
@@ -338,15 +357,41 @@ fn run(sink: Sink, default_cuts: usize) {
             } else {
                 "all tiers"
             };
+            // The mirror's 503 stretch in this life (ms after pushing
+            // starts), from a generator of its own: the kill moments stay
+            // what the seed made them with one sink.
+            let mirror_503 = match f.rx.get(1) {
+                Some(_) if mrng.below(2) == 0 => {
+                    let from = mrng.below(kill_after);
+                    Some((from, from + 20 + mrng.below(300)))
+                }
+                _ => None,
+            };
             let context = format!(
-                "seed {seed:#x}, cut {cut}/{cuts} (life {life} of its folder, {pushers}), kill after {kill_after} ms"
+                "seed {seed:#x}, cut {cut}/{cuts} (life {life} of its folder, {pushers}), kill after {kill_after} ms{}",
+                match mirror_503 {
+                    Some((from, to)) => format!(", mirror answering 503 from {from} to {to} ms"),
+                    None => String::new(),
+                }
             );
 
             // Push until SIGKILL.
             let (ready, handles) = start_producers(&f.d, life, buffered_only);
             ready.wait();
-            thread::sleep(Duration::from_millis(kill_after));
+            let t0 = Instant::now();
+            if let (Some((from, to)), Some((_, mirror))) = (mirror_503, f.rx.get(1)) {
+                thread::sleep(Duration::from_millis(from));
+                mirror.set_status(503);
+                if to < kill_after {
+                    thread::sleep(Duration::from_millis(to - from));
+                    mirror.set_status(200);
+                }
+            }
+            thread::sleep(Duration::from_millis(kill_after).saturating_sub(t0.elapsed()));
             f.d.kill9();
+            for (_, rx) in &f.rx {
+                rx.set_status(200);
+            }
             let mut life_acked = BTreeMap::<&str, u64>::new();
             for (tier, h) in handles {
                 let out = h.join().expect("producer thread");
@@ -390,17 +435,21 @@ fn run(sink: Sink, default_cuts: usize) {
                         (n, recs)
                     })
                     .collect();
-            let delivered: BTreeMap<String, Vec<u64>> = match &f.rx {
-                None => BTreeMap::new(),
-                Some(rx) => {
-                    let mut by_tag: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-                    for r in rx.accepted_records() {
-                        if let Some((tag, n)) = parse_tagged(&r.payload) {
-                            by_tag.entry(tag).or_default().push(n);
+            // What each sink got (when held: no sink, the shard files alone).
+            let views: Vec<(&str, BTreeMap<String, Vec<u64>>)> = if f.rx.is_empty() {
+                vec![("held", BTreeMap::new())]
+            } else {
+                f.rx.iter()
+                    .map(|(name, rx)| {
+                        let mut by_tag: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+                        for r in rx.accepted_records() {
+                            if let Some((tag, n)) = parse_tagged(&r.payload) {
+                                by_tag.entry(tag).or_default().push(n);
+                            }
                         }
-                    }
-                    by_tag
-                }
+                        (*name, by_tag)
+                    })
+                    .collect()
             };
             let t = Instant::now();
             eprintln!("{context}: cut made ({report:?}), restarting");
@@ -419,97 +468,114 @@ fn run(sink: Sink, default_cuts: usize) {
                 }
                 Sink::Delivering => at_cut,
             };
-            let delivered_total: usize = delivered.values().map(Vec::len).sum();
+            let delivered_total: Vec<usize> = views
+                .iter()
+                .map(|(_, delivered)| delivered.values().map(Vec::len).sum())
+                .collect();
 
             // Every Sync/Batched ack of this life is kept; whatever any
             // earlier life kept through its own cut is kept through this one.
-            let mut buffered_lost = 0;
-            let mut holes = 0;
+            // Delivering, each sink is held to this on its own: what it got
+            // plus what the shard files kept.
+            let mut buffered_lost = vec![0u64; views.len()];
+            let mut holes = vec![0usize; views.len()];
             for p in &mut all {
                 let o = &p.out;
                 let (in_shards, on_disk) = found(&shards, &o.tag);
-                let sent_to_sink = delivered.get(&o.tag).cloned().unwrap_or_default();
-                let mut ns = on_disk.clone();
-                ns.extend(&sent_to_sink);
-                ns.sort_unstable();
-                ns.dedup();
-                let fail = |what: &str| -> ! {
-                    panic!(
-                        "{context}: producer {} ({:?}, acked {}, sent {}, error {:?}): {what}\n\
-                         kept: {} records (first {:?}, last {:?}): {} in shard files {in_shards:?} \
-                         (first {:?}, last {:?}), {} delivered\n\
-                         lazyfs cut: {report:?} (pending before it: {pending:?})\n\
-                         shards unreadable after the cut: {unreadable:?}\n\
-                         files after the restart:\n{}\
-                         daemon log of the restart:\n{log}",
-                        o.tag,
-                        p.tier,
-                        o.acked,
-                        o.sent,
-                        o.error,
-                        ns.len(),
-                        ns.first(),
-                        ns.last(),
-                        on_disk.len(),
-                        on_disk.first(),
-                        on_disk.last(),
-                        sent_to_sink.len(),
-                        listing(f.d.data_dir()),
-                    )
-                };
-                if !unreadable.is_empty() {
-                    fail("a shard could not be read after the cut");
-                }
-                if in_shards.len() > 1 {
-                    fail("records in several shards");
-                }
-                if let Some(w) = on_disk.windows(2).find(|w| w[0] >= w[1]) {
-                    fail(&format!("out of order on disk: {} then {}", w[0], w[1]));
-                }
-                if ns.last().is_some_and(|&n| n >= o.sent) {
-                    fail("a record that was never sent");
-                }
-                if let Some(seen) = &p.kept {
-                    let changed = match sink {
-                        // Nothing is deleted: exactly the same records.
-                        Sink::Held => *seen != ns,
-                        // Delivered ones may leave the files: none may go.
-                        Sink::Delivering => seen.iter().any(|n| ns.binary_search(n).is_err()),
+                let mut kept_now = Vec::with_capacity(views.len());
+                for (vi, (view, delivered)) in views.iter().enumerate() {
+                    let sent_to_sink = delivered.get(&o.tag).cloned().unwrap_or_default();
+                    let mut ns = on_disk.clone();
+                    ns.extend(&sent_to_sink);
+                    ns.sort_unstable();
+                    ns.dedup();
+                    let fail = |what: &str| -> ! {
+                        panic!(
+                            "{context}: producer {} ({:?}, acked {}, sent {}, error {:?}), sink {view}: {what}\n\
+                             kept: {} records (first {:?}, last {:?}): {} in shard files {in_shards:?} \
+                             (first {:?}, last {:?}), {} delivered\n\
+                             lazyfs cut: {report:?} (pending before it: {pending:?})\n\
+                             shards unreadable after the cut: {unreadable:?}\n\
+                             files after the restart:\n{}\
+                             daemon log of the restart:\n{log}",
+                            o.tag,
+                            p.tier,
+                            o.acked,
+                            o.sent,
+                            o.error,
+                            ns.len(),
+                            ns.first(),
+                            ns.last(),
+                            on_disk.len(),
+                            on_disk.first(),
+                            on_disk.last(),
+                            sent_to_sink.len(),
+                            listing(f.d.data_dir()),
+                        )
                     };
-                    if changed {
-                        fail(&format!(
-                            "what survived its own cut changed at a later one: {} records then, {} now",
-                            seen.len(),
-                            ns.len()
-                        ));
+                    if !unreadable.is_empty() {
+                        fail("a shard could not be read after the cut");
                     }
-                    continue;
-                }
-                let k = ns.len() as u64;
-                let prefix = ns == (0..k).collect::<Vec<_>>();
-                match p.tier {
-                    Tier::Sync | Tier::Batched => {
-                        if !prefix {
-                            fail("a gap in the records");
-                        }
-                        if k < o.acked {
+                    if in_shards.len() > 1 {
+                        fail("records in several shards");
+                    }
+                    if let Some(w) = on_disk.windows(2).find(|w| w[0] >= w[1]) {
+                        fail(&format!("out of order on disk: {} then {}", w[0], w[1]));
+                    }
+                    if ns.last().is_some_and(|&n| n >= o.sent) {
+                        fail("a record that was never sent");
+                    }
+                    if let Some(seen) = p.kept.as_ref().map(|k| &k[vi]) {
+                        let changed = match sink {
+                            // Nothing is deleted: exactly the same records.
+                            Sink::Held => *seen != ns,
+                            // Delivered ones may leave the files: none may go.
+                            Sink::Delivering => seen.iter().any(|n| ns.binary_search(n).is_err()),
+                        };
+                        if changed {
                             fail(&format!(
-                                "LOST {} acknowledged records (only {k} of {} acked are kept)",
-                                o.acked - k,
-                                o.acked
+                                "what survived its own cut changed at a later one: {} records then, {} now",
+                                seen.len(),
+                                ns.len()
                             ));
                         }
-                        totals.checked_durable += o.acked;
+                        kept_now.push(ns);
+                        continue;
                     }
-                    Tier::Buffered => {
-                        let kept = ns.iter().filter(|&&n| n < o.acked).count() as u64;
-                        buffered_lost += o.acked - kept;
-                        if !prefix {
-                            holes += 1;
+                    let k = ns.len() as u64;
+                    let prefix = ns == (0..k).collect::<Vec<_>>();
+                    match p.tier {
+                        Tier::Sync | Tier::Batched => {
+                            if !prefix {
+                                fail("a gap in the records");
+                            }
+                            if k < o.acked {
+                                fail(&format!(
+                                    "LOST {} acknowledged records (only {k} of {} acked are kept)",
+                                    o.acked - k,
+                                    o.acked
+                                ));
+                            }
+                            if vi == 0 {
+                                totals.checked_durable += o.acked;
+                            }
+                        }
+                        Tier::Buffered => {
+                            let kept = ns.iter().filter(|&&n| n < o.acked).count() as u64;
+                            buffered_lost[vi] += o.acked - kept;
+                            if !prefix {
+                                holes[vi] += 1;
+                            }
                         }
                     }
+                    kept_now.push(ns);
                 }
-                p.kept = Some(ns);
+                // Earlier lives' views were checked against their record
+                // already; what they keep now replaces it (a later cut may
+                // only add: delivered records stay delivered).
+                if p.kept.is_none() {
+                    p.kept = Some(kept_now);
+                }
             }
             totals.checked_durable_again += all
                 .iter()
@@ -529,11 +595,16 @@ fn run(sink: Sink, default_cuts: usize) {
             for w in &warns {
                 *totals.log_lines.entry(log_kind(w)).or_default() += 1;
             }
+            let per = if f.rx.is_empty() {
+                ""
+            } else {
+                " (main, mirror)"
+            };
             say(&format!(
                 "cut {cut}/{cuts}: {pushers}, kill after {kill_after} ms; acked sync {} batched {} buffered {}; \
-                 buffered lost {buffered_lost} (producers with a hole: {holes}); \
+                 buffered lost {buffered_lost:?} (producers with a hole: {holes:?}){per}; \
                  lazyfs dropped {} bytes of {} files, {} entries, {} inodes; \
-                 restart {restart_ms} ms, recovered {}; delivered so far {delivered_total}; \
+                 restart {restart_ms} ms, recovered {}; delivered so far {delivered_total:?}{per}; \
                  recovery log: {} WARN/ERROR",
                 life_acked.get("sync").copied().unwrap_or(0),
                 life_acked.get("batched").copied().unwrap_or(0),
@@ -554,21 +625,30 @@ fn run(sink: Sink, default_cuts: usize) {
                     listing(f.d.data_dir())
                 ));
             }
-            totals.buffered_lost += buffered_lost;
-            totals.buffered_holes += holes;
-            if buffered_lost > 0 {
+            // The worst sink's (each sink's kept set includes the files).
+            let worst_lost = buffered_lost.iter().copied().max().unwrap_or(0);
+            totals.buffered_lost += worst_lost;
+            totals.buffered_holes += holes.iter().copied().max().unwrap_or(0);
+            if worst_lost > 0 {
                 totals.cuts_losing_buffered += 1;
             }
         }
-        if let Some(rx) = &f.rx {
-            // Everything kept is delivered after the last restart.
+        for (vi, (name, rx)) in f.rx.iter().enumerate() {
+            // Everything each sink kept is delivered to it after the last restart.
             let expected: Vec<String> = all
                 .iter()
                 .flat_map(|p| {
                     let tag = &p.out.tag;
-                    p.kept.iter().flatten().map(move |n| format!("{tag}:{n}"))
+                    p.kept
+                        .iter()
+                        .flat_map(move |k| k[vi].iter())
+                        .map(move |n| format!("{tag}:{n}"))
                 })
                 .collect();
+            say(&format!(
+                "  sink {name}: waiting for the {} records it kept",
+                expected.len()
+            ));
             rx.wait_for_payloads(&expected, Duration::from_secs(60));
             totals.delivered_at_end += expected.len() as u64;
         }
@@ -583,7 +663,7 @@ fn run(sink: Sink, default_cuts: usize) {
     }
     if sink == Sink::Delivering {
         say(&format!(
-            "  {} records kept through the cuts were then all delivered",
+            "  {} records kept through the cuts were then all delivered (summed over main and mirror)",
             totals.delivered_at_end
         ));
     }
