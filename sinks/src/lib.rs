@@ -35,6 +35,7 @@ pub mod noop;
 pub mod plugin;
 pub mod registry;
 pub mod regular_file;
+pub mod sink_type;
 
 use std::sync::Arc;
 

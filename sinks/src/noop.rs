@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sink_sdk::{Batch, Limits, Outcome, Sink};
 
 use crate::delivery::DeliveryConfig;
-use crate::registry::{CheckedSink, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 
 /// The noop sink in the registry.

@@ -34,7 +34,7 @@ use sink_sdk::output::{AppendRules, Framing, RollingFile};
 use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
 use crate::delivery::DeliveryConfig;
-use crate::registry::{CheckedSink, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::FileSettings;
 pub use config::{FileConfig, FileFormat};

@@ -28,7 +28,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 
 use crate::delivery::DeliveryConfig;
-use crate::registry::{CheckedSink, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::HttpSettings;
 pub use config::{Delivery, HttpConfig, HttpEncoding, HttpMethod};

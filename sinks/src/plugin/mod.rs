@@ -63,7 +63,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::delivery::DeliveryConfig;
-use crate::registry::{CheckedSink, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 
 /// The plugin host in the registry: its name and keys here, reading and
