@@ -23,7 +23,22 @@ struct Reading {
     fsync: Vec<Vec<(f64, u64)>>,
     /// Per shard: sink state and reason.
     sinks: Vec<(String, String)>,
+    /// Per sink, over its shards: (name, delivered, backlog records,
+    /// backlog bytes, oldest age s, records skipped, up on every shard).
+    per_sink: Vec<SinkTotals>,
     ready: bool,
+}
+
+/// One sink's totals over its shards, from `stats --json`.
+#[derive(Debug, Clone, Default)]
+struct SinkTotals {
+    name: String,
+    delivered: u64,
+    backlog: u64,
+    backlog_bytes: u64,
+    oldest: u64,
+    skipped: u64,
+    up: bool,
 }
 
 fn ask(socket: &Path, command: &str, limits: Limits) -> Result<Value, String> {
@@ -117,8 +132,23 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
                 .collect()
         })
         .unwrap_or_default();
+    let per_sink = stats["sinks"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, t)| SinkTotals {
+            name: name.clone(),
+            delivered: n(t, "delivered_records"),
+            backlog: n(t, "backlog_records"),
+            backlog_bytes: n(t, "backlog_bytes"),
+            oldest: n(t, "oldest_age_seconds"),
+            skipped: n(t, "records_skipped"),
+            up: n(t, "up") == 1,
+        })
+        .collect();
     Ok(Reading {
         at: Instant::now(),
+        per_sink,
         shards: numbers
             .iter()
             .map(|&(_, w, d, p, a, b)| (w, d, p, a, b))
@@ -207,6 +237,31 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
         backlog_bytes += cur.4;
         oldest = oldest.max(cur.3);
     }
+    screen.push_str(&format!(
+        "\n{:<16} {:>12} {:>10} {:>11} {:>9} {:>9}  state\n",
+        "sink", "delivered/s", "backlog", "bytes", "oldest s", "skipped"
+    ));
+    for t in &now.per_sink {
+        let was = prev
+            .per_sink
+            .iter()
+            .find(|p| p.name == t.name)
+            .map_or(t.delivered, |p| p.delivered);
+        screen.push_str(&format!(
+            "{:<16} {:>12.0} {:>10} {:>11} {:>9} {:>9}  {}\n",
+            t.name,
+            rate(t.delivered, was, secs),
+            t.backlog,
+            bytes_text(t.backlog_bytes),
+            t.oldest,
+            t.skipped,
+            if t.up {
+                "up"
+            } else {
+                "down or paused (see ctl health)"
+            }
+        ));
+    }
     let verdict = if now.ready { "ready" } else { "NOT READY" };
     let p99 = worst_p99.map_or("-".into(), |p| format!("{p:.2} ms"));
     let line = format!(
@@ -252,7 +307,52 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{bytes_text, p99_ms};
+    use super::{bytes_text, p99_ms, render, Reading, SinkTotals};
+    use std::time::{Duration, Instant};
+
+    /// One row per sink, its delivery rate over the interval, its backlog
+    /// and whether it is up.
+    #[test]
+    fn each_sink_has_a_row_with_its_rate_and_backlog() {
+        let at = Instant::now();
+        let sink = |name: &str, delivered, backlog, up| SinkTotals {
+            name: name.into(),
+            delivered,
+            backlog,
+            backlog_bytes: backlog * 100,
+            oldest: 3,
+            skipped: 0,
+            up,
+        };
+        let reading = |at, sinks| Reading {
+            at,
+            shards: vec![(0, 0, 0, 0, 0)],
+            fsync: vec![Vec::new()],
+            sinks: vec![("running".into(), String::new())],
+            per_sink: sinks,
+            ready: true,
+        };
+        let prev = reading(at, vec![sink("a", 100, 0, true), sink("b", 50, 10, false)]);
+        let now = reading(
+            at + Duration::from_secs(2),
+            vec![sink("a", 300, 0, true), sink("b", 50, 20, false)],
+        );
+        let (screen, _) = render(&prev, &now);
+        let row = |name: &str| {
+            screen
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(name))
+                .unwrap_or_else(|| panic!("no row for {name}:\n{screen}"))
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(row("a")[1], "100", "{screen}");
+        assert_eq!(row("a").last().unwrap(), "up");
+        assert_eq!(row("b")[1], "0", "{screen}");
+        assert_eq!(row("b")[2], "20", "{screen}");
+        assert!(screen.contains("down or paused"), "{screen}");
+    }
 
     #[test]
     fn bytes_read_in_their_unit() {

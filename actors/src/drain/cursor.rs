@@ -136,7 +136,9 @@ impl<S: Storage> Cursor<S> {
         stats.checkpoint.store(start, Ordering::Relaxed);
         Ok(Cursor {
             follower: ShardFollower::new(storage.clone(), cfg.dir.clone(), start),
-            host: SinkHost::new(cfg.shard, slot, stats.clone()).with_clock(clock.clone()),
+            host: SinkHost::new(cfg.shard, slot, stats.clone())
+                .named(&cfg.sink)
+                .with_clock(clock.clone()),
             writer: CheckpointWriter::new(&cfg.dir, &cursor_file(&cfg.sink)),
             sink: cfg.sink,
             storage,

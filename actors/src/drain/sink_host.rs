@@ -73,6 +73,8 @@ impl SinkSlot {
 /// recreates it with backoff, and switches to a reloaded sink between batches.
 pub struct SinkHost {
     shard: u32,
+    /// The sink's name (`[sinks.NAME]`), the `sink` field of log lines.
+    name: String,
     slot: Arc<SinkSlot>,
     epoch: u64,
     maker: SinkMaker,
@@ -109,6 +111,7 @@ impl SinkHost {
         let (maker, settings, description) = slot.current();
         SinkHost {
             shard,
+            name: "default".into(),
             slot,
             epoch,
             maker,
@@ -120,6 +123,12 @@ impl SinkHost {
             stats,
             clock: Clock::system(),
         }
+    }
+
+    /// The sink's name, for log lines (`default` unless told).
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = name.to_string();
+        self
     }
 
     /// Read `clock` for the restart backoff (the simulation's manual clock).
@@ -156,7 +165,7 @@ impl SinkHost {
             return false;
         }
         let (maker, settings, description) = self.slot.current();
-        tracing::info!(shard = self.shard, sink = %description, "switching to the reloaded sink at a batch boundary");
+        tracing::info!(shard = self.shard, sink = %self.name, target = %description, "switching to the reloaded sink at a batch boundary");
         self.epoch = epoch;
         self.maker = maker;
         self.settings = settings;
@@ -195,7 +204,7 @@ impl SinkHost {
                 if let Ok(Health::Unhealthy(why)) =
                     catch_unwind(AssertUnwindSafe(|| inst.health_check()))
                 {
-                    tracing::warn!(shard, sink = inst.name(), reason = %why, "sink reports unhealthy; delivering anyway (failures will be retried)");
+                    tracing::warn!(shard, sink = %self.name, target = inst.name(), reason = %why, "sink reports unhealthy; delivering anyway (failures will be retried)");
                 }
                 self.instance = Some(inst);
                 self.stats.sink.lock().unwrap().recreated();
@@ -221,7 +230,7 @@ impl SinkHost {
             .lock()
             .unwrap()
             .failing(super::SinkState::Failed, &reason);
-        tracing::error!(shard = self.shard, sink = %self.description, reason = %reason, restart_in_ms = backoff.as_millis() as u64, "sink instance failed; it will be re-created");
+        tracing::error!(shard = self.shard, sink = %self.name, target = %self.description, reason = %reason, restart_in_ms = backoff.as_millis() as u64, "sink instance failed; it will be re-created");
         reason
     }
 
