@@ -30,7 +30,7 @@ pub use clock::Clock;
 pub use connection::{Connection, ConnectionContext, ConnectionLimits, ReadBudget};
 pub use drain::{
     Cursor, CursorConfig, CursorControl, DeliveryBoard, Drain, DrainSettings, DrainStats,
-    DrainWait, Membership, Retention, RetentionStats, RetireDrain, RewindTo, SinkFigures,
+    DrainWait, Membership, Requeue, Retention, RetentionStats, RetireDrain, RewindTo, SinkFigures,
     SinkHealth, SinkHost, SinkMaker, SinkSlot, SinkState, StartAt, StopDrain,
 };
 pub use flusher::{FlusherConfig, FlusherCore, FlusherParts, ShardFlusher, StopShard};

@@ -28,7 +28,10 @@ use spillway_wab::{shard_dir, DataDirLock, FsStorage};
 
 use crate::admin::{Admin, AdminState, ListenerLoad};
 use crate::config::{Config, DEFAULT_SINK};
-use crate::delivery::{open_dead_letters, sinks_on_disk, start_drain, DeadLetterStores, SinkRun};
+use crate::delivery::{
+    open_dead_letters, open_requeue, sinks_on_disk, start_drain, DeadLetterStores, RequeueStores,
+    SinkRun,
+};
 use crate::logging::say;
 use crate::reload::Reloader;
 use crate::sink::{build_on_thread, build_sinks, build_timeout};
@@ -218,6 +221,7 @@ fn start(
             .join(", "),
     };
     let dead_letters: DeadLetterStores = Arc::default();
+    let requeue_stores: RequeueStores = Arc::default();
     let mut sinks = BTreeMap::new();
     for b in built {
         let store = open_dead_letters(&cfg.server.data_dir, &b.name)?;
@@ -225,9 +229,15 @@ fn start(
             .lock()
             .unwrap()
             .insert(b.name.clone(), store.clone());
+        let requeue = open_requeue(&cfg.server.data_dir, &b.name)?;
+        requeue_stores
+            .lock()
+            .unwrap()
+            .insert(b.name.clone(), requeue.clone());
         let run = SinkRun {
             slot: SinkSlot::new(b.maker, b.settings, b.description),
             dead_letters: store,
+            requeue,
             start: b.start,
         };
         sinks.insert(b.name, run);
@@ -406,6 +416,7 @@ fn start(
         shards,
         sinks,
         dead_letters: dead_letters.clone(),
+        requeue: requeue_stores.clone(),
         board: board.clone(),
     };
     let supervisor = Supervisor::new(cfg.clone(), children).start();
@@ -424,6 +435,7 @@ fn start(
         stats: conn_ctx.stats.clone(),
         live_connections: conn_ctx.live.clone(),
         dead_letters,
+        requeue: requeue_stores,
         reload: Some(Box::new(move || {
             Box::pin(Reloader::reload(for_admin.clone()))
         })),

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use spillway_actors::{
-    Cursor, CursorConfig, Drain, DrainStats, Retention, ShardQueue, SinkSlot, StartAt,
+    Cursor, CursorConfig, Drain, DrainStats, Requeue, Retention, ShardQueue, SinkSlot, StartAt,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::format::now_unix_us;
@@ -35,10 +35,29 @@ pub type DeadLetters = Arc<Mutex<DeadLetterStore<FsStorage>>>;
 /// of sinks removed since the start (their dead letters stay readable).
 pub type DeadLetterStores = Arc<Mutex<BTreeMap<String, DeadLetters>>>;
 
+/// A sink's requeue store: dead letters `ctl dead-letter requeue` sent
+/// back to that sink alone (with several sinks).
+pub type Requeued = Arc<Requeue<FsStorage>>;
+
+/// Every sink's requeue store, by name (configured sinks only).
+pub type RequeueStores = Arc<Mutex<BTreeMap<String, Requeued>>>;
+
+/// In a sink's folder: its requeue store.
+pub const REQUEUE_DIR: &str = "requeue";
+
+/// Open sink `name`'s requeue store (`sinks/<name>/requeue/`).
+pub fn open_requeue(data_dir: &Path, name: &str) -> Result<Requeued, String> {
+    let dir = sink_dir(data_dir, name).join(REQUEUE_DIR);
+    let store = DeadLetterStore::open(FsStorage, &dir)
+        .map_err(|e| format!("opening the requeue store {}: {e}", dir.display()))?;
+    Ok(Arc::new(Requeue::new(store)))
+}
+
 /// One configured sink as the daemon runs it.
 pub struct SinkRun {
     pub slot: Arc<SinkSlot>,
     pub dead_letters: DeadLetters,
+    pub requeue: Requeued,
     /// Where it starts in a shard where it has no cursor yet.
     pub start: StartAt,
 }
@@ -118,7 +137,7 @@ pub fn start_drain(
         spillway_actors::Clock::system(),
         now_unix_us() | 1,
     )?;
-    Ok(Drain::spawn(cursor)?.start())
+    Ok(Drain::spawn(cursor.with_requeue(run.requeue.clone()))?.start())
 }
 
 /// In a sink's folder: present while the operator has paused the sink.

@@ -24,7 +24,9 @@ use spillway_actors::{
 use spillway_wab::{open_shard, shard_dir, FsStorage};
 
 use crate::config::Config;
-use crate::delivery::{open_dead_letters, start_drain, DeadLetterStores, SinkRun};
+use crate::delivery::{
+    open_dead_letters, open_requeue, start_drain, DeadLetterStores, RequeueStores, SinkRun,
+};
 use crate::sink::BuiltSink;
 
 /// Restarts allowed per child within [`RESTART_WINDOW`].
@@ -139,6 +141,7 @@ pub struct Supervisor {
     /// The configured sinks, by name.
     sinks: BTreeMap<String, SinkRun>,
     dead_letters: DeadLetterStores,
+    requeue: RequeueStores,
     board: Arc<DeliveryBoard>,
     shutting_down: bool,
 }
@@ -152,6 +155,7 @@ pub struct Children {
     pub shards: Vec<ShardSlot>,
     pub sinks: BTreeMap<String, SinkRun>,
     pub dead_letters: DeadLetterStores,
+    pub requeue: RequeueStores,
     pub board: Arc<DeliveryBoard>,
 }
 
@@ -164,6 +168,7 @@ impl Supervisor {
             shards,
             sinks,
             dead_letters,
+            requeue,
             board,
         } = children;
         Supervisor {
@@ -176,6 +181,7 @@ impl Supervisor {
             shards,
             sinks,
             dead_letters,
+            requeue,
             board,
             shutting_down: false,
         }
@@ -384,9 +390,11 @@ impl Supervisor {
         let name = built.name.clone();
         let data_dir = self.cfg.server.data_dir.clone();
         let dead_letters = open_dead_letters(&data_dir, &name)?;
+        let requeue = open_requeue(&data_dir, &name)?;
         let run = SinkRun {
             slot: SinkSlot::new(built.maker, built.settings, built.description.clone()),
             dead_letters: dead_letters.clone(),
+            requeue: requeue.clone(),
             start: built.start,
         };
         let mut stats = Vec::new();
@@ -422,6 +430,7 @@ impl Supervisor {
                 shards: stats,
             },
         );
+        self.requeue.lock().unwrap().insert(name.clone(), requeue);
         self.sinks.insert(name, run);
         Ok(())
     }
@@ -437,6 +446,7 @@ impl Supervisor {
             }
         }
         self.sinks.remove(name);
+        self.requeue.lock().unwrap().remove(name);
         self.board.remove(name);
     }
 

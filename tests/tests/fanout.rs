@@ -464,3 +464,61 @@ fn pause_holds_one_sink_resume_catches_up_and_rewind_replays_to_it_alone() {
         f.stderr
     );
 }
+
+/// With several sinks, `ctl dead-letter requeue --sink NAME` sends the
+/// records back to that sink alone: the other sink, which took them the
+/// first time, does not get them again.
+#[test]
+fn a_requeue_goes_back_to_its_sink_alone() {
+    let a = HttpReceiver::start();
+    let b = HttpReceiver::start();
+    b.reject_containing(Some(b"poison"));
+    let mut d = Daemon::configure("");
+    d.reconfigure(&format!(
+        "[server]\nshards = 1\n{}{}",
+        http_table("a", &a),
+        http_table("b", &b)
+    ));
+    d.spawn();
+    let poison = push_tagged(&d, "poison", 1);
+    a.wait_for_payloads(&poison, DELIVERY_TIMEOUT);
+    let listed = || d.ctl(&["dead-letter", "list", "--sink", "b"]);
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || listed().starts_with("1 dead letters")),
+        "b did not dead-letter the record: {}",
+        listed()
+    );
+    assert!(d
+        .ctl(&["dead-letter", "list", "--sink", "a"])
+        .starts_with("0 dead letters"));
+    let after = push_tagged(&d, "after", 20);
+    a.wait_for_payloads(&after, DELIVERY_TIMEOUT);
+    b.wait_for_payloads(&after, DELIVERY_TIMEOUT);
+
+    b.reject_containing(None);
+    let report = d.ctl(&["dead-letter", "requeue", "all", "--sink", "b"]);
+    assert_eq!(report, "requeued 1\n");
+    b.wait_for_payloads(&poison, DELIVERY_TIMEOUT);
+    assert!(listed().starts_with("0 dead letters"), "{}", listed());
+    std::thread::sleep(Duration::from_millis(500));
+    let a_copies = a
+        .accepted_records()
+        .iter()
+        .filter(|r| r.text() == poison[0])
+        .count();
+    assert_eq!(a_copies, 1, "the requeue for b reached a");
+    // Which sink must be said when there are several.
+    let f = run_spillway(
+        &[
+            "ctl".as_ref(),
+            "--config".as_ref(),
+            d.config_path().as_os_str(),
+            "dead-letter".as_ref(),
+            "requeue".as_ref(),
+            "all".as_ref(),
+        ],
+        Duration::from_secs(10),
+    );
+    assert!(!f.status.success(), "{f:?}");
+    assert!(f.stderr.contains("--sink NAME"), "{}", f.stderr);
+}

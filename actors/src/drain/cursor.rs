@@ -26,6 +26,7 @@ use spillway_wab::storage::is_no_space;
 use spillway_wab::{CheckpointWriter, Storage, StoredRecord};
 
 use super::control::RewindTo;
+use super::requeue::Requeue;
 use super::retention::{Membership, Retention, StartAt};
 use super::retry::RetryState;
 use super::sink_host::{SinkHost, SinkSlot};
@@ -87,6 +88,8 @@ pub struct Cursor<S: Storage> {
     /// cursor leaves the retention (its file goes, it holds nothing).
     retire: Arc<AtomicBool>,
     pub(super) dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
+    /// This sink's requeued dead letters, if the daemon gave it a store.
+    pub(super) requeue: Option<Arc<Requeue<S>>>,
     pub(super) stats: Arc<DrainStats>,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) host: SinkHost,
@@ -148,6 +151,7 @@ impl<S: Storage> Cursor<S> {
             queue,
             retention,
             dead_letters,
+            requeue: None,
             stats,
             stop: Arc::new(AtomicBool::new(false)),
             clock,
@@ -182,6 +186,13 @@ impl<S: Storage> Cursor<S> {
     /// once written).
     pub fn confirmed(&self) -> u64 {
         self.confirmed
+    }
+
+    /// Deliver the records `ctl dead-letter requeue --sink` puts in
+    /// `requeue` (this shard's), between batches.
+    pub fn with_requeue(mut self, requeue: Arc<Requeue<S>>) -> Self {
+        self.requeue = Some(requeue);
+        self
     }
 
     /// The sink this cursor delivers to.
@@ -248,6 +259,9 @@ impl<S: Storage> Cursor<S> {
         }
         if let Some(left) = self.host.restart_wait() {
             return DrainWait::Pause(left);
+        }
+        if let Some(wait) = self.deliver_requeued() {
+            return wait;
         }
         if self.pending.is_empty() {
             self.pass_headerless_abandoned(wm);

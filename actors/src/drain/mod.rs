@@ -34,6 +34,7 @@ mod board;
 mod control;
 mod cursor;
 mod delivery;
+mod requeue;
 mod retention;
 mod retry;
 mod sink_host;
@@ -47,6 +48,7 @@ pub use actor::{Drain, RetireDrain, StopDrain};
 pub use board::{DeliveryBoard, SinkFigures};
 pub use control::{CursorControl, RewindTo};
 pub use cursor::{Cursor, CursorConfig, DrainWait};
+pub use requeue::Requeue;
 pub use retention::{Membership, Retention, RetentionStats, StartAt};
 pub use sink_host::{DrainSettings, SinkHost, SinkMaker, SinkSlot};
 

@@ -140,18 +140,14 @@ impl CommitTarget for RequeueWaiter {
 /// Sync, in their original order), then remove them from the store.
 pub(super) async fn requeue(
     state: &AdminState,
+    sink: Option<&str>,
     store: &DeadLetters,
     sel: Selection,
 ) -> Result<usize, String> {
-    let sinks = state.board.sinks().len();
-    if sinks > 1 {
-        // A requeued record is pushed into the WAB again, and every sink
-        // reads the WAB: it would reach the sinks that already have it.
-        return Err(format!(
-            "requeue pushes the records into the buffer again, which {sinks} sinks read; \
-             with more than one sink it would deliver them twice to the others, so it is \
-             refused (list or drop them, or push them again yourself)"
-        ));
+    if state.board.sinks().len() > 1 {
+        // Every sink reads the WAB: a record pushed there again would
+        // reach the sinks that already have it. Send it to this one alone.
+        return to_one_sink(state, sink, store, sel);
     }
     let all = stored(store)?;
     let chosen: Vec<DeadLetter> = all.into_iter().filter(|l| sel.matches(l)).collect();
@@ -215,6 +211,39 @@ pub(super) async fn requeue(
         requeued.extend(letters.iter().map(|l| (l.shard, l.seq)));
     }
     remove(store, &requeued)?;
+    Ok(chosen.len())
+}
+
+/// With several sinks: move the selected dead letters into the sink's
+/// requeue store (fsynced), then out of its dead-letter store; its cursors
+/// deliver them to it alone, between batches. A crash between the two
+/// steps leaves a record in both: delivered, and listed once more.
+fn to_one_sink(
+    state: &AdminState,
+    sink: Option<&str>,
+    store: &DeadLetters,
+    sel: Selection,
+) -> Result<usize, String> {
+    let name = sink.ok_or("there are several sinks; say which with --sink NAME")?;
+    let requeue = state
+        .requeue
+        .lock()
+        .unwrap()
+        .get(name)
+        .cloned()
+        .ok_or_else(|| format!("sink {name:?} is not configured: its dead letters can be listed or dropped, not requeued"))?;
+    let chosen: Vec<DeadLetter> = stored(store)?
+        .into_iter()
+        .filter(|l| sel.matches(l))
+        .collect();
+    if chosen.is_empty() {
+        return Ok(0);
+    }
+    requeue
+        .add(&chosen)
+        .map_err(|e| format!("writing the requeue store of sink {name}: {e}"))?;
+    let ids: Vec<(u32, u64)> = chosen.iter().map(|l| (l.shard, l.seq)).collect();
+    remove(store, &ids)?;
     Ok(chosen.len())
 }
 

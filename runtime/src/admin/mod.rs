@@ -36,7 +36,7 @@ use spillway_actors::{
     AcceptErrors, DaemonStats, DeliveryBoard, RateLimiter, ShardQueue, WabBudget,
 };
 
-use crate::delivery::DeadLetterStores;
+use crate::delivery::{DeadLetterStores, RequeueStores};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 
@@ -55,6 +55,8 @@ pub struct AdminState {
     pub stats: Arc<DaemonStats>,
     pub live_connections: Arc<std::sync::atomic::AtomicUsize>,
     pub dead_letters: DeadLetterStores,
+    /// Each configured sink's requeue store (requeue with several sinks).
+    pub requeue: RequeueStores,
     /// Starts a reload; the future answers with its report (set by the
     /// daemon). It waits for the new sink without blocking this arbiter.
     pub reload: Option<Box<dyn Fn() -> ReloadFuture>>,
@@ -287,7 +289,7 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         }
         ["dead-letter", "requeue", sel @ ..] => {
             let store = dead_letters::store(state, sink)?;
-            let n = dead_letters::requeue(state, &store, Selection::parse(sel)?).await?;
+            let n = dead_letters::requeue(state, sink, &store, Selection::parse(sel)?).await?;
             Ok(if json {
                 as_json(serde_json::json!({ "requeued": n }))
             } else {
