@@ -371,7 +371,9 @@ impl<S: Storage> Cursor<S> {
     /// fdatasync that needs no new block (see `spillway_wab::checkpoint`),
     /// so it costs far less than the sink's own round trip.
     pub(super) fn persist(&mut self) -> io::Result<()> {
-        if self.persisted == self.confirmed {
+        // A removed sink's cursor no longer owns the file: the sink may
+        // have been added again under its name, with a cursor of its own.
+        if self.persisted == self.confirmed || self.retire.load(Ordering::Acquire) {
             return Ok(());
         }
         self.writer.write(&self.storage, self.confirmed)?;
