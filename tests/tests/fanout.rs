@@ -63,6 +63,15 @@ fn http_table(name: &str, rx: &HttpReceiver) -> String {
     )
 }
 
+/// `spillway ctl ARGS` on the daemon's config, run to its end whatever it
+/// answers (for the refusals).
+fn ctl_run(d: &Daemon, args: &[&str]) -> Finished {
+    let mut all: Vec<&std::ffi::OsStr> = vec!["ctl".as_ref(), "--config".as_ref()];
+    all.push(d.config_path().as_os_str());
+    all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
+    run_spillway(&all, Duration::from_secs(10))
+}
+
 /// `sink{sink="NAME"}.KEY` of `ctl stats`.
 fn sink_stat(d: &Daemon, sink: &str, key: &str) -> u64 {
     let stats = d.ctl(&["stats"]);
@@ -446,17 +455,7 @@ fn pause_holds_one_sink_resume_catches_up_and_rewind_replays_to_it_alone() {
         "the rewind of b reached a"
     );
     // An unknown sink is refused, naming it and the ones there are.
-    let f = run_spillway(
-        &[
-            "ctl".as_ref(),
-            "--config".as_ref(),
-            d.config_path().as_os_str(),
-            "sink".as_ref(),
-            "pause".as_ref(),
-            "nope".as_ref(),
-        ],
-        Duration::from_secs(10),
-    );
+    let f = ctl_run(&d, &["sink", "pause", "nope"]);
     assert!(!f.status.success(), "{f:?}");
     assert!(
         f.stderr.contains("no sink \"nope\"; sinks: a, b"),
@@ -508,17 +507,7 @@ fn a_requeue_goes_back_to_its_sink_alone() {
         .count();
     assert_eq!(a_copies, 1, "the requeue for b reached a");
     // Which sink must be said when there are several.
-    let f = run_spillway(
-        &[
-            "ctl".as_ref(),
-            "--config".as_ref(),
-            d.config_path().as_os_str(),
-            "dead-letter".as_ref(),
-            "requeue".as_ref(),
-            "all".as_ref(),
-        ],
-        Duration::from_secs(10),
-    );
+    let f = ctl_run(&d, &["dead-letter", "requeue", "all"]);
     assert!(!f.status.success(), "{f:?}");
     assert!(f.stderr.contains("--sink NAME"), "{}", f.stderr);
 }
