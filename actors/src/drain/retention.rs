@@ -139,9 +139,10 @@ impl<S: Storage> Retention<S> {
 
     /// A sink (re)joins: where its cursor starts. Its cursor file if it
     /// has one (never below the floor: an unreadable one is moved aside
-    /// and it starts at the floor); otherwise `start` decides, and the
-    /// file is written now, so a crash before its first delivery does not
-    /// move its start.
+    /// and it starts at the floor); a sink the shard was opened with, or
+    /// one whose file is an empty marker, starts at the floor; only a sink
+    /// a reload adds goes by `start`. The file is written now, so a crash
+    /// before its first delivery does not move its start.
     pub fn join(&mut self, sink: &str, start: StartAt) -> io::Result<(Membership, u64)> {
         let file = cursor_file(sink);
         // An empty cursor file is a marker: the sink is a member but its
@@ -176,7 +177,8 @@ impl<S: Storage> Retention<S> {
                 Ok(()) => {}
                 // A full disk: the file is made at the first confirmation
                 // (then it overwrites in place and needs no space); until
-                // then a restart starts this sink again as `start` says.
+                // then the marker below makes a restart start it at the
+                // floor.
                 Err(e) if is_no_space(&e) => {
                     // An empty file needs no data block: it says "a member,
                     // at the floor" until the real one can be made.
