@@ -29,9 +29,10 @@ pub use budget::{ShardBudget, WabBudget};
 pub use clock::Clock;
 pub use connection::{Connection, ConnectionContext, ConnectionLimits, ReadBudget};
 pub use drain::{
-    Cursor, CursorConfig, CursorControl, DeliveryBoard, Drain, DrainSettings, DrainStats,
-    DrainWait, Membership, Requeue, Retention, RetentionStats, RetireDrain, RewindTo, SinkFigures,
-    SinkHealth, SinkHost, SinkMaker, SinkSlot, SinkState, StartAt, StopDrain,
+    learned_file, Cursor, CursorConfig, CursorControl, DeliveryBoard, Drain, DrainSettings,
+    DrainStats, DrainWait, InFlight, Membership, Requeue, Retention, RetentionStats, RetireDrain,
+    RewindTo, SinkFigures, SinkHealth, SinkHost, SinkMaker, SinkSlot, SinkState, StartAt,
+    StopDrain,
 };
 pub use flusher::{FlusherConfig, FlusherCore, FlusherParts, ShardFlusher, StopShard};
 pub use idle::{Evict, IdleConnections};

@@ -535,6 +535,24 @@ impl ShardQueue {
         *guard
     }
 
+    /// [`ShardQueue::wait_durable`], also ending once `kick` is raised
+    /// (a delivery worker's answer: it raises it, then wakes the waiters).
+    pub fn wait_durable_or(
+        &self,
+        seen: Watermark,
+        timeout: Duration,
+        kick: &std::sync::atomic::AtomicBool,
+    ) -> Watermark {
+        let guard = self.durable.lock().unwrap();
+        let (guard, _) = self
+            .durable_changed
+            .wait_timeout_while(guard, timeout, |w| {
+                *w == seen && !kick.load(Ordering::Acquire)
+            })
+            .unwrap();
+        *guard
+    }
+
     /// The flusher gave up on a segment (it stays `.open`, unsealed).
     pub fn mark_abandoned(&self, segment: Abandoned) {
         self.abandoned.lock().unwrap().push(segment);

@@ -16,8 +16,8 @@ use bytes::Bytes;
 use sink_sdk::{records, Batch, Limits, Outcome, RecordOutcome, Sink};
 use spillway_actors::{
     AppendBatch, Clock, CommitTarget, Cursor, CursorConfig, Drain, DrainSettings, DrainStats,
-    FlusherConfig, PendingRecord, Retention, ShardFlusher, ShardQueue, SinkHost, SinkMaker,
-    SinkSlot, StartAt, WabBudget,
+    FlusherConfig, InFlight, PendingRecord, Retention, ShardFlusher, ShardQueue, SinkHost,
+    SinkMaker, SinkSlot, StartAt, WabBudget,
 };
 use spillway_protocol::NackReason;
 use spillway_wab::deadletter::DeadLetterStore;
@@ -132,6 +132,7 @@ fn settings(max_records: usize) -> DrainSettings {
         retry_max: Duration::from_millis(50),
         max_retry_duration: None,
         skip_lag_bytes: None,
+        in_flight: InFlight::Fixed(1),
     }
 }
 
@@ -430,6 +431,7 @@ impl Rig {
                 shard: 0,
                 dir,
                 skipped_file: tmp.path().join("skipped"),
+                learned_file: None,
             },
             StartAt::End,
             queue.clone(),

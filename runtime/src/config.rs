@@ -821,6 +821,12 @@ pub fn drain_settings(sink: &SinkConfig) -> spillway_actors::DrainSettings {
                 spillway_sinks::OnLag::Skip => s.lag_bytes_max(),
                 spillway_sinks::OnLag::Block => None,
             },
+            in_flight: match s.batches_in_flight() {
+                spillway_sinks::Concurrency::Fixed(n) => spillway_actors::InFlight::Fixed(n),
+                spillway_sinks::Concurrency::Adaptive => spillway_actors::InFlight::Adaptive {
+                    max: s.batches_in_flight_max(),
+                },
+            },
         }
     }
 }

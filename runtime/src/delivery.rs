@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use spillway_actors::{
-    Cursor, CursorConfig, Drain, DrainStats, Requeue, Retention, ShardQueue, SinkSlot, StartAt,
+    learned_file, Cursor, CursorConfig, Drain, DrainStats, Requeue, Retention, ShardQueue,
+    SinkSlot, StartAt,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::format::now_unix_us;
@@ -124,6 +125,7 @@ pub fn start_drain(
         shard: queue.shard,
         dir: shard_dir(data_dir, queue.shard),
         skipped_file: sink_dir(data_dir, name).join(SKIPPED_FILE),
+        learned_file: Some(learned_file(&sink_dir(data_dir, name), queue.shard)),
     };
     let cursor = Cursor::new(
         FsStorage,

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use spillway_actors::InFlight as BatchesInFlight;
 use spillway_actors::{
     AppendBatch, Clock, CommitTarget, Cursor, CursorConfig, DrainSettings, DrainStats, DrainWait,
     FlusherConfig, FlusherCore, PendingRecords, Retention, RetentionStats, SealerCore, SealerMsg,
@@ -74,6 +75,9 @@ pub struct Report {
     pub header_repairs: u64,
     /// Acknowledged records a wiped header took, each counted by recovery.
     pub damage_lost: u64,
+    /// Steps after which the mirror had more than one batch out (its
+    /// answers come back out of order).
+    pub mirror_overlapped: u64,
 }
 
 /// A broken promise: which, where, and the actions leading to it.
@@ -296,6 +300,24 @@ fn random_settings(rng: &mut Rng) -> DrainSettings {
         // One sink: skipping would break the oracle that every acked record
         // reaches it.
         skip_lag_bytes: None,
+        // The sink's order is checked: one batch at a time (the mirror's
+        // may differ, see `mirror_in_flight`).
+        in_flight: BatchesInFlight::Fixed(1),
+    }
+}
+
+/// The mirror's batches in flight: one at a time for half the seeds, else
+/// a few, fixed or adaptive, their answers handed back out of order. From
+/// a stream of its own, so every seed's schedule stays what it was before
+/// the mirror had more than one.
+fn mirror_in_flight(seed: u64) -> BatchesInFlight {
+    let mut rng = Rng::new(seed ^ 0x6d69_7272_6f72_0001);
+    match rng.below(4) {
+        0 | 1 => BatchesInFlight::Fixed(1),
+        2 => BatchesInFlight::Fixed(rng.range(2, 5) as u32),
+        _ => BatchesInFlight::Adaptive {
+            max: rng.range(2, 7) as u32,
+        },
     }
 }
 
@@ -366,9 +388,13 @@ impl World {
         ));
         let mirror = (disk == Disk::Roomy).then(|| {
             let script = SinkScript::new(rng.next_u64(), clock.clone());
+            let settings = DrainSettings {
+                in_flight: mirror_in_flight(seed),
+                ..random_settings(&mut rng)
+            };
             let slot = SinkSlot::new(
                 script.maker(rng.range(1, 64) as usize),
-                random_settings(&mut rng),
+                settings,
                 "sim mirror".into(),
             );
             let dead_letters = Arc::new(Mutex::new(
@@ -547,6 +573,7 @@ impl World {
                 shard: SHARD,
                 dir: self.dir.clone(),
                 skipped_file: self.data.join("skipped"),
+                learned_file: None,
             },
             StartAt::End,
             queue.clone(),
@@ -565,23 +592,27 @@ impl World {
                     &self.data.join(MIRROR_DEAD_LETTERS),
                 )?;
                 *m.dead_letters.lock().unwrap() = store;
-                Some(Cursor::new(
-                    self.storage.clone(),
-                    CursorConfig {
-                        sink: MIRROR.to_string(),
-                        shard: SHARD,
-                        dir: self.dir.clone(),
-                        skipped_file: self.data.join("mirror-skipped"),
-                    },
-                    StartAt::End,
-                    queue.clone(),
-                    m.slot.clone(),
-                    retention,
-                    m.dead_letters.clone(),
-                    Arc::default(),
-                    self.clock.clone(),
-                    self.rng.next_u64(),
-                )?)
+                Some(
+                    Cursor::new(
+                        self.storage.clone(),
+                        CursorConfig {
+                            sink: MIRROR.to_string(),
+                            shard: SHARD,
+                            dir: self.dir.clone(),
+                            skipped_file: self.data.join("mirror-skipped"),
+                            learned_file: Some(self.data.join("mirror-in-flight")),
+                        },
+                        StartAt::End,
+                        queue.clone(),
+                        m.slot.clone(),
+                        retention,
+                        m.dead_letters.clone(),
+                        Arc::default(),
+                        self.clock.clone(),
+                        self.rng.next_u64(),
+                    )?
+                    .with_held_answers(),
+                )
             }
         };
         Ok(Node {
@@ -1337,14 +1368,17 @@ impl World {
         let mirror = node.mirror.as_mut().map(|m| {
             let before = m.confirmed();
             let wait = m.step();
-            (before, m.confirmed(), wait)
+            (before, m.confirmed(), wait, m.batches_out())
         });
         if after != before {
             self.note(format!("drain: confirmed {before} -> {after}"));
         }
-        let Some((m_before, m_after, m_wait)) = mirror else {
+        let Some((m_before, m_after, m_wait, m_out)) = mirror else {
             return Ok(wait);
         };
+        if m_out > 1 {
+            self.report.mirror_overlapped += 1;
+        }
         if m_after != m_before {
             self.note(format!("mirror: confirmed {m_before} -> {m_after}"));
         }

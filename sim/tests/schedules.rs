@@ -119,6 +119,7 @@ impl Totals {
         t.header_wipes += r.header_wipes;
         t.header_repairs += r.header_repairs;
         t.damage_lost += r.damage_lost;
+        t.mirror_overlapped += r.mirror_overlapped;
     }
 }
 
@@ -142,7 +143,7 @@ fn schedules() {
     }
     let t = &totals.r;
     eprintln!(
-        "sim: {} schedules in {:.1?} ({} actions, {} storage steps): {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked; {} faults fired, {} process crashes, {} power cuts, {} clean restarts, {} failed starts, {} reloads; {} no-false-ack checks; {} delivered, {} dead-lettered, {} buffered lost, {} repeats offered; segment headers damaged at restarts: {} flipped, {} wiped, {} repaired, {} acknowledged records lost and counted",
+        "sim: {} schedules in {:.1?} ({} actions, {} storage steps): {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked; {} faults fired, {} process crashes, {} power cuts, {} clean restarts, {} failed starts, {} reloads; {} no-false-ack checks; {} delivered, {} dead-lettered, {} buffered lost, {} repeats offered; segment headers damaged at restarts: {} flipped, {} wiped, {} repaired, {} acknowledged records lost and counted; {} steps with several mirror batches out",
         totals.schedules,
         started.elapsed(),
         t.actions,
@@ -167,6 +168,7 @@ fn schedules() {
         t.header_wipes,
         t.header_repairs,
         t.damage_lost,
+        t.mirror_overlapped,
     );
     // The sweep must have exercised what it claims to.
     assert!(t.acked.iter().all(|&a| a > 0), "every tier acknowledged");
@@ -174,6 +176,10 @@ fn schedules() {
     assert!(
         t.header_flips > 0 && t.header_wipes > 0 && t.header_repairs > 0 && t.damage_lost > 0,
         "header damage exercised: flips, wipes, repairs and counted losses"
+    );
+    assert!(
+        t.mirror_overlapped > 0,
+        "the mirror had several batches out, answered out of order"
     );
 }
 

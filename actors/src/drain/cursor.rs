@@ -26,6 +26,7 @@ use spillway_wab::storage::is_no_space;
 use spillway_wab::{CheckpointWriter, Storage, StoredRecord};
 
 use super::control::RewindTo;
+use super::in_flight::{read_learned, Flights, Lanes, Limiter};
 use super::requeue::Requeue;
 use super::retention::{Membership, Retention, StartAt};
 use super::retry::RetryState;
@@ -36,7 +37,7 @@ use crate::shard::{ShardQueue, Watermark};
 
 /// How long an idle cursor sleeps before looking again (it is woken by
 /// new durable records anyway).
-const IDLE_WAIT: Duration = Duration::from_millis(500);
+pub(super) const IDLE_WAIT: Duration = Duration::from_millis(500);
 /// Pause after a failed read of the segments or a failed checkpoint write
 /// before the cursor tries again.
 const IO_ERROR_PAUSE: Duration = Duration::from_secs(1);
@@ -44,6 +45,10 @@ const IO_ERROR_PAUSE: Duration = Duration::from_secs(1);
 const PAUSED_POLL: Duration = Duration::from_millis(100);
 /// Longest a drain sleeps without looking at its stop flag.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
+/// How long a stopping cursor waits for the answers of its batches still
+/// on worker threads, so it can confirm them (what it does not get is
+/// delivered again after the restart).
+const FINISH_WAIT: Duration = Duration::from_secs(10);
 
 /// Which sink and shard a cursor serves.
 pub struct CursorConfig {
@@ -55,6 +60,9 @@ pub struct CursorConfig {
     /// The file that records every range this sink skipped (`on_lag =
     /// "skip"`), one JSON line each.
     pub skipped_file: PathBuf,
+    /// Where an adaptive limit on batches in flight is kept between runs
+    /// (`None`: it starts at 1 every time).
+    pub learned_file: Option<PathBuf>,
 }
 
 /// What a drain waits for after a [`Cursor::step`].
@@ -116,6 +124,8 @@ pub struct Cursor<S: Storage> {
     pub(super) pending_since: Option<Instant>,
     pub(super) retry: RetryState,
     pub(super) rng: u64,
+    /// Batches offered and not yet settled, and the limit on them.
+    pub(super) flights: Flights,
 }
 
 impl<S: Storage> Cursor<S> {
@@ -137,6 +147,12 @@ impl<S: Storage> Cursor<S> {
     ) -> io::Result<Self> {
         let (membership, start) = retention.lock().unwrap().join(&cfg.sink, start)?;
         stats.checkpoint.store(start, Ordering::Relaxed);
+        let mode = slot.current().1.in_flight;
+        let learned = cfg
+            .learned_file
+            .as_deref()
+            .and_then(|path| read_learned(&storage, path));
+        let flights = Flights::new(Limiter::new(mode, learned), cfg.learned_file.clone());
         Ok(Cursor {
             follower: ShardFollower::new(storage.clone(), cfg.dir.clone(), start),
             host: SinkHost::new(cfg.shard, slot, stats.clone())
@@ -165,6 +181,7 @@ impl<S: Storage> Cursor<S> {
             rng: rng_seed.max(1),
             membership,
             retire: Arc::new(AtomicBool::new(false)),
+            flights,
         })
     }
 
@@ -200,17 +217,53 @@ impl<S: Storage> Cursor<S> {
         &self.sink
     }
 
+    /// The simulation's: with more than one batch in flight, offer them on
+    /// this thread and hand the answers back out of order, one step at a
+    /// time, instead of on worker threads.
+    pub fn with_held_answers(mut self) -> Self {
+        self.flights.simulated = true;
+        self
+    }
+
+    /// Batches offered and not yet answered.
+    pub fn batches_out(&self) -> usize {
+        self.flights.out()
+    }
+
     pub(super) fn run(mut self) {
         while !self.stopping() {
             match self.step() {
                 DrainWait::Now => {}
                 DrainWait::Durable { seen, timeout } => {
-                    self.queue.wait_durable(seen, timeout);
+                    self.queue
+                        .wait_durable_or(seen, timeout, &self.flights.kick);
                 }
                 DrainWait::Pause(d) => self.sleep(d),
             }
         }
         self.finish();
+    }
+
+    /// Take the answers of the batches still out (up to [`FINISH_WAIT`])
+    /// and confirm what they finish, so a clean stop redelivers as little
+    /// as it can.
+    fn land_flights(&mut self) {
+        let until = Instant::now() + FINISH_WAIT;
+        loop {
+            if let Lanes::Held(held) = &mut self.flights.lanes {
+                self.flights.answers.extend(held.drain(..));
+            }
+            if let Err(e) = self.absorb() {
+                tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "settling the last answers failed; those records will be delivered again");
+                return;
+            }
+            if self.flights.out() == 0 || Instant::now() >= until {
+                return;
+            }
+            let wm = self.queue.durable();
+            self.queue
+                .wait_durable_or(wm, SLEEP_SLICE, &self.flights.kick);
+        }
     }
 
     /// Write the last checkpoint (a clean stop), or, for a sink removed
@@ -220,6 +273,8 @@ impl<S: Storage> Cursor<S> {
             self.leave();
             return;
         }
+        self.land_flights();
+        self.keep_learned();
         if let Err(e) = self.persist() {
             tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "writing the final delivery checkpoint failed; some records will be delivered again");
         }
@@ -238,6 +293,9 @@ impl<S: Storage> Cursor<S> {
         if self.host.check_reload() {
             // A new sink (or new settings) gets its first try at once.
             self.retry.end_backoff();
+            self.flights
+                .limiter
+                .reconfigure(self.host.settings().in_flight);
         }
         // Read first, whatever else holds delivery (a pause, a backoff, a
         // failed instance): up to one batch, so the backlog this cursor
@@ -246,6 +304,10 @@ impl<S: Storage> Cursor<S> {
         let wm = self.queue.durable();
         if let Err(e) = self.fill(wm) {
             tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "reading segments for delivery failed; retrying");
+            return DrainWait::Pause(IO_ERROR_PAUSE);
+        }
+        if let Err(e) = self.absorb() {
+            tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "recording delivery progress failed; will retry");
             return DrainWait::Pause(IO_ERROR_PAUSE);
         }
         if let Some(wait) = self.skip_check() {
@@ -272,44 +334,36 @@ impl<S: Storage> Cursor<S> {
                     tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "writing the delivery checkpoint failed; will retry");
                 }
             }
+            self.publish_in_flight();
             return DrainWait::Durable {
                 seen: wm,
                 timeout: IDLE_WAIT,
             };
         }
-        let (max_records, max_bytes) = self.host.batch_limits();
-        let full = self.pending.len() >= max_records || self.pending_bytes >= max_bytes;
-        let linger_left = self.pending_since.map_or(Duration::ZERO, |t| {
-            self.host
-                .settings()
-                .linger
-                .saturating_sub(self.clock.since(t))
-        });
-        if !full && !linger_left.is_zero() {
-            return DrainWait::Durable {
-                seen: wm,
-                timeout: linger_left,
-            };
+        match self.dispatch(wm) {
+            Ok(wait) => wait,
+            Err(e) => {
+                tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "offering a batch to the sink failed; will retry");
+                DrainWait::Pause(IO_ERROR_PAUSE)
+            }
         }
-        if let Err(e) = self.deliver_one(max_records, max_bytes) {
-            tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "recording delivery progress failed; the batch will be delivered again");
-            return DrainWait::Pause(IO_ERROR_PAUSE);
-        }
-        DrainWait::Now
     }
 
-    /// Read durable records until the batch limits are reached.
-    fn fill(&mut self, wm: Watermark) -> io::Result<()> {
+    /// Read durable records until those not yet offered make a full
+    /// batch.
+    pub(super) fn fill(&mut self, wm: Watermark) -> io::Result<()> {
         let (max_records, max_bytes) = self.host.batch_limits();
         let mut at_tail = false;
-        while self.pending.len() < max_records && self.pending_bytes < max_bytes {
+        while self.pending.len() - self.flights.records < max_records
+            && self.pending_bytes - self.flights.bytes < max_bytes
+        {
             let queue = &self.queue;
             let next = self
                 .follower
                 .next(wm.tail(), |id| queue.abandoned(id, false).map(|a| a.cut()))?;
             match next {
                 Some(rec) => {
-                    if self.pending.is_empty() {
+                    if self.pending.len() == self.flights.records {
                         self.pending_since = Some(self.clock.now());
                     }
                     self.pending_bytes += rec.payload.len();
@@ -495,6 +549,7 @@ impl<S: Storage> Cursor<S> {
     /// deleted since the start (a new reader counts from the oldest
     /// segment left).
     fn restart_reader_with(&mut self, bytes_base: u64) {
+        self.flights.abandon();
         self.pending.clear();
         self.pending_bytes = 0;
         self.pending_since = None;
@@ -532,6 +587,8 @@ impl<S: Storage> Cursor<S> {
         if self.pending.is_empty() || backlog(self) <= lag_max {
             return Ok(());
         }
+        // Batches out are given up: their answers find no flight.
+        self.flights.abandon();
         let first = self.confirmed;
         let goal = lag_max / 2;
         let mut records = 0u64;

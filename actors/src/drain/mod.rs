@@ -7,8 +7,12 @@
 //!   active segment too (delivery does not wait for a seal). Records are
 //!   read from the segment files by each cursor (the page cache serves the
 //!   second reader); nothing is copied per sink in memory.
-//! - One batch in flight per cursor; order within the shard is preserved
-//!   for each sink. A sink that fails holds only its own cursor.
+//! - One batch in flight per cursor by default, on the cursor's thread:
+//!   order within the shard is preserved for each sink. With
+//!   `batches_in_flight` N or `"adaptive"`, up to the limit on worker
+//!   threads (`in_flight`); answers come back in any order and the cursor
+//!   confirms over the contiguous prefix of finished batches only. A sink
+//!   that fails holds only its own cursor.
 //! - Batches close at `max_records`, `max_bytes` (the smaller of the config
 //!   and the sink's limits) or `linger` after their first record was read.
 //! - The cursor file is written after every confirmed batch, before the
@@ -24,7 +28,8 @@
 //! `actor` (the supervised actor and its thread), `sink_host` (the current
 //! sink, its instance, panics and reloads), `delivery` (one batch: offer it,
 //! classify the sink's outcome, dead-letter the rejected records and
-//! confirm), `retry` (backoff with jitter, retry-after, probing while
+//! confirm), `in_flight` (the limit on batches out, AIMD, and the
+//! worker threads that run them), `retry` (backoff with jitter, retry-after, probing while
 //! backing off), `board` (what the admin side reads: every sink's figures).
 //! The records come from [`spillway_wab::follow::ShardFollower`]; this
 //! folder never builds a segment's file name.
@@ -34,6 +39,7 @@ mod board;
 mod control;
 mod cursor;
 mod delivery;
+mod in_flight;
 mod requeue;
 mod retention;
 mod retry;
@@ -48,6 +54,7 @@ pub use actor::{Drain, RetireDrain, StopDrain};
 pub use board::{DeliveryBoard, SinkFigures};
 pub use control::{CursorControl, RewindTo};
 pub use cursor::{Cursor, CursorConfig, DrainWait};
+pub use in_flight::{learned_file, InFlight, Limiter};
 pub use requeue::Requeue;
 pub use retention::{Membership, Retention, RetentionStats, StartAt};
 pub use sink_host::{DrainSettings, SinkHost, SinkMaker, SinkSlot};
@@ -93,6 +100,11 @@ pub struct DrainStats {
     pub records_skipped: AtomicU64,
     /// What the operator asks of this cursor (pause, rewind).
     pub control: CursorControl,
+    /// Batches offered to the sink and not yet answered.
+    pub in_flight: AtomicU64,
+    /// How many may be out at once: `batches_in_flight`, or what an
+    /// adaptive limit has learned.
+    pub in_flight_limit: AtomicU64,
 }
 
 impl DrainStats {

@@ -4,7 +4,6 @@
 //! with `max_retry_duration`, giving up on a batch into the dead-letter
 //! store.
 
-use std::io;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -32,6 +31,11 @@ struct Backoff {
 }
 
 impl RetryState {
+    /// Whether a wait before the next attempt runs.
+    pub(super) fn backing_off(&self) -> bool {
+        self.backoff.is_some()
+    }
+
     /// Stop waiting: the next step tries the sink again.
     pub(super) fn end_backoff(&mut self) {
         self.backoff = None;
@@ -44,14 +48,15 @@ const PROBE_EVERY: Duration = Duration::from_secs(1);
 const RETRY_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl<S: Storage> Cursor<S> {
-    /// A transient failure of `n` records: dead-letter them if they have
-    /// failed for too long, else back off.
+    /// A transient failure of a batch of `n` records: back off, or, once
+    /// the sink has failed for longer than `max_retry_duration`, give the
+    /// batch up: the reason to dead-letter its records with.
     pub(super) fn after_transient(
         &mut self,
         n: usize,
         after: Option<Duration>,
         reason: String,
-    ) -> io::Result<()> {
+    ) -> Option<String> {
         let now = self.clock.now();
         let first = *self.retry.first_failure.get_or_insert(now);
         self.retry.attempts += 1;
@@ -64,14 +69,11 @@ impl<S: Storage> Cursor<S> {
         let settings = self.host.settings().clone();
         if let Some(limit) = settings.max_retry_duration {
             if now.duration_since(first) >= limit && n > 0 {
-                let why = format!(
+                self.retry = RetryState::default();
+                return Some(format!(
                     "gave up after {} s of transient failures: {reason}",
                     limit.as_secs()
-                );
-                let rejected: Vec<(usize, String)> = (0..n).map(|i| (i, why.clone())).collect();
-                self.settle(n, &rejected)?;
-                self.retry = RetryState::default();
-                return Ok(());
+                ));
             }
         }
         let cap = settings
@@ -94,7 +96,7 @@ impl<S: Storage> Cursor<S> {
             tracing::debug!(shard = self.shard, sink = %self.sink, attempts = self.retry.attempts, reason = %reason, "delivery retry");
         }
         self.back_off(delay, after.unwrap_or(Duration::ZERO));
-        Ok(())
+        None
     }
 
     /// Wait `delay` before the next attempt, but probe the sink every

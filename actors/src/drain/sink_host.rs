@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use sink_sdk::{Batch, Health, Outcome, Sink};
 
+use super::in_flight::InFlight;
 use super::DrainStats;
 use crate::clock::Clock;
 
@@ -31,6 +32,8 @@ pub struct DrainSettings {
     /// `on_lag = "skip"` with this `lag_bytes_max`: past it the cursor
     /// skips ahead. `None`: a lagging sink holds the WAB (`"block"`).
     pub skip_lag_bytes: Option<u64>,
+    /// How many batches may be out at once (`batches_in_flight`).
+    pub in_flight: InFlight,
 }
 
 /// The current sink of the daemon, shared by every drain. A reload stores
@@ -146,6 +149,11 @@ impl SinkHost {
         }
         let left = self.not_before?.saturating_duration_since(self.clock.now());
         (!left.is_zero()).then_some(left)
+    }
+
+    /// The slot this host takes its sink from.
+    pub fn slot(&self) -> Arc<SinkSlot> {
+        self.slot.clone()
     }
 
     pub fn settings(&self) -> &DrainSettings {

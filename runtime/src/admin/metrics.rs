@@ -405,7 +405,7 @@ fn shard_counters() -> [Counter<ShardGet>; 21] {
 }
 
 /// One sink's figures of one shard (labels `sink` and `shard`).
-fn sink_counters() -> [Counter<SinkGet>; 11] {
+fn sink_counters() -> [Counter<SinkGet>; 13] {
     [
         Counter {
             key: "up",
@@ -476,6 +476,20 @@ fn sink_counters() -> [Counter<SinkGet>; 11] {
             kind: "counter",
             help: "Records the sink skipped because its backlog passed lag_bytes_max (on_lag = \"skip\"); each range is in its folder's skipped file.",
             get: |_, d| load(&d.records_skipped),
+        },
+        Counter {
+            key: "batches_in_flight",
+            metric: "spillway_sink_batches_in_flight",
+            kind: "gauge",
+            help: "Batches offered to the sink and not yet answered.",
+            get: |_, d| load(&d.in_flight),
+        },
+        Counter {
+            key: "batches_in_flight_limit",
+            metric: "spillway_sink_batches_in_flight_limit",
+            kind: "gauge",
+            help: "How many batches the sink may have in flight: batches_in_flight, or what \"adaptive\" has learned.",
+            get: |_, d| load(&d.in_flight_limit),
         },
         Counter {
             key: "sink_restarts",

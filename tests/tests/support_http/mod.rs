@@ -36,6 +36,14 @@ pub struct Behaviour {
     pub delay: Duration,
     /// Answer 400 to a request whose body contains these bytes.
     pub reject_containing: Option<Vec<u8>>,
+    /// Answer 429 at once to a request that finds this many being
+    /// delayed already (a downstream that takes so many at a time).
+    pub cap_in_flight: Option<usize>,
+    /// The next request whose body contains these bytes is answered
+    /// after this long instead (once).
+    pub hold_next: Option<(Vec<u8>, Duration)>,
+    /// When each request being delayed will be answered.
+    answering_until: Vec<Instant>,
 }
 
 impl Default for Behaviour {
@@ -45,6 +53,9 @@ impl Default for Behaviour {
             retry_after: None,
             delay: Duration::ZERO,
             reject_containing: None,
+            cap_in_flight: None,
+            hold_next: None,
+            answering_until: Vec::new(),
         }
     }
 }
@@ -52,7 +63,28 @@ impl Default for Behaviour {
 impl Behaviour {
     /// The answer to `request` (decided when it arrives, sent after the
     /// delay).
-    fn reply(&self, request: &Request) -> Reply {
+    fn reply(&mut self, request: &Request) -> Reply {
+        let now = Instant::now();
+        self.answering_until.retain(|t| *t > now);
+        if self
+            .cap_in_flight
+            .is_some_and(|cap| self.answering_until.len() >= cap)
+        {
+            return Reply::status(429)
+                .header("Content-Type", "text/plain")
+                .body(b"test receiver: too many requests at once");
+        }
+        let contains = |needle: &[u8]| {
+            !needle.is_empty() && request.body.windows(needle.len()).any(|w| w == needle)
+        };
+        let delay = match self.hold_next.take() {
+            Some((needle, hold)) if contains(&needle) => hold,
+            other => {
+                self.hold_next = other;
+                self.delay
+            }
+        };
+        self.answering_until.push(now + delay);
         let rejected = self.reject_containing.as_deref().is_some_and(|needle| {
             !needle.is_empty() && request.body.windows(needle.len()).any(|w| w == needle)
         });
@@ -72,7 +104,7 @@ impl Behaviour {
         let mut reply = Reply::status(status)
             .header("Content-Type", "text/plain")
             .body(text.as_bytes())
-            .after(self.delay);
+            .after(delay);
         if !(200..300).contains(&status) {
             if let Some(retry_after) = &self.retry_after {
                 reply = reply.header("Retry-After", retry_after);
@@ -150,6 +182,21 @@ impl HttpReceiver {
 
     pub fn reject_containing(&self, needle: Option<&[u8]>) {
         self.behaviour.lock().unwrap().reject_containing = needle.map(<[u8]>::to_vec);
+    }
+
+    /// Answer 429 to requests past `cap` at once (`None`: take them all).
+    pub fn set_cap_in_flight(&self, cap: Option<usize>) {
+        self.behaviour.lock().unwrap().cap_in_flight = cap;
+    }
+
+    /// Answer the next request containing `needle` only after `hold`.
+    pub fn hold_next(&self, needle: &[u8], hold: Duration) {
+        self.behaviour.lock().unwrap().hold_next = Some((needle.to_vec(), hold));
+    }
+
+    /// The most requests it was answering at once so far.
+    pub fn in_flight_max(&self) -> usize {
+        self.receiver.in_flight_max()
     }
 
     /// TCP connections accepted so far.
