@@ -32,11 +32,21 @@ const PUSH_WINDOW: usize = 256;
 const SLOW_PRODUCERS: usize = 16;
 const SLOW_OFFERED_PER_S: f64 = 20_000.0;
 const SLOW_DELAY: Duration = Duration::from_millis(5);
-/// A backlog below this many records (0.1 s of the offered load) passes
-/// whatever its trend: at that size it is what is in flight, not a queue.
-pub const BACKLOG_FLOOR: f64 = 2_000.0;
+/// A backlog below this many seconds of the offered load passes whatever
+/// its trend: at that size it is what is in flight, not a queue (2,000
+/// records for `e2e_slow_downstream`, 10,000 for `e2e_high_latency`).
+pub const BACKLOG_FLOOR_S: f64 = 0.1;
 /// Seconds of backlog samples compared at the start and at the end.
 const BACKLOG_WINDOW_S: usize = 5;
+
+/// `e2e_high_latency`: a far downstream (50 ms per request) under 100,000
+/// records/s offered by pipelined producers.
+const HIGH_LATENCY_DELAY: Duration = Duration::from_millis(50);
+const HIGH_LATENCY_OFFERED_PER_S: f64 = 100_000.0;
+const HIGH_LATENCY_PRODUCERS: usize = 8;
+/// Requests in flight per producer: 100,000 records/s at a few ms per Sync
+/// ack needs several hundred outstanding in all.
+const HIGH_LATENCY_WINDOW: usize = 256;
 
 /// `e2e_batched_vs_per_record`.
 const COMPARE_PRODUCERS: usize = 4;
@@ -284,31 +294,56 @@ pub fn backlog_windows(samples: &[i64]) -> (f64, f64) {
     (max(&samples[..k]), max(&samples[samples.len() - k..]))
 }
 
-/// 16 paced producers (20,000 records/s of 256 B at Sync in total) into a
-/// daemon whose HTTP sink's receiver takes 5 ms per request.
-pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
-    let launcher = launcher(ctx)?;
-    let (warmup, measured) = if ctx.quick {
-        (Duration::from_secs(1), Duration::from_secs(5))
-    } else {
-        (Duration::from_secs(2), Duration::from_secs(30))
-    };
+/// A paced Sync load into a daemon whose HTTP sink's receiver holds every
+/// request a while: what `e2e_slow_downstream` and `e2e_high_latency`
+/// measure, each with its own figures.
+struct Downstream<'a> {
+    /// The row's name, and the daemon's label.
+    name: &'a str,
+    /// How long the receiver holds every request.
+    delay: Duration,
+    offered_per_s: f64,
+    producers: usize,
+    window: usize,
+    /// Extra keys of the `[sink]` table (after the HTTP sink's own).
+    sink_extra: &'a str,
+}
+
+/// Runs `spec`: warm-up, then `measured` long with the backlog (acked −
+/// arrived) sampled once a second; then the time until every acked record
+/// arrived. One row.
+fn downstream(
+    launcher: &Launcher,
+    spec: &Downstream,
+    warmup: Duration,
+    measured: Duration,
+) -> Result<ReportRow, LoadError> {
     let epoch = Instant::now();
-    let receiver = Receiver::start(epoch, SLOW_DELAY, false)?;
-    let daemon = start(launcher, "e2e-slow", http_sink(&receiver.url(), "batched"))?;
-    let socket = daemon.socket().to_path_buf();
+    let receiver = Receiver::start(epoch, spec.delay, false)?;
+    let sink = format!(
+        "{}{}",
+        http_sink(&receiver.url(), "batched"),
+        spec.sink_extra
+    );
+    // The label names the daemon's folder.
+    let label = spec.name.replace('/', "-");
+    let daemon = start(launcher, &label, sink)?;
+    let (socket, admin) = (
+        daemon.socket().to_path_buf(),
+        daemon.admin_socket().to_path_buf(),
+    );
     let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
     let pace = |i: usize| Pace {
         producer: i as u64,
-        rate: SLOW_OFFERED_PER_S / SLOW_PRODUCERS as f64,
+        rate: spec.offered_per_s / spec.producers as f64,
         size: RECORD_BYTES,
-        window: PACED_WINDOW,
+        window: spec.window,
         tier: Tier::Sync,
         ack_times: false,
         latency_from_us: None,
     };
     let producer = |i: usize| stamped::paced(&socket, pace(i), epoch, &stop, &acked);
-    let (sent, window) = stamped::with_producers(SLOW_PRODUCERS, &stop, producer, || {
+    let (sent, window) = stamped::with_producers(spec.producers, &stop, producer, || {
         if !sleep_until(Instant::now() + warmup, &stop) {
             return None;
         }
@@ -342,15 +377,18 @@ pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     });
     let sent = sent?;
     let w = window.ok_or_else(|| LoadError::Failed("the producers stopped early".into()))?;
+    // The limits the sink's cursors reached, before the backlog drains.
+    let limits = in_flight_limits(&admin).ok();
     let drain = wait_for(
         "delivering the rest after the producers stopped",
         Duration::from_millis(5),
         || Ok(receiver.records() >= sent.acked),
     )?;
     let (first, last) = backlog_windows(&w.backlog);
-    let mut o = ReportRow::new("e2e_slow_downstream", Kind::Scenario);
+    let mut o = ReportRow::new(spec.name, Kind::Scenario);
     o.set(RATE, w.acked as f64 / w.seconds)
-        .set("offered_records_per_s", SLOW_OFFERED_PER_S)
+        .set("offered_records_per_s", spec.offered_per_s)
+        .set("backlog_floor", spec.offered_per_s * BACKLOG_FLOOR_S)
         .set("delivered_per_s", w.delivered as f64 / w.seconds)
         .set("delivery_ratio", w.delivered as f64 / w.acked.max(1) as f64)
         .set("backlog_end", w.backlog_end as f64)
@@ -370,9 +408,99 @@ pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
         .set("nacks", (sent.overloaded + sent.other_nacks) as f64)
         .set("drain_after_stop_ms", drain.as_secs_f64() * 1000.0)
         .set_latency("", &receiver.latency());
+    if let Some(limits) = limits {
+        o.set("in_flight_limit_sum", limits.iter().sum::<u64>() as f64)
+            .set(
+                "in_flight_limit_max",
+                limits.iter().copied().max().unwrap_or(0) as f64,
+            );
+    }
     check_receiver(&mut o, "", &receiver, true);
-    stop_daemon(daemon, "e2e-slow")?;
-    Ok(vec![o])
+    stop_daemon(daemon, &label)?;
+    Ok(o)
+}
+
+/// Each shard's `batches_in_flight_limit` of the `default` sink.
+fn in_flight_limits(admin_socket: &Path) -> Result<Vec<u64>, String> {
+    let body = spillway_ctl::call(admin_socket, "stats").map_err(|e| format!("ctl stats: {e}"))?;
+    Ok(parse_in_flight_limits(&body))
+}
+
+fn parse_in_flight_limits(stats: &str) -> Vec<u64> {
+    stats
+        .lines()
+        .filter_map(|line| {
+            let (key, value) = line.split_once(' ')?;
+            let per_shard = key.starts_with("sink{sink=\"default\",shard=")
+                && key.ends_with("}.batches_in_flight_limit");
+            per_shard.then(|| value.trim().parse().ok()).flatten()
+        })
+        .collect()
+}
+
+/// 16 paced producers (20,000 records/s of 256 B at Sync in total) into a
+/// daemon whose HTTP sink's receiver takes 5 ms per request.
+pub fn slow_downstream(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
+    let launcher = launcher(ctx)?;
+    let (warmup, measured) = if ctx.quick {
+        (Duration::from_secs(1), Duration::from_secs(5))
+    } else {
+        (Duration::from_secs(2), Duration::from_secs(30))
+    };
+    let spec = Downstream {
+        name: "e2e_slow_downstream",
+        delay: SLOW_DELAY,
+        offered_per_s: SLOW_OFFERED_PER_S,
+        producers: SLOW_PRODUCERS,
+        window: PACED_WINDOW,
+        sink_extra: "",
+    };
+    Ok(vec![downstream(launcher, &spec, warmup, measured)?])
+}
+
+// ---------------------------------------------------------------------------
+// e2e_high_latency
+
+/// The same paced load (100,000 records/s of 256 B offered, pipelined)
+/// into a receiver that answers every request after 50 ms, once with
+/// `batches_in_flight = "adaptive"` and once with one batch at a time per
+/// shard, alternating which goes first from one repeat to the next. Two
+/// rows; the adaptive one holds the comparison.
+pub fn high_latency(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
+    let launcher = launcher(ctx)?;
+    let (warmup, measured) = if ctx.quick {
+        (Duration::from_secs(1), Duration::from_secs(5))
+    } else {
+        (Duration::from_secs(3), Duration::from_secs(15))
+    };
+    let spec = |name, sink_extra| Downstream {
+        name,
+        delay: HIGH_LATENCY_DELAY,
+        offered_per_s: HIGH_LATENCY_OFFERED_PER_S,
+        producers: HIGH_LATENCY_PRODUCERS,
+        window: HIGH_LATENCY_WINDOW,
+        sink_extra,
+    };
+    let adaptive = spec(
+        "e2e_high_latency/adaptive",
+        "batches_in_flight = \"adaptive\"\n",
+    );
+    let one = spec("e2e_high_latency/one_at_a_time", "batches_in_flight = 1\n");
+    let run = |s: &Downstream| downstream(launcher, s, warmup, measured);
+    let (mut a, o) = if ctx.round.is_multiple_of(2) {
+        let a = run(&adaptive)?;
+        (a, run(&one)?)
+    } else {
+        let o = run(&one)?;
+        (run(&adaptive)?, o)
+    };
+    if let Some(r) = o.get("delivery_ratio") {
+        a.set("one_at_a_time_delivery_ratio", r);
+    }
+    if let Some(r) = o.get("delivered_per_s") {
+        a.set("one_at_a_time_delivered_per_s", r);
+    }
+    Ok(vec![a, o])
 }
 
 // ---------------------------------------------------------------------------

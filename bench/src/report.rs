@@ -316,6 +316,14 @@ fn delivery_notes(o: &ReportRow) -> Vec<String> {
     if let Some(rpr) = f("records_per_request") {
         notes.push(format!("{rpr:.1} records/request"));
     }
+    if let (Some(sum), Some(max)) = (f("in_flight_limit_sum"), f("in_flight_limit_max")) {
+        notes.push(format!(
+            "batches in flight limit {sum:.0} over the shards (max {max:.0})"
+        ));
+    }
+    if let Some(r) = f("one_at_a_time_delivery_ratio") {
+        notes.push(format!("one at a time: {:.1}% of ingest", r * 100.0));
+    }
     if let (Some(p50), Some(ratio)) = (f("noop_p50_us"), f("p50_ratio")) {
         notes.push(format!(
             "noop p50 {} µs, HTTP/noop {ratio:.2}",

@@ -129,6 +129,7 @@ pub const SCENARIOS: &[Scenario] = &[
     ),
     own("reload_under_load", e2e::reload_under_load, None),
     own("e2e_fanout_3", e2e::fanout_3, None),
+    own("e2e_high_latency", e2e::high_latency, Some(1)),
     own("hostile", hostile::hostile, None),
 ];
 

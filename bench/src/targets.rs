@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::e2e::{BACKLOG_FLOOR, FANOUT_SINKS};
+use super::e2e::FANOUT_SINKS;
 use super::report::{ReportRow, Status, P50, P99, RATE};
 
 /// Slack allowed on top of the probes' floor for the daemon's own work, µs.
@@ -144,6 +144,16 @@ const RULES: &[Rule] = &[
         "e2e_slow_downstream backlog: last 5 s max <= max(2x first 5 s max, 2000)",
         Cmp::AtMost,
         slow_backlog,
+    ),
+    (
+        "e2e_high_latency adaptive: delivery rate >= 90% of ingest rate",
+        Cmp::AtLeast,
+        high_latency_delivery,
+    ),
+    (
+        "e2e_high_latency adaptive backlog: last 5 s max <= max(2x first 5 s max, 10000)",
+        Cmp::AtMost,
+        high_latency_backlog,
     ),
     (
         "e2e_batched_vs_per_record: batched >= 10x faster per record",
@@ -352,7 +362,27 @@ fn segment_pipelined(f: &Figures) -> Result<Measured, String> {
 }
 
 fn slow_delivery(f: &Figures) -> Result<Measured, String> {
-    let name = "e2e_slow_downstream";
+    delivery_keeps_up(f, "e2e_slow_downstream")
+}
+
+fn slow_backlog(f: &Figures) -> Result<Measured, String> {
+    backlog_flat(f, "e2e_slow_downstream")
+}
+
+fn high_latency_delivery(f: &Figures) -> Result<Measured, String> {
+    let mut m = delivery_keeps_up(f, "e2e_high_latency/adaptive")?;
+    if let Ok(one) = f.get("e2e_high_latency/adaptive", "one_at_a_time_delivery_ratio") {
+        let _ = write!(m.detail, "; one at a time {:.1}%", one * 100.0);
+    }
+    Ok(m)
+}
+
+fn high_latency_backlog(f: &Figures) -> Result<Measured, String> {
+    backlog_flat(f, "e2e_high_latency/adaptive")
+}
+
+/// Row `name`'s delivery rate over its ingest rate, at least 90%.
+fn delivery_keeps_up(f: &Figures, name: &str) -> Result<Measured, String> {
     let (ingest, delivered, r) = (
         f.get(name, RATE)?,
         f.get(name, "delivered_per_s")?,
@@ -369,15 +399,16 @@ fn slow_delivery(f: &Figures) -> Result<Measured, String> {
     })
 }
 
-fn slow_backlog(f: &Figures) -> Result<Measured, String> {
-    let name = "e2e_slow_downstream";
+/// Row `name`'s backlog at the end no more than twice what it was at the
+/// start (or under the floor).
+fn backlog_flat(f: &Figures, name: &str) -> Result<Measured, String> {
     let (first, last) = (
         f.get(name, "backlog_first_max")?,
         f.get(name, "backlog_last_max")?,
     );
-    let bound = (2.0 * first).max(BACKLOG_FLOOR);
-    let detail =
-        format!("last {last:.0} vs max(2 x {first:.0}, {BACKLOG_FLOOR:.0}) = {bound:.0} records");
+    let floor = f.get(name, "backlog_floor")?;
+    let bound = (2.0 * first).max(floor);
+    let detail = format!("last {last:.0} vs max(2 x {first:.0}, {floor:.0}) = {bound:.0} records");
     Ok(Measured {
         value: last,
         bound,
@@ -649,6 +680,20 @@ mod tests {
                     ("delivery_ratio", 0.95),
                     ("backlog_first_max", 300.0),
                     ("backlog_last_max", 2500.0),
+                    ("backlog_floor", 2000.0),
+                ],
+            ),
+            outcome(
+                "e2e_high_latency/adaptive",
+                Kind::Scenario,
+                &[
+                    (RATE, 100_000.0),
+                    ("delivered_per_s", 89_000.0),
+                    ("delivery_ratio", 0.89),
+                    ("one_at_a_time_delivery_ratio", 0.38),
+                    ("backlog_first_max", 1_200.0),
+                    ("backlog_last_max", 9_000.0),
+                    ("backlog_floor", 10_000.0),
                 ],
             ),
             outcome("e2e_light_load_latency", Kind::Scenario, &[(P50, 20_000.0)]),
@@ -667,6 +712,8 @@ mod tests {
                 .verdict()
         };
         assert_eq!(verdict("e2e_slow_downstream delivery"), "PASS");
+        assert_eq!(verdict("e2e_high_latency adaptive: delivery"), "FAIL"); // 89% < 90%
+        assert_eq!(verdict("e2e_high_latency adaptive backlog"), "PASS"); // 9000 <= 10000
         assert_eq!(verdict("e2e_slow_downstream backlog"), "FAIL"); // 2500 > max(600, 2000)
         assert_eq!(verdict("e2e_light_load_latency"), "FAIL"); // 20 ms is not < 20 ms
         assert_eq!(verdict("reload_under_load Overloaded"), "PASS");

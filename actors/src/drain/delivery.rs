@@ -77,11 +77,10 @@ impl<S: Storage> Cursor<S> {
         }
         let inline = matches!(self.flights.lanes, Lanes::Inline);
         let limit = self.flights.limiter.limit() as usize;
-        while self.flights.out() < limit {
-            if let Some(idx) = self.flights.first_resend() {
-                self.send(idx)?;
-            } else {
-                let (max_records, max_bytes) = self.host.batch_limits();
+        loop {
+            let resend = self.flights.first_resend();
+            let (max_records, max_bytes) = self.host.batch_limits();
+            if resend.is_none() {
                 let unsent = self.pending.len() - self.flights.records;
                 if unsent == 0 {
                     break;
@@ -101,7 +100,16 @@ impl<S: Storage> Cursor<S> {
                         timeout: linger_left,
                     });
                 }
-                self.new_flight(max_records, max_bytes)?;
+            }
+            // A batch is ready: it goes if a slot is free, else the limit
+            // learns that the sink, not the records, is what waits.
+            if self.flights.out() >= limit {
+                self.flights.limiter.slots_full();
+                break;
+            }
+            match resend {
+                Some(idx) => self.send(idx)?,
+                None => self.new_flight(max_records, max_bytes)?,
             }
             self.absorb()?;
             // One at a time goes on at the next step; after a failure the
@@ -165,8 +173,6 @@ impl<S: Storage> Cursor<S> {
         f.id = id;
         f.state = FlightState::Out;
         f.sent_unix_ms = now_unix_us() / 1000;
-        let out = self.flights.out() as u32;
-        self.flights.limiter.sent(out);
         Ok(())
     }
 
@@ -209,7 +215,7 @@ impl<S: Storage> Cursor<S> {
         let mut i = 0;
         let mut released = 0;
         while i < held.len() {
-            if self.random() % 2 == 0 {
+            if self.random().is_multiple_of(2) {
                 self.flights.answers.push_back(held.swap_remove(i));
                 released += 1;
             } else {

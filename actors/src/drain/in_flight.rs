@@ -71,7 +71,8 @@ const RTT_WEIGHT: f64 = 0.3;
 /// answers are taken in windows of about one round trip (as many answers
 /// as the limit); a window with pushback halves the limit at once, one
 /// whose mean round trip rose well above the average cuts it by a tenth,
-/// and one that used every slot with neither grows it by one.
+/// and one in which a ready batch waited for a slot, with neither, grows
+/// it by one (a limit the records do not fill does not grow).
 #[derive(Debug, Clone)]
 pub struct Limiter {
     mode: InFlight,
@@ -85,7 +86,7 @@ pub struct Limiter {
 struct Window {
     answers: u32,
     rtt_sum: f64,
-    /// Every slot was in use at some point in this window.
+    /// A batch waited for a free slot in this window.
     saturated: bool,
     /// The limit was already cut for pushback in this window.
     cut: bool,
@@ -131,11 +132,10 @@ impl Limiter {
         *self = Limiter::new(mode, learned);
     }
 
-    /// A batch was offered; `out` batches are now in flight.
-    pub fn sent(&mut self, out: u32) {
-        if out >= self.limit {
-            self.window.saturated = true;
-        }
+    /// A batch was ready to go but every slot was taken: the limit, not
+    /// the records, held it.
+    pub fn slots_full(&mut self) {
+        self.window.saturated = true;
     }
 
     /// A batch was answered after `rtt`; `pushback` when the sink failed
@@ -515,10 +515,10 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    /// Answer a whole window at the limit, every slot used.
+    /// Answer a whole window at the limit, a batch waiting for a slot.
     fn window(l: &mut Limiter, rtt: Duration, pushback_at: Option<u32>) {
         let n = l.limit();
-        l.sent(n);
+        l.slots_full();
         for i in 0..n {
             l.answered(rtt, pushback_at == Some(i));
         }
@@ -550,7 +550,6 @@ mod tests {
     fn an_unused_limit_does_not_grow() {
         let mut l = Limiter::new(InFlight::Adaptive { max: 16 }, Some(4));
         for _ in 0..10 {
-            l.sent(2);
             for _ in 0..4 {
                 l.answered(50 * MS, false);
             }
@@ -561,7 +560,7 @@ mod tests {
     #[test]
     fn pushback_halves_once_per_window() {
         let mut l = Limiter::new(InFlight::Adaptive { max: 16 }, Some(8));
-        l.sent(8);
+        l.slots_full();
         assert!(l.answered(50 * MS, true));
         assert_eq!(l.limit(), 4);
         // More pushback in the same window (answers of batches sent at 8)
@@ -620,7 +619,7 @@ mod tests {
         let mut seen = Vec::new();
         for _ in 0..400 {
             let n = l.limit();
-            l.sent(n);
+            l.slots_full();
             for i in 0..n {
                 l.answered(50 * MS, i >= cap);
             }
