@@ -29,7 +29,8 @@ struct Reading {
     ready: bool,
 }
 
-/// One sink's totals over its shards, from `stats --json`.
+/// One sink's totals over its shards, from `stats --json`, and its row
+/// per shard.
 #[derive(Debug, Clone, Default)]
 struct SinkTotals {
     name: String,
@@ -39,6 +40,21 @@ struct SinkTotals {
     oldest: u64,
     skipped: u64,
     up: bool,
+    /// Batches out and the limit, summed over the shards.
+    in_flight: (u64, u64),
+    shards: Vec<SinkShard>,
+}
+
+/// One sink's figures of one shard, with its state from `health --json`.
+#[derive(Debug, Clone, Default)]
+struct SinkShard {
+    shard: u64,
+    delivered: u64,
+    backlog: u64,
+    backlog_bytes: u64,
+    oldest: u64,
+    in_flight: (u64, u64),
+    state: String,
 }
 
 fn ask(socket: &Path, command: &str, limits: Limits) -> Result<Value, String> {
@@ -132,6 +148,16 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
                 .collect()
         })
         .unwrap_or_default();
+    let state_of = |shard: u64, sink: &str| -> String {
+        health["shards"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["shard"].as_u64() == Some(shard))
+            .and_then(|s| s["sinks"][sink]["state"].as_str())
+            .unwrap_or("?")
+            .to_string()
+    };
     let per_sink = stats["sinks"]
         .as_object()
         .into_iter()
@@ -144,6 +170,21 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
             oldest: n(t, "oldest_age_seconds"),
             skipped: n(t, "records_skipped"),
             up: n(t, "up") == 1,
+            in_flight: (n(t, "batches_in_flight"), n(t, "batches_in_flight_limit")),
+            shards: t["shards"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|s| SinkShard {
+                    shard: n(s, "shard"),
+                    delivered: n(s, "delivered_records"),
+                    backlog: n(s, "backlog_records"),
+                    backlog_bytes: n(s, "backlog_bytes"),
+                    oldest: n(s, "oldest_age_seconds"),
+                    in_flight: (n(s, "batches_in_flight"), n(s, "batches_in_flight_limit")),
+                    state: state_of(n(s, "shard"), name),
+                })
+                .collect(),
         })
         .collect();
     Ok(Reading {
@@ -238,29 +279,43 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
         oldest = oldest.max(cur.3);
     }
     screen.push_str(&format!(
-        "\n{:<16} {:>12} {:>10} {:>11} {:>9} {:>9}  state\n",
-        "sink", "delivered/s", "backlog", "bytes", "oldest s", "skipped"
+        "\n{:<16} {:>12} {:>10} {:>11} {:>9} {:>9} {:>9}  state\n",
+        "sink", "delivered/s", "backlog", "bytes", "oldest s", "skipped", "in flight"
     ));
     for t in &now.per_sink {
-        let was = prev
-            .per_sink
-            .iter()
-            .find(|p| p.name == t.name)
-            .map_or(t.delivered, |p| p.delivered);
+        let was = prev.per_sink.iter().find(|p| p.name == t.name);
         screen.push_str(&format!(
-            "{:<16} {:>12.0} {:>10} {:>11} {:>9} {:>9}  {}\n",
+            "{:<16} {:>12.0} {:>10} {:>11} {:>9} {:>9} {:>9}  {}\n",
             t.name,
-            rate(t.delivered, was, secs),
+            rate(t.delivered, was.map_or(t.delivered, |p| p.delivered), secs),
             t.backlog,
             bytes_text(t.backlog_bytes),
             t.oldest,
             t.skipped,
+            format!("{}/{}", t.in_flight.0, t.in_flight.1),
             if t.up {
                 "up"
             } else {
                 "down or paused (see ctl health)"
             }
         ));
+        // Its row per shard, under it: which shard holds it back.
+        for sh in &t.shards {
+            let was = was
+                .and_then(|p| p.shards.iter().find(|x| x.shard == sh.shard))
+                .map_or(sh.delivered, |x| x.delivered);
+            screen.push_str(&format!(
+                "{:<16} {:>12.0} {:>10} {:>11} {:>9} {:>9} {:>9}  {}\n",
+                format!("  shard {}", sh.shard),
+                rate(sh.delivered, was, secs),
+                sh.backlog,
+                bytes_text(sh.backlog_bytes),
+                sh.oldest,
+                "",
+                format!("{}/{}", sh.in_flight.0, sh.in_flight.1),
+                sh.state
+            ));
+        }
     }
     let verdict = if now.ready { "ready" } else { "NOT READY" };
     let p99 = worst_p99.map_or("-".into(), |p| format!("{p:.2} ms"));
@@ -307,7 +362,7 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{bytes_text, p99_ms, render, Reading, SinkTotals};
+    use super::{bytes_text, p99_ms, render, Reading, SinkShard, SinkTotals};
     use std::time::{Duration, Instant};
 
     /// One row per sink, its delivery rate over the interval, its backlog
@@ -323,6 +378,16 @@ mod tests {
             oldest: 3,
             skipped: 0,
             up,
+            in_flight: (1, 4),
+            shards: vec![SinkShard {
+                shard: 0,
+                delivered,
+                backlog,
+                backlog_bytes: backlog * 100,
+                oldest: 3,
+                in_flight: (1, 4),
+                state: if up { "running" } else { "retrying" }.into(),
+            }],
         };
         let reading = |at, sinks| Reading {
             at,
@@ -352,6 +417,16 @@ mod tests {
         assert_eq!(row("b")[1], "0", "{screen}");
         assert_eq!(row("b")[2], "20", "{screen}");
         assert!(screen.contains("down or paused"), "{screen}");
+        // Each sink's shard rows follow it, with its in-flight figures
+        // and state.
+        let shard_rows: Vec<&str> = screen
+            .lines()
+            .filter(|l| l.starts_with("  shard 0"))
+            .collect();
+        assert_eq!(shard_rows.len(), 2, "{screen}");
+        assert!(shard_rows[0].ends_with("1/4  running"), "{screen}");
+        assert!(shard_rows[1].ends_with("retrying"), "{screen}");
+        assert_eq!(row("a")[7], "1/4", "{screen}"); // "0 B" is two words
     }
 
     #[test]
