@@ -98,6 +98,9 @@ pub struct Cursor<S: Storage> {
     pub(super) dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
     /// This sink's requeued dead letters, if the daemon gave it a store.
     pub(super) requeue: Option<Arc<Requeue<S>>>,
+    /// The requeue store's generation at which it held nothing of this
+    /// shard (it is not listed again until that moves).
+    pub(super) requeue_seen: Option<u64>,
     pub(super) stats: Arc<DrainStats>,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) host: SinkHost,
@@ -168,6 +171,7 @@ impl<S: Storage> Cursor<S> {
             retention,
             dead_letters,
             requeue: None,
+            requeue_seen: None,
             stats,
             stop: Arc::new(AtomicBool::new(false)),
             clock,

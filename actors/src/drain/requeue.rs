@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use sink_sdk::{Batch, Outcome, Record, RecordOutcome};
@@ -24,6 +24,9 @@ pub struct Requeue<S: Storage> {
     /// Set when records were requeued; cleared once the store is empty,
     /// so cursors look at it only while it holds something.
     waiting: AtomicBool,
+    /// Bumped by every [`Requeue::add`]: a cursor that found nothing of
+    /// its shard looks again only once this moved.
+    generation: AtomicU64,
 }
 
 impl<S: Storage> Requeue<S> {
@@ -32,12 +35,14 @@ impl<S: Storage> Requeue<S> {
         Requeue {
             store: Mutex::new(store),
             waiting: AtomicBool::new(waiting),
+            generation: AtomicU64::new(0),
         }
     }
 
     /// Add records for the sink's cursors to deliver (fsynced).
     pub fn add(&self, letters: &[DeadLetter]) -> io::Result<()> {
         self.store.lock().unwrap().append(letters)?;
+        self.generation.fetch_add(1, Ordering::AcqRel);
         self.waiting.store(true, Ordering::Release);
         Ok(())
     }
@@ -49,6 +54,12 @@ impl<S: Storage> Cursor<S> {
     pub(super) fn deliver_requeued(&mut self) -> Option<DrainWait> {
         let requeue = self.requeue.clone()?;
         if !requeue.waiting.load(Ordering::Acquire) {
+            return None;
+        }
+        // Read before the list: an add after it makes the next step look.
+        let generation = requeue.generation.load(Ordering::Acquire);
+        if self.requeue_seen == Some(generation) {
+            // Nothing of this shard was there, and nothing came since.
             return None;
         }
         let (max_records, _) = self.host.batch_limits();
@@ -69,6 +80,7 @@ impl<S: Storage> Cursor<S> {
             .take(max_records)
             .collect();
         if mine.is_empty() {
+            self.requeue_seen = Some(generation);
             return None;
         }
         let records: Vec<Record<'_>> = mine
