@@ -23,7 +23,7 @@ use spillway_actors::{
     DeliveryBoard, DrainStats, Listener, ReadBudget, Retention, RetentionStats, ShardQueue,
     SinkFigures, SinkSlot, SocketAccess, SocketLock, WabBudget,
 };
-use spillway_sinks::SinkConfig;
+use spillway_sinks::{SinkConfig, SinkEnv};
 use spillway_wab::{shard_dir, DataDirLock, FsStorage};
 
 use crate::admin::{Admin, AdminState, ListenerLoad};
@@ -210,7 +210,13 @@ fn start(
         .map(|(n, s)| (n.clone(), s.clone()))
         .collect();
     let deadline = build_timeout(&to_build);
-    let built = build_on_thread(deadline, move || build_sinks(&to_build, false))?.wait()??;
+    let env = SinkEnv {
+        instance_id: spillway_wab::instance::instance_id(&FsStorage, &cfg.server.data_dir)
+            .map_err(|e| format!("the instance id in {}: {e}", cfg.server.data_dir.display()))?,
+    };
+    let build_env = env.clone();
+    let built =
+        build_on_thread(deadline, move || build_sinks(&to_build, false, &build_env))?.wait()??;
     // One sink named default (a `[sink]` table) is just its description.
     let sink_description = match built.as_slice() {
         [one] if one.name == DEFAULT_SINK => one.description.clone(),
@@ -424,6 +430,7 @@ fn start(
         config_path,
         cfg.clone(),
         supervisor.clone(),
+        env,
     )));
     let reload_stats = reloader.borrow().stats.clone();
     let for_admin = reloader.clone();

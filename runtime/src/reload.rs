@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use actix::Addr;
-use spillway_sinks::SinkConfig;
+use spillway_sinks::{SinkConfig, SinkEnv};
 
 use crate::config::Config;
 use crate::sink::{build_on_thread, build_sinks, build_timeout};
@@ -48,6 +48,8 @@ pub struct Reloader {
     /// (mtime, size) of each running plugin sink's library: a rebuilt
     /// plugin is reloaded even when its table did not change.
     plugin_files: PluginFiles,
+    /// What new sinks are built with (the instance id).
+    env: SinkEnv,
 }
 
 /// (mtime, size) of the library of every plugin sink, by sink name.
@@ -75,7 +77,12 @@ fn plugin_fingerprints(cfg: &Config) -> PluginFiles {
 }
 
 impl Reloader {
-    pub fn new(path: Option<PathBuf>, current: Config, supervisor: Addr<Supervisor>) -> Self {
+    pub fn new(
+        path: Option<PathBuf>,
+        current: Config,
+        supervisor: Addr<Supervisor>,
+        env: SinkEnv,
+    ) -> Self {
         let seen_file = path.as_ref().and_then(|p| file_stamp(p));
         let plugin_files = plugin_fingerprints(&current);
         Reloader {
@@ -83,6 +90,7 @@ impl Reloader {
             current,
             supervisor,
             stats: Arc::new(ReloadStats::default()),
+            env,
             seen_file,
             settling: None,
             plugin_files,
@@ -131,7 +139,8 @@ impl Reloader {
             Vec::new() // only removals
         } else {
             let deadline = build_timeout(&to_build);
-            build_on_thread(deadline, move || build_sinks(&to_build, true))?
+            let env = this.borrow().env.clone();
+            build_on_thread(deadline, move || build_sinks(&to_build, true, &env))?
                 .wait_async()
                 .await??
         };

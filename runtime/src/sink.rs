@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use sink_sdk::Health;
 use spillway_actors::{DrainSettings, SinkMaker, StartAt};
-use spillway_sinks::SinkConfig;
+use spillway_sinks::{SinkConfig, SinkEnv};
 
 use crate::config::drain_settings;
 
@@ -37,8 +37,8 @@ pub struct BuiltSink {
 
 /// Build one sink into the maker its drains use. Blocks: call it only
 /// through [`build_on_thread`] (or where blocking is harmless).
-pub fn sink_maker(sink: &SinkConfig) -> Result<(SinkMaker, String), String> {
-    let factory = spillway_sinks::build(sink).map_err(|e| e.to_string())?;
+pub fn sink_maker(sink: &SinkConfig, env: &SinkEnv) -> Result<(SinkMaker, String), String> {
+    let factory = spillway_sinks::build(sink, env).map_err(|e| e.to_string())?;
     let description = factory.describe();
     // The actors' maker speaks strings: the typed error ends here.
     let maker: SinkMaker = Arc::new(move |shard| factory.create(shard).map_err(|e| e.to_string()));
@@ -47,8 +47,8 @@ pub fn sink_maker(sink: &SinkConfig) -> Result<(SinkMaker, String), String> {
 
 /// Builds the sink, creates shard 0's instance and runs its health check;
 /// `Ok` is the maker and its description, ready to swap in. Blocks.
-pub fn sink_maker_checked(sink: &SinkConfig) -> Result<(SinkMaker, String), String> {
-    let (maker, description) = sink_maker(sink)?;
+pub fn sink_maker_checked(sink: &SinkConfig, env: &SinkEnv) -> Result<(SinkMaker, String), String> {
+    let (maker, description) = sink_maker(sink, env)?;
     let mut probe = maker(0).map_err(|e| format!("building the new sink: {e}"))?;
     let health = probe.health_check();
     drop(probe);
@@ -66,13 +66,14 @@ pub fn sink_maker_checked(sink: &SinkConfig) -> Result<(SinkMaker, String), Stri
 pub fn build_sinks(
     sinks: &[(String, SinkConfig)],
     checked: bool,
+    env: &SinkEnv,
 ) -> Result<Vec<BuiltSink>, String> {
     let mut built = Vec::with_capacity(sinks.len());
     for (name, sink) in sinks {
         let made = if checked {
-            sink_maker_checked(sink)
+            sink_maker_checked(sink, env)
         } else {
-            sink_maker(sink)
+            sink_maker(sink, env)
         };
         // (Its errors name its table: `sinks.NAME.KEY`, or `sink.KEY`.)
         let (maker, description) = made?;

@@ -781,7 +781,10 @@ pub(crate) mod tests {
             "sinks.warehouse.max_records = 0 is out of range: allowed 1..=100000"
         );
         assert_ne!(named, bad, "the table is part of the config");
-        let e = crate::build(&named).err().expect("refused").to_string();
+        let e = crate::build(&named, &crate::SinkEnv::detached())
+            .err()
+            .expect("refused")
+            .to_string();
         assert!(e.starts_with("sinks.warehouse.max_records = 0"), "{e}");
         let cfg = parse("[sink]\ntype = \"file\"\npath = \"x\"\nurl = \"http://a/\"\n")
             .unwrap()

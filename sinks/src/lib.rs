@@ -1,8 +1,9 @@
 //! # spillway-sinks: the built-in sinks
 //!
 //! Where delivered records go: [`http`] (POST batches or single records to
-//! an endpoint), [`file`] (append to a local file) and [`noop`] (count and
-//! drop, for benchmarks). Each implements `sink_sdk::Sink`, the one contract
+//! an endpoint), [`file`] (append to a local file), [`nats`] (publish to a
+//! NATS JetStream stream, once) and [`noop`] (count and drop, for
+//! benchmarks). Each implements `sink_sdk::Sink`, the one contract
 //! plugins implement too.
 //!
 //! Every sink has the same rooms: a `config` module with the keys the user
@@ -31,6 +32,7 @@ pub mod error;
 pub mod file;
 mod framing;
 pub mod http;
+pub mod nats;
 pub mod noop;
 pub mod plugin;
 pub mod registry;
@@ -46,6 +48,7 @@ pub use config::{
 };
 pub use error::{KeyProblem, SinkConfigError, SinkError};
 pub use registry::{CheckedSink, SinkType, TypeKeys, SINK_TYPES};
+pub use sink_type::SinkEnv;
 
 /// Makes sink instances for one checked sink table.
 pub trait SinkFactory: Send + Sync {
@@ -63,8 +66,8 @@ pub trait SinkFactory: Send + Sync {
 /// failed its check is refused with that problem. An error names the key
 /// in `cfg`'s table (`sink.<key>`, `sinks.NAME.<key>`) and what is wrong;
 /// on reload it leaves the old sink running.
-pub fn build(cfg: &SinkConfig) -> Result<Arc<dyn SinkFactory>, SinkError> {
-    cfg.settings()?.build(cfg.table())
+pub fn build(cfg: &SinkConfig, env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
+    cfg.settings()?.build(cfg.table(), env)
 }
 
 /// What `spillway check` asks of a checked `cfg`, short of [`build`]ing

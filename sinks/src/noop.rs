@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sink_sdk::{Batch, Limits, Outcome, Sink};
 
 use crate::delivery::DeliveryConfig;
-use crate::sink_type::{CheckedSink, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 
 /// The noop sink in the registry.
@@ -42,7 +42,7 @@ impl TypeKeys for NoopKeys {
 struct NoopSettings(Limits);
 
 impl CheckedSink for NoopSettings {
-    fn build(&self, _table: &str) -> Result<Arc<dyn SinkFactory>, SinkError> {
+    fn build(&self, _table: &str, _env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
         Ok(Arc::new(NoopFactory::new(self.0)))
     }
 

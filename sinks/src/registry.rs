@@ -23,6 +23,7 @@ pub use crate::sink_type::{CheckedSink, KeysValue, SinkType, TypeKeys};
 pub static SINK_TYPES: &[&SinkType] = &[
     &crate::http::TYPE,
     &crate::file::TYPE,
+    &crate::nats::TYPE,
     &crate::noop::TYPE,
     &crate::plugin::TYPE,
 ];

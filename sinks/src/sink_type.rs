@@ -77,13 +77,32 @@ pub trait TypeKeys: KeysValue + fmt::Debug + Send + Sync {
     }
 }
 
+/// What a sink is built with besides its keys: facts of the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkEnv {
+    /// The daemon's instance id: random, made once and kept in the data
+    /// folder (`instance-id`), so a record's `(shard, seq)` with it is
+    /// unique across hosts and stable across restarts (the NATS sink's
+    /// message id).
+    pub instance_id: String,
+}
+
+impl SinkEnv {
+    /// For `spillway check`, tests and benches: no data folder.
+    pub fn detached() -> SinkEnv {
+        SinkEnv {
+            instance_id: "unset".into(),
+        }
+    }
+}
+
 /// A type's checked settings, defaults filled in: what a sink is built
 /// from. `table` is where the keys came from (`sink`, `sinks.NAME`), for
 /// the errors and warnings.
 pub trait CheckedSink: fmt::Debug + Send + Sync {
     /// Makes the factory the drains ask for instances: reads what the
     /// settings refer to (a token variable, a file, a library).
-    fn build(&self, table: &str) -> Result<Arc<dyn SinkFactory>, SinkError>;
+    fn build(&self, table: &str, env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError>;
 
     /// What `spillway check` asks, short of building: an error names the
     /// key; `Ok` carries warnings (a sink the daemon would start and

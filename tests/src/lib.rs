@@ -25,6 +25,9 @@ use bytes::BytesMut;
 use tempfile::TempDir;
 
 pub use spillway_client::{Client, Error as ClientError, NackReason, Pipeline, Reply, Tier};
+
+/// The NATS JetStream cluster of the NATS sink's tests.
+pub mod nats;
 pub use spillway_protocol::{decode_response, encode_frame, Response};
 pub use spillway_wab::StoredRecord;
 

@@ -18,6 +18,7 @@ pub mod descriptors;
 pub mod fault;
 pub mod follow;
 pub mod format;
+pub mod instance;
 pub mod lock;
 pub mod quarantine;
 pub mod reader;
@@ -83,6 +84,8 @@ pub fn foreign_entries(data_dir: &Path) -> std::io::Result<Vec<String>> {
         let ours = name == lock::LOCK_FILE
             || name == DEAD_LETTER_DIR
             || name == SINKS_DIR
+            || name == instance::INSTANCE_ID_FILE
+            || name == instance::INSTANCE_ID_TMP
             || name == "lost+found"
             || name
                 .strip_prefix("shard-")

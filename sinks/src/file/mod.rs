@@ -34,7 +34,7 @@ use sink_sdk::output::{AppendRules, Framing, RollingFile};
 use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
 use crate::delivery::DeliveryConfig;
-use crate::sink_type::{CheckedSink, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::FileSettings;
 pub use config::{FileConfig, FileFormat};
@@ -73,7 +73,7 @@ impl TypeKeys for FileConfig {
 }
 
 impl CheckedSink for FileSettings {
-    fn build(&self, table: &str) -> Result<Arc<dyn SinkFactory>, SinkError> {
+    fn build(&self, table: &str, _env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
         Ok(Arc::new(FileFactory::new(self, table)?))
     }
 
@@ -488,7 +488,10 @@ mod tests {
             crate::config::TypeConfig::new(config(&blocker.join("out.ndjson"))),
             DeliveryConfig::default(),
         );
-        let err = crate::build(&cfg).err().expect("must fail").to_string();
+        let err = crate::build(&cfg, &crate::SinkEnv::detached())
+            .err()
+            .expect("must fail")
+            .to_string();
         assert!(err.starts_with("sink.path: cannot open "), "{err}");
     }
 }

@@ -28,7 +28,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 
 use crate::delivery::DeliveryConfig;
-use crate::sink_type::{CheckedSink, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::HttpSettings;
 pub use config::{Delivery, HttpConfig, HttpEncoding, HttpMethod};
@@ -67,7 +67,7 @@ impl TypeKeys for HttpConfig {
 }
 
 impl CheckedSink for HttpSettings {
-    fn build(&self, table: &str) -> Result<Arc<dyn SinkFactory>, SinkError> {
+    fn build(&self, table: &str, _env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
         Ok(Arc::new(HttpFactory::new(self, table)?))
     }
 

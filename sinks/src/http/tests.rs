@@ -27,7 +27,7 @@ fn sink(cfg: &HttpConfig) -> Box<dyn Sink> {
 }
 
 fn sink_with(cfg: &HttpConfig, delivery: DeliveryConfig) -> Box<dyn Sink> {
-    crate::build(&table(cfg, delivery))
+    crate::build(&table(cfg, delivery), &crate::SinkEnv::detached())
         .expect("valid config")
         .create(0)
         .expect("instance")
@@ -248,7 +248,11 @@ fn bearer_token_from_the_environment() {
         bearer_token_env: Some(var.into()),
         ..http_config(&server.url("/"))
     };
-    let factory = crate::build(&table(&cfg, DeliveryConfig::default())).unwrap();
+    let factory = crate::build(
+        &table(&cfg, DeliveryConfig::default()),
+        &crate::SinkEnv::detached(),
+    )
+    .unwrap();
     assert!(
         !factory.describe().contains("t0ken"),
         "{}",
@@ -268,10 +272,13 @@ fn bearer_token_from_the_environment() {
         bearer_token_env: Some("SPILLWAY_SINKS_TEST_UNSET".into()),
         ..cfg
     };
-    let err = crate::build(&table(&unset, DeliveryConfig::default()))
-        .err()
-        .expect("unset variable must fail the build")
-        .to_string();
+    let err = crate::build(
+        &table(&unset, DeliveryConfig::default()),
+        &crate::SinkEnv::detached(),
+    )
+    .err()
+    .expect("unset variable must fail the build")
+    .to_string();
     assert!(
         err.starts_with("sink.bearer_token_env: environment variable SPILLWAY_SINKS_TEST_UNSET"),
         "{err}"
@@ -289,10 +296,10 @@ fn idempotency_keys_follow_the_records() {
         assert_eq!(deliver(&mut *sink, recs), Outcome::Committed);
     }
     // A new instance (after a panic, a restart) derives the same key.
-    let mut fresh = crate::build(&table(
-        &http_config(&server.url("/")),
-        DeliveryConfig::default(),
-    ))
+    let mut fresh = crate::build(
+        &table(&http_config(&server.url("/")), DeliveryConfig::default()),
+        &crate::SinkEnv::detached(),
+    )
     .unwrap()
     .create(4)
     .unwrap();
@@ -651,7 +658,11 @@ fn per_record_later_failure_commits_the_prefix() {
 #[test]
 fn describe_names_the_target_without_secrets() {
     let cfg = http_config("https://u:p@example.test/in?key=s3cret");
-    let factory = crate::build(&table(&cfg, DeliveryConfig::default())).unwrap();
+    let factory = crate::build(
+        &table(&cfg, DeliveryConfig::default()),
+        &crate::SinkEnv::detached(),
+    )
+    .unwrap();
     assert_eq!(
         factory.describe(),
         "http POST https://example.test/in (batched, ndjson, timeout 10000 ms)"

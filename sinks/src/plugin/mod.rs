@@ -63,7 +63,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::delivery::DeliveryConfig;
-use crate::sink_type::{CheckedSink, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 
 /// The plugin host in the registry: its name and keys here, reading and
@@ -97,7 +97,7 @@ impl TypeKeys for PluginConfig {
 }
 
 impl CheckedSink for PluginSettings {
-    fn build(&self, _table: &str) -> Result<Arc<dyn SinkFactory>, SinkError> {
+    fn build(&self, _table: &str, _env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
         Ok(Arc::new(PluginFactory::load(
             &self.path,
             &self.options_toml,

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install Debian's `nats-server` package when it is missing: the NATS
+# JetStream sink's tests and the e2e_jetstream bench start their own
+# 3-node cluster on loopback from it (tests/tests/support_nats). Nothing
+# is started here.
+set -euo pipefail
+
+if command -v nats-server >/dev/null 2>&1; then
+    nats-server --version
+    exit 0
+fi
+echo "installing nats-server (Debian package)" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >&2
+apt-get install -y -qq nats-server >&2
+nats-server --version

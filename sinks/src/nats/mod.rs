@@ -1,0 +1,598 @@
+//! The NATS JetStream sink: each record is one message, published with a
+//! `Nats-Msg-Id` made of the daemon's instance id, the shard and the
+//! record's sequence number, so the stream's duplicate window removes what
+//! a retry or a restart publishes again: the stream holds every acked
+//! record once.
+//!
+//! Rooms: [`config`] holds the keys; this module connects, checks the
+//! stream, publishes and classifies.
+//!
+//! Threading: one factory owns a small multi-threaded tokio runtime and,
+//! once connected, one client (one connection, which async-nats keeps
+//! reconnecting); the drain threads call `deliver` outside any runtime and
+//! block on it. The connection's own tasks (pings, reconnects, PubAcks) run
+//! on the runtime's workers between deliveries too. A batch's publishes are
+//! pipelined, up to `publishes_in_flight` awaiting their PubAck at once.
+
+mod config;
+
+use std::sync::{Arc, Mutex};
+
+use async_nats::connection::State;
+use async_nats::jetstream::{self, context::Publish, context::PublishErrorKind};
+use async_nats::{Client, ConnectErrorKind, ConnectOptions, Event, HeaderMap, ServerError};
+use bytes::Bytes;
+use sink_sdk::{Batch, Health, Limits, Outcome, RecordOutcome, Sink};
+use tokio::runtime::Runtime;
+
+use crate::delivery::DeliveryConfig;
+use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
+use crate::{KeyProblem, SinkError, SinkFactory};
+pub use config::NatsConfig;
+use config::{Credentials, NatsSettings, SHARD_PLACEHOLDER};
+
+/// The NATS sink in the registry.
+pub static TYPE: SinkType = SinkType {
+    name: "nats",
+    about: "Publish each record to a NATS JetStream stream, once (the stream's duplicate window removes redelivery).",
+    keys: NatsConfig::KEYS,
+    unset: || Box::<NatsConfig>::default(),
+};
+
+/// Room the headers of one message take at most (ids, numbers, names).
+const HEADER_BYTES_MAX: usize = 256;
+/// Worker threads of a factory's runtime: publishes are I/O, and the drain
+/// threads do the waiting.
+const RUNTIME_WORKERS: usize = 2;
+
+impl TypeKeys for NatsConfig {
+    fn sink_type(&self) -> &'static SinkType {
+        &TYPE
+    }
+
+    fn read_key(&mut self, key: &'static str, value: toml::Value) -> Result<(), toml::de::Error> {
+        NatsConfig::read_key(self, key, value)
+    }
+
+    fn check(&self, delivery: &DeliveryConfig) -> Result<Arc<dyn CheckedSink>, KeyProblem> {
+        Ok(Arc::new(NatsConfig::check(self, delivery)?))
+    }
+}
+
+impl CheckedSink for NatsSettings {
+    fn build(&self, table: &str, env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
+        Ok(Arc::new(NatsFactory::new(self, table, env)?))
+    }
+
+    fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError> {
+        let runtime = runtime("preflight")?;
+        let options = connect_options(self, table, None)?;
+        runtime.block_on(async {
+            match connect(self, options).await {
+                Ok(client) => check_stream(self, table, &client).await,
+                Err(e) => reachable_later(self, table, e),
+            }
+        })
+    }
+}
+
+fn runtime(what: &str) -> Result<Runtime, SinkError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_WORKERS)
+        .enable_all()
+        .thread_name(format!("spillway-nats-{what}"))
+        .build()
+        .map_err(|e| SinkError::Build {
+            reason: format!("nats sink: cannot start its runtime: {e}"),
+        })
+}
+
+/// The client's options: credentials read now (an unset variable or an
+/// unreadable file is an error naming its key), TLS, timeouts; `events`
+/// receives the server's asynchronous errors (a permissions violation).
+fn connect_options(
+    s: &NatsSettings,
+    table: &str,
+    events: Option<Arc<Mutex<Option<String>>>>,
+) -> Result<ConnectOptions, SinkError> {
+    let env = |key: &str, var: &str| -> Result<String, SinkError> {
+        match std::env::var(var) {
+            Ok(v) if !v.is_empty() => Ok(v),
+            _ => Err(SinkError::key(
+                table,
+                key,
+                format!("the environment variable {var} is not set (or empty)"),
+            )),
+        }
+    };
+    let mut o = match &s.credentials {
+        Credentials::None => ConnectOptions::new(),
+        Credentials::Token { env: var } => ConnectOptions::with_token(env("token_env", var)?),
+        Credentials::UserPassword { user, password_env } => {
+            ConnectOptions::with_user_and_password(user.clone(), env("password_env", password_env)?)
+        }
+        Credentials::CredsFile(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| SinkError::Io {
+                table: table.to_string(),
+                key: "creds_file",
+                path: path.clone(),
+                source,
+            })?;
+            ConnectOptions::with_credentials(&text).map_err(|e| {
+                SinkError::key(table, "creds_file", format!("{}: {e}", path.display()))
+            })?
+        }
+    };
+    if let Some(ca) = &s.ca_file {
+        readable(table, "ca_file", ca)?;
+        o = o.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    if let Some((cert, key)) = &s.client_cert {
+        readable(table, "cert_file", cert)?;
+        readable(table, "key_file", key)?;
+        o = o.add_client_certificate(cert.clone(), key.clone());
+    }
+    if s.servers.iter().any(|u| u.starts_with("tls://")) {
+        o = o.require_tls(true);
+    }
+    if let Some(seen) = events {
+        o = o.event_callback(move |event| {
+            let seen = seen.clone();
+            async move {
+                if let Event::ServerError(ServerError::Other(text)) = &event {
+                    if text.to_ascii_lowercase().contains("permissions violation") {
+                        *seen.lock().unwrap() = Some(text.clone());
+                    }
+                }
+                tracing::debug!(event = %event, "nats connection event");
+            }
+        });
+    }
+    Ok(o.connection_timeout(s.connect_timeout)
+        .name(concat!("spillway/", env!("CARGO_PKG_VERSION"))))
+}
+
+fn readable(table: &str, key: &'static str, path: &std::path::Path) -> Result<(), SinkError> {
+    std::fs::File::open(path)
+        .map(drop)
+        .map_err(|source| SinkError::Io {
+            table: table.to_string(),
+            key,
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+async fn connect(
+    s: &NatsSettings,
+    options: ConnectOptions,
+) -> Result<Client, async_nats::ConnectError> {
+    let servers: Vec<async_nats::ServerAddr> =
+        s.servers.iter().filter_map(|u| u.parse().ok()).collect();
+    options.connect(servers).await
+}
+
+/// A connection that failed: credentials the servers refuse are an error
+/// (naming the credential's key); servers that cannot be reached now are a
+/// warning (the daemon starts and retries, as for an HTTP sink whose host
+/// is down).
+fn reachable_later(
+    s: &NatsSettings,
+    table: &str,
+    e: async_nats::ConnectError,
+) -> Result<Vec<String>, SinkError> {
+    match e.kind() {
+        ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
+            let key = match &s.credentials {
+                Credentials::None => "servers",
+                Credentials::Token { .. } => "token_env",
+                Credentials::UserPassword { .. } => "password_env",
+                Credentials::CredsFile(_) => "creds_file",
+            };
+            Err(SinkError::key(
+                table,
+                key,
+                format!("the servers refused the credentials: {e}"),
+            ))
+        }
+        ConnectErrorKind::Tls => Err(SinkError::key(
+            table,
+            if s.ca_file.is_some() {
+                "ca_file"
+            } else {
+                "servers"
+            },
+            format!("TLS with the servers failed: {e}"),
+        )),
+        _ => Ok(vec![format!(
+            "{table}: cannot reach the NATS servers {} now ({e}); the daemon starts and retries",
+            s.servers.join(", ")
+        )]),
+    }
+}
+
+/// With `stream` set: it exists and takes the subject (a missing stream,
+/// or a subject it does not cover, is an error naming both). Warnings: a
+/// duplicate window shorter than the sink's retry horizon, one replica, a
+/// server that may not fsync before its PubAck.
+async fn check_stream(
+    s: &NatsSettings,
+    table: &str,
+    client: &Client,
+) -> Result<Vec<String>, SinkError> {
+    let mut warnings = Vec::new();
+    let server = client.server_info();
+    if !s.server_sync_always {
+        warnings.push(format!(
+            "{table}: a PubAck is a durable write only if every server runs with `jetstream {{ sync_interval: always }}` (nats-server 2.10 or later; this one is {}): otherwise a server's power cut can lose acknowledged messages. Set it on the servers, then `server_sync_always = true` here to silence this",
+            server.version
+        ));
+    }
+    let Some(name) = &s.stream else {
+        return Ok(warnings);
+    };
+    let js = jetstream::new(client.clone());
+    let mut stream = js.get_stream(name).await.map_err(|e| {
+        SinkError::key(
+            table,
+            "stream",
+            format!(
+                "no stream {name:?} on the servers {} ({e})",
+                s.servers.join(", ")
+            ),
+        )
+    })?;
+    let info = stream
+        .info()
+        .await
+        .map_err(|e| SinkError::key(table, "stream", format!("reading stream {name:?}: {e}")))?;
+    let subject = s.subject.replace(SHARD_PLACEHOLDER, "0");
+    if !info
+        .config
+        .subjects
+        .iter()
+        .any(|f| subject_matches(f, &subject))
+    {
+        return Err(SinkError::key(
+            table,
+            "subject",
+            format!(
+                "{:?} is not a subject of stream {name:?} (it takes {:?})",
+                s.subject, info.config.subjects
+            ),
+        ));
+    }
+    let window = info.config.duplicate_window;
+    match s.retry_horizon {
+        Some(horizon) if window >= horizon => {}
+        horizon => warnings.push(format!(
+            "{table}: stream {name:?} removes duplicates within {} s, shorter than this sink may retry a batch ({}): a record published again after that is stored twice. Set the stream's duplicate_window to cover the longest outage plus a restart",
+            window.as_secs(),
+            horizon.map_or("forever: max_retry_duration_ms = 0".to_string(), |h| format!("max_retry_duration_ms = {}", h.as_millis()))
+        )),
+    }
+    if info.config.num_replicas < 2 {
+        warnings.push(format!(
+            "{table}: stream {name:?} has {} replica: a PubAck then stands on one server's disk. Use num_replicas = 3",
+            info.config.num_replicas
+        ));
+    }
+    Ok(warnings)
+}
+
+/// Whether `subject` is taken by the stream subject filter `filter`
+/// (tokens; `*` matches one, `>` the rest).
+fn subject_matches(filter: &str, subject: &str) -> bool {
+    let mut f = filter.split('.');
+    let mut s = subject.split('.');
+    loop {
+        match (f.next(), s.next()) {
+            (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(_)) => {}
+            (Some(a), Some(b)) if a == b => {}
+            (None, None) => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// Shared by a factory's instances: the runtime, the one client (made on
+/// first need), the message-id prefix.
+struct Shared {
+    settings: NatsSettings,
+    table: String,
+    runtime: Runtime,
+    options: Mutex<Option<ConnectOptions>>,
+    client: tokio::sync::Mutex<Option<Client>>,
+    /// `<instance id>:` (see [`SinkEnv::instance_id`]).
+    id_prefix: String,
+    /// The last permissions violation the server reported.
+    violation: Arc<Mutex<Option<String>>>,
+}
+
+/// Builds one [`NatsSink`] per shard (and per batch in flight); they share
+/// one connection.
+pub struct NatsFactory {
+    shared: Arc<Shared>,
+}
+
+impl NatsFactory {
+    fn new(s: &NatsSettings, table: &str, env: &SinkEnv) -> Result<NatsFactory, SinkError> {
+        let violation = Arc::new(Mutex::new(None));
+        let options = connect_options(s, table, Some(violation.clone()))?;
+        let shared = Arc::new(Shared {
+            settings: s.clone(),
+            table: table.to_string(),
+            runtime: runtime("sink")?,
+            options: Mutex::new(Some(options)),
+            client: tokio::sync::Mutex::new(None),
+            id_prefix: format!("{}:", env.instance_id),
+            violation,
+        });
+        // Connect now: a missing stream or refused credentials stop the
+        // start (or the reload) here; servers that cannot be reached are
+        // warned about and tried again by every instance.
+        let checked = shared.runtime.block_on(async {
+            match shared.client().await {
+                Ok(client) => check_stream(s, table, &client).await,
+                Err(e) => reachable_later(s, table, e),
+            }
+        })?;
+        for w in checked {
+            tracing::warn!("{w}");
+        }
+        Ok(NatsFactory { shared })
+    }
+}
+
+impl Shared {
+    /// The client, connecting first if there is none yet.
+    async fn client(&self) -> Result<Client, async_nats::ConnectError> {
+        let mut client = self.client.lock().await;
+        if let Some(c) = client.as_ref() {
+            return Ok(c.clone());
+        }
+        let options = self
+            .options
+            .lock()
+            .unwrap()
+            .take()
+            .expect("connect options are used once: a client exists after");
+        // async-nats keeps reconnecting once connected; the first connect
+        // is retried by the drain (its instance fails, with backoff).
+        match connect(&self.settings, options).await {
+            Ok(c) => {
+                *client = Some(c.clone());
+                Ok(c)
+            }
+            Err(e) => {
+                // The options are consumed by a failed connect: make them
+                // again for the next try.
+                if let Ok(o) =
+                    connect_options(&self.settings, &self.table, Some(self.violation.clone()))
+                {
+                    *self.options.lock().unwrap() = Some(o);
+                }
+                Err(e)
+            }
+        }
+    }
+}
+
+impl SinkFactory for NatsFactory {
+    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, SinkError> {
+        let shared = self.shared.clone();
+        let client = shared
+            .runtime
+            .block_on(shared.client())
+            .map_err(|e| SinkError::Build {
+                reason: format!(
+                    "nats sink: cannot connect to {}: {e}",
+                    shared.settings.servers.join(", ")
+                ),
+            })?;
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(shared.settings.ack_timeout);
+        Ok(Box::new(NatsSink {
+            subject: shared
+                .settings
+                .subject
+                .replace(SHARD_PLACEHOLDER, &shard.to_string()),
+            shared,
+            client,
+            js,
+        }))
+    }
+
+    fn describe(&self) -> String {
+        let s = &self.shared.settings;
+        format!(
+            "nats {} subject {}{} ({} publishes in flight, ack timeout {} ms)",
+            s.servers.join(","),
+            s.subject,
+            s.stream
+                .as_ref()
+                .map_or(String::new(), |n| format!(" stream {n}")),
+            s.publishes_in_flight,
+            s.ack_timeout.as_millis()
+        )
+    }
+}
+
+/// One shard's publisher (its subject made from the template).
+pub struct NatsSink {
+    shared: Arc<Shared>,
+    subject: String,
+    client: Client,
+    js: jetstream::Context,
+}
+
+impl NatsSink {
+    /// What a failed publish means for its record.
+    fn settle(&self, e: &jetstream::context::PublishError) -> RecordOutcome {
+        match e.kind() {
+            PublishErrorKind::StreamNotFound => RecordOutcome::Retry,
+            PublishErrorKind::TimedOut => match self.shared.violation.lock().unwrap().as_ref() {
+                Some(v) if v.contains(&self.subject) => RecordOutcome::Rejected(format!(
+                    "permission denied to publish to {}: {v}",
+                    self.subject
+                )),
+                _ => RecordOutcome::Retry,
+            },
+            PublishErrorKind::Other => {
+                let text = e.to_string();
+                let api =
+                    std::error::Error::source(e).and_then(|s| s.downcast_ref::<jetstream::Error>());
+                if api.is_some_and(|a| {
+                    a.error_code() == jetstream::ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM
+                }) {
+                    RecordOutcome::Rejected(format!(
+                        "the stream refuses the message as too large: {text}"
+                    ))
+                } else {
+                    RecordOutcome::Retry
+                }
+            }
+            _ => RecordOutcome::Retry,
+        }
+    }
+
+    /// Why a record must be retried, for the drain's log and health.
+    fn retry_reason(&self, e: &jetstream::context::PublishError) -> String {
+        match e.kind() {
+            PublishErrorKind::StreamNotFound => format!(
+                "no responders on {}: no stream takes it, or its stream has no leader yet (a failover)",
+                self.subject
+            ),
+            PublishErrorKind::TimedOut => format!(
+                "no PubAck within {} ms (ack_timeout_ms) from {}",
+                self.shared.settings.ack_timeout.as_millis(),
+                self.shared.settings.servers.join(", ")
+            ),
+            _ => format!("publishing to {}: {e}", self.subject),
+        }
+    }
+}
+
+impl Sink for NatsSink {
+    fn name(&self) -> &str {
+        "nats"
+    }
+
+    fn limits(&self) -> Limits {
+        self.shared.settings.limits
+    }
+
+    fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
+        let records = batch.records();
+        let max_payload = self.client.server_info().max_payload;
+        let in_flight = self.shared.settings.publishes_in_flight;
+        let this = &*self;
+        let (outcomes, first_retry) = self.shared.runtime.block_on(async move {
+            let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; records.len()];
+            let mut first_retry: Option<String> = None;
+            let mut pending = std::collections::VecDeque::new();
+            for (i, r) in records.iter().enumerate() {
+                if max_payload > 0 && r.payload.len() + HEADER_BYTES_MAX > max_payload {
+                    outcomes[i] = Some(RecordOutcome::Rejected(format!(
+                        "a record of {} bytes is over the server's max_payload of {max_payload} bytes (with its headers)",
+                        r.payload.len()
+                    )));
+                    continue;
+                }
+                let mut headers = HeaderMap::new();
+                headers.insert(
+                    "Nats-Msg-Id",
+                    format!("{}{}:{}", this.shared.id_prefix, r.shard, r.seq).as_str(),
+                );
+                headers.insert("Spillway-Arrival-Unix-Us", r.arrival_unix_us.to_string().as_str());
+                headers.insert("Spillway-Shard", r.shard.to_string().as_str());
+                headers.insert("Spillway-Seq", r.seq.to_string().as_str());
+                let publish = Publish::build()
+                    .payload(Bytes::copy_from_slice(r.payload))
+                    .headers(headers);
+                match this.js.send_publish(this.subject.clone(), publish).await {
+                    Ok(ack) => pending.push_back((i, ack)),
+                    Err(e) => {
+                        let o = this.settle(&e);
+                        if matches!(o, RecordOutcome::Retry) && first_retry.is_none() {
+                            first_retry = Some(this.retry_reason(&e));
+                        }
+                        outcomes[i] = Some(o);
+                    }
+                }
+                while pending.len() >= in_flight {
+                    let (j, ack) = pending.pop_front().expect("non-empty");
+                    outcomes[j] = Some(this.acked(ack.await, &mut first_retry));
+                }
+            }
+            while let Some((j, ack)) = pending.pop_front() {
+                outcomes[j] = Some(this.acked(ack.await, &mut first_retry));
+            }
+            (outcomes, first_retry)
+        });
+        let outcomes: Vec<RecordOutcome> = outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or(RecordOutcome::Retry))
+            .collect();
+        if outcomes
+            .iter()
+            .all(|o| matches!(o, RecordOutcome::Committed))
+        {
+            return Outcome::Committed;
+        }
+        if matches!(outcomes.first(), Some(RecordOutcome::Retry)) {
+            return Outcome::Retry {
+                after: None,
+                reason: first_retry.unwrap_or_else(|| "publish failed".into()),
+            };
+        }
+        Outcome::Split(outcomes)
+    }
+
+    fn health_check(&mut self) -> Health {
+        match self.client.connection_state() {
+            State::Connected => Health::Healthy,
+            state => Health::Unhealthy(format!(
+                "not connected to the NATS servers {} ({state:?})",
+                self.shared.settings.servers.join(", ")
+            )),
+        }
+    }
+}
+
+impl NatsSink {
+    /// A PubAck (a duplicate counts: the stream has the record) or why not.
+    fn acked(
+        &self,
+        ack: Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
+        first_retry: &mut Option<String>,
+    ) -> RecordOutcome {
+        match ack {
+            Ok(_) => RecordOutcome::Committed,
+            Err(e) => {
+                let o = self.settle(&e);
+                if matches!(o, RecordOutcome::Retry) && first_retry.is_none() {
+                    *first_retry = Some(self.retry_reason(&e));
+                }
+                o
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::subject_matches;
+
+    #[test]
+    fn stream_subject_filters() {
+        assert!(subject_matches("events.*", "events.0"));
+        assert!(subject_matches("events.>", "events.a.b"));
+        assert!(subject_matches("events", "events"));
+        assert!(!subject_matches("events.*", "events"));
+        assert!(!subject_matches("events.*", "events.a.b"));
+        assert!(!subject_matches("logs.>", "events.0"));
+        assert!(!subject_matches("events.>", "events"));
+    }
+}

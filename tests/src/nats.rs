@@ -1,0 +1,293 @@
+//! A real NATS JetStream cluster on loopback for the NATS sink's tests:
+//! three `nats-server` processes (Debian's package, installed by
+//! `.ci/nats.sh`), cluster routes on 127.0.0.1, each in its own temp
+//! folder, JetStream on. The test may kill a node (SIGKILL, only the pids
+//! it started) and start it again on its store. Dropping the cluster kills
+//! every node it started.
+//!
+//! [`NatsCluster::start`] fails the test under CI when the cluster cannot
+//! start; outside CI it returns `None` after printing why (the caller
+//! skips).
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, stream};
+use futures::StreamExt;
+use tokio::runtime::Runtime;
+
+/// How long a node (or the cluster) may take to be ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One `nats-server` of the cluster.
+struct Node {
+    name: String,
+    client_port: u16,
+    conf: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+/// A running cluster; see the module documentation.
+pub struct NatsCluster {
+    nodes: Vec<Node>,
+    _dir: tempfile::TempDir,
+    /// Runs the test's own client calls.
+    pub runtime: Runtime,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// What one stored message says.
+#[derive(Debug, Clone)]
+pub struct StoredMessage {
+    pub subject: String,
+    pub msg_id: Option<String>,
+    pub payload: Vec<u8>,
+}
+
+impl NatsCluster {
+    /// Starts `n` nodes and waits until JetStream answers on every one.
+    pub fn start(n: usize) -> Option<NatsCluster> {
+        match Self::try_start(n) {
+            Ok(c) => Some(c),
+            Err(why) if !crate::in_ci() => {
+                eprintln!("SKIPPED: cannot start a {n}-node nats-server cluster: {why}");
+                None
+            }
+            Err(why) => panic!("cannot start a {n}-node nats-server cluster under CI: {why}"),
+        }
+    }
+
+    fn try_start(n: usize) -> Result<NatsCluster, String> {
+        let version = Command::new("nats-server")
+            .arg("--version")
+            .output()
+            .map_err(|e| format!("nats-server is not installed ({e}); .ci/nats.sh installs it"))?;
+        if !version.status.success() {
+            return Err("nats-server --version failed".into());
+        }
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let mut nodes = Vec::new();
+        for (i, (client_port, cluster_port)) in ports.iter().enumerate() {
+            let name = format!("n{i}");
+            let store = dir.path().join(&name);
+            fs::create_dir_all(&store).map_err(|e| e.to_string())?;
+            let routes: Vec<String> = ports
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, (_, c))| format!("\"nats-route://127.0.0.1:{c}\""))
+                .collect();
+            let conf = dir.path().join(format!("{name}.conf"));
+            fs::write(
+                &conf,
+                format!(
+                    "server_name: {name}\nlisten: 127.0.0.1:{client_port}\n\
+                     jetstream {{ store_dir: \"{}\" }}\n\
+                     cluster {{ name: spillway-test, listen: 127.0.0.1:{cluster_port}, routes: [{}] }}\n",
+                    store.display(),
+                    routes.join(", ")
+                ),
+            )
+            .map_err(|e| e.to_string())?;
+            nodes.push(Node {
+                log: dir.path().join(format!("{name}.log")),
+                name,
+                client_port: *client_port,
+                conf,
+                child: None,
+            });
+        }
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut cluster = NatsCluster {
+            nodes,
+            _dir: dir,
+            runtime,
+        };
+        for i in 0..n {
+            cluster.spawn(i)?;
+        }
+        cluster.wait_ready()?;
+        Ok(cluster)
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let node = &mut self.nodes[i];
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&node.log)
+            .map_err(|e| e.to_string())?;
+        let child = Command::new("nats-server")
+            .arg("-c")
+            .arg(&node.conf)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting nats-server {}: {e}", node.name))?;
+        node.child = Some(child);
+        Ok(())
+    }
+
+    /// Every running node answers JetStream requests (a meta leader is
+    /// elected).
+    fn wait_ready(&self) -> Result<(), String> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        for (i, node) in self.nodes.iter().enumerate() {
+            if node.child.is_none() {
+                continue;
+            }
+            let url = self.url(i);
+            loop {
+                let ok = self.runtime.block_on(async {
+                    let Ok(c) = async_nats::connect(&url).await else {
+                        return false;
+                    };
+                    jetstream::new(c).query_account().await.is_ok()
+                });
+                if ok {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "node {} not ready after {READY_TIMEOUT:?}; its log:\n{}",
+                        node.name,
+                        fs::read_to_string(&node.log).unwrap_or_default()
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn url(&self, i: usize) -> String {
+        format!("nats://127.0.0.1:{}", self.nodes[i].client_port)
+    }
+
+    /// Every node's URL, as a TOML array.
+    pub fn servers_toml(&self) -> String {
+        let urls: Vec<String> = (0..self.nodes.len())
+            .map(|i| format!("\"{}\"", self.url(i)))
+            .collect();
+        format!("[{}]", urls.join(", "))
+    }
+
+    /// A client connected to the running nodes.
+    pub fn client(&self) -> async_nats::Client {
+        let urls: Vec<async_nats::ServerAddr> = (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].child.is_some())
+            .map(|i| self.url(i).parse().unwrap())
+            .collect();
+        self.runtime
+            .block_on(async_nats::connect(urls))
+            .expect("connecting to the cluster")
+    }
+
+    /// Creates a file stream taking `subjects`, with `replicas` and a
+    /// duplicate window of `window`.
+    pub fn create_stream(&self, name: &str, subjects: &[&str], replicas: usize, window: Duration) {
+        let js = jetstream::new(self.client());
+        self.runtime
+            .block_on(js.create_stream(stream::Config {
+                name: name.to_string(),
+                subjects: subjects.iter().map(|s| s.to_string()).collect(),
+                num_replicas: replicas,
+                duplicate_window: window,
+                ..Default::default()
+            }))
+            .unwrap_or_else(|e| panic!("creating stream {name}: {e}"));
+    }
+
+    /// The node leading stream `name`'s replicas, if one does.
+    pub fn stream_leader(&self, name: &str) -> Option<usize> {
+        let js = jetstream::new(self.client());
+        let leader = self.runtime.block_on(async {
+            let mut s = js.get_stream(name).await.ok()?;
+            s.info().await.ok()?.cluster.as_ref()?.leader.clone()
+        })?;
+        self.nodes.iter().position(|n| n.name == leader)
+    }
+
+    /// Messages stored in stream `name`.
+    pub fn stream_messages(&self, name: &str) -> u64 {
+        let js = jetstream::new(self.client());
+        self.runtime.block_on(async {
+            let mut s = js.get_stream(name).await.expect("the stream");
+            s.info().await.expect("stream info").state.messages
+        })
+    }
+
+    /// Every message of stream `name`, in stream order.
+    pub fn read_stream(&self, name: &str) -> Vec<StoredMessage> {
+        let js = jetstream::new(self.client());
+        let total = self.stream_messages(name) as usize;
+        self.runtime.block_on(async {
+            let s = js.get_stream(name).await.expect("the stream");
+            let consumer = s
+                .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+                .await
+                .expect("an ordered consumer");
+            let mut messages = consumer.messages().await.expect("its messages");
+            let mut out = Vec::with_capacity(total);
+            while out.len() < total {
+                let next = tokio::time::timeout(Duration::from_secs(30), messages.next()).await;
+                let Ok(Some(Ok(m))) = next else {
+                    panic!("stream {name}: read {} of {total} messages", out.len());
+                };
+                out.push(StoredMessage {
+                    subject: m.subject.to_string(),
+                    msg_id: m
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.get("Nats-Msg-Id"))
+                        .map(|v| v.to_string()),
+                    payload: m.payload.to_vec(),
+                });
+            }
+            out
+        })
+    }
+
+    /// SIGKILL node `i` (a process this cluster started) and reap it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.nodes[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start node `i` again on its store and wait until it answers.
+    pub fn restart(&mut self, i: usize) {
+        self.spawn(i).expect("restarting the node");
+        self.wait_ready().expect("the restarted node ready");
+    }
+
+    /// A node's log, for failure messages.
+    pub fn log(&self, i: usize) -> String {
+        fs::read_to_string(&self.nodes[i].log).unwrap_or_default()
+    }
+}
+
+impl Drop for NatsCluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+    }
+}

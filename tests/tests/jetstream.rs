@@ -1,0 +1,248 @@
+//! The NATS JetStream sink against a real 3-node cluster on loopback
+//! (tests/src/nats.rs): records reach an R3 stream exactly once through a
+//! leader's SIGKILL and through spillway's own SIGKILL (the stream's
+//! duplicate window removes what is published again, by `Nats-Msg-Id`); a
+//! dead HTTP sink beside it costs the stream nothing; a missing stream, a
+//! subject outside the stream, a refused credential and an oversized record
+//! each give their error, the same in `check` and `run`.
+//!
+//! Under CI a cluster that cannot start fails the test; outside CI the test
+//! skips with the reason.
+
+mod support_http;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use spillway_tests::nats::{NatsCluster, StoredMessage};
+use spillway_tests::*;
+use support_http::HttpReceiver;
+
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
+const STREAM: &str = "EVENTS";
+/// The stream's duplicate window: longer than any test's outage.
+const WINDOW: Duration = Duration::from_secs(600);
+
+fn nats_table(cluster: &NatsCluster, name: &str, extra: &str) -> String {
+    format!(
+        "[sinks.{name}]\ntype = \"nats\"\nservers = {}\nsubject = \"events.{{shard}}\"\nstream = \"{STREAM}\"\nretry_initial_ms = 50\nretry_max_ms = 500\nack_timeout_ms = 2000\nserver_sync_always = true\n{extra}",
+        cluster.servers_toml()
+    )
+}
+
+/// `n` records `"{tag}:{i}"`, pushed in batches of 1,000 at Sync.
+fn push_many(d: &Daemon, tag: &str, n: usize) -> Vec<String> {
+    let mut c = d.client();
+    let all: Vec<String> = (0..n).map(|i| format!("{tag}:{i}")).collect();
+    for chunk in all.chunks(1000) {
+        c.push_batch(Tier::Sync, chunk)
+            .unwrap_or_else(|e| panic!("pushing {tag} records: {e}"));
+    }
+    all
+}
+
+/// Every payload in `sent` is in the stream exactly once, and nothing else
+/// is (a payload stored twice, or missing, is named).
+fn assert_exactly_once(stored: &[StoredMessage], sent: &[String]) {
+    let mut count: HashMap<&[u8], usize> = HashMap::new();
+    for m in stored {
+        *count.entry(m.payload.as_slice()).or_default() += 1;
+    }
+    let twice: Vec<String> = count
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .take(5)
+        .map(|(p, n)| format!("{} x{n}", String::from_utf8_lossy(p)))
+        .collect();
+    assert!(twice.is_empty(), "stored more than once: {twice:?}");
+    let missing: Vec<&String> = sent
+        .iter()
+        .filter(|p| !count.contains_key(p.as_bytes()))
+        .take(5)
+        .collect();
+    assert!(missing.is_empty(), "never stored: {missing:?}");
+    assert_eq!(stored.len(), sent.len(), "the stream holds other messages");
+    assert!(
+        stored.iter().all(|m| m.msg_id.is_some()),
+        "a message without Nats-Msg-Id"
+    );
+}
+
+fn wait_for_stream(cluster: &NatsCluster, n: u64) {
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || cluster.stream_messages(STREAM) >= n),
+        "the stream has {} of {n} messages",
+        cluster.stream_messages(STREAM)
+    );
+}
+
+/// 100,000 records into an R3 stream; its leader SIGKILLed mid-delivery,
+/// then started again on its store: delivery resumes by itself, and the
+/// stream holds every record once.
+#[test]
+fn a_leader_killed_mid_delivery_loses_nothing_and_stores_nothing_twice() {
+    let Some(mut cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 2\n{}",
+        nats_table(&cluster, "stream", "")
+    ));
+    let mut sent = push_many(&d, "lead", 50_000);
+    // Mid-delivery: some, not all, of the first half is in.
+    assert!(wait_until(DELIVERY_TIMEOUT, || cluster
+        .stream_messages(STREAM)
+        >= 5_000));
+    let leader = cluster
+        .stream_leader(STREAM)
+        .expect("the stream has a leader");
+    cluster.kill(leader);
+    sent.extend(push_many(&d, "during", 50_000));
+    // The remaining two elect a leader; delivery resumes without help.
+    wait_for_stream(&cluster, sent.len() as u64);
+    cluster.restart(leader);
+    let stored = cluster.read_stream(STREAM);
+    assert_exactly_once(&stored, &sent);
+    let health = d.ctl(&["health"]);
+    assert!(
+        !health.contains("not ready"),
+        "the sink did not recover:\n{health}"
+    );
+}
+
+/// spillway SIGKILLed mid-delivery and started again: what it publishes
+/// again is removed by the stream (same message ids: the instance id in
+/// the data folder survives), and nothing is lost.
+#[test]
+fn a_sigkill_of_spillway_mid_delivery_stores_every_record_once() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
+    let mut d = Daemon::start(&format!(
+        "[server]\nshards = 2\n{}",
+        nats_table(&cluster, "stream", "batches_in_flight = 4\n")
+    ));
+    let id_file = d.data_dir().join("instance-id");
+    let id = std::fs::read_to_string(&id_file).expect("the instance id file");
+    let mut sent = push_many(&d, "before", 30_000);
+    assert!(wait_until(DELIVERY_TIMEOUT, || cluster
+        .stream_messages(STREAM)
+        >= 3_000));
+    d.kill9();
+    d.spawn();
+    assert_eq!(
+        std::fs::read_to_string(&id_file).unwrap(),
+        id,
+        "the instance id changed across a restart"
+    );
+    sent.extend(push_many(&d, "after", 5_000));
+    wait_for_stream(&cluster, sent.len() as u64);
+    // Give a redelivery that would be stored twice the time to land.
+    assert!(wait_until(DELIVERY_TIMEOUT, || {
+        d.ctl(&["stats"])
+            .lines()
+            .find_map(|l| l.strip_prefix("sink{sink=\"stream\"}.backlog_records "))
+            .is_some_and(|v| v.trim() == "0")
+    }));
+    let stored = cluster.read_stream(STREAM);
+    assert_exactly_once(&stored, &sent);
+    let prefix = format!("{}:", id.trim());
+    assert!(
+        stored
+            .iter()
+            .all(|m| m.msg_id.as_deref().is_some_and(|i| i.starts_with(&prefix))),
+        "a message id that does not start with the instance id"
+    );
+}
+
+/// The stream and a dead HTTP sink at once: the stream gets everything
+/// while the HTTP receiver answers 503.
+#[test]
+fn a_dead_http_sink_beside_it_costs_the_stream_nothing() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
+    let http = HttpReceiver::start();
+    http.set_status(503);
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 2\n{}[sinks.web]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 300\n",
+        nats_table(&cluster, "stream", ""),
+        http.url()
+    ));
+    let sent = push_many(&d, "fan", 20_000);
+    wait_for_stream(&cluster, sent.len() as u64);
+    assert_eq!(http.accepted_records().len(), 0);
+    assert_exactly_once(&cluster.read_stream(STREAM), &sent);
+    http.set_status(200);
+    http.wait_for_payloads(&sent, DELIVERY_TIMEOUT);
+}
+
+/// `spillway check` and `spillway run` on one config: both refuse it
+/// with `want` in their stderr.
+fn both_refuse(config: &str, want: &str) {
+    let d = Daemon::configure(config);
+    let check = run_spillway(
+        &[
+            "check".as_ref(),
+            "--config".as_ref(),
+            d.config_path().as_os_str(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !check.status.success() && check.stderr.contains(want),
+        "check did not refuse with {want:?}:\n{}{}",
+        check.stdout,
+        check.stderr
+    );
+    let run = d.run_to_exit(Duration::from_secs(30));
+    assert!(
+        !run.status.success() && run.stderr.contains(want),
+        "run did not refuse with {want:?}:\n{}",
+        run.stderr
+    );
+}
+
+/// A missing stream, a subject outside the stream and a refused credential:
+/// `check` and `run` both refuse, naming the key; an oversized record is
+/// dead-lettered with the server's limit in its reason.
+#[test]
+fn bad_streams_subjects_credentials_and_records_each_get_their_error() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
+    let servers = cluster.servers_toml();
+    both_refuse(
+        &format!("[sinks.js]\ntype = \"nats\"\nservers = {servers}\nsubject = \"events.a\"\nstream = \"NOPE\"\n"),
+        "sinks.js.stream: no stream \"NOPE\"",
+    );
+    both_refuse(
+        &format!("[sinks.js]\ntype = \"nats\"\nservers = {servers}\nsubject = \"logs.{{shard}}\"\nstream = \"{STREAM}\"\n"),
+        "sinks.js.subject: \"logs.{shard}\" is not a subject of stream \"EVENTS\"",
+    );
+    both_refuse(
+        &format!("[sinks.js]\ntype = \"nats\"\nservers = {servers}\nsubject = \"events.a\"\ntoken_env = \"SPILLWAY_TEST_UNSET_TOKEN\"\n"),
+        "sinks.js.token_env: the environment variable SPILLWAY_TEST_UNSET_TOKEN is not set",
+    );
+
+    // A record over the server's max_payload (1 MiB by default).
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[limits]\npayload_bytes_max = 4194304\n{}",
+        nats_table(&cluster, "js", "max_bytes = 4194304\n")
+    ));
+    let mut c = d.client();
+    c.push(Tier::Sync, &vec![b'x'; 2 << 20]).unwrap();
+    c.push(Tier::Sync, b"small").unwrap();
+    wait_for_stream(&cluster, 1);
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || d
+            .ctl(&["dead-letter", "list", "--sink", "js"])
+            .contains("max_payload")),
+        "the oversized record was not dead-lettered with the server's limit:\n{}",
+        d.ctl(&["dead-letter", "list", "--sink", "js"])
+    );
+}
