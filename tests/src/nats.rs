@@ -39,6 +39,32 @@ pub struct NatsCluster {
     pub runtime: Runtime,
 }
 
+/// `nats-server` is there, or `.ci/nats.sh` installs it (Debian's package;
+/// needs root, as `.ci/postgres.sh` does for PostgreSQL).
+fn installed() -> Result<(), String> {
+    let found = || {
+        Command::new("nats-server")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if found() {
+        return Ok(());
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/nats.sh");
+    let out = Command::new(&script)
+        .output()
+        .map_err(|e| format!("nats-server is not installed and {} failed: {e}", script.display()))?;
+    if found() {
+        return Ok(());
+    }
+    Err(format!(
+        "nats-server is not installed and {} could not install it: {}",
+        script.display(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    ))
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -68,13 +94,7 @@ impl NatsCluster {
     }
 
     fn try_start(n: usize) -> Result<NatsCluster, String> {
-        let version = Command::new("nats-server")
-            .arg("--version")
-            .output()
-            .map_err(|e| format!("nats-server is not installed ({e}); .ci/nats.sh installs it"))?;
-        if !version.status.success() {
-            return Err("nats-server --version failed".into());
-        }
+        installed()?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let mut nodes = Vec::new();
