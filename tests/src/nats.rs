@@ -34,6 +34,8 @@ struct Node {
 /// A running cluster; see the module documentation.
 pub struct NatsCluster {
     nodes: Vec<Node>,
+    /// The token the servers require, if any.
+    token: Option<String>,
     _dir: tempfile::TempDir,
     /// Runs the test's own client calls.
     pub runtime: Runtime,
@@ -52,9 +54,12 @@ fn installed() -> Result<(), String> {
         return Ok(());
     }
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/nats.sh");
-    let out = Command::new(&script)
-        .output()
-        .map_err(|e| format!("nats-server is not installed and {} failed: {e}", script.display()))?;
+    let out = Command::new(&script).output().map_err(|e| {
+        format!(
+            "nats-server is not installed and {} failed: {e}",
+            script.display()
+        )
+    })?;
     if found() {
         return Ok(());
     }
@@ -77,13 +82,21 @@ fn free_port() -> u16 {
 pub struct StoredMessage {
     pub subject: String,
     pub msg_id: Option<String>,
+    /// Every header, for failure messages.
+    pub headers: String,
     pub payload: Vec<u8>,
 }
 
 impl NatsCluster {
     /// Starts `n` nodes and waits until JetStream answers on every one.
     pub fn start(n: usize) -> Option<NatsCluster> {
-        match Self::try_start(n) {
+        Self::start_with(n, None)
+    }
+
+    /// [`NatsCluster::start`]; with `token`, the servers refuse clients
+    /// without it. One node runs without a cluster block.
+    pub fn start_with(n: usize, token: Option<&str>) -> Option<NatsCluster> {
+        match Self::try_start(n, token) {
             Ok(c) => Some(c),
             Err(why) if !crate::in_ci() => {
                 eprintln!("SKIPPED: cannot start a {n}-node nats-server cluster: {why}");
@@ -93,7 +106,7 @@ impl NatsCluster {
         }
     }
 
-    fn try_start(n: usize) -> Result<NatsCluster, String> {
+    fn try_start(n: usize, token: Option<&str>) -> Result<NatsCluster, String> {
         installed()?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
@@ -109,17 +122,20 @@ impl NatsCluster {
                 .map(|(_, (_, c))| format!("\"nats-route://127.0.0.1:{c}\""))
                 .collect();
             let conf = dir.path().join(format!("{name}.conf"));
-            fs::write(
-                &conf,
-                format!(
-                    "server_name: {name}\nlisten: 127.0.0.1:{client_port}\n\
-                     jetstream {{ store_dir: \"{}\" }}\n\
-                     cluster {{ name: spillway-test, listen: 127.0.0.1:{cluster_port}, routes: [{}] }}\n",
-                    store.display(),
+            let mut text = format!(
+                "server_name: {name}\nlisten: 127.0.0.1:{client_port}\njetstream {{ store_dir: \"{}\" }}\n",
+                store.display()
+            );
+            if n > 1 {
+                text.push_str(&format!(
+                    "cluster {{ name: spillway-test, listen: 127.0.0.1:{cluster_port}, routes: [{}] }}\n",
                     routes.join(", ")
-                ),
-            )
-            .map_err(|e| e.to_string())?;
+                ));
+            }
+            if let Some(t) = token {
+                text.push_str(&format!("authorization {{ token: \"{t}\" }}\n"));
+            }
+            fs::write(&conf, text).map_err(|e| e.to_string())?;
             nodes.push(Node {
                 log: dir.path().join(format!("{name}.log")),
                 name,
@@ -135,6 +151,7 @@ impl NatsCluster {
             .map_err(|e| e.to_string())?;
         let mut cluster = NatsCluster {
             nodes,
+            token: token.map(str::to_string),
             _dir: dir,
             runtime,
         };
@@ -174,18 +191,31 @@ impl NatsCluster {
             }
             let url = self.url(i);
             loop {
-                let ok = self.runtime.block_on(async {
-                    let Ok(c) = async_nats::connect(&url).await else {
-                        return false;
-                    };
-                    jetstream::new(c).query_account().await.is_ok()
+                let answer = self.runtime.block_on(async {
+                    let c = self
+                        .options()
+                        .connect(url.as_str())
+                        .await
+                        .map_err(|e| format!("connect: {e}"))?;
+                    // The raw API call: async-nats' typed account info
+                    // wants fields nats-server 2.9 does not send.
+                    let reply = c
+                        .request("$JS.API.INFO", "".into())
+                        .await
+                        .map_err(|e| format!("$JS.API.INFO: {e}"))?;
+                    let v: serde_json::Value = serde_json::from_slice(&reply.payload)
+                        .map_err(|e| format!("$JS.API.INFO answered no JSON: {e}"))?;
+                    match v.get("error") {
+                        None => Ok(()),
+                        Some(e) => Err(format!("$JS.API.INFO: {e}")),
+                    }
                 });
-                if ok {
+                let Err(why) = answer else {
                     break;
-                }
+                };
                 if Instant::now() >= deadline {
                     return Err(format!(
-                        "node {} not ready after {READY_TIMEOUT:?}; its log:\n{}",
+                        "node {} not ready after {READY_TIMEOUT:?} ({why}); its log:\n{}",
                         node.name,
                         fs::read_to_string(&node.log).unwrap_or_default()
                     ));
@@ -194,6 +224,13 @@ impl NatsCluster {
             }
         }
         Ok(())
+    }
+
+    fn options(&self) -> async_nats::ConnectOptions {
+        match &self.token {
+            Some(t) => async_nats::ConnectOptions::with_token(t.clone()),
+            None => async_nats::ConnectOptions::new(),
+        }
     }
 
     pub fn url(&self, i: usize) -> String {
@@ -215,7 +252,7 @@ impl NatsCluster {
             .map(|i| self.url(i).parse().unwrap())
             .collect();
         self.runtime
-            .block_on(async_nats::connect(urls))
+            .block_on(self.options().connect(urls))
             .expect("connecting to the cluster")
     }
 
@@ -244,12 +281,15 @@ impl NatsCluster {
         self.nodes.iter().position(|n| n.name == leader)
     }
 
-    /// Messages stored in stream `name`.
+    /// Messages stored in stream `name`; 0 while it does not answer (no
+    /// leader during a failover).
     pub fn stream_messages(&self, name: &str) -> u64 {
         let js = jetstream::new(self.client());
         self.runtime.block_on(async {
-            let mut s = js.get_stream(name).await.expect("the stream");
-            s.info().await.expect("stream info").state.messages
+            let Ok(mut s) = js.get_stream(name).await else {
+                return 0;
+            };
+            s.info().await.map_or(0, |i| i.state.messages)
         })
     }
 
@@ -275,8 +315,9 @@ impl NatsCluster {
                     msg_id: m
                         .headers
                         .as_ref()
-                        .and_then(|h| h.get("Nats-Msg-Id"))
+                        .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
                         .map(|v| v.to_string()),
+                    headers: format!("{:?}", m.headers),
                     payload: m.payload.to_vec(),
                 });
             }

@@ -62,17 +62,22 @@ fn assert_exactly_once(stored: &[StoredMessage], sent: &[String]) {
         .collect();
     assert!(missing.is_empty(), "never stored: {missing:?}");
     assert_eq!(stored.len(), sent.len(), "the stream holds other messages");
-    assert!(
-        stored.iter().all(|m| m.msg_id.is_some()),
-        "a message without Nats-Msg-Id"
-    );
+    if let Some(m) = stored.iter().find(|m| m.msg_id.is_none()) {
+        panic!("a message without Nats-Msg-Id: {m:?}");
+    }
 }
 
-fn wait_for_stream(cluster: &NatsCluster, n: u64) {
-    assert!(
-        wait_until(DELIVERY_TIMEOUT, || cluster.stream_messages(STREAM) >= n),
-        "the stream has {} of {n} messages",
-        cluster.stream_messages(STREAM)
+fn wait_for_stream(cluster: &NatsCluster, d: &Daemon, n: u64) {
+    if wait_until(DELIVERY_TIMEOUT, || cluster.stream_messages(STREAM) >= n) {
+        return;
+    }
+    let log = d.stderr();
+    let tail: Vec<&str> = log.lines().rev().take(30).collect();
+    panic!(
+        "the stream has {} of {n} messages; ctl health:\n{}\nthe daemon's last log lines:\n{}",
+        cluster.stream_messages(STREAM),
+        d.ctl(&["health"]),
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     );
 }
 
@@ -100,7 +105,7 @@ fn a_leader_killed_mid_delivery_loses_nothing_and_stores_nothing_twice() {
     cluster.kill(leader);
     sent.extend(push_many(&d, "during", 50_000));
     // The remaining two elect a leader; delivery resumes without help.
-    wait_for_stream(&cluster, sent.len() as u64);
+    wait_for_stream(&cluster, &d, sent.len() as u64);
     cluster.restart(leader);
     let stored = cluster.read_stream(STREAM);
     assert_exactly_once(&stored, &sent);
@@ -131,6 +136,20 @@ fn a_sigkill_of_spillway_mid_delivery_stores_every_record_once() {
         .stream_messages(STREAM)
         >= 3_000));
     d.kill9();
+    // Published but not in a cursor file: what the restart publishes again
+    // (the stream must drop it as a duplicate).
+    let confirmed: u64 = (0..2)
+        .map(|shard| {
+            let dir = d.data_dir().join(format!("shard-{shard:03}"));
+            spillway_wab::read_checkpoint_file(&spillway_wab::FsStorage, &dir, "cursor-stream")
+                .unwrap_or(0)
+        })
+        .sum();
+    let in_stream = cluster.stream_messages(STREAM);
+    eprintln!(
+        "at the kill: {in_stream} messages in the stream, {confirmed} records in the cursor files: about {} to be published again",
+        in_stream.saturating_sub(confirmed)
+    );
     d.spawn();
     assert_eq!(
         std::fs::read_to_string(&id_file).unwrap(),
@@ -138,7 +157,7 @@ fn a_sigkill_of_spillway_mid_delivery_stores_every_record_once() {
         "the instance id changed across a restart"
     );
     sent.extend(push_many(&d, "after", 5_000));
-    wait_for_stream(&cluster, sent.len() as u64);
+    wait_for_stream(&cluster, &d, sent.len() as u64);
     // Give a redelivery that would be stored twice the time to land.
     assert!(wait_until(DELIVERY_TIMEOUT, || {
         d.ctl(&["stats"])
@@ -173,32 +192,36 @@ fn a_dead_http_sink_beside_it_costs_the_stream_nothing() {
         http.url()
     ));
     let sent = push_many(&d, "fan", 20_000);
-    wait_for_stream(&cluster, sent.len() as u64);
+    wait_for_stream(&cluster, &d, sent.len() as u64);
     assert_eq!(http.accepted_records().len(), 0);
     assert_exactly_once(&cluster.read_stream(STREAM), &sent);
     http.set_status(200);
     http.wait_for_payloads(&sent, DELIVERY_TIMEOUT);
 }
 
-/// `spillway check` and `spillway run` on one config: both refuse it
-/// with `want` in their stderr.
-fn both_refuse(config: &str, want: &str) {
-    let d = Daemon::configure(config);
-    let check = run_spillway(
-        &[
-            "check".as_ref(),
-            "--config".as_ref(),
-            d.config_path().as_os_str(),
-        ],
-        Duration::from_secs(30),
-    );
+/// `spillway check` and `spillway run` on one config, with `env` set for
+/// both: both refuse it with `want` in their stderr.
+fn both_refuse(config: &str, env: &[(&str, &str)], want: &str) {
+    let mut d = Daemon::configure(config);
+    let check = std::process::Command::new(spillway_bin())
+        .arg("check")
+        .arg(d.config_path())
+        .envs(env.iter().copied())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running spillway check");
+    let stderr = String::from_utf8_lossy(&check.stderr);
     assert!(
-        !check.status.success() && check.stderr.contains(want),
-        "check did not refuse with {want:?}:\n{}{}",
-        check.stdout,
-        check.stderr
+        !check.status.success() && stderr.contains(want),
+        "check did not refuse with {want:?}:\n{}{stderr}",
+        String::from_utf8_lossy(&check.stdout)
     );
-    let run = d.run_to_exit(Duration::from_secs(30));
+    let run = d.run_to_exit_or_start_with(Duration::from_secs(30), |c| {
+        c.envs(env.iter().copied());
+    });
+    let StartOrExit::Exited(run) = run else {
+        panic!("run started on a config check refused with {want:?}");
+    };
     assert!(
         !run.status.success() && run.stderr.contains(want),
         "run did not refuse with {want:?}:\n{}",
@@ -206,9 +229,9 @@ fn both_refuse(config: &str, want: &str) {
     );
 }
 
-/// A missing stream, a subject outside the stream and a refused credential:
-/// `check` and `run` both refuse, naming the key; an oversized record is
-/// dead-lettered with the server's limit in its reason.
+/// A missing stream, a subject outside the stream, an unset and a refused
+/// credential: `check` and `run` both refuse, naming the key; an oversized
+/// record is dead-lettered with the server's limit in its reason.
 #[test]
 fn bad_streams_subjects_credentials_and_records_each_get_their_error() {
     let Some(cluster) = NatsCluster::start(3) else {
@@ -218,26 +241,46 @@ fn bad_streams_subjects_credentials_and_records_each_get_their_error() {
     let servers = cluster.servers_toml();
     both_refuse(
         &format!("[sinks.js]\ntype = \"nats\"\nservers = {servers}\nsubject = \"events.a\"\nstream = \"NOPE\"\n"),
+        &[],
         "sinks.js.stream: no stream \"NOPE\"",
     );
     both_refuse(
         &format!("[sinks.js]\ntype = \"nats\"\nservers = {servers}\nsubject = \"logs.{{shard}}\"\nstream = \"{STREAM}\"\n"),
+        &[],
         "sinks.js.subject: \"logs.{shard}\" is not a subject of stream \"EVENTS\"",
     );
     both_refuse(
         &format!("[sinks.js]\ntype = \"nats\"\nservers = {servers}\nsubject = \"events.a\"\ntoken_env = \"SPILLWAY_TEST_UNSET_TOKEN\"\n"),
+        &[],
         "sinks.js.token_env: the environment variable SPILLWAY_TEST_UNSET_TOKEN is not set",
     );
+    // A server that wants a token refuses a wrong one.
+    let guarded = NatsCluster::start_with(1, Some("right-token")).expect("a server with a token");
+    let table = format!(
+        "[sinks.js]\ntype = \"nats\"\nservers = {}\nsubject = \"events.a\"\ntoken_env = \"SPILLWAY_TEST_NATS_TOKEN\"\n",
+        guarded.servers_toml()
+    );
+    both_refuse(
+        &table,
+        &[("SPILLWAY_TEST_NATS_TOKEN", "wrong-token")],
+        "sinks.js.token_env: the servers refused the credentials",
+    );
+    // The right one is taken.
+    let mut ok = Daemon::configure(&table);
+    ok.spawn_with(|c| {
+        c.env("SPILLWAY_TEST_NATS_TOKEN", "right-token");
+    });
+    ok.terminate();
 
     // A record over the server's max_payload (1 MiB by default).
     let d = Daemon::start(&format!(
-        "[server]\nshards = 1\n[limits]\npayload_bytes_max = 4194304\n{}",
+        "[server]\nshards = 1\n{}",
         nats_table(&cluster, "js", "max_bytes = 4194304\n")
     ));
     let mut c = d.client();
     c.push(Tier::Sync, &vec![b'x'; 2 << 20]).unwrap();
     c.push(Tier::Sync, b"small").unwrap();
-    wait_for_stream(&cluster, 1);
+    wait_for_stream(&cluster, &d, 1);
     assert!(
         wait_until(DELIVERY_TIMEOUT, || d
             .ctl(&["dead-letter", "list", "--sink", "js"])
@@ -245,4 +288,35 @@ fn bad_streams_subjects_credentials_and_records_each_get_their_error() {
         "the oversized record was not dead-lettered with the server's limit:\n{}",
         d.ctl(&["dead-letter", "list", "--sink", "js"])
     );
+}
+
+/// A stream with one replica and a duplicate window shorter than the
+/// sink's retry horizon: the sink starts and says both, and that a PubAck
+/// may not be durable on the server.
+#[test]
+fn a_weak_stream_is_warned_about_at_start() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    cluster.create_stream("WEAK", &["weak.>"], 1, Duration::from_secs(30));
+    let mut d = Daemon::configure(&format!(
+        "[sinks.js]\ntype = \"nats\"\nservers = {}\nsubject = \"weak.{{shard}}\"\nstream = \"WEAK\"\nmax_retry_duration_ms = 600000\n",
+        cluster.servers_toml()
+    ));
+    d.spawn();
+    let sent = push_many(&d, "weak", 10);
+    assert!(wait_until(DELIVERY_TIMEOUT, || cluster
+        .stream_messages("WEAK")
+        >= 10));
+    d.terminate();
+    let log = d.stderr();
+    for want in [
+        "removes duplicates within 30 s, shorter than this sink may retry a batch (max_retry_duration_ms = 600000)",
+        "has 1 replica",
+        "sync_interval: always",
+    ] {
+        assert!(log.contains(want), "no warning {want:?} in:\n{log}");
+    }
+    let stored = cluster.read_stream("WEAK");
+    assert_eq!(stored.len(), sent.len());
 }

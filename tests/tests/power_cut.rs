@@ -347,6 +347,11 @@ fn run(sink: Sink, default_cuts: usize) {
             return;
         };
         f.d.spawn();
+        // Made (and fsynced) at the start, before any push: every cut
+        // keeps it (the NATS sink's message ids are built from it).
+        let id_file = f.d.data_dir().join("instance-id");
+        let instance_id =
+            fs::read_to_string(&id_file).unwrap_or_else(|e| panic!("{}: {e}", id_file.display()));
         let mut all: Vec<Pushed> = Vec::new();
         for life in 0..LIVES_PER_FOLDER.min(cuts - cut) {
             cut += 1;
@@ -455,6 +460,11 @@ fn run(sink: Sink, default_cuts: usize) {
             eprintln!("{context}: cut made ({report:?}), restarting");
             f.d.spawn();
             let restart_ms = t.elapsed().as_millis() as u64;
+            assert_eq!(
+                fs::read_to_string(&id_file).ok().as_deref(),
+                Some(instance_id.as_str()),
+                "{context}: the instance id did not survive the power cut"
+            );
             let log = f.d.stderr();
             let warns = warnings(&log);
             // Held: what recovery kept (nothing is deleted, so the files can

@@ -16,6 +16,7 @@
 
 mod config;
 
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 
 use async_nats::connection::State;
@@ -432,13 +433,7 @@ impl NatsSink {
     fn settle(&self, e: &jetstream::context::PublishError) -> RecordOutcome {
         match e.kind() {
             PublishErrorKind::StreamNotFound => RecordOutcome::Retry,
-            PublishErrorKind::TimedOut => match self.shared.violation.lock().unwrap().as_ref() {
-                Some(v) if v.contains(&self.subject) => RecordOutcome::Rejected(format!(
-                    "permission denied to publish to {}: {v}",
-                    self.subject
-                )),
-                _ => RecordOutcome::Retry,
-            },
+            PublishErrorKind::TimedOut => self.timed_out(),
             PublishErrorKind::Other => {
                 let text = e.to_string();
                 let api =
@@ -457,6 +452,26 @@ impl NatsSink {
         }
     }
 
+    /// No PubAck in time: a permissions violation the server reported for
+    /// this subject makes it permanent; anything else is retried.
+    fn timed_out(&self) -> RecordOutcome {
+        match self.shared.violation.lock().unwrap().as_ref() {
+            Some(v) if v.contains(&self.subject) => RecordOutcome::Rejected(format!(
+                "permission denied to publish to {}: {v}",
+                self.subject
+            )),
+            _ => RecordOutcome::Retry,
+        }
+    }
+
+    fn no_ack_reason(&self) -> String {
+        format!(
+            "no PubAck within {} ms (ack_timeout_ms) from {}",
+            self.shared.settings.ack_timeout.as_millis(),
+            self.shared.settings.servers.join(", ")
+        )
+    }
+
     /// Why a record must be retried, for the drain's log and health.
     fn retry_reason(&self, e: &jetstream::context::PublishError) -> String {
         match e.kind() {
@@ -464,11 +479,7 @@ impl NatsSink {
                 "no responders on {}: no stream takes it, or its stream has no leader yet (a failover)",
                 self.subject
             ),
-            PublishErrorKind::TimedOut => format!(
-                "no PubAck within {} ms (ack_timeout_ms) from {}",
-                self.shared.settings.ack_timeout.as_millis(),
-                self.shared.settings.servers.join(", ")
-            ),
+            PublishErrorKind::TimedOut => self.no_ack_reason(),
             _ => format!("publishing to {}: {e}", self.subject),
         }
     }
@@ -487,6 +498,7 @@ impl Sink for NatsSink {
         let records = batch.records();
         let max_payload = self.client.server_info().max_payload;
         let in_flight = self.shared.settings.publishes_in_flight;
+        let ack_timeout = self.shared.settings.ack_timeout;
         let this = &*self;
         let (outcomes, first_retry) = self.shared.runtime.block_on(async move {
             let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; records.len()];
@@ -512,7 +524,11 @@ impl Sink for NatsSink {
                     .payload(Bytes::copy_from_slice(r.payload))
                     .headers(headers);
                 match this.js.send_publish(this.subject.clone(), publish).await {
-                    Ok(ack) => pending.push_back((i, ack)),
+                    // Each PubAck is due `ack_timeout` after its publish
+                    // (the client's own timeout starts only when the ack
+                    // is first awaited: in turn, a batch of lost acks
+                    // would wait one timeout each).
+                    Ok(ack) => pending.push_back((i, ack, tokio::time::Instant::now() + ack_timeout)),
                     Err(e) => {
                         let o = this.settle(&e);
                         if matches!(o, RecordOutcome::Retry) && first_retry.is_none() {
@@ -522,12 +538,12 @@ impl Sink for NatsSink {
                     }
                 }
                 while pending.len() >= in_flight {
-                    let (j, ack) = pending.pop_front().expect("non-empty");
-                    outcomes[j] = Some(this.acked(ack.await, &mut first_retry));
+                    let (j, ack, due) = pending.pop_front().expect("non-empty");
+                    outcomes[j] = Some(this.acked(until(due, ack).await, &mut first_retry));
                 }
             }
-            while let Some((j, ack)) = pending.pop_front() {
-                outcomes[j] = Some(this.acked(ack.await, &mut first_retry));
+            while let Some((j, ack, due)) = pending.pop_front() {
+                outcomes[j] = Some(this.acked(until(due, ack).await, &mut first_retry));
             }
             (outcomes, first_retry)
         });
@@ -561,16 +577,30 @@ impl Sink for NatsSink {
     }
 }
 
+/// The answer to `ack`, or `None` once `due` passed without one.
+async fn until(
+    due: tokio::time::Instant,
+    ack: jetstream::context::PublishAckFuture,
+) -> Option<Result<jetstream::publish::PublishAck, jetstream::context::PublishError>> {
+    tokio::time::timeout_at(due, ack.into_future()).await.ok()
+}
+
 impl NatsSink {
     /// A PubAck (a duplicate counts: the stream has the record) or why not.
     fn acked(
         &self,
-        ack: Result<jetstream::publish::PublishAck, jetstream::context::PublishError>,
+        ack: Option<Result<jetstream::publish::PublishAck, jetstream::context::PublishError>>,
         first_retry: &mut Option<String>,
     ) -> RecordOutcome {
         match ack {
-            Ok(_) => RecordOutcome::Committed,
-            Err(e) => {
+            Some(Ok(_)) => RecordOutcome::Committed,
+            None => {
+                if first_retry.is_none() {
+                    *first_retry = Some(self.no_ack_reason());
+                }
+                self.timed_out()
+            }
+            Some(Err(e)) => {
                 let o = self.settle(&e);
                 if matches!(o, RecordOutcome::Retry) && first_retry.is_none() {
                     *first_retry = Some(self.retry_reason(&e));
