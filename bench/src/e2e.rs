@@ -96,12 +96,12 @@ const FANOUT_RSS_EVERY: Duration = Duration::from_millis(20);
 /// How long delivery may take to catch up before a scenario fails.
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(300);
 
-fn launcher<'a>(ctx: &Ctx<'a>) -> Result<&'a Launcher, LoadError> {
+pub(super) fn launcher<'a>(ctx: &Ctx<'a>) -> Result<&'a Launcher, LoadError> {
     ctx.launcher
         .ok_or_else(|| LoadError::Unsupported("needs a daemon started by the bench".into()))
 }
 
-fn toml_string(s: &str) -> String {
+pub(super) fn toml_string(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
@@ -128,7 +128,11 @@ fn plugin_sink(library: &Path) -> String {
     )
 }
 
-fn start(launcher: &Launcher, label: &str, sink: String) -> Result<BenchDaemon, LoadError> {
+pub(super) fn start(
+    launcher: &Launcher,
+    label: &str,
+    sink: String,
+) -> Result<BenchDaemon, LoadError> {
     launcher
         .start(
             label,
@@ -140,14 +144,14 @@ fn start(launcher: &Launcher, label: &str, sink: String) -> Result<BenchDaemon, 
         .map_err(|e| LoadError::Failed(format!("starting the {label} daemon: {e}")))
 }
 
-fn stop_daemon(daemon: BenchDaemon, label: &str) -> Result<(), LoadError> {
+pub(super) fn stop_daemon(daemon: BenchDaemon, label: &str) -> Result<(), LoadError> {
     daemon
         .stop()
         .map_err(|e| LoadError::Failed(format!("stopping the {label} daemon: {e}")))
 }
 
 /// Sleeps until `until`; false if `stop` was raised first.
-fn sleep_until(until: Instant, stop: &AtomicBool) -> bool {
+pub(super) fn sleep_until(until: Instant, stop: &AtomicBool) -> bool {
     loop {
         if stop.load(Ordering::Acquire) {
             return false;
@@ -161,7 +165,7 @@ fn sleep_until(until: Instant, stop: &AtomicBool) -> bool {
 }
 
 /// Polls `done` every `every` until it is true; how long that took.
-fn wait_for(
+pub(super) fn wait_for(
     what: &str,
     every: Duration,
     mut done: impl FnMut() -> Result<bool, String>,
@@ -507,10 +511,10 @@ pub fn high_latency(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
 // e2e_batched_vs_per_record
 
 /// One backlog delivery: how long the receiver took to get every record.
-struct Drained {
-    records: u64,
+pub(super) struct Drained {
+    pub records: u64,
     bad_requests: u64,
-    elapsed: Duration,
+    pub elapsed: Duration,
     requests: u64,
     push: Duration,
 }
@@ -518,7 +522,11 @@ struct Drained {
 /// Pushes `count` records while the receiver holds every request (the
 /// drains block on their first batch), then opens it and times until the
 /// last record arrived.
-fn drain_backlog(launcher: &Launcher, delivery: &str, count: u64) -> Result<Drained, LoadError> {
+pub(super) fn drain_backlog(
+    launcher: &Launcher,
+    delivery: &str,
+    count: u64,
+) -> Result<Drained, LoadError> {
     let epoch = Instant::now();
     let receiver = Receiver::start(epoch, Duration::ZERO, false)?;
     receiver.close_gate();

@@ -321,6 +321,22 @@ fn delivery_notes(o: &ReportRow) -> Vec<String> {
             "batches in flight limit {sum:.0} over the shards (max {max:.0})"
         ));
     }
+    if let (Some(x), Some(h)) = (f("speedup_vs_one_in_flight"), f("ratio_vs_http")) {
+        notes.push(format!(
+            "{x:.1}x one publish in flight; {h:.2}x the HTTP sink"
+        ));
+    }
+    if let Some(ms) = f("resume_after_kill_ms") {
+        notes.push(format!("resumed {ms:.0} ms after the leader's kill"));
+    }
+    if let (Some(peak), Some(lost), Some(dups)) =
+        (f("backlog_peak"), f("lost_records"), f("duplicates"))
+    {
+        notes.push(format!(
+            "backlog peak {}; {lost:.0} lost, {dups:.0} twice",
+            thousands(peak)
+        ));
+    }
     if let Some(r) = f("one_at_a_time_delivery_ratio") {
         notes.push(format!("one at a time: {:.1}% of ingest", r * 100.0));
     }

@@ -13,6 +13,7 @@ use super::context::Ctx;
 use super::daemon::{Overrides, RssSampler};
 use super::e2e;
 use super::hostile;
+use super::jetstream;
 use super::load::{self, LoadError, Plan, Sample};
 use super::report::ReportRow;
 use super::sustained::{self, Sampler};
@@ -130,6 +131,7 @@ pub const SCENARIOS: &[Scenario] = &[
     own("reload_under_load", e2e::reload_under_load, None),
     own("e2e_fanout_3", e2e::fanout_3, None),
     own("e2e_high_latency", e2e::high_latency, Some(1)),
+    own("e2e_jetstream", jetstream::jetstream, Some(1)),
     own("hostile", hostile::hostile, None),
 ];
 

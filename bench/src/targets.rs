@@ -156,6 +156,16 @@ const RULES: &[Rule] = &[
         high_latency_backlog,
     ),
     (
+        "e2e_jetstream pipelined publishes >= 10x one publish in flight",
+        Cmp::AtLeast,
+        jetstream_pipelining,
+    ),
+    (
+        "e2e_jetstream failover: acked records missing from the stream = 0",
+        Cmp::AtMost,
+        jetstream_lost,
+    ),
+    (
         "e2e_batched_vs_per_record: batched >= 10x faster per record",
         Cmp::AtLeast,
         batched_speedup,
@@ -359,6 +369,38 @@ fn segment_batch(f: &Figures) -> Result<Measured, String> {
 
 fn segment_pipelined(f: &Figures) -> Result<Measured, String> {
     segment(f, "pipelined_sync_w1024")
+}
+
+fn jetstream_pipelining(f: &Figures) -> Result<Measured, String> {
+    let row = "e2e_jetstream/pipelined";
+    let (rate, one, speedup) = (
+        f.get(row, RATE)?,
+        f.get(row, "one_in_flight_records_per_s")?,
+        f.get(row, "speedup_vs_one_in_flight")?,
+    );
+    let http = f.get(row, "http_records_per_s").unwrap_or(0.0);
+    Ok(Measured {
+        value: speedup,
+        bound: 10.0,
+        detail: format!(
+            "{rate:.0} vs {one:.0} rec/s = {speedup:.1}x (>= 10x); the HTTP sink {http:.0} rec/s"
+        ),
+    })
+}
+
+fn jetstream_lost(f: &Figures) -> Result<Measured, String> {
+    let row = "e2e_jetstream/failover";
+    let (lost, dups) = (f.get(row, "lost_records")?, f.get(row, "duplicates")?);
+    let resume = f
+        .get(row, "resume_after_kill_ms")
+        .map_or("did not resume".to_string(), |ms| {
+            format!("resumed {ms:.0} ms after the kill")
+        });
+    Ok(Measured {
+        value: lost + dups,
+        bound: 0.0,
+        detail: format!("{lost:.0} lost, {dups:.0} stored twice; {resume}"),
+    })
 }
 
 fn slow_delivery(f: &Figures) -> Result<Measured, String> {

@@ -26,9 +26,9 @@ use tempfile::TempDir;
 
 pub use spillway_client::{Client, Error as ClientError, NackReason, Pipeline, Reply, Tier};
 
-/// The NATS JetStream cluster of the NATS sink's tests.
-pub mod nats;
 pub use spillway_protocol::{decode_response, encode_frame, Response};
+/// The NATS JetStream cluster of the NATS sink's tests.
+pub use spillway_test_nats as nats;
 pub use spillway_wab::StoredRecord;
 
 /// Longest a daemon may take to start answering health checks.

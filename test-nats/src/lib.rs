@@ -1,13 +1,17 @@
-//! A real NATS JetStream cluster on loopback for the NATS sink's tests:
+//! # spillway-test-nats
+//!
+//! A real NATS JetStream cluster on loopback for the NATS sink's tests and
+//! the `e2e_jetstream` bench:
 //! three `nats-server` processes (Debian's package, installed by
 //! `.ci/nats.sh`), cluster routes on 127.0.0.1, each in its own temp
 //! folder, JetStream on. The test may kill a node (SIGKILL, only the pids
 //! it started) and start it again on its store. Dropping the cluster kills
 //! every node it started.
 //!
-//! [`NatsCluster::start`] fails the test under CI when the cluster cannot
-//! start; outside CI it returns `None` after printing why (the caller
-//! skips).
+//! [`NatsCluster::start`] fails the test under CI (`CI` set) when the
+//! cluster cannot start; outside CI it returns `None` after printing why
+//! (the caller skips). [`NatsCluster::try_start`] says why instead (the
+//! bench reports it).
 
 use std::fs;
 use std::net::TcpListener;
@@ -39,6 +43,12 @@ pub struct NatsCluster {
     _dir: tempfile::TempDir,
     /// Runs the test's own client calls.
     pub runtime: Runtime,
+}
+
+/// Whether this runs in CI (`CI` set to anything but empty, `0` or
+/// `false`), as the tests crate reads it.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
 }
 
 /// `nats-server` is there, or `.ci/nats.sh` installs it (Debian's package;
@@ -98,7 +108,7 @@ impl NatsCluster {
     pub fn start_with(n: usize, token: Option<&str>) -> Option<NatsCluster> {
         match Self::try_start(n, token) {
             Ok(c) => Some(c),
-            Err(why) if !crate::in_ci() => {
+            Err(why) if !in_ci() => {
                 eprintln!("SKIPPED: cannot start a {n}-node nats-server cluster: {why}");
                 None
             }
@@ -106,7 +116,7 @@ impl NatsCluster {
         }
     }
 
-    fn try_start(n: usize, token: Option<&str>) -> Result<NatsCluster, String> {
+    pub fn try_start(n: usize, token: Option<&str>) -> Result<NatsCluster, String> {
         installed()?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
@@ -284,12 +294,17 @@ impl NatsCluster {
     /// Messages stored in stream `name`; 0 while it does not answer (no
     /// leader during a failover).
     pub fn stream_messages(&self, name: &str) -> u64 {
-        let js = jetstream::new(self.client());
+        self.messages_via(&self.client(), name).unwrap_or(0)
+    }
+
+    /// Messages stored in stream `name`, asked over `client` (one the
+    /// caller keeps, to poll often); `None` while the stream does not
+    /// answer.
+    pub fn messages_via(&self, client: &async_nats::Client, name: &str) -> Option<u64> {
+        let js = jetstream::new(client.clone());
         self.runtime.block_on(async {
-            let Ok(mut s) = js.get_stream(name).await else {
-                return 0;
-            };
-            s.info().await.map_or(0, |i| i.state.messages)
+            let mut s = js.get_stream(name).await.ok()?;
+            s.info().await.ok().map(|i| i.state.messages)
         })
     }
 
@@ -330,6 +345,16 @@ impl NatsCluster {
         if let Some(mut child) = self.nodes[i].child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL node `i` without reaping it (from a thread that shares the
+    /// cluster); [`NatsCluster::kill`] reaps it later.
+    pub fn signal_kill(&self, i: usize) {
+        if let Some(child) = &self.nodes[i].child {
+            let _ = Command::new("kill")
+                .args(["-KILL", &child.id().to_string()])
+                .status();
         }
     }
 
