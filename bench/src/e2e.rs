@@ -21,12 +21,12 @@ use super::report::{new_histogram, Kind, ReportRow, RATE};
 use super::stamped::{self, record_id, Burst, Pace};
 
 /// Payload of the HTTP scenarios' records.
-const RECORD_BYTES: usize = 256;
+pub(super) const RECORD_BYTES: usize = 256;
 /// Requests in flight per paced producer (enough to keep its rate while an
 /// ack is awaited; a pipelined producer never waits for an fsync per record).
 const PACED_WINDOW: usize = 64;
 /// Requests in flight per producer pushing a fixed count.
-const PUSH_WINDOW: usize = 256;
+pub(super) const PUSH_WINDOW: usize = 256;
 
 /// `e2e_slow_downstream`.
 const SLOW_PRODUCERS: usize = 16;

@@ -15,18 +15,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use spillway_client::Tier;
-use spillway_test_nats::NatsCluster;
+use spillway_test_nats::{Guard, NatsCluster};
 
 use super::context::Ctx;
 use super::daemon::Launcher;
-use super::e2e::{drain_backlog, launcher, sleep_until, start, stop_daemon, toml_string, wait_for};
+use super::e2e::{
+    drain_backlog, launcher, sleep_until, start, stop_daemon, toml_string, wait_for, PUSH_WINDOW,
+    RECORD_BYTES,
+};
 use super::load::LoadError;
 use super::report::{Kind, ReportRow, RATE};
 use super::stamped::{self, Burst, Pace};
 
-const RECORD_BYTES: usize = 256;
 const PRODUCERS: usize = 4;
-const PUSH_WINDOW: usize = 256;
 /// Records of the backlog phases (`--quick`: a fifth).
 const BACKLOG_RECORDS: u64 = 100_000;
 /// One publish at a time is slow: it gets this share of the backlog.
@@ -185,7 +186,7 @@ fn failover(launcher: &Launcher, cluster: &mut NatsCluster) -> Result<Failover, 
 /// the comparisons.
 pub fn jetstream(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let launcher = launcher(ctx)?;
-    let mut cluster = NatsCluster::try_start(3, None)
+    let mut cluster = NatsCluster::try_start(3, Guard::default())
         .map_err(|e| LoadError::Unsupported(format!("no NATS cluster: {e}")))?;
     let count = if ctx.quick {
         BACKLOG_RECORDS / 5

@@ -467,7 +467,7 @@ pub(crate) mod tests {
     #[test]
     fn bad_type_lists_the_allowed_ones() {
         let e = parse("[sink]\ntype = \"kafka\"\n").unwrap_err();
-        assert!(e.contains("`http`, `file`, `noop`"), "{e}");
+        assert!(e.contains("`http`, `file`, `nats`, `noop`"), "{e}");
     }
 
     #[test]
@@ -528,6 +528,15 @@ pub(crate) mod tests {
             "rotate_bytes" => "1048576",
             "fsync" => "true",
             "options" => "{}",
+            "servers" => "[\"nats://127.0.0.1:4222\"]",
+            "subject" => "\"a.b\"",
+            "stream" => "\"S\"",
+            "token_env" | "password_env" => "\"T\"",
+            "user" => "\"u\"",
+            "creds_file" | "ca_file" | "cert_file" | "key_file" => "\"f\"",
+            "ack_timeout_ms" | "connect_timeout_ms" => "1000",
+            "publishes_in_flight" => "4",
+            "server_sync_always" => "true",
             other => panic!("test does not know key {other}"),
         }
     }

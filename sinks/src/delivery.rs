@@ -455,3 +455,15 @@ pub(crate) fn required_path<'a>(
     }
     Ok(path)
 }
+
+/// A key naming an environment variable: a name the environment can hold
+/// (not empty, no `=`, no NUL).
+pub(crate) fn check_env_var_name(key: &str, name: &str) -> Result<(), KeyProblem> {
+    if name.is_empty() || name.contains('=') || name.contains('\0') {
+        return Err(KeyProblem::Invalid {
+            key: key.into(),
+            reason: format!("{name:?} is not an environment variable name"),
+        });
+    }
+    Ok(())
+}

@@ -26,6 +26,90 @@ use tokio::runtime::Runtime;
 /// How long a node (or the cluster) may take to be ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How the servers are guarded: a token clients must send, and TLS.
+#[derive(Debug, Clone, Default)]
+pub struct Guard {
+    pub token: Option<String>,
+    pub tls: Option<TlsFiles>,
+}
+
+/// A server certificate (for 127.0.0.1) and the CA that signed it, made
+/// with the `openssl` command in a temp folder ([`TlsFiles::make`]).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// A throw-away CA and a server certificate for `IP:127.0.0.1`
+    /// signed by it (P-256 keys), written into `dir`.
+    pub fn make(dir: &std::path::Path) -> Result<TlsFiles, String> {
+        let run = |args: &[&str]| -> Result<(), String> {
+            let out = Command::new("openssl")
+                .args(args)
+                .current_dir(dir)
+                .output()
+                .map_err(|e| format!("openssl: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "openssl {args:?}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let mut ca = vec![
+            "req",
+            "-x509",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=spillway test CA",
+        ];
+        ca.extend(ec);
+        ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
+        run(&ca)?;
+        let mut csr = vec!["req", "-subj", "/CN=127.0.0.1"];
+        csr.extend(ec);
+        csr.extend(["-keyout", "server.key", "-out", "server.csr"]);
+        run(&csr)?;
+        fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n")
+            .map_err(|e| e.to_string())?;
+        run(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.pem",
+        ])?;
+        Ok(TlsFiles {
+            ca: dir.join("ca.pem"),
+            cert: dir.join("server.pem"),
+            key: dir.join("server.key"),
+        })
+    }
+}
+
 /// One `nats-server` of the cluster.
 struct Node {
     name: String,
@@ -38,8 +122,8 @@ struct Node {
 /// A running cluster; see the module documentation.
 pub struct NatsCluster {
     nodes: Vec<Node>,
-    /// The token the servers require, if any.
-    token: Option<String>,
+    /// What the servers require of a client.
+    guard: Guard,
     _dir: tempfile::TempDir,
     /// Runs the test's own client calls.
     pub runtime: Runtime,
@@ -100,13 +184,13 @@ pub struct StoredMessage {
 impl NatsCluster {
     /// Starts `n` nodes and waits until JetStream answers on every one.
     pub fn start(n: usize) -> Option<NatsCluster> {
-        Self::start_with(n, None)
+        Self::start_with(n, Guard::default())
     }
 
-    /// [`NatsCluster::start`]; with `token`, the servers refuse clients
-    /// without it. One node runs without a cluster block.
-    pub fn start_with(n: usize, token: Option<&str>) -> Option<NatsCluster> {
-        match Self::try_start(n, token) {
+    /// [`NatsCluster::start`], the servers guarded by `guard` (a token,
+    /// TLS). One node runs without a cluster block.
+    pub fn start_with(n: usize, guard: Guard) -> Option<NatsCluster> {
+        match Self::try_start(n, guard) {
             Ok(c) => Some(c),
             Err(why) if !in_ci() => {
                 eprintln!("SKIPPED: cannot start a {n}-node nats-server cluster: {why}");
@@ -116,7 +200,7 @@ impl NatsCluster {
         }
     }
 
-    pub fn try_start(n: usize, token: Option<&str>) -> Result<NatsCluster, String> {
+    pub fn try_start(n: usize, guard: Guard) -> Result<NatsCluster, String> {
         installed()?;
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
@@ -142,8 +226,15 @@ impl NatsCluster {
                     routes.join(", ")
                 ));
             }
-            if let Some(t) = token {
+            if let Some(t) = &guard.token {
                 text.push_str(&format!("authorization {{ token: \"{t}\" }}\n"));
+            }
+            if let Some(tls) = &guard.tls {
+                text.push_str(&format!(
+                    "tls {{ cert_file: \"{}\", key_file: \"{}\" }}\n",
+                    tls.cert.display(),
+                    tls.key.display()
+                ));
             }
             fs::write(&conf, text).map_err(|e| e.to_string())?;
             nodes.push(Node {
@@ -161,7 +252,7 @@ impl NatsCluster {
             .map_err(|e| e.to_string())?;
         let mut cluster = NatsCluster {
             nodes,
-            token: token.map(str::to_string),
+            guard,
             _dir: dir,
             runtime,
         };
@@ -237,14 +328,23 @@ impl NatsCluster {
     }
 
     fn options(&self) -> async_nats::ConnectOptions {
-        match &self.token {
+        let mut o = match &self.guard.token {
             Some(t) => async_nats::ConnectOptions::with_token(t.clone()),
             None => async_nats::ConnectOptions::new(),
+        };
+        if let Some(tls) = &self.guard.tls {
+            o = o.add_root_certificates(tls.ca.clone()).require_tls(true);
         }
+        o
     }
 
     pub fn url(&self, i: usize) -> String {
-        format!("nats://127.0.0.1:{}", self.nodes[i].client_port)
+        let scheme = if self.guard.tls.is_some() {
+            "tls"
+        } else {
+            "nats"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.nodes[i].client_port)
     }
 
     /// Every node's URL, as a TOML array.

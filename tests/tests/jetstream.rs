@@ -14,7 +14,7 @@ mod support_http;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use spillway_tests::nats::{NatsCluster, StoredMessage};
+use spillway_tests::nats::{Guard, NatsCluster, StoredMessage, TlsFiles};
 use spillway_tests::*;
 use support_http::HttpReceiver;
 
@@ -255,7 +255,14 @@ fn bad_streams_subjects_credentials_and_records_each_get_their_error() {
         "sinks.js.token_env: the environment variable SPILLWAY_TEST_UNSET_TOKEN is not set",
     );
     // A server that wants a token refuses a wrong one.
-    let guarded = NatsCluster::start_with(1, Some("right-token")).expect("a server with a token");
+    let guarded = NatsCluster::start_with(
+        1,
+        Guard {
+            token: Some("right-token".into()),
+            tls: None,
+        },
+    )
+    .expect("a server with a token");
     let table = format!(
         "[sinks.js]\ntype = \"nats\"\nservers = {}\nsubject = \"events.a\"\ntoken_env = \"SPILLWAY_TEST_NATS_TOKEN\"\n",
         guarded.servers_toml()
@@ -319,4 +326,76 @@ fn a_weak_stream_is_warned_about_at_start() {
     }
     let stored = cluster.read_stream("WEAK");
     assert_eq!(stored.len(), sent.len());
+}
+
+/// A server that speaks only TLS, its certificate signed by a CA of the
+/// test's own: with `ca_file` the sink verifies it and delivers; the
+/// `tls://` URL alone (the system's roots) cannot.
+#[test]
+fn tls_servers_are_verified_against_ca_file() {
+    let certs = tempfile::tempdir().unwrap();
+    let tls = match TlsFiles::make(certs.path()) {
+        Ok(t) => t,
+        Err(why) if !in_ci() => {
+            eprintln!("SKIPPED: cannot make test certificates: {why}");
+            return;
+        }
+        Err(why) => panic!("cannot make test certificates under CI: {why}"),
+    };
+    let Some(cluster) = NatsCluster::start_with(
+        1,
+        Guard {
+            token: None,
+            tls: Some(tls.clone()),
+        },
+    ) else {
+        return;
+    };
+    cluster.create_stream(STREAM, &["events.>"], 1, WINDOW);
+    let table = |ca: &str| {
+        format!(
+            "[server]\nshards = 1\n[sinks.js]\ntype = \"nats\"\nservers = {}\nsubject = \"events.{{shard}}\"\nstream = \"{STREAM}\"\n{ca}",
+            cluster.servers_toml()
+        )
+    };
+    let d = Daemon::start(&table(&format!("ca_file = \"{}\"\n", tls.ca.display())));
+    let sent = push_many(&d, "tls", 100);
+    wait_for_stream(&cluster, &d, 100);
+    assert_exactly_once(&cluster.read_stream(STREAM), &sent);
+    drop(d);
+    // Without the CA the server's certificate is not trusted.
+    let mut untrusted = Daemon::configure(&table(""));
+    let check = std::process::Command::new(spillway_bin())
+        .arg("check")
+        .arg(untrusted.config_path())
+        .output()
+        .expect("running spillway check");
+    let said = String::from_utf8_lossy(&check.stderr).to_string()
+        + &String::from_utf8_lossy(&check.stdout);
+    assert!(
+        said.to_lowercase().contains("tls") || said.to_lowercase().contains("certificate"),
+        "check said nothing of the untrusted certificate:\n{said}"
+    );
+    // `run` agrees with `check`: it refuses as check did, or it starts as
+    // check warned, and then nothing reaches the untrusted server.
+    match untrusted.run_to_exit_or_start(Duration::from_secs(30)) {
+        StartOrExit::Exited(run) => assert!(
+            !check.status.success() && !run.status.success(),
+            "run refused but check passed:\n{}",
+            run.stderr
+        ),
+        StartOrExit::Started => {
+            assert!(
+                check.status.success(),
+                "check refused but run started:\n{said}"
+            );
+            push_many(&untrusted, "untrusted", 10);
+            std::thread::sleep(Duration::from_secs(2));
+            assert_eq!(
+                cluster.stream_messages(STREAM),
+                100,
+                "records reached a server whose certificate was not verified"
+            );
+        }
+    }
 }

@@ -11,26 +11,15 @@ use std::time::{Duration, Instant};
 use sink_sdk::{Batch, Outcome, Record, RecordOutcome};
 use spillway_wab::deadletter::DeadLetter;
 use spillway_wab::format::now_unix_us;
-use spillway_wab::{Storage, StoredRecord};
+use spillway_wab::Storage;
 
 use super::cursor::{Cursor, DrainWait, IDLE_WAIT};
-use super::in_flight::{write_learned, Answer, Flight, FlightState, Lanes, Pool};
+use super::in_flight::{sink_record, write_learned, Answer, Flight, FlightState, Lanes, Pool};
 use super::retry::RetryState;
 use crate::shard::Watermark;
 
 /// Least time between two writes of an adaptive cursor's learned limit.
 const LEARNED_WRITE_EVERY: Duration = Duration::from_secs(1);
-
-/// What a sink gets of a record read from the segments (borrowed).
-pub(super) fn sink_record(shard: u32, r: &StoredRecord) -> Record<'_> {
-    Record {
-        shard,
-        seq: r.seq,
-        tier: r.meta.tier,
-        arrival_unix_us: r.meta.arrival_unix_us,
-        payload: &r.payload,
-    }
-}
 
 /// What a sink's outcome means for the batch at the head of `pending`.
 struct Settlement {

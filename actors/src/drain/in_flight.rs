@@ -1,5 +1,5 @@
 //! Batches in flight: how many a cursor may have offered to its sink at
-//! once ([`InFlight`], [`Limiter`]: fixed, or learned by AIMD), and who
+//! once ([`InFlight`](super::InFlight), [`Limiter`]: fixed, or learned by AIMD), and who
 //! runs them ([`Lanes`]: on the cursor's own thread when one at a time,
 //! on worker threads, each with its own sink instance, when more).
 //!
@@ -20,37 +20,9 @@ use std::time::{Duration, Instant};
 use sink_sdk::{Batch, Outcome, Record};
 use spillway_wab::{Storage, StorageFile, StoredRecord};
 
-use super::delivery::sink_record;
-use super::sink_host::{SinkHost, SinkSlot};
+use super::sink_host::{InFlight, SinkHost, SinkSlot};
 use super::DrainStats;
 use crate::shard::ShardQueue;
-
-/// How many batches a sink may have in flight per shard
-/// (`batches_in_flight`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InFlight {
-    /// Exactly this many (1 keeps batches in order).
-    Fixed(u32),
-    /// As many as the sink takes without pushing back or slowing down,
-    /// learned by AIMD, up to `max`.
-    Adaptive { max: u32 },
-}
-
-impl Default for InFlight {
-    fn default() -> Self {
-        InFlight::Fixed(1)
-    }
-}
-
-impl InFlight {
-    /// The most batches this setting ever has out.
-    pub fn ceiling(self) -> u32 {
-        match self {
-            InFlight::Fixed(n) => n.max(1),
-            InFlight::Adaptive { max } => max.max(1),
-        }
-    }
-}
 
 /// Cut on pushback (a transient failure: 429, 503, a timeout, a refused
 /// connection): the downstream said no, so halve, as TCP does on loss.
@@ -201,6 +173,17 @@ pub(super) fn write_learned<S: Storage>(storage: &S, path: &Path, limit: u32) ->
     f.write_all_at(0, &[io::IoSlice::new(format!("{limit}\n").as_bytes())])?;
     drop(f);
     storage.rename(&tmp, path)
+}
+
+/// What a sink gets of a record read from the segments (borrowed).
+pub(super) fn sink_record(shard: u32, r: &StoredRecord) -> Record<'_> {
+    Record {
+        shard,
+        seq: r.seq,
+        tier: r.meta.tier,
+        arrival_unix_us: r.meta.arrival_unix_us,
+        payload: &r.payload,
+    }
 }
 
 /// A sink's answer to one batch in flight.

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use sink_sdk::{Batch, Health, Outcome, Sink};
 
-use super::in_flight::InFlight;
 use super::DrainStats;
 use crate::clock::Clock;
 
@@ -34,6 +33,33 @@ pub struct DrainSettings {
     pub skip_lag_bytes: Option<u64>,
     /// How many batches may be out at once (`batches_in_flight`).
     pub in_flight: InFlight,
+}
+
+/// How many batches a sink may have in flight per shard
+/// (`batches_in_flight`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InFlight {
+    /// Exactly this many (1 keeps batches in order).
+    Fixed(u32),
+    /// As many as the sink takes without pushing back or slowing down,
+    /// learned by AIMD, up to `max`.
+    Adaptive { max: u32 },
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight::Fixed(1)
+    }
+}
+
+impl InFlight {
+    /// The most batches this setting ever has out.
+    pub fn ceiling(self) -> u32 {
+        match self {
+            InFlight::Fixed(n) => n.max(1),
+            InFlight::Adaptive { max } => max.max(1),
+        }
+    }
 }
 
 /// The current sink of the daemon, shared by every drain. A reload stores

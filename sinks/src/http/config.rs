@@ -18,7 +18,7 @@ use reqwest::{Method, Url};
 use serde::Deserialize;
 use sink_sdk::Limits;
 
-use crate::delivery::{check_range, DeliveryConfig};
+use crate::delivery::{check_env_var_name, check_range, DeliveryConfig};
 use crate::{KeyProblem, SinkError};
 
 pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -205,7 +205,7 @@ impl HttpConfig {
             check_range("concurrency", v, &CONCURRENCY_RANGE, "")?;
         }
         if let Some(name) = &self.bearer_token_env {
-            check_env_var_name(name)?;
+            check_env_var_name("bearer_token_env", name)?;
         }
         let mut headers = HeaderMap::new();
         for (name, value) in self.headers.iter().flatten() {
@@ -342,16 +342,6 @@ fn check_http_url(url: &str) -> Result<Url, KeyProblem> {
         return Err(invalid(format!("{url:?} has no host")));
     }
     Ok(parsed)
-}
-
-fn check_env_var_name(name: &str) -> Result<(), KeyProblem> {
-    if name.is_empty() || name.contains('=') || name.contains('\0') {
-        return Err(KeyProblem::Invalid {
-            key: "bearer_token_env".into(),
-            reason: format!("{name:?} is not an environment variable name"),
-        });
-    }
-    Ok(())
 }
 
 /// Header names spillway sets itself (lower case). `authorization` is

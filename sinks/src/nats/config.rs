@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sink_sdk::Limits;
 
-use crate::delivery::{check_range, DeliveryConfig};
+use crate::delivery::{check_env_var_name, check_range, DeliveryConfig};
 use crate::KeyProblem;
 
 pub(crate) const DEFAULT_ACK_TIMEOUT_MS: u64 = 5_000;
@@ -159,10 +159,10 @@ impl NatsConfig {
         }
         let credentials = self.credentials()?;
         if let Some(name) = &self.token_env {
-            check_env_name("token_env", name)?;
+            check_env_var_name("token_env", name)?;
         }
         if let Some(name) = &self.password_env {
-            check_env_name("password_env", name)?;
+            check_env_var_name("password_env", name)?;
         }
         let client_cert = match (&self.cert_file, &self.key_file) {
             (Some(c), Some(k)) => Some((c.clone(), k.clone())),
@@ -331,20 +331,6 @@ fn check_stream_name(name: &str) -> Result<(), KeyProblem> {
     }
 }
 
-fn check_env_name(key: &str, name: &str) -> Result<(), KeyProblem> {
-    let ok = !name.is_empty()
-        && !name.starts_with(|c: char| c.is_ascii_digit())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            key,
-            format!("{name:?} is not an environment variable name"),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,10 +450,10 @@ mod tests {
             ),
             (
                 NatsConfig {
-                    token_env: Some("1X".into()),
+                    token_env: Some("A=B".into()),
                     ..cfg()
                 },
-                "not an environment variable name",
+                "sinks.js.token_env: \"A=B\" is not an environment variable name",
             ),
             (
                 NatsConfig {
