@@ -354,12 +354,22 @@ impl<S: Storage> Cursor<S> {
     }
 
     /// Read durable records until those not yet offered make a full
-    /// batch.
+    /// batch. One batch at a time reads no further than that batch, as
+    /// before batches in flight: a SIGKILL with a batch being retried
+    /// while reading ahead lost acknowledged records of another sink in
+    /// the crash loop (about 1 run in 8, not yet understood), which
+    /// reading ahead only with more than one batch out keeps from the
+    /// default.
     pub(super) fn fill(&mut self, wm: Watermark) -> io::Result<()> {
         let (max_records, max_bytes) = self.host.batch_limits();
         let mut at_tail = false;
-        while self.pending.len() - self.flights.records < max_records
-            && self.pending_bytes - self.flights.bytes < max_bytes
+        let ahead = !matches!(self.flights.lanes, Lanes::Inline);
+        let (held, held_bytes) = if ahead {
+            (self.flights.records, self.flights.bytes)
+        } else {
+            (0, 0)
+        };
+        while self.pending.len() - held < max_records && self.pending_bytes - held_bytes < max_bytes
         {
             let queue = &self.queue;
             let next = self

@@ -67,8 +67,14 @@ impl<S: Storage> Cursor<S> {
         let inline = matches!(self.flights.lanes, Lanes::Inline);
         let limit = self.flights.limiter.limit() as usize;
         loop {
-            let resend = self.flights.first_resend();
             let (max_records, max_bytes) = self.host.batch_limits();
+            if inline && self.flights.first_resend().is_some() {
+                // One at a time offers the head of what was read again,
+                // cut by the limits of now (a reload may have changed
+                // them), as before batches in flight.
+                self.flights.abandon();
+            }
+            let resend = self.flights.first_resend();
             if resend.is_none() {
                 let unsent = self.pending.len() - self.flights.records;
                 if unsent == 0 {
