@@ -387,6 +387,22 @@ impl Connection {
         true
     }
 
+    /// Starts, moves or ends the current frame's stall clock, keeping the
+    /// daemon's count of connections mid-frame.
+    fn set_frame_started(&mut self, started: Option<Instant>) {
+        let gauge = &self.shared.stats.connections_mid_frame;
+        match (self.frame_started.is_some(), started.is_some()) {
+            (false, true) => {
+                gauge.fetch_add(1, Ordering::Relaxed);
+            }
+            (true, false) => {
+                gauge.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        self.frame_started = started;
+    }
+
     /// The reserved frame is decoded (or the connection is going away).
     fn release_budget(&mut self) {
         if self.reserved > 0 {
@@ -494,13 +510,14 @@ impl Connection {
             // bytes now belong to records bounded by the in-flight window.
             self.release_budget();
         }
-        self.frame_started = if self.rbuf.is_empty() || self.parked.is_some() {
+        let started = if self.rbuf.is_empty() || self.parked.is_some() {
             None
         } else if consumed_frame {
             Some(Instant::now())
         } else {
             self.frame_started.or(Some(Instant::now()))
         };
+        self.set_frame_started(started);
         drop(st);
         if !batch.records.is_empty() {
             self.next_token += 1;
@@ -753,6 +770,7 @@ impl Drop for Connection {
     /// Before the socket halves are dropped (after this body), make sure no
     /// flusher thread writes to the descriptor again.
     fn drop(&mut self) {
+        self.set_frame_started(None);
         self.responder.lock().closed = true;
         self.release_budget();
         self.shared.idle.remove(self.id);

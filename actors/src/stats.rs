@@ -16,6 +16,8 @@ pub struct DaemonStats {
     /// Idle connections closed to let a new one in at `max_connections`.
     pub connections_evicted: AtomicU64,
     pub read_timeouts: AtomicU64,
+    /// Connections holding part of a frame right now (its stall clock runs).
+    pub connections_mid_frame: AtomicU64,
     /// Closed because the peer read none of its responses for
     /// `connection_idle_timeout_ms`.
     pub write_timeouts: AtomicU64,

@@ -104,7 +104,17 @@ fn a_connection_with_a_frame_in_flight_is_never_evicted() {
     for h in holders.iter_mut() {
         h.send(first);
     }
-    thread::sleep(Duration::from_millis(300));
+    // Wait until the daemon itself holds both halves (a sleep guessed it,
+    // and under load the daemon had not read one yet: it was evicted).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stats = d.ctl(&["stats"]);
+        if stat(&stats, "connections_mid_frame") == 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never mid-frame: {stats}");
+        thread::sleep(Duration::from_millis(10));
+    }
 
     // Both hold a frame in flight: the newcomer is refused, not let in.
     let mut newcomer = d.raw();

@@ -121,7 +121,7 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn global_counters() -> [Counter<GlobalGet>; 16] {
+fn global_counters() -> [Counter<GlobalGet>; 17] {
     [
         Counter {
             key: "connections_open",
@@ -157,6 +157,13 @@ fn global_counters() -> [Counter<GlobalGet>; 16] {
             kind: "counter",
             help: "Connections closed because a frame stalled mid-way.",
             get: |s| load(&s.stats.read_timeouts),
+        },
+        Counter {
+            key: "connections_mid_frame",
+            metric: "spillway_connections_mid_frame",
+            kind: "gauge",
+            help: "Connections holding part of a frame right now (their server.connection_read_timeout_ms clock runs); never evicted.",
+            get: |s| load(&s.stats.connections_mid_frame),
         },
         Counter {
             key: "socket_replaced",
