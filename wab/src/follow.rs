@@ -215,21 +215,10 @@ impl<S: Storage> ShardFollower<S> {
     /// Open the segment that holds `next_seq` (or the next one after the
     /// last finished). False when there is none yet.
     fn open_next(&mut self, tail: Tail) -> io::Result<bool> {
-        let mut candidates: Vec<(u64, u64, SegmentReader<S::File>)> = Vec::new();
-        for (id, path) in segment_files(&self.storage, &self.dir)? {
-            if id > tail.segment_id || self.last_done.is_some_and(|d| id <= d) {
-                continue;
-            }
-            let file = match self.storage.open_read(&path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue, // renamed by the sealer meanwhile
-                Err(e) => return Err(e),
-            };
-            if let Opened::Reader(r) = SegmentReader::from_file(file)? {
-                candidates.push((r.header().first_seq, id, r));
-            }
-        }
-        candidates.sort_by_key(|c| (c.0, c.1));
+        let last_done = self.last_done;
+        let mut candidates = open_segments(&self.storage, &self.dir, |id| {
+            id <= tail.segment_id && last_done.is_none_or(|d| id > d)
+        })?;
         if candidates.is_empty() {
             return Ok(false);
         }
@@ -238,29 +227,70 @@ impl<S: Storage> ShardFollower<S> {
         // through, its records skipped, so it is finished and deleted like
         // any other. Starting at the segment holding `next_seq` left such a
         // segment on disk for good, its bytes held against the budget.
-        let (_, id, reader) = candidates.swap_remove(0);
+        candidates.sort_by_key(|(id, r)| (r.header().first_seq, *id));
+        let (id, reader) = candidates.swap_remove(0);
         self.reader = Some((id, reader));
         self.closed_limit = None;
         Ok(true)
     }
 }
 
+/// How many times [`open_segments`] lists a folder again because a file
+/// it listed was gone when opened.
+const RELISTS: usize = 8;
+
+/// A reader of every segment file in `dir` whose id `wanted` takes and
+/// whose header can be read, in no particular order.
+///
+/// The sealer renames `N.open` to `N.sealed` at any moment, so a file
+/// listed may be gone when it is opened. Skipping it skipped a whole
+/// segment: a drain that opened its next segment just as the sealer
+/// renamed it went on at the one after, and its sink never got the
+/// records between (the crash loop lost acknowledged records so, about
+/// one run in 8). So the folder is listed again until every file listed
+/// opens: a renamed segment is found under its new name, a deleted one is
+/// no longer listed. A file listed again and again that cannot be found
+/// is an error, never a silent skip.
+pub(crate) fn open_segments<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    wanted: impl Fn(u64) -> bool,
+) -> io::Result<Vec<(u64, SegmentReader<S::File>)>> {
+    let mut tries = 0;
+    'list: loop {
+        let mut readers = Vec::new();
+        for (id, path) in segment_files(storage, dir)? {
+            if !wanted(id) {
+                continue;
+            }
+            let file = match storage.open_read(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound && tries < RELISTS => {
+                    tries += 1;
+                    continue 'list;
+                }
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("segment {} is listed but cannot be opened: {e}", path.display()),
+                    ))
+                }
+            };
+            if let Opened::Reader(r) = SegmentReader::from_file(file)? {
+                readers.push((id, r));
+            }
+        }
+        return Ok(readers);
+    }
+}
+
 /// The first sequence number of the oldest segment in `dir` whose header
 /// can be read: the oldest record the shard holds. `None`: no segment.
 pub fn oldest_first_seq<S: Storage>(storage: &S, dir: &Path) -> io::Result<Option<u64>> {
-    let mut oldest: Option<u64> = None;
-    for (_, path) in segment_files(storage, dir)? {
-        let file = match storage.open_read(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        };
-        if let Opened::Reader(r) = SegmentReader::from_file(file)? {
-            let first = r.header().first_seq;
-            oldest = Some(oldest.map_or(first, |o| o.min(first)));
-        }
-    }
-    Ok(oldest)
+    Ok(open_segments(storage, dir, |_| true)?
+        .iter()
+        .map(|(_, r)| r.header().first_seq)
+        .min())
 }
 
 /// Appends one line to the file at `path` (made if missing) and makes it

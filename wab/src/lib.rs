@@ -136,15 +136,10 @@ pub fn refuse_foreign(data_dir: &Path, foreign: &[String]) -> Result<(), String>
 /// first bad record of a segment (this reader changes nothing: salvage is
 /// recovery's job). This is the reader `spillway ctl` and the tests use.
 pub fn read_shard<S: Storage>(storage: &S, dir: &Path) -> std::io::Result<Vec<StoredRecord>> {
-    let mut readers = Vec::new();
-    for (_, path) in follow::segment_files(storage, dir)? {
-        if let Opened::Reader(r) = SegmentReader::open(storage, &path)? {
-            readers.push(r);
-        }
-    }
-    readers.sort_by_key(|r| r.header().first_seq);
+    let mut readers = follow::open_segments(storage, dir, |_| true)?;
+    readers.sort_by_key(|(_, r)| r.header().first_seq);
     let mut out = Vec::new();
-    for mut r in readers {
+    for (_, mut r) in readers {
         while let Some(rec) = r.next()? {
             out.push(rec);
         }

