@@ -97,8 +97,14 @@ impl<S: Storage> Cursor<S> {
                 }
             }
             // A batch is ready: it goes if a slot is free, else the limit
-            // learns that the sink, not the records, is what waits.
-            if self.flights.out() >= limit {
+            // learns that the sink, not the records, is what waits. A batch
+            // offered again has its slot; a new one needs a slot among the
+            // unsettled, so a crash redelivers at most `limit` batches.
+            let taken = match resend {
+                Some(_) => self.flights.out(),
+                None => self.flights.unsettled(),
+            };
+            if taken >= limit {
                 self.flights.limiter.slots_full();
                 break;
             }

@@ -406,6 +406,15 @@ impl Flights {
             .count()
     }
 
+    /// Batches not yet settled: out, waiting to be offered again, or
+    /// answered behind one that is not. A crash redelivers all of them, so
+    /// the limit holds them, not only those out: with only those out
+    /// counted, batches answered behind a head being retried piled up
+    /// without bound (in memory, and in what a crash redelivers).
+    pub(super) fn unsettled(&self) -> usize {
+        self.list.len()
+    }
+
     /// The oldest flight waiting to be offered again.
     pub(super) fn first_resend(&self) -> Option<usize> {
         self.list
