@@ -160,8 +160,10 @@ fn request_kind(header: &Header) -> Result<Kind, RequestError> {
     match message_type {
         MessageType::Push => Ok(Kind::Push(tier()?)),
         MessageType::PushBatch => Ok(Kind::PushBatch(tier()?)),
-        // A health check has no durability, so its tier byte is filler.
-        MessageType::HealthCheck => Ok(Kind::HealthCheck),
+        // A health check has no durability, yet its tier byte must still be
+        // a tier: weir v1 checks the whole header before the type (weir's
+        // wire probes flag a daemon that answers tier 0x00).
+        MessageType::HealthCheck => tier().map(|_| Kind::HealthCheck),
         MessageType::Ack
         | MessageType::Nack
         | MessageType::HealthCheckResponse

@@ -331,6 +331,18 @@ fn build() -> Value {
         NackReason::UnknownMessage,
     );
     v.rejected_request(
+        "reject_health_check_tier_0",
+        "A HealthCheck with tier byte 0x00: the tier byte is checked for every type, as weir v1 does.",
+        &frame(MessageType::HealthCheck as u8, 0, 0, b""),
+        NackReason::UnknownMessage,
+    );
+    v.rejected_request(
+        "reject_health_check_tier_4",
+        "A HealthCheck with tier byte 0x04.",
+        &frame(MessageType::HealthCheck as u8, 4, 0, b""),
+        NackReason::UnknownMessage,
+    );
+    v.rejected_request(
         "reject_push_batch_tier_0xff",
         "A PushBatch with tier byte 0xff.",
         &frame(PUSH_BATCH, 0xff, 0, &batch_payload(&[b"a"])),

@@ -99,11 +99,11 @@ fn health_check_is_answered_and_keeps_the_connection() {
     let mut c = d.raw();
     c.expect_health();
     c.expect_health();
-    // The tier byte of a health check is filler: any value is answered.
-    c.send(&frame(msg::HEALTH_CHECK, 0x07, 0, &[]));
+    // Any tier a push could carry is taken on a health check.
+    c.send(&frame(msg::HEALTH_CHECK, 0x03, 0, &[]));
     c.expect_frame(
         &expected_health_response(),
-        "health check with tier byte 0x07",
+        "health check with tier byte 0x03",
     );
     // A payload on a health check is CRC-checked and ignored.
     c.send(&frame(msg::HEALTH_CHECK, 0x01, 0, b"ignored"));
@@ -116,6 +116,19 @@ fn health_check_is_answered_and_keeps_the_connection() {
 
     let mut client = d.client();
     client.health().expect("health via the client");
+
+    // A tier byte outside 1-3 is refused on a health check too, as weir v1
+    // does (it checks the whole header before the type): UnknownMessage,
+    // then the connection closes.
+    for tier in [0x00, 0x07] {
+        let mut c = d.raw();
+        c.send(&frame(msg::HEALTH_CHECK, tier, 0, &[]));
+        c.expect_frame(
+            &expected_nack(NackReason::UnknownMessage),
+            &format!("health check with tier byte {tier:#04x}"),
+        );
+        c.expect_closed_within(Duration::from_secs(5));
+    }
 }
 
 #[test]

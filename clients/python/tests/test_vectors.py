@@ -29,10 +29,10 @@ def test_the_vector_file_is_the_one_described():
     assert data["protocol_version"] == protocol.VERSION
     assert data["payload_bytes_hard_max"] == protocol.PAYLOAD_BYTES_HARD_MAX
     kinds = Counter(v["kind"] for v in data["vectors"])
-    assert kinds == {"request": 10, "response": 15, "rejected_request": 26, "rejected_response": 13}
+    assert kinds == {"request": 10, "response": 15, "rejected_request": 28, "rejected_response": 13}
     # every vector is run by one of the parametrized tests below
-    assert len(REQUESTS) + len(RESPONSES) + len(REJECTED_REQUESTS) + len(REJECTED_RESPONSES) == 64
-    assert len({v["name"] for v in data["vectors"]}) == 64
+    assert len(REQUESTS) + len(RESPONSES) + len(REJECTED_REQUESTS) + len(REJECTED_RESPONSES) == 66
+    assert len({v["name"] for v in data["vectors"]}) == 66
 
 
 def encode(request):
