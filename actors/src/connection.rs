@@ -52,6 +52,23 @@ pub struct ConnectionLimits {
     /// (`server.evict_idle_connections`, `server.evict_idle_after_ms`);
     /// `None`: it is refused instead.
     pub evict_idle_after: Option<Duration>,
+    /// Who may push over the Unix socket (`server.allowed_uids`,
+    /// `server.allowed_gids`); `None`: anyone the socket's mode lets in.
+    pub peers: Option<PeerFilter>,
+}
+
+/// The uids and gids whose processes may connect: a peer whose uid is in
+/// `uids` or whose (effective) gid is in `gids` is let in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerFilter {
+    pub uids: Vec<u32>,
+    pub gids: Vec<u32>,
+}
+
+impl PeerFilter {
+    pub fn allows(&self, uid: u32, gid: u32) -> bool {
+        self.uids.contains(&uid) || self.gids.contains(&gid)
+    }
 }
 
 /// Unwritten response bytes past which a connection stops reading: a peer

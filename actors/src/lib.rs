@@ -27,7 +27,7 @@ pub mod stats;
 pub use accept::AcceptErrors;
 pub use budget::{ShardBudget, WabBudget};
 pub use clock::Clock;
-pub use connection::{Connection, ConnectionContext, ConnectionLimits, ReadBudget};
+pub use connection::{Connection, ConnectionContext, ConnectionLimits, PeerFilter, ReadBudget};
 pub use drain::{
     learned_file, Cursor, CursorConfig, CursorControl, DeliveryBoard, Drain, DrainSettings,
     DrainStats, DrainWait, InFlight, Membership, Requeue, Retention, RetentionStats, RetireDrain,

@@ -222,6 +222,9 @@ impl Listener {
     }
 
     fn on_accept(&mut self, stream: tokio::net::UnixStream) {
+        if !self.peer_allowed(&stream) {
+            return;
+        }
         let live = self.shared.live.fetch_add(1, Ordering::Relaxed) + 1;
         if live > self.max_connections && !self.evict_idle() {
             self.shared.live.fetch_sub(1, Ordering::Relaxed);
@@ -275,6 +278,39 @@ impl Listener {
 }
 
 impl Listener {
+    /// With `server.allowed_uids` / `allowed_gids`: whether the peer's
+    /// credentials (SO_PEERCRED: its uid, gid and pid when it connected)
+    /// let it in. A refused peer is counted and logged (at most once a
+    /// second), and its socket closed before anything is read from it.
+    fn peer_allowed(&self, stream: &tokio::net::UnixStream) -> bool {
+        let Some(filter) = &self.shared.limits.peers else {
+            return true;
+        };
+        let refused = match stream.peer_cred() {
+            Ok(c) if filter.allows(c.uid(), c.gid()) => return true,
+            Ok(c) => format!(
+                "uid {} gid {} pid {}",
+                c.uid(),
+                c.gid(),
+                c.pid().map_or("unknown".into(), |p| p.to_string())
+            ),
+            Err(e) => format!("credentials unreadable: {e}"),
+        };
+        self.shared
+            .stats
+            .connections_refused_peer
+            .fetch_add(1, Ordering::Relaxed);
+        if self.shared.stats.log_limiter.allow() {
+            tracing::warn!(
+                peer = %refused,
+                allowed_uids = ?filter.uids,
+                allowed_gids = ?filter.gids,
+                "connection refused: the peer's uid and gid are not in server.allowed_uids / server.allowed_gids"
+            );
+        }
+        false
+    }
+
     /// At `max_connections`: close the longest-idle connection with nothing
     /// in flight, if eviction is on and one has been idle long enough (see
     /// [`crate::idle`]). The new connection then takes its place; until the

@@ -13,6 +13,9 @@ pub struct DaemonStats {
     pub connections_accepted: AtomicU64,
     /// Closed at once because `max_connections` were open.
     pub connections_refused: AtomicU64,
+    /// Closed at once because the peer's uid and gid are not allowed
+    /// (`server.allowed_uids`, `server.allowed_gids`).
+    pub connections_refused_peer: AtomicU64,
     /// Idle connections closed to let a new one in at `max_connections`.
     pub connections_evicted: AtomicU64,
     pub read_timeouts: AtomicU64,

@@ -141,6 +141,12 @@ pub struct ServerConfig {
     /// Group the producer socket is given (name or gid); unset = the
     /// daemon's own group.
     pub socket_group: Option<SocketGroup>,
+    /// Numeric uids whose processes may push over the Unix socket (the
+    /// peer's credentials, SO_PEERCRED); unset = any the socket's mode lets in.
+    pub allowed_uids: Option<Vec<u32>>,
+    /// Numeric gids (the peer process's effective group) that may push;
+    /// with `allowed_uids` too, a peer matching either list is let in.
+    pub allowed_gids: Option<Vec<u32>>,
 }
 
 impl Default for ServerConfig {
@@ -162,6 +168,8 @@ impl Default for ServerConfig {
             shutdown_timeout_ms: 5_000,
             socket_mode: SocketMode::PRIVATE,
             socket_group: None,
+            allowed_uids: None,
+            allowed_gids: None,
         }
     }
 }
@@ -322,6 +330,18 @@ impl<'de> Deserialize<'de> for SocketGroup {
 }
 
 impl ServerConfig {
+    /// Which peers may push over the Unix socket (`allowed_uids`,
+    /// `allowed_gids`); `None`: any the socket's mode lets in.
+    pub fn peer_filter(&self) -> Option<spillway_actors::PeerFilter> {
+        if self.allowed_uids.is_none() && self.allowed_gids.is_none() {
+            return None;
+        }
+        Some(spillway_actors::PeerFilter {
+            uids: self.allowed_uids.clone().unwrap_or_default(),
+            gids: self.allowed_gids.clone().unwrap_or_default(),
+        })
+    }
+
     /// Who may connect to the producer socket: `socket_mode`, and
     /// `socket_group` looked up in this machine's group database. An unknown
     /// group is an error naming the key.
@@ -559,6 +579,26 @@ impl Config {
                 key: "server.data_dir",
                 message: "must not be empty".into(),
             });
+        }
+        for (key, ids) in [
+            ("server.allowed_uids", &s.allowed_uids),
+            ("server.allowed_gids", &s.allowed_gids),
+        ] {
+            match ids.as_deref() {
+                Some([]) => {
+                    return Err(ConfigError::Invalid {
+                        key,
+                        message: "is empty, which would refuse every producer; remove the key to let in anyone the socket's mode allows".into(),
+                    })
+                }
+                Some(ids) if ids.contains(&u32::MAX) => {
+                    return Err(ConfigError::Invalid {
+                        key,
+                        message: "4294967295 is not an id (it means \"none\" to the kernel); allowed 0..=4294967294".into(),
+                    })
+                }
+                _ => {}
+            }
         }
         range_u64(
             "server.shards",

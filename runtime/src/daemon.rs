@@ -375,6 +375,7 @@ fn start(
             inflight_records_max: cfg.server.inflight_records_max as usize,
             inflight_bytes_max: cfg.server.inflight_bytes_max,
             evict_idle_after: cfg.evict_idle_after(),
+            peers: cfg.server.peer_filter(),
         },
         stats: Arc::new(DaemonStats::default()),
         live: Arc::new(AtomicUsize::new(0)),

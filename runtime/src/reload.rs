@@ -286,6 +286,8 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
             shutdown_timeout_ms,
             socket_mode,
             socket_group,
+            allowed_uids,
+            allowed_gids,
         }
     );
     changed_fields!(

@@ -629,6 +629,31 @@ impl Daemon {
         }
     }
 
+    /// Start the process and wait only until it says it listens: for a
+    /// daemon that refuses the test's own connections (peer credentials),
+    /// so no health check can be answered. Panics if it exits first.
+    pub fn spawn_listening(&mut self) {
+        assert!(self.child.is_none(), "the daemon is already running");
+        self.runs += 1;
+        self.child = Some(self.command().spawn().expect("spawning spillway"));
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !self.stdout().contains("spillway listening on") {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().expect("try_wait") {
+                self.child = None;
+                panic!(
+                    "spillway exited during start-up with {status}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "spillway did not listen within {START_TIMEOUT:?}; stderr:\n{}",
+                self.stderr()
+            );
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Like [`Daemon::spawn`], with `adjust` applied to the command first;
     /// panics (with the daemon's stderr) if it exits during start-up.
     pub fn spawn_with(&mut self, adjust: impl FnOnce(&mut Command)) {

@@ -1184,10 +1184,7 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             // behind a head answered 503). Each of those lives cut its
             // batches from the same checkpoint, so the largest of their
             // windows bounds them all.
-            let earliest = st
-                .dup_origins
-                .get(l)
-                .and_then(|o| o.keys().next().copied());
+            let earliest = st.dup_origins.get(l).and_then(|o| o.keys().next().copied());
             let k = match (earliest, last_accepted) {
                 (Some(e), Some(a)) => Some(e.min(a)),
                 (e, a) => e.or(a),

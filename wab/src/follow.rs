@@ -272,7 +272,10 @@ pub(crate) fn open_segments<S: Storage>(
                 Err(e) => {
                     return Err(io::Error::new(
                         e.kind(),
-                        format!("segment {} is listed but cannot be opened: {e}", path.display()),
+                        format!(
+                            "segment {} is listed but cannot be opened: {e}",
+                            path.display()
+                        ),
                     ))
                 }
             };

@@ -121,7 +121,7 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn global_counters() -> [Counter<GlobalGet>; 17] {
+fn global_counters() -> [Counter<GlobalGet>; 16] {
     [
         Counter {
             key: "connections_open",
@@ -136,13 +136,6 @@ fn global_counters() -> [Counter<GlobalGet>; 17] {
             kind: "counter",
             help: "Producer connections accepted.",
             get: |s| load(&s.stats.connections_accepted),
-        },
-        Counter {
-            key: "connections_refused",
-            metric: "spillway_connections_refused_total",
-            kind: "counter",
-            help: "Connections closed at once because server.max_connections were open.",
-            get: |s| load(&s.stats.connections_refused),
         },
         Counter {
             key: "connections_evicted",
@@ -516,12 +509,29 @@ fn oldest_age_seconds(d: &DrainStats) -> u64 {
     spillway_wab::format::now_unix_us().saturating_sub(arrival) / 1_000_000
 }
 
+/// Producer connections closed at once, by the reason label they carry.
+fn refused_by_reason(stats: &spillway_actors::DaemonStats) -> [(&'static str, u64); 2] {
+    [
+        ("max_connections", load(&stats.connections_refused)),
+        ("peer_uid", load(&stats.connections_refused_peer)),
+    ]
+}
+
 /// `ctl stats`: the counters for a human, plus a few derived figures.
 pub(super) fn stats(state: &AdminState) -> String {
     let src = Sources::of(state);
     let mut out = String::new();
     for c in global_counters() {
         let _ = writeln!(out, "{} {}", c.key, (c.get)(&src));
+    }
+    let refused = refused_by_reason(&state.stats);
+    let _ = writeln!(
+        out,
+        "connections_refused {}",
+        refused.iter().map(|(_, n)| n).sum::<u64>()
+    );
+    for (reason, n) in refused {
+        let _ = writeln!(out, "connections_refused{{reason=\"{reason}\"}} {n}");
     }
     for reason in spillway_protocol::NackReason::ALL {
         let _ = writeln!(
@@ -638,6 +648,20 @@ pub(super) fn stats_json(state: &AdminState) -> serde_json::Value {
     for c in global_counters() {
         global.insert(c.key.into(), json!((c.get)(&src)));
     }
+    let refused = refused_by_reason(&state.stats);
+    global.insert(
+        "connections_refused".into(),
+        json!(refused.iter().map(|(_, n)| n).sum::<u64>()),
+    );
+    global.insert(
+        "connections_refused_by_reason".into(),
+        Value::Object(
+            refused
+                .iter()
+                .map(|(r, n)| (r.to_string(), json!(n)))
+                .collect(),
+        ),
+    );
     let nacks: Map<String, Value> = spillway_protocol::NackReason::ALL
         .iter()
         .map(|r| (r.name().to_string(), json!(state.stats.nack_count(*r))))
@@ -875,6 +899,15 @@ impl Collector for Sources {
         for c in global_counters() {
             single(&mut encoder, c.metric, c.kind, c.help, (c.get)(self))?;
         }
+        family(
+            &mut encoder,
+            "spillway_connections_refused_total",
+            "counter",
+            "Producer connections closed at once, by reason: max_connections (server.max_connections were open and none idle to evict), peer_uid (the peer's uid and gid are not in server.allowed_uids / allowed_gids).",
+            refused_by_reason(&self.stats)
+                .into_iter()
+                .map(|(reason, n)| ([("reason", reason)], n)),
+        )?;
         let nacks = spillway_protocol::NackReason::ALL
             .iter()
             .map(|r| ([("reason", r.name())], self.stats.nack_count(*r)));
