@@ -1,6 +1,8 @@
 //! spillway's actors and the messages between them.
 //!
 //! - [`Listener`] accepts connections and spreads them over arbiters.
+//! - [`HttpIngest`] is the HTTP door: `POST /v1/records`, answered once
+//!   the records are durable; [`tls`] serves the network doors' TLS.
 //! - [`Connection`] decodes frames, batches records per read, writes
 //!   responses in order (pipelined, bounded window).
 //! - [`ShardFlusher`] owns a shard's I/O thread: group commit, no timer.
@@ -16,6 +18,7 @@ pub mod connection;
 pub mod drain;
 pub mod flusher;
 pub mod histogram;
+pub mod http_ingest;
 pub mod idle;
 pub mod listener;
 pub mod responder;
@@ -23,6 +26,7 @@ pub mod sealer;
 pub mod shard;
 pub mod socket_dir;
 pub mod stats;
+pub mod tls;
 
 pub use accept::AcceptErrors;
 pub use budget::{ShardBudget, WabBudget};
@@ -35,6 +39,7 @@ pub use drain::{
     StopDrain,
 };
 pub use flusher::{FlusherConfig, FlusherCore, FlusherParts, ShardFlusher, StopShard};
+pub use http_ingest::{HttpIngest, HttpIngestSettings, HttpIngestStats};
 pub use idle::{Evict, IdleConnections};
 pub use listener::{
     bind_socket, check_socket_path, ensure_socket_folder, BindError, Listener, StopListening,
@@ -48,3 +53,4 @@ pub use socket_dir::{
     check_socket_dir, group_by_gid, group_by_name, InsecureSocketDir, SocketAccess, SocketLock,
 };
 pub use stats::{DaemonStats, RateLimiter};
+pub use tls::{TlsFiles, TlsServer};

@@ -41,6 +41,8 @@ pub struct DaemonStats {
     pub nacks: [AtomicU64; 11],
     /// Limits warnings about bad clients so one hostile peer cannot flood the log.
     pub log_limiter: RateLimiter,
+    /// The HTTP ingest door's figures (zero while it is off).
+    pub http: crate::http_ingest::HttpIngestStats,
 }
 
 impl DaemonStats {

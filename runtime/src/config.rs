@@ -147,6 +147,172 @@ pub struct ServerConfig {
     /// Numeric gids (the peer process's effective group) that may push;
     /// with `allowed_uids` too, a peer matching either list is let in.
     pub allowed_gids: Option<Vec<u32>>,
+    /// `[server.http]`: the HTTP ingest door; unset = off.
+    pub http: Option<HttpIngestConfig>,
+}
+
+/// `[server.http]`: `POST /v1/records` on a TCP address, answered once the
+/// records are durable (docs/ingest.md).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HttpIngestConfig {
+    /// `ip:port` to listen on.
+    pub listen: String,
+    /// TLS on (the default: `cert` and `key` needed); `false` only on a
+    /// loopback address.
+    #[serde(default = "yes")]
+    pub tls: bool,
+    /// PEM certificate chain (the server's first).
+    pub cert: Option<PathBuf>,
+    /// PEM private key.
+    pub key: Option<PathBuf>,
+    /// PEM CA certificate(s): every client must present a certificate
+    /// chaining to one (mutual TLS).
+    pub client_ca: Option<PathBuf>,
+    /// With `client_ca`: DNS names or IPs of which a client certificate
+    /// must carry one among its subject alternative names.
+    pub allowed_names: Option<Vec<String>>,
+    /// Name of the environment variable holding the bearer token every
+    /// request must carry; unset = no token.
+    pub token_env: Option<String>,
+    /// Largest request body. 1 KiB..=1 GiB.
+    #[serde(default = "http_body_bytes_max_default")]
+    pub body_bytes_max: u64,
+    /// Connections open at once; past it a new one is closed. 1..=65536.
+    #[serde(default = "http_max_connections_default")]
+    pub max_connections: u32,
+    /// A request (head, then body) must arrive within this, and an idle
+    /// keep-alive connection is closed after it. 100..=600000 ms.
+    #[serde(default = "http_request_timeout_default")]
+    pub request_timeout_ms: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn http_body_bytes_max_default() -> u64 {
+    16 * MIB
+}
+
+fn http_max_connections_default() -> u32 {
+    1024
+}
+
+fn http_request_timeout_default() -> u64 {
+    10_000
+}
+
+impl HttpIngestConfig {
+    /// The address to bind; an error names the key.
+    pub fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
+        self.listen.parse().map_err(|e| ConfigError::Invalid {
+            key: "server.http.listen",
+            message: format!(
+                "{:?} is not ip:port ({e}); write it as \"127.0.0.1:7071\" or \"[::]:7071\"",
+                self.listen
+            ),
+        })
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let addr = self.address()?;
+        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
+        if !self.tls && !addr.ip().is_loopback() {
+            return invalid(
+                "server.http.tls",
+                format!("false on {addr}, which is not a loopback address: records would cross the network in clear; set cert and key, or listen on 127.0.0.1 / [::1]"),
+            );
+        }
+        if self.tls {
+            for (key, v) in [
+                ("server.http.cert", &self.cert),
+                ("server.http.key", &self.key),
+            ] {
+                if v.is_none() {
+                    return invalid(key, "is required with TLS (the default); or set tls = false on a loopback address".into());
+                }
+            }
+        } else {
+            for (key, set) in [
+                ("server.http.cert", self.cert.is_some()),
+                ("server.http.key", self.key.is_some()),
+                ("server.http.client_ca", self.client_ca.is_some()),
+            ] {
+                if set {
+                    return invalid(key, "is set but tls = false: remove one of the two".into());
+                }
+            }
+        }
+        if self.allowed_names.is_some() && self.client_ca.is_none() {
+            return invalid(
+                "server.http.allowed_names",
+                "needs server.http.client_ca (names are read from verified client certificates)"
+                    .into(),
+            );
+        }
+        if self.allowed_names.as_ref().is_some_and(|n| n.is_empty()) {
+            return invalid("server.http.allowed_names", "is empty, which would refuse every client; remove the key to let in any certificate client_ca verifies".into());
+        }
+        if let Some(var) = &self.token_env {
+            if var.is_empty() || var.contains('=') || var.contains('\0') {
+                return invalid(
+                    "server.http.token_env",
+                    format!("{var:?} is not an environment variable name"),
+                );
+            }
+        }
+        range_u64(
+            "server.http.body_bytes_max",
+            self.body_bytes_max,
+            KIB,
+            GIB,
+            " bytes",
+        )?;
+        range_u64(
+            "server.http.max_connections",
+            self.max_connections as u64,
+            1,
+            65_536,
+            "",
+        )?;
+        range_u64(
+            "server.http.request_timeout_ms",
+            self.request_timeout_ms,
+            100,
+            600_000,
+            " ms",
+        )
+    }
+
+    /// The bearer token from `token_env`'s variable; an unset or empty
+    /// variable is an error naming the key and the variable.
+    pub fn token(&self) -> Result<Option<String>, ConfigError> {
+        let Some(var) = &self.token_env else {
+            return Ok(None);
+        };
+        match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_string())),
+            _ => Err(ConfigError::Invalid {
+                key: "server.http.token_env",
+                message: format!("the environment variable {var} is unset or empty"),
+            }),
+        }
+    }
+
+    /// The TLS files, when TLS is on.
+    pub fn tls_files(&self) -> Option<spillway_actors::TlsFiles> {
+        if !self.tls {
+            return None;
+        }
+        Some(spillway_actors::TlsFiles {
+            key_prefix: "server.http".into(),
+            cert: self.cert.clone()?,
+            key: self.key.clone()?,
+            client_ca: self.client_ca.clone(),
+            allowed_names: self.allowed_names.clone().unwrap_or_default(),
+        })
+    }
 }
 
 impl Default for ServerConfig {
@@ -170,6 +336,7 @@ impl Default for ServerConfig {
             socket_group: None,
             allowed_uids: None,
             allowed_gids: None,
+            http: None,
         }
     }
 }
@@ -600,6 +767,9 @@ impl Config {
                 _ => {}
             }
         }
+        if let Some(http) = &s.http {
+            http.validate()?;
+        }
         range_u64(
             "server.shards",
             s.shards as u64,
@@ -783,6 +953,17 @@ impl Config {
             .collect();
         spillway_wab::refuse_foreign(data_dir, &foreign)
             .map_err(|e| format!("server.data_dir: {e}"))
+    }
+
+    /// Producer connections the doors may hold together: the Unix
+    /// socket's `max_connections`, and the HTTP door's when it is on.
+    pub fn producer_connections_max(&self) -> u64 {
+        u64::from(self.server.max_connections)
+            + self
+                .server
+                .http
+                .as_ref()
+                .map_or(0, |h| u64::from(h.max_connections))
     }
 
     /// Connections the admin listeners may hold together: the admin

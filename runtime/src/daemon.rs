@@ -20,8 +20,9 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use spillway_actors::{
     bind_socket, ensure_socket_folder, ConnectionContext, ConnectionLimits, DaemonStats,
-    DeliveryBoard, DrainStats, Listener, ReadBudget, Retention, RetentionStats, ShardQueue,
-    SinkFigures, SinkSlot, SocketAccess, SocketLock, WabBudget,
+    DeliveryBoard, DrainStats, HttpIngest, HttpIngestSettings, Listener, ReadBudget, Retention,
+    RetentionStats, ShardQueue, SinkFigures, SinkSlot, SocketAccess, SocketLock, TlsServer,
+    WabBudget,
 };
 use spillway_sinks::{SinkConfig, SinkEnv};
 use spillway_wab::{shard_dir, DataDirLock, FsStorage};
@@ -124,7 +125,7 @@ fn take_ownership(cfg: &Config) -> Result<Ownership, String> {
         .map_err(|e| format!("reading the file descriptor limit: {e}"))?;
     crate::fd_limit::check(
         limit,
-        u64::from(cfg.server.max_connections),
+        cfg.producer_connections_max(),
         u64::from(cfg.shard_count()),
         cfg.admin_connections_reserved(),
     )?;
@@ -202,6 +203,7 @@ fn start(
         }
         None => None,
     };
+    let http_door = bind_http_ingest(&cfg)?;
     // Off this thread and under the deadline, as at a reload: a plugin or
     // endpoint that hangs makes the start fail with the reason.
     let to_build: Vec<(String, SinkConfig)> = cfg
@@ -391,6 +393,19 @@ fn start(
         cfg.server.max_connections as usize,
     )
     .start();
+    let mut tls_doors = Vec::new();
+    let http_ingest = http_door.map(|(listener, settings, tls)| {
+        tls_doors.extend(tls.clone());
+        HttpIngest::new(
+            listener,
+            settings,
+            shards.iter().map(|s| s.queue.clone()).collect(),
+            arbiters.clone(),
+            conn_ctx.stats.clone(),
+            tls,
+        )
+        .start()
+    });
     tracing::info!(
         config = origin,
         socket = %cfg.server.socket_path.display(),
@@ -420,6 +435,7 @@ fn start(
         conn_ctx: conn_ctx.clone(),
         arbiters,
         listener,
+        http_ingest,
         shards,
         sinks,
         dead_letters: dead_letters.clone(),
@@ -427,12 +443,9 @@ fn start(
         board: board.clone(),
     };
     let supervisor = Supervisor::new(cfg.clone(), children).start();
-    let reloader = Rc::new(RefCell::new(Reloader::new(
-        config_path,
-        cfg.clone(),
-        supervisor.clone(),
-        env,
-    )));
+    let reloader = Rc::new(RefCell::new(
+        Reloader::new(config_path, cfg.clone(), supervisor.clone(), env).with_tls(tls_doors),
+    ));
     let reload_stats = reloader.borrow().stats.clone();
     let for_admin = reloader.clone();
     let admin_state = AdminState {
@@ -546,4 +559,45 @@ fn spawn_signal_handlers(supervisor: Addr<Supervisor>) {
             }
         });
     }
+}
+
+/// `[server.http]`, ready to serve: its TLS loaded, its token read, its
+/// address bound. `None` when it is off; an error names the key.
+#[allow(clippy::type_complexity)] // the three parts the door is made of
+fn bind_http_ingest(
+    cfg: &Config,
+) -> Result<
+    Option<(
+        std::net::TcpListener,
+        HttpIngestSettings,
+        Option<Arc<TlsServer>>,
+    )>,
+    String,
+> {
+    let Some(http) = &cfg.server.http else {
+        return Ok(None);
+    };
+    let token = http.token().map_err(|e| e.to_string())?;
+    let request_timeout = std::time::Duration::from_millis(http.request_timeout_ms);
+    let tls = match http.tls_files() {
+        Some(files) => Some(TlsServer::load(files, request_timeout)?),
+        None => None,
+    };
+    let addr = http.address().map_err(|e| e.to_string())?;
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("server.http.listen {addr}: {e}"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("server.http.listen {addr}: {e}"))?;
+    let bound = listener.local_addr().map_or(addr, |a| a);
+    tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = http.client_ca.is_some(), token = token.is_some(), "serving POST /v1/records (server.http)");
+    let settings = HttpIngestSettings {
+        body_bytes_max: http.body_bytes_max,
+        payload_bytes_max: cfg.server.payload_bytes_max as u32,
+        max_connections: http.max_connections as usize,
+        request_timeout,
+        token,
+        read_buffer_bytes_max: cfg.server.read_buffer_bytes_max,
+    };
+    Ok(Some((listener, settings, tls)))
 }

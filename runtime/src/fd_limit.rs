@@ -64,7 +64,7 @@ pub fn check(
     }
     let fits = limit.saturating_sub(reserve);
     Err(format!(
-        "server.max_connections = {max_connections} does not fit the file descriptor limit of {limit}: \
+        "server.max_connections (+ server.http.max_connections) = {max_connections} does not fit the file descriptor limit of {limit}: \
          {reserve} are kept for segments, checkpoints, sinks and admin ({FD_RESERVE} + {FDS_PER_SHARD} per shard \
          x {shards} shards + {admin_connections} for the admin listeners' connections, admin.connections_max \
          each), so at most {fits} connections fit; lower server.max_connections to {fits} or raise \
@@ -80,7 +80,10 @@ mod tests {
     fn max_connections_must_leave_the_reserve() {
         check(20_000, 1024, 2, 32).unwrap();
         let err = check(1024, 1024, 2, 32).unwrap_err();
-        assert!(err.contains("server.max_connections = 1024"), "{err}");
+        assert!(
+            err.contains("server.max_connections (+ server.http.max_connections) = 1024"),
+            "{err}"
+        );
         assert!(err.contains("limit of 1024"), "{err}");
         assert!(err.contains("+ 32 for the admin listeners"), "{err}");
         assert!(err.contains("at most 912 connections"), "{err}");

@@ -50,6 +50,8 @@ pub struct Reloader {
     plugin_files: PluginFiles,
     /// What new sinks are built with (the instance id).
     env: SinkEnv,
+    /// The network doors' TLS: their files are read again at every reload.
+    tls: Vec<Arc<spillway_actors::TlsServer>>,
 }
 
 /// (mtime, size) of the library of every plugin sink, by sink name.
@@ -94,6 +96,36 @@ impl Reloader {
             seen_file,
             settling: None,
             plugin_files,
+            tls: Vec::new(),
+        }
+    }
+
+    /// Re-read these doors' certificates and keys at every reload.
+    pub fn with_tls(mut self, tls: Vec<Arc<spillway_actors::TlsServer>>) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Read every door's TLS files again: a pair that loads takes effect
+    /// for new connections; one that does not keeps the old and says why.
+    fn reload_tls(&self, report: &mut String) {
+        for tls in &self.tls {
+            let door = tls.key_prefix();
+            match tls.reload() {
+                Ok(()) => {
+                    tracing::info!(
+                        door,
+                        "TLS certificate and key read again; new connections use them"
+                    );
+                    report.push_str(&format!("{door}: TLS certificate and key read again\n"));
+                }
+                Err(e) => {
+                    tracing::error!(door, error = %e, "the new TLS certificate or key does not load; the old pair stays in use");
+                    report.push_str(&format!(
+                        "{door}: TLS not reloaded, the old pair stays: {e}\n"
+                    ));
+                }
+            }
         }
     }
 
@@ -175,6 +207,7 @@ impl Reloader {
         let path = self.path.clone().ok_or("the daemon runs on the embedded default config; there is no file to reload (start it with --config FILE)")?;
         let new = Config::load(&path).map_err(|e| e.to_string())?;
         let mut report = String::new();
+        self.reload_tls(&mut report);
         for key in restart_needed(&self.current, &new) {
             report.push_str(&format!("{key} changed: needs a restart, not applied\n"));
         }
@@ -288,6 +321,7 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
             socket_group,
             allowed_uids,
             allowed_gids,
+            http,
         }
     );
     changed_fields!(

@@ -137,6 +137,7 @@ pub struct Supervisor {
     listener: Option<Addr<Listener>>,
     listener_policy: RestartPolicy,
     listener_dead_since: Option<Instant>,
+    http_ingest: Option<Addr<spillway_actors::HttpIngest>>,
     shards: Vec<ShardSlot>,
     /// The configured sinks, by name.
     sinks: BTreeMap<String, SinkRun>,
@@ -152,6 +153,8 @@ pub struct Children {
     /// The connection arbiters (a restarted listener spreads over them too).
     pub arbiters: Vec<ArbiterHandle>,
     pub listener: Addr<Listener>,
+    /// The HTTP ingest door, when `[server.http]` is set.
+    pub http_ingest: Option<Addr<spillway_actors::HttpIngest>>,
     pub shards: Vec<ShardSlot>,
     pub sinks: BTreeMap<String, SinkRun>,
     pub dead_letters: DeadLetterStores,
@@ -165,6 +168,7 @@ impl Supervisor {
             conn_ctx,
             arbiters,
             listener,
+            http_ingest,
             shards,
             sinks,
             dead_letters,
@@ -178,6 +182,7 @@ impl Supervisor {
             listener: Some(listener),
             listener_policy: RestartPolicy::default(),
             listener_dead_since: None,
+            http_ingest,
             shards,
             sinks,
             dead_letters,
@@ -460,6 +465,9 @@ impl Supervisor {
         self.conn_ctx.stopping.store(true, Ordering::Release);
         if let Some(l) = self.listener.take() {
             l.do_send(StopListening);
+        }
+        if let Some(h) = self.http_ingest.take() {
+            h.do_send(StopListening);
         }
         let _ = std::fs::remove_file(&self.cfg.server.socket_path);
         let _ = std::fs::remove_file(&self.cfg.admin.socket_path);

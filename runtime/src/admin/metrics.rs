@@ -517,6 +517,39 @@ fn refused_by_reason(stats: &spillway_actors::DaemonStats) -> [(&'static str, u6
     ]
 }
 
+/// The HTTP ingest door's figures as `ctl stats` keys (zero while off).
+fn http_ingest_figures(stats: &spillway_actors::DaemonStats) -> Vec<(String, u64)> {
+    let h = &stats.http;
+    let mut out = vec![
+        (
+            "http_connections_open".to_string(),
+            load(&h.connections_open),
+        ),
+        (
+            "http_connections_accepted".to_string(),
+            load(&h.connections_accepted),
+        ),
+        (
+            "http_connections_refused".to_string(),
+            load(&h.connections_refused),
+        ),
+        ("http_records".to_string(), load(&h.records)),
+    ];
+    for (code, n) in spillway_actors::http_ingest::STATUSES
+        .iter()
+        .zip(&h.responses)
+    {
+        out.push((format!("http_responses{{code=\"{code}\"}}"), load(n)));
+    }
+    for (reason, n) in h.tls.by_reason() {
+        out.push((
+            format!("http_tls_handshakes_failed{{reason=\"{reason}\"}}"),
+            n,
+        ));
+    }
+    out
+}
+
 /// `ctl stats`: the counters for a human, plus a few derived figures.
 pub(super) fn stats(state: &AdminState) -> String {
     let src = Sources::of(state);
@@ -532,6 +565,9 @@ pub(super) fn stats(state: &AdminState) -> String {
     );
     for (reason, n) in refused {
         let _ = writeln!(out, "connections_refused{{reason=\"{reason}\"}} {n}");
+    }
+    for (key, n) in http_ingest_figures(&state.stats) {
+        let _ = writeln!(out, "{key} {n}");
     }
     for reason in spillway_protocol::NackReason::ALL {
         let _ = writeln!(
@@ -653,6 +689,9 @@ pub(super) fn stats_json(state: &AdminState) -> serde_json::Value {
         "connections_refused".into(),
         json!(refused.iter().map(|(_, n)| n).sum::<u64>()),
     );
+    for (key, n) in http_ingest_figures(&state.stats) {
+        global.insert(key, json!(n));
+    }
     global.insert(
         "connections_refused_by_reason".into(),
         Value::Object(
@@ -907,6 +946,36 @@ impl Collector for Sources {
             refused_by_reason(&self.stats)
                 .into_iter()
                 .map(|(reason, n)| ([("reason", reason)], n)),
+        )?;
+        let h = &self.stats.http;
+        for (name, kind, help, value) in [
+            ("spillway_http_connections_open", "gauge", "Open connections of the HTTP ingest door (server.http).", load(&h.connections_open)),
+            ("spillway_http_connections_accepted_total", "counter", "Connections the HTTP ingest door accepted.", load(&h.connections_accepted)),
+            ("spillway_http_connections_refused_total", "counter", "Connections the HTTP ingest door closed at once: server.http.max_connections were open.", load(&h.connections_refused)),
+            ("spillway_http_records_total", "counter", "Records acknowledged (200) by the HTTP ingest door.", load(&h.records)),
+        ] {
+            single(&mut encoder, name, kind, help, value)?;
+        }
+        let codes: Vec<String> = spillway_actors::http_ingest::STATUSES
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        family(
+            &mut encoder,
+            "spillway_http_responses_total",
+            "counter",
+            "Requests the HTTP ingest door answered, by status code.",
+            codes
+                .iter()
+                .zip(&h.responses)
+                .map(|(c, n)| ([("code", c.as_str())], load(n))),
+        )?;
+        family(
+            &mut encoder,
+            "spillway_tls_handshakes_failed_total",
+            "counter",
+            "TLS handshakes the HTTP ingest door refused, by reason: no_client_certificate, unknown_ca, expired, bad_certificate, name_not_allowed (server.http.allowed_names), other.",
+            h.tls.by_reason().map(|(r, n)| ([("reason", r)], n)),
         )?;
         let nacks = spillway_protocol::NackReason::ALL
             .iter()

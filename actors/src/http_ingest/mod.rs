@@ -1,0 +1,526 @@
+//! The HTTP ingest door (`[server.http]`): `POST /v1/records?tier=...`
+//! with an NDJSON body (a record per line) or an `application/octet-stream`
+//! body (one record), answered `200 {"accepted": N}` only once every record
+//! is durable at its tier, exactly as a push on the Unix socket is acked.
+//!
+//! Records go through the same admission as the socket's (the shard's
+//! health, the WAB budget) and the same group commit: a request becomes
+//! one [`AppendBatch`], its records slices of the body (no copy), and its
+//! answer waits for the flusher's [`CommitTarget`] call. What it answers
+//! otherwise: 400 (a bad tier or parameter, an empty body or line, naming
+//! it), 401 (a missing or wrong bearer token), 404/405, 408 (the request
+//! did not arrive within `request_timeout_ms`), 413 (over `body_bytes_max`
+//! or `server.payload_bytes_max`, naming the line), 429 with `Retry-After`
+//! (the WAB is full: Overloaded), 503 with `Retry-After` (no shard can
+//! write, or the daemon's read-buffer budget is taken).
+//!
+//! Connections are spread over the connection arbiters, as the socket's
+//! are; past `max_connections` a new one is closed at once. hyper's
+//! HTTP/1.1 server (keep-alive on); TLS when configured ([`crate::tls`]).
+
+mod body;
+mod reply;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use spillway_protocol::NackReason;
+use spillway_wab::RecordMeta;
+
+pub use body::{records_of, tier_of, Layout, Refusal};
+
+use crate::accept::AcceptErrors;
+use crate::listener::StopListening;
+use crate::shard::{AppendBatch, PendingRecords, ShardQueue};
+use crate::stats::DaemonStats;
+use crate::tls::TlsServer;
+
+/// The one path records are posted to.
+pub const RECORDS_PATH: &str = "/v1/records";
+/// A request head (request line and headers) longer than this gets 431.
+const REQUEST_HEAD_BYTES_MAX: usize = 16 * 1024;
+/// What a 429 or 503 asks the client to wait, in seconds.
+const RETRY_AFTER_SECONDS: &str = "1";
+
+/// `[server.http]`, as the listener needs it.
+#[derive(Debug, Clone)]
+pub struct HttpIngestSettings {
+    /// Largest request body accepted (413 past it).
+    pub body_bytes_max: u64,
+    /// `server.payload_bytes_max`: the largest record.
+    pub payload_bytes_max: u32,
+    /// Open connections past this are closed at once.
+    pub max_connections: usize,
+    /// A request's head and body must arrive within this (408, or a
+    /// dropped connection for a head that never completes).
+    pub request_timeout: Duration,
+    /// `Authorization: Bearer <token>` every request must carry, if set.
+    pub token: Option<String>,
+    /// Bytes all connections of the daemon may hold in frames and bodies
+    /// being received (`server.read_buffer_bytes_max`).
+    pub read_buffer_bytes_max: u64,
+}
+
+/// Status codes the ingest door answers, counted one by one.
+pub const STATUSES: [u16; 11] = [200, 400, 401, 404, 405, 408, 413, 429, 431, 500, 503];
+
+/// The door's own figures (`ctl stats`, metrics).
+#[derive(Debug, Default)]
+pub struct HttpIngestStats {
+    /// Requests answered, by status (index into [`STATUSES`]).
+    pub responses: [AtomicU64; STATUSES.len()],
+    /// Records acknowledged (answered 200).
+    pub records: AtomicU64,
+    pub connections_open: AtomicU64,
+    pub connections_accepted: AtomicU64,
+    /// Closed at once: `max_connections` were open.
+    pub connections_refused: AtomicU64,
+    /// TLS handshakes that failed, by reason (see [`crate::tls`]).
+    pub tls: crate::tls::HandshakeStats,
+}
+
+impl HttpIngestStats {
+    fn answered(&self, status: u16) {
+        if let Some(i) = STATUSES.iter().position(|&s| s == status) {
+            self.responses[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What every connection of the door shares.
+struct Door {
+    settings: HttpIngestSettings,
+    shards: Vec<Arc<ShardQueue>>,
+    next_shard: AtomicUsize,
+    daemon: Arc<DaemonStats>,
+    tls: Option<Arc<TlsServer>>,
+}
+
+impl Door {
+    fn stats(&self) -> &HttpIngestStats {
+        &self.daemon.http
+    }
+}
+
+/// The door's listener: accepts, and starts each connection on one of the
+/// connection arbiters. Runs on the system arbiter.
+pub struct HttpIngest {
+    listener: Option<std::net::TcpListener>,
+    door: Arc<Door>,
+    arbiters: Vec<ArbiterHandle>,
+    next_arbiter: usize,
+    accept_errors: AcceptErrors,
+}
+
+impl HttpIngest {
+    pub fn new(
+        listener: std::net::TcpListener,
+        settings: HttpIngestSettings,
+        shards: Vec<Arc<ShardQueue>>,
+        arbiters: Vec<ArbiterHandle>,
+        daemon: Arc<DaemonStats>,
+        tls: Option<Arc<TlsServer>>,
+    ) -> Self {
+        assert!(!shards.is_empty() && !arbiters.is_empty());
+        HttpIngest {
+            listener: Some(listener),
+            door: Arc::new(Door {
+                settings,
+                shards,
+                next_shard: AtomicUsize::new(0),
+                daemon,
+                tls,
+            }),
+            arbiters,
+            next_arbiter: 0,
+            accept_errors: AcceptErrors::new("http ingest"),
+        }
+    }
+
+    fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        let stats = self.door.stats();
+        let open = stats.connections_open.fetch_add(1, Ordering::Relaxed) + 1;
+        if open > self.door.settings.max_connections as u64 {
+            stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+            stats.connections_refused.fetch_add(1, Ordering::Relaxed);
+            if self.door.daemon.log_limiter.allow() {
+                tracing::warn!(
+                    %peer,
+                    max_connections = self.door.settings.max_connections,
+                    "HTTP ingest connection refused: server.http.max_connections reached"
+                );
+            }
+            return;
+        }
+        stats.connections_accepted.fetch_add(1, Ordering::Relaxed);
+        let std_stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                stats.connections_open.fetch_sub(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "could not detach an accepted HTTP connection");
+                return;
+            }
+        };
+        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
+        self.next_arbiter += 1;
+        let door = self.door.clone();
+        let started = arbiter.spawn_fn(move || {
+            actix_rt::spawn(async move {
+                match tokio::net::TcpStream::from_std(std_stream) {
+                    Ok(stream) => serve(stream, peer, door.clone()).await,
+                    Err(e) => tracing::warn!(error = %e, "could not register an HTTP connection"),
+                }
+                door.stats()
+                    .connections_open
+                    .fetch_sub(1, Ordering::Relaxed);
+            });
+        });
+        if !started {
+            tracing::error!("connection arbiter is gone; HTTP connection dropped");
+        }
+    }
+}
+
+impl HttpIngest {
+    fn accept_loop(&mut self, ctx: &mut Context<Self>, listener: Rc<tokio::net::TcpListener>) {
+        let l = listener.clone();
+        let fut = async move { l.accept().await };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            // A socket on one of the daemon's reserved descriptors is
+            // closed at once, as the Unix listener does.
+            let res = res.and_then(|(s, peer)| Ok((crate::accept::outside_reserve(s)?, peer)));
+            match res {
+                Ok((stream, peer)) => {
+                    act.accept_errors.accepted();
+                    act.on_accept(stream, peer);
+                    act.accept_loop(ctx, listener);
+                }
+                Err(e) => {
+                    act.door
+                        .daemon
+                        .accept_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    let pause = act.accept_errors.failed(&e);
+                    ctx.run_later(pause, move |act, ctx| act.accept_loop(ctx, listener));
+                }
+            }
+        }));
+    }
+}
+
+impl Actor for HttpIngest {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(std_listener) = self.listener.take() else {
+            return;
+        };
+        match tokio::net::TcpListener::from_std(std_listener) {
+            Ok(l) => self.accept_loop(ctx, Rc::new(l)),
+            Err(e) => {
+                tracing::error!(error = %e, "HTTP ingest listener unusable");
+                ctx.stop();
+            }
+        }
+    }
+}
+
+impl Handler<StopListening> for HttpIngest {
+    type Result = ();
+    fn handle(&mut self, _: StopListening, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+/// Serves one connection: TLS first when configured, then HTTP/1.1 with
+/// keep-alive until the client closes or stalls.
+async fn serve(stream: tokio::net::TcpStream, peer: SocketAddr, door: Arc<Door>) {
+    let _ = stream.set_nodelay(true);
+    let mut http = http1::Builder::new();
+    http.keep_alive(true)
+        .max_buf_size(REQUEST_HEAD_BYTES_MAX)
+        .timer(TokioTimer::new())
+        .header_read_timeout(door.settings.request_timeout);
+    let service_door = door.clone();
+    let service = service_fn(move |request| {
+        let door = service_door.clone();
+        async move { Ok::<_, Infallible>(answer(request, &door).await) }
+    });
+    // A failed exchange (a client gone, a head too slow or too big, which
+    // hyper answers itself) leaves nothing to do: the socket closes.
+    match &door.tls {
+        None => {
+            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+        }
+        Some(tls) => {
+            let Some(stream) = tls
+                .accept(stream, peer, &door.stats().tls, &door.daemon.log_limiter)
+                .await
+            else {
+                return;
+            };
+            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+        }
+    }
+}
+
+/// One request's answer (every path counts its status).
+async fn answer(request: Request<Incoming>, door: &Door) -> Response<Full<Bytes>> {
+    let response = match handle(request, door).await {
+        Ok(accepted) => {
+            door.stats()
+                .records
+                .fetch_add(accepted as u64, Ordering::Relaxed);
+            reply(200, format!("{{\"accepted\":{accepted}}}\n"))
+        }
+        Err(refusal) => refused(refusal),
+    };
+    door.stats().answered(response.status().as_u16());
+    response
+}
+
+async fn handle(request: Request<Incoming>, door: &Door) -> Result<usize, Refusal> {
+    if request.uri().path() != RECORDS_PATH {
+        return Err(Refusal::new(
+            404,
+            format!("no such path; records go to POST {RECORDS_PATH}?tier=sync|batched|buffered"),
+        ));
+    }
+    if request.method() != Method::POST {
+        return Err(Refusal::new(405, format!("{RECORDS_PATH} takes POST only")));
+    }
+    if let Some(token) = &door.settings.token {
+        check_token(request.headers().get(AUTHORIZATION), token)?;
+    }
+    let tier = tier_of(request.uri().query())?;
+    let layout = Layout::of(request.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()));
+    let max = door.settings.body_bytes_max;
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(len) = declared.filter(|&l| l > max) {
+        return Err(Refusal::new(
+            413,
+            format!("body of {len} bytes is over server.http.body_bytes_max ({max} bytes)"),
+        ));
+    }
+    // Held against the daemon's read-buffer budget until the answer: the
+    // declared length, or the cap for a chunked body.
+    let seat = BodySeat::take(&door.daemon, declared.unwrap_or(max), &door.settings)?;
+    let body = tokio::time::timeout(
+        door.settings.request_timeout,
+        Limited::new(request.into_body(), max as usize).collect(),
+    )
+    .await
+    .map_err(|_| {
+        Refusal::new(
+            408,
+            format!(
+                "the body did not arrive within server.http.request_timeout_ms ({} ms)",
+                door.settings.request_timeout.as_millis()
+            ),
+        )
+    })?
+    .map_err(|e| {
+        if e.downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some()
+        {
+            Refusal::new(
+                413,
+                format!("body is over server.http.body_bytes_max ({max} bytes)"),
+            )
+        } else {
+            Refusal::new(400, format!("reading the body failed: {e}"))
+        }
+    })?
+    .to_bytes();
+    let records = records_of(&body, layout, door.settings.payload_bytes_max)?;
+    let count = records.len();
+    let result = commit(door, tier, records).await;
+    drop(seat);
+    result.map(|()| count)
+}
+
+/// Bearer token check, in time that does not depend on where it differs.
+fn check_token(header: Option<&HeaderValue>, token: &str) -> Result<(), Refusal> {
+    let given = header
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(given) = given else {
+        return Err(Refusal::new(
+            401,
+            "missing Authorization: Bearer <token> (server.http.token_env)",
+        ));
+    };
+    let (a, b) = (given.as_bytes(), token.as_bytes());
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+    }
+    if diff != 0 {
+        return Err(Refusal::new(401, "wrong bearer token"));
+    }
+    Ok(())
+}
+
+/// Admit the records on a shard (round robin, passing over shards that
+/// cannot take them), hand them to its group commit, and wait for it.
+async fn commit(
+    door: &Door,
+    tier: spillway_protocol::Tier,
+    records: Vec<Bytes>,
+) -> Result<(), Refusal> {
+    let n = records.len();
+    let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
+    let shards = door.shards.len();
+    let first = door.next_shard.fetch_add(1, Ordering::Relaxed);
+    let mut last_refusal = NackReason::InternalError;
+    for i in 0..shards {
+        let shard = &door.shards[(first + i) % shards];
+        match shard.admit(bytes, n, 0) {
+            Ok(_) => {}
+            Err(reason) => {
+                // Overloaded (the WAB is full) outranks a shard that is down.
+                if last_refusal != NackReason::Overloaded {
+                    last_refusal = reason;
+                }
+                continue;
+            }
+        }
+        let meta = RecordMeta {
+            tier: tier.as_byte(),
+            arrival_unix_us: spillway_wab::format::now_unix_us(),
+        }
+        .pack();
+        let mut pending = PendingRecords::default();
+        for r in records {
+            pending.push_one(r, meta);
+        }
+        let (target, answer) = reply::Waiter::new();
+        shard.push(AppendBatch::new(
+            pending,
+            bytes,
+            tier.needs_fsync(),
+            0,
+            target,
+        ));
+        return match answer.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(reason)) => Err(nack_refusal(reason)),
+            Err(_) => Err(nack_refusal(NackReason::InternalError)),
+        };
+    }
+    Err(nack_refusal(last_refusal))
+}
+
+fn nack_refusal(reason: NackReason) -> Refusal {
+    match reason {
+        NackReason::Overloaded => Refusal::new(
+            429,
+            "the write-ahead buffer is full (wab.wab_bytes_max): retry later",
+        ),
+        other => Refusal::new(
+            503,
+            format!(
+                "the records were not written ({}): retry later",
+                other.name()
+            ),
+        ),
+    }
+}
+
+/// A body's share of the daemon's read-buffer budget, given back on drop.
+struct BodySeat<'a> {
+    held: &'a AtomicU64,
+    bytes: u64,
+}
+
+impl<'a> BodySeat<'a> {
+    fn take(
+        daemon: &'a DaemonStats,
+        bytes: u64,
+        settings: &HttpIngestSettings,
+    ) -> Result<Self, Refusal> {
+        let held = &daemon.read_buffer_bytes;
+        let before = held.fetch_add(bytes, Ordering::AcqRel);
+        if before > 0 && before + bytes > settings.read_buffer_bytes_max {
+            held.fetch_sub(bytes, Ordering::AcqRel);
+            daemon.read_buffer_pauses.fetch_add(1, Ordering::Relaxed);
+            return Err(Refusal::new(
+                503,
+                "bodies being received fill server.read_buffer_bytes_max: retry later",
+            ));
+        }
+        Ok(BodySeat { held, bytes })
+    }
+}
+
+impl Drop for BodySeat<'_> {
+    fn drop(&mut self) {
+        self.held.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+fn reply(status: u16, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() =
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+fn refused(refusal: Refusal) -> Response<Full<Bytes>> {
+    let body = serde_json_string(&refusal.message);
+    let mut response = reply(refusal.status, format!("{{\"error\":{body}}}\n"));
+    let headers = response.headers_mut();
+    match refusal.status {
+        429 | 503 => {
+            headers.insert(RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECONDS));
+        }
+        405 => {
+            headers.insert(ALLOW, HeaderValue::from_static("POST"));
+        }
+        401 => {
+            headers.insert(
+                hyper::header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer"),
+            );
+        }
+        _ => {}
+    }
+    response
+}
+
+/// `s` as a JSON string literal.
+fn serde_json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
