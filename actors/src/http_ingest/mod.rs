@@ -4,7 +4,10 @@
 //! is durable at its tier, exactly as a push on the Unix socket is acked.
 //!
 //! Records go through the same admission as the socket's (the shard's
-//! health, the WAB budget) and the same group commit: a request becomes
+//! health, the WAB budget) and the same group commit. Each connection
+//! keeps one shard (round robin), as a socket connection does, so a sink
+//! gets one connection's records in the order they were posted. A request
+//! becomes
 //! one [`AppendBatch`], its records slices of the body (no copy), and its
 //! answer waits for the flusher's [`CommitTarget`] call. What it answers
 //! otherwise: 400 (a bad tier or parameter, an empty body or line, naming
@@ -254,10 +257,12 @@ async fn serve(stream: tokio::net::TcpStream, peer: SocketAddr, door: Arc<Door>)
         .max_buf_size(REQUEST_HEAD_BYTES_MAX)
         .timer(TokioTimer::new())
         .header_read_timeout(door.settings.request_timeout);
+    let pick = door.next_shard.fetch_add(1, Ordering::Relaxed) % door.shards.len();
+    let shard = door.shards[pick].clone();
     let service_door = door.clone();
     let service = service_fn(move |request| {
-        let door = service_door.clone();
-        async move { Ok::<_, Infallible>(answer(request, &door).await) }
+        let (door, shard) = (service_door.clone(), shard.clone());
+        async move { Ok::<_, Infallible>(answer(request, &door, &shard).await) }
     });
     // A failed exchange (a client gone, a head too slow or too big, which
     // hyper answers itself) leaves nothing to do: the socket closes.
@@ -278,8 +283,12 @@ async fn serve(stream: tokio::net::TcpStream, peer: SocketAddr, door: Arc<Door>)
 }
 
 /// One request's answer (every path counts its status).
-async fn answer(request: Request<Incoming>, door: &Door) -> Response<Full<Bytes>> {
-    let response = match handle(request, door).await {
+async fn answer(
+    request: Request<Incoming>,
+    door: &Door,
+    shard: &ShardQueue,
+) -> Response<Full<Bytes>> {
+    let response = match handle(request, door, shard).await {
         Ok(accepted) => {
             door.stats()
                 .records
@@ -292,7 +301,11 @@ async fn answer(request: Request<Incoming>, door: &Door) -> Response<Full<Bytes>
     response
 }
 
-async fn handle(request: Request<Incoming>, door: &Door) -> Result<usize, Refusal> {
+async fn handle(
+    request: Request<Incoming>,
+    door: &Door,
+    shard: &ShardQueue,
+) -> Result<usize, Refusal> {
     if request.uri().path() != RECORDS_PATH {
         return Err(Refusal::new(
             404,
@@ -351,7 +364,7 @@ async fn handle(request: Request<Incoming>, door: &Door) -> Result<usize, Refusa
     .to_bytes();
     let records = records_of(&body, layout, door.settings.payload_bytes_max)?;
     let count = records.len();
-    let result = commit(door, tier, records).await;
+    let result = commit(shard, tier, records).await;
     drop(seat);
     result.map(|()| count)
 }
@@ -379,54 +392,40 @@ fn check_token(header: Option<&HeaderValue>, token: &str) -> Result<(), Refusal>
     Ok(())
 }
 
-/// Admit the records on a shard (round robin, passing over shards that
-/// cannot take them), hand them to its group commit, and wait for it.
+/// Admit the records on the connection's shard, hand them to its group
+/// commit, and wait for it. A connection keeps one shard, as a socket
+/// connection does, so a sink gets its records in the order they were
+/// posted on it.
 async fn commit(
-    door: &Door,
+    shard: &ShardQueue,
     tier: spillway_protocol::Tier,
     records: Vec<Bytes>,
 ) -> Result<(), Refusal> {
     let n = records.len();
     let bytes: u64 = records.iter().map(|r| r.len() as u64).sum();
-    let shards = door.shards.len();
-    let first = door.next_shard.fetch_add(1, Ordering::Relaxed);
-    let mut last_refusal = NackReason::InternalError;
-    for i in 0..shards {
-        let shard = &door.shards[(first + i) % shards];
-        match shard.admit(bytes, n, 0) {
-            Ok(_) => {}
-            Err(reason) => {
-                // Overloaded (the WAB is full) outranks a shard that is down.
-                if last_refusal != NackReason::Overloaded {
-                    last_refusal = reason;
-                }
-                continue;
-            }
-        }
-        let meta = RecordMeta {
-            tier: tier.as_byte(),
-            arrival_unix_us: spillway_wab::format::now_unix_us(),
-        }
-        .pack();
-        let mut pending = PendingRecords::default();
-        for r in records {
-            pending.push_one(r, meta);
-        }
-        let (target, answer) = reply::Waiter::new();
-        shard.push(AppendBatch::new(
-            pending,
-            bytes,
-            tier.needs_fsync(),
-            0,
-            target,
-        ));
-        return match answer.await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(reason)) => Err(nack_refusal(reason)),
-            Err(_) => Err(nack_refusal(NackReason::InternalError)),
-        };
+    shard.admit(bytes, n, 0).map_err(nack_refusal)?;
+    let meta = RecordMeta {
+        tier: tier.as_byte(),
+        arrival_unix_us: spillway_wab::format::now_unix_us(),
     }
-    Err(nack_refusal(last_refusal))
+    .pack();
+    let mut pending = PendingRecords::default();
+    for r in records {
+        pending.push_one(r, meta);
+    }
+    let (target, answer) = reply::Waiter::new();
+    shard.push(AppendBatch::new(
+        pending,
+        bytes,
+        tier.needs_fsync(),
+        0,
+        target,
+    ));
+    match answer.await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(reason)) => Err(nack_refusal(reason)),
+        Err(_) => Err(nack_refusal(NackReason::InternalError)),
+    }
 }
 
 fn nack_refusal(reason: NackReason) -> Refusal {

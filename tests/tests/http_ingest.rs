@@ -1,0 +1,610 @@
+//! The HTTP ingest door (`[server.http]`), against the real binary over
+//! loopback: every status it answers, produced by a crafted request; a 200
+//! only for records that are durable (a SIGKILL during a stream of POSTs
+//! loses none that got one); a body trickled too slowly is cut off without
+//! holding up other clients; `max_connections` closes the newcomer; and
+//! TLS with client certificates (made here with rcgen, never checked in):
+//! a good client pushes at every tier, a client without a certificate,
+//! with one from another CA, an expired one or one without an allowed name
+//! is refused and counted by reason, and a certificate rotated by SIGHUP
+//! is served to new connections while old ones keep working.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use spillway_tests::*;
+
+/// A port nobody listens on now (bound, then let go).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn plain_door(port: u16, extra: &str) -> String {
+    format!("[server.http]\nlisten = \"127.0.0.1:{port}\"\ntls = false\n{extra}")
+}
+
+/// One HTTP answer.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Write a request on `s` and read its answer (the body by its length).
+fn exchange<S: Read + Write>(s: &mut S, head: &str, body: &[u8]) -> std::io::Result<Answer> {
+    s.write_all(head.as_bytes())?;
+    s.write_all(body)?;
+    s.flush()?;
+    read_answer(s)
+}
+
+fn read_answer<S: Read>(s: &mut S) -> std::io::Result<Answer> {
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    if r.read_line(&mut line)? == 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "closed before an answer",
+        ));
+    }
+    let status = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not a status line: {line:?}"));
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h)?;
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (n, v) = h.split_once(':').expect("a header line");
+        headers.push((n.trim().to_string(), v.trim().to_string()));
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+        .map_or(0, |(_, v)| v.parse().unwrap());
+    let mut body = vec![0; len];
+    r.read_exact(&mut body)?;
+    Ok(Answer {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    })
+}
+
+fn post_head(target: &str, extra_headers: &str, len: usize) -> String {
+    format!(
+        "POST {target} HTTP/1.1\r\nHost: spillway\r\nContent-Length: {len}\r\n{extra_headers}\r\n"
+    )
+}
+
+/// POST `body` to `target` on a fresh connection.
+fn post(port: u16, target: &str, extra_headers: &str, body: &[u8]) -> Answer {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the HTTP door");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    exchange(&mut s, &post_head(target, extra_headers, body.len()), body)
+        .unwrap_or_else(|e| panic!("POST {target}: {e}"))
+}
+
+fn stored_texts(d: &Daemon) -> Vec<String> {
+    d.read_all_records()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.payload).into_owned())
+        .collect()
+}
+
+fn stat(d: &Daemon, key: &str) -> u64 {
+    let stats = d.ctl(&["stats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in ctl stats:\n{stats}"))
+}
+
+#[test]
+fn every_status_is_produced_and_says_why() {
+    let port = free_port();
+    let token_var = "SPILLWAY_TEST_HTTP_TOKEN";
+    let mut d = Daemon::configure(&format!(
+        "[server]\nshards = 1\npayload_bytes_max = 1048576\nread_buffer_bytes_max = 1048576\n{}",
+        plain_door(
+            port,
+            &format!("token_env = \"{token_var}\"\nbody_bytes_max = 2097152\nrequest_timeout_ms = 1000\n")
+        )
+    ));
+    d.spawn_with(|c| {
+        c.env(token_var, "s3cret");
+    });
+    let auth = "Authorization: Bearer s3cret\r\n";
+
+    // 200, and the records are on disk, in order, at the tier asked.
+    let a = post(port, "/v1/records?tier=batched", auth, b"one\ntwo\r\nthree");
+    assert_eq!(
+        (a.status, a.body.trim()),
+        (200, "{\"accepted\":3}"),
+        "{a:?}"
+    );
+    // Keep-alive: a second request on the same connection.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    for body in [&b"ka1"[..], b"ka2"] {
+        let a = exchange(&mut s, &post_head("/v1/records", auth, body.len()), body).unwrap();
+        assert_eq!(a.status, 200, "{a:?}");
+    }
+    let a = post(
+        port,
+        "/v1/records?tier=buffered",
+        &format!("{auth}Content-Type: application/octet-stream\r\n"),
+        b"whole\nbody",
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    let stored = stored_texts(&d);
+    assert_eq!(stored, ["one", "two", "three", "ka1", "ka2", "whole\nbody"]);
+    let tiers: Vec<u8> = d.read_all_records().iter().map(|r| r.meta.tier).collect();
+    assert_eq!(
+        tiers,
+        [2, 2, 2, 1, 1, 3],
+        "batched, sync (the default), buffered"
+    );
+
+    // 401: no token, a wrong one.
+    let a = post(port, "/v1/records", "", b"x");
+    assert_eq!(a.status, 401, "{a:?}");
+    assert_eq!(a.header("www-authenticate"), Some("Bearer"));
+    let a = post(port, "/v1/records", "Authorization: Bearer nope\r\n", b"x");
+    assert_eq!(a.status, 401, "{a:?}");
+    // 400: each names what is wrong.
+    for (target, body, says) in [
+        ("/v1/records?tier=fast", &b"x"[..], "\\\"fast\\\""),
+        ("/v1/records?shard=1", b"x", "\\\"shard\\\""),
+        ("/v1/records", b"a\n\nb\n", "line 2 is empty"),
+        ("/v1/records", b"", "empty body"),
+    ] {
+        let a = post(port, target, auth, body);
+        assert_eq!(a.status, 400, "{target} {body:?}: {a:?}");
+        assert!(a.body.contains(says), "{target}: {} lacks {says}", a.body);
+    }
+    // 404, 405.
+    assert_eq!(post(port, "/v2/records", auth, b"x").status, 404);
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let a = exchange(&mut s, "GET /v1/records HTTP/1.1\r\nHost: x\r\n\r\n", b"").unwrap();
+    assert_eq!((a.status, a.header("allow")), (405, Some("POST")), "{a:?}");
+    // 413: a declared body over body_bytes_max (refused from the head), a
+    // record over payload_bytes_max (naming its line).
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let a = exchange(&mut s, &post_head("/v1/records", auth, 3 << 20), b"").unwrap();
+    assert_eq!(a.status, 413, "{a:?}");
+    assert!(a.body.contains("body_bytes_max"), "{a:?}");
+    let mut big = b"small\n".to_vec();
+    big.extend(std::iter::repeat_n(b'x', (1 << 20) + 1));
+    let a = post(port, "/v1/records", auth, &big);
+    assert_eq!(a.status, 413, "{a:?}");
+    assert!(a.body.contains("line 2 is 1048577 bytes"), "{a:?}");
+
+    // 503 with Retry-After: a body that declared 1 MiB and sends nothing
+    // holds the read-buffer budget (1 MiB), so the next one is refused.
+    let mut holder = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    holder
+        .write_all(post_head("/v1/records", auth, 1 << 20).as_bytes())
+        .unwrap();
+    thread::sleep(Duration::from_millis(200));
+    let a = post(port, "/v1/records", auth, b"second");
+    assert_eq!(
+        (a.status, a.header("retry-after")),
+        (503, Some("1")),
+        "{a:?}"
+    );
+    assert!(a.body.contains("read_buffer_bytes_max"), "{a:?}");
+
+    // 408: the holder's body never came within request_timeout_ms; a
+    // client trickling its body is cut off the same way, and others are
+    // served meanwhile.
+    holder
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let a = read_answer(&mut holder).expect("an answer to the stalled body");
+    assert_eq!(a.status, 408, "{a:?}");
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    slow.write_all(post_head("/v1/records", auth, 100).as_bytes())
+        .unwrap();
+    let started = Instant::now();
+    let trickle = thread::spawn(move || {
+        for _ in 0..30 {
+            if slow.write_all(b"x").is_err() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        slow.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        read_answer(&mut slow)
+    });
+    let a = post(port, "/v1/records", auth, b"meanwhile");
+    assert_eq!(
+        a.status, 200,
+        "another client waits behind a slow one: {a:?}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(900));
+    let a = trickle.join().unwrap().expect("the trickler's answer");
+    assert_eq!(a.status, 408, "{a:?}");
+
+    for (code, at_least) in [
+        ("200", 5),
+        ("400", 4),
+        ("401", 2),
+        ("404", 1),
+        ("405", 1),
+        ("408", 2),
+        ("413", 2),
+        ("503", 1),
+    ] {
+        let n = stat(&d, &format!("http_responses{{code=\"{code}\"}}"));
+        assert!(
+            n >= at_least,
+            "http_responses{{code={code}}} = {n}, expected {at_least}"
+        );
+    }
+    assert_eq!(stat(&d, "http_records"), 7);
+}
+
+#[test]
+fn a_full_write_ahead_buffer_answers_429_with_retry_after() {
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[wab]\nwab_bytes_max = 4194304\n{}",
+        plain_door(port, "")
+    ));
+    let body: Vec<u8> = (0..256)
+        .flat_map(|i| format!("{i:0>1023}\n").into_bytes())
+        .collect();
+    let mut answers = Vec::new();
+    for _ in 0..40 {
+        let a = post(port, "/v1/records?tier=buffered", "", &body);
+        let full = a.status == 429;
+        answers.push(a);
+        if full {
+            break;
+        }
+    }
+    let last = answers.last().unwrap();
+    assert_eq!(
+        (last.status, last.header("retry-after")),
+        (429, Some("1")),
+        "the held sink never lets the 4 MiB buffer drain: {:?}",
+        answers.iter().map(|a| a.status).collect::<Vec<_>>()
+    );
+    assert!(last.body.contains("wab_bytes_max"), "{last:?}");
+    let accepted = answers.iter().filter(|a| a.status == 200).count();
+    assert_eq!(d.read_all_records().len(), accepted * 256);
+}
+
+#[test]
+fn a_sigkill_during_a_stream_of_posts_loses_no_record_that_got_a_200() {
+    let port = free_port();
+    let mut d = Daemon::start(&plain_door(port, ""));
+    let poster = thread::spawn(move || {
+        let mut acked = Vec::new();
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+            return acked;
+        };
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        for i in 0.. {
+            let body: String = (0..50).map(|j| format!("r{i}-{j}\n")).collect();
+            match exchange(
+                &mut s,
+                &post_head("/v1/records?tier=sync", "", body.len()),
+                body.as_bytes(),
+            ) {
+                Ok(a) if a.status == 200 => acked.extend(body.lines().map(str::to_string)),
+                _ => break,
+            }
+        }
+        acked
+    });
+    thread::sleep(Duration::from_millis(400));
+    d.kill9();
+    let acked = poster.join().unwrap();
+    assert!(
+        acked.len() >= 50,
+        "some POSTs were answered before the kill"
+    );
+    d.spawn();
+    let stored: std::collections::HashSet<String> = stored_texts(&d).into_iter().collect();
+    let lost: Vec<&String> = acked.iter().filter(|r| !stored.contains(*r)).collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} records answered 200 are gone after SIGKILL; first {:?}",
+        lost.len(),
+        acked.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
+
+#[test]
+fn past_max_connections_a_new_connection_is_closed_and_counted() {
+    let port = free_port();
+    let d = Daemon::start(&plain_door(port, "max_connections = 2\n"));
+    let mut held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    for s in held.iter_mut() {
+        assert_eq!(
+            exchange(s, &post_head("/v1/records", "", 1), b"h")
+                .unwrap()
+                .status,
+            200
+        );
+    }
+    let mut third = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let r = exchange(&mut third, &post_head("/v1/records", "", 1), b"x");
+    assert!(r.is_err(), "the third connection was served: {r:?}");
+    assert_eq!(stat(&d, "http_connections_refused"), 1);
+    drop(held);
+    assert!(wait_until(Duration::from_secs(10), || {
+        stat(&d, "http_connections_open") == 0
+    }));
+    assert_eq!(post(port, "/v1/records", "", b"after").status, 200);
+}
+
+#[test]
+fn a_door_in_the_clear_off_loopback_or_without_its_pair_is_refused_naming_the_key() {
+    for (config, key) in [
+        (
+            "[server.http]\nlisten = \"0.0.0.0:7071\"\ntls = false\n",
+            "server.http.tls",
+        ),
+        (
+            "[server.http]\nlisten = \"127.0.0.1:7071\"\n",
+            "server.http.cert",
+        ),
+        (
+            "[server.http]\nlisten = \"localhost:7071\"\ntls = false\n",
+            "server.http.listen",
+        ),
+        (
+            "[server.http]\nlisten = \"127.0.0.1:7071\"\ntls = false\nallowed_names = [\"a\"]\n",
+            "server.http.allowed_names",
+        ),
+    ] {
+        let d = Daemon::configure(config);
+        let out = run_spillway(
+            &["check".as_ref(), d.config_path().as_os_str()],
+            Duration::from_secs(30),
+        );
+        assert!(!out.status.success(), "{config} was accepted");
+        assert!(out.stderr.contains(key), "{config}: {}", out.stderr);
+    }
+}
+
+// ------------------------------------------------------------------- TLS
+
+/// A CA and the certificates it signs, as PEM files in `dir`.
+struct Ca {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.distinguished_name.push(DnType::CommonName, name);
+        let key = KeyPair::generate().unwrap();
+        Ca {
+            cert: p.self_signed(&key).unwrap(),
+            key,
+        }
+    }
+
+    /// A leaf with these SANs; `expired`: valid only in 2020.
+    fn leaf(&self, cn: &str, sans: &[&str], expired: bool) -> Leaf {
+        let mut p =
+            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+        p.distinguished_name.push(DnType::CommonName, cn);
+        if expired {
+            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2020, 12, 31);
+        }
+        let key = KeyPair::generate().unwrap();
+        let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
+        Leaf { cert, key }
+    }
+
+    fn der(&self) -> CertificateDer<'static> {
+        self.cert.der().clone()
+    }
+}
+
+struct Leaf {
+    cert: rcgen::Certificate,
+    key: KeyPair,
+}
+
+impl Leaf {
+    fn write(&self, dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let (c, k) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, self.cert.pem()).unwrap();
+        std::fs::write(&k, self.key.serialize_pem()).unwrap();
+        (c, k)
+    }
+
+    fn identity(&self) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        (
+            vec![self.cert.der().clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.serialize_der())),
+        )
+    }
+}
+
+fn sighup(d: &Daemon) {
+    let pid = d.pid().expect("the daemon runs") as libc::pid_t;
+    // SAFETY: kill(2) on our own, unreaped child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+}
+
+type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+/// A TLS connection to the door trusting `server_ca`, presenting `client`.
+fn tls_connect(port: u16, server_ca: &Ca, client: Option<&Leaf>) -> Tls {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(server_ca.der()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match client {
+        Some(leaf) => {
+            let (chain, key) = leaf.identity();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let conn =
+        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
+            .unwrap();
+    let sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    rustls::StreamOwned::new(conn, sock)
+}
+
+fn tls_post(s: &mut Tls, tier: &str, body: &[u8]) -> std::io::Result<Answer> {
+    exchange(
+        s,
+        &post_head(&format!("/v1/records?tier={tier}"), "", body.len()),
+        body,
+    )
+}
+
+#[test]
+fn mutual_tls_lets_in_good_clients_and_refuses_the_rest_by_reason() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let server_ca = Ca::new("spillway test server CA");
+    let client_ca = Ca::new("spillway test client CA");
+    let other_ca = Ca::new("someone else's CA");
+    let (cert, key) = server_ca
+        .leaf("spillway", &["localhost", "127.0.0.1"], false)
+        .write(dir, "server");
+    std::fs::write(dir.join("client-ca.crt"), client_ca.cert.pem()).unwrap();
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[server.http]\nlisten = \"127.0.0.1:{port}\"\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {:?}\nallowed_names = [\"producer.example\"]\n",
+        dir.join("client-ca.crt")
+    ));
+
+    let good = client_ca.leaf("producer", &["producer.example"], false);
+    let mut c = tls_connect(port, &server_ca, Some(&good));
+    for tier in ["sync", "batched", "buffered"] {
+        let a = tls_post(&mut c, tier, format!("tls-{tier}").as_bytes()).unwrap();
+        assert_eq!(a.status, 200, "{tier}: {a:?}");
+    }
+    assert_eq!(
+        stored_texts(&d),
+        ["tls-sync", "tls-batched", "tls-buffered"]
+    );
+
+    let refusals: [(&str, Option<Leaf>); 4] = [
+        ("no_client_certificate", None),
+        (
+            "unknown_ca",
+            Some(other_ca.leaf("producer", &["producer.example"], false)),
+        ),
+        (
+            "expired",
+            Some(client_ca.leaf("producer", &["producer.example"], true)),
+        ),
+        (
+            "name_not_allowed",
+            Some(client_ca.leaf("intruder", &["intruder.example"], false)),
+        ),
+    ];
+    for (reason, leaf) in &refusals {
+        let mut s = tls_connect(port, &server_ca, leaf.as_ref());
+        let r = tls_post(&mut s, "sync", b"must not land");
+        assert!(r.is_err(), "{reason}: the client was served: {r:?}");
+        assert_eq!(
+            stat(
+                &d,
+                &format!("http_tls_handshakes_failed{{reason=\"{reason}\"}}")
+            ),
+            1,
+            "{reason}"
+        );
+    }
+    assert_eq!(
+        stored_texts(&d).len(),
+        3,
+        "nothing of the refused clients landed"
+    );
+
+    // Rotation: a new server certificate from a new CA, read at SIGHUP.
+    // New connections get it; the connection already open keeps working.
+    let new_ca = Ca::new("spillway test server CA, rotated");
+    new_ca
+        .leaf("spillway", &["localhost", "127.0.0.1"], false)
+        .write(dir, "server");
+    sighup(&d);
+    assert!(wait_until(Duration::from_secs(10), || d
+        .stderr()
+        .contains("TLS certificate and key read again")));
+    let mut fresh = tls_connect(port, &new_ca, Some(&good));
+    assert_eq!(
+        tls_post(&mut fresh, "sync", b"after rotation")
+            .unwrap()
+            .status,
+        200
+    );
+    let mut stale = tls_connect(port, &server_ca, Some(&good));
+    assert!(
+        tls_post(&mut stale, "sync", b"old trust").is_err(),
+        "a client trusting only the old CA still got through: the rotation did not take"
+    );
+    assert_eq!(
+        tls_post(&mut c, "sync", b"old connection").unwrap().status,
+        200
+    );
+
+    // A broken pair at a reload keeps the one in use and says so.
+    std::fs::write(dir.join("server.key"), "not a key").unwrap();
+    sighup(&d);
+    assert!(wait_until(Duration::from_secs(10), || d
+        .stderr()
+        .contains("the old pair stays in use")));
+    let mut again = tls_connect(port, &new_ca, Some(&good));
+    assert_eq!(
+        tls_post(&mut again, "sync", b"still served")
+            .unwrap()
+            .status,
+        200
+    );
+}
