@@ -46,6 +46,9 @@ pub struct Overrides {
     pub named_sinks: Vec<(String, String)>,
     /// `server.connection_read_timeout_ms` (`None` = the daemon's default).
     pub read_timeout_ms: Option<u64>,
+    /// `server.http.listen` for the HTTP door, in the clear on loopback
+    /// (`None` = the door is off).
+    pub http_listen: Option<String>,
 }
 
 /// Ingest scenarios measure the daemon, not a sink: records are drained and
@@ -119,6 +122,7 @@ impl Launcher {
             segment_bytes: overrides.segment_bytes.or(self.segment_bytes),
             sinks,
             read_timeout_ms: overrides.read_timeout_ms,
+            http_listen: overrides.http_listen.clone(),
         };
         let config_head = settings.config_head();
         let text = settings.config_text();
@@ -152,6 +156,7 @@ pub fn config_text(dir: &Path, segment_bytes: Option<u64>, read_timeout_ms: Opti
         segment_bytes,
         sinks: single_sink_section(NOOP_SINK),
         read_timeout_ms,
+        http_listen: None,
     }
     .config_text()
 }
@@ -164,6 +169,7 @@ struct DaemonSettings<'a> {
     /// The sink tables: [`single_sink_section`] or [`named_sinks_section`].
     sinks: String,
     read_timeout_ms: Option<u64>,
+    http_listen: Option<String>,
 }
 
 impl DaemonSettings<'_> {
@@ -182,9 +188,14 @@ impl DaemonSettings<'_> {
             .read_timeout_ms
             .map(|ms| format!("connection_read_timeout_ms = {ms}\n"))
             .unwrap_or_default();
+        let http = self
+            .http_listen
+            .as_ref()
+            .map(|a| format!("[server.http]\nlisten = \"{a}\"\ntls = false\n"))
+            .unwrap_or_default();
         format!(
             "# written by `spillway bench`\n[server]\nsocket_path = {}\ndata_dir = {}\nshards = {}\n\
-             inflight_records_max = {INFLIGHT_RECORDS_MAX}\n{read_timeout}\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
+             inflight_records_max = {INFLIGHT_RECORDS_MAX}\n{read_timeout}{http}\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
              [log]\nlevel = \"warn\"\n\n[admin]\nsocket_path = {}\n\n",
             toml_str(&self.dir.join("spillway.sock")),
             toml_str(&self.dir.join("wab")),
@@ -447,6 +458,7 @@ mod tests {
             segment_bytes: Some(1 << 20),
             sinks: single_sink_section(NOOP_SINK),
             read_timeout_ms: Some(1000),
+            http_listen: None,
         };
         let text = settings.config_text();
         let value: toml::Value = toml::from_str(&text).unwrap();
@@ -469,6 +481,21 @@ mod tests {
         );
         assert_eq!(value["sink"]["type"].as_str(), Some("noop"));
         assert_eq!(text, config_text(dir, Some(1 << 20), Some(1000)));
+        let with_door = DaemonSettings {
+            dir,
+            shards: 2,
+            segment_bytes: None,
+            sinks: single_sink_section(NOOP_SINK),
+            read_timeout_ms: None,
+            http_listen: Some("127.0.0.1:7071".into()),
+        }
+        .config_text();
+        let door: toml::Value = toml::from_str(&with_door).unwrap();
+        assert_eq!(
+            door["server"]["http"]["listen"].as_str(),
+            Some("127.0.0.1:7071")
+        );
+        assert_eq!(door["server"]["http"]["tls"].as_bool(), Some(false));
         let default = DaemonSettings {
             segment_bytes: None,
             read_timeout_ms: None,
@@ -496,6 +523,7 @@ mod tests {
                 segment_bytes: None,
                 sinks: String::new(),
                 read_timeout_ms: None,
+                http_listen: None,
             }
             .config_head(),
             named_sinks_section(&sinks)

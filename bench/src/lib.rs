@@ -25,6 +25,7 @@ mod context;
 mod daemon;
 mod e2e;
 mod hostile;
+mod http_door;
 mod jetstream;
 mod load;
 mod probes;

@@ -81,7 +81,7 @@ impl Sample {
     }
 
     /// Combines concurrent measurements: counts add up, elapsed is the longest.
-    fn merge(&mut self, other: Sample) {
+    pub(crate) fn merge(&mut self, other: Sample) {
         self.records += other.records;
         self.elapsed = self.elapsed.max(other.elapsed);
         self.latency
@@ -134,7 +134,7 @@ fn acked<T>(result: Result<T, Error>) -> Result<bool, LoadError> {
 }
 
 /// Calls `op` until `duration` has passed, timing each call.
-fn measure(
+pub(crate) fn measure(
     duration: Duration,
     per_request: u64,
     mut op: impl FnMut() -> Result<bool, LoadError>,

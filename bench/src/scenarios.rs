@@ -13,6 +13,7 @@ use super::context::Ctx;
 use super::daemon::{Overrides, RssSampler};
 use super::e2e;
 use super::hostile;
+use super::http_door;
 use super::jetstream;
 use super::load::{self, LoadError, Plan, Sample};
 use super::report::ReportRow;
@@ -123,6 +124,7 @@ pub const SCENARIOS: &[Scenario] = &[
     ),
     own("e2e_light_load_latency", e2e::light_load_latency, Some(1)),
     own("ingest_http_vs_noop", e2e::ingest_http_vs_noop, None),
+    own("ingest_http_door", http_door::ingest_http_door, None),
     own(
         "sink_plugin_vs_builtin_file",
         e2e::plugin_vs_builtin_file,

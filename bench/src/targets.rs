@@ -156,6 +156,11 @@ const RULES: &[Rule] = &[
         high_latency_backlog,
     ),
     (
+        "ingest_http_door: 8 keep-alive connections x 256-record NDJSON at Sync >= 40% of batch_durable_n256 over the socket",
+        Cmp::AtLeast,
+        http_door_vs_socket,
+    ),
+    (
         "e2e_jetstream pipelined publishes >= 10x one publish in flight",
         Cmp::AtLeast,
         jetstream_pipelining,
@@ -369,6 +374,27 @@ fn segment_batch(f: &Figures) -> Result<Measured, String> {
 
 fn segment_pipelined(f: &Figures) -> Result<Measured, String> {
     segment(f, "pipelined_sync_w1024")
+}
+
+fn http_door_vs_socket(f: &Figures) -> Result<Measured, String> {
+    let row = "ingest_http_door";
+    let (rate, unix, r) = (
+        f.get(row, RATE)?,
+        f.get(row, "unix_batch256_records_per_s")?,
+        f.get(row, "ratio_to_unix_batch256")?,
+    );
+    let (hp, up) = (
+        f.get(row, "http_serial_p50_us").unwrap_or(0.0),
+        f.get(row, "unix_serial_p50_us").unwrap_or(0.0),
+    );
+    Ok(Measured {
+        value: r,
+        bound: 0.4,
+        detail: format!(
+            "{rate:.0} vs {unix:.0} rec/s = {:.0}% (>= 40%); one record per request p50 {hp:.0} µs over HTTP, {up:.0} µs over the socket",
+            r * 100.0
+        ),
+    })
 }
 
 fn jetstream_pipelining(f: &Figures) -> Result<Measured, String> {
