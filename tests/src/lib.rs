@@ -42,6 +42,9 @@ pub const HELD_SINK_URL: &str = "http://127.0.0.1:1/spillway-tests-held-sink";
 pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Message type bytes, spelled out so tests read like the spec.
+/// A bare HTTP/1.1 client (the HTTP door's tests and the crash loop).
+pub mod http;
+
 pub mod msg {
     pub const PUSH: u8 = 0x01;
     pub const ACK: u8 = 0x02;

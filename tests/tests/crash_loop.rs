@@ -39,10 +39,14 @@
 //! drawn apart from the main one's, the fan's the same as the mirror's: a stretch in 40% of the pushing lives,
 //! a whole life in 15% of all), so backlogs build, one sink falls behind
 //! the other, and delivery, retries and redelivery cross the kills. When
-//! producers stop before a kill both answer 200. Each producer has its
+//! producers stop before a kill all answer 200. Each producer has its
 //! own connection, a unique tag and a counter in every payload (plus a
 //! deterministic pad, so a record is verifiable byte for byte), and mixes
 //! the three tiers, single pushes and PushBatch, pipelined or lock-step.
+//! Five push over the Unix socket; a sixth POSTs NDJSON bodies of 1 to 64
+//! records over the HTTP door (`[server.http]`, loopback), lock-step on a
+//! keep-alive connection: a 200 acks the whole body, a 429 or 503 is its
+//! nack, and its records are held to every check below like the others.
 //!
 //! At the end a last clean start delivers everything (`ctl stats` until no
 //! shard has `pending_records`, the worst over sinks), and a SIGTERM stops
@@ -101,7 +105,8 @@ use std::time::{Duration, Instant};
 use spillway_test_http::{Receiver, Reply as HttpReply, Request};
 use spillway_tests::*;
 
-/// Producer connections per pushing life.
+/// Producer connections on the Unix socket per pushing life (and one
+/// more on the HTTP door).
 const PRODUCERS: usize = 5;
 /// Pipeline windows of the producers (1 = lock-step push, wait, push).
 const WINDOWS: [usize; PRODUCERS] = [1, 1, 8, 32, 128];
@@ -524,6 +529,74 @@ fn produce_until_killed(
     log
 }
 
+/// POST lock-step over one keep-alive connection to the HTTP door until
+/// it fails (the kill) or `stop` is set: NDJSON bodies of 1..=64 records,
+/// every tier. A 200 acks every record of the body; a 429 or 503 writes
+/// none of them (a nack); a connection lost before the answer leaves the
+/// body pending (unknown, as a lost ack).
+fn post_until_killed(port: u16, id: u32, cycle: usize, seed: u64, stop: &AtomicBool) -> ConnLog {
+    let mut log = ConnLog {
+        id,
+        cycle,
+        window: 1,
+        ops: Vec::new(),
+        pushed: 0,
+        error: String::new(),
+    };
+    let mut conn = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+        Ok(c) => c,
+        Err(e) => {
+            log.error = format!("HTTP connect: {e}");
+            return log;
+        }
+    };
+    conn.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    let mut rng = Rng::new(seed);
+    let end = loop {
+        if stop.load(Ordering::Relaxed) {
+            break "stopped".to_string();
+        }
+        let tier = TIERS[rng.below(3) as usize];
+        let len = 1 + rng.below(64) as u32;
+        let start = log.pushed;
+        let mut body = Vec::new();
+        for n in start..start + len {
+            body.extend(payload(id, n));
+            body.push(b'\n');
+        }
+        let name = match tier {
+            Tier::Sync => "sync",
+            Tier::Batched => "batched",
+            Tier::Buffered => "buffered",
+        };
+        log.ops.push(Op {
+            start,
+            len,
+            tier,
+            state: OpState::Pending,
+        });
+        log.pushed += len;
+        let head = http::post_head(&format!("/v1/records?tier={name}"), "", body.len());
+        match http::exchange(&mut conn, &head, &body) {
+            Ok(a) if a.status == 200 => log.ops.last_mut().unwrap().state = OpState::Acked,
+            Ok(a) if a.status == 429 || a.status == 503 => {
+                log.ops.last_mut().unwrap().state = OpState::Nacked;
+                if log.error.is_empty() {
+                    log.error = format!("HTTP {}", a.status);
+                }
+            }
+            Ok(a) => panic!("k{id}: the HTTP door answered {}: {}", a.status, a.body),
+            Err(e) => break e.to_string(),
+        }
+    };
+    log.error = if log.error.is_empty() {
+        end
+    } else {
+        format!("{}; then {end}", log.error)
+    };
+    log
+}
+
 // ---------------------------------------------------------------- plan
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -666,8 +739,11 @@ fn in_flight(sink: usize, gen: u64) -> u64 {
 
 /// The `[sinks.NAME]` tables, one per receiver, of sink generation `gen`
 /// (a reload moves to the next: URL path, `max_records`, `linger_ms`).
-fn sink_config(rxs: &[Rx], gen: u64) -> String {
-    let mut out = format!("[server]\nshards = {SHARDS}\n[wab]\nsegment_bytes_max = 1048576\n");
+fn sink_config(rxs: &[Rx], gen: u64, http_port: u16) -> String {
+    let mut out = format!(
+        "[server]\nshards = {SHARDS}\n[server.http]\nlisten = \"127.0.0.1:{http_port}\"\ntls = false\n\
+         [wab]\nsegment_bytes_max = 1048576\n"
+    );
     for (i, rx) in rxs.iter().enumerate() {
         out.push_str(&format!(
             "[sinks.{}]\ntype = \"http\"\nurl = \"{}\"\nmax_records = {}\nlinger_ms = {}\n\
@@ -810,7 +886,11 @@ fn crash_loop_keeps_every_acked_record_in_order() {
     let mut gen = 0u64;
     // Sink generation at the start of each life (index = rx life).
     let mut gens: Vec<u64> = Vec::new();
-    let mut d = Daemon::configure(&sink_config(&rxs, gen));
+    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port for the HTTP door")
+        .port();
+    let mut d = Daemon::configure(&sink_config(&rxs, gen, http_port));
     let socket = d.socket_path().to_path_buf();
     let data = d.data_dir().to_path_buf();
     let mut logs: Vec<ConnLog> = Vec::new();
@@ -892,14 +972,19 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             let restart = life.wait_health(&socket, &context);
             restarts.push(restart);
             let stop = Arc::new(AtomicBool::new(false));
-            let handles: Vec<_> = (0..PRODUCERS)
+            // The socket's producers, then one over the HTTP door.
+            let handles: Vec<_> = (0..=PRODUCERS)
                 .map(|p| {
-                    let id = (cycle * PRODUCERS + p) as u32;
+                    let id = (cycle * (PRODUCERS + 1) + p) as u32;
                     let socket = socket.clone();
                     let seed = plan.producer_seed ^ (p as u64 + 1).wrapping_mul(0x9E37_79B9);
                     let stop = stop.clone();
                     thread::spawn(move || {
-                        produce_until_killed(&socket, id, cycle, WINDOWS[p], seed, &stop)
+                        if p == PRODUCERS {
+                            post_until_killed(http_port, id, cycle, seed, &stop)
+                        } else {
+                            produce_until_killed(&socket, id, cycle, WINDOWS[p], seed, &stop)
+                        }
                     })
                 })
                 .collect();
@@ -934,7 +1019,7 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             let mut ctl_child = None;
             if plan.kind == Kind::Reload {
                 gen += 1;
-                d.reconfigure(&sink_config(&rxs, gen));
+                d.reconfigure(&sink_config(&rxs, gen, http_port));
                 let sent = Instant::now();
                 if plan.reload_via_ctl {
                     ctl_child = Some(
@@ -1287,8 +1372,18 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             )
         })
         .collect();
+    // The HTTP producers' share: a run where none got a 200 checked nothing of the door.
+    let http_acked: usize = logs
+        .iter()
+        .filter(|l| l.id as usize % (PRODUCERS + 1) == PRODUCERS)
+        .map(|l| l.acked_counters().count())
+        .sum();
+    if http_acked == 0 {
+        failures.push("no record posted over the HTTP door was acknowledged in any life".into());
+    }
     eprintln!(
-        "SUMMARY crash loop: seed {seed:#x}, {cycles} cycles; acked records sync {} batched {} buffered {}; \
+        "SUMMARY crash loop: seed {seed:#x}, {cycles} cycles; acked records sync {} batched {} buffered {} \
+         ({http_acked} of them over HTTP); \
          {}; duplicates {}; restart (spawn to health) median {:.1} ms, max {:.1} ms over {} starts; wall time {:.1} s",
         acked_per_tier[0],
         acked_per_tier[1],

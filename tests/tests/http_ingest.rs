@@ -9,7 +9,7 @@
 //! is refused and counted by reason, and a certificate rotated by SIGHUP
 //! is served to new connections while old ones keep working.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::thread;
@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use spillway_tests::http::{exchange, post_head, read_answer, Answer};
 use spillway_tests::*;
 
 /// A port nobody listens on now (bound, then let go).
@@ -30,75 +31,6 @@ fn free_port() -> u16 {
 
 fn plain_door(port: u16, extra: &str) -> String {
     format!("[server.http]\nlisten = \"127.0.0.1:{port}\"\ntls = false\n{extra}")
-}
-
-/// One HTTP answer.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Write a request on `s` and read its answer (the body by its length).
-fn exchange<S: Read + Write>(s: &mut S, head: &str, body: &[u8]) -> std::io::Result<Answer> {
-    s.write_all(head.as_bytes())?;
-    s.write_all(body)?;
-    s.flush()?;
-    read_answer(s)
-}
-
-fn read_answer<S: Read>(s: &mut S) -> std::io::Result<Answer> {
-    let mut r = BufReader::new(s);
-    let mut line = String::new();
-    if r.read_line(&mut line)? == 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            "closed before an answer",
-        ));
-    }
-    let status = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("not a status line: {line:?}"));
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        r.read_line(&mut h)?;
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        let (n, v) = h.split_once(':').expect("a header line");
-        headers.push((n.trim().to_string(), v.trim().to_string()));
-    }
-    let len: usize = headers
-        .iter()
-        .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-        .map_or(0, |(_, v)| v.parse().unwrap());
-    let mut body = vec![0; len];
-    r.read_exact(&mut body)?;
-    Ok(Answer {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    })
-}
-
-fn post_head(target: &str, extra_headers: &str, len: usize) -> String {
-    format!(
-        "POST {target} HTTP/1.1\r\nHost: spillway\r\nContent-Length: {len}\r\n{extra_headers}\r\n"
-    )
 }
 
 /// POST `body` to `target` on a fresh connection.
