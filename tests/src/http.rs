@@ -72,3 +72,52 @@ pub fn post_head(target: &str, extra_headers: &str, len: usize) -> String {
         "POST {target} HTTP/1.1\r\nHost: spillway\r\nContent-Length: {len}\r\n{extra_headers}\r\n"
     )
 }
+
+/// POST `"{tag}:{n}"` records at `tier`, `size` to a body, lock-step on one
+/// keep-alive connection to the HTTP door at `port`, until it fails (the
+/// daemon died) or `limit` records were sent. A 200 acks the whole body;
+/// anything else ends the run. `acked` is always a prefix of `sent`, as
+/// [`crate::produce`]'s.
+pub fn produce_http(
+    port: u16,
+    tag: &str,
+    tier: crate::Tier,
+    size: u64,
+    limit: u64,
+) -> crate::ProducerOutcome {
+    let name = match tier {
+        crate::Tier::Sync => "sync",
+        crate::Tier::Batched => "batched",
+        crate::Tier::Buffered => "buffered",
+    };
+    let mut out = crate::ProducerOutcome {
+        tag: tag.to_string(),
+        sent: 0,
+        acked: 0,
+        error: String::new(),
+    };
+    let mut conn = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+        Ok(c) => c,
+        Err(e) => {
+            out.error = format!("HTTP connect: {e}");
+            return out;
+        }
+    };
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(30)));
+    let head_of = |len| post_head(&format!("/v1/records?tier={name}"), "", len);
+    out.error = loop {
+        if out.sent >= limit {
+            break String::new();
+        }
+        let body: String = (out.sent..out.sent + size)
+            .map(|n| format!("{tag}:{n}\n"))
+            .collect();
+        out.sent += size;
+        match exchange(&mut conn, &head_of(body.len()), body.as_bytes()) {
+            Ok(a) if a.status == 200 => out.acked += size,
+            Ok(a) => break format!("HTTP {}: {}", a.status, a.body.trim()),
+            Err(e) => break e.to_string(),
+        }
+    };
+    out
+}

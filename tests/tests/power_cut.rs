@@ -6,8 +6,9 @@
 //! away on `power_cut()`.
 //!
 //! Each cut: producers push at all three tiers (single pushes, PushBatch
-//! and pipelines, on seven connections; in one life of four at random only
-//! Buffered, on four) until a seeded random moment;
+//! and pipelines, on seven connections, and Sync bodies of 10 records
+//! POSTed over the HTTP door on an eighth; in one life of four at random
+//! only Buffered, on four sockets) until a seeded random moment;
 //! SIGKILL; power cut; restart on the same folder; then every record acked
 //! at Sync or Batched must be there, in push order, and each producer's
 //! records in one shard. What Buffered lost (it promises a daemon crash,
@@ -123,6 +124,8 @@ struct Folder {
     /// The sinks' receivers by sink name when the daemon delivers (else
     /// empty: the sink is held).
     rx: Vec<(&'static str, HttpReceiver)>,
+    /// The HTTP door's port (a producer POSTs there beside the socket's).
+    http_port: u16,
     _backing: tempfile::TempDir,
 }
 
@@ -157,7 +160,13 @@ fn folder(sink: Sink) -> Option<Folder> {
             )
         })
         .collect();
-    let d = Daemon::configure(&config);
+    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port for the HTTP door")
+        .port();
+    let d = Daemon::configure(&format!(
+        "[server.http]\nlisten = \"127.0.0.1:{http_port}\"\ntls = false\n{config}"
+    ));
     fs::create_dir(d.data_dir()).expect("creating the mount point");
     let backing = tempfile::Builder::new()
         .prefix("lazyfs-backing")
@@ -168,6 +177,7 @@ fn folder(sink: Sink) -> Option<Folder> {
             fs: Some(fs),
             d,
             rx,
+            http_port,
             _backing: backing,
         }),
         Err(e) if in_ci() => {
@@ -182,6 +192,7 @@ fn folder(sink: Sink) -> Option<Folder> {
 
 fn start_producers(
     d: &Daemon,
+    http_port: u16,
     life: usize,
     buffered_only: bool,
 ) -> (
@@ -189,8 +200,23 @@ fn start_producers(
     Vec<(Tier, thread::JoinHandle<ProducerOutcome>)>,
 ) {
     let modes = modes(buffered_only);
-    let ready = Arc::new(Barrier::new(modes.len() + 1));
-    let handles = modes
+    // Beside the socket's producers, one POSTs Sync bodies of 10 over the
+    // HTTP door (not in a Buffered-only life).
+    let http = !buffered_only;
+    let ready = Arc::new(Barrier::new(modes.len() + 1 + usize::from(http)));
+    let mut handles: Vec<(Tier, thread::JoinHandle<ProducerOutcome>)> = Vec::new();
+    if http {
+        let ready = ready.clone();
+        let tag = format!("l{life}-http-sync");
+        handles.push((
+            Tier::Sync,
+            thread::spawn(move || {
+                ready.wait();
+                http::produce_http(http_port, &tag, Tier::Sync, 10, u64::MAX)
+            }),
+        ));
+    }
+    let socket_handles: Vec<_> = modes
         .into_iter()
         .map(|(name, mode)| {
             let mut client = d.client();
@@ -204,6 +230,7 @@ fn start_producers(
             (tier_of(mode), h)
         })
         .collect();
+    handles.extend(socket_handles);
     (ready, handles)
 }
 
@@ -271,6 +298,8 @@ fn recovered(stdout: &str) -> String {
 #[derive(Default)]
 struct Totals {
     cuts: usize,
+    /// Sync records acked over the HTTP door (among `acked_sync`).
+    acked_http: u64,
     acked_sync: u64,
     acked_batched: u64,
     acked_buffered: u64,
@@ -381,7 +410,7 @@ fn run(sink: Sink, default_cuts: usize) {
             );
 
             // Push until SIGKILL.
-            let (ready, handles) = start_producers(&f.d, life, buffered_only);
+            let (ready, handles) = start_producers(&f.d, f.http_port, life, buffered_only);
             ready.wait();
             let t0 = Instant::now();
             if let (Some((from, to)), Some((_, mirror))) = (mirror_503, f.rx.get(1)) {
@@ -411,6 +440,9 @@ fn run(sink: Sink, default_cuts: usize) {
                     Tier::Buffered => "buffered",
                 };
                 *life_acked.entry(key).or_default() += out.acked;
+                if out.tag.contains("-http-") {
+                    totals.acked_http += out.acked;
+                }
                 all.push(Pushed {
                     tier,
                     life,
@@ -677,14 +709,21 @@ fn run(sink: Sink, default_cuts: usize) {
             totals.delivered_at_end
         ));
     }
+    // Lives with every tier had an HTTP producer: its acks must be among
+    // those checked, or the door went untested.
+    assert!(
+        totals.acked_http > 0 || totals.acked_sync == 0,
+        "seed {seed:#x}: no record POSTed over the HTTP door was acknowledged"
+    );
     say(&format!(
-        "{name}: {} cuts (seed {seed:#x}) in {:.1} s; acked sync {}, batched {}, buffered {}; \
+        "{name}: {} cuts (seed {seed:#x}) in {:.1} s; acked sync {} ({} over HTTP), batched {}, buffered {}; \
          {} Sync/Batched acks checked after their cut and {} again after later cuts, none lost; \
          buffered lost {} ({} cuts lost some, {} producers with a hole); \
          restart p50 {p50} ms, max {max} ms; lazyfs dropped {} bytes, {} entries",
         totals.cuts,
         wall.elapsed().as_secs_f64(),
         totals.acked_sync,
+        totals.acked_http,
         totals.acked_batched,
         totals.acked_buffered,
         totals.checked_durable,
