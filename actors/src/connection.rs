@@ -14,8 +14,6 @@
 //! after the responses of the frames before it, then the socket is closed.
 
 use std::io;
-use std::os::unix::io::AsRawFd;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,14 +22,13 @@ use actix::prelude::*;
 use bytes::{Buf, BytesMut};
 use spillway_protocol::{decode_request, NackReason, Request, Response, HEADER_LEN, TRAILER_LEN};
 use spillway_wab::RecordMeta;
-use tokio::io::AsyncReadExt;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::UnixStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::idle::{Evict, IdleConnections, IdleMark};
 use crate::responder::{Progress, Responder, Slot, State};
 use crate::shard::{AppendBatch, PendingRecords, ShardQueue};
 use crate::stats::DaemonStats;
+use crate::transport::{Reader, Stream, Writer};
 
 /// Per-connection limits, from `[server]`.
 #[derive(Debug, Clone)]
@@ -161,9 +158,10 @@ pub struct Connection {
     shard: Arc<ShardQueue>,
     shared: Arc<ConnectionContext>,
     /// `None` while a read is in flight (the future owns it).
-    reader: Option<OwnedReadHalf>,
-    /// Shared with the future waiting for the socket to become writable.
-    writer: Rc<OwnedWriteHalf>,
+    reader: Option<Reader>,
+    /// A socket's is shared with the future waiting for it to become
+    /// writable; a TLS stream's is owned by the write in flight.
+    writer: Writer,
     /// Response slots, unwritten bytes and the window; shared with the
     /// flusher threads, which write acks directly.
     responder: Arc<Responder>,
@@ -197,19 +195,19 @@ impl Connection {
     /// already counted it in `shared.live`.
     pub fn new(
         id: u64,
-        stream: UnixStream,
+        stream: Stream,
         shard: Arc<ShardQueue>,
         shared: Arc<ConnectionContext>,
     ) -> Self {
-        let responder = Responder::new(stream.as_raw_fd(), shared.stats.clone());
-        let (reader, writer) = stream.into_split();
+        let responder = Responder::new(stream.direct_fd(), shared.stats.clone());
+        let (reader, writer) = stream.split();
         let live = LiveGuard(shared.live.clone());
         Connection {
             id,
             shard,
             shared,
             reader: Some(reader),
-            writer: Rc::new(writer),
+            writer,
             responder,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             frame_started: None,
@@ -667,7 +665,10 @@ impl Connection {
     /// acks (bounded by the window), whereas closing it invites it to
     /// reconnect and push another window of records the disk must write.
     fn write_when_ready(&mut self, ctx: &mut Context<Self>) {
-        let writer = self.writer.clone();
+        let writer = match &mut self.writer {
+            Writer::Ready(w) => w.clone(),
+            Writer::Tls(_) => return self.write_tls(ctx),
+        };
         let since = *self.write_stalled_since.get_or_insert_with(Instant::now);
         let left = self
             .shared
@@ -702,7 +703,10 @@ impl Connection {
             let responder = act.responder.clone();
             let mut st = responder.lock();
             while !st.out.is_empty() {
-                match act.writer.try_write(&st.out) {
+                let Writer::Ready(w) = &act.writer else {
+                    unreachable!("a socket's writer stays a socket's")
+                };
+                match w.try_write(&st.out) {
                     Ok(n) => {
                         if n > 0 {
                             // Progress: the stall clock starts again.
@@ -727,6 +731,58 @@ impl Connection {
             act.write_stalled_since = None;
             drop(st);
             act.flush(ctx);
+        }));
+    }
+}
+
+impl Connection {
+    /// A TLS stream: write everything answered so far through rustls, off
+    /// the actor, then look again (the flusher may have answered more
+    /// meanwhile). The same stall bound as a socket's: a peer that takes
+    /// none of it for `connection_idle_timeout_ms` is closed.
+    fn write_tls(&mut self, ctx: &mut Context<Self>) {
+        let Writer::Tls(slot) = &mut self.writer else {
+            return;
+        };
+        let Some(mut w) = slot.take() else {
+            return; // a write is in flight; it looks again when done
+        };
+        let bytes = self.responder.lock().out.split().freeze();
+        let left = self.shared.limits.idle_timeout;
+        let fut = async move {
+            let r = tokio::time::timeout(left, async {
+                w.write_all(&bytes).await?;
+                w.flush().await
+            })
+            .await;
+            (w, r)
+        };
+        ctx.spawn(fut.into_actor(self).map(|(w, r), act, ctx| {
+            act.writer = Writer::Tls(Some(w));
+            match r {
+                Ok(Ok(())) => {
+                    act.responder.lock().writing_async = false;
+                    act.flush(ctx);
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(conn = act.id, error = %e, "TLS write failed; closing");
+                    ctx.stop();
+                }
+                Err(_) => {
+                    act.shared
+                        .stats
+                        .write_timeouts
+                        .fetch_add(1, Ordering::Relaxed);
+                    if act.shared.stats.log_limiter.allow() {
+                        tracing::warn!(
+                            conn = act.id,
+                            timeout_ms = act.shared.limits.idle_timeout.as_millis() as u64,
+                            "the peer read none of its responses for server.connection_idle_timeout_ms; closing the connection"
+                        );
+                    }
+                    ctx.stop();
+                }
+            }
         }));
     }
 }

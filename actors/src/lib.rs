@@ -27,6 +27,7 @@ pub mod shard;
 pub mod socket_dir;
 pub mod stats;
 pub mod tls;
+pub mod transport;
 
 pub use accept::AcceptErrors;
 pub use budget::{ShardBudget, WabBudget};
@@ -43,6 +44,7 @@ pub use http_ingest::{HttpIngest, HttpIngestSettings, HttpIngestStats};
 pub use idle::{Evict, IdleConnections};
 pub use listener::{
     bind_socket, check_socket_path, ensure_socket_folder, BindError, Listener, StopListening,
+    TcpDoor,
 };
 pub use sealer::{sealer_channel, SealerCore, SealerMsg, SegmentSealer};
 pub use shard::{
@@ -54,3 +56,4 @@ pub use socket_dir::{
 };
 pub use stats::{DaemonStats, RateLimiter};
 pub use tls::{TlsFiles, TlsServer};
+pub use transport::Stream;

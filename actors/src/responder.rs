@@ -79,13 +79,15 @@ impl State {
 
 pub struct Responder {
     state: Mutex<State>,
-    fd: RawFd,
+    /// The socket the flusher writes acks to directly; `None` for a TLS
+    /// stream (only the connection writes it: see [`crate::transport`]).
+    fd: Option<RawFd>,
     actor: Mutex<Option<Recipient<Progress>>>,
     stats: Arc<DaemonStats>,
 }
 
 impl Responder {
-    pub(crate) fn new(fd: RawFd, stats: Arc<DaemonStats>) -> Arc<Self> {
+    pub(crate) fn new(fd: Option<RawFd>, stats: Arc<DaemonStats>) -> Arc<Self> {
         Arc::new(Responder {
             state: Mutex::new(State {
                 slots: VecDeque::new(),
@@ -121,13 +123,16 @@ impl Responder {
     /// Write as much of `out` as the socket takes now, without blocking.
     /// Only called with the lock held and `closed == false`.
     pub(crate) fn write_now(&self, st: &mut State) {
+        let Some(fd) = self.fd else {
+            return; // TLS: the connection writes (through rustls)
+        };
         while !st.out.is_empty() {
             // SAFETY: `fd` is open while `closed` is false (see module docs);
             // the buffer is valid for `len` bytes. MSG_NOSIGNAL: a vanished
             // peer is an error here, not a SIGPIPE.
             let n = unsafe {
                 libc::send(
-                    self.fd,
+                    fd,
                     st.out.as_ptr() as *const libc::c_void,
                     st.out.len(),
                     libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,

@@ -43,6 +43,8 @@ pub struct DaemonStats {
     pub log_limiter: RateLimiter,
     /// The HTTP ingest door's figures (zero while it is off).
     pub http: crate::http_ingest::HttpIngestStats,
+    /// The TCP door's figures (zero while it is off).
+    pub tcp: crate::listener::tcp::TcpDoorStats,
 }
 
 impl DaemonStats {

@@ -149,6 +149,8 @@ pub struct ServerConfig {
     pub allowed_gids: Option<Vec<u32>>,
     /// `[server.http]`: the HTTP ingest door; unset = off.
     pub http: Option<HttpIngestConfig>,
+    /// `[server.tcp]`: the wire protocol over TCP (with TLS); unset = off.
+    pub tcp: Option<TcpDoorConfig>,
 }
 
 /// `[server.http]`: `POST /v1/records` on a TCP address, answered once the
@@ -187,6 +189,181 @@ pub struct HttpIngestConfig {
     pub request_timeout_ms: u64,
 }
 
+/// `[server.tcp]`: the wire protocol over TCP, with TLS (docs/ingest.md).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TcpDoorConfig {
+    /// `ip:port` to listen on.
+    pub listen: String,
+    /// TLS on (the default: `cert` and `key` needed); `false` only on a
+    /// loopback address.
+    #[serde(default = "yes")]
+    pub tls: bool,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    /// Every client must present a certificate chaining to one of these.
+    pub client_ca: Option<PathBuf>,
+    /// With `client_ca`: names of which a client certificate must carry one.
+    pub allowed_names: Option<Vec<String>>,
+    /// This door's connections open at once. 1..=65536.
+    #[serde(default = "http_max_connections_default")]
+    pub max_connections: u32,
+}
+
+impl TcpDoorConfig {
+    pub fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
+        self.door().address()
+    }
+
+    fn door(&self) -> Door<'_> {
+        Door {
+            kind: DoorKind::Tcp,
+            listen: &self.listen,
+            tls: self.tls,
+            cert: self.cert.as_ref(),
+            key: self.key.as_ref(),
+            client_ca: self.client_ca.as_ref(),
+            allowed_names: self.allowed_names.as_ref(),
+        }
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.door().check()?;
+        range_u64(
+            "server.tcp.max_connections",
+            self.max_connections as u64,
+            1,
+            65_536,
+            "",
+        )
+    }
+
+    /// The TLS files, when TLS is on.
+    pub fn tls_files(&self) -> Option<spillway_actors::TlsFiles> {
+        self.door().tls_files()
+    }
+}
+
+/// Which network door a key belongs to.
+#[derive(Debug, Clone, Copy)]
+enum DoorKind {
+    Http,
+    Tcp,
+}
+
+impl DoorKind {
+    fn prefix(self) -> &'static str {
+        match self {
+            DoorKind::Http => "server.http",
+            DoorKind::Tcp => "server.tcp",
+        }
+    }
+
+    /// The full name of the door's key `key`.
+    fn key(self, key: &str) -> &'static str {
+        match (self, key) {
+            (DoorKind::Http, "listen") => "server.http.listen",
+            (DoorKind::Http, "tls") => "server.http.tls",
+            (DoorKind::Http, "cert") => "server.http.cert",
+            (DoorKind::Http, "key") => "server.http.key",
+            (DoorKind::Http, "client_ca") => "server.http.client_ca",
+            (DoorKind::Http, "allowed_names") => "server.http.allowed_names",
+            (DoorKind::Tcp, "listen") => "server.tcp.listen",
+            (DoorKind::Tcp, "tls") => "server.tcp.tls",
+            (DoorKind::Tcp, "cert") => "server.tcp.cert",
+            (DoorKind::Tcp, "key") => "server.tcp.key",
+            (DoorKind::Tcp, "client_ca") => "server.tcp.client_ca",
+            (DoorKind::Tcp, "allowed_names") => "server.tcp.allowed_names",
+            _ => self.prefix(),
+        }
+    }
+}
+
+/// What the network doors share: an address, and TLS.
+struct Door<'a> {
+    kind: DoorKind,
+    listen: &'a str,
+    tls: bool,
+    cert: Option<&'a PathBuf>,
+    key: Option<&'a PathBuf>,
+    client_ca: Option<&'a PathBuf>,
+    allowed_names: Option<&'a Vec<String>>,
+}
+
+fn door_invalid<T>(key: &'static str, message: String) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid { key, message })
+}
+
+impl Door<'_> {
+    fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
+        self.listen.parse().map_err(|e| ConfigError::Invalid {
+            key: self.kind.key("listen"),
+            message: format!(
+                "{:?} is not ip:port ({e}); write it as \"127.0.0.1:7070\" or \"[::]:7070\"",
+                self.listen
+            ),
+        })
+    }
+
+    /// Clear text only on loopback, a pair with TLS, names only with a CA.
+    fn check(&self) -> Result<(), ConfigError> {
+        let addr = self.address()?;
+        let k = |key| self.kind.key(key);
+        if !self.tls && !addr.ip().is_loopback() {
+            return door_invalid(
+                k("tls"),
+                format!("false on {addr}, which is not a loopback address: records would cross the network in clear; set cert and key, or listen on 127.0.0.1 / [::1]"),
+            );
+        }
+        if self.tls {
+            for (key, v) in [("cert", self.cert), ("key", self.key)] {
+                if v.is_none() {
+                    return door_invalid(k(key), "is required with TLS (the default); or set tls = false on a loopback address".into());
+                }
+            }
+        } else {
+            for (key, set) in [
+                ("cert", self.cert.is_some()),
+                ("key", self.key.is_some()),
+                ("client_ca", self.client_ca.is_some()),
+            ] {
+                if set {
+                    return door_invalid(
+                        k(key),
+                        "is set but tls = false: remove one of the two".into(),
+                    );
+                }
+            }
+        }
+        if self.allowed_names.is_some() && self.client_ca.is_none() {
+            return door_invalid(
+                k("allowed_names"),
+                format!(
+                    "needs {} (names are read from verified client certificates)",
+                    k("client_ca")
+                ),
+            );
+        }
+        if self.allowed_names.is_some_and(|n| n.is_empty()) {
+            return door_invalid(k("allowed_names"), format!("is empty, which would refuse every client; remove the key to let in any certificate {} verifies", k("client_ca")));
+        }
+        Ok(())
+    }
+
+    fn tls_files(&self) -> Option<spillway_actors::TlsFiles> {
+        if !self.tls {
+            return None;
+        }
+        Some(spillway_actors::TlsFiles {
+            key_prefix: self.kind.prefix().into(),
+            cert: self.cert?.clone(),
+            key: self.key?.clone(),
+            client_ca: self.client_ca.cloned(),
+            allowed_names: self.allowed_names.cloned().unwrap_or_default(),
+        })
+    }
+}
+
 fn yes() -> bool {
     true
 }
@@ -206,57 +383,26 @@ fn http_request_timeout_default() -> u64 {
 impl HttpIngestConfig {
     /// The address to bind; an error names the key.
     pub fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
-        self.listen.parse().map_err(|e| ConfigError::Invalid {
-            key: "server.http.listen",
-            message: format!(
-                "{:?} is not ip:port ({e}); write it as \"127.0.0.1:7071\" or \"[::]:7071\"",
-                self.listen
-            ),
-        })
+        self.door().address()
+    }
+
+    fn door(&self) -> Door<'_> {
+        Door {
+            kind: DoorKind::Http,
+            listen: &self.listen,
+            tls: self.tls,
+            cert: self.cert.as_ref(),
+            key: self.key.as_ref(),
+            client_ca: self.client_ca.as_ref(),
+            allowed_names: self.allowed_names.as_ref(),
+        }
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
-        let addr = self.address()?;
-        let invalid = |key, message: String| Err(ConfigError::Invalid { key, message });
-        if !self.tls && !addr.ip().is_loopback() {
-            return invalid(
-                "server.http.tls",
-                format!("false on {addr}, which is not a loopback address: records would cross the network in clear; set cert and key, or listen on 127.0.0.1 / [::1]"),
-            );
-        }
-        if self.tls {
-            for (key, v) in [
-                ("server.http.cert", &self.cert),
-                ("server.http.key", &self.key),
-            ] {
-                if v.is_none() {
-                    return invalid(key, "is required with TLS (the default); or set tls = false on a loopback address".into());
-                }
-            }
-        } else {
-            for (key, set) in [
-                ("server.http.cert", self.cert.is_some()),
-                ("server.http.key", self.key.is_some()),
-                ("server.http.client_ca", self.client_ca.is_some()),
-            ] {
-                if set {
-                    return invalid(key, "is set but tls = false: remove one of the two".into());
-                }
-            }
-        }
-        if self.allowed_names.is_some() && self.client_ca.is_none() {
-            return invalid(
-                "server.http.allowed_names",
-                "needs server.http.client_ca (names are read from verified client certificates)"
-                    .into(),
-            );
-        }
-        if self.allowed_names.as_ref().is_some_and(|n| n.is_empty()) {
-            return invalid("server.http.allowed_names", "is empty, which would refuse every client; remove the key to let in any certificate client_ca verifies".into());
-        }
+        self.door().check()?;
         if let Some(var) = &self.token_env {
             if var.is_empty() || var.contains('=') || var.contains('\0') {
-                return invalid(
+                return door_invalid(
                     "server.http.token_env",
                     format!("{var:?} is not an environment variable name"),
                 );
@@ -302,16 +448,7 @@ impl HttpIngestConfig {
 
     /// The TLS files, when TLS is on.
     pub fn tls_files(&self) -> Option<spillway_actors::TlsFiles> {
-        if !self.tls {
-            return None;
-        }
-        Some(spillway_actors::TlsFiles {
-            key_prefix: "server.http".into(),
-            cert: self.cert.clone()?,
-            key: self.key.clone()?,
-            client_ca: self.client_ca.clone(),
-            allowed_names: self.allowed_names.clone().unwrap_or_default(),
-        })
+        self.door().tls_files()
     }
 }
 
@@ -337,6 +474,7 @@ impl Default for ServerConfig {
             allowed_uids: None,
             allowed_gids: None,
             http: None,
+            tcp: None,
         }
     }
 }
@@ -770,6 +908,9 @@ impl Config {
         if let Some(http) = &s.http {
             http.validate()?;
         }
+        if let Some(tcp) = &s.tcp {
+            tcp.validate()?;
+        }
         range_u64(
             "server.shards",
             s.shards as u64,
@@ -964,6 +1105,11 @@ impl Config {
                 .http
                 .as_ref()
                 .map_or(0, |h| u64::from(h.max_connections))
+            + self
+                .server
+                .tcp
+                .as_ref()
+                .map_or(0, |t| u64::from(t.max_connections))
     }
 
     /// Connections the admin listeners may hold together: the admin

@@ -21,8 +21,8 @@ use actix::prelude::*;
 use spillway_actors::{
     bind_socket, ensure_socket_folder, ConnectionContext, ConnectionLimits, DaemonStats,
     DeliveryBoard, DrainStats, HttpIngest, HttpIngestSettings, Listener, ReadBudget, Retention,
-    RetentionStats, ShardQueue, SinkFigures, SinkSlot, SocketAccess, SocketLock, TlsServer,
-    WabBudget,
+    RetentionStats, ShardQueue, SinkFigures, SinkSlot, SocketAccess, SocketLock, TcpDoor,
+    TlsServer, WabBudget,
 };
 use spillway_sinks::{SinkConfig, SinkEnv};
 use spillway_wab::{shard_dir, DataDirLock, FsStorage};
@@ -204,6 +204,7 @@ fn start(
         None => None,
     };
     let http_door = bind_http_ingest(&cfg)?;
+    let tcp_door = bind_tcp_door(&cfg)?;
     // Off this thread and under the deadline, as at a reload: a plugin or
     // endpoint that hangs makes the start fail with the reason.
     let to_build: Vec<(String, SinkConfig)> = cfg
@@ -394,6 +395,28 @@ fn start(
     )
     .start();
     let mut tls_doors = Vec::new();
+    let tcp = tcp_door.map(|(listener, max_connections, tls)| {
+        tls_doors.extend(tls.clone());
+        // The door's own count of open connections (its max_connections)
+        // and idle registry; the daemon's stats and read-buffer budget.
+        let ctx = Arc::new(ConnectionContext {
+            limits: conn_ctx.limits.clone(),
+            stats: conn_ctx.stats.clone(),
+            live: conn_ctx.stats.tcp.connections_open.clone(),
+            read_budget: conn_ctx.read_budget.clone(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
+            idle: Default::default(),
+        });
+        TcpDoor::new(
+            listener,
+            ctx,
+            arbiters.clone(),
+            shards.iter().map(|s| s.queue.clone()).collect(),
+            max_connections,
+            tls,
+        )
+        .start()
+    });
     let http_ingest = http_door.map(|(listener, settings, tls)| {
         tls_doors.extend(tls.clone());
         HttpIngest::new(
@@ -436,6 +459,7 @@ fn start(
         arbiters,
         listener,
         http_ingest,
+        tcp,
         shards,
         sinks,
         dead_letters: dead_letters.clone(),
@@ -600,4 +624,28 @@ fn bind_http_ingest(
         read_buffer_bytes_max: cfg.server.read_buffer_bytes_max,
     };
     Ok(Some((listener, settings, tls)))
+}
+
+/// `[server.tcp]`, ready to serve: its TLS loaded and its address bound.
+/// `None` when it is off; an error names the key.
+#[allow(clippy::type_complexity)] // the three parts the door is made of
+fn bind_tcp_door(
+    cfg: &Config,
+) -> Result<Option<(std::net::TcpListener, usize, Option<Arc<TlsServer>>)>, String> {
+    let Some(tcp) = &cfg.server.tcp else {
+        return Ok(None);
+    };
+    let tls = match tcp.tls_files() {
+        Some(files) => Some(TlsServer::load(files, cfg.read_timeout())?),
+        None => None,
+    };
+    let addr = tcp.address().map_err(|e| e.to_string())?;
+    let listener =
+        std::net::TcpListener::bind(addr).map_err(|e| format!("server.tcp.listen {addr}: {e}"))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("server.tcp.listen {addr}: {e}"))?;
+    let bound = listener.local_addr().map_or(addr, |a| a);
+    tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = tcp.client_ca.is_some(), "serving the wire protocol over TCP (server.tcp)");
+    Ok(Some((listener, tcp.max_connections as usize, tls)))
 }

@@ -322,6 +322,7 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
             allowed_uids,
             allowed_gids,
             http,
+            tcp,
         }
     );
     changed_fields!(

@@ -138,6 +138,7 @@ pub struct Supervisor {
     listener_policy: RestartPolicy,
     listener_dead_since: Option<Instant>,
     http_ingest: Option<Addr<spillway_actors::HttpIngest>>,
+    tcp: Option<Addr<spillway_actors::TcpDoor>>,
     shards: Vec<ShardSlot>,
     /// The configured sinks, by name.
     sinks: BTreeMap<String, SinkRun>,
@@ -155,6 +156,8 @@ pub struct Children {
     pub listener: Addr<Listener>,
     /// The HTTP ingest door, when `[server.http]` is set.
     pub http_ingest: Option<Addr<spillway_actors::HttpIngest>>,
+    /// The TCP door, when `[server.tcp]` is set.
+    pub tcp: Option<Addr<spillway_actors::TcpDoor>>,
     pub shards: Vec<ShardSlot>,
     pub sinks: BTreeMap<String, SinkRun>,
     pub dead_letters: DeadLetterStores,
@@ -169,6 +172,7 @@ impl Supervisor {
             arbiters,
             listener,
             http_ingest,
+            tcp,
             shards,
             sinks,
             dead_letters,
@@ -183,6 +187,7 @@ impl Supervisor {
             listener_policy: RestartPolicy::default(),
             listener_dead_since: None,
             http_ingest,
+            tcp,
             shards,
             sinks,
             dead_letters,
@@ -468,6 +473,9 @@ impl Supervisor {
         }
         if let Some(h) = self.http_ingest.take() {
             h.do_send(StopListening);
+        }
+        if let Some(t) = self.tcp.take() {
+            t.do_send(StopListening);
         }
         let _ = std::fs::remove_file(&self.cfg.server.socket_path);
         let _ = std::fs::remove_file(&self.cfg.admin.socket_path);

@@ -44,6 +44,8 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Message type bytes, spelled out so tests read like the spec.
 /// A bare HTTP/1.1 client (the HTTP door's tests and the crash loop).
 pub mod http;
+/// Test certificates and a TLS client (the TLS doors' tests).
+pub mod tls;
 
 pub mod msg {
     pub const PUSH: u8 = 0x01;
@@ -673,6 +675,13 @@ impl Daemon {
     /// Path of the current (or last) run's stderr log file.
     pub fn stderr_log_path(&self) -> PathBuf {
         self.stderr_path()
+    }
+
+    /// Send `signal` to the running daemon.
+    pub fn signal(&self, signal: libc::c_int) {
+        let pid = self.pid().expect("the daemon runs") as libc::pid_t;
+        // SAFETY: kill(2) on our own, unreaped child.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
     }
 
     /// Process id of the running daemon.

@@ -11,13 +11,11 @@
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use spillway_tests::http::{exchange, post_head, read_answer, Answer};
+use spillway_tests::tls::{tls_connect, Ca, Leaf, Tls};
 use spillway_tests::*;
 
 /// A port nobody listens on now (bound, then let go).
@@ -335,100 +333,6 @@ fn a_door_in_the_clear_off_loopback_or_without_its_pair_is_refused_naming_the_ke
 
 // ------------------------------------------------------------------- TLS
 
-/// A CA and the certificates it signs, as PEM files in `dir`.
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        p.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().unwrap();
-        Ca {
-            cert: p.self_signed(&key).unwrap(),
-            key,
-        }
-    }
-
-    /// A leaf with these SANs; `expired`: valid only in 2020.
-    fn leaf(&self, cn: &str, sans: &[&str], expired: bool) -> Leaf {
-        let mut p =
-            CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
-        p.distinguished_name.push(DnType::CommonName, cn);
-        if expired {
-            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            p.not_after = rcgen::date_time_ymd(2020, 12, 31);
-        }
-        let key = KeyPair::generate().unwrap();
-        let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
-        Leaf { cert, key }
-    }
-
-    fn der(&self) -> CertificateDer<'static> {
-        self.cert.der().clone()
-    }
-}
-
-struct Leaf {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Leaf {
-    fn write(&self, dir: &std::path::Path, name: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-        let (c, k) = (
-            dir.join(format!("{name}.crt")),
-            dir.join(format!("{name}.key")),
-        );
-        std::fs::write(&c, self.cert.pem()).unwrap();
-        std::fs::write(&k, self.key.serialize_pem()).unwrap();
-        (c, k)
-    }
-
-    fn identity(&self) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
-        (
-            vec![self.cert.der().clone()],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.serialize_der())),
-        )
-    }
-}
-
-fn sighup(d: &Daemon) {
-    let pid = d.pid().expect("the daemon runs") as libc::pid_t;
-    // SAFETY: kill(2) on our own, unreaped child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
-}
-
-type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
-
-/// A TLS connection to the door trusting `server_ca`, presenting `client`.
-fn tls_connect(port: u16, server_ca: &Ca, client: Option<&Leaf>) -> Tls {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(server_ca.der()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let config = match client {
-        Some(leaf) => {
-            let (chain, key) = leaf.identity();
-            builder.with_client_auth_cert(chain, key).unwrap()
-        }
-        None => builder.with_no_client_auth(),
-    };
-    let conn =
-        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
-            .unwrap();
-    let sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    sock.set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    rustls::StreamOwned::new(conn, sock)
-}
-
 fn tls_post(s: &mut Tls, tier: &str, body: &[u8]) -> std::io::Result<Answer> {
     exchange(
         s,
@@ -505,7 +409,7 @@ fn mutual_tls_lets_in_good_clients_and_refuses_the_rest_by_reason() {
     new_ca
         .leaf("spillway", &["localhost", "127.0.0.1"], false)
         .write(dir, "server");
-    sighup(&d);
+    d.signal(libc::SIGHUP);
     assert!(wait_until(Duration::from_secs(10), || d
         .stderr()
         .contains("TLS certificate and key read again")));
@@ -528,7 +432,7 @@ fn mutual_tls_lets_in_good_clients_and_refuses_the_rest_by_reason() {
 
     // A broken pair at a reload keeps the one in use and says so.
     std::fs::write(dir.join("server.key"), "not a key").unwrap();
-    sighup(&d);
+    d.signal(libc::SIGHUP);
     assert!(wait_until(Duration::from_secs(10), || d
         .stderr()
         .contains("the old pair stays in use")));

@@ -517,8 +517,8 @@ fn refused_by_reason(stats: &spillway_actors::DaemonStats) -> [(&'static str, u6
     ]
 }
 
-/// The HTTP ingest door's figures as `ctl stats` keys (zero while off).
-fn http_ingest_figures(stats: &spillway_actors::DaemonStats) -> Vec<(String, u64)> {
+/// The network doors' figures as `ctl stats` keys (zero while off).
+fn door_figures(stats: &spillway_actors::DaemonStats) -> Vec<(String, u64)> {
     let h = &stats.http;
     let mut out = vec![
         (
@@ -547,6 +547,25 @@ fn http_ingest_figures(stats: &spillway_actors::DaemonStats) -> Vec<(String, u64
             n,
         ));
     }
+    let t = &stats.tcp;
+    out.push((
+        "tcp_connections_open".to_string(),
+        t.connections_open.load(Ordering::Relaxed) as u64,
+    ));
+    out.push((
+        "tcp_connections_accepted".to_string(),
+        load(&t.connections_accepted),
+    ));
+    out.push((
+        "tcp_connections_refused".to_string(),
+        load(&t.connections_refused),
+    ));
+    for (reason, n) in t.tls.by_reason() {
+        out.push((
+            format!("tcp_tls_handshakes_failed{{reason=\"{reason}\"}}"),
+            n,
+        ));
+    }
     out
 }
 
@@ -566,7 +585,7 @@ pub(super) fn stats(state: &AdminState) -> String {
     for (reason, n) in refused {
         let _ = writeln!(out, "connections_refused{{reason=\"{reason}\"}} {n}");
     }
-    for (key, n) in http_ingest_figures(&state.stats) {
+    for (key, n) in door_figures(&state.stats) {
         let _ = writeln!(out, "{key} {n}");
     }
     for reason in spillway_protocol::NackReason::ALL {
@@ -689,7 +708,7 @@ pub(super) fn stats_json(state: &AdminState) -> serde_json::Value {
         "connections_refused".into(),
         json!(refused.iter().map(|(_, n)| n).sum::<u64>()),
     );
-    for (key, n) in http_ingest_figures(&state.stats) {
+    for (key, n) in door_figures(&state.stats) {
         global.insert(key, json!(n));
     }
     global.insert(
@@ -970,12 +989,42 @@ impl Collector for Sources {
                 .zip(&h.responses)
                 .map(|(c, n)| ([("code", c.as_str())], load(n))),
         )?;
+        let t = &self.stats.tcp;
+        for (name, kind, help, value) in [
+            (
+                "spillway_tcp_connections_open",
+                "gauge",
+                "Open connections of the TCP door (server.tcp).",
+                t.connections_open.load(Ordering::Relaxed) as u64,
+            ),
+            (
+                "spillway_tcp_connections_accepted_total",
+                "counter",
+                "Connections the TCP door accepted.",
+                load(&t.connections_accepted),
+            ),
+            (
+                "spillway_tcp_connections_refused_total",
+                "counter",
+                "Connections the TCP door closed at once: server.tcp.max_connections were open.",
+                load(&t.connections_refused),
+            ),
+        ] {
+            single(&mut encoder, name, kind, help, value)?;
+        }
         family(
             &mut encoder,
             "spillway_tls_handshakes_failed_total",
             "counter",
-            "TLS handshakes the HTTP ingest door refused, by reason: no_client_certificate, unknown_ca, expired, bad_certificate, name_not_allowed (server.http.allowed_names), other.",
-            h.tls.by_reason().map(|(r, n)| ([("reason", r)], n)),
+            "TLS handshakes a door refused, by door (http, tcp) and reason: no_client_certificate, unknown_ca, expired, bad_certificate, name_not_allowed (allowed_names), other.",
+            h.tls
+                .by_reason()
+                .map(|(r, n)| ([("door", "http"), ("reason", r)], n))
+                .chain(
+                    t.tls
+                        .by_reason()
+                        .map(|(r, n)| ([("door", "tcp"), ("reason", r)], n)),
+                ),
         )?;
         let nacks = spillway_protocol::NackReason::ALL
             .iter()

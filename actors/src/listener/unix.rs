@@ -1,4 +1,4 @@
-//! The Listener actor: owns the Unix socket, accepts connections, enforces
+//! The Unix socket's listener: owns the socket, accepts connections, enforces
 //! `max_connections`, and starts each Connection on one of the connection
 //! arbiters (round robin, one per core), pinned to a shard.
 //!
@@ -22,10 +22,12 @@ use std::time::Duration;
 use actix::prelude::*;
 use tokio::net::UnixListener;
 
+use super::StopListening;
 use crate::accept::AcceptErrors;
 use crate::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
 use crate::shard::ShardQueue;
 use crate::socket_dir::{check_socket_dir, InsecureSocketDir, SocketAccess};
+use crate::transport::Stream;
 
 /// Why the socket could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -264,7 +266,7 @@ impl Listener {
         let started =
             arbiter.spawn_fn(move || match tokio::net::UnixStream::from_std(std_stream) {
                 Ok(stream) => {
-                    Connection::new(id, stream, shard, shared).start();
+                    Connection::new(id, Stream::Unix(stream), shard, shared).start();
                 }
                 Err(e) => {
                     shared.live.fetch_sub(1, Ordering::Relaxed);
@@ -407,12 +409,6 @@ impl Actor for Listener {
         }
     }
 }
-
-/// Sent by the supervisor on shutdown: accept nothing more. The listening
-/// socket closes with the actor.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct StopListening;
 
 impl Handler<StopListening> for Listener {
     type Result = ();

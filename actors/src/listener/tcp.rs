@@ -1,0 +1,198 @@
+//! The TCP door (`[server.tcp]`): the wire protocol over TCP, with TLS
+//! (and optionally mutual TLS and allowed names, [`crate::tls`]) or, on a
+//! loopback address only, in the clear. Same connection actor, tiers,
+//! pipelining, window and limits as the Unix socket; `max_connections` is
+//! this door's own (a new connection past it is closed at once: no idle
+//! eviction here).
+//!
+//! The TLS handshake runs on the connection's arbiter, not on the accept
+//! loop, so a slow client holds only its own slot; it must finish within
+//! `connection_read_timeout_ms`.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use super::StopListening;
+use crate::accept::AcceptErrors;
+use crate::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
+use crate::shard::ShardQueue;
+use crate::tls::{HandshakeStats, TlsServer};
+use crate::transport::Stream;
+
+/// The TCP door's own figures (`ctl stats`, metrics).
+#[derive(Debug, Default)]
+pub struct TcpDoorStats {
+    /// Open connections (the door's own count against `max_connections`).
+    pub connections_open: Arc<AtomicUsize>,
+    pub connections_accepted: AtomicU64,
+    /// Closed at once: `server.tcp.max_connections` were open.
+    pub connections_refused: AtomicU64,
+    /// TLS handshakes that failed, by reason.
+    pub tls: HandshakeStats,
+}
+
+/// Accepts on the TCP door. Runs on the system arbiter.
+pub struct TcpDoor {
+    listener: Option<std::net::TcpListener>,
+    /// This door's: its own count of open connections, the daemon's stats.
+    shared: Arc<ConnectionContext>,
+    arbiters: Vec<ArbiterHandle>,
+    shards: Vec<Arc<ShardQueue>>,
+    max_connections: usize,
+    tls: Option<Arc<TlsServer>>,
+    next_arbiter: usize,
+    next_shard: usize,
+    accept_errors: AcceptErrors,
+}
+
+impl TcpDoor {
+    pub fn new(
+        listener: std::net::TcpListener,
+        shared: Arc<ConnectionContext>,
+        arbiters: Vec<ArbiterHandle>,
+        shards: Vec<Arc<ShardQueue>>,
+        max_connections: usize,
+        tls: Option<Arc<TlsServer>>,
+    ) -> Self {
+        assert!(!arbiters.is_empty() && !shards.is_empty());
+        TcpDoor {
+            listener: Some(listener),
+            shared,
+            arbiters,
+            shards,
+            max_connections,
+            tls,
+            next_arbiter: 0,
+            next_shard: 0,
+            accept_errors: AcceptErrors::new("tcp"),
+        }
+    }
+
+    fn accept_loop(&mut self, ctx: &mut Context<Self>, listener: Rc<tokio::net::TcpListener>) {
+        let l = listener.clone();
+        let fut = async move { l.accept().await };
+        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
+            // A socket on one of the daemon's reserved descriptors is
+            // closed at once, as the Unix listener does.
+            let res = res.and_then(|(s, peer)| Ok((crate::accept::outside_reserve(s)?, peer)));
+            match res {
+                Ok((stream, peer)) => {
+                    act.accept_errors.accepted();
+                    act.on_accept(stream, peer);
+                    act.accept_loop(ctx, listener);
+                }
+                Err(e) => {
+                    act.shared
+                        .stats
+                        .accept_failures
+                        .fetch_add(1, Ordering::Relaxed);
+                    let pause = act.accept_errors.failed(&e);
+                    ctx.run_later(pause, move |act, ctx| act.accept_loop(ctx, listener));
+                }
+            }
+        }));
+    }
+
+    fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        let stats = &self.shared.stats;
+        let live = self.shared.live.fetch_add(1, Ordering::Relaxed) + 1;
+        if live > self.max_connections {
+            self.shared.live.fetch_sub(1, Ordering::Relaxed);
+            stats
+                .tcp
+                .connections_refused
+                .fetch_add(1, Ordering::Relaxed);
+            if stats.log_limiter.allow() {
+                tracing::warn!(%peer, max_connections = self.max_connections, "TCP connection refused: server.tcp.max_connections reached");
+            }
+            return;
+        }
+        stats
+            .tcp
+            .connections_accepted
+            .fetch_add(1, Ordering::Relaxed);
+        let std_stream = match stream.into_std() {
+            Ok(s) => s,
+            Err(e) => {
+                self.shared.live.fetch_sub(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "could not detach an accepted TCP connection");
+                return;
+            }
+        };
+        let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
+        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
+        self.next_arbiter += 1;
+        let shard = self.shards[self.next_shard % self.shards.len()].clone();
+        self.next_shard += 1;
+        let (shared, tls) = (self.shared.clone(), self.tls.clone());
+        let started = arbiter.spawn_fn(move || {
+            actix_rt::spawn(async move {
+                match open(std_stream, peer, tls.as_deref(), &shared).await {
+                    Some(stream) => {
+                        Connection::new(id, stream, shard, shared).start();
+                    }
+                    None => {
+                        shared.live.fetch_sub(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        });
+        if !started {
+            tracing::error!(conn = id, "connection arbiter is gone; connection dropped");
+        }
+    }
+}
+
+/// Register the socket on this arbiter and, with TLS, shake hands (under
+/// `connection_read_timeout_ms`); `None` when it fails (counted, logged).
+async fn open(
+    std_stream: std::net::TcpStream,
+    peer: SocketAddr,
+    tls: Option<&TlsServer>,
+    shared: &ConnectionContext,
+) -> Option<Stream> {
+    let tcp = match tokio::net::TcpStream::from_std(std_stream) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not register a TCP connection on its arbiter");
+            return None;
+        }
+    };
+    // Acks are small and each one waits on nobody: no Nagle delay.
+    let _ = tcp.set_nodelay(true);
+    match tls {
+        None => Some(Stream::Tcp(tcp)),
+        Some(tls) => tls
+            .accept(tcp, peer, &shared.stats.tcp.tls, &shared.stats.log_limiter)
+            .await
+            .map(|s| Stream::Tls(Box::new(s))),
+    }
+}
+
+impl Actor for TcpDoor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let Some(std_listener) = self.listener.take() else {
+            return;
+        };
+        match tokio::net::TcpListener::from_std(std_listener) {
+            Ok(l) => self.accept_loop(ctx, Rc::new(l)),
+            Err(e) => {
+                tracing::error!(error = %e, "TCP listener unusable");
+                ctx.stop();
+            }
+        }
+    }
+}
+
+impl Handler<StopListening> for TcpDoor {
+    type Result = ();
+    fn handle(&mut self, _: StopListening, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}

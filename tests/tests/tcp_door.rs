@@ -1,0 +1,268 @@
+//! The TCP door (`[server.tcp]`), against the real binary over loopback:
+//! the wire protocol as on the Unix socket (every tier, PushBatch, a
+//! pipeline), in the clear on loopback and over mutual TLS; a client
+//! without a certificate, with one from another CA, an expired one or one
+//! without an allowed name is refused at the handshake and counted by
+//! reason; a certificate rotated by SIGHUP serves new connections while an
+//! open one keeps working; `max_connections` is the door's own; and a
+//! SIGKILL while a TLS producer pipelines loses no acknowledged record.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::Duration;
+
+use spillway_tests::tls::{tls_connect, Ca};
+use spillway_tests::*;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn stat(d: &Daemon, key: &str) -> u64 {
+    let stats = d.ctl(&["stats"]);
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in ctl stats:\n{stats}"))
+}
+
+fn stored_texts(d: &Daemon) -> Vec<String> {
+    d.read_all_records()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.payload).into_owned())
+        .collect()
+}
+
+/// Read exactly `expected.len()` bytes and compare them.
+fn expect_bytes<S: Read>(s: &mut S, expected: &[u8], what: &str) -> std::io::Result<()> {
+    let mut got = vec![0; expected.len()];
+    s.read_exact(&mut got)?;
+    assert_eq!(got, expected, "{what}");
+    Ok(())
+}
+
+/// Every tier, a PushBatch and a pipeline of 100 on one stream.
+fn speak<S: Read + Write>(s: &mut S, tag: &str) -> std::io::Result<()> {
+    for tier in [Tier::Sync, Tier::Batched, Tier::Buffered] {
+        s.write_all(&push_frame(tier, format!("{tag}-{tier:?}").as_bytes()))?;
+        expect_bytes(s, &expected_ack(), "ack of a push")?;
+    }
+    s.write_all(&batch_frame(Tier::Sync, &[b"b1".as_slice(), b"b2", b"b3"]))?;
+    expect_bytes(s, &expected_ack_batch(3), "ack of a PushBatch")?;
+    let mut frames = Vec::new();
+    for i in 0..100 {
+        frames.extend(push_frame(Tier::Sync, format!("{tag}-p{i}").as_bytes()));
+    }
+    s.write_all(&frames)?;
+    for _ in 0..100 {
+        expect_bytes(s, &expected_ack(), "ack in a pipeline")?;
+    }
+    s.write_all(&health_frame())?;
+    expect_bytes(s, &expected_health_response(), "health check")
+}
+
+#[test]
+fn the_wire_protocol_in_the_clear_on_loopback() {
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ntls = false\n"
+    ));
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    speak(&mut s, "clear").unwrap();
+    let stored = stored_texts(&d);
+    assert_eq!(stored.len(), 106, "{stored:?}");
+    assert_eq!(
+        &stored[..3],
+        ["clear-Sync", "clear-Batched", "clear-Buffered"]
+    );
+    assert_eq!(stat(&d, "tcp_connections_accepted"), 1);
+    // A bad frame is refused and closes, as on the socket.
+    let mut bad = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    bad.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    bad.write_all(&frame(msg::HEALTH_CHECK, 0x00, 0, &[]))
+        .unwrap();
+    expect_bytes(
+        &mut bad,
+        &expected_nack(NackReason::UnknownMessage),
+        "a tier 0 health check",
+    )
+    .unwrap();
+    let mut rest = Vec::new();
+    assert_eq!(
+        bad.read_to_end(&mut rest).unwrap_or(0),
+        0,
+        "closed after the nack"
+    );
+}
+
+#[test]
+fn mutual_tls_serves_good_clients_refuses_the_rest_and_rotates_by_sighup() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let server_ca = Ca::new("spillway test server CA");
+    let client_ca = Ca::new("spillway test client CA");
+    let other_ca = Ca::new("someone else's CA");
+    let (cert, key) = server_ca
+        .leaf("spillway", &["localhost", "127.0.0.1"], false)
+        .write(dir, "server");
+    std::fs::write(dir.join("client-ca.crt"), client_ca.cert.pem()).unwrap();
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {:?}\nallowed_names = [\"producer.example\"]\n",
+        dir.join("client-ca.crt")
+    ));
+    let good = client_ca.leaf("producer", &["producer.example"], false);
+    let mut c = tls_connect(port, &server_ca, Some(&good));
+    speak(&mut c, "tls").unwrap();
+    assert_eq!(stored_texts(&d).len(), 106);
+
+    for (reason, leaf) in [
+        ("no_client_certificate", None),
+        (
+            "unknown_ca",
+            Some(other_ca.leaf("producer", &["producer.example"], false)),
+        ),
+        (
+            "expired",
+            Some(client_ca.leaf("producer", &["producer.example"], true)),
+        ),
+        (
+            "name_not_allowed",
+            Some(client_ca.leaf("intruder", &["intruder.example"], false)),
+        ),
+    ] {
+        let mut s = tls_connect(port, &server_ca, leaf.as_ref());
+        let r = s
+            .write_all(&push_frame(Tier::Sync, b"must not land"))
+            .and_then(|()| expect_bytes(&mut s, &expected_ack(), "refused client"));
+        assert!(r.is_err(), "{reason}: the client was served");
+        assert_eq!(
+            stat(
+                &d,
+                &format!("tcp_tls_handshakes_failed{{reason=\"{reason}\"}}")
+            ),
+            1,
+            "{reason}"
+        );
+    }
+    assert_eq!(
+        stored_texts(&d).len(),
+        106,
+        "nothing of the refused clients landed"
+    );
+
+    // Rotation: new connections get the new certificate; the open one
+    // keeps working.
+    let new_ca = Ca::new("spillway test server CA, rotated");
+    new_ca
+        .leaf("spillway", &["localhost", "127.0.0.1"], false)
+        .write(dir, "server");
+    d.signal(libc::SIGHUP);
+    assert!(wait_until(Duration::from_secs(10), || d
+        .stderr()
+        .contains("server.tcp")
+        && d.stderr().contains("TLS certificate and key read again")));
+    let mut fresh = tls_connect(port, &new_ca, Some(&good));
+    speak(&mut fresh, "rotated").unwrap();
+    let mut stale = tls_connect(port, &server_ca, Some(&good));
+    let r = stale
+        .write_all(&push_frame(Tier::Sync, b"old trust"))
+        .and_then(|()| expect_bytes(&mut stale, &expected_ack(), "old trust"));
+    assert!(r.is_err(), "a client trusting only the old CA got through");
+    speak(&mut c, "still").unwrap();
+}
+
+#[test]
+fn max_connections_is_the_doors_own() {
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server]\nmax_connections = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ntls = false\nmax_connections = 2\n"
+    ));
+    let mut held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    for s in held.iter_mut() {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&health_frame()).unwrap();
+        expect_bytes(s, &expected_health_response(), "held").unwrap();
+    }
+    let mut third = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = third.write_all(&health_frame());
+    let mut buf = [0u8; 1];
+    assert!(
+        matches!(third.read(&mut buf), Ok(0) | Err(_)),
+        "the third TCP connection was served"
+    );
+    assert_eq!(stat(&d, "tcp_connections_refused"), 1);
+    // The Unix socket's one slot is its own, untouched by the TCP door.
+    d.client()
+        .health()
+        .expect("the socket still takes its one connection");
+    drop(held);
+    assert!(wait_until(Duration::from_secs(10), || stat(
+        &d,
+        "tcp_connections_open"
+    ) == 0));
+}
+
+#[test]
+fn a_sigkill_while_a_tls_producer_pipelines_loses_no_acked_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("spillway test CA");
+    let (cert, key) = ca
+        .leaf("spillway", &["localhost"], false)
+        .write(tmp.path(), "server");
+    let port = free_port();
+    let mut d = Daemon::start(&format!(
+        "[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = {cert:?}\nkey = {key:?}\n"
+    ));
+    let producer = {
+        let mut s = tls_connect(port, &ca, None);
+        thread::spawn(move || {
+            let mut acked = 0u64;
+            'outer: for round in 0u64.. {
+                let mut frames = Vec::new();
+                for i in 0..32 {
+                    frames.extend(push_frame(
+                        Tier::Sync,
+                        format!("k:{}", round * 32 + i).as_bytes(),
+                    ));
+                }
+                if s.write_all(&frames).is_err() {
+                    break;
+                }
+                for _ in 0..32 {
+                    if expect_bytes(&mut s, &expected_ack(), "ack").is_err() {
+                        break 'outer;
+                    }
+                    acked += 1;
+                }
+            }
+            acked
+        })
+    };
+    thread::sleep(Duration::from_millis(500));
+    d.kill9();
+    let acked = producer.join().unwrap();
+    assert!(acked > 0, "nothing was acked before the kill");
+    d.spawn();
+    let stored: std::collections::HashSet<String> = stored_texts(&d).into_iter().collect();
+    let lost: Vec<u64> = (0..acked)
+        .filter(|n| !stored.contains(&format!("k:{n}")))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {acked} acked records gone after SIGKILL; first {:?}",
+        lost.len(),
+        &lost[..lost.len().min(5)]
+    );
+}
