@@ -49,6 +49,8 @@ pub struct Overrides {
     /// `server.http.listen` for the HTTP door, in the clear on loopback
     /// (`None` = the door is off).
     pub http_listen: Option<String>,
+    /// `[server.tcp]` with TLS: its address, certificate and key.
+    pub tcp_tls: Option<(String, PathBuf, PathBuf)>,
 }
 
 /// Ingest scenarios measure the daemon, not a sink: records are drained and
@@ -123,6 +125,7 @@ impl Launcher {
             sinks,
             read_timeout_ms: overrides.read_timeout_ms,
             http_listen: overrides.http_listen.clone(),
+            tcp_tls: overrides.tcp_tls.clone(),
         };
         let config_head = settings.config_head();
         let text = settings.config_text();
@@ -157,6 +160,7 @@ pub fn config_text(dir: &Path, segment_bytes: Option<u64>, read_timeout_ms: Opti
         sinks: single_sink_section(NOOP_SINK),
         read_timeout_ms,
         http_listen: None,
+        tcp_tls: None,
     }
     .config_text()
 }
@@ -170,6 +174,7 @@ struct DaemonSettings<'a> {
     sinks: String,
     read_timeout_ms: Option<u64>,
     http_listen: Option<String>,
+    tcp_tls: Option<(String, PathBuf, PathBuf)>,
 }
 
 impl DaemonSettings<'_> {
@@ -193,9 +198,20 @@ impl DaemonSettings<'_> {
             .as_ref()
             .map(|a| format!("[server.http]\nlisten = \"{a}\"\ntls = false\n"))
             .unwrap_or_default();
+        let tcp = self
+            .tcp_tls
+            .as_ref()
+            .map(|(a, cert, key)| {
+                format!(
+                    "[server.tcp]\nlisten = \"{a}\"\ncert = {}\nkey = {}\n",
+                    toml_str(cert),
+                    toml_str(key)
+                )
+            })
+            .unwrap_or_default();
         format!(
             "# written by `spillway bench`\n[server]\nsocket_path = {}\ndata_dir = {}\nshards = {}\n\
-             inflight_records_max = {INFLIGHT_RECORDS_MAX}\n{read_timeout}{http}\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
+             inflight_records_max = {INFLIGHT_RECORDS_MAX}\n{read_timeout}{http}{tcp}\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
              [log]\nlevel = \"warn\"\n\n[admin]\nsocket_path = {}\n\n",
             toml_str(&self.dir.join("spillway.sock")),
             toml_str(&self.dir.join("wab")),
@@ -459,6 +475,7 @@ mod tests {
             sinks: single_sink_section(NOOP_SINK),
             read_timeout_ms: Some(1000),
             http_listen: None,
+            tcp_tls: None,
         };
         let text = settings.config_text();
         let value: toml::Value = toml::from_str(&text).unwrap();
@@ -488,6 +505,7 @@ mod tests {
             sinks: single_sink_section(NOOP_SINK),
             read_timeout_ms: None,
             http_listen: Some("127.0.0.1:7071".into()),
+            tcp_tls: None,
         }
         .config_text();
         let door: toml::Value = toml::from_str(&with_door).unwrap();
@@ -524,6 +542,7 @@ mod tests {
                 sinks: String::new(),
                 read_timeout_ms: None,
                 http_listen: None,
+                tcp_tls: None,
             }
             .config_head(),
             named_sinks_section(&sinks)

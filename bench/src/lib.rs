@@ -37,6 +37,7 @@ mod stamped;
 mod sustained;
 mod sweep;
 mod targets;
+mod tcp_door;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

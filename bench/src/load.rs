@@ -163,10 +163,22 @@ fn serial(
     socket: &Path,
     plan: Plan,
     per_request: u64,
-    mut op: impl FnMut(&mut Client) -> Result<(), Error>,
+    op: impl FnMut(&mut Client) -> Result<(), Error>,
 ) -> Result<Sample, LoadError> {
     let started = Instant::now();
-    let mut client = connect(socket)?;
+    let client = connect(socket)?;
+    serial_on(client, started, plan, per_request, op)
+}
+
+/// [`serial`] on a client already connected (`started`: when connecting
+/// began, counted in the warm-up).
+pub fn serial_on(
+    mut client: Client,
+    started: Instant,
+    plan: Plan,
+    per_request: u64,
+    mut op: impl FnMut(&mut Client) -> Result<(), Error>,
+) -> Result<Sample, LoadError> {
     for _ in 0..plan.warmup {
         acked(op(&mut client))?;
     }

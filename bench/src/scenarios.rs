@@ -19,6 +19,7 @@ use super::load::{self, LoadError, Plan, Sample};
 use super::report::ReportRow;
 use super::sustained::{self, Sampler};
 use super::sweep;
+use super::tcp_door;
 
 use sink_sdk::units::MIB;
 const RSS_SAMPLE_EVERY: Duration = Duration::from_millis(5);
@@ -125,6 +126,7 @@ pub const SCENARIOS: &[Scenario] = &[
     own("e2e_light_load_latency", e2e::light_load_latency, Some(1)),
     own("ingest_http_vs_noop", e2e::ingest_http_vs_noop, None),
     own("ingest_http_door", http_door::ingest_http_door, None),
+    own("tcp_tls_door", tcp_door::tcp_tls_door, None),
     own(
         "sink_plugin_vs_builtin_file",
         e2e::plugin_vs_builtin_file,

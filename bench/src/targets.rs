@@ -161,6 +161,16 @@ const RULES: &[Rule] = &[
         http_door_vs_socket,
     ),
     (
+        "tcp_tls_door: serial Sync p50 over TLS <= the Unix socket's p50 + 60 µs",
+        Cmp::AtMost,
+        tls_serial_p50,
+    ),
+    (
+        "tcp_tls_door: PushBatch 256 Sync over TLS >= 80% of the Unix socket's rate",
+        Cmp::AtLeast,
+        tls_batch_ratio,
+    ),
+    (
         "e2e_jetstream pipelined publishes >= 10x one publish in flight",
         Cmp::AtLeast,
         jetstream_pipelining,
@@ -374,6 +384,30 @@ fn segment_batch(f: &Figures) -> Result<Measured, String> {
 
 fn segment_pipelined(f: &Figures) -> Result<Measured, String> {
     segment(f, "pipelined_sync_w1024")
+}
+
+fn tls_serial_p50(f: &Figures) -> Result<Measured, String> {
+    let row = "tcp_tls_door";
+    let (tls, unix) = (f.get(row, "p50_us")?, f.get(row, "unix_serial_p50_us")?);
+    let churn = f.get(row, "churn_p99_us").unwrap_or(0.0);
+    Ok(Measured {
+        value: tls,
+        bound: unix + 60.0,
+        detail: format!(
+            "{tls:.0} µs vs {unix:.0} µs over the socket (<= {:.0} µs); TLS connection churn p99 {churn:.0} µs",
+            unix + 60.0
+        ),
+    })
+}
+
+fn tls_batch_ratio(f: &Figures) -> Result<Measured, String> {
+    let row = "tcp_tls_door";
+    Ok(ratio(
+        f.get(row, "tls_batch256_records_per_s")?,
+        f.get(row, "unix_batch256_records_per_s")?,
+        0.8,
+        "need",
+    ))
 }
 
 fn http_door_vs_socket(f: &Figures) -> Result<Measured, String> {

@@ -3,13 +3,13 @@
 //! requests after timeouts, abandoned pipelines and failed writes.
 
 use std::io::{self, ErrorKind, Read, Write};
-use std::os::unix::net::UnixStream;
 
 use spillway_protocol::{
     decode_response, push_batch_frame_len, BytesMut, Response, HEADER_LEN, PAYLOAD_BYTES_HARD_MAX,
     TRAILER_LEN,
 };
 
+use crate::stream::Stream;
 use crate::Error;
 
 /// Bytes requested from the socket per read: many pipelined responses
@@ -19,7 +19,7 @@ const READ_CHUNK: usize = 8 * 1024;
 /// A connected socket and its buffers.
 #[derive(Debug)]
 pub(crate) struct Conn {
-    pub(crate) stream: UnixStream,
+    pub(crate) stream: Stream,
     /// Bytes read but not yet decoded; reused for the connection's lifetime.
     read_buf: BytesMut,
     /// Encoded requests not yet written; reused for the connection's lifetime.
@@ -36,7 +36,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: UnixStream, payload_bytes_max: u32) -> Self {
+    pub(crate) fn new(stream: Stream, payload_bytes_max: u32) -> Self {
         Self {
             payload_bytes_max: payload_bytes_max.min(PAYLOAD_BYTES_HARD_MAX),
             stream,

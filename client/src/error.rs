@@ -17,6 +17,18 @@ pub enum Error {
         /// Why the connect failed.
         source: io::Error,
     },
+    /// The TCP connection could not be made.
+    #[error("connecting to {addr}: {source}")]
+    ConnectAddr {
+        /// The address that was tried (the last one, if several).
+        addr: String,
+        /// Why the connect failed.
+        source: io::Error,
+    },
+    /// TLS could not be set up: a certificate or key that does not load,
+    /// a bad server name, or a handshake the daemon refused.
+    #[error("TLS: {0}")]
+    Tls(String),
     /// Reading or writing the socket failed (including timeouts:
     /// `WouldBlock`/`TimedOut`). The request's fate is unknown.
     #[error("{}", io_display(.0))]

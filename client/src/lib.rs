@@ -1,5 +1,6 @@
 //! Blocking producer client for spillway — or any weir v1 daemon — over a
-//! Unix socket.
+//! Unix socket, or spillway's TCP door ([`Client::connect_tcp`]; over TLS
+//! with the `tls` feature, `Client::connect_tls`).
 //!
 //! [`Client`] sends one request at a time and waits for its answer;
 //! [`Client::pipeline`] keeps a window of requests in flight and hands the
@@ -46,7 +47,10 @@ mod conn;
 mod error;
 mod pipeline;
 mod reply;
+mod stream;
 
+#[cfg(feature = "tls")]
+pub use client::tls_config;
 pub use client::{Client, Options, DEFAULT_TIMEOUT};
 pub use error::Error;
 pub use pipeline::Pipeline;

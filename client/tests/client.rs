@@ -306,7 +306,7 @@ fn into_stream_returns_the_socket() {
         peer.send_raw(b"hi");
     });
     let client = Client::connect(&fake.path).unwrap();
-    let mut stream = client.into_stream();
+    let mut stream = client.into_stream().expect("a Unix socket");
     let mut got = [0u8; 2];
     stream.read_exact(&mut got).unwrap();
     assert_eq!(&got, b"hi");

@@ -1,5 +1,6 @@
 // Package spillway is a producer client for the spillway daemon (or any weir
-// v1 daemon) over its Unix stream socket.
+// v1 daemon) over its Unix stream socket (Dial), or over the daemon's TCP
+// door, [server.tcp], in the clear (DialTCP) or with TLS (DialTLS).
 //
 // Client.Push, Client.PushBatch and Client.Health send one request and wait
 // for its answer. A Pipeline keeps many requests in flight on the same
@@ -95,8 +96,9 @@ func (e expect) wantResponse() MessageType {
 
 // Client is one connection to a daemon. Not safe for concurrent use.
 type Client struct {
-	nc   *net.UnixConn
-	path string
+	nc   net.Conn // a *net.UnixConn, a *net.TCPConn or a *tls.Conn
+	raw  net.Conn // under a *tls.Conn, its TCP connection; else nil
+	path string   // the socket's path, or tcp://host:port, tls://host:port
 	opts Options
 
 	rbuf       []byte // bytes read, rbuf[rpos:rend] not decoded yet
@@ -117,6 +119,7 @@ type Client struct {
 	singleCount uint32
 
 	broken       error // set once the connection is unusable
+	closing      bool  // Close was called (TLS: say close_notify)
 	bytesWritten uint64
 }
 
@@ -132,13 +135,18 @@ func Dial(ctx context.Context, path string, opts *Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spillway: connecting to %s: %w", path, err)
 	}
+	return newClient(nc, nil, path, o), nil
+}
+
+func newClient(nc, raw net.Conn, path string, o Options) *Client {
 	return &Client{
-		nc:   nc.(*net.UnixConn),
+		nc:   nc,
+		raw:  raw,
 		path: path,
 		opts: o,
 		rbuf: make([]byte, readBufSize),
 		wbuf: make([]byte, 0, flushBytes+4096),
-	}, nil
+	}
 }
 
 // Options returns the options in effect (defaults filled in).
@@ -150,6 +158,7 @@ func (c *Client) Close() error {
 	if c.broken != nil {
 		return nil
 	}
+	c.closing = true
 	c.poison(&closedError{why: "closed by Client.Close"})
 	return nil
 }
@@ -514,6 +523,12 @@ func (c *Client) poison(err error) {
 	c.owed = 0
 	c.unflushed = 0
 	c.wbuf = c.wbuf[:0]
+	if c.raw != nil && !c.closing {
+		// After a failure, skip TLS's close_notify: writing it could wait
+		// (up to 5 s) on a daemon that no longer reads.
+		_ = c.raw.Close()
+		return
+	}
 	_ = c.nc.Close()
 }
 

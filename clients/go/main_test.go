@@ -179,11 +179,17 @@ func dial(t *testing.T) *spillway.Client {
 // starts with prefix has arrived, and checks they are exactly want, in order.
 func waitDelivered(t *testing.T, prefix string, want []string) {
 	t.Helper()
+	waitDeliveredIn(t, daemon.delivered, prefix, want)
+}
+
+// waitDeliveredIn is waitDelivered for the sink file of another daemon.
+func waitDeliveredIn(t *testing.T, delivered, prefix string, want []string) {
+	t.Helper()
 	limit := time.Now().Add(15 * time.Second)
 	var got []string
 	for {
 		got = got[:0]
-		data, err := os.ReadFile(daemon.delivered)
+		data, err := os.ReadFile(delivered)
 		if err != nil && !os.IsNotExist(err) {
 			t.Fatal(err)
 		}

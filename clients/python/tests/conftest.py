@@ -74,8 +74,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 class Daemon:
-    def __init__(self, tmp: Path) -> None:
+    """The real daemon on a fresh folder; ``extra_config`` (TOML, e.g. a
+    ``[server.tcp]`` table) is appended to :data:`CONFIG`."""
+
+    def __init__(self, tmp: Path, extra_config: str = "") -> None:
         self.tmp = tmp
+        self.extra_config = extra_config
         self.socket_path = str(tmp / "spillway.sock")
         self.delivered = tmp / "delivered.ndjson"
         self.stdout = tmp / "daemon.stdout"
@@ -84,7 +88,7 @@ class Daemon:
 
     def start(self) -> None:
         config = self.tmp / "spillway.toml"
-        config.write_text(CONFIG.format(tmp=self.tmp))
+        config.write_text(CONFIG.format(tmp=self.tmp) + self.extra_config)
         with open(self.stdout, "wb") as out, open(self.stderr, "wb") as err:
             self.proc = subprocess.Popen(
                 [spillway_bin(), "run", "--config", str(config)],

@@ -1,4 +1,5 @@
-"""The asyncio client (:class:`AsyncClient`), on ``asyncio.open_unix_connection``.
+"""The asyncio client (:class:`AsyncClient`), on ``asyncio.open_unix_connection``
+(or ``asyncio.open_connection`` for the TCP door, with ``ssl``).
 
 Every call may be awaited concurrently: requests from many tasks share the
 connection, up to ``window`` of them in flight, and each answer is handed to
@@ -8,8 +9,9 @@ queue-then-flush surface as the blocking client's pipeline.
 
 import asyncio
 import os
+import ssl
 from collections import deque
-from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import protocol as _p
 from .client import (
@@ -20,9 +22,11 @@ from .client import (
     READ_CHUNK,
     Outcome,
     after_close_message,
+    check_address,
     check_options,
     closes,
     outcome_of,
+    tls_option,
 )
 from .errors import (
     ConnectFailed,
@@ -34,7 +38,7 @@ from .errors import (
 )
 from .protocol import PAYLOAD_BYTES_HARD_MAX, RecordLike, TierLike
 
-__all__ = ["AsyncClient", "AsyncPipeline", "connect"]
+__all__ = ["AsyncClient", "AsyncPipeline", "connect", "connect_tcp"]
 
 # Wait for the transport's buffer to drain once it holds this much.
 _DRAIN_BYTES = 256 * 1024
@@ -44,7 +48,8 @@ class AsyncClient:
     """An asyncio connection to a spillway (or weir v1) daemon.
 
     Create with ``await AsyncClient.connect(path)`` (or
-    ``await spillway.aio.connect(path)``). ``push``, ``push_batch`` and
+    ``await spillway.aio.connect(path)``), or for the TCP door with
+    ``await AsyncClient.connect_tcp(host, port, tls=...)``. ``push``, ``push_batch`` and
     ``health`` may be awaited from many tasks at once (e.g. with
     ``asyncio.gather``): up to ``window`` requests are in flight, the rest
     wait for room. Use it from one event loop.
@@ -104,6 +109,50 @@ class AsyncClient:
         except OSError as e:
             raise ConnectFailed("cannot connect to the daemon at %s: %s" % (path, e.strerror or e)) from e
         return cls(reader, writer, path, float(timeout), payload_bytes_max, window)
+
+    @classmethod
+    async def connect_tcp(
+        cls,
+        host: str,
+        port: int,
+        *,
+        tls: Union[None, bool, ssl.SSLContext] = None,
+        server_hostname: Optional[str] = None,
+        connect_timeout: float = DEFAULT_TIMEOUT,
+        timeout: float = DEFAULT_TIMEOUT,
+        payload_bytes_max: int = PAYLOAD_BYTES_HARD_MAX,
+        window: int = DEFAULT_WINDOW,
+    ) -> "AsyncClient":
+        """Connects to the daemon's TCP door (``[server.tcp]``) at
+        ``host``:``port``, in the clear (``tls=None``) or with TLS.
+
+        Options as for :meth:`spillway.Client.connect_tcp`, plus ``window``.
+        """
+        check_options(connect_timeout, timeout, payload_bytes_max)
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError("window must be an int >= 1, not %r" % (window,))
+        ctx = tls_option(tls, server_hostname)
+        label = ("tls://" if ctx is not None else "tcp://") + check_address(host, port)
+        extra: Dict[str, Any] = {}
+        if ctx is not None:
+            extra["ssl"] = ctx
+            extra["server_hostname"] = server_hostname or host
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, limit=READ_CHUNK, **extra), connect_timeout
+            )
+        except asyncio.TimeoutError:
+            raise SpillwayTimeout(
+                "connecting to the daemon at %s timed out after %g s" % (label, connect_timeout)
+            ) from None
+        except ssl.SSLCertVerificationError as e:
+            raise ConnectFailed(
+                "the daemon at %s presented a certificate that does not verify: %s"
+                % (label, e.verify_message or e)
+            ) from e
+        except OSError as e:  # ssl.SSLError included
+            raise ConnectFailed("cannot connect to the daemon at %s: %s" % (label, e.strerror or e)) from e
+        return cls(reader, writer, label, float(timeout), payload_bytes_max, window)
 
     # -- public surface ---------------------------------------------------
 
@@ -235,10 +284,12 @@ class AsyncClient:
         loop = self._loop
         try:
             while True:
+                read_error: Optional[BaseException] = None
                 try:
                     chunk = await reader.read(READ_CHUNK)
-                except (ConnectionError, OSError):
+                except (ConnectionError, OSError) as e:
                     chunk = b""
+                    read_error = e
                 if self._dead is not None:
                     return
                 if not chunk:
@@ -247,6 +298,9 @@ class AsyncClient:
                             "the daemon closed the connection mid-frame: %d bytes of a response received"
                             % (len(buf) - pos)
                         )
+                    elif isinstance(read_error, ssl.SSLError):
+                        # e.g. a TLS alert: the daemon refused the client's certificate
+                        err = ConnectionClosed("the daemon closed the connection (%s)" % read_error)
                     else:
                         err = ConnectionClosed("the daemon closed the connection")
                     self._kill(err, str(err))
@@ -383,6 +437,30 @@ async def connect(
     """Same as :meth:`AsyncClient.connect`."""
     return await AsyncClient.connect(
         path,
+        connect_timeout=connect_timeout,
+        timeout=timeout,
+        payload_bytes_max=payload_bytes_max,
+        window=window,
+    )
+
+
+async def connect_tcp(
+    host: str,
+    port: int,
+    *,
+    tls: Union[None, bool, ssl.SSLContext] = None,
+    server_hostname: Optional[str] = None,
+    connect_timeout: float = DEFAULT_TIMEOUT,
+    timeout: float = DEFAULT_TIMEOUT,
+    payload_bytes_max: int = PAYLOAD_BYTES_HARD_MAX,
+    window: int = DEFAULT_WINDOW,
+) -> AsyncClient:
+    """Same as :meth:`AsyncClient.connect_tcp`."""
+    return await AsyncClient.connect_tcp(
+        host,
+        port,
+        tls=tls,
+        server_hostname=server_hostname,
         connect_timeout=connect_timeout,
         timeout=timeout,
         payload_bytes_max=payload_bytes_max,

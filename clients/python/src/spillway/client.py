@@ -1,8 +1,9 @@
 """The blocking client (:class:`Client`) and its pipelined sender
-(:class:`Pipeline`), on the standard ``socket`` module."""
+(:class:`Pipeline`), on the standard ``socket`` and ``ssl`` modules."""
 
 import os
 import socket
+import ssl
 from collections import deque
 from typing import Any, Deque, Dict, List, Optional, Sequence, Union
 
@@ -18,7 +19,7 @@ from .errors import (
 )
 from .protocol import PAYLOAD_BYTES_HARD_MAX, RecordLike, Response, TierLike
 
-__all__ = ["Client", "Pipeline", "connect", "Outcome"]
+__all__ = ["Client", "Pipeline", "connect", "Outcome", "tls_context"]
 
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_WINDOW = 64
@@ -74,6 +75,71 @@ def check_options(connect_timeout: Any, timeout: Any, payload_bytes_max: Any) ->
     _p._check_limit(payload_bytes_max)
 
 
+def tls_context(
+    cafile: Optional[Union[str, "os.PathLike[str]"]] = None,
+    certfile: Optional[Union[str, "os.PathLike[str]"]] = None,
+    keyfile: Optional[Union[str, "os.PathLike[str]"]] = None,
+    *,
+    password: Optional[Union[str, bytes]] = None,
+) -> ssl.SSLContext:
+    """An :class:`ssl.SSLContext` for :meth:`Client.connect_tcp` (and
+    :meth:`spillway.AsyncClient.connect_tcp`).
+
+    It verifies the daemon's certificate and its name: against the PEM
+    CA certificate(s) in ``cafile``, or the system's trusted CAs when
+    ``cafile`` is None. ``certfile`` (a PEM certificate chain, the client's
+    own first) and ``keyfile`` (its PEM private key; None when the key is
+    in ``certfile``) are the client's certificate, for a daemon that asks
+    for one (``server.tcp.client_ca``, mutual TLS). ``password`` decrypts
+    an encrypted key. TLS 1.2 or later.
+
+    File and format errors are raised as they come (``OSError``,
+    :class:`ssl.SSLError`).
+    """
+    if keyfile is not None and certfile is None:
+        raise ValueError("keyfile needs certfile (the client certificate it belongs to)")
+    ctx = ssl.create_default_context(
+        ssl.Purpose.SERVER_AUTH, cafile=os.fspath(cafile) if cafile is not None else None
+    )
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if certfile is not None:
+        ctx.load_cert_chain(
+            os.fspath(certfile), os.fspath(keyfile) if keyfile is not None else None, password
+        )
+    return ctx
+
+
+def tls_option(tls: Any, server_hostname: Any) -> Optional[ssl.SSLContext]:
+    """Validates connect_tcp's ``tls`` and ``server_hostname`` (shared with
+    the asyncio client); the context to use, or None for the clear."""
+    if tls is None or tls is False:
+        ctx = None
+    elif tls is True:
+        ctx = ssl.create_default_context()
+    elif isinstance(tls, ssl.SSLContext):
+        ctx = tls
+    else:
+        raise TypeError("tls must be None, True or an ssl.SSLContext (see spillway.tls_context), not %r" % (tls,))
+    if server_hostname is not None:
+        if ctx is None:
+            raise ValueError("server_hostname is only used with tls")
+        if not isinstance(server_hostname, str) or not server_hostname:
+            raise ValueError("server_hostname must be a non-empty str, not %r" % (server_hostname,))
+    return ctx
+
+
+def check_address(host: Any, port: Any) -> str:
+    """Validates connect_tcp's ``host`` and ``port``; returns ``host:port``
+    (``[host]:port`` for an IPv6 address)."""
+    if not isinstance(host, str) or not host:
+        raise ValueError("host must be a non-empty str, not %r" % (host,))
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ValueError("port must be an int in 1..=65535, not %r" % (port,))
+    if ":" in host:
+        return "[%s]:%d" % (host, port)
+    return "%s:%d" % (host, port)
+
+
 def outcome_of(expect: int, response: Response) -> Outcome:
     """The caller's result for ``response`` to a request expecting ``expect``."""
     kind = response.type
@@ -113,7 +179,10 @@ class Client:
 
     Each call sends one request and waits for its answer; :meth:`pipeline`
     keeps many requests in flight. Not thread-safe: use one client per
-    thread. Create with :func:`connect` / :meth:`Client.connect`.
+    thread. Create with :func:`connect` / :meth:`Client.connect` (the Unix
+    socket) or :meth:`Client.connect_tcp` (the TCP door, in the clear or
+    with TLS). ``path`` is the socket's path, or ``tcp://host:port`` /
+    ``tls://host:port``.
     """
 
     def __init__(self, sock: socket.socket, path: str, timeout: float, payload_bytes_max: int) -> None:
@@ -161,6 +230,72 @@ class Client:
             sock.close()
             raise ConnectFailed("cannot connect to the daemon at %s: %s" % (path, e.strerror or e)) from e
         return cls(sock, path, float(timeout), payload_bytes_max)
+
+    @classmethod
+    def connect_tcp(
+        cls,
+        host: str,
+        port: int,
+        *,
+        tls: Union[None, bool, ssl.SSLContext] = None,
+        server_hostname: Optional[str] = None,
+        connect_timeout: float = DEFAULT_TIMEOUT,
+        timeout: float = DEFAULT_TIMEOUT,
+        payload_bytes_max: int = PAYLOAD_BYTES_HARD_MAX,
+    ) -> "Client":
+        """Connects to the daemon's TCP door (``[server.tcp]``) at
+        ``host``:``port``: the same protocol as on the Unix socket.
+
+        ``tls`` is None (the default) for the clear, which the daemon only
+        offers on a loopback address (``tls = false``); an
+        :class:`ssl.SSLContext` (see :func:`tls_context`) for TLS; or True
+        for TLS with the system's trusted CAs and no client certificate.
+        The daemon's certificate must carry ``server_hostname`` (default:
+        ``host``, a DNS name or an IP address) among its subject
+        alternative names.
+
+        ``connect_timeout`` bounds the TCP connect and the TLS handshake
+        together; the other options are those of :meth:`connect`. A
+        refused connect or handshake raises :class:`ConnectFailed` (or
+        :class:`SpillwayTimeout`). With TLS 1.3 the client's half of the
+        handshake ends before the daemon has checked the client's
+        certificate: a daemon that refuses it (no certificate, another CA,
+        a name not in ``allowed_names``) closes the connection, which the
+        first call reports as :class:`ConnectionClosed`.
+        """
+        check_options(connect_timeout, timeout, payload_bytes_max)
+        ctx = tls_option(tls, server_hostname)
+        address = check_address(host, port)
+        label = ("tls://" if ctx is not None else "tcp://") + address
+        try:
+            sock = socket.create_connection((host, port), timeout=connect_timeout)
+        except socket.timeout:
+            raise SpillwayTimeout(
+                "connecting to the daemon at %s timed out after %g s" % (label, connect_timeout)
+            ) from None
+        except OSError as e:
+            raise ConnectFailed("cannot connect to the daemon at %s: %s" % (label, e.strerror or e)) from e
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ctx is not None:
+                # The handshake runs here, under connect_timeout.
+                sock = ctx.wrap_socket(sock, server_hostname=server_hostname or host)
+            sock.settimeout(timeout)
+        except socket.timeout:
+            sock.close()
+            raise SpillwayTimeout(
+                "the TLS handshake with the daemon at %s timed out after %g s" % (label, connect_timeout)
+            ) from None
+        except ssl.SSLCertVerificationError as e:
+            sock.close()
+            raise ConnectFailed(
+                "the daemon at %s presented a certificate that does not verify: %s"
+                % (label, e.verify_message or e)
+            ) from e
+        except OSError as e:  # ssl.SSLError included
+            sock.close()
+            raise ConnectFailed("the TLS handshake with the daemon at %s failed: %s" % (label, e)) from e
+        return cls(sock, label, float(timeout), payload_bytes_max)
 
     # -- public surface ---------------------------------------------------
 
