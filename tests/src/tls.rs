@@ -9,6 +9,8 @@ use std::time::Duration;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
+pub use rustls::ClientConfig;
+
 /// A CA and the certificates it signs, as PEM files in `dir`.
 pub struct Ca {
     pub cert: rcgen::Certificate,
@@ -77,24 +79,32 @@ impl Leaf {
 pub type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
 /// A TLS connection to the door trusting `server_ca`, presenting `client`.
-pub fn tls_connect(port: u16, server_ca: &Ca, client: Option<&Leaf>) -> Tls {
+/// A client config trusting `server_ca`, presenting `client` if given.
+pub fn client_config(server_ca: &Ca, client: Option<&Leaf>) -> Arc<ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(server_ca.der()).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots);
-    let config = match client {
+    Arc::new(match client {
         Some(leaf) => {
             let (chain, key) = leaf.identity();
             builder.with_client_auth_cert(chain, key).unwrap()
         }
         None => builder.with_no_client_auth(),
-    };
-    let conn =
-        rustls::ClientConnection::new(Arc::new(config), ServerName::try_from("localhost").unwrap())
-            .unwrap();
+    })
+}
+
+/// A TLS connection to the door at `port` trusting `server_ca`,
+/// presenting `client` (the handshake happens at the first read or write).
+pub fn tls_connect(port: u16, server_ca: &Ca, client: Option<&Leaf>) -> Tls {
+    let conn = rustls::ClientConnection::new(
+        client_config(server_ca, client),
+        ServerName::try_from("localhost").unwrap(),
+    )
+    .unwrap();
     let sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();

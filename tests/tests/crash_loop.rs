@@ -46,7 +46,9 @@
 //! Five push over the Unix socket; a sixth POSTs NDJSON bodies of 1 to 64
 //! records over the HTTP door (`[server.http]`, loopback), lock-step on a
 //! keep-alive connection: a 200 acks the whole body, a 429 or 503 is its
-//! nack, and its records are held to every check below like the others.
+//! nack; a seventh pushes over TLS (`[server.tcp]`, a throw-away CA),
+//! pipelined 32 deep. Their records are held to every check below like
+//! the others'.
 //!
 //! At the end a last clean start delivers everything (`ctl stats` until no
 //! shard has `pending_records`, the worst over sinks), and a SIGTERM stops
@@ -110,6 +112,14 @@ use spillway_tests::*;
 const PRODUCERS: usize = 5;
 /// Pipeline windows of the producers (1 = lock-step push, wait, push).
 const WINDOWS: [usize; PRODUCERS] = [1, 1, 8, 32, 128];
+/// The producer that POSTs over the HTTP door, and the one that pushes
+/// over TLS (the TCP door), after the socket's.
+const HTTP_PRODUCER: usize = PRODUCERS;
+const TLS_PRODUCER: usize = PRODUCERS + 1;
+/// Producer connections per pushing life, over every door.
+const CONNECTIONS: usize = PRODUCERS + 2;
+/// The TLS producer's pipeline window.
+const TLS_WINDOW: usize = 32;
 /// Longest the last clean start may take to deliver the backlog.
 const FINAL_DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -427,7 +437,7 @@ const TIERS: [Tier; 3] = [Tier::Sync, Tier::Batched, Tier::Buffered];
 /// mixed at random: every tier, single pushes and PushBatch of 2..=64,
 /// through a pipeline of `window` (1 = lock-step).
 fn produce_until_killed(
-    socket: &Path,
+    connect: impl FnOnce() -> Result<Client, ClientError>,
     id: u32,
     cycle: usize,
     window: usize,
@@ -442,7 +452,7 @@ fn produce_until_killed(
         pushed: 0,
         error: String::new(),
     };
-    let mut client = match Client::connect(socket) {
+    let mut client = match connect() {
         Ok(c) => c,
         Err(e) => {
             log.error = format!("connect: {e}");
@@ -739,10 +749,12 @@ fn in_flight(sink: usize, gen: u64) -> u64 {
 
 /// The `[sinks.NAME]` tables, one per receiver, of sink generation `gen`
 /// (a reload moves to the next: URL path, `max_records`, `linger_ms`).
-fn sink_config(rxs: &[Rx], gen: u64, http_port: u16) -> String {
+fn sink_config(rxs: &[Rx], gen: u64, doors: &Doors) -> String {
     let mut out = format!(
-        "[server]\nshards = {SHARDS}\n[server.http]\nlisten = \"127.0.0.1:{http_port}\"\ntls = false\n\
-         [wab]\nsegment_bytes_max = 1048576\n"
+        "[server]\nshards = {SHARDS}\n[server.http]\nlisten = \"127.0.0.1:{}\"\ntls = false\n\
+         [server.tcp]\nlisten = \"127.0.0.1:{}\"\ncert = {:?}\nkey = {:?}\n\
+         [wab]\nsegment_bytes_max = 1048576\n",
+        doors.http_port, doors.tls_port, doors.cert, doors.key
     );
     for (i, rx) in rxs.iter().enumerate() {
         out.push_str(&format!(
@@ -756,6 +768,41 @@ fn sink_config(rxs: &[Rx], gen: u64, http_port: u16) -> String {
         ));
     }
     out
+}
+
+/// The network doors every life serves beside the socket: HTTP in the
+/// clear on loopback, and the wire protocol over TLS (a throw-away CA).
+struct Doors {
+    http_port: u16,
+    tls_port: u16,
+    cert: PathBuf,
+    key: PathBuf,
+    client: Arc<spillway_tests::tls::ClientConfig>,
+    _dir: tempfile::TempDir,
+}
+
+impl Doors {
+    fn new() -> Doors {
+        let port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let ca = spillway_tests::tls::Ca::new("crash loop CA");
+        let (cert, key) = ca
+            .leaf("spillway", &["localhost"], false)
+            .write(dir.path(), "server");
+        Doors {
+            http_port: port(),
+            tls_port: port(),
+            cert,
+            key,
+            client: spillway_tests::tls::client_config(&ca, None),
+            _dir: dir,
+        }
+    }
 }
 
 /// One start of the daemon, spawned without waiting for anything.
@@ -886,11 +933,9 @@ fn crash_loop_keeps_every_acked_record_in_order() {
     let mut gen = 0u64;
     // Sink generation at the start of each life (index = rx life).
     let mut gens: Vec<u64> = Vec::new();
-    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port for the HTTP door")
-        .port();
-    let mut d = Daemon::configure(&sink_config(&rxs, gen, http_port));
+    let doors = Doors::new();
+    let http_port = doors.http_port;
+    let mut d = Daemon::configure(&sink_config(&rxs, gen, &doors));
     let socket = d.socket_path().to_path_buf();
     let data = d.data_dir().to_path_buf();
     let mut logs: Vec<ConnLog> = Vec::new();
@@ -972,19 +1017,36 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             let restart = life.wait_health(&socket, &context);
             restarts.push(restart);
             let stop = Arc::new(AtomicBool::new(false));
-            // The socket's producers, then one over the HTTP door.
-            let handles: Vec<_> = (0..=PRODUCERS)
+            // The socket's producers, then one over the HTTP door and one
+            // over TLS.
+            let handles: Vec<_> = (0..CONNECTIONS)
                 .map(|p| {
-                    let id = (cycle * (PRODUCERS + 1) + p) as u32;
+                    let id = (cycle * CONNECTIONS + p) as u32;
                     let socket = socket.clone();
                     let seed = plan.producer_seed ^ (p as u64 + 1).wrapping_mul(0x9E37_79B9);
                     let stop = stop.clone();
-                    thread::spawn(move || {
-                        if p == PRODUCERS {
-                            post_until_killed(http_port, id, cycle, seed, &stop)
-                        } else {
-                            produce_until_killed(&socket, id, cycle, WINDOWS[p], seed, &stop)
-                        }
+                    let (tls_port, tls) = (doors.tls_port, doors.client.clone());
+                    thread::spawn(move || match p {
+                        HTTP_PRODUCER => post_until_killed(http_port, id, cycle, seed, &stop),
+                        TLS_PRODUCER => produce_until_killed(
+                            || {
+                                let addr = ("127.0.0.1", tls_port);
+                                Client::connect_tls(addr, "localhost", tls, Default::default())
+                            },
+                            id,
+                            cycle,
+                            TLS_WINDOW,
+                            seed,
+                            &stop,
+                        ),
+                        _ => produce_until_killed(
+                            || Client::connect(&socket),
+                            id,
+                            cycle,
+                            WINDOWS[p],
+                            seed,
+                            &stop,
+                        ),
                     })
                 })
                 .collect();
@@ -1019,7 +1081,7 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             let mut ctl_child = None;
             if plan.kind == Kind::Reload {
                 gen += 1;
-                d.reconfigure(&sink_config(&rxs, gen, http_port));
+                d.reconfigure(&sink_config(&rxs, gen, &doors));
                 let sent = Instant::now();
                 if plan.reload_via_ctl {
                     ctl_child = Some(
@@ -1373,17 +1435,22 @@ fn crash_loop_keeps_every_acked_record_in_order() {
         })
         .collect();
     // The HTTP producers' share: a run where none got a 200 checked nothing of the door.
-    let http_acked: usize = logs
-        .iter()
-        .filter(|l| l.id as usize % (PRODUCERS + 1) == PRODUCERS)
-        .map(|l| l.acked_counters().count())
-        .sum();
+    let acked_by = |which: usize| -> usize {
+        logs.iter()
+            .filter(|l| l.id as usize % CONNECTIONS == which)
+            .map(|l| l.acked_counters().count())
+            .sum()
+    };
+    let (http_acked, tls_acked) = (acked_by(HTTP_PRODUCER), acked_by(TLS_PRODUCER));
     if http_acked == 0 {
         failures.push("no record posted over the HTTP door was acknowledged in any life".into());
     }
+    if tls_acked == 0 {
+        failures.push("no record pushed over TLS was acknowledged in any life".into());
+    }
     eprintln!(
         "SUMMARY crash loop: seed {seed:#x}, {cycles} cycles; acked records sync {} batched {} buffered {} \
-         ({http_acked} of them over HTTP); \
+         ({http_acked} of them over HTTP, {tls_acked} over TLS); \
          {}; duplicates {}; restart (spawn to health) median {:.1} ms, max {:.1} ms over {} starts; wall time {:.1} s",
         acked_per_tier[0],
         acked_per_tier[1],

@@ -6,9 +6,10 @@
 //! away on `power_cut()`.
 //!
 //! Each cut: producers push at all three tiers (single pushes, PushBatch
-//! and pipelines, on seven connections, and Sync bodies of 10 records
-//! POSTed over the HTTP door on an eighth; in one life of four at random
-//! only Buffered, on four sockets) until a seeded random moment;
+//! and pipelines, on seven connections, Sync bodies of 10 records POSTed
+//! over the HTTP door on an eighth and a Sync pipeline over TLS on a
+//! ninth; in one life of four at random only Buffered, on four sockets)
+//! until a seeded random moment;
 //! SIGKILL; power cut; restart on the same folder; then every record acked
 //! at Sync or Batched must be there, in push order, and each producer's
 //! records in one shard. What Buffered lost (it promises a daemon crash,
@@ -126,6 +127,10 @@ struct Folder {
     rx: Vec<(&'static str, HttpReceiver)>,
     /// The HTTP door's port (a producer POSTs there beside the socket's).
     http_port: u16,
+    /// The TCP door's (TLS; a producer pipelines there) and whom to trust.
+    tls_port: u16,
+    tls: Arc<tls::ClientConfig>,
+    _certs: tempfile::TempDir,
     _backing: tempfile::TempDir,
 }
 
@@ -160,12 +165,21 @@ fn folder(sink: Sink) -> Option<Folder> {
             )
         })
         .collect();
-    let http_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port for the HTTP door")
-        .port();
+    let port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port()
+    };
+    let (http_port, tls_port) = (port(), port());
+    let certs = tempfile::tempdir().expect("tempdir");
+    let ca = tls::Ca::new("power cut CA");
+    let (cert, key) = ca
+        .leaf("spillway", &["localhost"], false)
+        .write(certs.path(), "server");
     let d = Daemon::configure(&format!(
-        "[server.http]\nlisten = \"127.0.0.1:{http_port}\"\ntls = false\n{config}"
+        "[server.http]\nlisten = \"127.0.0.1:{http_port}\"\ntls = false\n\
+         [server.tcp]\nlisten = \"127.0.0.1:{tls_port}\"\ncert = {cert:?}\nkey = {key:?}\n{config}"
     ));
     fs::create_dir(d.data_dir()).expect("creating the mount point");
     let backing = tempfile::Builder::new()
@@ -178,6 +192,9 @@ fn folder(sink: Sink) -> Option<Folder> {
             d,
             rx,
             http_port,
+            tls_port,
+            tls: tls::client_config(&ca, None),
+            _certs: certs,
             _backing: backing,
         }),
         Err(e) if in_ci() => {
@@ -191,8 +208,7 @@ fn folder(sink: Sink) -> Option<Folder> {
 }
 
 fn start_producers(
-    d: &Daemon,
-    http_port: u16,
+    f: &Folder,
     life: usize,
     buffered_only: bool,
 ) -> (
@@ -202,17 +218,35 @@ fn start_producers(
     let modes = modes(buffered_only);
     // Beside the socket's producers, one POSTs Sync bodies of 10 over the
     // HTTP door (not in a Buffered-only life).
-    let http = !buffered_only;
-    let ready = Arc::new(Barrier::new(modes.len() + 1 + usize::from(http)));
+    // And one pipelines Sync pushes over TLS (the TCP door).
+    let (d, http_port) = (&f.d, f.http_port);
+    let doors = !buffered_only;
+    let ready = Arc::new(Barrier::new(modes.len() + 1 + 2 * usize::from(doors)));
     let mut handles: Vec<(Tier, thread::JoinHandle<ProducerOutcome>)> = Vec::new();
-    if http {
-        let ready = ready.clone();
+    if doors {
+        let ready_http = ready.clone();
         let tag = format!("l{life}-http-sync");
         handles.push((
             Tier::Sync,
             thread::spawn(move || {
-                ready.wait();
+                ready_http.wait();
                 http::produce_http(http_port, &tag, Tier::Sync, 10, u64::MAX)
+            }),
+        ));
+        let mut client = Client::connect_tls(
+            ("127.0.0.1", f.tls_port),
+            "localhost",
+            f.tls.clone(),
+            Default::default(),
+        )
+        .expect("a TLS connection to the TCP door");
+        let ready_tls = ready.clone();
+        let tag = format!("l{life}-tls-sync-pipe");
+        handles.push((
+            Tier::Sync,
+            thread::spawn(move || {
+                ready_tls.wait();
+                produce(&mut client, &tag, Mode::Pipelined(Tier::Sync, 16), u64::MAX)
             }),
         ));
     }
@@ -298,8 +332,9 @@ fn recovered(stdout: &str) -> String {
 #[derive(Default)]
 struct Totals {
     cuts: usize,
-    /// Sync records acked over the HTTP door (among `acked_sync`).
+    /// Sync records acked over the HTTP door, and over TLS (among `acked_sync`).
     acked_http: u64,
+    acked_tls: u64,
     acked_sync: u64,
     acked_batched: u64,
     acked_buffered: u64,
@@ -410,7 +445,7 @@ fn run(sink: Sink, default_cuts: usize) {
             );
 
             // Push until SIGKILL.
-            let (ready, handles) = start_producers(&f.d, f.http_port, life, buffered_only);
+            let (ready, handles) = start_producers(&f, life, buffered_only);
             ready.wait();
             let t0 = Instant::now();
             if let (Some((from, to)), Some((_, mirror))) = (mirror_503, f.rx.get(1)) {
@@ -442,6 +477,9 @@ fn run(sink: Sink, default_cuts: usize) {
                 *life_acked.entry(key).or_default() += out.acked;
                 if out.tag.contains("-http-") {
                     totals.acked_http += out.acked;
+                }
+                if out.tag.contains("-tls-") {
+                    totals.acked_tls += out.acked;
                 }
                 all.push(Pushed {
                     tier,
@@ -715,8 +753,12 @@ fn run(sink: Sink, default_cuts: usize) {
         totals.acked_http > 0 || totals.acked_sync == 0,
         "seed {seed:#x}: no record POSTed over the HTTP door was acknowledged"
     );
+    assert!(
+        totals.acked_tls > 0 || totals.acked_sync == 0,
+        "seed {seed:#x}: no record pushed over TLS was acknowledged"
+    );
     say(&format!(
-        "{name}: {} cuts (seed {seed:#x}) in {:.1} s; acked sync {} ({} over HTTP), batched {}, buffered {}; \
+        "{name}: {} cuts (seed {seed:#x}) in {:.1} s; acked sync {} ({} over HTTP, {} over TLS), batched {}, buffered {}; \
          {} Sync/Batched acks checked after their cut and {} again after later cuts, none lost; \
          buffered lost {} ({} cuts lost some, {} producers with a hole); \
          restart p50 {p50} ms, max {max} ms; lazyfs dropped {} bytes, {} entries",
@@ -724,6 +766,7 @@ fn run(sink: Sink, default_cuts: usize) {
         wall.elapsed().as_secs_f64(),
         totals.acked_sync,
         totals.acked_http,
+        totals.acked_tls,
         totals.acked_batched,
         totals.acked_buffered,
         totals.checked_durable,

@@ -266,3 +266,56 @@ fn a_sigkill_while_a_tls_producer_pipelines_loses_no_acked_record() {
         &lost[..lost.len().min(5)]
     );
 }
+
+/// The Rust client over mutual TLS: a good certificate pushes; without
+/// one, the refusal shows at the connect or (TLS 1.3: the daemon checks
+/// the client's certificate after the client finished) at the first call,
+/// as an error within the timeout, never as an ack or a hang.
+#[test]
+fn the_rust_client_connects_over_mutual_tls_and_a_refusal_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let server_ca = Ca::new("server CA");
+    let client_ca = Ca::new("client CA");
+    let (cert, key) = server_ca
+        .leaf("spillway", &["localhost"], false)
+        .write(dir, "server");
+    std::fs::write(dir.join("server-ca.crt"), server_ca.cert.pem()).unwrap();
+    std::fs::write(dir.join("client-ca.crt"), client_ca.cert.pem()).unwrap();
+    let (ccert, ckey) = client_ca
+        .leaf("producer", &["producer.example"], false)
+        .write(dir, "client");
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {:?}\n",
+        dir.join("client-ca.crt")
+    ));
+    let options = spillway_client::Options {
+        timeout: Some(Duration::from_secs(5)),
+        ..Default::default()
+    };
+    let good =
+        spillway_client::tls_config(dir.join("server-ca.crt"), Some((&ccert, &ckey))).unwrap();
+    let mut c = Client::connect_tls(("127.0.0.1", port), "localhost", good, options).unwrap();
+    c.push(Tier::Sync, b"over tls").unwrap();
+    assert_eq!(
+        c.push_batch(Tier::Batched, &[b"a".as_slice(), b"b"])
+            .unwrap(),
+        2
+    );
+    assert_eq!(stored_texts(&d).len(), 3);
+
+    let anonymous = spillway_client::tls_config(dir.join("server-ca.crt"), None).unwrap();
+    let started = std::time::Instant::now();
+    let refused = Client::connect_tls(("127.0.0.1", port), "localhost", anonymous, options)
+        .and_then(|mut c| c.push(Tier::Sync, b"must not land"));
+    assert!(
+        refused.is_err(),
+        "a client without a certificate was served"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the refusal waited for a timeout"
+    );
+    assert_eq!(stored_texts(&d).len(), 3);
+}
