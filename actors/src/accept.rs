@@ -132,6 +132,23 @@ pub fn outside_reserve<S: AsRawFd>(socket: S) -> io::Result<S> {
     }
 }
 
+/// Connections the kernel queues for a network door before `accept()`
+/// takes them (the kernel caps it at `net.core.somaxconn`). std listens
+/// with 128: a burst of new connections past that had its SYNs dropped
+/// and retried a second later, and more.
+pub const NETWORK_BACKLOG: i32 = 4096;
+
+/// Listen again on a bound listener with [`NETWORK_BACKLOG`] (Linux takes
+/// a second `listen` as a new backlog).
+pub fn raise_backlog<S: AsRawFd>(listener: &S) -> io::Result<()> {
+    // SAFETY: listen(2) on a descriptor we own, which stays open.
+    if unsafe { libc::listen(listener.as_raw_fd(), NETWORK_BACKLOG) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -612,6 +612,7 @@ fn bind_http_ingest(
         std::net::TcpListener::bind(addr).map_err(|e| format!("server.http.listen {addr}: {e}"))?;
     listener
         .set_nonblocking(true)
+        .and_then(|()| spillway_actors::accept::raise_backlog(&listener))
         .map_err(|e| format!("server.http.listen {addr}: {e}"))?;
     let bound = listener.local_addr().map_or(addr, |a| a);
     tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = http.client_ca.is_some(), token = token.is_some(), "serving POST /v1/records (server.http)");
@@ -644,6 +645,7 @@ fn bind_tcp_door(
         std::net::TcpListener::bind(addr).map_err(|e| format!("server.tcp.listen {addr}: {e}"))?;
     listener
         .set_nonblocking(true)
+        .and_then(|()| spillway_actors::accept::raise_backlog(&listener))
         .map_err(|e| format!("server.tcp.listen {addr}: {e}"))?;
     let bound = listener.local_addr().map_or(addr, |a| a);
     tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = tcp.client_ca.is_some(), "serving the wire protocol over TCP (server.tcp)");
