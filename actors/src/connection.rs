@@ -679,21 +679,7 @@ impl Connection {
         ctx.spawn(fut.into_actor(self).map(|r, act, ctx| {
             let r = match r {
                 Ok(r) => r,
-                Err(_) => {
-                    act.shared
-                        .stats
-                        .write_timeouts
-                        .fetch_add(1, Ordering::Relaxed);
-                    if act.shared.stats.log_limiter.allow() {
-                        tracing::warn!(
-                            conn = act.id,
-                            timeout_ms = act.shared.limits.idle_timeout.as_millis() as u64,
-                            "the peer read none of its responses for server.connection_idle_timeout_ms; closing the connection"
-                        );
-                    }
-                    ctx.stop();
-                    return;
-                }
+                Err(_) => return act.close_for_write_stall(ctx),
             };
             if let Err(e) = r {
                 tracing::debug!(conn = act.id, error = %e, "socket failed; closing");
@@ -736,6 +722,23 @@ impl Connection {
 }
 
 impl Connection {
+    /// The peer took none of our bytes for `connection_idle_timeout_ms`:
+    /// counted, logged (at most once a second), closed.
+    fn close_for_write_stall(&mut self, ctx: &mut Context<Self>) {
+        self.shared
+            .stats
+            .write_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+        if self.shared.stats.log_limiter.allow() {
+            tracing::warn!(
+                conn = self.id,
+                timeout_ms = self.shared.limits.idle_timeout.as_millis() as u64,
+                "the peer read none of its responses for server.connection_idle_timeout_ms; closing the connection"
+            );
+        }
+        ctx.stop();
+    }
+
     /// A TLS stream: write everything answered so far through rustls, off
     /// the actor, then look again (the flusher may have answered more
     /// meanwhile). The same stall bound as a socket's: a peer that takes
@@ -768,20 +771,7 @@ impl Connection {
                     tracing::debug!(conn = act.id, error = %e, "TLS write failed; closing");
                     ctx.stop();
                 }
-                Err(_) => {
-                    act.shared
-                        .stats
-                        .write_timeouts
-                        .fetch_add(1, Ordering::Relaxed);
-                    if act.shared.stats.log_limiter.allow() {
-                        tracing::warn!(
-                            conn = act.id,
-                            timeout_ms = act.shared.limits.idle_timeout.as_millis() as u64,
-                            "the peer read none of its responses for server.connection_idle_timeout_ms; closing the connection"
-                        );
-                    }
-                    ctx.stop();
-                }
+                Err(_) => act.close_for_write_stall(ctx),
             }
         }));
     }

@@ -26,7 +26,6 @@ mod reply;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +45,7 @@ use spillway_wab::RecordMeta;
 pub use body::{records_of, tier_of, Layout, Refusal};
 
 use crate::accept::AcceptErrors;
-use crate::listener::StopListening;
+use crate::listener::{start_accepting, StopListening, TcpAccept};
 use crate::shard::{AppendBatch, PendingRecords, ShardQueue};
 use crate::stats::DaemonStats;
 use crate::tls::TlsServer;
@@ -197,47 +196,28 @@ impl HttpIngest {
     }
 }
 
-impl HttpIngest {
-    fn accept_loop(&mut self, ctx: &mut Context<Self>, listener: Rc<tokio::net::TcpListener>) {
-        let l = listener.clone();
-        let fut = async move { l.accept().await };
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-            // A socket on one of the daemon's reserved descriptors is
-            // closed at once, as the Unix listener does.
-            let res = res.and_then(|(s, peer)| Ok((crate::accept::outside_reserve(s)?, peer)));
-            match res {
-                Ok((stream, peer)) => {
-                    act.accept_errors.accepted();
-                    act.on_accept(stream, peer);
-                    act.accept_loop(ctx, listener);
-                }
-                Err(e) => {
-                    act.door
-                        .daemon
-                        .accept_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    let pause = act.accept_errors.failed(&e);
-                    ctx.run_later(pause, move |act, ctx| act.accept_loop(ctx, listener));
-                }
-            }
-        }));
-    }
-}
+impl HttpIngest {}
 
 impl Actor for HttpIngest {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let Some(std_listener) = self.listener.take() else {
-            return;
-        };
-        match tokio::net::TcpListener::from_std(std_listener) {
-            Ok(l) => self.accept_loop(ctx, Rc::new(l)),
-            Err(e) => {
-                tracing::error!(error = %e, "HTTP ingest listener unusable");
-                ctx.stop();
-            }
-        }
+        let listener = self.listener.take();
+        start_accepting(self, ctx, listener, "server.http");
+    }
+}
+
+impl TcpAccept for HttpIngest {
+    fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        HttpIngest::on_accept(self, stream, peer)
+    }
+
+    fn accept_errors(&mut self) -> &mut AcceptErrors {
+        &mut self.accept_errors
+    }
+
+    fn daemon_stats(&self) -> &DaemonStats {
+        &self.door.daemon
     }
 }
 

@@ -10,16 +10,16 @@
 //! `connection_read_timeout_ms`.
 
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
 
-use super::StopListening;
+use super::{start_accepting, StopListening, TcpAccept};
 use crate::accept::AcceptErrors;
 use crate::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
 use crate::shard::ShardQueue;
+use crate::stats::DaemonStats;
 use crate::tls::{HandshakeStats, TlsServer};
 use crate::transport::Stream;
 
@@ -70,31 +70,6 @@ impl TcpDoor {
             next_shard: 0,
             accept_errors: AcceptErrors::new("tcp"),
         }
-    }
-
-    fn accept_loop(&mut self, ctx: &mut Context<Self>, listener: Rc<tokio::net::TcpListener>) {
-        let l = listener.clone();
-        let fut = async move { l.accept().await };
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-            // A socket on one of the daemon's reserved descriptors is
-            // closed at once, as the Unix listener does.
-            let res = res.and_then(|(s, peer)| Ok((crate::accept::outside_reserve(s)?, peer)));
-            match res {
-                Ok((stream, peer)) => {
-                    act.accept_errors.accepted();
-                    act.on_accept(stream, peer);
-                    act.accept_loop(ctx, listener);
-                }
-                Err(e) => {
-                    act.shared
-                        .stats
-                        .accept_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    let pause = act.accept_errors.failed(&e);
-                    ctx.run_later(pause, move |act, ctx| act.accept_loop(ctx, listener));
-                }
-            }
-        }));
     }
 
     fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
@@ -177,16 +152,22 @@ impl Actor for TcpDoor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let Some(std_listener) = self.listener.take() else {
-            return;
-        };
-        match tokio::net::TcpListener::from_std(std_listener) {
-            Ok(l) => self.accept_loop(ctx, Rc::new(l)),
-            Err(e) => {
-                tracing::error!(error = %e, "TCP listener unusable");
-                ctx.stop();
-            }
-        }
+        let listener = self.listener.take();
+        start_accepting(self, ctx, listener, "server.tcp");
+    }
+}
+
+impl TcpAccept for TcpDoor {
+    fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
+        TcpDoor::on_accept(self, stream, peer)
+    }
+
+    fn accept_errors(&mut self) -> &mut AcceptErrors {
+        &mut self.accept_errors
+    }
+
+    fn daemon_stats(&self) -> &DaemonStats {
+        &self.shared.stats
     }
 }
 
