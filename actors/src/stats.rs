@@ -1,7 +1,8 @@
 //! Daemon-wide counters shared by the listener and connections, read by
 //! `spillway ctl stats`, the metrics endpoint and the bench.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -42,9 +43,9 @@ pub struct DaemonStats {
     /// Limits warnings about bad clients so one hostile peer cannot flood the log.
     pub log_limiter: RateLimiter,
     /// The HTTP ingest door's figures (zero while it is off).
-    pub http: crate::http_ingest::HttpIngestStats,
+    pub http: HttpIngestStats,
     /// The TCP door's figures (zero while it is off).
-    pub tcp: crate::listener::tcp::TcpDoorStats,
+    pub tcp: TcpDoorStats,
 }
 
 impl DaemonStats {
@@ -101,5 +102,79 @@ impl RateLimiter {
             w.2 += 1;
             false
         }
+    }
+}
+
+// ------------------------------------------------ the network doors' figures
+
+/// Status codes the ingest door answers, counted one by one.
+pub const HTTP_STATUSES: [u16; 11] = [200, 400, 401, 404, 405, 408, 413, 429, 431, 500, 503];
+
+/// The door's own figures (`ctl stats`, metrics).
+#[derive(Debug, Default)]
+pub struct HttpIngestStats {
+    /// Requests answered, by status (index into [`HTTP_STATUSES`]).
+    pub responses: [AtomicU64; HTTP_STATUSES.len()],
+    /// Records acknowledged (answered 200).
+    pub records: AtomicU64,
+    pub connections_open: AtomicU64,
+    pub connections_accepted: AtomicU64,
+    /// Closed at once: `max_connections` were open.
+    pub connections_refused: AtomicU64,
+    /// TLS handshakes that failed, by reason (see [`crate::tls`]).
+    pub tls: HandshakeStats,
+}
+
+impl HttpIngestStats {
+    pub(crate) fn answered(&self, status: u16) {
+        if let Some(i) = HTTP_STATUSES.iter().position(|&s| s == status) {
+            self.responses[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The TCP door's own figures (`ctl stats`, metrics).
+#[derive(Debug, Default)]
+pub struct TcpDoorStats {
+    /// Open connections (the door's own count against `max_connections`).
+    pub connections_open: Arc<AtomicUsize>,
+    pub connections_accepted: AtomicU64,
+    /// Closed at once: `server.tcp.max_connections` were open.
+    pub connections_refused: AtomicU64,
+    /// TLS handshakes that failed, by reason.
+    pub tls: HandshakeStats,
+}
+
+/// Why a handshake failed, as counted.
+pub const HANDSHAKE_FAILURES: [&str; 6] = [
+    "no_client_certificate",
+    "unknown_ca",
+    "expired",
+    "bad_certificate",
+    "name_not_allowed",
+    "other",
+];
+
+/// Failed handshakes by reason (index into [`HANDSHAKE_FAILURES`]).
+#[derive(Debug, Default)]
+pub struct HandshakeStats {
+    pub failed: [AtomicU64; HANDSHAKE_FAILURES.len()],
+}
+
+impl HandshakeStats {
+    pub(crate) fn count(&self, reason: &str) {
+        let i = HANDSHAKE_FAILURES
+            .iter()
+            .position(|&r| r == reason)
+            .unwrap_or(HANDSHAKE_FAILURES.len() - 1);
+        self.failed[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `(reason, count)` for every reason.
+    pub fn by_reason(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        HANDSHAKE_FAILURES
+            .iter()
+            .zip(&self.failed)
+            .map(|(r, n)| (*r, n.load(Ordering::Relaxed)))
     }
 }

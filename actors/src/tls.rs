@@ -12,7 +12,6 @@
 use std::io;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -24,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use crate::stats::RateLimiter;
+use crate::stats::{HandshakeStats, RateLimiter};
 
 /// The files and names of one door's TLS, and the config key they come
 /// from (`server.http`), for error messages.
@@ -40,40 +39,6 @@ pub struct TlsFiles {
     /// DNS names or IP addresses of which a client certificate must carry
     /// one among its subject alternative names (empty: any it chains).
     pub allowed_names: Vec<String>,
-}
-
-/// Why a handshake failed, as counted.
-pub const HANDSHAKE_FAILURES: [&str; 6] = [
-    "no_client_certificate",
-    "unknown_ca",
-    "expired",
-    "bad_certificate",
-    "name_not_allowed",
-    "other",
-];
-
-/// Failed handshakes by reason (index into [`HANDSHAKE_FAILURES`]).
-#[derive(Debug, Default)]
-pub struct HandshakeStats {
-    pub failed: [AtomicU64; HANDSHAKE_FAILURES.len()],
-}
-
-impl HandshakeStats {
-    fn count(&self, reason: &str) {
-        let i = HANDSHAKE_FAILURES
-            .iter()
-            .position(|&r| r == reason)
-            .unwrap_or(HANDSHAKE_FAILURES.len() - 1);
-        self.failed[i].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// `(reason, count)` for every reason.
-    pub fn by_reason(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
-        HANDSHAKE_FAILURES
-            .iter()
-            .zip(&self.failed)
-            .map(|(r, n)| (*r, n.load(Ordering::Relaxed)))
-    }
 }
 
 /// A door's TLS: the acceptor of now, swapped whole at a reload.

@@ -42,6 +42,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use spillway_protocol::NackReason;
 use spillway_wab::RecordMeta;
 
+pub use crate::stats::{HttpIngestStats, HTTP_STATUSES as STATUSES};
 pub use body::{records_of, tier_of, Layout, Refusal};
 
 use crate::accept::AcceptErrors;
@@ -74,32 +75,6 @@ pub struct HttpIngestSettings {
     /// Bytes all connections of the daemon may hold in frames and bodies
     /// being received (`server.read_buffer_bytes_max`).
     pub read_buffer_bytes_max: u64,
-}
-
-/// Status codes the ingest door answers, counted one by one.
-pub const STATUSES: [u16; 11] = [200, 400, 401, 404, 405, 408, 413, 429, 431, 500, 503];
-
-/// The door's own figures (`ctl stats`, metrics).
-#[derive(Debug, Default)]
-pub struct HttpIngestStats {
-    /// Requests answered, by status (index into [`STATUSES`]).
-    pub responses: [AtomicU64; STATUSES.len()],
-    /// Records acknowledged (answered 200).
-    pub records: AtomicU64,
-    pub connections_open: AtomicU64,
-    pub connections_accepted: AtomicU64,
-    /// Closed at once: `max_connections` were open.
-    pub connections_refused: AtomicU64,
-    /// TLS handshakes that failed, by reason (see [`crate::tls`]).
-    pub tls: crate::tls::HandshakeStats,
-}
-
-impl HttpIngestStats {
-    fn answered(&self, status: u16) {
-        if let Some(i) = STATUSES.iter().position(|&s| s == status) {
-            self.responses[i].fetch_add(1, Ordering::Relaxed);
-        }
-    }
 }
 
 /// What every connection of the door shares.

@@ -10,7 +10,7 @@
 //! `connection_read_timeout_ms`.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -20,20 +20,8 @@ use crate::accept::AcceptErrors;
 use crate::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
 use crate::shard::ShardQueue;
 use crate::stats::DaemonStats;
-use crate::tls::{HandshakeStats, TlsServer};
+use crate::tls::TlsServer;
 use crate::transport::Stream;
-
-/// The TCP door's own figures (`ctl stats`, metrics).
-#[derive(Debug, Default)]
-pub struct TcpDoorStats {
-    /// Open connections (the door's own count against `max_connections`).
-    pub connections_open: Arc<AtomicUsize>,
-    pub connections_accepted: AtomicU64,
-    /// Closed at once: `server.tcp.max_connections` were open.
-    pub connections_refused: AtomicU64,
-    /// TLS handshakes that failed, by reason.
-    pub tls: HandshakeStats,
-}
 
 /// Accepts on the TCP door. Runs on the system arbiter.
 pub struct TcpDoor {
