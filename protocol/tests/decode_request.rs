@@ -165,12 +165,22 @@ fn every_known_tier_is_accepted() {
     }
 }
 
+/// weir v1 checks the whole header before the type: a health check's tier
+/// byte is not filler, it must be a tier.
 #[test]
-fn health_check_ignores_its_tier_byte() {
-    for tier in [0x00, 0x01, 0x03, 0x7f, 0xff] {
+fn health_check_takes_any_tier_and_refuses_what_is_not_one() {
+    for tier in [0x01, 0x02, 0x03] {
         let (result, consumed) = decode(&FrameSpec::new(0x04, tier, b"").bytes(), CAP);
         assert_eq!(result.unwrap(), Some(Request::HealthCheck));
         assert_eq!(consumed, 20);
+    }
+    for tier in [0x00, 0x04, 0x7f, 0xff] {
+        let err = refused(
+            &FrameSpec::new(0x04, tier, b"").bytes(),
+            CAP,
+            NackReason::UnknownMessage,
+        );
+        assert!(err.to_string().contains("tier byte"), "{err}");
     }
     let mut out = BytesMut::new();
     encode_health_check(&mut out);
