@@ -1112,6 +1112,19 @@ impl Config {
                 .map_or(0, |t| u64::from(t.max_connections))
     }
 
+    /// The keys [`Config::producer_connections_max`] adds up, for a
+    /// message (`server.max_connections` alone when no network door is on).
+    pub fn producer_connections_keys(&self) -> String {
+        let mut keys = vec!["server.max_connections"];
+        if self.server.http.is_some() {
+            keys.push("server.http.max_connections");
+        }
+        if self.server.tcp.is_some() {
+            keys.push("server.tcp.max_connections");
+        }
+        keys.join(" + ")
+    }
+
     /// Connections the admin listeners may hold together: the admin
     /// socket's, and the metrics address's when it is set.
     pub fn admin_connections_reserved(&self) -> u64 {

@@ -126,6 +126,7 @@ fn take_ownership(cfg: &Config) -> Result<Ownership, String> {
     crate::fd_limit::check(
         limit,
         cfg.producer_connections_max(),
+        &cfg.producer_connections_keys(),
         u64::from(cfg.shard_count()),
         cfg.admin_connections_reserved(),
     )?;

@@ -55,6 +55,7 @@ pub fn raise_soft_limit() -> std::io::Result<u64> {
 pub fn check(
     limit: u64,
     max_connections: u64,
+    doors: &str,
     shards: u64,
     admin_connections: u64,
 ) -> Result<(), String> {
@@ -63,11 +64,12 @@ pub fn check(
         return Ok(());
     }
     let fits = limit.saturating_sub(reserve);
+    let together = if doors.contains('+') { " together" } else { "" };
     Err(format!(
-        "server.max_connections (+ server.http.max_connections) = {max_connections} does not fit the file descriptor limit of {limit}: \
+        "{doors} = {max_connections} does not fit the file descriptor limit of {limit}: \
          {reserve} are kept for segments, checkpoints, sinks and admin ({FD_RESERVE} + {FDS_PER_SHARD} per shard \
          x {shards} shards + {admin_connections} for the admin listeners' connections, admin.connections_max \
-         each), so at most {fits} connections fit; lower server.max_connections to {fits} or raise \
+         each), so at most {fits} connections fit; lower {doors} to {fits}{together} or raise \
          the limit (ulimit -n, or LimitNOFILE= in the systemd unit)"
     ))
 }
@@ -78,16 +80,14 @@ mod tests {
 
     #[test]
     fn max_connections_must_leave_the_reserve() {
-        check(20_000, 1024, 2, 32).unwrap();
-        let err = check(1024, 1024, 2, 32).unwrap_err();
-        assert!(
-            err.contains("server.max_connections (+ server.http.max_connections) = 1024"),
-            "{err}"
-        );
+        let doors = "server.max_connections";
+        check(20_000, 1024, doors, 2, 32).unwrap();
+        let err = check(1024, 1024, doors, 2, 32).unwrap_err();
+        assert!(err.contains("server.max_connections = 1024"), "{err}");
         assert!(err.contains("limit of 1024"), "{err}");
         assert!(err.contains("+ 32 for the admin listeners"), "{err}");
         assert!(err.contains("at most 912 connections"), "{err}");
-        check(1024, 912, 2, 32).unwrap();
-        check(1024, 913, 2, 32).unwrap_err();
+        check(1024, 912, doors, 2, 32).unwrap();
+        check(1024, 913, doors, 2, 32).unwrap_err();
     }
 }
