@@ -13,7 +13,7 @@
 //! figure is the daemon's, not a client library's.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
@@ -146,11 +146,7 @@ fn concurrent_posts(addr: SocketAddr, body: &[u8], ctx: &Ctx) -> Result<Sample, 
 
 pub fn ingest_http_door(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let launcher = super::e2e::launcher(ctx)?;
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| LoadError::Failed(format!("finding a free port: {e}")))?
-        .port();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let addr = super::e2e::free_loopback_addr()?;
     let daemon = launcher
         .start(
             "http-door",

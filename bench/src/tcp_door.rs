@@ -9,7 +9,7 @@
 //! - connection churn over TLS: connect (TCP and the handshake), one Sync
 //!   push, close, back to back; its p50 and p99.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,11 +33,7 @@ pub fn tcp_tls_door(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let certs = tempfile::tempdir().map_err(|e| LoadError::Failed(e.to_string()))?;
     let files = TlsFiles::make(certs.path())
         .map_err(|e| LoadError::Unsupported(format!("making a certificate with openssl: {e}")))?;
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| LoadError::Failed(format!("finding a free port: {e}")))?
-        .port();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let addr = super::e2e::free_loopback_addr()?;
     let daemon = launcher
         .start(
             "tcp-tls",

@@ -783,20 +783,14 @@ struct Doors {
 
 impl Doors {
     fn new() -> Doors {
-        let port = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port()
-        };
         let dir = tempfile::tempdir().unwrap();
         let ca = spillway_tests::tls::Ca::new("crash loop CA");
         let (cert, key) = ca
             .leaf("spillway", &["localhost"], false)
             .write(dir.path(), "server");
         Doors {
-            http_port: port(),
-            tls_port: port(),
+            http_port: free_port(),
+            tls_port: free_port(),
             cert,
             key,
             client: spillway_tests::tls::client_config(&ca, None),

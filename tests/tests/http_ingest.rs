@@ -10,22 +10,13 @@
 //! is served to new connections while old ones keep working.
 
 use std::io::Write;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use spillway_tests::http::{exchange, post_head, read_answer, Answer};
 use spillway_tests::tls::{tls_connect, Ca, Leaf, Tls};
 use spillway_tests::*;
-
-/// A port nobody listens on now (bound, then let go).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn plain_door(port: u16, extra: &str) -> String {
     format!("[server.http]\nlisten = \"127.0.0.1:{port}\"\ntls = false\n{extra}")

@@ -165,13 +165,7 @@ fn folder(sink: Sink) -> Option<Folder> {
             )
         })
         .collect();
-    let port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port()
-    };
-    let (http_port, tls_port) = (port(), port());
+    let (http_port, tls_port) = (free_port(), free_port());
     let certs = tempfile::tempdir().expect("tempdir");
     let ca = tls::Ca::new("power cut CA");
     let (cert, key) = ca

@@ -8,20 +8,12 @@
 //! SIGKILL while a TLS producer pipelines loses no acknowledged record.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::thread;
 use std::time::Duration;
 
 use spillway_tests::tls::{tls_connect, Ca};
 use spillway_tests::*;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn stat(d: &Daemon, key: &str) -> u64 {
     let stats = d.ctl(&["stats"]);
