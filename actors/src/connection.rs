@@ -127,6 +127,25 @@ impl ReadBudget {
         self.epoch.load(Ordering::Acquire)
     }
 
+    /// Reserve `bytes` of the budget `held` (the daemon's
+    /// `read_buffer_bytes`) under `cap`; false when it does not fit. The
+    /// first reservation always fits, so the largest frame can arrive.
+    pub(crate) fn reserve(held: &AtomicU64, bytes: u64, cap: u64) -> bool {
+        let before = held.fetch_add(bytes, Ordering::AcqRel);
+        if before > 0 && before + bytes > cap {
+            held.fetch_sub(bytes, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Give back `bytes` reserved of `held`, and wake whoever waits for it
+    /// (a socket connection's frame, whichever door released).
+    pub(crate) fn release(&self, held: &AtomicU64, bytes: u64) {
+        held.fetch_sub(bytes, Ordering::AcqRel);
+        self.released();
+    }
+
     fn released(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
         self.freed.notify_waiters();
@@ -392,10 +411,7 @@ impl Connection {
     /// frame), so one frame can always make progress.
     fn take_budget(&mut self, bytes: u64) -> bool {
         let held = &self.shared.stats.read_buffer_bytes;
-        let cap = self.shared.limits.read_buffer_bytes_max;
-        let before = held.fetch_add(bytes, Ordering::AcqRel);
-        if before > 0 && before + bytes > cap {
-            held.fetch_sub(bytes, Ordering::AcqRel);
+        if !ReadBudget::reserve(held, bytes, self.shared.limits.read_buffer_bytes_max) {
             return false;
         }
         self.reserved = bytes;
@@ -421,12 +437,9 @@ impl Connection {
     /// The reserved frame is decoded (or the connection is going away).
     fn release_budget(&mut self) {
         if self.reserved > 0 {
-            self.shared
-                .stats
-                .read_buffer_bytes
-                .fetch_sub(self.reserved, Ordering::AcqRel);
+            let held = &self.shared.stats.read_buffer_bytes;
+            self.shared.read_budget.release(held, self.reserved);
             self.reserved = 0;
-            self.shared.read_budget.released();
         }
     }
 

@@ -426,6 +426,7 @@ fn start(
             shards.iter().map(|s| s.queue.clone()).collect(),
             arbiters.clone(),
             conn_ctx.stats.clone(),
+            conn_ctx.read_budget.clone(),
             tls,
         )
         .start()

@@ -26,7 +26,7 @@ mod reply;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,6 +46,7 @@ pub use crate::stats::{HttpIngestStats, HTTP_STATUSES as STATUSES};
 pub use body::{records_of, tier_of, Layout, Refusal};
 
 use crate::accept::AcceptErrors;
+use crate::connection::ReadBudget;
 use crate::listener::{start_accepting, StopListening, TcpAccept};
 use crate::shard::{AppendBatch, PendingRecords, ShardQueue};
 use crate::stats::DaemonStats;
@@ -83,6 +84,8 @@ struct Door {
     shards: Vec<Arc<ShardQueue>>,
     next_shard: AtomicUsize,
     daemon: Arc<DaemonStats>,
+    /// Wakes socket connections waiting for read-buffer budget a body gives back.
+    read_budget: Arc<ReadBudget>,
     tls: Option<Arc<TlsServer>>,
 }
 
@@ -109,6 +112,7 @@ impl HttpIngest {
         shards: Vec<Arc<ShardQueue>>,
         arbiters: Vec<ArbiterHandle>,
         daemon: Arc<DaemonStats>,
+        read_budget: Arc<ReadBudget>,
         tls: Option<Arc<TlsServer>>,
     ) -> Self {
         assert!(!shards.is_empty() && !arbiters.is_empty());
@@ -119,6 +123,7 @@ impl HttpIngest {
                 shards,
                 next_shard: AtomicUsize::new(0),
                 daemon,
+                read_budget,
                 tls,
             }),
             arbiters,
@@ -289,7 +294,7 @@ async fn handle(
     }
     // Held against the daemon's read-buffer budget until the answer: the
     // declared length, or the cap for a chunked body.
-    let seat = BodySeat::take(&door.daemon, declared.unwrap_or(max), &door.settings)?;
+    let seat = BodySeat::take(door, declared.unwrap_or(max))?;
     let body = tokio::time::timeout(
         door.settings.request_timeout,
         Limited::new(request.into_body(), max as usize).collect(),
@@ -399,35 +404,34 @@ fn nack_refusal(reason: NackReason) -> Refusal {
     }
 }
 
-/// A body's share of the daemon's read-buffer budget, given back on drop.
+/// A body's share of the daemon's read-buffer budget (the one the
+/// socket's large frames reserve from), given back on drop, waking any
+/// socket connection that waits for it.
 struct BodySeat<'a> {
-    held: &'a AtomicU64,
+    door: &'a Door,
     bytes: u64,
 }
 
 impl<'a> BodySeat<'a> {
-    fn take(
-        daemon: &'a DaemonStats,
-        bytes: u64,
-        settings: &HttpIngestSettings,
-    ) -> Result<Self, Refusal> {
-        let held = &daemon.read_buffer_bytes;
-        let before = held.fetch_add(bytes, Ordering::AcqRel);
-        if before > 0 && before + bytes > settings.read_buffer_bytes_max {
-            held.fetch_sub(bytes, Ordering::AcqRel);
-            daemon.read_buffer_pauses.fetch_add(1, Ordering::Relaxed);
+    fn take(door: &'a Door, bytes: u64) -> Result<Self, Refusal> {
+        let held = &door.daemon.read_buffer_bytes;
+        if !ReadBudget::reserve(held, bytes, door.settings.read_buffer_bytes_max) {
+            door.daemon
+                .read_buffer_pauses
+                .fetch_add(1, Ordering::Relaxed);
             return Err(Refusal::new(
                 503,
                 "bodies being received fill server.read_buffer_bytes_max: retry later",
             ));
         }
-        Ok(BodySeat { held, bytes })
+        Ok(BodySeat { door, bytes })
     }
 }
 
 impl Drop for BodySeat<'_> {
     fn drop(&mut self) {
-        self.held.fetch_sub(self.bytes, Ordering::AcqRel);
+        let held = &self.door.daemon.read_buffer_bytes;
+        self.door.read_budget.release(held, self.bytes);
     }
 }
 
