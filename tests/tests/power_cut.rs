@@ -115,6 +115,9 @@ struct Pushed {
     /// (the shard files alone when held; with what each sink got when
     /// delivering, in the order of [`Folder::rx`]).
     kept: Option<Vec<Vec<u64>>>,
+    /// Where each of its records was seen in the shard files after a cut
+    /// (record number -> shard, seq), for a failure message.
+    seen_at: BTreeMap<u64, (u32, u64)>,
 }
 
 /// One data folder on a lazy mount and the daemon on it. Dropping it kills
@@ -281,6 +284,35 @@ fn found(shards: &[(u32, Vec<StoredRecord>)], tag: &str) -> (Vec<u32>, Vec<u64>)
     (in_shards, ns)
 }
 
+/// Each shard's floor (`checkpoint`) and sink cursors (`cursor-NAME`) as
+/// the files say, for a failure message.
+fn positions_at(shard_dirs: &[(u32, std::path::PathBuf)]) -> String {
+    let storage = spillway_wab::FsStorage;
+    let mut out = Vec::new();
+    for (shard, dir) in shard_dirs {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                    .filter(|n| n == "checkpoint" || n.starts_with("cursor-"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        let read: Vec<String> = names
+            .iter()
+            .map(
+                |n| match spillway_wab::checkpoint::read_checkpoint_file(&storage, dir, n) {
+                    Ok(at) => format!("{n}={at}"),
+                    Err(e) => format!("{n}=({e})"),
+                },
+            )
+            .collect();
+        out.push(format!("shard {shard}: {}", read.join(" ")));
+    }
+    out.join("; ")
+}
+
 /// The folder's files, for a failure message.
 fn listing(root: &Path) -> String {
     let mut out = String::new();
@@ -411,6 +443,7 @@ fn run(sink: Sink, default_cuts: usize) {
         let instance_id =
             fs::read_to_string(&id_file).unwrap_or_else(|e| panic!("{}: {e}", id_file.display()));
         let mut all: Vec<Pushed> = Vec::new();
+        let mut prev_positions = String::from("(none: the folder's first life)");
         for life in 0..LIVES_PER_FOLDER.min(cuts - cut) {
             cut += 1;
             let kill_after = KILL_AFTER_MS.0 + rng.below(KILL_AFTER_MS.1 - KILL_AFTER_MS.0 + 1);
@@ -480,6 +513,7 @@ fn run(sink: Sink, default_cuts: usize) {
                     life,
                     out,
                     kept: None,
+                    seen_at: BTreeMap::new(),
                 });
             }
             let pending = f.fs.as_ref().expect("mounted").pending();
@@ -504,6 +538,21 @@ fn run(sink: Sink, default_cuts: usize) {
                         (n, recs)
                     })
                     .collect();
+            // Each shard's floor and sink cursors as the cut left them.
+            let positions = format!(
+                "{}; the files hold {}",
+                positions_at(&f.d.shard_dirs()),
+                at_cut
+                    .iter()
+                    .map(|(n, recs)| format!(
+                        "shard {n}: {} records, seq {:?}..{:?}",
+                        recs.len(),
+                        recs.first().map(|r| r.seq),
+                        recs.last().map(|r| r.seq)
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             // What each sink got (when held: no sink, the shard files alone).
             let views: Vec<(&str, BTreeMap<String, Vec<u64>>)> = if f.rx.is_empty() {
                 vec![("held", BTreeMap::new())]
@@ -511,8 +560,23 @@ fn run(sink: Sink, default_cuts: usize) {
                 f.rx.iter()
                     .map(|(name, rx)| {
                         let mut by_tag: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+                        // A number delivered once names that record for
+                        // good: the drain reads only durable records, and
+                        // a cut never takes those, so no later record may
+                        // get it (the sink's cursor would skip that one).
+                        let mut by_seq: BTreeMap<(u32, u64), (String, u64)> = BTreeMap::new();
                         for r in rx.accepted_records() {
                             if let Some((tag, n)) = parse_tagged(&r.payload) {
+                                if let Some(was) = by_seq.get(&(r.shard, r.seq)) {
+                                    assert!(
+                                        *was == (tag.clone(), n),
+                                        "{context}: sink {name} got shard {} seq {} twice with different records: \
+                                         {} #{} then {tag} #{n} (a delivered number handed out again)\n\
+                                         positions at this cut: {positions}",
+                                        r.shard, r.seq, was.0, was.1
+                                    );
+                                }
+                                by_seq.insert((r.shard, r.seq), (tag.clone(), n));
                                 by_tag.entry(tag).or_default().push(n);
                             }
                         }
@@ -520,6 +584,15 @@ fn run(sink: Sink, default_cuts: usize) {
                     })
                     .collect()
             };
+            // The errors of the life the cut ended (the restart's log
+            // replaces it), for a failure message.
+            let life_errors: Vec<String> =
+                f.d.stderr()
+                    .lines()
+                    .filter(|l| l.contains(" ERROR ") || warnings(l).len() == 1)
+                    .take(20)
+                    .map(str::to_string)
+                    .collect();
             let t = Instant::now();
             eprintln!("{context}: cut made ({report:?}), restarting");
             f.d.spawn();
@@ -554,6 +627,15 @@ fn run(sink: Sink, default_cuts: usize) {
             let mut buffered_lost = vec![0u64; views.len()];
             let mut holes = vec![0usize; views.len()];
             for p in &mut all {
+                for (shard, recs) in &shards {
+                    for r in recs {
+                        if let Some((tag, n)) = parse_tagged(&r.payload) {
+                            if tag == p.out.tag {
+                                p.seen_at.entry(n).or_insert((*shard, r.seq));
+                            }
+                        }
+                    }
+                }
                 let o = &p.out;
                 let (in_shards, on_disk) = found(&shards, &o.tag);
                 let mut kept_now = Vec::with_capacity(views.len());
@@ -570,6 +652,7 @@ fn run(sink: Sink, default_cuts: usize) {
                              (first {:?}, last {:?}), {} delivered\n\
                              lazyfs cut: {report:?} (pending before it: {pending:?})\n\
                              shards unreadable after the cut: {unreadable:?}\n\
+                             errors (and warnings outside delivery) of the life the cut ended: {life_errors:#?}\n\
                              files after the restart:\n{}\
                              daemon log of the restart:\n{log}",
                             o.tag,
@@ -607,10 +690,38 @@ fn run(sink: Sink, default_cuts: usize) {
                             Sink::Delivering => seen.iter().any(|n| ns.binary_search(n).is_err()),
                         };
                         if changed {
+                            let missing: Vec<u64> = seen
+                                .iter()
+                                .copied()
+                                .filter(|n| ns.binary_search(n).is_err())
+                                .collect();
+                            let at: Vec<(u32, u64)> = missing
+                                .iter()
+                                .filter_map(|n| p.seen_at.get(n).copied())
+                                .collect();
+                            let elsewhere: Vec<(&str, usize)> = views
+                                .iter()
+                                .map(|(other, d)| {
+                                    let got = d.get(&o.tag).map_or(0, |v| {
+                                        missing.iter().filter(|n| v.contains(n)).count()
+                                    });
+                                    (*other, got)
+                                })
+                                .collect();
                             fail(&format!(
-                                "what survived its own cut changed at a later one: {} records then, {} now",
+                                "what survived its own cut changed at a later one: {} records then, {} now\n\
+                                 missing: {} records, #{:?}..#{:?}, last seen in the files at (shard, seq) {:?}..{:?} \
+                                 ({} of them seen there); of these, each sink got: {elsewhere:?}\n\
+                                 positions (floor, cursors) at the cut before: {prev_positions}\n\
+                                 positions at this cut: {positions}",
                                 seen.len(),
-                                ns.len()
+                                ns.len(),
+                                missing.len(),
+                                missing.first(),
+                                missing.last(),
+                                at.first(),
+                                at.last(),
+                                at.len(),
                             ));
                         }
                         kept_now.push(ns);
@@ -657,6 +768,7 @@ fn run(sink: Sink, default_cuts: usize) {
                 .map(|p| p.out.acked)
                 .sum::<u64>();
 
+            prev_positions = positions;
             totals.cuts += 1;
             totals.acked_sync += life_acked.get("sync").copied().unwrap_or(0);
             totals.acked_batched += life_acked.get("batched").copied().unwrap_or(0);

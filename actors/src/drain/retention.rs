@@ -209,6 +209,7 @@ impl<S: Storage> Retention<S> {
     /// A sink was removed from the config: its cursor file goes and it
     /// holds nothing any more.
     pub fn leave(&mut self, sink: &str, membership: Membership) -> io::Result<()> {
+        self.adopting.remove(sink);
         if !self.is_member(sink, membership) {
             return Ok(());
         }
@@ -303,6 +304,15 @@ impl<S: Storage> Retention<S> {
     /// disk once every sink passed them, and ask the flusher to seal a
     /// delivered active segment while the budget refuses pushes.
     fn collect(&mut self, wm: Watermark, idle: bool) {
+        // A sink the shard was opened with that has not joined yet starts
+        // at the floor: raising the floor (or deleting) before it joins
+        // would skip it past records it never got. At the start the sinks
+        // join one after another and each drain runs as soon as it has
+        // joined, so the first could otherwise confirm, raise the floor
+        // and delete segments a later one still needed.
+        if !self.adopting.is_empty() {
+            return;
+        }
         let Some(lowest) = self.lowest_cursor() else {
             return; // no sink: keep everything
         };
@@ -387,5 +397,49 @@ impl<S: Storage> Retention<S> {
             self.queue.budget.release(a.acked_end);
             self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::budget::WabBudget;
+    use spillway_wab::FsStorage;
+
+    /// The start: the first sink joins and runs (confirms, goes idle)
+    /// before the second joins. Raising the floor then put the second past
+    /// records its cursor file said it never got (it starts at the floor
+    /// when the floor is above its file).
+    #[test]
+    fn a_sink_that_has_not_joined_yet_keeps_the_floor_where_it_was() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard-000");
+        std::fs::create_dir(&dir).unwrap();
+        for sink in ["a", "b"] {
+            write_checkpoint_file(&FsStorage, &dir, &cursor_file(sink), 40).unwrap();
+        }
+        let queue = ShardQueue::new(0, &WabBudget::new(1 << 30));
+        let sinks = ["a".to_string(), "b".to_string()];
+        let stats = Arc::new(RetentionStats::default());
+        let mut r = Retention::open(FsStorage, 0, dir.clone(), queue, &sinks, stats).unwrap();
+        let (a, at) = r.join("a", StartAt::End).unwrap();
+        assert_eq!(at, 40);
+        let finished = VecDeque::from([FinishedSegment {
+            segment_id: 0,
+            end_seq: 100,
+            bytes: 4096,
+        }]);
+        let wm = Watermark {
+            segment_id: 1,
+            offset: 0,
+            next_seq: 100,
+            bytes: 0,
+        };
+        r.confirmed("a", a, 100, finished, wm, true);
+        assert_eq!(r.floor(), 0, "the floor moved before every sink joined");
+        let (b, at) = r.join("b", StartAt::End).unwrap();
+        assert_eq!(at, 40, "b starts where its cursor file says");
+        r.confirmed("b", b, 100, VecDeque::new(), wm, true);
+        assert_eq!(r.floor(), 100, "every sink has confirmed up to 100");
     }
 }
