@@ -65,8 +65,39 @@ pub fn call(socket: &Path, command: &str) -> Result<String, String> {
     call_with(socket, command, Limits::default())
 }
 
+/// Why a call did not return a body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The daemon answered `error: <why>`: it was asked and said no.
+    Refused(String),
+    /// The daemon could not be asked: no socket, nobody listening, a
+    /// timeout, a reply that is not spillway's.
+    Unreachable(String),
+}
+
+impl CallError {
+    pub fn message(&self) -> &str {
+        match self {
+            CallError::Refused(m) | CallError::Unreachable(m) => m,
+        }
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
 /// [`call`] within `limits`.
 pub fn call_with(socket: &Path, command: &str, limits: Limits) -> Result<String, String> {
+    ask(socket, command, limits).map_err(|e| e.message().to_string())
+}
+
+/// [`call_with`], saying whether the daemon refused or could not be asked
+/// (`spillway ctl`'s exit codes tell the two apart).
+pub fn ask(socket: &Path, command: &str, limits: Limits) -> Result<String, CallError> {
+    let unreachable = CallError::Unreachable;
     let deadline = Instant::now() + limits.timeout;
     let timed_out = |doing: &str| {
         format!(
@@ -76,49 +107,57 @@ pub fn call_with(socket: &Path, command: &str, limits: Limits) -> Result<String,
             socket.display()
         )
     };
-    let mut s = connect_by(socket, deadline).map_err(|e| match e {
-        None => timed_out("connecting to"),
-        Some(e) => format!(
-            "connecting to the admin socket {}: {e} (is the daemon running?)",
-            socket.display()
-        ),
-    })?;
+    let mut s = connect_by(socket, deadline)
+        .map_err(|e| match e {
+            None => timed_out("connecting to"),
+            Some(e) => format!(
+                "connecting to the admin socket {}: {e} (is the daemon running?)",
+                socket.display()
+            ),
+        })
+        .map_err(unreachable)?;
     s.set_write_timeout(Some(
-        remaining(deadline).ok_or_else(|| timed_out("writing to"))?,
+        remaining(deadline)
+            .ok_or_else(|| timed_out("writing to"))
+            .map_err(unreachable)?,
     ))
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| unreachable(e.to_string()))?;
     s.write_all(format!("{command}\n").as_bytes())
         .map_err(|e| match e.kind() {
             ErrorKind::WouldBlock | ErrorKind::TimedOut => timed_out("writing to"),
             _ => format!("writing to the admin socket {}: {e}", socket.display()),
-        })?;
+        })
+        .map_err(unreachable)?;
     let mut answer = Vec::new();
     let mut chunk = [0u8; 64 * 1024];
     loop {
-        let left = remaining(deadline).ok_or_else(|| timed_out("waiting for the answer of"))?;
-        s.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
+        let left = remaining(deadline)
+            .ok_or_else(|| timed_out("waiting for the answer of"))
+            .map_err(unreachable)?;
+        s.set_read_timeout(Some(left))
+            .map_err(|e| unreachable(e.to_string()))?;
         match s.read(&mut chunk) {
             Ok(0) => break,
             Ok(n) => {
                 answer.extend_from_slice(&chunk[..n]);
                 if answer.len() as u64 > limits.reply_bytes_max {
-                    return Err(format!(
+                    return Err(unreachable(format!(
                         "the reply of the admin socket {} passed {} bytes; stopped reading \
                          (is something other than spillway listening there?)",
                         socket.display(),
                         limits.reply_bytes_max
-                    ));
+                    )));
                 }
             }
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Err(timed_out("waiting for the answer of"))
+                return Err(unreachable(timed_out("waiting for the answer of")))
             }
             Err(e) => {
-                return Err(format!(
+                return Err(unreachable(format!(
                     "reading the answer of the admin socket {}: {e}",
                     socket.display()
-                ))
+                )))
             }
         }
     }
@@ -154,13 +193,15 @@ fn connect_by(socket: &Path, deadline: Instant) -> Result<UnixStream, Option<std
 }
 
 /// The body of an `ok` reply, or the reason of an `error:` one.
-fn parse_reply(answer: &str) -> Result<String, String> {
+fn parse_reply(answer: &str) -> Result<String, CallError> {
     match answer.split_once('\n') {
         Some((OK, body)) => Ok(body.to_string()),
         // Errors may span lines (a TOML error shows the offending line).
         _ => match answer.strip_prefix(ERROR_PREFIX) {
-            Some(why) => Err(why.trim_end().to_string()),
-            None => Err(format!("unexpected reply {answer:?}")),
+            Some(why) => Err(CallError::Refused(why.trim_end().to_string())),
+            None => Err(CallError::Unreachable(format!(
+                "unexpected reply {answer:?} (is something other than spillway listening there?)"
+            ))),
         },
     }
 }
@@ -175,7 +216,10 @@ mod tests {
         assert_eq!(parse_reply(&reply(Ok(body.clone()))), Ok(body));
         assert_eq!(parse_reply(&reply(Ok(String::new()))), Ok(String::new()));
         let why = "sink.url: expected http:// or https://\n  at line 3".to_string();
-        assert_eq!(parse_reply(&reply(Err(why.clone()))), Err(why));
+        assert_eq!(
+            parse_reply(&reply(Err(why.clone()))),
+            Err(CallError::Refused(why))
+        );
     }
 
     /// A fresh folder of this process's with a listening `admin.sock`.
@@ -198,7 +242,9 @@ mod tests {
             timeout: Duration::from_millis(300),
             ..Limits::default()
         };
-        let err = call_with(&path, "health", limits).unwrap_err();
+        let err = ask(&path, "health", limits).unwrap_err();
+        assert!(matches!(err, CallError::Unreachable(_)), "{err:?}");
+        let err = err.to_string();
         assert!(err.contains("timed out after 0.3 s"), "{err}");
         assert!(err.contains("admin.sock"), "{err}");
         drop(held.join());
@@ -232,6 +278,8 @@ mod tests {
     #[test]
     fn an_answer_in_no_known_shape_is_an_error_that_quotes_it() {
         let err = parse_reply("HTTP/1.1 400 Bad Request\r\n").unwrap_err();
+        assert!(matches!(err, CallError::Unreachable(_)), "{err:?}");
+        let err = err.to_string();
         assert!(err.contains("unexpected reply"), "{err}");
         assert!(err.contains("HTTP/1.1 400"), "{err}");
     }

@@ -13,7 +13,7 @@ use crate::config::{AdminConfig, Config};
 
 #[derive(Subcommand)]
 pub enum CtlCommand {
-    /// Per-shard health.
+    /// Per-shard health and the verdict; exits 0 when ready, 1 when running but not ready, 2 when the daemon cannot be reached.
     Health,
     /// Counters: connections, nacks, WAB bytes, fsyncs, delivery.
     Stats,
@@ -97,6 +97,62 @@ pub struct Options {
 /// `sink.build_timeout_ms` (10 s by default) in the daemon.
 const RELOAD_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
 
+/// Why `spillway ctl` did not do what it was asked; its exit status says
+/// which (docs/operations.md, `man spillway-ctl`).
+#[derive(Debug)]
+pub enum Failure {
+    /// The daemon was asked and said no (exit 1).
+    Refused(String),
+    /// The daemon could not be asked: no config or socket, nobody
+    /// listening, a timeout, a bad option (exit 2, as for a usage error).
+    NotAsked(String),
+}
+
+impl Failure {
+    pub fn message(&self) -> &str {
+        match self {
+            Failure::Refused(m) | Failure::NotAsked(m) => m,
+        }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Refused(_) => EXIT_REFUSED,
+            Failure::NotAsked(_) => EXIT_NOT_ASKED,
+        }
+    }
+}
+
+impl From<spillway_ctl::CallError> for Failure {
+    fn from(e: spillway_ctl::CallError) -> Self {
+        match e {
+            spillway_ctl::CallError::Refused(m) => Failure::Refused(m),
+            spillway_ctl::CallError::Unreachable(m) => Failure::NotAsked(m),
+        }
+    }
+}
+
+/// `ctl health`: ready. Every other subcommand: done.
+pub const EXIT_OK: u8 = 0;
+/// `ctl health`: the daemon runs but is not ready. Every other
+/// subcommand: the daemon refused (its reason is printed).
+pub const EXIT_REFUSED: u8 = 1;
+/// The daemon could not be asked (not running, its socket missing, a
+/// timeout, a wrong option).
+pub const EXIT_NOT_ASKED: u8 = 2;
+
+/// Whether a `health` answer (text or `--json`) says ready.
+pub fn health_says_ready(body: &str, json: bool) -> bool {
+    if json {
+        serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v.get("ready").and_then(serde_json::Value::as_bool))
+            .unwrap_or(false)
+    } else {
+        body.lines().rev().find(|l| !l.trim().is_empty()) == Some("ready")
+    }
+}
+
 /// Send `command` to the admin socket (`admin_socket`, or the config's
 /// `admin.socket_path`) and return the reply's body or the daemon's reason.
 /// `config` loads `config_path` (or the embedded default when it is
@@ -107,13 +163,18 @@ pub fn run(
     config: impl FnOnce() -> Result<Config, String>,
     command: CtlCommand,
     options: Options,
-) -> Result<String, String> {
+) -> Result<String, Failure> {
+    let not_asked = Failure::NotAsked;
     let Options { json, timeout } = options;
     let timeout = match timeout {
         None if matches!(command, CtlCommand::Reload) => RELOAD_TIMEOUT_DEFAULT,
         None => spillway_ctl::TIMEOUT_DEFAULT,
         Some(s) if s.is_finite() && (0.1..=3600.0).contains(&s) => Duration::from_secs_f64(s),
-        Some(s) => return Err(format!("--timeout {s}: give seconds in 0.1..=3600")),
+        Some(s) => {
+            return Err(not_asked(format!(
+                "--timeout {s}: give seconds in 0.1..=3600"
+            )))
+        }
     };
     let limits = Limits {
         timeout,
@@ -121,15 +182,20 @@ pub fn run(
     };
     let socket = match admin_socket {
         Some(s) => s,
-        None if matches!(command, CtlCommand::Reload) => reload_socket(config_path, config)?,
-        None => config()?.admin.socket_path,
+        None if matches!(command, CtlCommand::Reload) => {
+            reload_socket(config_path, config).map_err(not_asked)?
+        }
+        None => config().map_err(not_asked)?.admin.socket_path,
     };
     let line = match command {
         CtlCommand::Top { interval, count } => {
             if !(interval.is_finite() && (0.1..=3600.0).contains(&interval)) {
-                return Err(format!("--interval {interval}: give seconds in 0.1..=3600"));
+                return Err(not_asked(format!(
+                    "--interval {interval}: give seconds in 0.1..=3600"
+                )));
             }
-            crate::top::run(&socket, Duration::from_secs_f64(interval), count, limits)?;
+            crate::top::run(&socket, Duration::from_secs_f64(interval), count, limits)
+                .map_err(not_asked)?;
             return Ok(String::new());
         }
         CtlCommand::Health => "health".to_string(),
@@ -160,7 +226,7 @@ pub fn run(
         }
     };
     let line = if json { line + " --json" } else { line };
-    spillway_ctl::call_with(&socket, &line, limits)
+    Ok(spillway_ctl::ask(&socket, &line, limits)?)
 }
 
 /// The admin socket `reload` asks. The daemon re-reads its own file and

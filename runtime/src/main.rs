@@ -73,7 +73,7 @@ enum Command {
     /// Measure: ingest scenarios plus disk and socket probes of this machine.
     #[cfg(feature = "bench")]
     Bench(spillway_bench::BenchArgs),
-    /// Talk to a running daemon over its admin socket.
+    /// Talk to a running daemon over its admin socket. Exits 0 when done (`health`: ready), 1 when the daemon refused (`health`: running but not ready), 2 when it could not be asked.
     Ctl {
         /// The daemon's config file (for admin.socket_path); the embedded default if omitted.
         #[arg(long, short)]
@@ -150,24 +150,32 @@ fn main() -> ExitCode {
             json,
             timeout,
             command,
-        } => match ctl::run(
-            admin_socket,
-            config.as_deref(),
-            || Ok(load(config.as_ref())?.0),
-            command,
-            ctl::Options { json, timeout },
-        ) {
-            Ok(body) => {
-                print!("{body}");
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                if json {
-                    println!("{}", serde_json::json!({ "error": e }));
+        } => {
+            let health = matches!(command, CtlCommand::Health);
+            match ctl::run(
+                admin_socket,
+                config.as_deref(),
+                || Ok(load(config.as_ref())?.0),
+                command,
+                ctl::Options { json, timeout },
+            ) {
+                Ok(body) => {
+                    print!("{body}");
+                    if health && !ctl::health_says_ready(&body, json) {
+                        ExitCode::from(ctl::EXIT_REFUSED)
+                    } else {
+                        ExitCode::from(ctl::EXIT_OK)
+                    }
                 }
-                fail(&e)
+                Err(e) => {
+                    if json {
+                        println!("{}", serde_json::json!({ "error": e.message() }));
+                    }
+                    logging::say_err(&format!("spillway: {}", e.message()));
+                    ExitCode::from(e.exit_code())
+                }
             }
-        },
+        }
         Command::Push(args) => match push::run(args) {
             Ok(summary) => {
                 print!("{summary}");

@@ -147,6 +147,30 @@ pub fn run_ctl(config: &Path, args: &[&str], daemon_log: impl FnOnce() -> String
     f.stdout
 }
 
+/// `spillway ctl --config <config> health`: its text. Panics unless the
+/// exit status is the one the verdict calls for (0 after `ready`, 1 after
+/// `not ready: ...`): scripts and the unit's health check go by it.
+pub fn run_health(config: &Path, daemon_log: impl FnOnce() -> String) -> String {
+    let argv: Vec<&std::ffi::OsStr> = vec![
+        "ctl".as_ref(),
+        "--config".as_ref(),
+        config.as_os_str(),
+        "health".as_ref(),
+    ];
+    let f = run_spillway(&argv, Duration::from_secs(20));
+    let ready = f.stdout.ends_with("\nready\n");
+    let want = if ready { 0 } else { 1 };
+    assert!(
+        f.status.code() == Some(want) && (ready || f.stdout.contains("\nnot ready: ")),
+        "spillway ctl health exited with {} (want {want} after its verdict): stdout:\n{}\nstderr:\n{}\ndaemon log:\n{}",
+        f.status,
+        f.stdout,
+        f.stderr,
+        daemon_log()
+    );
+    f.stdout
+}
+
 /// Outcome of a `spillway` invocation that was expected to exit by itself.
 #[derive(Debug)]
 pub struct Finished {
@@ -745,6 +769,38 @@ impl Daemon {
     /// the daemon's log) unless it exits 0.
     pub fn ctl(&self, args: &[&str]) -> String {
         run_ctl(self.config_path(), args, || self.stderr())
+    }
+
+    /// `spillway ctl health`'s text, its exit status checked against the
+    /// verdict it prints (0: ready, 1: not ready).
+    pub fn health(&self) -> String {
+        run_health(self.config_path(), || self.stderr())
+    }
+
+    /// `spillway ctl --json health`, its exit status checked against its
+    /// `ready` (0: true, 1: false).
+    pub fn health_json(&self) -> serde_json::Value {
+        let config = self.config_path();
+        let f = run_spillway(
+            &[
+                "ctl".as_ref(),
+                "--config".as_ref(),
+                config.as_os_str(),
+                "--json".as_ref(),
+                "health".as_ref(),
+            ],
+            Duration::from_secs(20),
+        );
+        let v: serde_json::Value =
+            serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("{e}: {f:?}"));
+        let want = if v["ready"] == true { 0 } else { 1 };
+        assert_eq!(
+            f.status.code(),
+            Some(want),
+            "ctl --json health: the exit status against `ready`: {f:?}\ndaemon log:\n{}",
+            self.stderr()
+        );
+        v
     }
 
     pub fn stdout(&self) -> String {

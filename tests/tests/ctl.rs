@@ -19,9 +19,9 @@ fn every_subcommand_answers_in_prose_and_in_json() {
         c.push(Tier::Sync, format!("r{i}").as_bytes()).unwrap();
     }
 
-    let health = d.ctl(&["health"]);
+    let health = d.health();
     assert!(health.contains("shard 0 Running"), "{health}");
-    let h = json(&d, &["health"]);
+    let h = d.health_json();
     assert_eq!(h["shards"].as_array().unwrap().len(), 2, "{h}");
     assert_eq!(h["shards"][0]["state"], "running", "{h}");
     for field in ["state", "since", "reason", "last_delivery"] {

@@ -121,7 +121,7 @@ fn a_dead_sink_holds_only_its_own_cursor_and_the_segments_it_needs() {
     assert_eq!(shard_stat_sum(&d.ctl(&["stats"]), "segments_deleted"), 0);
     assert!(sink_stat(&d, "stream", "backlog_records") >= 3000);
     assert_eq!(sink_stat(&d, "warehouse", "backlog_records"), 0);
-    let health = d.ctl(&["health"]);
+    let health = d.health();
     assert!(
         health.contains("sink stream of shard 0 Retrying"),
         "{health}"
@@ -412,7 +412,7 @@ fn pause_holds_one_sink_resume_catches_up_and_rewind_replays_to_it_alone() {
     a.wait_for_payloads(&first, DELIVERY_TIMEOUT);
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(b.accepted_records().len(), 0, "a paused sink delivered");
-    assert!(d.ctl(&["health"]).contains("sink b of shard 0 Paused"));
+    assert!(d.health().contains("sink b of shard 0 Paused"));
     d.terminate();
     d.spawn();
     std::thread::sleep(Duration::from_millis(500));

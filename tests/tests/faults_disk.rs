@@ -249,7 +249,7 @@ fn wait_acked_again(
             }
         }
         if start.elapsed() >= timeout {
-            let health = dd.ctl(&["health"]);
+            let health = dd.health_text();
             panic!(
                 "pushes still refused {timeout:?} later (no restart): acked again {healed:?}; free space {} bytes (first seen {space_at:?}); ctl health:\n{health}daemon log (tail):\n{}",
                 dd.tmpfs().free_bytes(),

@@ -167,9 +167,13 @@ impl EioDaemon {
         run_ctl(self.d.config_path(), args, || tail(&self.d.stderr(), 40))
     }
 
+    fn health_text(&self) -> String {
+        run_health(self.d.config_path(), || tail(&self.d.stderr(), 40))
+    }
+
     /// `ctl health` as (shard, state word, whole line).
     fn health(&self) -> Vec<(u32, String, String)> {
-        self.ctl(&["health"])
+        self.health_text()
             .lines()
             .filter_map(|l| {
                 let mut w = l.split_whitespace();
@@ -431,7 +435,7 @@ impl Producer {
                 panic!(
                     "{}: no push sent after the disk recovered was acked within {timeout:?} (the shard must heal by itself); last answers: {recent:?}\nctl health:\n{}\ndaemon log (tail):\n{}",
                     self.tag,
-                    e.ctl(&["health"]),
+                    e.health_text(),
                     tail(&e.d.stderr(), 40)
                 );
             }
@@ -467,7 +471,7 @@ fn assert_health_nacked(e: &EioDaemon, n: usize, context: &str) {
             ),
             other => panic!(
                 "{context}: HealthCheck #{i} on a failing disk got {other:?}, expected a Nack; ctl health:\n{}",
-                e.ctl(&["health"])
+                e.health_text()
             ),
         }
     }

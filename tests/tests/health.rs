@@ -42,7 +42,7 @@ fn wait_ready(port: u16, code: u16, within: Duration) -> Duration {
 #[test]
 fn ready_follows_the_sink_and_health_stays_up() {
     let rx = HttpReceiver::start();
-    let d = Daemon::start(&format!(
+    let mut d = Daemon::start(&format!(
         "[server]\nshards = 1\n[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n\
          [sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 400\n",
         rx.url()
@@ -56,13 +56,14 @@ fn ready_follows_the_sink_and_health_stays_up() {
     let mut c = d.client();
     c.push(Tier::Sync, b"first").unwrap();
     rx.wait_for_payloads(&[b"first".to_vec()], Duration::from_secs(10));
-    let health = d.ctl(&["health"]);
+    let health = d.health();
     assert!(health.contains("shard 0 Running"), "{health}");
     assert!(
         health.contains("sink default of shard 0 Running (last delivery 20"),
         "{health}"
     );
     assert!(health.ends_with("ready\n"), "{health}");
+    assert_eq!(d.health_json()["ready"], true);
 
     // The sink starts failing: /ready says so within 2 s, naming it.
     rx.set_status(503);
@@ -97,7 +98,7 @@ fn ready_follows_the_sink_and_health_stays_up() {
         line.contains("shard=0") && line.contains("sink=") && line.contains(&rx.url()),
         "{line}"
     );
-    let health = d.ctl(&["health"]);
+    let health = d.health();
     assert!(
         health.contains("sink default of shard 0 Retrying since 20"),
         "{health}"
@@ -107,11 +108,29 @@ fn ready_follows_the_sink_and_health_stays_up() {
         health.contains("not ready: sink default of shard 0 retrying"),
         "{health}"
     );
+    // Exit 1: running, not ready (`health()` checked the text's).
+    let v = d.health_json();
+    assert_eq!(v["ready"], false, "{v}");
 
     // It recovers: /ready is 200 again once the batch is delivered.
     rx.set_status(200);
     wait_ready(port, 200, Duration::from_secs(10));
     rx.wait_for_payloads(&[b"second".to_vec()], Duration::from_secs(10));
-    assert!(d.ctl(&["health"]).ends_with("ready\n"));
+    assert!(d.health().ends_with("ready\n"));
     assert_eq!(get(port, "/nope").0, 404);
+
+    // Exit 2: no daemon to ask, with and without --json.
+    let config = d.config_path().to_path_buf();
+    d.terminate();
+    for json in [false, true] {
+        let mut argv: Vec<&std::ffi::OsStr> =
+            vec!["ctl".as_ref(), "--config".as_ref(), config.as_os_str()];
+        if json {
+            argv.push("--json".as_ref());
+        }
+        argv.push("health".as_ref());
+        let f = run_spillway(&argv, Duration::from_secs(20));
+        assert_eq!(f.status.code(), Some(2), "no daemon (json {json}): {f:?}");
+        assert!(f.stderr.contains("is the daemon running?"), "{f:?}");
+    }
 }

@@ -76,7 +76,7 @@ fn wait_for_stream(cluster: &NatsCluster, d: &Daemon, n: u64) {
     panic!(
         "the stream has {} of {n} messages; ctl health:\n{}\nthe daemon's last log lines:\n{}",
         cluster.stream_messages(STREAM),
-        d.ctl(&["health"]),
+        d.health(),
         tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     );
 }
@@ -109,7 +109,7 @@ fn a_leader_killed_mid_delivery_loses_nothing_and_stores_nothing_twice() {
     cluster.restart(leader);
     let stored = cluster.read_stream(STREAM);
     assert_exactly_once(&stored, &sent);
-    let health = d.ctl(&["health"]);
+    let health = d.health();
     assert!(
         !health.contains("not ready"),
         "the sink did not recover:\n{health}"

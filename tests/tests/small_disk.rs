@@ -94,7 +94,7 @@ impl Producer {
                 panic!(
                     "{context}: pushes still refused with Overloaded {ACKED_WITHIN:?} later although the sink confirms everything (no restart); {} KiB free on the tmpfs; ctl health:\n{}daemon log (tail):\n{}",
                     dd.fs.as_ref().map_or(0, Tmpfs::free_bytes) / 1024,
-                    dd.ctl(&["health"]),
+                    dd.health_text(),
                     tail(&dd.stderr(), 40)
                 );
             }
@@ -218,7 +218,7 @@ fn a_full_small_disk_heals_once_the_sink_confirms() {
         DISK_BYTES / MIB
     );
     dd.wait_all_shards("Unwritable", Duration::from_secs(5));
-    let health = dd.ctl(&["health"]);
+    let health = dd.health_text();
     eprintln!("disk full, sink down: ctl health:\n{health}");
     assert!(
         health.contains("waiting for delivery"),

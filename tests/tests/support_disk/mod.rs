@@ -395,9 +395,14 @@ impl DiskDaemon {
         run_ctl(self.d.config_path(), args, || self.stderr())
     }
 
+    /// `ctl health`'s text (its exit status checked against its verdict).
+    pub fn health_text(&self) -> String {
+        run_health(self.d.config_path(), || self.stderr())
+    }
+
     /// `ctl health` as (shard, state word, whole line).
     pub fn health(&self) -> Vec<(u32, String, String)> {
-        self.ctl(&["health"])
+        self.health_text()
             .lines()
             .filter_map(|l| {
                 let mut w = l.split_whitespace();
