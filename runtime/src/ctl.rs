@@ -13,7 +13,9 @@ use crate::config::{AdminConfig, Config};
 
 #[derive(Subcommand)]
 pub enum CtlCommand {
-    /// Per-shard health and the verdict; exits 0 when ready, 1 when running but not ready, 2 when the daemon cannot be reached.
+    /// Per-shard health and the verdict.
+    ///
+    /// Exits 0 when ready, 1 when running but not ready, 2 when the daemon cannot be reached.
     Health,
     /// Counters: connections, nacks, WAB bytes, fsyncs, delivery.
     Stats,

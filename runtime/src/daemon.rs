@@ -275,16 +275,18 @@ fn start(
     let mut shards = Vec::new();
     let mut retentions = Vec::new();
     let mut recovered_records = 0;
+    let mut recovered_delivered = 0;
     let mut recovered_segments = 0;
     for shard in 0..shard_count {
         let queue = ShardQueue::new(shard, &wab);
-        let (addr, report) = Supervisor::start_shard(&cfg, queue.clone()).map_err(|e| {
+        let (addr, report, floor) = Supervisor::start_shard(&cfg, queue.clone()).map_err(|e| {
             format!(
                 "recovering shard {shard} in {}: {e}",
                 cfg.server.data_dir.display()
             )
         })?;
         recovered_records += report.record_count();
+        recovered_delivered += report.records_below(floor);
         recovered_segments += report.segments.len();
         // Resealing an unsealed segment at its last record is routine after
         // a crash; only cut bytes or quarantined files are a repair.
@@ -436,19 +438,23 @@ fn start(
         socket = %cfg.server.socket_path.display(),
         data_dir = %cfg.server.data_dir.display(),
         shards = shard_count,
-        recovered_records,
+        pending_records = recovered_records - recovered_delivered,
+        delivered_records = recovered_delivered,
         recovered_segments,
         wab_bytes_used = wab.used(),
         "spillway is listening"
     );
+    // Records kept from the last run: those some sink has not confirmed,
+    // and those every sink has (their segment is deleted once read past).
     say(&format!(
-        "spillway listening on {} (data in {}, {} shards, sink: {}, config: {}); recovered {} records in {} segments",
+        "spillway listening on {} (data in {}, {} shards, sink: {}, config: {}); {} records pending delivery, {} already delivered, in {} segments",
         cfg.server.socket_path.display(),
         cfg.server.data_dir.display(),
         shard_count,
         sink_description,
         origin,
-        recovered_records,
+        recovered_records - recovered_delivered,
+        recovered_delivered,
         recovered_segments
     ));
     let status = format!(

@@ -21,6 +21,7 @@ mod daemon;
 mod delivery;
 mod fd_limit;
 mod inspect;
+mod manual;
 mod notify;
 mod push;
 mod reload;
@@ -31,7 +32,7 @@ mod top;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use spillway::{config, logging};
 
 use crate::config::{Config, DEFAULT_CONFIG};
@@ -73,7 +74,9 @@ enum Command {
     /// Measure: ingest scenarios plus disk and socket probes of this machine.
     #[cfg(feature = "bench")]
     Bench(spillway_bench::BenchArgs),
-    /// Talk to a running daemon over its admin socket. Exits 0 when done (`health`: ready), 1 when the daemon refused (`health`: running but not ready), 2 when it could not be asked.
+    /// Talk to a running daemon over its admin socket.
+    ///
+    /// Exits 0 when done (`health`: ready), 1 when the daemon refused (`health`: running but not ready), 2 when it could not be asked.
     Ctl {
         /// The daemon's config file (for admin.socket_path); the embedded default if omitted.
         #[arg(long, short)]
@@ -92,6 +95,17 @@ enum Command {
     },
     /// Push records (arguments, or stdin one per line) to a running daemon.
     Push(push::PushArgs),
+    /// Print the shell completion script for bash, zsh or fish (e.g. `spillway completions bash > /etc/bash_completion.d/spillway`).
+    Completions {
+        #[arg(value_enum)]
+        shell: manual::CompletionShell,
+    },
+    /// Write the man pages (spillway.1 and one per subcommand) into a folder, or print spillway.1 (`spillway man | man -l -`).
+    Man {
+        /// The folder to write every page into.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// Read every record in a data folder (segment reader; no daemon needed).
     Inspect {
         /// The daemon's server.data_dir.
@@ -183,6 +197,27 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
+        Command::Completions { shell } => {
+            manual::completions(Cli::command(), shell, &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { out } => {
+            let written = match &out {
+                Some(dir) => manual::write_pages(&Cli::command(), dir).map(|names| {
+                    for n in names {
+                        println!("{}", dir.join(n).display());
+                    }
+                }),
+                None => manual::pages(&Cli::command()).and_then(|pages| {
+                    use std::io::Write;
+                    std::io::stdout().write_all(&pages[0].1)
+                }),
+            };
+            match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&format!("writing the man pages: {e}")),
+            }
+        }
         Command::Inspect {
             data_dir,
             records,

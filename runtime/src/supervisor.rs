@@ -209,19 +209,22 @@ impl Supervisor {
         }
     }
 
-    /// Open one shard (recovery included) and start its actor.
+    /// Open one shard (recovery included) and start its actor; with what
+    /// recovery found, and the shard's checkpoint (every record below it
+    /// is delivered to every sink).
     pub fn start_shard(
         cfg: &Config,
         queue: Arc<ShardQueue>,
-    ) -> std::io::Result<(Addr<ShardFlusher>, spillway_wab::RecoveryReport)> {
+    ) -> std::io::Result<(Addr<ShardFlusher>, spillway_wab::RecoveryReport, u64)> {
         let fcfg = Self::flusher_config(cfg, queue.shard);
         // One place checks the checkpoint against the segments (gaps, a
         // checkpoint ahead of the data, an unreadable one moved aside) and
         // floors the next sequence number, so identities are never reused.
         let opened = open_shard(&FsStorage, &fcfg.dir, queue.shard)?;
+        let confirmed = opened.confirmed;
         let (flusher, report) =
             ShardFlusher::open_recovered(FsStorage, fcfg, queue, opened.recovered)?;
-        Ok((flusher.start(), report))
+        Ok((flusher.start(), report, confirmed))
     }
 
     fn check_children(&mut self, ctx: &mut Context<Self>) {
@@ -320,7 +323,7 @@ impl Supervisor {
                 // Recovery charges what it finds again.
                 slot.queue.budget.release_all();
                 match Self::start_shard(&self.cfg, slot.queue.clone()) {
-                    Ok((addr, report)) => {
+                    Ok((addr, report, _)) => {
                         slot.queue.stats.restarts.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(
                             shard,

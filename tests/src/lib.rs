@@ -171,6 +171,19 @@ pub fn run_health(config: &Path, daemon_log: impl FnOnce() -> String) -> String 
     f.stdout
 }
 
+/// (pending delivery, already delivered) from the daemon's start-up line
+/// "... N records pending delivery, M already delivered, in K segments";
+/// `None` when `stdout` has no such line.
+pub fn kept_at_start(stdout: &str) -> Option<(u64, u64)> {
+    let line = stdout
+        .lines()
+        .find(|l| l.contains(" records pending delivery, "))?;
+    let (head, rest) = line.split_once(" records pending delivery, ")?;
+    let pending = head.rsplit(' ').next()?.parse().ok()?;
+    let delivered = rest.split_once(" already delivered")?.0.parse().ok()?;
+    Some((pending, delivered))
+}
+
 /// Outcome of a `spillway` invocation that was expected to exit by itself.
 #[derive(Debug)]
 pub struct Finished {

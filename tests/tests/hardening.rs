@@ -661,9 +661,7 @@ fn holding_1500_connections_to_the_metrics_port_under_a_low_fd_limit_starves_not
     let s = stats(&d);
     assert!(stat(&s, "fd_exhaustion") > 0, "ctl stats:\n{s}");
     assert!(
-        wait_until(Duration::from_secs(20), || d
-            .health()
-            .ends_with("ready\n")),
+        wait_until(Duration::from_secs(20), || d.health().ends_with("ready\n")),
         "not ready again after the shortage ended:\n{}",
         d.health()
     );
@@ -696,7 +694,11 @@ fn ctl_and_push_against_a_stopped_daemon_time_out_naming_the_timeout() {
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
 
-    assert_eq!(f.status.code(), Some(2), "a daemon that does not answer: {f:?}");
+    assert_eq!(
+        f.status.code(),
+        Some(2),
+        "a daemon that does not answer: {f:?}"
+    );
     assert_names(
         "ctl --timeout 1",
         &f.stderr,

@@ -743,7 +743,7 @@ fn the_systemd_unit_carries_the_documented_keys() {
         ("Type", "notify"),
         (
             "ExecStart",
-            "/usr/local/bin/spillway run --config /etc/spillway/spillway.toml",
+            "/usr/bin/spillway run --config /etc/spillway/spillway.toml",
         ),
         ("ExecReload", "/bin/kill -HUP $MAINPID"),
         ("ProtectSystem", "strict"),
@@ -823,7 +823,7 @@ fn systemd_analyze_verifies_the_unit() {
     let unit = tmp.path().join("spillway.service");
     let bin = spillway_bin();
     let text = read_text(&deploy_file("spillway.service"))
-        .replace("/usr/local/bin/spillway", &bin.display().to_string());
+        .replace("/usr/bin/spillway", &bin.display().to_string());
     fs::write(&unit, text).unwrap();
     let out = Command::new("systemd-analyze")
         .arg("verify")
@@ -916,7 +916,7 @@ fn the_dockerfile_runs_what_the_unit_runs_from_files_that_exist() {
     let unit = parse_unit(&read_text(&deploy_file("spillway.service")));
     assert_eq!(
         unit_value(&unit, "Service", "ExecStart"),
-        format!("/usr/local/bin/spillway {}", cmd.join(" "))
+        format!("/usr/bin/spillway {}", cmd.join(" "))
     );
     assert!(
         runtime
@@ -976,7 +976,7 @@ fn the_container_layout_runs_the_daemon_as_its_unprivileged_user() {
         }
         p
     };
-    let bin = dir("usr/local/bin", 0o755, false).join("spillway");
+    let bin = dir("usr/bin", 0o755, false).join("spillway");
     fs::copy(spillway_bin(), &bin).unwrap();
     fs::set_permissions(&bin, fs::Permissions::from_mode(0o755)).unwrap();
     let data = dir("var/lib/spillway", 0o700, true);
@@ -1063,4 +1063,39 @@ fn the_container_layout_runs_the_daemon_as_its_unprivileged_user() {
     let status = wait_timeout(&mut child, Duration::from_secs(15))
         .unwrap_or_else(|| panic!("still running 15 s after SIGTERM; log:\n{}", log_text()));
     assert!(status.success(), "{status}; log:\n{}", log_text());
+}
+
+/// deploy/README.md tells Prometheus to scrape the address the shipped
+/// config serves metrics on, and describes only files that are there.
+#[test]
+fn the_deploy_readme_scrapes_the_shipped_metrics_address_and_lists_what_is_there() {
+    let readme = read_text(&deploy_file("README.md"));
+    let config = read_text(&deploy_file("spillway.toml"));
+    let shipped = config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("metrics_address = "))
+        .map(|v| v.trim_matches('"').to_string())
+        .expect("deploy/spillway.toml sets admin.metrics_address");
+    assert!(
+        readme.contains(&format!("metrics_address = \"{shipped}\"")),
+        "deploy/README.md's [admin] example is not the shipped {shipped}"
+    );
+    assert!(
+        readme.contains(&format!("targets: [\"{shipped}\"]")),
+        "deploy/README.md's scrape target is not the shipped {shipped}"
+    );
+    assert!(
+        !readme.contains("another change"),
+        "deploy/README.md promises files another change adds"
+    );
+    for listed in readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+    {
+        assert!(
+            deploy_file(listed).exists(),
+            "deploy/README.md lists {listed}, which is not in deploy/"
+        );
+    }
 }

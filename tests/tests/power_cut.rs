@@ -347,11 +347,12 @@ fn warnings(log: &str) -> Vec<String> {
         .collect()
 }
 
-/// `recovered N records in M segments` from the start-up line.
+/// `N records pending delivery, M already delivered, in K segments` from
+/// the start-up line.
 fn recovered(stdout: &str) -> String {
     stdout
         .lines()
-        .find_map(|l| l.split_once("; recovered ").map(|(_, r)| r.to_string()))
+        .find_map(|l| l.rsplit_once("); ").map(|(_, r)| r.to_string()))
         .unwrap_or_else(|| "?".into())
 }
 

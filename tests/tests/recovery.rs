@@ -2,6 +2,8 @@
 //! it recovered; recovery after SIGKILL is idempotent (recovering twice gives
 //! the same records as recovering once) and sequence numbers continue.
 
+mod support_http;
+
 use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -36,19 +38,14 @@ fn total(s: &Snapshot) -> usize {
     s.values().map(Vec::len).sum()
 }
 
-/// N from the start-up line "... recovered N records in M segments".
+/// Records the start-up line says were kept (pending delivery plus already
+/// delivered).
 fn recovered_count(d: &Daemon) -> u64 {
     let out = d.stdout();
-    let at = out
-        .find("recovered ")
-        .unwrap_or_else(|| panic!("no \"recovered N records\" in stdout:\n{out}"));
-    let rest = &out[at + "recovered ".len()..];
-    let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
-    assert!(
-        rest[n.len()..].starts_with(" records"),
-        "unexpected start-up line: {out}"
-    );
-    n.parse().unwrap()
+    let (pending, delivered) = kept_at_start(&out).unwrap_or_else(|| {
+        panic!("no \"N records pending delivery, M already delivered\" in stdout:\n{out}")
+    });
+    pending + delivered
 }
 
 /// Pushes a known mix through three connections; returns each connection's
@@ -155,7 +152,8 @@ fn clean_stop_and_restart_recovers_every_record_and_reports_the_count() {
     d.restart();
     assert_eq!(recovered_count(&d), 500, "stdout:\n{}", d.stdout());
     assert!(
-        d.stdout().contains("recovered 500 records"),
+        d.stdout()
+            .contains("; 500 records pending delivery, 0 already delivered, in "),
         "{}",
         d.stdout()
     );
@@ -430,4 +428,44 @@ fn raising_the_shard_count_keeps_old_records() {
     assert_eq!(all.iter().filter(|t| t.starts_with("new:")).count(), 3);
     check_seqs(&shards, "after raising the shard count");
     d.terminate();
+}
+
+/// The start-up line tells records waiting for a sink from records every
+/// sink has (kept only until their segment is read past and deleted).
+#[test]
+fn the_start_up_line_tells_pending_from_delivered() {
+    let rx = support_http::HttpReceiver::start();
+    let mut d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[sink]\ntype = \"http\"\nurl = \"{}\"\n",
+        rx.url()
+    ));
+    let mut c = d.client();
+    for i in 0..40 {
+        c.push(Tier::Sync, format!("delivered-{i}").as_bytes())
+            .unwrap();
+    }
+    rx.wait_distinct(40, std::time::Duration::from_secs(10));
+    // Confirmed on disk: the shard's checkpoint follows once the sink is idle.
+    let checkpoint = || {
+        let v: serde_json::Value = serde_json::from_str(&d.ctl(&["--json", "stats"])).unwrap();
+        v["shards"][0]["checkpoint"].as_u64().unwrap()
+    };
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || checkpoint() == 40),
+        "the checkpoint stays at {}",
+        checkpoint()
+    );
+    d.terminate();
+    rx.set_status(503);
+    d.restart();
+    assert_eq!(kept_at_start(&d.stdout()), Some((0, 40)), "{}", d.stdout());
+    let mut c = d.client();
+    for i in 0..7 {
+        c.push(Tier::Sync, format!("pending-{i}").as_bytes())
+            .unwrap();
+    }
+    d.terminate();
+    d.restart();
+    // The 40 went with their segment once the last run read past it.
+    assert_eq!(kept_at_start(&d.stdout()), Some((7, 0)), "{}", d.stdout());
 }

@@ -229,6 +229,21 @@ impl RecoveryReport {
             .sum()
     }
 
+    /// How many of the records kept lie below `seq` (at a start: below
+    /// the shard's checkpoint, so every sink has them and they only wait
+    /// for their segment to be deleted). Records lost to damage count
+    /// against the part of their segment above `seq` first.
+    pub fn records_below(&self, seq: u64) -> u64 {
+        self.segments
+            .iter()
+            .map(|s| {
+                let below = seq.saturating_sub(s.first_seq).min(s.record_count);
+                let kept = s.record_count - s.lost_records;
+                below.min(kept)
+            })
+            .sum()
+    }
+
     pub fn bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.bytes).sum()
     }

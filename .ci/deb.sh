@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# The .deb as an operator meets it (issue "Install it like a real daemon"):
+# build it, install it as root, check its files, its user and its unit,
+# start the installed binary as the package's user on the installed config
+# with the command the unit runs (no systemd here), push a record and see
+# the installed config's sink receive it, upgrade over an edited config,
+# purge, and check that only what docs/operations.md says purge keeps is
+# left. Run after the tests: the release binary and plugins are built.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+fail() { echo "deb: FAILED: $*" >&2; exit 1; }
+say() { echo "deb: $*"; }
+
+if ! command -v cargo-deb >/dev/null 2>&1; then
+    cargo install cargo-deb --locked --version 3.8.0 --no-default-features
+fi
+deploy/debian/build-deb.sh
+deb="$(ls -t target/debian/spillway_*.deb | head -1)"
+say "built $deb ($(du -h "$deb" | cut -f1))"
+
+work="$(mktemp -d)"
+daemon_pid=""
+receiver_pid=""
+cleanup() {
+    [ -n "$daemon_pid" ] && $SUDO kill "$daemon_pid" 2>/dev/null || true
+    [ -n "$receiver_pid" ] && kill "$receiver_pid" 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+# A package or user from an earlier run on this machine goes first.
+$SUDO dpkg --purge spillway >/dev/null 2>&1 || true
+$SUDO rm -rf /var/lib/spillway
+getent passwd spillway >/dev/null && $SUDO userdel spillway
+getent group spillway >/dev/null && $SUDO groupdel spillway
+
+$SUDO dpkg -i "$deb"
+
+# -- what it installed
+files=(
+    /usr/bin/spillway
+    /usr/lib/spillway/plugins/libspillway_plugin_file.so
+    /usr/lib/spillway/plugins/libspillway_plugin_postgres.so
+    /etc/spillway/spillway.toml
+    /usr/lib/systemd/system/spillway.service
+    /usr/lib/sysusers.d/spillway.conf
+    /usr/share/man/man1/spillway.1.gz
+    /usr/share/man/man1/spillway-ctl.1.gz
+    /usr/share/man/man1/spillway-ctl-health.1.gz
+    /usr/share/bash-completion/completions/spillway
+    /usr/share/zsh/vendor-completions/_spillway
+    /usr/share/fish/vendor_completions.d/spillway.fish
+    /usr/share/doc/spillway/operations.md
+    /usr/share/doc/spillway/configuration.md
+)
+for f in "${files[@]}"; do
+    [ -e "$f" ] || fail "$f is not installed"
+done
+dpkg-query -W -f='${Conffiles}\n' spillway | grep -q '^ /etc/spillway/spillway.toml ' \
+    || fail "/etc/spillway/spillway.toml is not a conffile"
+[ "$(stat -c '%U:%G %a' /etc/spillway/spillway.toml)" = "root:spillway 640" ] \
+    || fail "config owner and mode: $(stat -c '%U:%G %a' /etc/spillway/spillway.toml), want root:spillway 640"
+getent passwd spillway | grep -q ':/var/lib/spillway:/usr/sbin/nologin$' \
+    || fail "the spillway user: $(getent passwd spillway || echo missing)"
+getent group spillway >/dev/null || fail "no spillway group"
+[ "$(stat -c '%U:%G %a' /var/lib/spillway)" = "spillway:spillway 700" ] \
+    || fail "/var/lib/spillway: $(stat -c '%U:%G %a' /var/lib/spillway), want spillway:spillway 700"
+[ -L /etc/systemd/system/multi-user.target.wants/spillway.service ] \
+    || fail "the unit is not enabled"
+zcat /usr/share/man/man1/spillway-ctl.1.gz | grep -q '^\.SH "\{0,1\}EXIT STATUS' \
+    || fail "spillway-ctl(1) has no EXIT STATUS section"
+bash -n /usr/share/bash-completion/completions/spillway || fail "the bash completion does not parse"
+if command -v systemd-analyze >/dev/null 2>&1; then
+    $SUDO systemd-analyze verify /usr/lib/systemd/system/spillway.service \
+        || fail "systemd-analyze verify refused the installed unit"
+    say "systemd-analyze verify: the unit is valid"
+else
+    say "systemd-analyze is not here; the unit was not verified"
+fi
+/usr/bin/spillway check /etc/spillway/spillway.toml >/dev/null 2>"$work/check.err" || true
+say "files, conffile, user, data folder, unit: as documented"
+
+# -- run it as the unit does: RuntimeDirectory made as systemd makes it
+exec_start="$(sed -n 's/^ExecStart=//p' /usr/lib/systemd/system/spillway.service)"
+[ "$exec_start" = "/usr/bin/spillway run --config /etc/spillway/spillway.toml" ] \
+    || fail "unexpected ExecStart: $exec_start"
+$SUDO install -d -m 0710 -o spillway -g spillway /run/spillway
+# The installed config's sink: one POST of NDJSON per batch to this address.
+url="$(sed -n 's/^url = "\(.*\)"/\1/p' /etc/spillway/spillway.toml | head -1)"
+[ "$url" = "http://127.0.0.1:8080/ingest" ] || fail "the installed config's sink url: $url"
+cat >"$work/receiver.py" <<'PY'
+import http.server, sys
+class Receiver(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with open(sys.argv[1], "ab") as out:
+            out.write(body)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", 8080), Receiver).serve_forever()
+PY
+python3 "$work/receiver.py" "$work/received" &
+receiver_pid=$!
+# setpriv execs the command as the user (runuser would sit between, as a
+# session, and turn the SIGTERM below into a kill).
+$SUDO setpriv --reuid spillway --regid spillway --init-groups -- $exec_start >"$work/daemon.log" 2>&1 &
+daemon_pid=$!
+ready=""
+for _ in $(seq 1 100); do
+    if $SUDO /usr/bin/spillway ctl --config /etc/spillway/spillway.toml health >/dev/null 2>&1; then
+        ready=yes
+        break
+    fi
+    sleep 0.1
+done
+[ -n "$ready" ] || { cat "$work/daemon.log"; fail "the installed daemon did not become ready"; }
+record="deb-check-$$-$(date +%s%N)"
+$SUDO setpriv --reuid spillway --regid spillway --init-groups -- /usr/bin/spillway push --config /etc/spillway/spillway.toml "$record" >/dev/null
+got=""
+for _ in $(seq 1 100); do
+    if grep -q "$record" "$work/received" 2>/dev/null; then got=yes; break; fi
+    sleep 0.1
+done
+[ -n "$got" ] || { cat "$work/daemon.log"; fail "the record pushed to the installed daemon never reached its sink"; }
+$SUDO kill -TERM "$daemon_pid"
+wait "$daemon_pid" || fail "the daemon did not stop cleanly on SIGTERM: $(tail -5 "$work/daemon.log")"
+daemon_pid=""
+say "ran as spillway with the unit's command: pushed $record, the sink at $url received it"
+
+# -- an upgrade keeps an edited config and the data folder
+echo "# edited by the operator" | $SUDO tee -a /etc/spillway/spillway.toml >/dev/null
+$SUDO dpkg -i --force-confold "$deb" >/dev/null
+grep -q '^# edited by the operator$' /etc/spillway/spillway.toml || fail "the upgrade lost the edited config"
+[ -d /var/lib/spillway/wab ] || fail "the upgrade lost the data folder"
+say "upgrade: the edited config and /var/lib/spillway/wab kept"
+
+# -- purge: says what it keeps, keeps only that
+purge_out="$($SUDO dpkg --purge spillway 2>&1)"
+echo "$purge_out"
+echo "$purge_out" | grep -q 'kept /var/lib/spillway' || fail "purge did not say it keeps /var/lib/spillway"
+for f in "${files[@]}" /etc/systemd/system/multi-user.target.wants/spillway.service; do
+    [ ! -e "$f" ] || fail "$f is left after purge"
+done
+[ ! -e /etc/spillway ] || fail "/etc/spillway is left after purge: $(ls -la /etc/spillway)"
+[ ! -e /usr/lib/spillway ] || fail "/usr/lib/spillway is left after purge"
+[ -d /var/lib/spillway/wab ] || fail "purge removed /var/lib/spillway (documented: kept unless SPILLWAY_PURGE_DATA=yes)"
+getent passwd spillway >/dev/null || fail "purge removed the spillway user (documented: kept)"
+dpkg-query -W spillway >/dev/null 2>&1 && fail "dpkg still lists spillway after purge"
+say "purge: removed the package and its config, kept /var/lib/spillway and the user, as documented"
+
+# Leave the machine as it was.
+$SUDO rm -rf /var/lib/spillway /run/spillway
+$SUDO userdel spillway 2>/dev/null || true
+$SUDO groupdel spillway 2>/dev/null || true
+say "ok"
