@@ -216,6 +216,10 @@ pub struct FlusherCore<S: Storage> {
     spare_wait: Duration,
     sealer: Sender<SealerMsg<S::File>>,
     next_segment_id: Arc<AtomicU64>,
+    /// The id of the last segment this flusher started writing. A new one
+    /// must be higher: readers (which go on at the next id after the one
+    /// they finished) and recovery take id order for write order.
+    last_segment_id: Option<u64>,
     /// When the oldest write not yet covered by an fsync happened.
     unsynced_since: Option<Instant>,
     /// Failed segment writes and fdatasyncs in a row (a success resets it).
@@ -339,6 +343,7 @@ impl<S: Storage> FlusherCore<S> {
             bytes: durable_bytes,
         });
         let writable = active.is_some();
+        let last_segment_id = active.as_ref().map(|a| a.header.segment_id);
         // A manual clock (the simulation) runs the sealer only when told
         // to: waiting for its spare would wait for nothing.
         let spare_wait = if clock.is_manual() {
@@ -357,6 +362,7 @@ impl<S: Storage> FlusherCore<S> {
             spare_wait,
             sealer: sealer_tx,
             next_segment_id,
+            last_segment_id,
             unsynced_since: None,
             failures_in_row: 0,
             retry_at: None,
@@ -506,6 +512,7 @@ impl<S: Storage> FlusherCore<S> {
         }
         match self.next_spare() {
             Ok(pre) => {
+                self.last_segment_id = Some(pre.segment_id);
                 let active = ActiveSegment::start(pre, self.cfg.shard, self.resume_seq);
                 tracing::info!(
                     shard = self.cfg.shard,
@@ -796,6 +803,7 @@ impl<S: Storage> FlusherCore<S> {
         };
         let old = self.active.take().unwrap();
         let next_seq = old.next_seq();
+        self.last_segment_id = Some(pre.segment_id);
         self.active = Some(ActiveSegment::start(pre, self.cfg.shard, next_seq));
         let _ = self.sealer.send(SealerMsg::SealSegment(old.into_sealing()));
         // The old segment is closed for the drain now, not at the next
@@ -880,9 +888,41 @@ impl<S: Storage> FlusherCore<S> {
                 self.preallocate_inline()
             }
         };
+        // A spare the sealer finished after a late one was replaced inline
+        // has a lower id than the segment written since. Writing it next
+        // put ids out of write order, and every reader that had finished
+        // the newer id skipped it whole, its records never delivered (the
+        // power-cut test lost acknowledged records so under load). It is
+        // unused: it goes, and a newer one is made.
+        let result = match result {
+            Ok(pre)
+                if self
+                    .last_segment_id
+                    .is_some_and(|last| pre.segment_id <= last) =>
+            {
+                tracing::info!(
+                    shard = self.cfg.shard,
+                    segment = pre.segment_id,
+                    last_written = self.last_segment_id,
+                    "a spare the sealer made late is older than the segment written since; removing it and preallocating a newer one"
+                );
+                if let Err(e) = self.storage.remove(&pre.path) {
+                    tracing::warn!(shard = self.cfg.shard, path = %pre.path.display(), error = %e, "could not remove an unused spare segment (recovery removes it at the next start)");
+                }
+                self.preallocate_inline()
+            }
+            other => other,
+        };
         if result.is_ok() && self.spares_requested == 0 {
             let _ = self.sealer.send(SealerMsg::PrepareSegment);
             self.spares_requested = 1;
+        }
+        if let (Ok(pre), Some(last)) = (&result, self.last_segment_id) {
+            assert!(
+                pre.segment_id > last,
+                "segment ids must follow write order: {} after {last}",
+                pre.segment_id
+            );
         }
         result
     }
