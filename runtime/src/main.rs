@@ -133,10 +133,13 @@ fn main() -> ExitCode {
             logging::init(&cfg.log.level, cfg.log.format);
             match daemon::run(cfg, &origin, config, watch_config) {
                 Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
+                // Once: in the log when it shows errors (its format, its
+                // timestamp), else as a plain line.
+                Err(e) if tracing::enabled!(tracing::Level::ERROR) => {
                     tracing::error!("{e}");
-                    fail(&e)
+                    ExitCode::FAILURE
                 }
+                Err(e) => fail(&e),
             }
         }
         Command::Check {

@@ -329,7 +329,19 @@ impl<'de> Visitor<'de> for TableVisitor {
         let mut sink_type: Option<&'static SinkType> = None;
         let mut type_keys = AllTypeKeys::new();
         let mut delivery = DeliveryConfig::default();
-        while let Some(key) = map.next_key_seed(KeySeed)? {
+        // An unknown key is reported with the keys of the table's type when
+        // that is known (the usual `type` first): at the key itself; when
+        // `type` comes later, at the end of the table.
+        let mut unknown: Option<String> = None;
+        while let Some(key) = map.next_key_seed(KeySeed { sink_type })? {
+            let key = match key {
+                TableKey::Known(key) => key,
+                TableKey::Unknown(key) => {
+                    map.next_value::<de::IgnoredAny>()?;
+                    unknown.get_or_insert(key);
+                    continue;
+                }
+            };
             if key == "type" {
                 sink_type = Some(map.next_value_seed(TypeSeed)?);
             } else if DeliveryConfig::KEYS.contains(&key) {
@@ -341,36 +353,75 @@ impl<'de> Visitor<'de> for TableVisitor {
                 })?;
             }
         }
+        if let Some(key) = unknown {
+            let keys = match sink_type {
+                Some(t) => type_table_keys(t),
+                None => table_keys(),
+            };
+            return Err(de::Error::unknown_field(&key, keys));
+        }
         let sink_type = sink_type.ok_or_else(|| de::Error::missing_field("type"))?;
         let (sink, unused_key) = type_keys.into_type(sink_type);
         Ok(SinkConfig::with_unused_key(sink, delivery, unused_key))
     }
 }
 
-/// A key of the table: one of [`table_keys`], else an "unknown field" error
-/// at that key.
-struct KeySeed;
+/// The keys a table of type `t` may hold: `type`, the type's keys, the
+/// delivery keys (what an unknown key's error lists once the type is known).
+fn type_table_keys(t: &'static SinkType) -> &'static [&'static str] {
+    static KEYS: OnceLock<Vec<(&'static str, Vec<&'static str>)>> = OnceLock::new();
+    let all = KEYS.get_or_init(|| {
+        SINK_TYPES
+            .iter()
+            .map(|t| {
+                let mut keys = vec!["type"];
+                keys.extend_from_slice(t.keys);
+                keys.extend_from_slice(DeliveryConfig::KEYS);
+                (t.name, keys)
+            })
+            .collect()
+    });
+    all.iter()
+        .find(|(name, _)| *name == t.name)
+        .map_or(table_keys(), |(_, keys)| keys.as_slice())
+}
+
+/// A key as read: one of [`table_keys`], or not.
+enum TableKey {
+    Known(&'static str),
+    Unknown(String),
+}
+
+/// A key of the table. Not one of [`table_keys`]: an "unknown field" error
+/// at that key listing the keys of `sink_type` when it is known already,
+/// else [`TableKey::Unknown`] (reported once the table is read and its
+/// type known).
+struct KeySeed {
+    sink_type: Option<&'static SinkType>,
+}
 
 impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = &'static str;
+    type Value = TableKey;
 
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<&'static str, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<TableKey, D::Error> {
         deserializer.deserialize_identifier(self)
     }
 }
 
 impl Visitor<'_> for KeySeed {
-    type Value = &'static str;
+    type Value = TableKey;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("field identifier")
     }
 
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<&'static str, E> {
-        let keys = table_keys();
-        match keys.iter().find(|&&known| known == key) {
-            Some(known) => Ok(known),
-            None => Err(E::unknown_field(key, keys)),
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<TableKey, E> {
+        if let Some(known) = table_keys().iter().find(|&&known| known == key) {
+            return Ok(TableKey::Known(known));
+        }
+        match self.sink_type {
+            Some(t) => Err(E::unknown_field(key, type_table_keys(t))),
+            None => Ok(TableKey::Unknown(key.to_string())),
         }
     }
 }
@@ -462,6 +513,33 @@ pub(crate) mod tests {
     fn unknown_key_is_an_error() {
         let e = parse("[sink]\ntype = \"noop\"\nurll = \"x\"\n").unwrap_err();
         assert!(e.contains("unknown field `urll`"), "{e}");
+    }
+
+    /// The error lists the keys of the type in use, not every type's, at
+    /// the key when `type` came first, at the table when it came after.
+    #[test]
+    fn an_unknown_key_lists_the_keys_of_the_type_in_use() {
+        for (text, line) in [
+            (
+                "[sink]\ntype = \"file\"\npath = \"/tmp/x\"\nurll = \"x\"\n",
+                "line 4",
+            ),
+            (
+                "[sink]\nurll = \"x\"\npath = \"/tmp/x\"\ntype = \"file\"\n",
+                "",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains("unknown field `urll`"), "{e}");
+            assert!(e.contains(line), "{e}");
+            let expected = e.split("expected one of").nth(1).expect(&e);
+            for own in ["`type`", "`path`", "`format`", "`max_records`", "`on_lag`"] {
+                assert!(expected.contains(own), "{own} missing: {e}");
+            }
+            for other in ["`url`", "`servers`", "`subject`", "`options`"] {
+                assert!(!expected.contains(other), "{other} is another type's: {e}");
+            }
+        }
     }
 
     #[test]

@@ -206,9 +206,15 @@ fn a_data_dir_under_a_regular_file_fails_naming_the_key() {
         "data_dir under a file",
         &["server.data_dir", &plain.display().to_string()],
     );
-    // The daemon really refuses it.
+    // The daemon really refuses it, and says why once.
     let f = d.run_to_exit(Duration::from_secs(20));
     assert!(!f.status.success(), "{f:?}");
+    let said = f.stderr.matches(&data.display().to_string()).count();
+    assert_eq!(
+        said, 1,
+        "the fatal error is printed {said} times:\n{}",
+        f.stderr
+    );
 }
 
 #[test]

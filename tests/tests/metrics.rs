@@ -205,6 +205,24 @@ fn backlog_metrics_follow_a_sink_outage() {
         before.contains("spillway_build_info{version=\""),
         "{before}"
     );
+    // Built from this checkout: the label is its commit.
+    let head = std::process::Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    match head {
+        Some(head) if std::env::var_os("SPILLWAY_GIT_COMMIT").is_none() => assert!(
+            before.contains(&format!("git_commit=\"{head}\"")),
+            "spillway_build_info does not name HEAD {head}:\n{}",
+            before
+                .lines()
+                .find(|l| l.starts_with("spillway_build_info"))
+                .unwrap_or("")
+        ),
+        _ => eprintln!("not a git checkout (or SPILLWAY_GIT_COMMIT set): git_commit not compared"),
+    }
     let mut c = d.client();
     let records: Vec<String> = (0..10).map(|i| format!("held-{i}")).collect();
     for r in &records {
