@@ -13,11 +13,14 @@
 //! What `run` refuses before it starts, `check` refuses too: a data folder
 //! holding files spillway did not make, a socket path that exists and is
 //! not a socket, a socket folder another user could write (unless
-//! `server.allow_insecure_socket_dir`), an `admin.metrics_address` that
-//! does not parse or cannot be bound (busy, or not this machine's).
+//! `server.allow_insecure_socket_dir`), an `admin.metrics_address`, a
+//! `server.http.listen` or a `server.tcp.listen` that does not parse or
+//! cannot be bound (busy, or not this machine's).
 //!
 //! Every error names the key. A sink that does not answer its health
-//! check is a warning, not an error: the daemon would start and retry.
+//! check, or whose host does not resolve, is a warning, not an error: the
+//! daemon would start and retry. A `server.socket_group` this machine does
+//! not know is an error, as at the start.
 //! Nothing here takes a lock or starts delivery, and the metrics address
 //! is bound only for an instant, so a config can be checked while a daemon
 //! runs on it (its own busy address is then a warning, not an error).
@@ -89,6 +92,10 @@ fn environment(cfg: &Config) -> Findings {
     if let Err(e) = cfg.check_data_dir() {
         found.errors.push(e);
     }
+    // The group is looked up at the start, before anything is made.
+    if let Err(e) = cfg.server.socket_access() {
+        found.errors.push(e.to_string());
+    }
     let insecure_ok = cfg.server.allow_insecure_socket_dir;
     for (key, socket) in [
         ("server.socket_path", &cfg.server.socket_path),
@@ -104,8 +111,18 @@ fn environment(cfg: &Config) -> Findings {
             Err(e) => found.errors.push(format!("{key}: {e}")),
         }
     }
+    let mut addresses: Vec<(&str, &str)> = Vec::new();
     if let Some(address) = &cfg.admin.metrics_address {
-        metrics_address(cfg, address, &mut found);
+        addresses.push(("admin.metrics_address", address));
+    }
+    if let Some(http) = &cfg.server.http {
+        addresses.push(("server.http.listen", &http.listen));
+    }
+    if let Some(tcp) = &cfg.server.tcp {
+        addresses.push(("server.tcp.listen", &tcp.listen));
+    }
+    for (key, address) in addresses {
+        listen_address(cfg, key, address, &mut found);
     }
     // On its own thread under the sinks' build_timeout_ms, as the daemon
     // builds them. Each sink's findings name its table.
@@ -141,10 +158,11 @@ fn environment(cfg: &Config) -> Findings {
     found
 }
 
-/// Bind `admin.metrics_address` for an instant, as `run` would. Busy is an
-/// error unless a daemon answers on this config's admin socket (then the
-/// address is presumably its own: a warning).
-fn metrics_address(cfg: &Config, address: &str, found: &mut Findings) {
+/// Bind an address the daemon listens on (`key`: the metrics address, or
+/// a door's) for an instant, as `run` would. Busy is an error unless a
+/// daemon answers on this config's admin socket (then the address is
+/// presumably its own: a warning).
+fn listen_address(cfg: &Config, key: &str, address: &str, found: &mut Findings) {
     let error = match std::net::TcpListener::bind(address) {
         Ok(_) => return,
         Err(e) => e,
@@ -152,14 +170,12 @@ fn metrics_address(cfg: &Config, address: &str, found: &mut Findings) {
     let running = std::os::unix::net::UnixStream::connect(&cfg.admin.socket_path).is_ok();
     if error.kind() == std::io::ErrorKind::AddrInUse && running {
         found.warnings.push(format!(
-            "admin.metrics_address {address}: in use, presumably by the daemon running on this config \
+            "{key} {address}: in use, presumably by the daemon running on this config \
              (its admin socket {} answers)",
             cfg.admin.socket_path.display()
         ));
     } else {
-        found
-            .errors
-            .push(format!("admin.metrics_address {address}: {error}"));
+        found.errors.push(format!("{key} {address}: {error}"));
     }
 }
 

@@ -221,6 +221,7 @@ fn start(
     let build_env = env.clone();
     let built =
         build_on_thread(deadline, move || build_sinks(&to_build, false, &build_env))?.wait()??;
+    probe_sinks_at_start(&built);
     // One sink named default (a `[sink]` table) is just its description.
     let sink_description = match built.as_slice() {
         [one] if one.name == DEFAULT_SINK => one.description.clone(),
@@ -658,4 +659,32 @@ fn bind_tcp_door(
     let bound = listener.local_addr().map_or(addr, |a| a);
     tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = tcp.client_ca.is_some(), "serving the wire protocol over TCP (server.tcp)");
     Ok(Some((listener, tcp.max_connections as usize, tls)))
+}
+
+/// Each sink's health check once at the start, each on a thread of its own
+/// (a host that drops packets must not hold the start back): one that
+/// fails is a warning, the same one `spillway check` gives, and the daemon
+/// starts all the same and delivers once the sink answers. Without it a
+/// daemon with nothing to deliver said nothing about a sink it could not
+/// reach.
+fn probe_sinks_at_start(built: &[crate::sink::BuiltSink]) {
+    for b in built {
+        let (name, maker, description) = (b.name.clone(), b.maker.clone(), b.description.clone());
+        let probe = move || {
+            let why = match maker(0) {
+                Ok(mut sink) => match sink.health_check() {
+                    sink_sdk::Health::Healthy => return,
+                    sink_sdk::Health::Unhealthy(why) => why,
+                },
+                Err(e) => e,
+            };
+            tracing::warn!(sink = %name, "sink {description} fails its health check at the start: {why}; the daemon delivers to it once it answers (records are kept meanwhile)");
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name(format!("sink-probe-{}", b.name))
+            .spawn(probe)
+        {
+            tracing::debug!(sink = %b.name, error = %e, "could not start the sink's health probe");
+        }
+    }
 }

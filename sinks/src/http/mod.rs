@@ -350,14 +350,14 @@ fn connect(settings: &HttpSettings, addrs: &[SocketAddr]) -> Result<(), String> 
 
 /// `spillway check` of an HTTP sink: builds it as the daemon does (reading
 /// `bearer_token_env`) without delivering anything, resolves the URL's host
-/// and tries its health check. A host that does not resolve is an error
-/// (`<table>.url`); one that does not answer is a warning, returned, since
-/// the daemon would start and retry it.
+/// and tries its health check. A host that does not resolve, or does not
+/// answer, is a warning, returned: the daemon starts all the same and
+/// retries (a name that resolves later, a service that comes up later),
+/// so `check` agrees with `run`.
 pub(crate) fn preflight(settings: &HttpSettings, table: &str) -> Result<Vec<String>, SinkError> {
     let factory = HttpFactory::new(settings, table)?;
     drop(factory.create(0)?);
-    let addrs = resolve(settings).map_err(|e| SinkError::key(table, "url", e))?;
-    match connect(settings, &addrs) {
+    match resolve(settings).and_then(|addrs| connect(settings, &addrs)) {
         Ok(()) => Ok(Vec::new()),
         Err(why) => Ok(vec![format!(
             "{table}.url: {why}; the daemon would start and retry it"
