@@ -184,6 +184,39 @@ pub fn kept_at_start(stdout: &str) -> Option<(u64, u64)> {
     Some((pending, delivered))
 }
 
+/// The count and rows of a `ctl dead-letter list` (text) answer, its shape
+/// checked: `N dead letters in sink NAME`, then when N > 0 the column
+/// names and one row per dead letter, the time in RFC 3339 and the size
+/// with its unit. Panics with the answer otherwise.
+pub fn dead_letter_rows(out: &str) -> (usize, Vec<String>) {
+    let mut lines = out.lines();
+    let n: usize = lines
+        .next()
+        .and_then(|h| h.split_once(" dead letters in sink "))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected dead-letter list output:\n{out}"));
+    if n > 0 {
+        let columns = lines.next().unwrap_or_default();
+        assert!(
+            columns.starts_with("ID ")
+                && columns.contains("DEAD-LETTERED")
+                && columns.ends_with("PAYLOAD"),
+            "{out}"
+        );
+    }
+    let rows: Vec<String> = lines.map(str::to_string).collect();
+    assert_eq!(rows.len(), n, "dead-letter list says {n} but shows:\n{out}");
+    for row in &rows {
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert!(
+            cells.len() >= 6 && cells[1].len() == 20 && cells[1].ends_with('Z'),
+            "{out}"
+        );
+        assert!(["B", "KiB", "MiB"].contains(&cells[3]), "{out}");
+    }
+    (n, rows)
+}
+
 /// Outcome of a `spillway` invocation that was expected to exit by itself.
 #[derive(Debug)]
 pub struct Finished {

@@ -16,14 +16,25 @@ use crate::delivery::DeadLetters;
 
 /// The dead-letter store of sink `sink`, or of the only sink there is.
 pub(super) fn store(state: &AdminState, sink: Option<&str>) -> Result<DeadLetters, String> {
+    store_named(state, sink).map(|(_, store)| store)
+}
+
+/// [`store`], with the sink's name.
+pub(super) fn store_named(
+    state: &AdminState,
+    sink: Option<&str>,
+) -> Result<(String, DeadLetters), String> {
     let stores = state.dead_letters.lock().unwrap();
     let names = || stores.keys().cloned().collect::<Vec<_>>().join(", ");
     match sink {
         Some(name) => stores
             .get(name)
-            .cloned()
+            .map(|s| (name.to_string(), s.clone()))
             .ok_or_else(|| format!("no sink {name:?} has dead letters here; sinks: {}", names())),
-        None if stores.len() == 1 => Ok(stores.values().next().cloned().unwrap()),
+        None if stores.len() == 1 => {
+            let (name, store) = stores.iter().next().unwrap();
+            Ok((name.clone(), store.clone()))
+        }
         None => Err(format!(
             "there are several sinks; say which with --sink NAME ({})",
             names()
@@ -36,26 +47,106 @@ fn stored(store: &DeadLetters) -> Result<Vec<DeadLetter>, String> {
     store.lock().unwrap().list().map_err(|e| e.to_string())
 }
 
-/// `dead-letter list`: one line per dead letter, with a payload preview.
-pub(super) fn list(store: &DeadLetters) -> Result<String, String> {
+/// `dead-letter list`: the count, then a table for people: the id to
+/// requeue or drop it by, when it was dead-lettered (RFC 3339, UTC), its
+/// size, its tier, the sink's reason and the start of its payload, both
+/// cut to a width (with an ellipsis) and the payload escaped.
+pub(super) fn list(sink: &str, store: &DeadLetters) -> Result<String, String> {
     let all = stored(store)?;
     let mut out = String::new();
-    let _ = writeln!(out, "{} dead letters", all.len());
-    for l in all {
-        let preview = preview(&l.payload);
-        let _ = writeln!(
-            out,
-            "{}:{}\ttier={}\tat_unix_us={}\tbytes={}\treason={}\tpayload={:?}",
-            l.shard,
-            l.seq,
-            l.tier,
-            l.dead_lettered_unix_us,
-            l.payload.len(),
-            l.reason,
-            preview
-        );
+    let _ = writeln!(out, "{} dead letters in sink {sink}", all.len());
+    if all.is_empty() {
+        return Ok(out);
+    }
+    let rows: Vec<[String; 6]> = all
+        .iter()
+        .map(|l| {
+            [
+                format!("{}:{}", l.shard, l.seq),
+                super::health::rfc3339(l.dead_lettered_unix_us / 1000),
+                human_bytes(l.payload.len() as u64),
+                tier_name(l.tier).to_string(),
+                cut(&l.reason, REASON_WIDTH),
+                escaped_preview(&l.payload),
+            ]
+        })
+        .collect();
+    let header = ["ID", "DEAD-LETTERED", "SIZE", "TIER", "REASON", "PAYLOAD"];
+    let mut widths = header.map(|h| h.chars().count());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut line = |cells: [&str; 6]| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                let _ = write!(l, "{cell:<w$}  ");
+            }
+        }
+        let _ = writeln!(out, "{}", l.trim_end());
+    };
+    line(header);
+    for row in &rows {
+        line(row.each_ref().map(String::as_str));
     }
     Ok(out)
+}
+
+/// The sink's reason is cut to this many characters in the table.
+const REASON_WIDTH: usize = 48;
+/// The payload preview of the table, in characters before escaping.
+const PREVIEW_CHARS: usize = 32;
+
+/// `text`, cut to `width` characters with an ellipsis.
+fn cut(text: &str, width: usize) -> String {
+    let one_line = text.replace(['\n', '\r', '\t'], " ");
+    if one_line.chars().count() <= width {
+        return one_line;
+    }
+    let mut s: String = one_line.chars().take(width - 1).collect();
+    s.push('…');
+    s
+}
+
+/// The start of a payload, quoted and escaped (a newline is `\n`, a byte
+/// that is not UTF-8 shows as U+FFFD), with an ellipsis when cut.
+fn escaped_preview(payload: &[u8]) -> String {
+    let text = String::from_utf8_lossy(payload);
+    let head: String = text.chars().take(PREVIEW_CHARS).collect();
+    let mut s = format!("{head:?}");
+    if text.chars().count() > PREVIEW_CHARS {
+        s.push('…');
+    }
+    s
+}
+
+/// Bytes for people: `512 B`, `1.5 KiB`, `4.0 MiB`, `2.0 GiB`.
+pub(super) fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// A tier byte as its name.
+fn tier_name(tier: u8) -> &'static str {
+    match tier {
+        1 => "sync",
+        2 => "batched",
+        3 => "buffered",
+        _ => "?",
+    }
 }
 
 /// `dead-letter list --json`: every dead letter with its identity, times,
@@ -258,4 +349,28 @@ fn remove(store: &DeadLetters, ids: &[(u32, u64)]) -> Result<(), String> {
         .remove_where(|l| ids.contains(&(l.shard, l.seq)))
         .map(|_| ())
         .map_err(|e| format!("requeued, but removing them from the dead-letter store failed (they may be delivered twice): {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_previews_and_reasons_read_well() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(4 << 20), "4.0 MiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(escaped_preview(b"a\nb\x00c"), "\"a\\nb\\0c\"");
+        let long = "x".repeat(40);
+        assert_eq!(
+            escaped_preview(long.as_bytes()),
+            format!("\"{}\"…", "x".repeat(32))
+        );
+        assert_eq!(cut("short", 10), "short");
+        assert_eq!(cut("two\nlines", 20), "two lines");
+        assert_eq!(cut(&"r".repeat(60), 48).chars().count(), 48);
+        assert!(cut(&"r".repeat(60), 48).ends_with('…'));
+    }
 }

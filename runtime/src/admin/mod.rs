@@ -277,7 +277,10 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         ["dead-letter", "list"] if json => {
             dead_letters::list_json(&dead_letters::store(state, sink)?).map(as_json)
         }
-        ["dead-letter", "list"] => dead_letters::list(&dead_letters::store(state, sink)?),
+        ["dead-letter", "list"] => {
+            let (name, store) = dead_letters::store_named(state, sink)?;
+            dead_letters::list(&name, &store)
+        }
         ["dead-letter", "drop", sel @ ..] => {
             let store = dead_letters::store(state, sink)?;
             let n = dead_letters::drop(&store, Selection::parse(sel)?)?;
