@@ -200,8 +200,12 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
     })
 }
 
-/// The p99 of the fsyncs between two cumulative bucket readings, in ms.
-fn p99_ms(before: &[(f64, u64)], after: &[(f64, u64)]) -> Option<f64> {
+/// The p99 of the fsyncs between two cumulative bucket readings, in ms:
+/// interpolated linearly inside the bucket that holds it (as Prometheus'
+/// `histogram_quantile` does), so it is not stuck on a bucket bound. In
+/// the last bucket (`+Inf`) it is only known to be above the highest
+/// finite bound: `at_least` then, never infinity.
+fn p99_ms(before: &[(f64, u64)], after: &[(f64, u64)]) -> Option<P99> {
     let deltas: Vec<(f64, u64)> = after
         .iter()
         .map(|&(le, c)| {
@@ -213,11 +217,69 @@ fn p99_ms(before: &[(f64, u64)], after: &[(f64, u64)]) -> Option<f64> {
     if total == 0 {
         return None;
     }
-    let rank = (total as f64 * 0.99).ceil() as u64;
-    deltas
-        .iter()
-        .find(|(_, c)| *c >= rank)
-        .map(|(le, _)| le * 1000.0)
+    let rank = total as f64 * 0.99;
+    let (mut lower, mut below) = (0.0, 0u64);
+    for &(le, count) in &deltas {
+        if count as f64 >= rank {
+            if !le.is_finite() {
+                return Some(P99 {
+                    ms: lower * 1000.0,
+                    at_least: true,
+                });
+            }
+            let inside = (count - below) as f64;
+            let into = if inside > 0.0 {
+                (rank - below as f64) / inside
+            } else {
+                1.0
+            };
+            return Some(P99 {
+                ms: (lower + (le - lower) * into) * 1000.0,
+                at_least: false,
+            });
+        }
+        (lower, below) = (le, count);
+    }
+    None
+}
+
+/// An fsync p99 as [`p99_ms`] finds it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct P99 {
+    ms: f64,
+    /// Past the highest bucket bound: at least `ms`.
+    at_least: bool,
+}
+
+impl std::fmt::Display for P99 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sign = if self.at_least { ">" } else { "" };
+        write!(f, "{sign}{:.2} ms", self.ms)
+    }
+}
+
+/// Each line of `screen` cut to `width` characters (an ellipsis marks a
+/// cut), so that no line wraps on the terminal.
+fn fit(screen: &str, width: usize) -> String {
+    let mut out = String::with_capacity(screen.len());
+    for line in screen.lines() {
+        if line.chars().count() <= width {
+            out.push_str(line);
+        } else {
+            out.extend(line.chars().take(width.saturating_sub(1)));
+            out.push('…');
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The terminal's width in columns, if stdout is one that says.
+fn terminal_width() -> Option<usize> {
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills the winsize we own; a failure leaves it 0.
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_col > 0).then_some(size.ws_col as usize)
 }
 
 /// `812 B`, `1.5 KiB`, `37.2 MiB`, `4.0 GiB`.
@@ -244,7 +306,7 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
     );
     let (mut ingest, mut delivered, mut backlog, mut oldest) = (0.0, 0.0, 0, 0);
     let mut backlog_bytes = 0;
-    let mut worst_p99: Option<f64> = None;
+    let mut worst_p99: Option<P99> = None;
     for (i, cur) in now.shards.iter().enumerate() {
         let was = prev.shards.get(i).copied().unwrap_or(*cur);
         let (inr, der) = (rate(cur.0, was.0, secs), rate(cur.1, was.1, secs));
@@ -253,7 +315,7 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
             now.fsync.get(i).map_or(&[][..], |v| v),
         );
         worst_p99 = match (worst_p99, p99) {
-            (Some(a), Some(b)) => Some(a.max(b)),
+            (Some(a), Some(b)) if b.ms > a.ms || (b.at_least && b.ms >= a.ms) => Some(b),
             (a, b) => a.or(b),
         };
         let (state, reason) = now.sinks.get(i).cloned().unwrap_or_default();
@@ -270,7 +332,7 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
             cur.2,
             bytes_text(cur.4),
             cur.3,
-            p99.map_or("-".into(), |p| format!("{p:.2} ms")),
+            p99.map_or("-".into(), |p| p.to_string()),
         ));
         ingest += inr;
         delivered += der;
@@ -318,7 +380,7 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
         }
     }
     let verdict = if now.ready { "ready" } else { "NOT READY" };
-    let p99 = worst_p99.map_or("-".into(), |p| format!("{p:.2} ms"));
+    let p99 = worst_p99.map_or("-".into(), |p| p.to_string());
     let line = format!(
         "ingest {ingest:.0}/s delivered {delivered:.0}/s backlog {backlog} ({}) oldest {oldest} s fsync p99 {p99} {verdict}",
         bytes_text(backlog_bytes)
@@ -344,8 +406,14 @@ pub fn run(
         let mut out = std::io::stdout().lock();
         let clock = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
         let written = if terminal {
-            // Home, clear, redraw: one screen that updates in place.
-            write!(out, "\x1b[H\x1b[2Jspillway ctl top  {clock}\n\n{screen}")
+            // Home, clear, redraw: one screen that updates in place, no
+            // line longer than the terminal is wide (a wrapped line would
+            // push the screen off its top).
+            let screen = fit(
+                &format!("spillway ctl top  {clock}\n\n{screen}"),
+                terminal_width().unwrap_or(80),
+            );
+            write!(out, "\x1b[H\x1b[2J{screen}")
         } else {
             writeln!(out, "{clock} {line}")
         };
@@ -362,7 +430,7 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{bytes_text, p99_ms, render, Reading, SinkShard, SinkTotals};
+    use super::{bytes_text, fit, p99_ms, render, Reading, SinkShard, SinkTotals, P99};
     use std::time::{Duration, Instant};
 
     /// One row per sink, its delivery rate over the interval, its backlog
@@ -442,8 +510,44 @@ mod tests {
         // Cumulative counts, as the exposition has them.
         let before = [(0.001, 100), (0.002, 100), (f64::INFINITY, 100)];
         let after = [(0.001, 100), (0.002, 199), (f64::INFINITY, 200)];
-        // Of the 100 fsyncs in the interval, 99 took up to 2 ms.
-        assert_eq!(p99_ms(&before, &after), Some(2.0));
+        // Of the 100 fsyncs in the interval, 99 took 1 to 2 ms: the 99th
+        // is the last of them, at the bucket's top.
+        assert_eq!(
+            p99_ms(&before, &after),
+            Some(P99 {
+                ms: 2.0,
+                at_least: false
+            })
+        );
         assert_eq!(p99_ms(&after, &after), None);
+    }
+
+    #[test]
+    fn p99_is_interpolated_inside_its_bucket_and_never_infinite() {
+        // 1000 fsyncs spread evenly over 1..2 ms: p99 near 1.99 ms, not 2.
+        let none: [(f64, u64); 0] = [];
+        let even = [(0.001, 0), (0.002, 1000), (f64::INFINITY, 1000)];
+        let p = p99_ms(&none, &even).unwrap();
+        assert!((p.ms - 1.99).abs() < 1e-9 && !p.at_least, "{p:?}");
+        // Past the last finite bound: at least that bound, never inf.
+        let slow = [(0.001, 0), (0.002, 50), (f64::INFINITY, 100)];
+        let p = p99_ms(&none, &slow).unwrap();
+        assert_eq!(
+            p,
+            P99 {
+                ms: 2.0,
+                at_least: true
+            }
+        );
+        assert_eq!(p.to_string(), ">2.00 ms");
+    }
+
+    #[test]
+    fn no_line_is_wider_than_the_terminal() {
+        let screen = format!("short\n{}\n", "x".repeat(200));
+        let fitted = fit(&screen, 80);
+        assert!(fitted.lines().all(|l| l.chars().count() <= 80), "{fitted}");
+        assert!(fitted.lines().nth(1).unwrap().ends_with('…'));
+        assert_eq!(fitted.lines().next(), Some("short"));
     }
 }
