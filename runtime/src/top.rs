@@ -276,6 +276,7 @@ fn fit(screen: &str, width: usize) -> String {
 
 /// The terminal's width in columns, if stdout is one that says.
 fn terminal_width() -> Option<usize> {
+    // SAFETY: winsize is plain integers; all zeros is a valid value.
     let mut size: libc::winsize = unsafe { std::mem::zeroed() };
     // SAFETY: TIOCGWINSZ fills the winsize we own; a failure leaves it 0.
     let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
