@@ -496,6 +496,31 @@ impl Rig {
         result.unwrap_or_else(|r| panic!("append refused: {r:?}"))
     }
 
+    /// `batches` appends of 32 records of 1 KiB (`r<n>:...`), `pause`
+    /// after each; every record with its seq.
+    fn append_kib_records(&mut self, batches: usize, pause: Duration) -> Vec<(u64, Vec<u8>)> {
+        let mut expected = Vec::new();
+        let mut n = 0u64;
+        for _ in 0..batches {
+            let ps: Vec<Vec<u8>> = (0..32)
+                .map(|_| {
+                    let mut p = format!("r{n}:").into_bytes();
+                    p.resize(1024, b'.');
+                    n += 1;
+                    p
+                })
+                .collect();
+            let first = self.append(&ps);
+            expected.extend(
+                ps.into_iter()
+                    .enumerate()
+                    .map(|(i, p)| (first + i as u64, p)),
+            );
+            thread::sleep(pause);
+        }
+        expected
+    }
+
     fn wait_delivered(&self, log: &Log, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while log.lock().unwrap().len() < n && Instant::now() < deadline {
@@ -638,25 +663,7 @@ fn the_drain_delivers_records_written_across_rotations_while_the_sink_is_busy() 
     {
         // 1 MiB segments (the smallest the config allows); ~3.2 MiB of 1 KiB records.
         let mut rig = Rig::start(1 << 20, slot);
-        let mut expected = Vec::new();
-        let mut n = 0u64;
-        for _ in 0..100 {
-            let ps: Vec<Vec<u8>> = (0..32)
-                .map(|_| {
-                    let mut p = format!("r{n}:").into_bytes();
-                    p.resize(1024, b'.');
-                    n += 1;
-                    p
-                })
-                .collect();
-            let first = rig.append(&ps);
-            expected.extend(
-                ps.into_iter()
-                    .enumerate()
-                    .map(|(i, p)| (first + i as u64, p)),
-            );
-            thread::sleep(Duration::from_millis(2));
-        }
+        let expected = rig.append_kib_records(100, Duration::from_millis(2));
         let rotations = rig.queue.stats.rotations.load(Ordering::SeqCst);
         rig.wait_delivered(&log, expected.len());
         eprintln!(
@@ -737,25 +744,8 @@ fn a_spare_the_sealer_makes_late_never_puts_segments_out_of_order() {
         late_by: Duration::from_millis(2600),
     };
     let mut rig = Rig::start_on(storage, 1 << 20, slot);
-    let mut expected = Vec::new();
-    let mut n = 0u64;
     // ~5 MiB of 1 KiB records: several rotations past the late spare.
-    for _ in 0..160 {
-        let ps: Vec<Vec<u8>> = (0..32)
-            .map(|_| {
-                let mut p = format!("r{n}:").into_bytes();
-                p.resize(1024, b'.');
-                n += 1;
-                p
-            })
-            .collect();
-        let first = rig.append(&ps);
-        expected.extend(
-            ps.into_iter()
-                .enumerate()
-                .map(|(i, p)| (first + i as u64, p)),
-        );
-    }
+    let expected = rig.append_kib_records(160, Duration::ZERO);
     rig.wait_delivered(&log, expected.len());
     check_log(&log, &expected, "a late spare");
     rig.stop();
