@@ -290,7 +290,7 @@ fn bad_streams_subjects_credentials_and_records_each_get_their_error() {
     wait_for_stream(&cluster, &d, 1);
     assert!(
         wait_until(DELIVERY_TIMEOUT, || d
-            .ctl(&["dead-letter", "list", "--sink", "js"])
+            .ctl(&["--json", "dead-letter", "list", "--sink", "js"])
             .contains("max_payload")),
         "the oversized record was not dead-lettered with the server's limit:\n{}",
         d.ctl(&["dead-letter", "list", "--sink", "js"])
