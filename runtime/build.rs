@@ -25,17 +25,18 @@ fn main() {
     };
     let commit = match git(&["rev-parse", "HEAD"]) {
         Some(commit) if !commit.is_empty() => {
-            // Rebuilt when HEAD moves: HEAD itself and the branch it names.
+            // Rebuilt when HEAD moves: HEAD itself and the branch it names
+            // (only files that exist: cargo takes a missing one as changed,
+            // and reran this and relinked the binary at every build).
             if let Some(dir) = git(&["rev-parse", "--absolute-git-dir"]) {
                 let dir = Path::new(&dir);
-                println!("cargo:rerun-if-changed={}", dir.join("HEAD").display());
+                let mut watched = vec![dir.join("HEAD"), dir.join("packed-refs")];
                 if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-                    println!("cargo:rerun-if-changed={}", dir.join(branch).display());
+                    watched.push(dir.join(branch));
                 }
-                println!(
-                    "cargo:rerun-if-changed={}",
-                    dir.join("packed-refs").display()
-                );
+                for file in watched.iter().filter(|f| f.is_file()) {
+                    println!("cargo:rerun-if-changed={}", file.display());
+                }
             }
             commit
         }

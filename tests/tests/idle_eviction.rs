@@ -14,6 +14,20 @@ use spillway_tests::*;
 /// Idle sockets held open (the daemon's `max_connections`).
 const IDLE: usize = 300;
 
+/// Wait until the daemon has no producer connection open. The start's
+/// readiness probes are connections too: with room for two, a holder that
+/// came while the daemon had not yet seen the last probe close was
+/// refused, or evicted the probe (CI, under load).
+fn no_connections_open(d: &Daemon) {
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            stat(&d.ctl(&["stats"]), "connections_open") == 0
+        }),
+        "connections still open after the start:\n{}",
+        d.ctl(&["stats"])
+    );
+}
+
 /// A raw connection the daemon has accepted and answered once (so it is
 /// counted and registered), then left idle.
 fn idle_connection(d: &Daemon) -> RawConn {
@@ -31,6 +45,7 @@ fn idle_holders_are_evicted_so_a_producer_gets_its_ack_promptly() {
     let d = Daemon::start(&format!(
         "[server]\nmax_connections = {IDLE}\nevict_idle_after_ms = 200\n"
     ));
+    no_connections_open(&d);
     let mut idle: Vec<RawConn> = (0..IDLE).map(|_| idle_connection(&d)).collect();
     // Idle long enough to be evictable (a fresh one never is).
     thread::sleep(Duration::from_millis(400));
@@ -98,6 +113,7 @@ fn a_connection_with_a_frame_in_flight_is_never_evicted() {
     let d = Daemon::start(
         "[server]\nmax_connections = 2\nevict_idle_after_ms = 0\nconnection_read_timeout_ms = 60000\n",
     );
+    no_connections_open(&d);
     let frame = push_frame(Tier::Sync, b"half now, half later");
     let (first, rest) = frame.split_at(frame.len() / 2);
     let mut holders: Vec<RawConn> = (0..2).map(|_| idle_connection(&d)).collect();
@@ -135,6 +151,7 @@ fn eviction_can_be_turned_off() {
     let d = Daemon::start(
         "[server]\nmax_connections = 2\nevict_idle_connections = false\nevict_idle_after_ms = 0\n",
     );
+    no_connections_open(&d);
     let _holders: Vec<RawConn> = (0..2).map(|_| idle_connection(&d)).collect();
     thread::sleep(Duration::from_millis(200));
     let mut newcomer = d.raw();
