@@ -31,6 +31,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# This installs and purges the package and removes /var/lib/spillway: on a
+# machine that runs spillway for real, it would take its data. It goes on
+# there only when told it is a CI machine.
+if dpkg-query -W spillway >/dev/null 2>&1 || [ -e /var/lib/spillway ]; then
+    if [ -z "${CI:-}" ] || [ "${CI:-}" = "false" ] || [ "${CI:-}" = "0" ]; then
+        fail "spillway is installed here, or /var/lib/spillway exists: this script installs and purges the package and removes that folder; run it on a throwaway machine (CI=true)"
+    fi
+fi
 # A package or user from an earlier run on this machine goes first.
 $SUDO dpkg --purge spillway >/dev/null 2>&1 || true
 $SUDO rm -rf /var/lib/spillway
