@@ -263,15 +263,20 @@ impl std::fmt::Display for P99 {
 fn fit(screen: &str, width: usize) -> String {
     let mut out = String::with_capacity(screen.len());
     for line in screen.lines() {
-        if line.chars().count() <= width {
-            out.push_str(line);
-        } else {
-            out.extend(line.chars().take(width.saturating_sub(1)));
-            out.push('…');
-        }
+        out.push_str(&ellipsize(line, width));
         out.push('\n');
     }
     out
+}
+
+/// `text` cut to `width` characters, an ellipsis marking the cut.
+pub(crate) fn ellipsize(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut s: String = text.chars().take(width.saturating_sub(1)).collect();
+    s.push('…');
+    s
 }
 
 /// The terminal's width in columns, if stdout is one that says.
@@ -284,7 +289,7 @@ fn terminal_width() -> Option<usize> {
 }
 
 /// `812 B`, `1.5 KiB`, `37.2 MiB`, `4.0 GiB`.
-fn bytes_text(n: u64) -> String {
+pub(crate) fn bytes_text(n: u64) -> String {
     use sink_sdk::units::{GIB, KIB, MIB};
     match n {
         n if n >= GIB => format!("{:.1} GiB", n as f64 / GIB as f64),

@@ -64,7 +64,7 @@ pub(super) fn list(sink: &str, store: &DeadLetters) -> Result<String, String> {
             [
                 format!("{}:{}", l.shard, l.seq),
                 super::health::rfc3339(l.dead_lettered_unix_us / 1000),
-                human_bytes(l.payload.len() as u64),
+                crate::top::bytes_text(l.payload.len() as u64),
                 tier_name(l.tier).to_string(),
                 cut(&l.reason, REASON_WIDTH),
                 escaped_preview(&l.payload),
@@ -103,13 +103,7 @@ const PREVIEW_CHARS: usize = 32;
 
 /// `text`, cut to `width` characters with an ellipsis.
 fn cut(text: &str, width: usize) -> String {
-    let one_line = text.replace(['\n', '\r', '\t'], " ");
-    if one_line.chars().count() <= width {
-        return one_line;
-    }
-    let mut s: String = one_line.chars().take(width - 1).collect();
-    s.push('…');
-    s
+    crate::top::ellipsize(&text.replace(['\n', '\r', '\t'], " "), width)
 }
 
 /// The start of a payload, quoted and escaped (a newline is `\n`, a byte
@@ -122,21 +116,6 @@ fn escaped_preview(payload: &[u8]) -> String {
         s.push('…');
     }
     s
-}
-
-/// Bytes for people: `512 B`, `1.5 KiB`, `4.0 MiB`, `2.0 GiB`.
-pub(super) fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if n < 1024 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64 / 1024.0;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
 }
 
 /// A tier byte as its name.
@@ -357,11 +336,12 @@ mod tests {
 
     #[test]
     fn sizes_previews_and_reasons_read_well() {
-        assert_eq!(human_bytes(0), "0 B");
-        assert_eq!(human_bytes(1023), "1023 B");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(4 << 20), "4.0 MiB");
-        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        use crate::top::bytes_text;
+        assert_eq!(bytes_text(0), "0 B");
+        assert_eq!(bytes_text(1023), "1023 B");
+        assert_eq!(bytes_text(1536), "1.5 KiB");
+        assert_eq!(bytes_text(4 << 20), "4.0 MiB");
+        assert_eq!(bytes_text(3 << 30), "3.0 GiB");
         assert_eq!(escaped_preview(b"a\nb\x00c"), "\"a\\nb\\0c\"");
         let long = "x".repeat(40);
         assert_eq!(
