@@ -58,6 +58,7 @@ files=(
     /usr/share/man/man1/spillway.1.gz
     /usr/share/man/man1/spillway-ctl.1.gz
     /usr/share/man/man1/spillway-ctl-health.1.gz
+    /usr/share/man/man5/spillway.toml.5.gz
     /usr/share/bash-completion/completions/spillway
     /usr/share/zsh/vendor-completions/_spillway
     /usr/share/fish/vendor_completions.d/spillway.fish
@@ -80,6 +81,8 @@ getent group spillway >/dev/null || fail "no spillway group"
     || fail "the unit is not enabled"
 zcat /usr/share/man/man1/spillway-ctl.1.gz | grep -q '^\.SH "\{0,1\}EXIT STATUS' \
     || fail "spillway-ctl(1) has no EXIT STATUS section"
+zcat /usr/share/man/man5/spillway.toml.5.gz | grep -q 'wab_bytes_max' \
+    || fail "spillway.toml(5) does not describe wab.wab_bytes_max"
 bash -n /usr/share/bash-completion/completions/spillway || fail "the bash completion does not parse"
 if command -v systemd-analyze >/dev/null 2>&1; then
     $SUDO systemd-analyze verify /usr/lib/systemd/system/spillway.service \

@@ -18,7 +18,7 @@ assets="$target/release/deb-assets"
 rm -rf "$assets"
 mkdir -p "$assets/man" "$assets/completions"
 "$bin" man --out "$assets/man" >/dev/null
-gzip -9n "$assets"/man/*.1
+gzip -9n "$assets"/man/*.1 "$assets"/man/*.5
 "$bin" completions bash >"$assets/completions/spillway"
 "$bin" completions zsh >"$assets/completions/_spillway"
 "$bin" completions fish >"$assets/completions/spillway.fish"

@@ -24,6 +24,7 @@ mod inspect;
 mod manual;
 mod notify;
 mod push;
+mod reference;
 mod reload;
 mod sink;
 mod supervisor;

@@ -62,11 +62,14 @@ fn without_help(cmd: Command) -> Command {
         .mut_subcommands(without_help)
 }
 
-/// Write every page into `dir` (made if missing).
+/// Write every page into `dir` (made if missing): the commands' pages
+/// and `spillway.toml.5`, the configuration reference.
 pub fn write_pages(cmd: &Command, dir: &Path) -> io::Result<Vec<String>> {
     std::fs::create_dir_all(dir)?;
     let mut names = Vec::new();
-    for (name, bytes) in pages(cmd)? {
+    let mut all = pages(cmd)?;
+    all.push(("spillway.toml.5".into(), crate::reference::man_page()?));
+    for (name, bytes) in all {
         std::fs::write(dir.join(&name), bytes)?;
         names.push(name);
     }
@@ -102,8 +105,8 @@ fn page(cmd: &Command, name: &str) -> io::Result<Vec<u8>> {
     }
     roff.control("SH", ["SEE ALSO"]);
     roff.text([roman(
-        "spillway(1), spillway-ctl(1), spillway-run(1), spillway-check(1); \
-         /usr/share/doc/spillway/ (the configuration reference is configuration.md there)",
+        "spillway(1), spillway-ctl(1), spillway-run(1), spillway-check(1), \
+         spillway.toml(5); /usr/share/doc/spillway/",
     )]);
     roff.to_writer(&mut buf)?;
     man.render_version_section(&mut buf)?;

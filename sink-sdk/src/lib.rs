@@ -110,6 +110,7 @@
 use std::time::Duration;
 
 pub mod abi;
+pub mod keys;
 pub mod output;
 pub mod units;
 

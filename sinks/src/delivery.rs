@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use sink_sdk::keys::{Allowed, DefaultValue, Key, Unit};
 use sink_sdk::Limits;
 
 pub use crate::error::KeyProblem;
@@ -206,6 +207,137 @@ impl Default for DeliveryConfig {
 }
 
 impl DeliveryConfig {
+    /// Every key described for the reference (docs, `spillway.toml(5)`),
+    /// from the same defaults and ranges the check uses.
+    pub(crate) const REFERENCE: &'static [Key] = &[
+        Key {
+            name: "sink.max_records",
+            default: DefaultValue::Int(DEFAULT_MAX_RECORDS as u64),
+            allowed: Allowed::Range {
+                min: *MAX_RECORDS_RANGE.start() as u64,
+                max: *MAX_RECORDS_RANGE.end() as u64,
+                unit: Unit::Count,
+            },
+            also: "",
+            meaning: r#"Most records in one batch."#,
+        },
+        Key {
+            name: "sink.max_bytes",
+            default: DefaultValue::Int(DEFAULT_MAX_BYTES),
+            allowed: Allowed::Range {
+                min: *MAX_BYTES_RANGE.start(),
+                max: *MAX_BYTES_RANGE.end(),
+                unit: Unit::Bytes,
+            },
+            also: "",
+            meaning: r#"Most payload bytes in one batch; a single larger record is still offered alone."#,
+        },
+        Key {
+            name: "sink.linger_ms",
+            default: DefaultValue::Int(DEFAULT_LINGER_MS),
+            allowed: Allowed::Range {
+                min: *LINGER_MS_RANGE.start(),
+                max: *LINGER_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"How long the drain waits for more records before sending a batch that is not full."#,
+        },
+        Key {
+            name: "sink.retry_initial_ms",
+            default: DefaultValue::Int(DEFAULT_RETRY_INITIAL_MS),
+            allowed: Allowed::Range {
+                min: *RETRY_INITIAL_MS_RANGE.start(),
+                max: *RETRY_INITIAL_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"First backoff after a transient failure; doubles (with jitter) on each further failure."#,
+        },
+        Key {
+            name: "sink.retry_max_ms",
+            default: DefaultValue::Int(DEFAULT_RETRY_MAX_MS),
+            allowed: Allowed::Range {
+                min: *RETRY_MAX_MS_RANGE.start(),
+                max: *RETRY_MAX_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "≥ `retry_initial_ms`",
+            meaning: r#"Longest backoff between two attempts; also the longest `Retry-After` honoured."#,
+        },
+        Key {
+            name: "sink.max_retry_duration_ms",
+            default: DefaultValue::Int(0),
+            allowed: Allowed::ZeroOrRange {
+                zero: "retry forever",
+                min: *MAX_RETRY_DURATION_MS_RANGE.start(),
+                max: *MAX_RETRY_DURATION_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"After a batch has failed transiently for this long it is dead-lettered."#,
+        },
+        Key {
+            name: "sink.build_timeout_ms",
+            default: DefaultValue::Int(DEFAULT_BUILD_TIMEOUT_MS),
+            allowed: Allowed::Range {
+                min: *BUILD_TIMEOUT_MS_RANGE.start(),
+                max: *BUILD_TIMEOUT_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"Deadline for building a new sink and running its health check (at start, at a reload, in `spillway check`); it runs on a thread of its own, so ingest, `ctl` and `/ready` never wait for it; past the deadline a reload is refused and the running sink keeps delivering."#,
+        },
+        Key {
+            name: "sink.start",
+            default: DefaultValue::Str("end"),
+            allowed: Allowed::Text(r#"`"end"`, `"oldest"`"#),
+            also: "",
+            meaning: r#"Where a sink added by a reload (while the daemon runs) starts reading: `"end"` delivers only records that arrive from then on, `"oldest"` starts at the oldest record the buffer still holds for some sink. A sink that is in the config when the daemon starts and has no cursor yet (a new data folder, a sink added while it was stopped, a cursor file lost) always starts at the oldest: nothing is skipped at a start."#,
+        },
+        Key {
+            name: "sink.lag_bytes_max",
+            default: DefaultValue::Int(0),
+            allowed: Allowed::ZeroOrRange {
+                zero: "no limit",
+                min: *LAG_BYTES_MAX_RANGE.start(),
+                max: *LAG_BYTES_MAX_RANGE.end(),
+                unit: Unit::Bytes,
+            },
+            also: "",
+            meaning: r#"How far, in bytes of buffered records, the sink may fall behind the newest record before `on_lag` applies."#,
+        },
+        Key {
+            name: "sink.on_lag",
+            default: DefaultValue::Str("block"),
+            allowed: Allowed::Text(r#"`"block"`, `"skip"`"#),
+            also: "",
+            meaning: r#"At `lag_bytes_max`: `"block"` keeps every record for this sink (the buffer grows until it catches up, and, full, slows the producers); `"skip"` skips the sink ahead to half the limit, counting and logging the records it never receives (see [Lagging sinks](#a-lagging-sink-block-or-skip)). `"skip"` needs `lag_bytes_max`."#,
+        },
+        Key {
+            name: "sink.batches_in_flight",
+            default: DefaultValue::Int(1),
+            allowed: Allowed::Range {
+                min: *BATCHES_IN_FLIGHT_RANGE.start() as u64,
+                max: *BATCHES_IN_FLIGHT_RANGE.end() as u64,
+                unit: Unit::Count,
+            },
+            also: r#"or `"adaptive"`"#,
+            meaning: r#"Batches the sink may have in flight at once, per shard; `"adaptive"` learns how many the sink takes without pushing back or slowing down, up to `batches_in_flight_max` (see [Batches in flight](#batches-in-flight)). **Above 1 (and with `"adaptive"`) order across batches is not kept**; records within a batch keep theirs."#,
+        },
+        Key {
+            name: "sink.batches_in_flight_max",
+            default: DefaultValue::Int(DEFAULT_BATCHES_IN_FLIGHT_MAX as u64),
+            allowed: Allowed::Range {
+                min: *BATCHES_IN_FLIGHT_MAX_RANGE.start() as u64,
+                max: *BATCHES_IN_FLIGHT_MAX_RANGE.end() as u64,
+                unit: Unit::Count,
+            },
+            also: "",
+            meaning: r#"With `batches_in_flight = "adaptive"` only (an error otherwise): the most batches in flight per shard."#,
+        },
+    ];
+
     pub(crate) const KEYS: &'static [&'static str] = &[
         "max_records",
         "max_bytes",

@@ -35,6 +35,7 @@ pub mod http;
 pub mod nats;
 pub mod noop;
 pub mod plugin;
+mod reference;
 pub mod registry;
 pub mod regular_file;
 pub mod sink_type;
@@ -47,6 +48,7 @@ pub use config::{
     Concurrency, DeliveryConfig, OnLag, SinkConfig, StartAt, TypeConfig, DEFAULT_TABLE,
 };
 pub use error::{KeyProblem, SinkConfigError, SinkError};
+pub use reference::reference_tables;
 pub use registry::{CheckedSink, SinkType, TypeKeys, SINK_TYPES};
 pub use sink_type::SinkEnv;
 

@@ -16,6 +16,7 @@ pub static TYPE: SinkType = SinkType {
     name: "noop",
     about: "Accept and count the records, deliver them nowhere (benchmarks).",
     keys: &[],
+    reference: &[],
     unset: || Box::new(NoopKeys),
 };
 

@@ -22,6 +22,9 @@ pub struct SinkType {
     /// The keys of this type, as the user writes them (the delivery keys,
     /// which every type has, aside).
     pub keys: &'static [&'static str],
+    /// The same keys described for the reference (docs/sinks.md,
+    /// `spillway.toml(5)`): default, allowed values, meaning.
+    pub reference: &'static [sink_sdk::keys::Key],
     /// The type's keys with none set, ready to be read.
     pub unset: fn() -> Box<dyn TypeKeys>,
 }

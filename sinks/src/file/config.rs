@@ -7,6 +7,7 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 use serde::Deserialize;
+use sink_sdk::keys::{Allowed, DefaultValue, Key, Unit};
 use sink_sdk::output::AppendRules;
 use sink_sdk::Limits;
 
@@ -56,6 +57,45 @@ pub struct FileConfig {
 
 impl FileConfig {
     /// Every key of this type, as the user writes it.
+    /// Every key described for the reference (docs, `spillway.toml(5)`),
+    /// from the same defaults and ranges the check uses.
+    pub(crate) const REFERENCE: &'static [Key] = &[
+        Key {
+            name: "sink.file.path",
+            default: DefaultValue::Required,
+            allowed: Allowed::Text(
+                r#"a file path, relative to the daemon's working folder or absolute"#,
+            ),
+            also: "",
+            meaning: r#"The file records are appended to; its folder is created (mode 0700) if missing, the file is created with mode 0600."#,
+        },
+        Key {
+            name: "sink.file.format",
+            default: DefaultValue::Str("ndjson"),
+            allowed: Allowed::Text(r#"`"ndjson"`, `"length_prefixed"`"#),
+            also: "",
+            meaning: r#"How records are framed in the file."#,
+        },
+        Key {
+            name: "sink.file.rotate_bytes",
+            default: DefaultValue::Int(DEFAULT_ROTATE_BYTES),
+            allowed: Allowed::Range {
+                min: *ROTATE_BYTES_RANGE.start(),
+                max: *ROTATE_BYTES_RANGE.end(),
+                unit: Unit::Bytes,
+            },
+            also: "",
+            meaning: r#"When an append would make the file larger than this, the file is rotated first."#,
+        },
+        Key {
+            name: "sink.file.fsync",
+            default: DefaultValue::Bool(true),
+            allowed: Allowed::Text(r#"`true`, `false`"#),
+            also: "",
+            meaning: r#"Fdatasync the file after every batch, before the batch counts as delivered."#,
+        },
+    ];
+
     pub(crate) const KEYS: &'static [&'static str] = &["path", "format", "rotate_bytes", "fsync"];
 
     /// Reads the value of `key`, one of [`FileConfig::KEYS`].

@@ -55,6 +55,7 @@ pub static TYPE: SinkType = SinkType {
     name: "file",
     about: "Append the records to a local file.",
     keys: FileConfig::KEYS,
+    reference: FileConfig::REFERENCE,
     unset: || Box::<FileConfig>::default(),
 };
 

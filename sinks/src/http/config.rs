@@ -16,6 +16,7 @@ use std::time::Duration;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use reqwest::{Method, Url};
 use serde::Deserialize;
+use sink_sdk::keys::{Allowed, DefaultValue, Key, Unit};
 use sink_sdk::Limits;
 
 use crate::delivery::{check_env_var_name, check_range, DeliveryConfig};
@@ -139,6 +140,82 @@ impl fmt::Debug for HttpConfig {
 
 impl HttpConfig {
     /// Every key of this type, as the user writes it.
+    /// Every key described for the reference (docs, `spillway.toml(5)`),
+    /// from the same defaults and ranges the check uses.
+    pub(crate) const REFERENCE: &'static [Key] = &[
+        Key {
+            name: "sink.http.url",
+            default: DefaultValue::Required,
+            allowed: Allowed::Text(r#"an `http://` or `https://` URL with a host"#),
+            also: "",
+            meaning: r#"The endpoint."#,
+        },
+        Key {
+            name: "sink.http.delivery",
+            default: DefaultValue::Str("batched"),
+            allowed: Allowed::Text(r#"`"batched"`, `"per_record"`"#),
+            also: "",
+            meaning: r#"One request per batch, or one per record."#,
+        },
+        Key {
+            name: "sink.http.method",
+            default: DefaultValue::Str("POST"),
+            allowed: Allowed::Text(r#"`"POST"`, `"PUT"`, `"PATCH"`"#),
+            also: "",
+            meaning: r#"HTTP method of every request."#,
+        },
+        Key {
+            name: "sink.http.headers",
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a table of string = string; valid header names and values"#),
+            also: "",
+            meaning: r#"Extra headers on every request (see below)."#,
+        },
+        Key {
+            name: "sink.http.bearer_token_env",
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"an environment variable name"#),
+            also: "",
+            meaning: r#"The variable holding a token, sent as `Authorization: Bearer <token>`; it must be set (and non-empty) when the sink is built, at start and at every reload; `spillway check` checks it too."#,
+        },
+        Key {
+            name: "sink.http.gzip",
+            default: DefaultValue::Bool(false),
+            allowed: Allowed::Text(r#"`true`, `false`"#),
+            also: "",
+            meaning: r#"Gzip every request body and send `Content-Encoding: gzip`."#,
+        },
+        Key {
+            name: "sink.http.timeout_ms",
+            default: DefaultValue::Int(DEFAULT_TIMEOUT_MS),
+            allowed: Allowed::Range {
+                min: *TIMEOUT_MS_RANGE.start(),
+                max: *TIMEOUT_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"Limit of one request, from connect to the last response byte."#,
+        },
+        Key {
+            name: "sink.http.concurrency",
+            default: DefaultValue::Int(DEFAULT_CONCURRENCY as u64),
+            allowed: Allowed::Range {
+                min: *CONCURRENCY_RANGE.start() as u64,
+                max: *CONCURRENCY_RANGE.end() as u64,
+                unit: Unit::Count,
+            },
+            also: "",
+            meaning: r#"`per_record` only: requests in flight at once."#,
+        },
+        Key {
+            name: "sink.http.encoding",
+            default: DefaultValue::Str("ndjson"),
+            allowed: Allowed::Text(r#"`"ndjson"`, `"json_array"`, `"length_prefixed"`"#),
+            also: "",
+            meaning: r#"`batched` only: how records are framed in the body."#,
+        },
+    ];
+
     pub(crate) const KEYS: &'static [&'static str] = &[
         "url",
         "delivery",

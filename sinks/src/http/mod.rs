@@ -49,6 +49,7 @@ pub static TYPE: SinkType = SinkType {
     name: "http",
     about: "POST (or PUT/PATCH) the records to an HTTP endpoint.",
     keys: HttpConfig::KEYS,
+    reference: HttpConfig::REFERENCE,
     unset: || Box::<HttpConfig>::default(),
 };
 

@@ -7,6 +7,7 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use sink_sdk::keys::{Allowed, DefaultValue, Key, Unit};
 use sink_sdk::Limits;
 
 use crate::delivery::{check_env_var_name, check_range, DeliveryConfig};
@@ -91,6 +92,123 @@ pub(crate) struct NatsSettings {
 
 impl NatsConfig {
     /// Every key of this type, as the user writes it.
+    /// Every key described for the reference (docs, `spillway.toml(5)`),
+    /// from the same defaults and ranges the check uses.
+    pub(crate) const REFERENCE: &'static [Key] = &[
+        Key {
+            name: "sink.nats.servers",
+            default: DefaultValue::Required,
+            allowed: Allowed::Text(r#"1..=32 `nats://HOST:PORT` or `tls://HOST:PORT` URLs"#),
+            also: "",
+            meaning: r#"Servers of the cluster; the client learns the others from the first it reaches and reconnects by itself."#,
+        },
+        Key {
+            name: "sink.nats.subject",
+            default: DefaultValue::Required,
+            allowed: Allowed::Text(
+                r#"a NATS subject, no wildcards; `{shard}` is replaced by the record's shard"#,
+            ),
+            also: "",
+            meaning: r#"The subject every record is published on, e.g. `"events.{shard}"`."#,
+        },
+        Key {
+            name: "sink.nats.stream",
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a stream name (letters, digits, `-`, `_`)"#),
+            also: "",
+            meaning: r#"The stream that must take `subject`: checked at start, at a reload and by `spillway check` (see below)."#,
+        },
+        Key {
+            name: "sink.nats.token_env",
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"an environment variable name"#),
+            also: "",
+            meaning: r#"A token, read from this variable when the sink is built."#,
+        },
+        Key {
+            name: "sink.nats.user",
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a user name"#),
+            also: "",
+            meaning: r#"With `password_env` (both, or neither)."#,
+        },
+        Key {
+            name: "sink.nats.password_env",
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"an environment variable name"#),
+            also: "",
+            meaning: r#"The variable holding `user`'s password, read when the sink is built."#,
+        },
+        Key {
+            name: "sink.nats.creds_file",
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a path"#),
+            also: "",
+            meaning: r#"A `.creds` file (JWT and NKey seed)."#,
+        },
+        Key {
+            name: "sink.nats.ca_file",
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a path (PEM)"#),
+            also: "",
+            meaning: r#"CA certificates the servers' certificates must chain to; implies TLS."#,
+        },
+        Key {
+            name: "sink.nats.cert_file",
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a path (PEM)"#),
+            also: "",
+            meaning: r#"A client certificate for mutual TLS, with `key_file` (both, or neither)."#,
+        },
+        Key {
+            name: "sink.nats.key_file",
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a path (PEM)"#),
+            also: "",
+            meaning: r#"The client certificate's private key."#,
+        },
+        Key {
+            name: "sink.nats.ack_timeout_ms",
+            default: DefaultValue::Int(DEFAULT_ACK_TIMEOUT_MS),
+            allowed: Allowed::Range {
+                min: *ACK_TIMEOUT_MS_RANGE.start(),
+                max: *ACK_TIMEOUT_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"How long a publish waits for its PubAck before it is retried."#,
+        },
+        Key {
+            name: "sink.nats.connect_timeout_ms",
+            default: DefaultValue::Int(DEFAULT_CONNECT_TIMEOUT_MS),
+            allowed: Allowed::Range {
+                min: *CONNECT_TIMEOUT_MS_RANGE.start(),
+                max: *CONNECT_TIMEOUT_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"How long connecting waits for a server."#,
+        },
+        Key {
+            name: "sink.nats.publishes_in_flight",
+            default: DefaultValue::Int(DEFAULT_PUBLISHES_IN_FLIGHT as u64),
+            allowed: Allowed::Range {
+                min: *PUBLISHES_IN_FLIGHT_RANGE.start() as u64,
+                max: *PUBLISHES_IN_FLIGHT_RANGE.end() as u64,
+                unit: Unit::Count,
+            },
+            also: "",
+            meaning: r#"Publishes of one batch awaiting their PubAck at once (pipelining)."#,
+        },
+        Key {
+            name: "sink.nats.server_sync_always",
+            default: DefaultValue::Bool(false),
+            allowed: Allowed::Text(r#"`true`, `false`"#),
+            also: "",
+            meaning: r#"Say that every server runs with `jetstream { sync_interval: always }`: silences the start-up warning below."#,
+        },
+    ];
+
     pub(crate) const KEYS: &'static [&'static str] = &[
         "servers",
         "subject",

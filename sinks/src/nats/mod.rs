@@ -37,6 +37,7 @@ pub static TYPE: SinkType = SinkType {
     name: "nats",
     about: "Publish each record to a NATS JetStream stream, once (the stream's duplicate window removes redelivery).",
     keys: NatsConfig::KEYS,
+    reference: NatsConfig::REFERENCE,
     unset: || Box::<NatsConfig>::default(),
 };
 

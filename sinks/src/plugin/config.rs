@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use crate::delivery::required_path;
 use crate::KeyProblem;
+use sink_sdk::keys::{Allowed, DefaultValue, Key};
 
 /// The keys of `type = "plugin"` (mirrored in `docs/sinks.md`).
 #[derive(Clone, PartialEq, Default)]
@@ -34,6 +35,25 @@ impl std::fmt::Debug for PluginConfig {
 
 impl PluginConfig {
     /// Every key of this type, as the user writes it.
+    /// Every key described for the reference (docs, `spillway.toml(5)`),
+    /// from the same defaults and ranges the check uses.
+    pub(crate) const REFERENCE: &'static [Key] = &[
+        Key {
+            name: "sink.plugin.path",
+            default: DefaultValue::Required,
+            allowed: Allowed::Text(r#"a path to a shared library"#),
+            also: "",
+            meaning: r#"The plugin, e.g. `target/release/libspillway_plugin_file.so`; it is copied to a private file before loading, so rebuilding it in place and reloading picks up the new build."#,
+        },
+        Key {
+            name: "sink.plugin.options",
+            default: DefaultValue::Unset("empty"),
+            allowed: Allowed::Text(r#"a TOML table, written `[sink.options]`"#),
+            also: "",
+            meaning: r#"The plugin's own settings, passed to its `create` as TOML text; the plugin validates them and a refusal is reported with the plugin's name."#,
+        },
+    ];
+
     pub(crate) const KEYS: &'static [&'static str] = &["path", "options"];
 
     /// Reads the value of `key`, one of [`PluginConfig::KEYS`].

@@ -73,6 +73,7 @@ pub static TYPE: SinkType = SinkType {
     name: "plugin",
     about: "A sink plugin: a `cdylib` built against sink-sdk, loaded at run time.",
     keys: PluginConfig::KEYS,
+    reference: PluginConfig::REFERENCE,
     unset: || Box::<PluginConfig>::default(),
 };
 

@@ -14,10 +14,15 @@ use spillway_sinks::SinkConfig;
 
 use crate::logging::LogFormat;
 
-/// The embedded default configuration (also `configs/default.toml`).
-pub const DEFAULT_CONFIG: &str = include_str!("../../configs/default.toml");
+mod keys;
+pub use keys::TABLES;
+use keys::*;
 
-use sink_sdk::units::{GIB, KIB, MIB};
+/// The embedded default configuration (also `configs/default.toml`).
+pub const DEFAULT_CONFIG: &str = include_str!("../../../configs/default.toml");
+
+use sink_sdk::keys::Key;
+use sink_sdk::units::MIB;
 
 /// A configuration that could not be used, naming the key and the rule.
 #[derive(Debug, thiserror::Error)]
@@ -84,10 +89,10 @@ pub struct AdminConfig {
 impl Default for AdminConfig {
     fn default() -> Self {
         AdminConfig {
-            socket_path: PathBuf::from("spillway-data/admin.sock"),
+            socket_path: PathBuf::from(ADMIN_SOCKET_PATH.text()),
             metrics_address: None,
-            connections_max: 16,
-            ready_stall_ms: 5_000,
+            connections_max: ADMIN_CONNECTIONS_MAX.int() as u32,
+            ready_stall_ms: ADMIN_READY_STALL_MS.int(),
         }
     }
 }
@@ -162,7 +167,7 @@ pub struct HttpIngestConfig {
     pub listen: String,
     /// TLS on (the default: `cert` and `key` needed); `false` only on a
     /// loopback address.
-    #[serde(default = "yes")]
+    #[serde(default = "http_tls_default")]
     pub tls: bool,
     /// PEM certificate chain (the server's first).
     pub cert: Option<PathBuf>,
@@ -197,7 +202,7 @@ pub struct TcpDoorConfig {
     pub listen: String,
     /// TLS on (the default: `cert` and `key` needed); `false` only on a
     /// loopback address.
-    #[serde(default = "yes")]
+    #[serde(default = "tcp_tls_default")]
     pub tls: bool,
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
@@ -206,7 +211,7 @@ pub struct TcpDoorConfig {
     /// With `client_ca`: names of which a client certificate must carry one.
     pub allowed_names: Option<Vec<String>>,
     /// This door's connections open at once. 1..=65536.
-    #[serde(default = "http_max_connections_default")]
+    #[serde(default = "tcp_max_connections_default")]
     pub max_connections: u32,
 }
 
@@ -229,13 +234,7 @@ impl TcpDoorConfig {
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.door().check()?;
-        range_u64(
-            "server.tcp.max_connections",
-            self.max_connections as u64,
-            1,
-            65_536,
-            "",
-        )
+        in_range(&SERVER_TCP_MAX_CONNECTIONS, self.max_connections as u64)
     }
 
     /// The TLS files, when TLS is on.
@@ -259,23 +258,14 @@ impl DoorKind {
         }
     }
 
-    /// The full name of the door's key `key`.
+    /// The full name of the door's key `key`, as the key table has it.
     fn key(self, key: &str) -> &'static str {
-        match (self, key) {
-            (DoorKind::Http, "listen") => "server.http.listen",
-            (DoorKind::Http, "tls") => "server.http.tls",
-            (DoorKind::Http, "cert") => "server.http.cert",
-            (DoorKind::Http, "key") => "server.http.key",
-            (DoorKind::Http, "client_ca") => "server.http.client_ca",
-            (DoorKind::Http, "allowed_names") => "server.http.allowed_names",
-            (DoorKind::Tcp, "listen") => "server.tcp.listen",
-            (DoorKind::Tcp, "tls") => "server.tcp.tls",
-            (DoorKind::Tcp, "cert") => "server.tcp.cert",
-            (DoorKind::Tcp, "key") => "server.tcp.key",
-            (DoorKind::Tcp, "client_ca") => "server.tcp.client_ca",
-            (DoorKind::Tcp, "allowed_names") => "server.tcp.allowed_names",
-            _ => self.prefix(),
-        }
+        TABLES
+            .iter()
+            .filter(|t| t.name == self.prefix())
+            .flat_map(|t| t.keys)
+            .find(|k| k.short() == key)
+            .map_or(self.prefix(), |k| k.name)
     }
 }
 
@@ -364,20 +354,28 @@ impl Door<'_> {
     }
 }
 
-fn yes() -> bool {
-    true
+fn http_tls_default() -> bool {
+    SERVER_HTTP_TLS.flag()
+}
+
+fn tcp_tls_default() -> bool {
+    SERVER_TCP_TLS.flag()
 }
 
 fn http_body_bytes_max_default() -> u64 {
-    16 * MIB
+    SERVER_HTTP_BODY_BYTES_MAX.int()
 }
 
 fn http_max_connections_default() -> u32 {
-    1024
+    SERVER_HTTP_MAX_CONNECTIONS.int() as u32
+}
+
+fn tcp_max_connections_default() -> u32 {
+    SERVER_TCP_MAX_CONNECTIONS.int() as u32
 }
 
 fn http_request_timeout_default() -> u64 {
-    10_000
+    SERVER_HTTP_REQUEST_TIMEOUT_MS.int()
 }
 
 impl HttpIngestConfig {
@@ -408,27 +406,9 @@ impl HttpIngestConfig {
                 );
             }
         }
-        range_u64(
-            "server.http.body_bytes_max",
-            self.body_bytes_max,
-            KIB,
-            GIB,
-            " bytes",
-        )?;
-        range_u64(
-            "server.http.max_connections",
-            self.max_connections as u64,
-            1,
-            65_536,
-            "",
-        )?;
-        range_u64(
-            "server.http.request_timeout_ms",
-            self.request_timeout_ms,
-            100,
-            600_000,
-            " ms",
-        )
+        in_range(&SERVER_HTTP_BODY_BYTES_MAX, self.body_bytes_max)?;
+        in_range(&SERVER_HTTP_MAX_CONNECTIONS, self.max_connections as u64)?;
+        in_range(&SERVER_HTTP_REQUEST_TIMEOUT_MS, self.request_timeout_ms)
     }
 
     /// The bearer token from `token_env`'s variable; an unset or empty
@@ -455,21 +435,22 @@ impl HttpIngestConfig {
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
-            socket_path: PathBuf::from("spillway-data/spillway.sock"),
-            data_dir: PathBuf::from("spillway-data/wab"),
-            shards: 0,
-            max_connections: 1024,
-            payload_bytes_max: 16 * MIB,
-            connection_read_timeout_ms: 10_000,
-            connection_idle_timeout_ms: 300_000,
-            evict_idle_connections: true,
-            evict_idle_after_ms: 1_000,
-            read_buffer_bytes_max: 128 * MIB,
-            allow_insecure_socket_dir: false,
-            inflight_records_max: 4096,
-            inflight_bytes_max: 32 * MIB,
-            shutdown_timeout_ms: 5_000,
-            socket_mode: SocketMode::PRIVATE,
+            socket_path: PathBuf::from(SERVER_SOCKET_PATH.text()),
+            data_dir: PathBuf::from(SERVER_DATA_DIR.text()),
+            shards: SERVER_SHARDS.int() as u32,
+            max_connections: SERVER_MAX_CONNECTIONS.int() as u32,
+            payload_bytes_max: SERVER_PAYLOAD_BYTES_MAX.int(),
+            connection_read_timeout_ms: SERVER_CONNECTION_READ_TIMEOUT_MS.int(),
+            connection_idle_timeout_ms: SERVER_CONNECTION_IDLE_TIMEOUT_MS.int(),
+            evict_idle_connections: SERVER_EVICT_IDLE_CONNECTIONS.flag(),
+            evict_idle_after_ms: SERVER_EVICT_IDLE_AFTER_MS.int(),
+            read_buffer_bytes_max: SERVER_READ_BUFFER_BYTES_MAX.int(),
+            allow_insecure_socket_dir: SERVER_ALLOW_INSECURE_SOCKET_DIR.flag(),
+            inflight_records_max: SERVER_INFLIGHT_RECORDS_MAX.int() as u32,
+            inflight_bytes_max: SERVER_INFLIGHT_BYTES_MAX.int(),
+            shutdown_timeout_ms: SERVER_SHUTDOWN_TIMEOUT_MS.int(),
+            socket_mode: SocketMode::parse(SERVER_SOCKET_MODE.text())
+                .expect("the key table's socket_mode"),
             socket_group: None,
             allowed_uids: None,
             allowed_gids: None,
@@ -504,12 +485,12 @@ pub struct WabConfig {
 impl Default for WabConfig {
     fn default() -> Self {
         WabConfig {
-            segment_bytes_max: 64 * MIB,
-            wab_bytes_max: 4 * GIB,
-            buffered_flush_interval_ms: 100,
-            fsync_failures_max: 3,
-            flusher_spin_us: 200,
-            group_bytes_max: 4 * MIB,
+            segment_bytes_max: WAB_SEGMENT_BYTES_MAX.int(),
+            wab_bytes_max: WAB_WAB_BYTES_MAX.int(),
+            buffered_flush_interval_ms: WAB_BUFFERED_FLUSH_INTERVAL_MS.int(),
+            fsync_failures_max: WAB_FSYNC_FAILURES_MAX.int() as u32,
+            flusher_spin_us: WAB_FLUSHER_SPIN_US.int(),
+            group_bytes_max: WAB_GROUP_BYTES_MAX.int(),
         }
     }
 }
@@ -527,8 +508,9 @@ pub struct LogConfig {
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
-            level: "info".into(),
-            format: LogFormat::Text,
+            level: LOG_LEVEL.text().into(),
+            format: LogFormat::try_from(LOG_FORMAT.text().to_string())
+                .expect("the key table's log.format"),
         }
     }
 }
@@ -684,20 +666,12 @@ impl ServerConfig {
     }
 }
 
-fn range_u64(
-    key: &'static str,
-    value: u64,
-    min: u64,
-    max: u64,
-    unit: &str,
-) -> Result<(), ConfigError> {
-    if (min..=max).contains(&value) {
-        return Ok(());
-    }
-    Err(ConfigError::Range {
-        key,
+/// `value` against `key`'s range in the key table; the error names both.
+fn in_range(key: &Key, value: u64) -> Result<(), ConfigError> {
+    key.check(value).map_err(|allowed| ConfigError::Range {
+        key: key.name,
         value: value.to_string(),
-        allowed: format!("{min}..={max}{unit}"),
+        allowed,
     })
 }
 
@@ -911,113 +885,41 @@ impl Config {
         if let Some(tcp) = &s.tcp {
             tcp.validate()?;
         }
-        range_u64(
-            "server.shards",
-            s.shards as u64,
-            0,
-            256,
-            " (0 = one per core)",
-        )?;
-        range_u64(
-            "server.max_connections",
-            s.max_connections as u64,
-            1,
-            65_536,
-            "",
-        )?;
-        range_u64(
-            "server.payload_bytes_max",
-            s.payload_bytes_max,
-            1,
-            16 * MIB,
-            " bytes",
-        )?;
-        range_u64(
-            "server.connection_read_timeout_ms",
+        in_range(&SERVER_SHARDS, s.shards as u64)?;
+        in_range(&SERVER_MAX_CONNECTIONS, s.max_connections as u64)?;
+        in_range(&SERVER_PAYLOAD_BYTES_MAX, s.payload_bytes_max)?;
+        in_range(
+            &SERVER_CONNECTION_READ_TIMEOUT_MS,
             s.connection_read_timeout_ms,
-            100,
-            600_000,
-            " ms",
         )?;
-        range_u64(
-            "server.connection_idle_timeout_ms",
+        in_range(
+            &SERVER_CONNECTION_IDLE_TIMEOUT_MS,
             s.connection_idle_timeout_ms,
-            1_000,
-            86_400_000,
-            " ms",
         )?;
-        range_u64(
-            "server.evict_idle_after_ms",
-            s.evict_idle_after_ms,
-            0,
-            3_600_000,
-            " ms",
-        )?;
-        range_u64(
-            "server.read_buffer_bytes_max",
-            s.read_buffer_bytes_max,
-            s.payload_bytes_max.max(MIB),
-            64 * GIB,
-            " bytes (at least server.payload_bytes_max, so the largest frame can arrive)",
-        )?;
-        range_u64(
-            "server.inflight_records_max",
-            s.inflight_records_max as u64,
-            1,
-            65_536,
-            "",
-        )?;
-        range_u64(
-            "server.inflight_bytes_max",
-            s.inflight_bytes_max,
-            64 * KIB,
-            GIB,
-            " bytes",
-        )?;
-        range_u64(
-            "server.shutdown_timeout_ms",
-            s.shutdown_timeout_ms,
-            0,
-            600_000,
-            " ms",
-        )?;
+        in_range(&SERVER_EVICT_IDLE_AFTER_MS, s.evict_idle_after_ms)?;
+        in_range(&SERVER_READ_BUFFER_BYTES_MAX, s.read_buffer_bytes_max)?;
+        if s.read_buffer_bytes_max < s.payload_bytes_max {
+            return Err(ConfigError::Invalid {
+                key: "server.read_buffer_bytes_max",
+                message: format!(
+                    "{} is smaller than server.payload_bytes_max ({}); the largest frame could never arrive",
+                    s.read_buffer_bytes_max, s.payload_bytes_max
+                ),
+            });
+        }
+        in_range(&SERVER_INFLIGHT_RECORDS_MAX, s.inflight_records_max as u64)?;
+        in_range(&SERVER_INFLIGHT_BYTES_MAX, s.inflight_bytes_max)?;
+        in_range(&SERVER_SHUTDOWN_TIMEOUT_MS, s.shutdown_timeout_ms)?;
         let w = &self.wab;
-        range_u64(
-            "wab.segment_bytes_max",
-            w.segment_bytes_max,
-            MIB,
-            GIB,
-            " bytes",
-        )?;
-        range_u64(
-            "wab.wab_bytes_max",
-            w.wab_bytes_max,
-            4 * MIB,
-            16 * 1024 * GIB,
-            " bytes",
-        )?;
-        range_u64(
-            "wab.buffered_flush_interval_ms",
+        in_range(&WAB_SEGMENT_BYTES_MAX, w.segment_bytes_max)?;
+        in_range(&WAB_WAB_BYTES_MAX, w.wab_bytes_max)?;
+        in_range(
+            &WAB_BUFFERED_FLUSH_INTERVAL_MS,
             w.buffered_flush_interval_ms,
-            1,
-            60_000,
-            " ms",
         )?;
-        range_u64(
-            "wab.fsync_failures_max",
-            w.fsync_failures_max as u64,
-            1,
-            100,
-            "",
-        )?;
-        range_u64("wab.flusher_spin_us", w.flusher_spin_us, 0, 10_000, " µs")?;
-        range_u64(
-            "wab.group_bytes_max",
-            w.group_bytes_max,
-            64 * KIB,
-            GIB,
-            " bytes",
-        )?;
+        in_range(&WAB_FSYNC_FAILURES_MAX, w.fsync_failures_max as u64)?;
+        in_range(&WAB_FLUSHER_SPIN_US, w.flusher_spin_us)?;
+        in_range(&WAB_GROUP_BYTES_MAX, w.group_bytes_max)?;
         if w.wab_bytes_max < w.segment_bytes_max {
             return Err(ConfigError::Invalid {
                 key: "wab.wab_bytes_max",
@@ -1027,20 +929,11 @@ impl Config {
                 ),
             });
         }
-        range_u64(
-            "admin.connections_max",
+        in_range(
+            &ADMIN_CONNECTIONS_MAX,
             u64::from(self.admin.connections_max),
-            1,
-            1024,
-            "",
         )?;
-        range_u64(
-            "admin.ready_stall_ms",
-            self.admin.ready_stall_ms,
-            100,
-            3_600_000,
-            " ms",
-        )?;
+        in_range(&ADMIN_READY_STALL_MS, self.admin.ready_stall_ms)?;
         if self.admin.socket_path.as_os_str().is_empty()
             || self.admin.socket_path == self.server.socket_path
         {

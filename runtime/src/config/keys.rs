@@ -1,0 +1,557 @@
+//! Every key of the daemon's own tables (`[server]`, `[server.tcp]`,
+//! `[server.http]`, `[wab]`, `[admin]`, `[log]`), described once. The
+//! structs take their defaults from here, `validate` its ranges, and the
+//! reference (docs/configuration.md's tables, `spillway.toml(5)`) is
+//! rendered from it (`crate::reference`); a test fails when a struct has a
+//! key this file does not describe, or when the checked-in reference is not
+//! what this file renders. The sink tables are described by the sinks
+//! crate (`spillway_sinks::reference`).
+
+use sink_sdk::keys::{Allowed, DefaultValue, Key, Table, Unit};
+use sink_sdk::units::{GIB, KIB, MIB};
+
+pub const SERVER_SOCKET_PATH: Key = Key {
+    name: "server.socket_path",
+    default: DefaultValue::Path("spillway-data/spillway.sock"),
+    allowed: Allowed::Text(r#"a path of at most 107 bytes"#),
+    also: "",
+    meaning: r#"Unix socket producers connect to. Mode `socket_mode` (0600 unless set); its folder is created 0700 if missing. A stale socket from a dead daemon is replaced; a live one is never replaced ("already listening"), and `<socket_path>.lock` (an exclusive lock held while the daemon runs) keeps two daemons started at once from replacing each other's socket. The daemon refuses to start when another user could replace the socket: see [security.md](security.md)."#,
+};
+
+pub const SERVER_SOCKET_MODE: Key = Key {
+    name: "server.socket_mode",
+    default: DefaultValue::Str("0600"),
+    allowed: Allowed::Text(
+        r#"a string of 3 or 4 octal digits, at most `"0777"`, owner read and write kept"#,
+    ),
+    also: "",
+    meaning: r#"Permission bits of the producer socket, applied right after bind and before the first connection. `"0660"` lets the socket's group connect (a producer must also be able to search every folder on the way). A TOML integer is refused (`660` unquoted is decimal). The admin socket always stays 0600. The trade-off is in [operations.md](operations.md#socket-access)."#,
+};
+
+pub const SERVER_SOCKET_GROUP: Key = Key {
+    name: "server.socket_group",
+    default: DefaultValue::Unset("the daemon's group"),
+    allowed: Allowed::Text(r#"a group name (`"spillway"`) or a numeric gid (`10001`)"#),
+    also: "",
+    meaning: r#"The group the producer socket is given (before its mode is applied). Looked up when the daemon starts: an unknown group stops the start with an error naming this key. The daemon's user must be a member of it, or root."#,
+};
+
+pub const SERVER_ALLOWED_UIDS: Key = Key {
+    name: "server.allowed_uids",
+    default: DefaultValue::Unset("anyone the socket's mode lets in"),
+    allowed: Allowed::Text(r#"a list of numeric uids, `[1001, 1002]` (not empty)"#),
+    also: "",
+    meaning: r#"Only processes running as one of these uids may push over the Unix socket. Checked at accept from the peer's credentials (SO_PEERCRED: the uid, gid and pid the kernel recorded when it connected), before a byte is read: any other peer's connection is closed at once, counted (`connections_refused{reason="peer_uid"}`) and logged with its uid, gid and pid (at most one line a second). With `allowed_gids` too, a peer matching either list is let in. Root is not let in unless listed. A change needs a restart. Find a user's uid with `id -u NAME`."#,
+};
+
+pub const SERVER_ALLOWED_GIDS: Key = Key {
+    name: "server.allowed_gids",
+    default: DefaultValue::Unset(""),
+    allowed: Allowed::Text(r#"a list of numeric gids, `[10001]` (not empty)"#),
+    also: "",
+    meaning: r#"As `allowed_uids`, by the peer process's effective gid (its primary group, or what it setgid to; supplementary groups are not seen). Find a group's gid with `getent group NAME`."#,
+};
+
+pub const SERVER_ALLOW_INSECURE_SOCKET_DIR: Key = Key {
+    name: "server.allow_insecure_socket_dir",
+    default: DefaultValue::Bool(false),
+    allowed: Allowed::Text(r#"`true`, `false`"#),
+    also: "",
+    meaning: r#"Start even when the socket's folder is writable by another user (or a folder above it is writable by others without the sticky bit). A warning is logged at every start. See [security.md](security.md)."#,
+};
+
+pub const SERVER_DATA_DIR: Key = Key {
+    name: "server.data_dir",
+    default: DefaultValue::Path("spillway-data/wab"),
+    allowed: Allowed::Text(r#"a path: a folder that is empty, missing or spillway's own"#),
+    also: "",
+    meaning: r#"The write-ahead buffer: `shard-NNN/` folders (segments, the shard's `checkpoint`, one `cursor-NAME` per sink), `sinks/NAME/dead-letter/` (each sink's dead letters). It must be empty, missing, or hold only what spillway makes there (`shard-NNN`, `sinks`, `dead-letter` (the single-sink release's layout), `LOCK`, and the sockets this config puts there with their `.lock` files; a file system's `lost+found` is allowed, so a dedicated mount can be it): a folder holding anything else (`/etc`, a home folder) is refused at start and by `spillway check`, naming a few of the entries. Folders 0700, files 0600. A data folder belongs to one daemon: `data_dir/LOCK` is locked (`flock`) before recovery and held for the life of the process; a second daemon on the same folder exits at once, naming the folder and the holder's pid. The lock goes away with the process, also on SIGKILL. `spillway inspect` and `spillway ctl` only read and take no lock."#,
+};
+
+pub const SERVER_SHARDS: Key = Key {
+    name: "server.shards",
+    default: DefaultValue::Int(0),
+    allowed: Allowed::Range {
+        min: 0,
+        max: 256,
+        unit: Unit::Count,
+    },
+    also: "0 = one per core",
+    meaning: r#"Independent segment streams, each with its own flusher, sealer and drain thread. Connections are spread round-robin. More shards spread fsyncs; fewer shards put more records into each fsync. Lowering it never orphans records: every `shard-NNN` folder already in `data_dir` is served (a warning says so)."#,
+};
+
+pub const SERVER_MAX_CONNECTIONS: Key = Key {
+    name: "server.max_connections",
+    default: DefaultValue::Int(1024),
+    allowed: Allowed::Range {
+        min: 1,
+        max: 65536,
+        unit: Unit::Count,
+    },
+    also: "",
+    meaning: r#"Open connections past this are closed at once (unless an idle one can be evicted, see `evict_idle_connections`); the others are unaffected. At start the daemon raises its soft file descriptor limit to the hard limit and refuses a value that leaves fewer than 64 + 8 per shard + `admin.connections_max` per admin listener descriptors for segments, checkpoints, sinks and the admin listeners, naming the numbers (fix: lower this, or raise `ulimit -n` / `LimitNOFILE=`); see [file descriptors](#file-descriptors). When `accept()` still fails (EMFILE), the accept loop pauses (5 ms doubling to 1 s) and logs at most one line per second with a count."#,
+};
+
+pub const SERVER_PAYLOAD_BYTES_MAX: Key = Key {
+    name: "server.payload_bytes_max",
+    default: DefaultValue::Int(16 * MIB),
+    allowed: Allowed::Range {
+        min: 1,
+        max: 16 * MIB,
+        unit: Unit::Bytes,
+    },
+    also: "",
+    meaning: r#"Largest frame payload (a PushBatch counts whole). Checked from the header, before the payload is read: `PayloadTooLarge`."#,
+};
+
+pub const SERVER_CONNECTION_READ_TIMEOUT_MS: Key = Key {
+    name: "server.connection_read_timeout_ms",
+    default: DefaultValue::Int(10_000),
+    allowed: Allowed::Range {
+        min: 100,
+        max: 600_000,
+        unit: Unit::Ms,
+    },
+    also: "",
+    meaning: r#"A frame that has started arriving must be complete within this; otherwise the connection is closed (slowloris)."#,
+};
+
+pub const SERVER_CONNECTION_IDLE_TIMEOUT_MS: Key = Key {
+    name: "server.connection_idle_timeout_ms",
+    default: DefaultValue::Int(300_000),
+    allowed: Allowed::Range {
+        min: 1_000,
+        max: 86_400_000,
+        unit: Unit::Ms,
+    },
+    also: "",
+    meaning: r#"A connection with nothing in progress (no partial frame, no frame waiting for its ack) for this long is closed, so idle sockets cannot hold `max_connections` against other producers. So is one whose peer reads none of its acks for this long (`write_timeouts` in `ctl stats`): not sooner, since while it waits it costs only its unwritten acks, and closing it would invite it to reconnect and push another window of records. Clients reconnect on demand; keep it above your producers' longest quiet spell if reconnects cost you."#,
+};
+
+pub const SERVER_EVICT_IDLE_CONNECTIONS: Key = Key {
+    name: "server.evict_idle_connections",
+    default: DefaultValue::Bool(true),
+    allowed: Allowed::Text(r#"`true`, `false`"#),
+    also: "",
+    meaning: r#"At `max_connections`, a new connection closes the connection idle longest instead of being refused, so idle holders cannot lock producers out until `connection_idle_timeout_ms`. Only a connection with nothing in flight (no partial frame, no frame waiting for its answer, no answer unwritten) idle for at least `evict_idle_after_ms` is eligible; its producer sees the socket closed (EOF) and reconnects. Counted in `connections_evicted` (`spillway_connections_evicted_total`) and logged at most once a second. `false`: refuse the newcomer, as before."#,
+};
+
+pub const SERVER_EVICT_IDLE_AFTER_MS: Key = Key {
+    name: "server.evict_idle_after_ms",
+    default: DefaultValue::Int(1_000),
+    allowed: Allowed::Range {
+        min: 0,
+        max: 3_600_000,
+        unit: Unit::Ms,
+    },
+    also: "",
+    meaning: r#"How long a connection must have been idle before a new one may evict it, so a burst of fresh connections cannot evict each other (nor a producer between two pushes of a steady stream)."#,
+};
+
+pub const SERVER_READ_BUFFER_BYTES_MAX: Key = Key {
+    name: "server.read_buffer_bytes_max",
+    default: DefaultValue::Int(128 * MIB),
+    allowed: Allowed::Range {
+        min: MIB,
+        max: 64 * GIB,
+        unit: Unit::Bytes,
+    },
+    also: "≥ `payload_bytes_max`",
+    meaning: r#"Memory all connections together may hold in frames larger than 64 KiB while they arrive. Every connection reads into a 64 KiB buffer; a larger frame first reserves its size from this budget, and its memory becomes resident as its bytes arrive (a client that declares 16 MiB and sends 15 holds about 15). At the cap, connections whose frame needs more wait (holding at most 64 KiB, their stall clock paused) and are woken when a reserved frame completes or times out. 128 MiB lets eight 16 MiB frames arrive at once, plenty at memory-copy speed, and keeps a daemon under a flood of stalled huge frames within about 250 MiB (measured: see the `hostile` bench)."#,
+};
+
+pub const SERVER_INFLIGHT_RECORDS_MAX: Key = Key {
+    name: "server.inflight_records_max",
+    default: DefaultValue::Int(4096),
+    allowed: Allowed::Range {
+        min: 1,
+        max: 65536,
+        unit: Unit::Count,
+    },
+    also: "",
+    meaning: r#"Records (and frames) one connection may have waiting for their commit. At the window the connection stops reading until acks free it."#,
+};
+
+pub const SERVER_INFLIGHT_BYTES_MAX: Key = Key {
+    name: "server.inflight_bytes_max",
+    default: DefaultValue::Int(32 * MIB),
+    allowed: Allowed::Range {
+        min: 64 * KIB,
+        max: GIB,
+        unit: Unit::Bytes,
+    },
+    also: "",
+    meaning: r#"Payload bytes one connection may have waiting. A single frame larger than this is still admitted when nothing else is in flight."#,
+};
+
+pub const SERVER_SHUTDOWN_TIMEOUT_MS: Key = Key {
+    name: "server.shutdown_timeout_ms",
+    default: DefaultValue::Int(5_000),
+    allowed: Allowed::Range {
+        min: 0,
+        max: 600_000,
+        unit: Unit::Ms,
+    },
+    also: "",
+    meaning: r#"On SIGTERM/SIGINT, how long the sink batch in flight may take to finish before it is abandoned (it is delivered again after the restart)."#,
+};
+
+pub const SERVER_TCP_LISTEN: Key = Key {
+    name: "server.tcp.listen",
+    default: DefaultValue::Required,
+    allowed: Allowed::Text(r#"`ip:port`"#),
+    also: "",
+    meaning: r#"The address to serve on. A name that is not an IP address is refused, naming the key."#,
+};
+
+pub const SERVER_TCP_TLS: Key = Key {
+    name: "server.tcp.tls",
+    default: DefaultValue::Bool(true),
+    allowed: Allowed::Text(r#"`true`; `false` only on a loopback address"#),
+    also: "",
+    meaning: r#"TLS on the door; `false` is accepted only on a loopback address (the error names this key)."#,
+};
+
+pub const SERVER_TCP_CERT: Key = Key {
+    name: "server.tcp.cert",
+    default: DefaultValue::Unset("required with `tls`"),
+    allowed: Allowed::Text(r#"a path"#),
+    also: "",
+    meaning: r#"PEM certificate chain, the server's first. Re-read at every reload."#,
+};
+
+pub const SERVER_TCP_KEY: Key = Key {
+    name: "server.tcp.key",
+    default: DefaultValue::Unset("required with `tls`"),
+    allowed: Allowed::Text(r#"a path"#),
+    also: "",
+    meaning: r#"PEM private key. Re-read at every reload; a new pair that does not load keeps the old one."#,
+};
+
+pub const SERVER_TCP_CLIENT_CA: Key = Key {
+    name: "server.tcp.client_ca",
+    default: DefaultValue::Unset(""),
+    allowed: Allowed::Text(r#"a path"#),
+    also: "",
+    meaning: r#"PEM CA certificate(s): every client must present a certificate chaining to one (mutual TLS)."#,
+};
+
+pub const SERVER_TCP_ALLOWED_NAMES: Key = Key {
+    name: "server.tcp.allowed_names",
+    default: DefaultValue::Unset(""),
+    allowed: Allowed::Text(r#"a non-empty list"#),
+    also: "needs `client_ca`",
+    meaning: r#"A client certificate must carry one of these DNS names or IP addresses among its subject alternative names."#,
+};
+
+pub const SERVER_TCP_MAX_CONNECTIONS: Key = Key {
+    name: "server.tcp.max_connections",
+    default: DefaultValue::Int(1024),
+    allowed: Allowed::Range {
+        min: 1,
+        max: 65536,
+        unit: Unit::Count,
+    },
+    also: "",
+    meaning: r#"This door's connections open at once; past it a new one is closed at once. Added to `server.max_connections` in the [descriptor](#file-descriptors) check."#,
+};
+
+pub const SERVER_HTTP_LISTEN: Key = Key {
+    name: "server.http.listen",
+    default: DefaultValue::Required,
+    allowed: Allowed::Text(r#"`ip:port`"#),
+    also: "",
+    meaning: r#"The address to serve on (`"[::]:7071"` for every address). A name that is not an IP address is refused, naming the key."#,
+};
+
+pub const SERVER_HTTP_TLS: Key = Key {
+    name: "server.http.tls",
+    default: DefaultValue::Bool(true),
+    allowed: Allowed::Text(r#"`true`; `false` only on a loopback address"#),
+    also: "",
+    meaning: r#"TLS on the door. `false` is accepted only on a loopback address (records would otherwise cross the network in clear): the error names this key."#,
+};
+
+pub const SERVER_HTTP_CERT: Key = Key {
+    name: "server.http.cert",
+    default: DefaultValue::Unset("required with `tls`"),
+    allowed: Allowed::Text(r#"a path"#),
+    also: "",
+    meaning: r#"PEM certificate chain, the server's own first. Re-read at every reload."#,
+};
+
+pub const SERVER_HTTP_KEY: Key = Key {
+    name: "server.http.key",
+    default: DefaultValue::Unset("required with `tls`"),
+    allowed: Allowed::Text(r#"a path"#),
+    also: "",
+    meaning: r#"PEM private key (PKCS#8, PKCS#1 or SEC1). Re-read at every reload; a new pair that does not load keeps the old one."#,
+};
+
+pub const SERVER_HTTP_CLIENT_CA: Key = Key {
+    name: "server.http.client_ca",
+    default: DefaultValue::Unset(""),
+    allowed: Allowed::Text(r#"a path"#),
+    also: "",
+    meaning: r#"PEM CA certificate(s): every client must present a certificate chaining to one (mutual TLS)."#,
+};
+
+pub const SERVER_HTTP_ALLOWED_NAMES: Key = Key {
+    name: "server.http.allowed_names",
+    default: DefaultValue::Unset(""),
+    allowed: Allowed::Text(r#"a non-empty list"#),
+    also: "needs `client_ca`",
+    meaning: r#"A client certificate must carry one of these DNS names or IP addresses among its subject alternative names."#,
+};
+
+pub const SERVER_HTTP_TOKEN_ENV: Key = Key {
+    name: "server.http.token_env",
+    default: DefaultValue::Unset("no token"),
+    allowed: Allowed::Text(r#"an environment variable name"#),
+    also: "",
+    meaning: r#"The variable holding the bearer token every request must carry (`Authorization: Bearer ...`); unset or empty at start is an error naming this key."#,
+};
+
+pub const SERVER_HTTP_BODY_BYTES_MAX: Key = Key {
+    name: "server.http.body_bytes_max",
+    default: DefaultValue::Int(16 * MIB),
+    allowed: Allowed::Range {
+        min: KIB,
+        max: GIB,
+        unit: Unit::Bytes,
+    },
+    also: "",
+    meaning: r#"Largest request body: 413 past it (from the declared length, before the body is read)."#,
+};
+
+pub const SERVER_HTTP_MAX_CONNECTIONS: Key = Key {
+    name: "server.http.max_connections",
+    default: DefaultValue::Int(1024),
+    allowed: Allowed::Range {
+        min: 1,
+        max: 65536,
+        unit: Unit::Count,
+    },
+    also: "",
+    meaning: r#"Connections open at once; past it a new one is closed at once. Added to `server.max_connections` in the [descriptor](#file-descriptors) check."#,
+};
+
+pub const SERVER_HTTP_REQUEST_TIMEOUT_MS: Key = Key {
+    name: "server.http.request_timeout_ms",
+    default: DefaultValue::Int(10_000),
+    allowed: Allowed::Range {
+        min: 100,
+        max: 600_000,
+        unit: Unit::Ms,
+    },
+    also: "",
+    meaning: r#"A request head and then its body must each arrive within this (a slow body gets 408), an idle keep-alive connection is closed after it, and a TLS handshake must finish within it."#,
+};
+
+pub const WAB_SEGMENT_BYTES_MAX: Key = Key {
+    name: "wab.segment_bytes_max",
+    default: DefaultValue::Int(64 * MIB),
+    allowed: Allowed::Range {
+        min: MIB,
+        max: GIB,
+        unit: Unit::Bytes,
+    },
+    also: "",
+    meaning: r#"Size of one segment file. Segments are preallocated (zero-filled) by the sealer ahead of time, so the flusher's `fdatasync` never commits file-size metadata. 64 MiB keeps rotations rare (one seal per 64 MiB: footer, fsync, rename, directory fsync, all on the sealer's thread) while a delivered segment is freed soon enough; preallocating 64 MiB takes well under a second on any SSD and happens beside the flusher, not in front of it. 1 MiB segments cost no throughput cliff (see docs/benchmarks.md). The data disk needs room for two segments per shard to rotate without a pause; with room for one, pushes get `Overloaded` at each rotation until the full segment is delivered and deleted (docs/operations.md, Sizing)."#,
+};
+
+pub const WAB_WAB_BYTES_MAX: Key = Key {
+    name: "wab.wab_bytes_max",
+    default: DefaultValue::Int(4 * GIB),
+    allowed: Allowed::Range {
+        min: 4 * MIB,
+        max: 16 * 1024 * GIB,
+        unit: Unit::Bytes,
+    },
+    also: "≥ `segment_bytes_max`",
+    meaning: r#"Total bytes (record headers + payloads) the buffer may hold undelivered. At the cap pushes get the retryable `Overloaded` nack; the cap lifts as the drain deletes delivered segments. 4 GiB absorbs a long downstream outage at typical rates (at 5,000 records/s of 256 B, about 50 minutes) while staying far from filling a normal data disk; size it to (outage you want to ride out) × (ingest bytes/s)."#,
+};
+
+pub const WAB_BUFFERED_FLUSH_INTERVAL_MS: Key = Key {
+    name: "wab.buffered_flush_interval_ms",
+    default: DefaultValue::Int(100),
+    allowed: Allowed::Range {
+        min: 1,
+        max: 60_000,
+        unit: Unit::Ms,
+    },
+    also: "",
+    meaning: r#"Longest a `Buffered` record (acked from the page cache) waits for its fsync."#,
+};
+
+pub const WAB_FLUSHER_SPIN_US: Key = Key {
+    name: "wab.flusher_spin_us",
+    default: DefaultValue::Int(200),
+    allowed: Allowed::Range {
+        min: 0,
+        max: 10_000,
+        unit: Unit::Us,
+    },
+    also: "0 never spins",
+    meaning: r#"After each group commit the flusher spins (yielding the core to anything runnable) this long for the next batch before it sleeps. A lone producer's next push arrives within about one socket round trip, so it finds the flusher awake instead of paying the ~40-50 µs wake of an idle core. Costs at most this much CPU per group when traffic stops; 0 disables it."#,
+};
+
+pub const WAB_FSYNC_FAILURES_MAX: Key = Key {
+    name: "wab.fsync_failures_max",
+    default: DefaultValue::Int(3),
+    allowed: Allowed::Range {
+        min: 1,
+        max: 100,
+        unit: Unit::Count,
+    },
+    also: "",
+    meaning: r#"Failed segment writes/fdatasyncs in a row after which a shard stops trying on every push and backs off. After each failure the group is nacked, the segment abandoned (never written or fsynced again) and the next push starts a fresh one; from this many failures in a row on, the shard is `Unwritable` and refuses pushes at once while it retries a fresh segment with backoff (50 ms doubling to 1 s). It turns `Running` again by itself once a write and fsync succeed; it never stops for good on its own."#,
+};
+
+pub const WAB_GROUP_BYTES_MAX: Key = Key {
+    name: "wab.group_bytes_max",
+    default: DefaultValue::Int(4 * MIB),
+    allowed: Allowed::Range {
+        min: 64 * KIB,
+        max: GIB,
+        unit: Unit::Bytes,
+    },
+    also: "",
+    meaning: r#"Payload bytes one group commit takes besides its first batch (which is always taken, however large); a group also takes at most 16,384 records besides its first batch. Batches of other connections ride past one that does not fit (each connection's order is kept), and a batch larger than the bound at the front of the queue is passed over once when other connections' batches fit, so a small producer queued behind 16 MiB records waits for the one large write and fsync in progress, not for hundreds of MiB (measured with 32 connections pushing 16 MiB Sync records: the small producer's p50 went from ~300 ms before any bound, and ~40 ms with the bound alone, to 9-16 ms). 4 MiB is about 4 ms of writing on a SATA SSD and well past the point where larger groups stop paying (see docs/benchmarks.md)."#,
+};
+
+pub const ADMIN_SOCKET_PATH: Key = Key {
+    name: "admin.socket_path",
+    default: DefaultValue::Path("spillway-data/admin.sock"),
+    allowed: Allowed::Text(r#"a path of at most 107 bytes, not `server.socket_path`"#),
+    also: "",
+    meaning: r#"Unix socket (0600) that `spillway ctl` talks to: `health`, `stats`, `metrics`, `dead-letter list/requeue/drop`, `reload`. Must differ from `server.socket_path`."#,
+};
+
+pub const ADMIN_METRICS_ADDRESS: Key = Key {
+    name: "admin.metrics_address",
+    default: DefaultValue::Unset("off"),
+    allowed: Allowed::Text(r#"`ip:port`"#),
+    also: "",
+    meaning: r#"An `IP:port` (e.g. `"127.0.0.1:9187"`) serving Prometheus metrics at `GET /metrics`, liveness at `GET /health` and readiness at `GET /ready`; the address is logged at start. See [metrics](#metrics) and [health](#health-and-readiness)."#,
+};
+
+pub const ADMIN_CONNECTIONS_MAX: Key = Key {
+    name: "admin.connections_max",
+    default: DefaultValue::Int(16),
+    allowed: Allowed::Range {
+        min: 1,
+        max: 1024,
+        unit: Unit::Count,
+    },
+    also: "",
+    meaning: r#"Connections each admin listener (the admin socket, and the metrics address when set) serves at once; past it a new connection is closed at once and counted (`admin_connections_refused`). Their descriptors are set aside from the limit beside `server.max_connections` (see [descriptors](#file-descriptors)), so no client of these listeners can take the descriptors the WAB needs."#,
+};
+
+pub const ADMIN_READY_STALL_MS: Key = Key {
+    name: "admin.ready_stall_ms",
+    default: DefaultValue::Int(5_000),
+    allowed: Allowed::Range {
+        min: 100,
+        max: 3_600_000,
+        unit: Unit::Ms,
+    },
+    also: "",
+    meaning: r#"A delivery (or a sink health check) outstanding longer than this makes `GET /ready` and `ctl health` say not ready (`state: "stalled"`), before it fails. Keep it below the sink's own request timeout (the HTTP sink's `timeout_ms` is 10 s by default), and above a normal batch's time."#,
+};
+
+pub const LOG_LEVEL: Key = Key {
+    name: "log.level",
+    default: DefaultValue::Str("info"),
+    allowed: Allowed::Text(
+        r#"a tracing filter: levels, module paths, `module=level`, comma-separated"#,
+    ),
+    also: "",
+    meaning: r#"A tracing filter (`info`, `warn`, `spillway_actors=debug,info`). Checked at start and by `spillway check`: every comma-separated part must be a level (`off`, `error`, `warn`, `info`, `debug`, `trace`), a module path, or `module=level` (tracing would read a typo such as `verbose!!` as a target name and silence every other line, errors included). `RUST_LOG` overrides it (an invalid `RUST_LOG` is reported and ignored). Logs go to stderr; a failed write there (a closed pipe, a full disk) is dropped and counted (`log_write_failures`), never fatal."#,
+};
+
+pub const LOG_FORMAT: Key = Key {
+    name: "log.format",
+    default: DefaultValue::Str("text"),
+    allowed: Allowed::Text(r#"`"text"`, `"json"`"#),
+    also: "",
+    meaning: r#"`"text"`: one readable line per event; `"json"`: one JSON object per line (`timestamp`, `level`, `fields.message` and the event's other fields, `target`), for a log collector. Anything else is an error naming `log.format` and the two values. Examples of both in [operations.md](operations.md#logs). Text carries ANSI colour only when stderr is a terminal and `NO_COLOR` is not set (to any value); a file, a pipe or the journal gets plain text."#,
+};
+
+/// The daemon's tables, in the order the reference lists them.
+pub const TABLES: &[Table] = &[
+    Table {
+        name: "server",
+        keys: &[
+            SERVER_SOCKET_PATH,
+            SERVER_SOCKET_MODE,
+            SERVER_SOCKET_GROUP,
+            SERVER_ALLOWED_UIDS,
+            SERVER_ALLOWED_GIDS,
+            SERVER_ALLOW_INSECURE_SOCKET_DIR,
+            SERVER_DATA_DIR,
+            SERVER_SHARDS,
+            SERVER_MAX_CONNECTIONS,
+            SERVER_PAYLOAD_BYTES_MAX,
+            SERVER_CONNECTION_READ_TIMEOUT_MS,
+            SERVER_CONNECTION_IDLE_TIMEOUT_MS,
+            SERVER_EVICT_IDLE_CONNECTIONS,
+            SERVER_EVICT_IDLE_AFTER_MS,
+            SERVER_READ_BUFFER_BYTES_MAX,
+            SERVER_INFLIGHT_RECORDS_MAX,
+            SERVER_INFLIGHT_BYTES_MAX,
+            SERVER_SHUTDOWN_TIMEOUT_MS,
+        ],
+    },
+    Table {
+        name: "server.tcp",
+        keys: &[
+            SERVER_TCP_LISTEN,
+            SERVER_TCP_TLS,
+            SERVER_TCP_CERT,
+            SERVER_TCP_KEY,
+            SERVER_TCP_CLIENT_CA,
+            SERVER_TCP_ALLOWED_NAMES,
+            SERVER_TCP_MAX_CONNECTIONS,
+        ],
+    },
+    Table {
+        name: "server.http",
+        keys: &[
+            SERVER_HTTP_LISTEN,
+            SERVER_HTTP_TLS,
+            SERVER_HTTP_CERT,
+            SERVER_HTTP_KEY,
+            SERVER_HTTP_CLIENT_CA,
+            SERVER_HTTP_ALLOWED_NAMES,
+            SERVER_HTTP_TOKEN_ENV,
+            SERVER_HTTP_BODY_BYTES_MAX,
+            SERVER_HTTP_MAX_CONNECTIONS,
+            SERVER_HTTP_REQUEST_TIMEOUT_MS,
+        ],
+    },
+    Table {
+        name: "wab",
+        keys: &[
+            WAB_SEGMENT_BYTES_MAX,
+            WAB_WAB_BYTES_MAX,
+            WAB_BUFFERED_FLUSH_INTERVAL_MS,
+            WAB_FLUSHER_SPIN_US,
+            WAB_FSYNC_FAILURES_MAX,
+            WAB_GROUP_BYTES_MAX,
+        ],
+    },
+    Table {
+        name: "admin",
+        keys: &[
+            ADMIN_SOCKET_PATH,
+            ADMIN_METRICS_ADDRESS,
+            ADMIN_CONNECTIONS_MAX,
+            ADMIN_READY_STALL_MS,
+        ],
+    },
+    Table {
+        name: "log",
+        keys: &[LOG_LEVEL, LOG_FORMAT],
+    },
+];

@@ -1,0 +1,293 @@
+//! A config key described once: its name, its default, the values it
+//! takes and what it means. One description checks a value (the error
+//! names the key and the range), gives the struct its default, and renders
+//! the reference (the tables in docs/configuration.md and the man page
+//! `spillway.toml(5)`), so the check, the default and the documentation
+//! cannot drift apart.
+
+use crate::units::{GIB, KIB, MIB};
+
+/// What an integer key counts, for its range's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// A plain count.
+    Count,
+    /// Bytes (shown as KiB/MiB/GiB where exact).
+    Bytes,
+    /// Milliseconds.
+    Ms,
+    /// Microseconds.
+    Us,
+}
+
+impl Unit {
+    /// The suffix an error message puts after a range.
+    fn suffix(self) -> &'static str {
+        match self {
+            Unit::Count => "",
+            Unit::Bytes => " bytes",
+            Unit::Ms => " ms",
+            Unit::Us => " µs",
+        }
+    }
+}
+
+/// A key's default.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DefaultValue {
+    /// An integer.
+    Int(u64),
+    /// `true` or `false`.
+    Bool(bool),
+    /// A TOML string, shown quoted (`"0600"`).
+    Str(&'static str),
+    /// A path, shown as it is written.
+    Path(&'static str),
+    /// The key is unset by default; the text says what that means.
+    Unset(&'static str),
+    /// The key must be given (when its table is).
+    Required,
+}
+
+/// The values a key takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allowed {
+    /// An integer in `min..=max`.
+    Range { min: u64, max: u64, unit: Unit },
+    /// 0, which means `zero` ("no limit"), or an integer in `min..=max`.
+    ZeroOrRange {
+        zero: &'static str,
+        min: u64,
+        max: u64,
+        unit: Unit,
+    },
+    /// Anything else, said in words (markdown).
+    Text(&'static str),
+}
+
+/// One key of the config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key {
+    /// The full dotted name: `server.max_connections`.
+    pub name: &'static str,
+    pub default: DefaultValue,
+    pub allowed: Allowed,
+    /// A rule across keys the range column adds (markdown), or "".
+    pub also: &'static str,
+    /// What the key does (markdown).
+    pub meaning: &'static str,
+}
+
+impl Key {
+    /// The name within its table: `max_connections`.
+    pub fn short(&self) -> &'static str {
+        self.name.rsplit('.').next().unwrap_or(self.name)
+    }
+
+    /// The integer default. A key whose default is not an integer is a
+    /// mistake in the table, caught by the first test that builds a default
+    /// config.
+    pub const fn int(&self) -> u64 {
+        match self.default {
+            DefaultValue::Int(n) => n,
+            _ => panic!("this key's default is not an integer"),
+        }
+    }
+
+    /// The boolean default.
+    pub const fn flag(&self) -> bool {
+        match self.default {
+            DefaultValue::Bool(b) => b,
+            _ => panic!("this key's default is not a boolean"),
+        }
+    }
+
+    /// The string or path default.
+    pub const fn text(&self) -> &'static str {
+        match self.default {
+            DefaultValue::Str(s) | DefaultValue::Path(s) => s,
+            _ => panic!("this key's default is not a string"),
+        }
+    }
+
+    /// `Ok` when `value` is in the key's range; otherwise the allowed range
+    /// as an error message says it (`1..=65536`, `100..=600000 ms`).
+    pub fn check(&self, value: u64) -> Result<(), String> {
+        match self.allowed {
+            Allowed::Range { min, max, .. } if (min..=max).contains(&value) => Ok(()),
+            Allowed::Range { min, max, unit } => Err(format!("{min}..={max}{}", unit.suffix())),
+            Allowed::ZeroOrRange { min, max, .. } if value == 0 || (min..=max).contains(&value) => {
+                Ok(())
+            }
+            Allowed::ZeroOrRange {
+                zero,
+                min,
+                max,
+                unit,
+            } => Err(format!("0 ({zero}) or {min}..={max}{}", unit.suffix())),
+            Allowed::Text(_) => Ok(()),
+        }
+    }
+
+    /// The default as the reference shows it (markdown).
+    pub fn default_text(&self) -> String {
+        let unit = match self.allowed {
+            Allowed::Range { unit, .. } | Allowed::ZeroOrRange { unit, .. } => unit,
+            Allowed::Text(_) => Unit::Count,
+        };
+        if let (DefaultValue::Int(0), Allowed::ZeroOrRange { zero, .. }) =
+            (self.default, self.allowed)
+        {
+            return format!("`0` ({zero})");
+        }
+        match self.default {
+            DefaultValue::Int(n) => match exact(n, unit) {
+                Some(plain) if plain != n.to_string() => format!("`{n}` ({plain})"),
+                _ => format!("`{n}`"),
+            },
+            DefaultValue::Bool(b) => format!("`{b}`"),
+            DefaultValue::Str(s) => format!("`\"{s}\"`"),
+            DefaultValue::Path(p) => format!("`{p}`"),
+            DefaultValue::Unset("") => "unset".into(),
+            DefaultValue::Unset(why) => format!("unset ({why})"),
+            DefaultValue::Required => "(required)".into(),
+        }
+    }
+
+    /// The allowed values as the reference shows them (markdown).
+    pub fn allowed_text(&self) -> String {
+        let range = |min: u64, max: u64, unit| match unit {
+            Unit::Bytes => {
+                let show = |n| exact(n, Unit::Bytes).unwrap_or_else(|| n.to_string());
+                format!("{}..={}", show(min), show(max))
+            }
+            _ => format!("{min}..={max}"),
+        };
+        let values = match self.allowed {
+            Allowed::Range { min, max, unit } => range(min, max, unit),
+            Allowed::ZeroOrRange {
+                zero,
+                min,
+                max,
+                unit,
+            } => format!("0 ({zero}), or {}", range(min, max, unit)),
+            Allowed::Text(text) => text.to_string(),
+        };
+        if self.also.is_empty() {
+            values
+        } else {
+            format!("{values}, {}", self.also)
+        }
+    }
+}
+
+/// `n` in the largest binary unit that divides it (bytes), or in minutes
+/// or seconds (milliseconds of a second or more); `None` when nothing
+/// reads better than the number.
+fn exact(n: u64, unit: Unit) -> Option<String> {
+    match unit {
+        Unit::Bytes => [
+            (1024 * GIB, "TiB"),
+            (GIB, "GiB"),
+            (MIB, "MiB"),
+            (KIB, "KiB"),
+        ]
+        .into_iter()
+        .find(|(size, _)| n >= *size && n.is_multiple_of(*size))
+        .map(|(size, name)| format!("{} {name}", n / size)),
+        Unit::Ms if n >= 60_000 && n.is_multiple_of(60_000) => Some(format!("{} min", n / 60_000)),
+        Unit::Ms if n >= 1_000 && n.is_multiple_of(1_000) => Some(format!("{} s", n / 1_000)),
+        _ => None,
+    }
+}
+
+/// A table of keys: `[server]` and its keys, in the order the reference
+/// lists them.
+#[derive(Clone, Copy, Debug)]
+pub struct Table {
+    /// The TOML table: `server`, `server.http`.
+    pub name: &'static str,
+    pub keys: &'static [Key],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: Key = Key {
+        name: "a.b.size_max",
+        default: DefaultValue::Int(16 * MIB),
+        allowed: Allowed::Range {
+            min: 64 * KIB,
+            max: GIB,
+            unit: Unit::Bytes,
+        },
+        also: "≥ `x`",
+        meaning: "",
+    };
+
+    #[test]
+    fn a_range_is_checked_inclusively_and_its_error_says_the_range() {
+        assert_eq!(K.check(64 * KIB), Ok(()));
+        assert_eq!(K.check(GIB), Ok(()));
+        assert_eq!(
+            K.check(64 * KIB - 1),
+            Err("65536..=1073741824 bytes".into())
+        );
+        assert_eq!(K.check(GIB + 1), Err("65536..=1073741824 bytes".into()));
+    }
+
+    #[test]
+    fn the_reference_shows_units_where_they_read_better() {
+        assert_eq!(K.short(), "size_max");
+        assert_eq!(K.default_text(), "`16777216` (16 MiB)");
+        assert_eq!(K.allowed_text(), "64 KiB..=1 GiB, ≥ `x`");
+        let ms = Key {
+            default: DefaultValue::Int(300_000),
+            allowed: Allowed::Range {
+                min: 100,
+                max: 1_500,
+                unit: Unit::Ms,
+            },
+            also: "",
+            ..K
+        };
+        assert_eq!(ms.default_text(), "`300000` (5 min)");
+        assert_eq!(ms.allowed_text(), "100..=1500");
+        assert_eq!(
+            Key {
+                default: DefaultValue::Int(10_000),
+                ..ms
+            }
+            .default_text(),
+            "`10000` (10 s)"
+        );
+        assert_eq!(
+            Key {
+                default: DefaultValue::Int(5),
+                ..ms
+            }
+            .default_text(),
+            "`5`"
+        );
+        let lag = Key {
+            default: DefaultValue::Int(0),
+            allowed: Allowed::ZeroOrRange {
+                zero: "no limit",
+                min: MIB,
+                max: 1024 * GIB,
+                unit: Unit::Bytes,
+            },
+            also: "",
+            ..K
+        };
+        assert_eq!(lag.default_text(), "`0` (no limit)");
+        assert_eq!(lag.allowed_text(), "0 (no limit), or 1 MiB..=1 TiB");
+        assert_eq!(lag.check(0), Ok(()));
+        assert_eq!(lag.check(MIB), Ok(()));
+        assert_eq!(
+            lag.check(MIB - 1),
+            Err("0 (no limit) or 1048576..=1099511627776 bytes".into())
+        );
+    }
+}
