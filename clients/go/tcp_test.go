@@ -147,7 +147,7 @@ func (d *doorDaemon) readStderr() string {
 // stat is one counter of `spillway ctl stats`.
 func (d *doorDaemon) stat(t *testing.T, key string) uint64 {
 	t.Helper()
-	out, err := exec.Command(os.Getenv("SPILLWAY_BIN"), "ctl", "--admin-socket", d.admin, "stats").CombinedOutput()
+	out, err := exec.Command(os.Getenv("SPILLWAY_BIN"), "ctl", "--admin-socket", d.admin, "stats", "--flat").CombinedOutput()
 	if err != nil {
 		t.Fatalf("ctl stats: %v\n%s", err, out)
 	}

@@ -17,8 +17,14 @@ pub enum CtlCommand {
     ///
     /// Exits 0 when ready, 1 when running but not ready, 2 when the daemon cannot be reached.
     Health,
-    /// Counters: connections, nacks, WAB bytes, fsyncs, delivery.
-    Stats,
+    /// Counters, grouped: ingest, the WAB per shard, delivery per sink and shard, dead letters, reloads.
+    ///
+    /// With units and average rates since the start. Scripts: `--json` (one object), or `--flat`.
+    Stats {
+        /// One `key value` line per counter (`shard{shard="0"}.fsyncs 12`), for grep and awk.
+        #[arg(long)]
+        flat: bool,
+    },
     /// The same counters (and the latency histograms) in the Prometheus (OpenMetrics) text format.
     Metrics,
     /// Per shard: segment files (open or sealed, bytes, first seq, how much is confirmed), positions, oldest pending age.
@@ -201,7 +207,13 @@ pub fn run(
             return Ok(String::new());
         }
         CtlCommand::Health => "health".to_string(),
-        CtlCommand::Stats => "stats".to_string(),
+        CtlCommand::Stats { flat: false } if !json => {
+            let answer = spillway_ctl::ask(&socket, "stats --json", limits)?;
+            let stats: serde_json::Value = serde_json::from_str(&answer)
+                .map_err(|e| not_asked(format!("the daemon's stats are not JSON ({e})")))?;
+            return Ok(crate::stats_view::render(&stats));
+        }
+        CtlCommand::Stats { .. } => "stats".to_string(),
         CtlCommand::Metrics => "metrics".to_string(),
         CtlCommand::Segments => "segments".to_string(),
         CtlCommand::Reload => "reload".to_string(),

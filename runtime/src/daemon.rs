@@ -47,6 +47,7 @@ pub fn run(
 ) -> Result<(), String> {
     // Before anything is created: an unknown socket group is a config error.
     let access = cfg.server.socket_access().map_err(|e| e.to_string())?;
+    crate::admin::metrics::mark_start();
     // Held until the process exits: the data folder and the sockets have one owner.
     let _owner = take_ownership(&cfg)?;
     return_large_buffers_to_the_system();

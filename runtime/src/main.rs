@@ -27,7 +27,9 @@ mod push;
 mod reference;
 mod reload;
 mod sink;
+mod stats_view;
 mod supervisor;
+mod table;
 mod top;
 
 use std::path::PathBuf;
@@ -149,7 +151,7 @@ fn main() -> ExitCode {
             no_environment,
         } => {
             if default {
-                print!("{DEFAULT_CONFIG}");
+                say(DEFAULT_CONFIG);
                 return ExitCode::SUCCESS;
             }
             check::run(load(config.as_ref()), !no_environment)
@@ -178,7 +180,7 @@ fn main() -> ExitCode {
                 ctl::Options { json, timeout },
             ) {
                 Ok(body) => {
-                    print!("{body}");
+                    say(&body);
                     if health && !ctl::health_says_ready(&body, json) {
                         ExitCode::from(ctl::EXIT_REFUSED)
                     } else {
@@ -187,7 +189,10 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     if json {
-                        println!("{}", serde_json::json!({ "error": e.message() }));
+                        say(&format!(
+                            "{}\n",
+                            serde_json::json!({ "error": e.message() })
+                        ));
                     }
                     logging::say_err(&format!("spillway: {}", e.message()));
                     ExitCode::from(e.exit_code())
@@ -196,7 +201,7 @@ fn main() -> ExitCode {
         }
         Command::Push(args) => match push::run(args) {
             Ok(summary) => {
-                print!("{summary}");
+                say(&summary);
                 ExitCode::SUCCESS
             }
             Err(e) => fail(&e),
@@ -209,7 +214,7 @@ fn main() -> ExitCode {
             let written = match &out {
                 Some(dir) => manual::write_pages(&Cli::command(), dir).map(|names| {
                     for n in names {
-                        println!("{}", dir.join(n).display());
+                        say(&format!("{}\n", dir.join(n).display()));
                     }
                 }),
                 None => manual::pages(&Cli::command()).and_then(|pages| {
@@ -228,7 +233,7 @@ fn main() -> ExitCode {
             json,
         } => match inspect::run(&data_dir, records, json) {
             Ok(text) => {
-                print!("{text}");
+                say(&text);
                 ExitCode::SUCCESS
             }
             Err(e) => fail(&e),
@@ -248,4 +253,16 @@ fn load(path: Option<&PathBuf>) -> Result<(Config, String), String> {
 fn fail(msg: &str) -> ExitCode {
     logging::say_err(&format!("spillway: {msg}"));
     ExitCode::FAILURE
+}
+
+/// Print `text` to stdout. A reader that went away (`spillway ctl stats |
+/// head`) is no error; any other failure is said on stderr.
+pub(crate) fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            logging::say_err(&format!("spillway: writing to stdout: {e}"));
+        }
+    }
 }

@@ -14,6 +14,12 @@
 //! does nothing. A message that cannot be sent is logged (once) and never
 //! fatal: systemd then reports the start as timed out, which says more
 //! than a daemon that refused to run.
+//!
+//! Not the `sd-notify` crate: it (0.4.5, and 0.5.0 at its source) connects
+//! to `NOTIFY_SOCKET` as a file path only, so an abstract `@name` socket
+//! (what container managers and some service managers pass) would fail,
+//! and it accepts a malformed `WATCHDOG_USEC` silently. This file is the
+//! protocol's whole client side, and its tests pin both cases.
 
 use std::ffi::OsStr;
 use std::os::linux::net::SocketAddrExt;

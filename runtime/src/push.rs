@@ -217,7 +217,7 @@ pub fn run(mut args: PushArgs) -> Result<String, String> {
     match result {
         Ok(()) => Ok(text),
         Err(e) => {
-            print!("{text}");
+            crate::say(&text);
             Err(e)
         }
     }

@@ -148,15 +148,20 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
                 .collect()
         })
         .unwrap_or_default();
+    // A sink's state on a shard, with its reason when it has one
+    // (`retrying: connection refused`): the row a cut reaches last.
     let state_of = |shard: u64, sink: &str| -> String {
-        health["shards"]
+        let health = health["shards"]
             .as_array()
             .into_iter()
             .flatten()
             .find(|s| s["shard"].as_u64() == Some(shard))
-            .and_then(|s| s["sinks"][sink]["state"].as_str())
-            .unwrap_or("?")
-            .to_string()
+            .map(|s| &s["sinks"][sink]);
+        let state = health.and_then(|h| h["state"].as_str()).unwrap_or("?");
+        match health.and_then(|h| h["reason"].as_str()) {
+            Some(reason) if !reason.is_empty() => format!("{state}: {reason}"),
+            _ => state.to_string(),
+        }
     };
     let per_sink = stats["sinks"]
         .as_object()
@@ -258,6 +263,12 @@ impl std::fmt::Display for P99 {
     }
 }
 
+/// What the terminal shows of one interval: the title with the time, then
+/// the view, every line cut to `width`.
+fn frame(clock: &str, screen: &str, width: usize) -> String {
+    fit(&format!("spillway ctl top  {clock}\n\n{screen}"), width)
+}
+
 /// Each line of `screen` cut to `width` characters (an ellipsis marks a
 /// cut), so that no line wraps on the terminal.
 fn fit(screen: &str, width: usize) -> String {
@@ -307,7 +318,7 @@ fn rate(now: u64, was: u64, secs: f64) -> f64 {
 fn render(prev: &Reading, now: &Reading) -> (String, String) {
     let secs = now.at.duration_since(prev.at).as_secs_f64().max(1e-3);
     let mut screen = format!(
-        "{:<6} {:>12} {:>12} {:>10} {:>11} {:>9} {:>11}  sink\n",
+        "{:<5} {:>9} {:>11} {:>9} {:>10} {:>8} {:>10}  sink\n",
         "shard", "ingest/s", "delivered/s", "backlog", "bytes", "oldest s", "fsync p99"
     );
     let (mut ingest, mut delivered, mut backlog, mut oldest) = (0.0, 0.0, 0, 0);
@@ -331,7 +342,7 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
             format!("{state}: {reason}")
         };
         screen.push_str(&format!(
-            "{:<6} {:>12.0} {:>12.0} {:>10} {:>11} {:>9} {:>11}  {sink}\n",
+            "{:<5} {:>9.0} {:>11.0} {:>9} {:>10} {:>8} {:>10}  {sink}\n",
             i,
             inr,
             der,
@@ -346,26 +357,25 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
         backlog_bytes += cur.4;
         oldest = oldest.max(cur.3);
     }
+    // Narrow enough that at 80 columns the state still shows.
     screen.push_str(&format!(
-        "\n{:<16} {:>12} {:>10} {:>11} {:>9} {:>9} {:>9}  state\n",
-        "sink", "delivered/s", "backlog", "bytes", "oldest s", "skipped", "in flight"
+        "\n{:<12} {:>11} {:>9} {:>10} {:>8} {:>9}  state\n",
+        "sink", "delivered/s", "backlog", "bytes", "oldest s", "in flight"
     ));
     for t in &now.per_sink {
         let was = prev.per_sink.iter().find(|p| p.name == t.name);
+        let mut state = if t.up { "up" } else { "DOWN or paused" }.to_string();
+        if t.skipped > 0 {
+            state.push_str(&format!(", {} skipped", t.skipped));
+        }
         screen.push_str(&format!(
-            "{:<16} {:>12.0} {:>10} {:>11} {:>9} {:>9} {:>9}  {}\n",
+            "{:<12} {:>11.0} {:>9} {:>10} {:>8} {:>9}  {state}\n",
             t.name,
             rate(t.delivered, was.map_or(t.delivered, |p| p.delivered), secs),
             t.backlog,
             bytes_text(t.backlog_bytes),
             t.oldest,
-            t.skipped,
             format!("{}/{}", t.in_flight.0, t.in_flight.1),
-            if t.up {
-                "up"
-            } else {
-                "down or paused (see ctl health)"
-            }
         ));
         // Its row per shard, under it: which shard holds it back.
         for sh in &t.shards {
@@ -373,13 +383,12 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
                 .and_then(|p| p.shards.iter().find(|x| x.shard == sh.shard))
                 .map_or(sh.delivered, |x| x.delivered);
             screen.push_str(&format!(
-                "{:<16} {:>12.0} {:>10} {:>11} {:>9} {:>9} {:>9}  {}\n",
+                "{:<12} {:>11.0} {:>9} {:>10} {:>8} {:>9}  {}\n",
                 format!("  shard {}", sh.shard),
                 rate(sh.delivered, was, secs),
                 sh.backlog,
                 bytes_text(sh.backlog_bytes),
                 sh.oldest,
-                "",
                 format!("{}/{}", sh.in_flight.0, sh.in_flight.1),
                 sh.state
             ));
@@ -387,12 +396,13 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
     }
     let verdict = if now.ready { "ready" } else { "NOT READY" };
     let p99 = worst_p99.map_or("-".into(), |p| p.to_string());
-    let line = format!(
-        "ingest {ingest:.0}/s delivered {delivered:.0}/s backlog {backlog} ({}) oldest {oldest} s fsync p99 {p99} {verdict}",
+    let summary = format!(
+        "ingest {ingest:.0}/s delivered {delivered:.0}/s backlog {backlog} ({}) oldest {oldest} s fsync p99 {p99}",
         bytes_text(backlog_bytes)
     );
-    screen.push_str(&format!("\n{line}\n"));
-    (screen, line)
+    // On the screen the verdict leads, so no width cuts it off.
+    screen.push_str(&format!("\n{verdict}  {summary}\n"));
+    (screen, format!("{summary} {verdict}"))
 }
 
 /// Runs `ctl top` until interrupted, or for `count` intervals.
@@ -413,12 +423,9 @@ pub fn run(
         let clock = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
         let written = if terminal {
             // Home, clear, redraw: one screen that updates in place, no
-            // line longer than the terminal is wide (a wrapped line would
-            // push the screen off its top).
-            let screen = fit(
-                &format!("spillway ctl top  {clock}\n\n{screen}"),
-                terminal_width().unwrap_or(80),
-            );
+            // line longer than the terminal is wide now (a wrapped line
+            // would push the screen off its top).
+            let screen = frame(&clock.to_string(), &screen, terminal_width().unwrap_or(80));
             write!(out, "\x1b[H\x1b[2J{screen}")
         } else {
             writeln!(out, "{clock} {line}")
@@ -436,7 +443,7 @@ pub fn run(
 
 #[cfg(test)]
 mod tests {
-    use super::{bytes_text, fit, p99_ms, render, Reading, SinkShard, SinkTotals, P99};
+    use super::{bytes_text, fit, frame, p99_ms, render, Reading, SinkShard, SinkTotals, P99};
     use std::time::{Duration, Instant};
 
     /// One row per sink, its delivery rate over the interval, its backlog
@@ -490,7 +497,7 @@ mod tests {
         assert_eq!(row("a").last().unwrap(), "up");
         assert_eq!(row("b")[1], "0", "{screen}");
         assert_eq!(row("b")[2], "20", "{screen}");
-        assert!(screen.contains("down or paused"), "{screen}");
+        assert!(screen.contains("DOWN or paused"), "{screen}");
         // Each sink's shard rows follow it, with its in-flight figures
         // and state.
         let shard_rows: Vec<&str> = screen
@@ -500,7 +507,7 @@ mod tests {
         assert_eq!(shard_rows.len(), 2, "{screen}");
         assert!(shard_rows[0].ends_with("1/4  running"), "{screen}");
         assert!(shard_rows[1].ends_with("retrying"), "{screen}");
-        assert_eq!(row("a")[7], "1/4", "{screen}"); // "0 B" is two words
+        assert_eq!(row("a")[6], "1/4", "{screen}"); // "0 B" is two words
     }
 
     #[test]
@@ -555,5 +562,92 @@ mod tests {
         assert!(fitted.lines().all(|l| l.chars().count() <= 80), "{fitted}");
         assert!(fitted.lines().nth(1).unwrap().ends_with('…'));
         assert_eq!(fitted.lines().next(), Some("short"));
+    }
+
+    /// A frame of two shards and two sinks, one of them failing with a
+    /// long reason, at 80 columns, is the checked-in
+    /// `tests/golden/top-80.txt` (`SPILLWAY_BLESS=1` rewrites it); the
+    /// terminal test (tests/tests/ctl_top.rs) checks a real one in tmux
+    /// against its header.
+    #[test]
+    fn a_frame_at_80_columns_is_the_golden_one() {
+        let at = Instant::now();
+        let shard = |shard, delivered, backlog, state: &str| SinkShard {
+            shard,
+            delivered,
+            backlog,
+            backlog_bytes: backlog * 256,
+            oldest: if backlog > 0 { 42 } else { 0 },
+            in_flight: (u64::from(backlog == 0), 4),
+            state: state.into(),
+        };
+        let sink = |name: &str, delivered, backlog, up, shards| SinkTotals {
+            name: name.into(),
+            delivered,
+            backlog,
+            backlog_bytes: backlog * 256,
+            oldest: if backlog > 0 { 42 } else { 0 },
+            skipped: 0,
+            up,
+            in_flight: (u64::from(up) * 2, 8),
+            shards,
+        };
+        let buckets = |n: u64| {
+            vec![
+                (0.0005, n / 2),
+                (0.001, n * 9 / 10),
+                (0.0025, n),
+                (f64::INFINITY, n),
+            ]
+        };
+        let reason = "retrying: HTTP 503 Service Unavailable from https://ingest.example.com/v1/events (attempt 12)";
+        let reading = |at, k: u64| Reading {
+            at,
+            shards: vec![
+                (50_000 * k, 48_000 * k, 2_000, 1, 512_000),
+                (30_000 * k, 30_000 * k, 0, 0, 0),
+            ],
+            fsync: vec![buckets(400 * k), buckets(300 * k)],
+            sinks: vec![
+                ("retrying".into(), reason.into()),
+                ("running".into(), String::new()),
+            ],
+            per_sink: vec![
+                sink(
+                    "archive",
+                    80_000 * k,
+                    0,
+                    true,
+                    vec![
+                        shard(0, 50_000 * k, 0, "running"),
+                        shard(1, 30_000 * k, 0, "running"),
+                    ],
+                ),
+                sink(
+                    "search",
+                    78_000 * k,
+                    2_000,
+                    false,
+                    vec![
+                        shard(0, 48_000 * k, 2_000, reason),
+                        shard(1, 30_000 * k, 0, "running"),
+                    ],
+                ),
+            ],
+            ready: false,
+        };
+        let (screen, _) = render(&reading(at, 1), &reading(at + Duration::from_secs(2), 2));
+        let got = frame("2026-12-04T01:02:03Z", &screen, 80);
+        assert!(got.lines().all(|l| l.chars().count() <= 80), "{got}");
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/top-80.txt");
+        if std::env::var_os("SPILLWAY_BLESS").is_some() {
+            std::fs::write(&path, &got).unwrap();
+        }
+        assert_eq!(
+            got,
+            std::fs::read_to_string(&path).unwrap(),
+            "if meant, SPILLWAY_BLESS=1 rewrites {}",
+            path.display()
+        );
     }
 }

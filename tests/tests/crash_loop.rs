@@ -1158,7 +1158,7 @@ fn crash_loop_keeps_every_acked_record_in_order() {
     let drain_started = Instant::now();
     let mut last_stats = String::new();
     let delivered = wait_until(FINAL_DELIVERY_TIMEOUT, || {
-        last_stats = d.ctl(&["stats"]);
+        last_stats = d.ctl(&["stats", "--flat"]);
         shard_stat_sum(&last_stats, "pending_records") == 0
     });
     assert!(

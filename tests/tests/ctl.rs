@@ -32,8 +32,23 @@ fn every_subcommand_answers_in_prose_and_in_json() {
     }
     assert!(h["ready"].is_boolean() && h["failing"].is_array(), "{h}");
 
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     assert!(stats.contains("connections_accepted "), "{stats}");
+    // For people: grouped, with units, the five records counted.
+    let view = d.ctl(&["stats"]);
+    for section in [
+        "\nINGEST\n",
+        "\nWAB  ",
+        "\nDELIVERY\n",
+        "\nDEAD LETTERS\n",
+        "\nRELOADS  ",
+    ] {
+        assert!(view.contains(section), "no {section:?} in:\n{view}");
+    }
+    assert!(view.starts_with("spillway: up "), "{view}");
+    assert!(view.contains("  records       5 written"), "{view}");
+    assert!(view.contains("  default: "), "{view}");
+    assert!(view.contains(" B "), "no byte unit in:\n{view}");
     let s = json(&d, &["stats"]);
     assert!(
         s["global"]["connections_accepted"].as_u64().unwrap() >= 1,

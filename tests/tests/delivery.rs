@@ -315,7 +315,7 @@ fn outage_is_ridden_out_with_retries() {
         (0..300).collect::<Vec<_>>(),
         "out of push order"
     );
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     let retries = shard_stat_sum(&stats, "delivery_retries");
     eprintln!(
         "outage: {failed} requests answered 503, delivery_retries = {retries}, {} requests in all",
@@ -555,7 +555,7 @@ fn permanent_rejection_is_dead_lettered_requeued_and_dropped() {
         !recs.iter().any(|r| r.payload == b"poison-2"),
         "a dropped dead letter was delivered"
     );
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     assert_eq!(shard_stat_sum(&stats, "dead_lettered"), 2, "{stats}");
 }
 
@@ -784,7 +784,7 @@ fn records_written_across_segment_rotations_while_the_sink_is_busy_are_all_deliv
                 acked.len(),
                 runs(&missing),
                 rx.summary(),
-                d.ctl(&["stats"])
+                d.ctl(&["stats", "--flat"])
             );
         }
         thread::sleep(Duration::from_millis(50));

@@ -74,7 +74,7 @@ fn ctl_run(d: &Daemon, args: &[&str]) -> Finished {
 
 /// `sink{sink="NAME"}.KEY` of `ctl stats`.
 fn sink_stat(d: &Daemon, sink: &str, key: &str) -> u64 {
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     let prefix = format!("sink{{sink=\"{sink}\"}}.{key} ");
     stats
         .lines()
@@ -118,7 +118,10 @@ fn a_dead_sink_holds_only_its_own_cursor_and_the_segments_it_needs() {
         "segments: {}",
         sealed_segments(&d)
     );
-    assert_eq!(shard_stat_sum(&d.ctl(&["stats"]), "segments_deleted"), 0);
+    assert_eq!(
+        shard_stat_sum(&d.ctl(&["stats", "--flat"]), "segments_deleted"),
+        0
+    );
     assert!(sink_stat(&d, "stream", "backlog_records") >= 3000);
     assert_eq!(sink_stat(&d, "warehouse", "backlog_records"), 0);
     let health = d.health();
@@ -138,7 +141,7 @@ fn a_dead_sink_holds_only_its_own_cursor_and_the_segments_it_needs() {
         "segments every sink confirmed were kept: {}",
         sealed_segments(&d)
     );
-    assert!(shard_stat_sum(&d.ctl(&["stats"]), "segments_deleted") >= 2);
+    assert!(shard_stat_sum(&d.ctl(&["stats", "--flat"]), "segments_deleted") >= 2);
 }
 
 /// A SIGKILL while three sinks deliver: after the restart every sink has
@@ -253,7 +256,7 @@ fn a_single_sink_data_folder_delivers_exactly_what_was_pending() {
     rx.set_status(200);
     rx.wait_for_payloads(&delivered, DELIVERY_TIMEOUT);
     assert!(wait_until(DELIVERY_TIMEOUT, || {
-        shard_stat_sum(&d.ctl(&["stats"]), "checkpoint") >= 100
+        shard_stat_sum(&d.ctl(&["stats", "--flat"]), "checkpoint") >= 100
     }));
     rx.set_status(503);
     let pending = push_tagged(&d, "pending", 50);

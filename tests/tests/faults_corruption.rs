@@ -54,7 +54,7 @@ fn accepting(rx: &HttpReceiver, extra: &str) -> String {
 
 /// `records_lost` of `ctl stats`, summed over shards.
 fn records_lost(d: &Daemon) -> u64 {
-    shard_stat_sum(&d.ctl(&["stats"]), "records_lost")
+    shard_stat_sum(&d.ctl(&["stats", "--flat"]), "records_lost")
 }
 
 /// A ~1 KB payload that names its tag and number.

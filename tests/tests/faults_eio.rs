@@ -625,7 +625,7 @@ fn transient_eio_heals(test: &str, ops: &str, counter: &str) {
     let nacked_delivered: BTreeSet<&String> = delivered.difference(&acked_set).collect();
 
     // ---- counters, no restart
-    let stats = e.ctl(&["stats"]);
+    let stats = e.ctl(&["stats", "--flat"]);
     let failures = shard_stat_sum(&stats, counter);
     let restarts = shard_stat_sum(&stats, "restarts");
     eprintln!(

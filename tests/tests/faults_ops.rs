@@ -385,7 +385,7 @@ fn a_socket_replaced_under_a_running_daemon_is_reported() {
         .unwrap()
         .to_string();
     assert!(line.contains("ERROR"), "{line}");
-    assert_eq!(stat(&d.ctl(&["stats"]), "socket_replaced"), 1);
+    assert_eq!(stat(&d.ctl(&["stats", "--flat"]), "socket_replaced"), 1);
     // The connection made before keeps working: it is this daemon's.
     c.push(Tier::Sync, b"after").unwrap();
     drop(impostor);
@@ -476,7 +476,7 @@ fn closed_log_pipe_does_not_kill_the_daemon() {
         "the daemon died after its log pipe was closed"
     );
     // The log writes did fail (so this test did exercise the closed pipe).
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     let failures = stat(&stats, "log_write_failures");
     eprintln!("closed log pipe: {failures} log writes dropped");
     assert!(
@@ -613,7 +613,7 @@ fn fd_exhaustion_under_a_low_ulimit() {
             .unwrap_or_else(|e| panic!("producer {p} after the flood: {e}"));
     }
     keeper.push(Tier::Sync, b"keeper-after").unwrap();
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     eprintln!(
         "accept_failures {}, connections_refused {}, connections_accepted {}",
         stat(&stats, "accept_failures"),
@@ -703,7 +703,7 @@ fn fd_exhaustion_under_a_low_ulimit() {
         sealed_segments(&d),
         d.stderr()
     );
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     eprintln!(
         "after exhaustion: accept_failures {}",
         stat(&stats, "accept_failures")
@@ -780,7 +780,7 @@ fn a_peer_that_reads_no_acks_is_closed_at_the_idle_timeout_not_the_read_timeout(
     // daemon closes the connection.
     let w = thread::spawn(move || writer.write_all(&all));
     let closed = wait_until(Duration::from_secs(15), || {
-        stat(&d.ctl(&["stats"]), "write_timeouts") == 1
+        stat(&d.ctl(&["stats", "--flat"]), "write_timeouts") == 1
     });
     let after = t0.elapsed();
     assert!(closed, "a peer reading no acks was not closed within 15 s");
@@ -860,7 +860,7 @@ fn idle_connections_time_out() {
     }
     let mut c = connect_healthy(&d, Duration::from_secs(3));
     c.push(Tier::Sync, b"after-idle-holders").unwrap();
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     assert!(
         stat(&stats, "idle_timeouts") >= 4,
         "idle_timeouts counter:\n{stats}"
@@ -957,7 +957,7 @@ fn stalled_huge_frames_hold_bounded_memory() {
             thread::sleep(Duration::from_millis(5));
         }
     }
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     peak_rss = peak_rss.max(status_kib(pid, "VmRSS"));
     let hwm = status_kib(pid, "VmHWM");
     stop.store(true, Ordering::Relaxed);
@@ -1005,7 +1005,7 @@ fn stalled_huge_frames_hold_bounded_memory() {
     // Every reservation goes back to the budget once its connection is gone.
     let mut left = u64::MAX;
     let released = wait_until(Duration::from_secs(10), || {
-        left = stat(&d.ctl(&["stats"]), "read_buffer_bytes");
+        left = stat(&d.ctl(&["stats", "--flat"]), "read_buffer_bytes");
         left == 0
     });
     assert!(
@@ -1066,7 +1066,7 @@ fn a_pushbatch_of_millions_of_one_byte_records_costs_bounded_memory() {
         ),
         other => panic!("no answer to the batch of {N} records: {other:?}"),
     }
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     assert_eq!(
         shard_stat_sum(&stats, "records_written"),
         N as u64,

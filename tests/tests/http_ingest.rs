@@ -38,7 +38,7 @@ fn stored_texts(d: &Daemon) -> Vec<String> {
 }
 
 fn stat(d: &Daemon, key: &str) -> u64 {
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     stats
         .lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())

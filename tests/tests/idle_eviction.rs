@@ -21,10 +21,10 @@ const IDLE: usize = 300;
 fn no_connections_open(d: &Daemon) {
     assert!(
         wait_until(Duration::from_secs(10), || {
-            stat(&d.ctl(&["stats"]), "connections_open") == 0
+            stat(&d.ctl(&["stats", "--flat"]), "connections_open") == 0
         }),
         "connections still open after the start:\n{}",
-        d.ctl(&["stats"])
+        d.ctl(&["stats", "--flat"])
     );
 }
 
@@ -67,7 +67,7 @@ fn idle_holders_are_evicted_so_a_producer_gets_its_ack_promptly() {
         "the producer's Sync ack took {took:?} with {IDLE} idle connections open"
     );
 
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     assert_eq!(
         stat(&stats, "connections_evicted"),
         1,
@@ -124,7 +124,7 @@ fn a_connection_with_a_frame_in_flight_is_never_evicted() {
     // and under load the daemon had not read one yet: it was evicted).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let stats = d.ctl(&["stats"]);
+        let stats = d.ctl(&["stats", "--flat"]);
         if stat(&stats, "connections_mid_frame") == 2 {
             break;
         }
@@ -141,7 +141,7 @@ fn a_connection_with_a_frame_in_flight_is_never_evicted() {
         h.send(rest);
         h.expect_frame(&expected_ack(), "the rest of a frame that was in flight");
     }
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     assert_eq!(stat(&stats, "connections_evicted"), 0, "{stats}");
     assert!(stat(&stats, "connections_refused") >= 1, "{stats}");
 }
@@ -157,6 +157,6 @@ fn eviction_can_be_turned_off() {
     let mut newcomer = d.raw();
     let _ = newcomer.try_send(&health_frame());
     newcomer.expect_closed_within(Duration::from_secs(5));
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     assert_eq!(stat(&stats, "connections_evicted"), 0, "{stats}");
 }

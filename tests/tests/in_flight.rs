@@ -37,7 +37,7 @@ fn push_tagged(d: &Daemon, tag: &str, n: u64) -> Vec<String> {
 
 /// `sink{sink="default",shard="0"}.KEY` of `ctl stats`.
 fn shard0_stat(d: &Daemon, key: &str) -> u64 {
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     let prefix = format!("sink{{sink=\"default\",shard=\"0\"}}.{key} ");
     stats
         .lines()

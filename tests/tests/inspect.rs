@@ -21,7 +21,7 @@ fn records_are_marked_pending_or_confirmed_from_the_checkpoint() {
         c.push(Tier::Sync, format!("done-{i}").as_bytes()).unwrap();
     }
     assert!(wait_until(Duration::from_secs(10), || d
-        .ctl(&["stats"])
+        .ctl(&["stats", "--flat"])
         .contains("shard{shard=\"0\"}.checkpoint 3")));
     d.terminate();
     let data = d.data_dir().display().to_string();

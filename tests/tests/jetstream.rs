@@ -160,7 +160,7 @@ fn a_sigkill_of_spillway_mid_delivery_stores_every_record_once() {
     wait_for_stream(&cluster, &d, sent.len() as u64);
     // Give a redelivery that would be stored twice the time to land.
     assert!(wait_until(DELIVERY_TIMEOUT, || {
-        d.ctl(&["stats"])
+        d.ctl(&["stats", "--flat"])
             .lines()
             .find_map(|l| l.strip_prefix("sink{sink=\"stream\"}.backlog_records "))
             .is_some_and(|v| v.trim() == "0")

@@ -16,7 +16,7 @@ use spillway_tests::*;
 
 /// `connections_refused{reason="REASON"}` of `ctl stats`.
 fn refused(d: &Daemon, reason: &str) -> u64 {
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     let prefix = format!("connections_refused{{reason=\"{reason}\"}} ");
     stats
         .lines()
@@ -52,7 +52,7 @@ fn a_peer_not_allowed_is_closed_at_accept_counted_and_logged() {
     c.expect_closed_within(Duration::from_secs(5));
     assert_eq!(refused(&d, "peer_uid"), 1);
     assert_eq!(refused(&d, "max_connections"), 0);
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     assert!(stats.contains("connections_refused 1\n"), "{stats}");
     let metrics = d.ctl(&["metrics"]);
     assert!(

@@ -484,7 +484,7 @@ fn watch_config_switches_the_sink_when_the_file_changes() {
         took < Duration::from_secs(5),
         "the switch took {took:?}; expected within a few seconds"
     );
-    let s = ctl_socket(&admin_socket(&d), &["stats"]).stdout;
+    let s = ctl_socket(&admin_socket(&d), &["stats", "--flat"]).stdout;
     assert_eq!(stat(&s, "reloads_succeeded"), 1, "ctl stats:\n{s}");
     assert!(
         w.log_text().contains("config reloaded"),
@@ -724,7 +724,7 @@ fn reload_on_the_embedded_default_config_says_there_is_no_file() {
         "ctl reload should say there is no file to reload:\n{}",
         f.stderr
     );
-    let s = ctl_socket(&admin, &["stats"]);
+    let s = ctl_socket(&admin, &["stats", "--flat"]);
     assert!(s.status.success(), "ctl stats: {}", s.stderr);
     assert_eq!(
         stat(&s.stdout, "reloads_failed"),

@@ -171,7 +171,7 @@ fn a_disk_with_room_for_one_segment_keeps_taking_pushes_once_all_is_confirmed() 
         p.overloaded
     );
     wait_delivered(&rx, &p, &dd);
-    let stats = dd.ctl(&["stats"]);
+    let stats = dd.ctl(&["stats", "--flat"]);
     let sealed: u64 = stats
         .lines()
         .find_map(|l| l.strip_prefix("shard{shard=\"0\"}.sealed_without_successor "))

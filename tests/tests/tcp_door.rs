@@ -16,7 +16,7 @@ use spillway_tests::tls::{tls_connect, Ca};
 use spillway_tests::*;
 
 fn stat(d: &Daemon, key: &str) -> u64 {
-    let stats = d.ctl(&["stats"]);
+    let stats = d.ctl(&["stats", "--flat"]);
     stats
         .lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())

@@ -115,7 +115,7 @@ def stop_daemon(d: Daemon) -> None:
 
 def ctl_stat(d: Daemon, key: str) -> int:
     out = subprocess.run(
-        [spillway_bin(), "ctl", "--admin-socket", str(d.tmp / "admin.sock"), "stats"],
+        [spillway_bin(), "ctl", "--admin-socket", str(d.tmp / "admin.sock"), "stats", "--flat"],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         timeout=15,

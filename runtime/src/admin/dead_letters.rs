@@ -52,16 +52,20 @@ fn stored(store: &DeadLetters) -> Result<Vec<DeadLetter>, String> {
 /// size, its tier, the sink's reason and the start of its payload, both
 /// cut to a width (with an ellipsis) and the payload escaped.
 pub(super) fn list(sink: &str, store: &DeadLetters) -> Result<String, String> {
-    let all = stored(store)?;
+    Ok(table_of(sink, &stored(store)?))
+}
+
+/// The text of `list` for the dead letters `all`.
+fn table_of(sink: &str, all: &[DeadLetter]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{} dead letters in sink {sink}", all.len());
     if all.is_empty() {
-        return Ok(out);
+        return out;
     }
-    let rows: Vec<[String; 6]> = all
+    let rows: Vec<Vec<String>> = all
         .iter()
         .map(|l| {
-            [
+            vec![
                 format!("{}:{}", l.shard, l.seq),
                 super::health::rfc3339(l.dead_lettered_unix_us / 1000),
                 crate::top::bytes_text(l.payload.len() as u64),
@@ -71,29 +75,12 @@ pub(super) fn list(sink: &str, store: &DeadLetters) -> Result<String, String> {
             ]
         })
         .collect();
-    let header = ["ID", "DEAD-LETTERED", "SIZE", "TIER", "REASON", "PAYLOAD"];
-    let mut widths = header.map(|h| h.chars().count());
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut line = |cells: [&str; 6]| {
-        let mut l = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                l.push_str(cell);
-            } else {
-                let _ = write!(l, "{cell:<w$}  ");
-            }
-        }
-        let _ = writeln!(out, "{}", l.trim_end());
-    };
-    line(header);
-    for row in &rows {
-        line(row.each_ref().map(String::as_str));
-    }
-    Ok(out)
+    out.push_str(&crate::table::render(
+        &["ID", "DEAD-LETTERED", "SIZE", "TIER", "REASON", "PAYLOAD"],
+        &rows,
+        &[2],
+    ));
+    out
 }
 
 /// The sink's reason is cut to this many characters in the table.
@@ -352,5 +339,62 @@ mod tests {
         assert_eq!(cut("two\nlines", 20), "two lines");
         assert_eq!(cut(&"r".repeat(60), 48).chars().count(), 48);
         assert!(cut(&"r".repeat(60), 48).ends_with('…'));
+    }
+
+    /// The table of known dead letters is the checked-in
+    /// `tests/golden/dead-letter-list.txt`; `SPILLWAY_BLESS=1` rewrites it.
+    #[test]
+    fn the_table_of_known_dead_letters_is_the_golden_one() {
+        let letter = |shard, seq, tier, secs: u64, reason: &str, payload: &[u8]| DeadLetter {
+            shard,
+            seq,
+            tier,
+            arrival_unix_us: 0,
+            dead_lettered_unix_us: secs * 1_000_000,
+            reason: reason.into(),
+            payload: bytes::Bytes::copy_from_slice(payload),
+        };
+        let all = [
+            letter(
+                0,
+                7,
+                1,
+                1_796_342_400,
+                "HTTP 400: {\"error\":\"field user_id is required\"}",
+                b"{\"event\":\"signup\"}",
+            ),
+            letter(
+                1,
+                1_234_567,
+                2,
+                1_796_342_461,
+                "gave up after 60 s of transient failures: connection refused (os error 111)",
+                &[0xff, b'\n', b'\t', 0],
+            ),
+            letter(
+                0,
+                8,
+                3,
+                1_796_346_000,
+                "rejected by plugin: payload is not valid JSON",
+                "x".repeat(70_000).as_bytes(),
+            ),
+        ];
+        let got = table_of("warehouse", &all);
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden/dead-letter-list.txt");
+        if std::env::var_os("SPILLWAY_BLESS").is_some() {
+            std::fs::write(&path, &got).unwrap();
+        }
+        assert_eq!(
+            got,
+            std::fs::read_to_string(&path).unwrap(),
+            "if meant, SPILLWAY_BLESS=1 rewrites {}",
+            path.display()
+        );
+        assert_eq!(
+            table_of("warehouse", &[]),
+            "0 dead letters in sink warehouse\n"
+        );
     }
 }

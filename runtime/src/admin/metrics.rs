@@ -117,12 +117,31 @@ impl ShardView {
     }
 }
 
+/// When the daemon started (`run`), for `uptime_seconds`.
+static STARTED: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// Note the daemon's start; `uptime_seconds` counts from here.
+pub(crate) fn mark_start() {
+    STARTED.get_or_init(std::time::Instant::now);
+}
+
+fn uptime_seconds() -> u64 {
+    STARTED.get().map_or(0, |t| t.elapsed().as_secs())
+}
+
 fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn global_counters() -> [Counter<GlobalGet>; 16] {
+fn global_counters() -> [Counter<GlobalGet>; 17] {
     [
+        Counter {
+            key: "uptime_seconds",
+            metric: "spillway_uptime_seconds",
+            kind: "gauge",
+            help: "Seconds since the daemon started (the counters count from then).",
+            get: |_| uptime_seconds(),
+        },
         Counter {
             key: "connections_open",
             metric: "spillway_connections_open",

@@ -22,7 +22,7 @@
 mod dead_letters;
 mod health;
 mod http;
-mod metrics;
+pub(crate) mod metrics;
 pub(crate) mod segments;
 mod sinks;
 

@@ -179,7 +179,7 @@ pub fn ctl_config(d: &Daemon, args: &[&str]) -> Finished {
 
 /// `ctl stats` of a test daemon (through its admin socket); panics unless it succeeds.
 pub fn stats(d: &Daemon) -> String {
-    let f = ctl_socket(&admin_socket(d), &["stats"]);
+    let f = ctl_socket(&admin_socket(d), &["stats", "--flat"]);
     assert!(
         f.status.success(),
         "ctl stats exited with {}: {}\ndaemon log:\n{}",
