@@ -116,40 +116,68 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("127.0.0.1", 8080), Receiver).serve_forever()
 PY
+# Runs the installed daemon as the unit does (setpriv execs the command as
+# the user; runuser would sit between, as a session, and turn the SIGTERM
+# below into a kill), and waits until `ctl health` answers.
+start_daemon() {
+    $SUDO setpriv --reuid spillway --regid spillway --init-groups -- $exec_start >"$work/daemon.log" 2>&1 &
+    daemon_pid=$!
+    for _ in $(seq 1 100); do
+        if $SUDO /usr/bin/spillway ctl --config /etc/spillway/spillway.toml health >/dev/null 2>&1; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    cat "$work/daemon.log"
+    fail "the installed daemon did not become ready"
+}
+stop_daemon() {
+    $SUDO kill -TERM "$daemon_pid"
+    wait "$daemon_pid" || fail "the daemon did not stop cleanly on SIGTERM: $(tail -5 "$work/daemon.log")"
+    daemon_pid=""
+}
+push_as_spillway() {
+    $SUDO setpriv --reuid spillway --regid spillway --init-groups -- /usr/bin/spillway push --config /etc/spillway/spillway.toml "$@" >/dev/null
+}
+wait_received() {
+    for _ in $(seq 1 150); do
+        if grep -q "$1" "$work/received" 2>/dev/null; then return 0; fi
+        sleep 0.1
+    done
+    cat "$work/daemon.log"
+    fail "$1 never reached the sink"
+}
+
 python3 "$work/receiver.py" "$work/received" &
 receiver_pid=$!
-# setpriv execs the command as the user (runuser would sit between, as a
-# session, and turn the SIGTERM below into a kill).
-$SUDO setpriv --reuid spillway --regid spillway --init-groups -- $exec_start >"$work/daemon.log" 2>&1 &
-daemon_pid=$!
-ready=""
-for _ in $(seq 1 100); do
-    if $SUDO /usr/bin/spillway ctl --config /etc/spillway/spillway.toml health >/dev/null 2>&1; then
-        ready=yes
-        break
-    fi
-    sleep 0.1
-done
-[ -n "$ready" ] || { cat "$work/daemon.log"; fail "the installed daemon did not become ready"; }
+start_daemon
 record="deb-check-$$-$(date +%s%N)"
-$SUDO setpriv --reuid spillway --regid spillway --init-groups -- /usr/bin/spillway push --config /etc/spillway/spillway.toml "$record" >/dev/null
-got=""
-for _ in $(seq 1 100); do
-    if grep -q "$record" "$work/received" 2>/dev/null; then got=yes; break; fi
-    sleep 0.1
-done
-[ -n "$got" ] || { cat "$work/daemon.log"; fail "the record pushed to the installed daemon never reached its sink"; }
-$SUDO kill -TERM "$daemon_pid"
-wait "$daemon_pid" || fail "the daemon did not stop cleanly on SIGTERM: $(tail -5 "$work/daemon.log")"
-daemon_pid=""
+push_as_spillway "$record"
+wait_received "$record"
 say "ran as spillway with the unit's command: pushed $record, the sink at $url received it"
 
-# -- an upgrade keeps an edited config and the data folder
+# -- an upgrade keeps an edited config and the data, and the upgraded
+# daemon delivers what the old one held. With the receiver down, three
+# records stay pending; the data folder must be byte for byte the same
+# after the upgrade, and the new binary must find them and deliver them.
+kill "$receiver_pid"; wait "$receiver_pid" 2>/dev/null || true
+held="deb-held-$$-$(date +%s%N)"
+push_as_spillway "$held-1" "$held-2" "$held-3"
+stop_daemon
+data_sums() { $SUDO find /var/lib/spillway -type f -print0 | sort -z | $SUDO xargs -0 sha256sum; }
+before="$(data_sums)"
 echo "# edited by the operator" | $SUDO tee -a /etc/spillway/spillway.toml >/dev/null
 $SUDO dpkg -i --force-confold "$deb" >/dev/null
 grep -q '^# edited by the operator$' /etc/spillway/spillway.toml || fail "the upgrade lost the edited config"
-[ -d /var/lib/spillway/wab ] || fail "the upgrade lost the data folder"
-say "upgrade: the edited config and /var/lib/spillway/wab kept"
+[ "$(data_sums)" = "$before" ] || fail "the upgrade changed /var/lib/spillway"
+python3 "$work/receiver.py" "$work/received" &
+receiver_pid=$!
+start_daemon
+grep -q '; 3 records pending delivery, 1 already delivered' "$work/daemon.log" \
+    || fail "the upgraded daemon's start line does not count 3 pending and 1 delivered: $(grep 'listening on' "$work/daemon.log")"
+for i in 1 2 3; do wait_received "$held-$i"; done
+stop_daemon
+say "upgrade: the edited config kept, /var/lib/spillway unchanged, the 3 held records delivered by the new binary"
 
 # -- purge: says what it keeps, keeps only that
 purge_out="$($SUDO dpkg --purge spillway 2>&1)"

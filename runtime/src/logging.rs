@@ -159,7 +159,7 @@ impl TryFrom<String> for LogFormat {
 
 /// Whether log lines carry colour: only on a terminal, and never while
 /// `NO_COLOR` is set (to any value, the empty string included).
-fn wants_colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+pub fn wants_colour(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
     stderr_is_terminal && no_color.is_none()
 }
 

@@ -269,6 +269,43 @@ fn frame(clock: &str, screen: &str, width: usize) -> String {
     fit(&format!("spillway ctl top  {clock}\n\n{screen}"), width)
 }
 
+/// `frame` with its verdict and states in colour: red where a sink is down
+/// or the daemon not ready, yellow where a sink retries or stalls, green
+/// where all is well. Whole lines are painted, after they were cut to the
+/// width, so the escape codes never count against it.
+fn paint(frame: &str) -> String {
+    const RED: &str = "\x1b[31m";
+    const YELLOW: &str = "\x1b[33m";
+    const GREEN: &str = "\x1b[32m";
+    let mut out = String::with_capacity(frame.len() + 64);
+    for line in frame.lines() {
+        let state = line.rsplit("  ").next().unwrap_or("");
+        let colour = if line.starts_with("NOT READY")
+            || state.starts_with("DOWN")
+            || state.starts_with("failed")
+        {
+            Some(RED)
+        } else if ["retrying", "stalled", "paused"]
+            .iter()
+            .any(|s| state.starts_with(s))
+        {
+            Some(YELLOW)
+        } else if line.starts_with("ready  ") {
+            Some(GREEN)
+        } else {
+            None
+        };
+        match colour {
+            Some(c) => out.push_str(&format!("{c}{line}\x1b[0m\n")),
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 /// Each line of `screen` cut to `width` characters (an ellipsis marks a
 /// cut), so that no line wraps on the terminal.
 fn fit(screen: &str, width: usize) -> String {
@@ -413,6 +450,7 @@ pub fn run(
     limits: Limits,
 ) -> Result<(), String> {
     let terminal = std::io::stdout().is_terminal();
+    let colour = crate::logging::wants_colour(terminal, std::env::var_os("NO_COLOR"));
     let mut prev = read(socket, limits)?;
     let mut shown = 0;
     loop {
@@ -425,7 +463,10 @@ pub fn run(
             // Home, clear, redraw: one screen that updates in place, no
             // line longer than the terminal is wide now (a wrapped line
             // would push the screen off its top).
-            let screen = frame(&clock.to_string(), &screen, terminal_width().unwrap_or(80));
+            let mut screen = frame(&clock.to_string(), &screen, terminal_width().unwrap_or(80));
+            if colour {
+                screen = paint(&screen);
+            }
             write!(out, "\x1b[H\x1b[2J{screen}")
         } else {
             writeln!(out, "{clock} {line}")
@@ -649,5 +690,18 @@ mod tests {
             "if meant, SPILLWAY_BLESS=1 rewrites {}",
             path.display()
         );
+    }
+
+    #[test]
+    fn colour_marks_whole_lines_and_leaves_their_text_alone() {
+        let frame = "sink  state\nsearch  0/8  DOWN or paused\n  shard 0  0/4  retrying: conn…\n  shard 1  1/4  running\nNOT READY  ingest 0/s\n";
+        let painted = super::paint(frame);
+        let lines: Vec<&str> = painted.lines().collect();
+        assert_eq!(lines[0], "sink  state");
+        assert_eq!(lines[1], "\x1b[31msearch  0/8  DOWN or paused\x1b[0m");
+        assert_eq!(lines[2], "\x1b[33m  shard 0  0/4  retrying: conn…\x1b[0m");
+        assert_eq!(lines[3], "  shard 1  1/4  running");
+        assert!(lines[4].starts_with("\x1b[31mNOT READY"));
+        assert!(super::paint("ready  ingest 5/s\n").starts_with("\x1b[32mready"));
     }
 }
