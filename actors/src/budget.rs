@@ -18,9 +18,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Bytes each record takes in a segment besides its payload (its header),
-/// counted at admission.
-pub const RECORD_OVERHEAD: u64 = 16;
+/// Bytes each record takes in a segment besides its payload (its header,
+/// as the WAB format lays it out), counted at admission.
+pub const RECORD_OVERHEAD: u64 = spillway_wab::format::RECORD_HEADER_LEN as u64;
 
 /// The daemon-wide cap and the bytes every shard holds together.
 #[derive(Debug)]

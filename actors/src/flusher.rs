@@ -46,7 +46,8 @@ use spillway_wab::{
 use crate::clock::Clock;
 use crate::sealer::{sealer_channel, SealerCore, SealerMsg, SegmentSealer};
 use crate::shard::{
-    Abandoned, AppendBatch, GroupBound, ShardHealth, ShardQueue, Watermark, GROUP_RECORDS_MAX,
+    nack_for, Abandoned, AppendBatch, GroupBound, ShardHealth, ShardQueue, Watermark,
+    GROUP_RECORDS_MAX,
 };
 
 /// Settings of one shard's flusher.
@@ -312,6 +313,7 @@ impl<S: Storage> FlusherCore<S> {
         let sealer = SealerCore::new(
             storage.clone(),
             cfg.dir.clone(),
+            queue.shard,
             queue.clone(),
             cfg.segment_bytes_max,
             next_segment_id.clone(),
@@ -930,16 +932,5 @@ impl<S: Storage> FlusherCore<S> {
     fn preallocate_inline(&self) -> io::Result<Preallocated<S::File>> {
         let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
         preallocate(&self.storage, &self.cfg.dir, id, self.cfg.segment_bytes_max)
-    }
-}
-
-/// The nack for records a storage error kept off the disk: a full disk is
-/// Overloaded (retryable, and delivery frees space), anything else
-/// InternalError.
-pub fn nack_for(e: &io::Error) -> NackReason {
-    if spillway_wab::storage::is_no_space(e) {
-        NackReason::Overloaded
-    } else {
-        NackReason::InternalError
     }
 }

@@ -48,7 +48,25 @@ pub struct SealerCore<S: Storage> {
     segment_bytes: u64,
     next_segment_id: Arc<AtomicU64>,
     spares: SyncSender<std::io::Result<Preallocated<S::File>>>,
-    stats: Arc<crate::shard::ShardQueue>,
+    reports: Arc<dyn SealReports>,
+}
+
+/// All the sealer tells its shard: a segment was sealed (a rotation), or
+/// its seal failed and it is abandoned (never written again; the drain
+/// deletes it `.open` once delivered).
+pub trait SealReports: Send + Sync {
+    fn sealed(&self);
+    fn seal_failed(&self, segment: Abandoned);
+}
+
+impl SealReports for crate::shard::ShardQueue {
+    fn sealed(&self) {
+        self.stats.rotations.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn seal_failed(&self, segment: Abandoned) {
+        self.mark_abandoned(segment);
+    }
 }
 
 /// The channel the flusher sends its [`SealerMsg`]s on.
@@ -72,12 +90,13 @@ impl<F: spillway_wab::StorageFile> SegmentSealer<F> {
 }
 
 impl<S: Storage> SealerCore<S> {
-    /// A sealer for a shard. `spares` is where preallocated segments go;
-    /// the flusher holds the receiving end.
+    /// A sealer for `shard`. `spares` is where preallocated segments go;
+    /// the flusher holds the receiving end. `reports` hears of every seal.
     pub fn new(
         storage: S,
         dir: PathBuf,
-        queue: Arc<crate::shard::ShardQueue>,
+        shard: u32,
+        reports: Arc<dyn SealReports>,
         segment_bytes: u64,
         next_segment_id: Arc<AtomicU64>,
         spares: SyncSender<std::io::Result<Preallocated<S::File>>>,
@@ -85,11 +104,11 @@ impl<S: Storage> SealerCore<S> {
         SealerCore {
             storage,
             dir,
-            shard: queue.shard,
+            shard,
             segment_bytes,
             next_segment_id,
             spares,
-            stats: queue,
+            reports,
         }
     }
 
@@ -134,7 +153,7 @@ impl<S: Storage> SealerCore<S> {
         let footer: Footer = sealing.footer;
         match seal(&self.storage, &self.dir, sealing) {
             Ok(path) => {
-                self.stats.stats.rotations.fetch_add(1, Ordering::Relaxed);
+                self.reports.sealed();
                 tracing::debug!(shard = self.shard, segment = id, records = footer.record_count, path = %path.display(), "sealed segment");
             }
             Err(e) => {
@@ -145,7 +164,7 @@ impl<S: Storage> SealerCore<S> {
                 // seal that is not coming kept it, and on a disk with room
                 // for one segment every later one, out for good.
                 let next_seq = footer.last_seq.wrapping_add(1);
-                self.stats.mark_abandoned(Abandoned {
+                self.reports.seal_failed(Abandoned {
                     segment_id: id,
                     first_seq: next_seq.wrapping_sub(footer.record_count),
                     acked_end: footer.end_offset,

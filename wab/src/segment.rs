@@ -199,11 +199,20 @@ impl<F: StorageFile> ActiveSegment<F> {
         } else {
             0
         };
+        let mut payload_bytes = 0u64;
         for (head, r) in heads.iter().zip(records) {
             iov.push(IoSlice::new(head));
             iov.push(IoSlice::new(r.payload));
             total += (RECORD_HEADER_LEN + r.payload.len()) as u64;
+            payload_bytes += r.payload.len() as u64;
         }
+        // What `fits` and the WAB budget count is what is written.
+        assert_eq!(
+            total,
+            self.bytes_needed(payload_bytes, records.len() as u64),
+            "segment {}: the bytes written differ from the bytes counted",
+            self.header.segment_id
+        );
         self.file.write_all_at(self.write_offset, &iov)?;
         self.write_offset += total;
         self.count += records.len() as u64;

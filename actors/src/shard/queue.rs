@@ -1,352 +1,16 @@
-//! What connections and a shard's flusher share: the shard's append queue
-//! (the flusher's mailbox), its health, its counters, and the global WAB
-//! byte budget.
-//!
-//! Connections push [`AppendBatch`]es straight into the queue instead of
-//! sending an actor message per batch: the flusher thread takes *everything*
-//! queued at once (group commit), which an actix mailbox cannot express, and
-//! skipping an actor hop saves a thread wake (~40-50 µs on an idle VM core)
-//! on every Sync ack.
+//! The shard's append queue (the flusher's mailbox), with its health,
+//! its durable watermark and its abandoned segments: the part of a shard
+//! connections see.
 
-use crate::histogram::{CommitMicros, FsyncMicros, GroupRecords, Histogram};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use spillway_protocol::{BatchRecords, BatchSlices, NackReason};
+use spillway_protocol::NackReason;
 
+use super::{nack_for, Abandoned, AppendBatch, GroupBound, ShardHealth, ShardStats, Watermark};
 use crate::budget::{ShardBudget, WabBudget};
-
-/// One record waiting to be written.
-#[derive(Debug, Clone)]
-pub struct PendingRecord {
-    pub payload: Bytes,
-    /// Packed [`spillway_wab::RecordMeta`] (tier and arrival time).
-    pub meta: u64,
-}
-
-/// The records of one [`AppendBatch`], in order: single pushes, and whole
-/// PushBatch frames kept packed ([`BatchRecords`]), so a frame of millions
-/// of tiny records costs a few words here, not tens of bytes per record.
-#[derive(Debug, Clone, Default)]
-pub struct PendingRecords {
-    items: Vec<(Pending, u64)>,
-    count: usize,
-}
-
-#[derive(Debug, Clone)]
-enum Pending {
-    One(Bytes),
-    Batch(BatchRecords),
-}
-
-impl PendingRecords {
-    /// One pushed record, with its packed meta.
-    pub fn push_one(&mut self, payload: Bytes, meta: u64) {
-        self.items.push((Pending::One(payload), meta));
-        self.count += 1;
-    }
-
-    /// Every record of a PushBatch frame, sharing one meta.
-    pub fn push_batch(&mut self, records: BatchRecords, meta: u64) {
-        self.count += records.len();
-        self.items.push((Pending::Batch(records), meta));
-    }
-
-    /// Number of records.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
-
-    /// Every record in order: (payload, packed meta), borrowed (no
-    /// allocation, and no reference count touched per record).
-    pub fn iter(&self) -> PendingIter<'_> {
-        PendingIter {
-            items: self.items.iter(),
-            current: None,
-        }
-    }
-}
-
-/// Iterator of [`PendingRecords::iter`].
-pub struct PendingIter<'a> {
-    items: std::slice::Iter<'a, (Pending, u64)>,
-    /// The item being walked, and its meta.
-    current: Option<(Walk<'a>, u64)>,
-}
-
-enum Walk<'a> {
-    One(Option<&'a [u8]>),
-    Batch(BatchSlices<'a>),
-}
-
-impl<'a> Iterator for PendingIter<'a> {
-    type Item = (&'a [u8], u64);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            if let Some((walk, meta)) = &mut self.current {
-                let next = match walk {
-                    Walk::One(p) => p.take(),
-                    Walk::Batch(b) => b.next(),
-                };
-                if let Some(p) = next {
-                    return Some((p, *meta));
-                }
-            }
-            let (item, meta) = self.items.next()?;
-            let walk = match item {
-                Pending::One(p) => Walk::One(Some(&p[..])),
-                Pending::Batch(b) => Walk::Batch(b.slices()),
-            };
-            self.current = Some((walk, *meta));
-        }
-    }
-}
-
-impl From<Vec<PendingRecord>> for PendingRecords {
-    fn from(records: Vec<PendingRecord>) -> Self {
-        let mut out = PendingRecords::default();
-        for r in records {
-            out.push_one(r.payload, r.meta);
-        }
-        out
-    }
-}
-
-/// Who is told that an [`AppendBatch`] is durable. Called on the flusher's
-/// thread, so it must be quick and must not block: a connection writes its
-/// acks straight to its socket from here (saving the wake of its arbiter
-/// thread on every ack) and otherwise hands over to its actor.
-pub trait CommitTarget: Send + Sync {
-    /// The batch `token` is durable at its tier (`Ok`, with the sequence
-    /// number of its first record) or was not written (`Err`, the nack every
-    /// frame of the batch gets).
-    fn committed(&self, token: u64, result: Result<u64, NackReason>);
-}
-
-/// Everything one connection decoded from one read, headed for one shard.
-pub struct AppendBatch {
-    pub records: PendingRecords,
-    /// Payload bytes in `records`.
-    pub bytes: u64,
-    /// True if any record is Sync or Batched: the group must be fdatasynced
-    /// before this batch is acknowledged.
-    pub needs_fsync: bool,
-    pub token: u64,
-    reply: Option<Arc<dyn CommitTarget>>,
-}
-
-impl AppendBatch {
-    pub fn new(
-        records: impl Into<PendingRecords>,
-        bytes: u64,
-        needs_fsync: bool,
-        token: u64,
-        reply: Arc<dyn CommitTarget>,
-    ) -> Self {
-        AppendBatch {
-            records: records.into(),
-            bytes,
-            needs_fsync,
-            token,
-            reply: Some(reply),
-        }
-    }
-
-    /// Identifies the connection that sent the batch (its reply target),
-    /// so a group can keep each connection's batches in order.
-    pub fn sender_id(&self) -> usize {
-        self.reply
-            .as_ref()
-            .map_or(0, |r| Arc::as_ptr(r) as *const () as usize)
-    }
-
-    /// Answer the sender. Called exactly once; a batch dropped unanswered
-    /// (a flusher that panicked) answers `InternalError` from `Drop`.
-    pub fn complete(mut self, result: Result<u64, NackReason>) {
-        if let Some(reply) = self.reply.take() {
-            reply.committed(self.token, result);
-        }
-    }
-}
-
-impl Drop for AppendBatch {
-    fn drop(&mut self) {
-        if let Some(reply) = self.reply.take() {
-            reply.committed(self.token, Err(NackReason::InternalError));
-        }
-    }
-}
-
-/// How much one group commit takes besides its first batch (which is
-/// always taken whole).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GroupBound {
-    /// Payload bytes (`wab.group_bytes_max`): a huge record's write and
-    /// fsync is not shared by hundreds of MiB more.
-    pub bytes: u64,
-    /// Records: every record costs CRC and header work before the write,
-    /// so without this bound a flood of tiny records (4 MiB of 5-byte
-    /// payloads is 800,000 records) would make one group's preparation,
-    /// and every ack riding in it, wait for all of them.
-    pub records: usize,
-}
-
-/// Default [`GroupBound::records`]: on the order of a millisecond of
-/// per-record work, while the records per fsync stay far past where group
-/// commit stops paying (the bench's pipelined scenarios put ~1,000 records
-/// in a group).
-pub const GROUP_RECORDS_MAX: usize = 16 * 1024;
-
-/// Health of a shard, readable by every connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum ShardHealth {
-    /// Recovering or restarting: batches queue up and wait.
-    Starting = 0,
-    Running = 1,
-    /// Stopped for good: the supervisor gave up restarting it, or the
-    /// daemon is shutting down. Pushes get InternalError until restart.
-    Failed = 2,
-    /// Cannot write right now (no segment: the disk is full, or writes and
-    /// fsyncs keep failing). Pushes are refused at once (Overloaded for a
-    /// full disk, else InternalError) while the flusher retries with
-    /// backoff; it turns `Running` by itself once a fresh segment works.
-    Unwritable = 3,
-}
-
-/// Counters a shard exports (metrics, `ctl stats`, bench).
-#[derive(Debug, Default)]
-pub struct ShardStats {
-    pub groups: AtomicU64,
-    pub records: AtomicU64,
-    pub bytes: AtomicU64,
-    pub fsyncs: AtomicU64,
-    pub fsync_failures: AtomicU64,
-    pub write_failures: AtomicU64,
-    pub fsync_us_max: AtomicU64,
-    /// fdatasync latency (µs; its sum gives the mean). Exported as a
-    /// Prometheus histogram: fsync cost can grow several-fold under
-    /// sustained load, and an operator must see it.
-    pub fsync_us: Histogram<FsyncMicros>,
-    /// Write plus fdatasync of one group commit (µs).
-    pub commit_us: Histogram<CommitMicros>,
-    /// Records per group commit.
-    pub group_records: Histogram<GroupRecords>,
-    pub rotations: AtomicU64,
-    /// Full segments sealed with no next segment to write (no room on the
-    /// disk for one): the shard waits for delivery to free the full one.
-    pub sealed_without_successor: AtomicU64,
-    pub restarts: AtomicU64,
-    /// Acknowledged records recovery found missing or damaged at the last
-    /// start (sequence gaps, salvaged records, records of a segment whose
-    /// header nothing proves): each also logged as an ERROR and kept in
-    /// `quarantine/` with a `.reason`.
-    pub records_lost: AtomicU64,
-    /// Records recovery found in the shard's segments at the last start
-    /// (what was replayed for delivery, delivered ones included).
-    pub recovered_records: AtomicU64,
-    /// Files recovery moved to `quarantine/` at the last start.
-    pub quarantined_files: AtomicU64,
-    /// Times the shard became unwritable (no segment could be started, or
-    /// a write/fsync failed).
-    pub unwritable_events: AtomicU64,
-    /// When the last "cannot start a segment" error was logged (µs since
-    /// the Unix epoch), so a full disk logs one line per interval, not one
-    /// per retry.
-    segment_failure_logged_us: AtomicU64,
-}
-
-/// At most one "cannot start a segment" line per shard per this interval.
-const SEGMENT_FAILURE_LOG_EVERY_US: u64 = 10_000_000;
-
-impl ShardStats {
-    /// Whether to log a failed segment start now (rate-limited).
-    pub fn log_segment_failure(&self) -> bool {
-        let now = spillway_wab::format::now_unix_us();
-        let last = self.segment_failure_logged_us.load(Ordering::Relaxed);
-        if last != 0 && now.saturating_sub(last) < SEGMENT_FAILURE_LOG_EVERY_US {
-            return false;
-        }
-        self.segment_failure_logged_us
-            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
-    }
-
-    /// Count one fdatasync that took `us` microseconds.
-    pub fn record_fsync(&self, us: u64) {
-        self.fsyncs.fetch_add(1, Ordering::Relaxed);
-        self.fsync_us_max.fetch_max(us, Ordering::Relaxed);
-        self.fsync_us.observe(us);
-    }
-}
-
-/// A segment the flusher abandoned after a failed write or fdatasync.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Abandoned {
-    pub segment_id: u64,
-    /// Its first sequence number (also in its header, which may never
-    /// have reached the disk).
-    pub first_seq: u64,
-    /// Every record before this offset was acknowledged (fsynced, or
-    /// Buffered and in the page cache); the group whose write or fsync
-    /// failed starts here and was nacked, so the drain delivers nothing
-    /// from here on (the producer retries those records itself).
-    pub acked_end: u64,
-    /// Where its last successful fdatasync left it: the drain delivers up
-    /// to here only (see [`spillway_wab::follow::Cut::durable_end`]).
-    pub durable_end: u64,
-    /// The sequence number the next segment starts at: the nacked records'
-    /// numbers are never used again, and the drain counts the abandoned
-    /// segment as ending there.
-    pub next_seq: u64,
-}
-
-impl Abandoned {
-    /// Where the segment ends for its readers.
-    pub fn cut(&self) -> spillway_wab::follow::Cut {
-        spillway_wab::follow::Cut {
-            acked_end: self.acked_end,
-            durable_end: self.durable_end,
-            next_seq: self.next_seq,
-        }
-    }
-}
-
-/// How far a shard's records are durable: everything in segments with a
-/// lower id, and everything before `offset` in segment `segment_id`.
-/// Published by the flusher after each successful fdatasync; the drain
-/// reads up to it (and never past it).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Watermark {
-    pub segment_id: u64,
-    pub offset: u64,
-    /// Sequence number the next record will get; all below are durable.
-    pub next_seq: u64,
-    /// Record bytes (record headers and payloads) made durable so far: what
-    /// recovery found in the segments at the daemon's start plus what every
-    /// fdatasync since has covered. A running position, never reset while
-    /// the process lives; the drain keeps the same count of the bytes it has
-    /// confirmed, and the difference is `spillway_pending_bytes`.
-    pub bytes: u64,
-}
-
-impl Watermark {
-    /// Where readers may read up to.
-    pub fn tail(&self) -> spillway_wab::follow::Tail {
-        spillway_wab::follow::Tail {
-            segment_id: self.segment_id,
-            offset: self.offset,
-        }
-    }
-}
 
 /// The part of a shard connections see. Shared by `Arc`; survives flusher
 /// restarts, so connections never need a new handle.
@@ -455,7 +119,7 @@ impl ShardQueue {
     /// The shard cannot write (flusher thread): record why, and the nack
     /// pushes get meanwhile (Overloaded for a full disk).
     pub fn set_unwritable(&self, error: &std::io::Error, context: &str) {
-        let nack = crate::flusher::nack_for(error);
+        let nack = nack_for(error);
         self.unwritable_nack
             .store(nack.as_byte(), Ordering::Release);
         *self.unwritable_why.lock().unwrap() = format!("{context}: {error}");
@@ -517,7 +181,19 @@ impl ShardQueue {
 
     /// Publish a new durable watermark (flusher thread).
     pub fn publish_durable(&self, w: Watermark) {
-        *self.durable.lock().unwrap() = w;
+        let mut durable = self.durable.lock().unwrap();
+        // Readers go on from where they stopped: a watermark that moved
+        // back would make them read records that are not durable, or skip.
+        assert!(
+            (w.segment_id, w.offset) >= (durable.segment_id, durable.offset)
+                && w.next_seq >= durable.next_seq
+                && w.bytes >= durable.bytes,
+            "shard {}: the durable watermark moved back from {:?} to {w:?}",
+            self.shard,
+            *durable
+        );
+        *durable = w;
+        drop(durable);
         self.durable_changed.notify_all();
     }
 
@@ -629,6 +305,7 @@ impl ShardQueue {
         into: &mut Vec<AppendBatch>,
     ) {
         self.spin_for_work(deadline);
+        let start = into.len();
         let mut q = self.queue.lock().unwrap();
         loop {
             if !q.is_empty() {
@@ -640,6 +317,15 @@ impl ShardQueue {
                     self.take_within(&mut q, bound, into);
                 }
                 self.queued.store(q.len(), Ordering::Release);
+                drop(q);
+                // The first batch rides whole; the rest stay in the bound.
+                let rest = into.get(start + 1..).unwrap_or_default();
+                assert!(
+                    rest.iter().map(|b| b.bytes).sum::<u64>() <= bound.bytes
+                        && rest.iter().map(|b| b.records.len()).sum::<usize>() <= bound.records,
+                    "shard {}: a group passed its bound {bound:?}",
+                    self.shard
+                );
                 return;
             }
             if self.shutdown.load(Ordering::Acquire)
@@ -767,6 +453,8 @@ impl ShardQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shard::{CommitTarget, PendingRecord, GROUP_RECORDS_MAX};
+    use bytes::Bytes;
 
     struct Nobody;
     impl CommitTarget for Nobody {

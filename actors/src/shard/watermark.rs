@@ -1,0 +1,30 @@
+//! How far a shard's records are durable: what the flusher publishes and
+//! the drain reads up to.
+
+/// How far a shard's records are durable: everything in segments with a
+/// lower id, and everything before `offset` in segment `segment_id`.
+/// Published by the flusher after each successful fdatasync; the drain
+/// reads up to it (and never past it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Watermark {
+    pub segment_id: u64,
+    pub offset: u64,
+    /// Sequence number the next record will get; all below are durable.
+    pub next_seq: u64,
+    /// Record bytes (record headers and payloads) made durable so far: what
+    /// recovery found in the segments at the daemon's start plus what every
+    /// fdatasync since has covered. A running position, never reset while
+    /// the process lives; the drain keeps the same count of the bytes it has
+    /// confirmed, and the difference is `spillway_pending_bytes`.
+    pub bytes: u64,
+}
+
+impl Watermark {
+    /// Where readers may read up to.
+    pub fn tail(&self) -> spillway_wab::follow::Tail {
+        spillway_wab::follow::Tail {
+            segment_id: self.segment_id,
+            offset: self.offset,
+        }
+    }
+}
