@@ -20,6 +20,8 @@ mod ctl;
 mod daemon;
 mod delivery;
 mod fd_limit;
+#[cfg(test)]
+mod golden;
 mod inspect;
 mod manual;
 mod notify;

@@ -435,13 +435,7 @@ fn or_none(text: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::{Path, PathBuf};
-
-    fn golden(name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/golden")
-            .join(name)
-    }
+    use std::path::Path;
 
     /// The view of a fixed answer (`tests/golden/stats.json`, taken from a
     /// daemon with two shards and two sinks, one of them failing) is the
@@ -449,20 +443,15 @@ mod tests {
     /// the view shows in that file's diff.
     #[test]
     fn the_view_of_a_known_answer_is_the_golden_one() {
-        let input: Value =
-            serde_json::from_str(&std::fs::read_to_string(golden("stats.json")).unwrap()).unwrap();
+        let input: Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/stats.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
         let got = render(&input);
-        let path = golden("stats.txt");
-        if std::env::var_os("SPILLWAY_BLESS").is_some() {
-            std::fs::write(&path, &got).unwrap();
-        }
-        let want = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(
-            got,
-            want,
-            "ctl stats' view changed; if meant, SPILLWAY_BLESS=1 rewrites {}",
-            path.display()
-        );
+        crate::golden::check("stats.txt", &got);
         for line in got.lines() {
             assert!(line.chars().count() <= 80, "wider than 80: {line:?}");
         }

@@ -680,16 +680,7 @@ mod tests {
         let (screen, _) = render(&reading(at, 1), &reading(at + Duration::from_secs(2), 2));
         let got = frame("2026-12-04T01:02:03Z", &screen, 80);
         assert!(got.lines().all(|l| l.chars().count() <= 80), "{got}");
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/top-80.txt");
-        if std::env::var_os("SPILLWAY_BLESS").is_some() {
-            std::fs::write(&path, &got).unwrap();
-        }
-        assert_eq!(
-            got,
-            std::fs::read_to_string(&path).unwrap(),
-            "if meant, SPILLWAY_BLESS=1 rewrites {}",
-            path.display()
-        );
+        crate::golden::check("top-80.txt", &got);
     }
 
     #[test]

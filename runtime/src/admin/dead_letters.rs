@@ -381,17 +381,7 @@ mod tests {
             ),
         ];
         let got = table_of("warehouse", &all);
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/golden/dead-letter-list.txt");
-        if std::env::var_os("SPILLWAY_BLESS").is_some() {
-            std::fs::write(&path, &got).unwrap();
-        }
-        assert_eq!(
-            got,
-            std::fs::read_to_string(&path).unwrap(),
-            "if meant, SPILLWAY_BLESS=1 rewrites {}",
-            path.display()
-        );
+        crate::golden::check("dead-letter-list.txt", &got);
         assert_eq!(
             table_of("warehouse", &[]),
             "0 dead letters in sink warehouse\n"

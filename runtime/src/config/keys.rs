@@ -196,113 +196,87 @@ pub const SERVER_SHUTDOWN_TIMEOUT_MS: Key = Key {
     meaning: r#"On SIGTERM/SIGINT, how long the sink batch in flight may take to finish before it is abandoned (it is delivered again after the restart)."#,
 };
 
-pub const SERVER_TCP_LISTEN: Key = Key {
-    name: "server.tcp.listen",
-    default: DefaultValue::Required,
-    allowed: Allowed::Text(r#"`ip:port`"#),
-    also: "",
-    meaning: r#"The address to serve on. A name that is not an IP address is refused, naming the key."#,
-};
+/// The keys both network doors have (`[server.tcp]`, `[server.http]`),
+/// described once.
+macro_rules! door_keys {
+    ($table:literal, $listen:ident, $tls:ident, $cert:ident, $key:ident, $ca:ident, $names:ident, $max:ident) => {
+        pub const $listen: Key = Key {
+            name: concat!($table, ".listen"),
+            default: DefaultValue::Required,
+            allowed: Allowed::Text(r#"`ip:port`"#),
+            also: "",
+            meaning: r#"The address to serve on (`"[::]:PORT"` for every address). A name that is not an IP address is refused, naming the key."#,
+        };
+        pub const $tls: Key = Key {
+            name: concat!($table, ".tls"),
+            default: DefaultValue::Bool(true),
+            allowed: Allowed::Text(r#"`true`; `false` only on a loopback address"#),
+            also: "",
+            meaning: r#"TLS on the door. `false` is accepted only on a loopback address (records would otherwise cross the network in clear): the error names this key."#,
+        };
+        pub const $cert: Key = Key {
+            name: concat!($table, ".cert"),
+            default: DefaultValue::Unset("required with `tls`"),
+            allowed: Allowed::Text(r#"a path"#),
+            also: "",
+            meaning: r#"PEM certificate chain, the server's own first. Re-read at every reload."#,
+        };
+        pub const $key: Key = Key {
+            name: concat!($table, ".key"),
+            default: DefaultValue::Unset("required with `tls`"),
+            allowed: Allowed::Text(r#"a path"#),
+            also: "",
+            meaning: r#"PEM private key (PKCS#8, PKCS#1 or SEC1). Re-read at every reload; a new pair that does not load keeps the old one."#,
+        };
+        pub const $ca: Key = Key {
+            name: concat!($table, ".client_ca"),
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a path"#),
+            also: "",
+            meaning: r#"PEM CA certificate(s): every client must present a certificate chaining to one (mutual TLS)."#,
+        };
+        pub const $names: Key = Key {
+            name: concat!($table, ".allowed_names"),
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a non-empty list"#),
+            also: "needs `client_ca`",
+            meaning: r#"A client certificate must carry one of these DNS names or IP addresses among its subject alternative names."#,
+        };
+        pub const $max: Key = Key {
+            name: concat!($table, ".max_connections"),
+            default: DefaultValue::Int(1024),
+            allowed: Allowed::Range {
+                min: 1,
+                max: 65536,
+                unit: Unit::Count,
+            },
+            also: "",
+            meaning: r#"This door's connections open at once; past it a new one is closed at once. Added to `server.max_connections` in the [descriptor](#file-descriptors) check."#,
+        };
+    };
+}
 
-pub const SERVER_TCP_TLS: Key = Key {
-    name: "server.tcp.tls",
-    default: DefaultValue::Bool(true),
-    allowed: Allowed::Text(r#"`true`; `false` only on a loopback address"#),
-    also: "",
-    meaning: r#"TLS on the door; `false` is accepted only on a loopback address (the error names this key)."#,
-};
+door_keys!(
+    "server.tcp",
+    SERVER_TCP_LISTEN,
+    SERVER_TCP_TLS,
+    SERVER_TCP_CERT,
+    SERVER_TCP_KEY,
+    SERVER_TCP_CLIENT_CA,
+    SERVER_TCP_ALLOWED_NAMES,
+    SERVER_TCP_MAX_CONNECTIONS
+);
 
-pub const SERVER_TCP_CERT: Key = Key {
-    name: "server.tcp.cert",
-    default: DefaultValue::Unset("required with `tls`"),
-    allowed: Allowed::Text(r#"a path"#),
-    also: "",
-    meaning: r#"PEM certificate chain, the server's first. Re-read at every reload."#,
-};
-
-pub const SERVER_TCP_KEY: Key = Key {
-    name: "server.tcp.key",
-    default: DefaultValue::Unset("required with `tls`"),
-    allowed: Allowed::Text(r#"a path"#),
-    also: "",
-    meaning: r#"PEM private key. Re-read at every reload; a new pair that does not load keeps the old one."#,
-};
-
-pub const SERVER_TCP_CLIENT_CA: Key = Key {
-    name: "server.tcp.client_ca",
-    default: DefaultValue::Unset(""),
-    allowed: Allowed::Text(r#"a path"#),
-    also: "",
-    meaning: r#"PEM CA certificate(s): every client must present a certificate chaining to one (mutual TLS)."#,
-};
-
-pub const SERVER_TCP_ALLOWED_NAMES: Key = Key {
-    name: "server.tcp.allowed_names",
-    default: DefaultValue::Unset(""),
-    allowed: Allowed::Text(r#"a non-empty list"#),
-    also: "needs `client_ca`",
-    meaning: r#"A client certificate must carry one of these DNS names or IP addresses among its subject alternative names."#,
-};
-
-pub const SERVER_TCP_MAX_CONNECTIONS: Key = Key {
-    name: "server.tcp.max_connections",
-    default: DefaultValue::Int(1024),
-    allowed: Allowed::Range {
-        min: 1,
-        max: 65536,
-        unit: Unit::Count,
-    },
-    also: "",
-    meaning: r#"This door's connections open at once; past it a new one is closed at once. Added to `server.max_connections` in the [descriptor](#file-descriptors) check."#,
-};
-
-pub const SERVER_HTTP_LISTEN: Key = Key {
-    name: "server.http.listen",
-    default: DefaultValue::Required,
-    allowed: Allowed::Text(r#"`ip:port`"#),
-    also: "",
-    meaning: r#"The address to serve on (`"[::]:7071"` for every address). A name that is not an IP address is refused, naming the key."#,
-};
-
-pub const SERVER_HTTP_TLS: Key = Key {
-    name: "server.http.tls",
-    default: DefaultValue::Bool(true),
-    allowed: Allowed::Text(r#"`true`; `false` only on a loopback address"#),
-    also: "",
-    meaning: r#"TLS on the door. `false` is accepted only on a loopback address (records would otherwise cross the network in clear): the error names this key."#,
-};
-
-pub const SERVER_HTTP_CERT: Key = Key {
-    name: "server.http.cert",
-    default: DefaultValue::Unset("required with `tls`"),
-    allowed: Allowed::Text(r#"a path"#),
-    also: "",
-    meaning: r#"PEM certificate chain, the server's own first. Re-read at every reload."#,
-};
-
-pub const SERVER_HTTP_KEY: Key = Key {
-    name: "server.http.key",
-    default: DefaultValue::Unset("required with `tls`"),
-    allowed: Allowed::Text(r#"a path"#),
-    also: "",
-    meaning: r#"PEM private key (PKCS#8, PKCS#1 or SEC1). Re-read at every reload; a new pair that does not load keeps the old one."#,
-};
-
-pub const SERVER_HTTP_CLIENT_CA: Key = Key {
-    name: "server.http.client_ca",
-    default: DefaultValue::Unset(""),
-    allowed: Allowed::Text(r#"a path"#),
-    also: "",
-    meaning: r#"PEM CA certificate(s): every client must present a certificate chaining to one (mutual TLS)."#,
-};
-
-pub const SERVER_HTTP_ALLOWED_NAMES: Key = Key {
-    name: "server.http.allowed_names",
-    default: DefaultValue::Unset(""),
-    allowed: Allowed::Text(r#"a non-empty list"#),
-    also: "needs `client_ca`",
-    meaning: r#"A client certificate must carry one of these DNS names or IP addresses among its subject alternative names."#,
-};
+door_keys!(
+    "server.http",
+    SERVER_HTTP_LISTEN,
+    SERVER_HTTP_TLS,
+    SERVER_HTTP_CERT,
+    SERVER_HTTP_KEY,
+    SERVER_HTTP_CLIENT_CA,
+    SERVER_HTTP_ALLOWED_NAMES,
+    SERVER_HTTP_MAX_CONNECTIONS
+);
 
 pub const SERVER_HTTP_TOKEN_ENV: Key = Key {
     name: "server.http.token_env",
@@ -322,18 +296,6 @@ pub const SERVER_HTTP_BODY_BYTES_MAX: Key = Key {
     },
     also: "",
     meaning: r#"Largest request body: 413 past it (from the declared length, before the body is read)."#,
-};
-
-pub const SERVER_HTTP_MAX_CONNECTIONS: Key = Key {
-    name: "server.http.max_connections",
-    default: DefaultValue::Int(1024),
-    allowed: Allowed::Range {
-        min: 1,
-        max: 65536,
-        unit: Unit::Count,
-    },
-    also: "",
-    meaning: r#"Connections open at once; past it a new one is closed at once. Added to `server.max_connections` in the [descriptor](#file-descriptors) check."#,
 };
 
 pub const SERVER_HTTP_REQUEST_TIMEOUT_MS: Key = Key {
