@@ -91,6 +91,11 @@ impl ConnectionLimits {
 /// shared read-buffer budget; a frame larger than this reserves its size
 /// from the budget before its buffer grows past it.
 pub const READ_CHUNK: usize = 64 * 1024;
+/// A connection with nothing to read for this long gives its read buffer
+/// back and waits for its next byte with none (a read allocates what the
+/// bytes that come need): an idle connection holds a few KiB, not
+/// [`READ_CHUNK`]. A producer pushing more often keeps its buffer.
+const IDLE_KEEP_BUFFER: Duration = Duration::from_secs(1);
 /// Longest a connection waiting for read-buffer budget sleeps before it
 /// looks again; it is woken at once when a reservation is released.
 const BUDGET_RETRY_MAX: Duration = Duration::from_millis(250);
@@ -228,7 +233,8 @@ impl Connection {
             reader: Some(reader),
             writer,
             responder,
-            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            // Nothing until the first bytes come (see reserve_for_frame).
+            rbuf: BytesMut::new(),
             frame_started: None,
             reserved: 0,
             budget_wait: false,
@@ -343,15 +349,26 @@ impl Connection {
             self.idle_mark.set_idle(self.shared.idle.now());
         }
         let fut = async move {
-            let left = match limit {
-                Wait::Stall(d) | Wait::Idle(d) => d,
-            };
-            let result = match tokio::time::timeout(left, reader.read_buf(&mut buf)).await {
-                Ok(r) => ReadEnd::Data(r),
-                Err(_) => match limit {
-                    Wait::Stall(_) => ReadEnd::Stalled,
-                    Wait::Idle(_) => ReadEnd::Idle,
+            let result = match limit {
+                Wait::Stall(d) => match tokio::time::timeout(d, reader.read_buf(&mut buf)).await {
+                    Ok(r) => ReadEnd::Data(r),
+                    Err(_) => ReadEnd::Stalled,
                 },
+                Wait::Idle(d) => {
+                    let keep = IDLE_KEEP_BUFFER.min(d);
+                    // read_buf is cancel safe: a timeout read nothing.
+                    match tokio::time::timeout(keep, reader.read_buf(&mut buf)).await {
+                        Ok(r) => ReadEnd::Data(r),
+                        Err(_) => {
+                            debug_assert!(buf.is_empty());
+                            buf = BytesMut::new();
+                            match tokio::time::timeout(d - keep, reader.read_buf(&mut buf)).await {
+                                Ok(r) => ReadEnd::Data(r),
+                                Err(_) => ReadEnd::Idle,
+                            }
+                        }
+                    }
+                }
             };
             (reader, buf, result)
         };
@@ -377,6 +394,12 @@ impl Connection {
     /// that declares 16 MiB and sends 15 holds about 15. False: no budget
     /// yet, wait.
     fn reserve_for_frame(&mut self) -> bool {
+        if self.rbuf.capacity() == 0 {
+            // A new connection, or one that gave its buffer back while
+            // idle: its next read takes what comes in a small buffer of
+            // its own, and the buffer grows once bytes are there.
+            return true;
+        }
         let mut need = READ_CHUNK;
         if self.rbuf.len() >= HEADER_LEN {
             let len = u32::from_le_bytes(self.rbuf[8..12].try_into().unwrap());

@@ -91,7 +91,8 @@ impl Responder {
         Arc::new(Responder {
             state: Mutex::new(State {
                 slots: VecDeque::new(),
-                out: BytesMut::with_capacity(4096),
+                // Grows with the first acks; an idle connection holds none.
+                out: BytesMut::new(),
                 inflight_records: 0,
                 inflight_bytes: 0,
                 closed: false,

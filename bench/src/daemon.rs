@@ -46,6 +46,8 @@ pub struct Overrides {
     pub named_sinks: Vec<(String, String)>,
     /// `server.connection_read_timeout_ms` (`None` = the daemon's default).
     pub read_timeout_ms: Option<u64>,
+    /// `server.max_connections` (`None` = the daemon's default).
+    pub max_connections: Option<u32>,
     /// `server.http.listen` for the HTTP door, in the clear on loopback
     /// (`None` = the door is off).
     pub http_listen: Option<String>,
@@ -124,6 +126,7 @@ impl Launcher {
             segment_bytes: overrides.segment_bytes.or(self.segment_bytes),
             sinks,
             read_timeout_ms: overrides.read_timeout_ms,
+            max_connections: overrides.max_connections,
             http_listen: overrides.http_listen.clone(),
             tcp_tls: overrides.tcp_tls.clone(),
         };
@@ -159,6 +162,7 @@ pub fn config_text(dir: &Path, segment_bytes: Option<u64>, read_timeout_ms: Opti
         segment_bytes,
         sinks: single_sink_section(NOOP_SINK),
         read_timeout_ms,
+        max_connections: None,
         http_listen: None,
         tcp_tls: None,
     }
@@ -173,6 +177,7 @@ struct DaemonSettings<'a> {
     /// The sink tables: [`single_sink_section`] or [`named_sinks_section`].
     sinks: String,
     read_timeout_ms: Option<u64>,
+    max_connections: Option<u32>,
     http_listen: Option<String>,
     tcp_tls: Option<(String, PathBuf, PathBuf)>,
 }
@@ -192,7 +197,11 @@ impl DaemonSettings<'_> {
         let read_timeout = self
             .read_timeout_ms
             .map(|ms| format!("connection_read_timeout_ms = {ms}\n"))
-            .unwrap_or_default();
+            .unwrap_or_default()
+            + &self
+                .max_connections
+                .map(|n| format!("max_connections = {n}\n"))
+                .unwrap_or_default();
         let http = self
             .http_listen
             .as_ref()
@@ -474,6 +483,7 @@ mod tests {
             segment_bytes: Some(1 << 20),
             sinks: single_sink_section(NOOP_SINK),
             read_timeout_ms: Some(1000),
+            max_connections: None,
             http_listen: None,
             tcp_tls: None,
         };
@@ -504,6 +514,7 @@ mod tests {
             segment_bytes: None,
             sinks: single_sink_section(NOOP_SINK),
             read_timeout_ms: None,
+            max_connections: None,
             http_listen: Some("127.0.0.1:7071".into()),
             tcp_tls: None,
         }
@@ -517,6 +528,7 @@ mod tests {
         let default = DaemonSettings {
             segment_bytes: None,
             read_timeout_ms: None,
+            max_connections: None,
             ..settings
         }
         .config_text();
@@ -541,6 +553,7 @@ mod tests {
                 segment_bytes: None,
                 sinks: String::new(),
                 read_timeout_ms: None,
+                max_connections: None,
                 http_listen: None,
                 tcp_tls: None,
             }

@@ -26,6 +26,7 @@ mod daemon;
 mod e2e;
 mod hostile;
 mod http_door;
+mod idle_conns;
 mod jetstream;
 mod load;
 mod probes;

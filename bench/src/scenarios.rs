@@ -14,6 +14,7 @@ use super::daemon::{Overrides, RssSampler};
 use super::e2e;
 use super::hostile;
 use super::http_door;
+use super::idle_conns;
 use super::jetstream;
 use super::load::{self, LoadError, Plan, Sample};
 use super::report::ReportRow;
@@ -137,6 +138,7 @@ pub const SCENARIOS: &[Scenario] = &[
     own("e2e_high_latency", e2e::high_latency, Some(1)),
     own("e2e_jetstream", jetstream::jetstream, Some(1)),
     own("hostile", hostile::hostile, None),
+    own("idle_connections", idle_conns::idle_connections, Some(1)),
 ];
 
 /// Runs one workload against `socket`.

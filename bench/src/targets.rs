@@ -161,6 +161,16 @@ const RULES: &[Rule] = &[
         http_door_vs_socket,
     ),
     (
+        "idle_connections/10000: the daemon's RSS <= 256 MiB",
+        Cmp::AtMost,
+        idle_rss_10k,
+    ),
+    (
+        "idle_connections/10000: a producer's Sync p99 <= 1.5x its p99 with none",
+        Cmp::AtMost,
+        idle_p99_10k,
+    ),
+    (
         "tcp_tls_door: serial Sync p50 over TLS <= the Unix socket's p50 + 60 µs",
         Cmp::AtMost,
         tls_serial_p50,
@@ -355,6 +365,24 @@ fn mib_limit(value: f64, bound: f64) -> Measured {
 
 fn rss_idle(f: &Figures) -> Result<Measured, String> {
     Ok(mib_limit(f.get("daemon_rss", "idle_mib")?, 20.0))
+}
+
+fn idle_rss_10k(f: &Figures) -> Result<Measured, String> {
+    Ok(mib_limit(
+        f.get("idle_connections/10000", "rss_mib")?,
+        256.0,
+    ))
+}
+
+fn idle_p99_10k(f: &Figures) -> Result<Measured, String> {
+    let row = "idle_connections/10000";
+    let (with, alone) = (f.get(row, "p99_us")?, f.get(row, "alone_p99_us")?);
+    let r = f.get(row, "p99_ratio")?;
+    Ok(Measured {
+        value: r,
+        bound: 1.5,
+        detail: format!("p99 {with:.1} µs beside 10,000 idle connections vs {alone:.1} µs alone: {r:.2}x (<= 1.5)"),
+    })
 }
 
 fn rss_peak(f: &Figures) -> Result<Measured, String> {

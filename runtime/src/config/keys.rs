@@ -157,7 +157,7 @@ pub const SERVER_READ_BUFFER_BYTES_MAX: Key = Key {
         unit: Unit::Bytes,
     },
     also: "≥ `payload_bytes_max`",
-    meaning: r#"Memory all connections together may hold in frames larger than 64 KiB while they arrive. Every connection reads into a 64 KiB buffer; a larger frame first reserves its size from this budget, and its memory becomes resident as its bytes arrive (a client that declares 16 MiB and sends 15 holds about 15). At the cap, connections whose frame needs more wait (holding at most 64 KiB, their stall clock paused) and are woken when a reserved frame completes or times out. 128 MiB lets eight 16 MiB frames arrive at once, plenty at memory-copy speed, and keeps a daemon under a flood of stalled huge frames within about 250 MiB (measured: see the `hostile` bench)."#,
+    meaning: r#"Memory all connections together may hold in frames larger than 64 KiB while they arrive. A connection that is receiving reads into a 64 KiB buffer (one quiet for a second gives it back, and one that never sent a byte has none: an idle connection holds about 2 KiB in all); a larger frame first reserves its size from this budget, and its memory becomes resident as its bytes arrive (a client that declares 16 MiB and sends 15 holds about 15). At the cap, connections whose frame needs more wait (holding at most 64 KiB, their stall clock paused) and are woken when a reserved frame completes or times out. 128 MiB lets eight 16 MiB frames arrive at once, plenty at memory-copy speed, and keeps a daemon under a flood of stalled huge frames within about 250 MiB (measured: see the `hostile` bench)."#,
 };
 
 pub const SERVER_INFLIGHT_RECORDS_MAX: Key = Key {
