@@ -133,6 +133,7 @@ fn settings(max_records: usize) -> DrainSettings {
         max_retry_duration: None,
         skip_lag_bytes: None,
         in_flight: InFlight::Fixed(1),
+        checkpoint_interval: Duration::ZERO,
     }
 }
 
@@ -749,4 +750,102 @@ fn a_spare_the_sealer_makes_late_never_puts_segments_out_of_order() {
     rig.wait_delivered(&log, expected.len());
     check_log(&log, &expected, "a late spare");
     rig.stop();
+}
+
+/// Storage that counts how often the cursor file is opened for a write
+/// (each checkpoint write opens it; reads open it read-only).
+#[derive(Clone, Default)]
+struct CursorWrites(Arc<AtomicUsize>);
+
+impl Storage for CursorWrites {
+    type File = <FsStorage as Storage>::File;
+    fn create(&self, path: &std::path::Path) -> std::io::Result<Self::File> {
+        FsStorage.create(path)
+    }
+    fn open(&self, path: &std::path::Path) -> std::io::Result<Self::File> {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if name.starts_with("cursor-") {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        FsStorage.open(path)
+    }
+    fn open_read(&self, path: &std::path::Path) -> std::io::Result<Self::File> {
+        FsStorage.open_read(path)
+    }
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        FsStorage.rename(from, to)
+    }
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        FsStorage.sync_dir(dir)
+    }
+    fn remove(&self, path: &std::path::Path) -> std::io::Result<()> {
+        FsStorage.remove(path)
+    }
+    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        FsStorage.create_dir_all(dir)
+    }
+    fn list(&self, dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+        FsStorage.list(dir)
+    }
+}
+
+/// A backlog of 60 batches delivered back to back: by default the cursor
+/// file is written after every confirmed batch; with
+/// `checkpoint_interval_ms` it is written once the interval has passed, and
+/// when the sink has caught up, so the sink is not held to one fdatasync
+/// per batch. Either way every record arrives once, in order, and the
+/// checkpoint ends at the last record.
+#[test]
+fn checkpoint_interval_writes_the_cursor_less_often_and_catches_up_when_idle() {
+    let run = |interval: Duration| -> (usize, u64) {
+        let log: Log = Default::default();
+        let created = Arc::new(AtomicUsize::new(0));
+        let slot = SinkSlot::new(
+            maker("fast", log.clone(), Arc::default(), created),
+            DrainSettings {
+                checkpoint_interval: interval,
+                ..settings(10)
+            },
+            "fast".into(),
+        );
+        let writes = CursorWrites::default();
+        let mut rig = Rig::start_on(writes.clone(), 1 << 20, slot);
+        // The backlog builds while the sink is paused, then goes in one run.
+        rig.stats.control.set_paused(true);
+        let mut expected = Vec::new();
+        for b in 0..20u64 {
+            let ps = payloads(b * 30, 30);
+            let first = rig.append(&ps);
+            expected.extend(
+                ps.into_iter()
+                    .enumerate()
+                    .map(|(i, p)| (first + i as u64, p)),
+            );
+        }
+        thread::sleep(Duration::from_millis(100));
+        let before = writes.0.load(Ordering::SeqCst);
+        rig.stats.control.set_paused(false);
+        rig.wait_delivered(&log, expected.len());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rig.stats.checkpoint.load(Ordering::SeqCst) < 600 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        check_log(&log, &expected, &format!("interval {interval:?}"));
+        let checkpoint = rig.stats.checkpoint.load(Ordering::SeqCst);
+        let during = writes.0.load(Ordering::SeqCst) - before;
+        rig.stop();
+        (during, checkpoint)
+    };
+    let (every_batch, end) = run(Duration::ZERO);
+    assert_eq!(end, 600, "the checkpoint ends past the last record");
+    assert!(
+        every_batch >= 60,
+        "{every_batch} cursor writes for 60 batches"
+    );
+    let (interval, end) = run(Duration::from_secs(60));
+    assert_eq!(end, 600, "the idle sink writes its checkpoint at once");
+    assert!(
+        interval <= 3,
+        "{interval} cursor writes for 60 batches with a 60 s interval"
+    );
 }

@@ -113,7 +113,7 @@ pub fn http_sink(url: &str, delivery: &str) -> String {
     )
 }
 
-fn file_sink() -> String {
+pub(super) fn file_sink() -> String {
     format!(
         "type = \"file\"\npath = {}\nfsync = true\n",
         toml_string(DELIVERED_FILE)
@@ -194,7 +194,7 @@ pub(super) fn wait_for(
 
 /// Sum of the `sink{sink="S",shard="N"}.delivered_records` lines of `ctl
 /// stats` (every sink's, every shard's).
-fn delivered_records(admin_socket: &Path) -> Result<u64, String> {
+pub(super) fn delivered_records(admin_socket: &Path) -> Result<u64, String> {
     let body = spillway_ctl::call(admin_socket, "stats").map_err(|e| format!("ctl stats: {e}"))?;
     Ok(parse_delivered(&body))
 }

@@ -23,6 +23,7 @@
 mod charts;
 mod context;
 mod daemon;
+mod delivery_rate;
 mod e2e;
 mod hostile;
 mod http_door;

@@ -11,6 +11,7 @@ use spillway_client::Tier;
 
 use super::context::Ctx;
 use super::daemon::{Overrides, RssSampler};
+use super::delivery_rate;
 use super::e2e;
 use super::hostile;
 use super::http_door;
@@ -139,6 +140,7 @@ pub const SCENARIOS: &[Scenario] = &[
     own("e2e_jetstream", jetstream::jetstream, Some(1)),
     own("hostile", hostile::hostile, None),
     own("idle_connections", idle_conns::idle_connections, Some(1)),
+    own("delivery_keeps_up", delivery_rate::delivery_keeps_up, None),
 ];
 
 /// Runs one workload against `socket`.

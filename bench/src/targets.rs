@@ -161,6 +161,21 @@ const RULES: &[Rule] = &[
         http_door_vs_socket,
     ),
     (
+        "delivery_keeps_up: noop sink, batch_durable_n256 load, defaults: delivered >= 95% of ingest",
+        Cmp::AtLeast,
+        |f| delivery_ratio(f, "delivery_keeps_up/noop/every_batch/serial"),
+    ),
+    (
+        "delivery_keeps_up: file sink, batch_durable_n256 load, defaults: delivered >= 95% of ingest",
+        Cmp::AtLeast,
+        |f| delivery_ratio(f, "delivery_keeps_up/file/every_batch/serial"),
+    ),
+    (
+        "delivery_keeps_up: noop sink, PushBatch 256 pipelined 16 deep, checkpoint_interval_ms = 100: delivered >= 95% of ingest",
+        Cmp::AtLeast,
+        |f| delivery_ratio(f, "delivery_keeps_up/noop/interval_100ms/pipelined"),
+    ),
+    (
         "idle_connections/10000: the daemon's RSS <= 256 MiB",
         Cmp::AtMost,
         idle_rss_10k,
@@ -365,6 +380,22 @@ fn mib_limit(value: f64, bound: f64) -> Measured {
 
 fn rss_idle(f: &Figures) -> Result<Measured, String> {
     Ok(mib_limit(f.get("daemon_rss", "idle_mib")?, 20.0))
+}
+
+fn delivery_ratio(f: &Figures, row: &str) -> Result<Measured, String> {
+    let (ratio, delivered, ingest) = (
+        f.get(row, "delivery_ratio")?,
+        f.get(row, "delivered_per_s")?,
+        f.get(row, RATE)?,
+    );
+    Ok(Measured {
+        value: ratio,
+        bound: 0.95,
+        detail: format!(
+            "{delivered:.0}/s delivered of {ingest:.0}/s ingested: {:.0}% (>= 95%)",
+            ratio * 100.0
+        ),
+    })
 }
 
 fn idle_rss_10k(f: &Figures) -> Result<Measured, String> {

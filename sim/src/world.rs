@@ -303,6 +303,20 @@ fn random_settings(rng: &mut Rng) -> DrainSettings {
         // The sink's order is checked: one batch at a time (the mirror's
         // may differ, see `mirror_in_flight`).
         in_flight: BatchesInFlight::Fixed(1),
+        checkpoint_interval: Duration::ZERO,
+    }
+}
+
+/// The mirror's `checkpoint_interval_ms`: after every batch for half the
+/// seeds, else up to 200 ms (simulated), so a crash may offer it again
+/// what it confirmed since. From a stream of its own, as
+/// [`mirror_in_flight`].
+fn mirror_checkpoint_interval(seed: u64) -> Duration {
+    let mut rng = Rng::new(seed ^ 0x6d69_7272_6f72_0002);
+    if rng.chance(1, 2) {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(rng.range(1, 200))
     }
 }
 
@@ -390,6 +404,7 @@ impl World {
             let script = SinkScript::new(rng.next_u64(), clock.clone());
             let settings = DrainSettings {
                 in_flight: mirror_in_flight(seed),
+                checkpoint_interval: mirror_checkpoint_interval(seed),
                 ..random_settings(&mut rng)
             };
             let slot = SinkSlot::new(

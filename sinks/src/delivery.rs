@@ -41,6 +41,9 @@ pub const BUILD_TIMEOUT_MS_RANGE: RangeInclusive<u64> = 100..=600_000;
 /// 1 MiB a sink would skip at every hiccup, past 1 TiB the limit is none.
 pub const LAG_BYTES_MAX_RANGE: RangeInclusive<u64> = MIB..=1024 * GIB;
 pub const BATCHES_IN_FLIGHT_RANGE: RangeInclusive<u32> = 1..=64;
+/// 0 writes the cursor after every confirmed batch; at most a minute
+/// between writes.
+pub const CHECKPOINT_INTERVAL_MS_RANGE: RangeInclusive<u64> = 0..=60_000;
 pub const DEFAULT_BATCHES_IN_FLIGHT_MAX: u32 = 16;
 pub const BATCHES_IN_FLIGHT_MAX_RANGE: RangeInclusive<u32> = 2..=256;
 
@@ -185,6 +188,10 @@ pub struct DeliveryConfig {
     /// `batches_in_flight = "adaptive"` only: the most batches in flight.
     /// Default 16, range 2..=256.
     pub batches_in_flight_max: Option<u32>,
+    /// Longest the sink's cursor file may lag behind its confirmed batches
+    /// while it delivers, in milliseconds. Default 0: written after every
+    /// confirmed batch. Range 0..=60000.
+    pub checkpoint_interval_ms: u64,
 }
 
 impl Default for DeliveryConfig {
@@ -202,6 +209,7 @@ impl Default for DeliveryConfig {
             on_lag: OnLag::default(),
             batches_in_flight: Concurrency::default(),
             batches_in_flight_max: None,
+            checkpoint_interval_ms: 0,
         }
     }
 }
@@ -336,6 +344,17 @@ impl DeliveryConfig {
             also: "",
             meaning: r#"With `batches_in_flight = "adaptive"` only (an error otherwise): the most batches in flight per shard."#,
         },
+        Key {
+            name: "sink.checkpoint_interval_ms",
+            default: DefaultValue::Int(0),
+            allowed: Allowed::Range {
+                min: *CHECKPOINT_INTERVAL_MS_RANGE.start(),
+                max: *CHECKPOINT_INTERVAL_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"How far the sink's cursor file may lag behind its confirmed batches while it delivers. `0`: it is written (and fdatasynced) after every confirmed batch, before the next is offered, so a crash makes the sink see again at most the batches it had in flight. Above 0, while batches keep coming, it is written once this long has passed since its last write (and always when the sink has nothing left to deliver, and at a clean stop): a crash may then also offer again what was confirmed in the last interval, and in exchange a fast sink is not held to one fdatasync per batch (see [Duplicates after a crash](#several-sinks))."#,
+        },
     ];
 
     pub(crate) const KEYS: &'static [&'static str] = &[
@@ -351,6 +370,7 @@ impl DeliveryConfig {
         "on_lag",
         "batches_in_flight",
         "batches_in_flight_max",
+        "checkpoint_interval_ms",
     ];
 
     /// Reads the value of `key`, one of [`DeliveryConfig::KEYS`].
@@ -372,12 +392,19 @@ impl DeliveryConfig {
             "on_lag" => self.on_lag = map.next_value()?,
             "batches_in_flight" => self.batches_in_flight = map.next_value()?,
             "batches_in_flight_max" => self.batches_in_flight_max = map.next_value()?,
+            "checkpoint_interval_ms" => self.checkpoint_interval_ms = map.next_value()?,
             other => unreachable!("{other} is not a delivery key"),
         }
         Ok(())
     }
 
     pub(crate) fn check(&self) -> Result<(), KeyProblem> {
+        check_range(
+            "checkpoint_interval_ms",
+            self.checkpoint_interval_ms,
+            &CHECKPOINT_INTERVAL_MS_RANGE,
+            "",
+        )?;
         self.check_batching_and_retries()?;
         self.check_lag()?;
         self.check_batches_in_flight()
@@ -497,6 +524,12 @@ impl DeliveryConfig {
 
     pub fn retry_max(&self) -> Duration {
         Duration::from_millis(self.retry_max_ms)
+    }
+
+    /// Longest the cursor file may lag its confirmed batches (zero: after
+    /// every batch).
+    pub fn checkpoint_interval(&self) -> Duration {
+        Duration::from_millis(self.checkpoint_interval_ms)
     }
 
     pub fn build_timeout(&self) -> Duration {

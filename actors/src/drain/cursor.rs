@@ -120,6 +120,8 @@ pub struct Cursor<S: Storage> {
     pub(super) confirmed: u64,
     /// What the cursor file on disk says (<= `confirmed`).
     pub(super) persisted: u64,
+    /// When the cursor file was last written (the cursor's clock).
+    persisted_at: Instant,
     /// Read, not yet confirmed, in order.
     pub(super) pending: VecDeque<StoredRecord>,
     pub(super) pending_bytes: usize,
@@ -156,6 +158,7 @@ impl<S: Storage> Cursor<S> {
             .as_deref()
             .and_then(|path| read_learned(&storage, path));
         let flights = Flights::new(Limiter::new(mode, learned), cfg.learned_file.clone());
+        let started = clock.now();
         Ok(Cursor {
             follower: ShardFollower::new(storage.clone(), cfg.dir.clone(), start),
             host: SinkHost::new(cfg.shard, slot, stats.clone())
@@ -177,6 +180,7 @@ impl<S: Storage> Cursor<S> {
             clock,
             confirmed: start,
             persisted: start,
+            persisted_at: started,
             pending: VecDeque::new(),
             pending_bytes: 0,
             bytes_base: 0,
@@ -314,6 +318,11 @@ impl<S: Storage> Cursor<S> {
             tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "recording delivery progress failed; will retry");
             return DrainWait::Pause(IO_ERROR_PAUSE);
         }
+        if self.persisted != self.confirmed && self.checkpoint_due() {
+            // Confirmations held back by checkpoint_interval_ms are written
+            // once it has passed, whatever holds delivery now.
+            self.confirm(self.confirmed);
+        }
         if let Some(wait) = self.skip_check() {
             return wait;
         }
@@ -416,6 +425,9 @@ impl<S: Storage> Cursor<S> {
             "the confirmed point moves forward only"
         );
         self.confirmed = next_seq;
+        if !self.checkpoint_due() {
+            return;
+        }
         match self.persist() {
             Ok(()) => self.report(self.persisted, false),
             // No room to make the cursor file: retention may still let
@@ -431,6 +443,19 @@ impl<S: Storage> Cursor<S> {
         }
     }
 
+    /// Whether a confirmation should be written now: always with
+    /// `checkpoint_interval` zero (the default: after every batch), else
+    /// once that long has passed since the last write.
+    fn checkpoint_due(&self) -> bool {
+        let every = self.host.settings().checkpoint_interval;
+        every.is_zero()
+            || self
+                .clock
+                .now()
+                .saturating_duration_since(self.persisted_at)
+                >= every
+    }
+
     /// Write the cursor file if it lags: one 4 KiB overwrite and an
     /// fdatasync that needs no new block (see `spillway_wab::checkpoint`),
     /// so it costs far less than the sink's own round trip.
@@ -442,6 +467,7 @@ impl<S: Storage> Cursor<S> {
         }
         self.writer.write(&self.storage, self.confirmed)?;
         self.persisted = self.confirmed;
+        self.persisted_at = self.clock.now();
         self.stats
             .checkpoint
             .store(self.confirmed, Ordering::Relaxed);

@@ -33,6 +33,9 @@ pub struct DrainSettings {
     pub skip_lag_bytes: Option<u64>,
     /// How many batches may be out at once (`batches_in_flight`).
     pub in_flight: InFlight,
+    /// Longest the cursor file may lag its confirmed batches while the
+    /// sink delivers (`checkpoint_interval_ms`); zero: after every batch.
+    pub checkpoint_interval: Duration,
 }
 
 /// How many batches a sink may have in flight per shard

@@ -1100,6 +1100,7 @@ pub fn drain_settings(sink: &SinkConfig) -> spillway_actors::DrainSettings {
                     max: s.batches_in_flight_max(),
                 },
             },
+            checkpoint_interval: s.checkpoint_interval(),
         }
     }
 }
