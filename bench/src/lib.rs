@@ -25,6 +25,7 @@ mod context;
 mod daemon;
 mod delivery_rate;
 mod e2e;
+mod fairness;
 mod hostile;
 mod http_door;
 mod idle_conns;

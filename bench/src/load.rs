@@ -113,7 +113,7 @@ impl Sample {
     }
 }
 
-fn connect(socket: &Path) -> Result<Client, String> {
+pub(crate) fn connect(socket: &Path) -> Result<Client, String> {
     let mut client = Client::connect(socket).map_err(|e| e.to_string())?;
     client
         .set_timeout(Some(CLIENT_TIMEOUT))

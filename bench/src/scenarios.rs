@@ -13,6 +13,7 @@ use super::context::Ctx;
 use super::daemon::{Overrides, RssSampler};
 use super::delivery_rate;
 use super::e2e;
+use super::fairness;
 use super::hostile;
 use super::http_door;
 use super::idle_conns;
@@ -118,6 +119,7 @@ pub const SCENARIOS: &[Scenario] = &[
         },
     ),
     custom("payload_sweep", sweep::payload_sweep),
+    custom("big_record_fairness", fairness::big_record_fairness),
     own("segment_1mib_vs_default", segment_compare, None),
     own("e2e_slow_downstream", e2e::slow_downstream, Some(1)),
     own(

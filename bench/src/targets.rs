@@ -176,6 +176,11 @@ const RULES: &[Rule] = &[
         |f| delivery_ratio(f, "delivery_keeps_up/noop/interval_100ms/pipelined"),
     ),
     (
+        "big_record_fairness: a 5 B Sync producer's p99 beside 16 connections of 64 KiB Sync records <= 3x its p99 alone",
+        Cmp::AtMost,
+        fairness_p99,
+    ),
+    (
         "idle_connections/10000: the daemon's RSS <= 256 MiB",
         Cmp::AtMost,
         idle_rss_10k,
@@ -395,6 +400,21 @@ fn delivery_ratio(f: &Figures, row: &str) -> Result<Measured, String> {
             "{delivered:.0}/s delivered of {ingest:.0}/s ingested: {:.0}% (>= 95%)",
             ratio * 100.0
         ),
+    })
+}
+
+fn fairness_p99(f: &Figures) -> Result<Measured, String> {
+    let row = "big_record_fairness";
+    let (with, alone, r) = (
+        f.get(row, P99)?,
+        f.get(row, "alone_p99_us")?,
+        f.get(row, "p99_ratio")?,
+    );
+    let mib = f.get(row, "big_mib_per_s")?;
+    Ok(Measured {
+        value: r,
+        bound: 3.0,
+        detail: format!("p99 {with:.0} µs beside 64 KiB records ({mib:.0} MiB/s) vs {alone:.0} µs alone: {r:.2}x (<= 3)"),
     })
 }
 
