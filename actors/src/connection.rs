@@ -360,8 +360,12 @@ impl Connection {
                     match tokio::time::timeout(keep, reader.read_buf(&mut buf)).await {
                         Ok(r) => ReadEnd::Data(r),
                         Err(_) => {
+                            // Waiting idle means nothing is buffered; only
+                            // an empty buffer is given back.
                             debug_assert!(buf.is_empty());
-                            buf = BytesMut::new();
+                            if buf.is_empty() {
+                                buf = BytesMut::new();
+                            }
                             match tokio::time::timeout(d - keep, reader.read_buf(&mut buf)).await {
                                 Ok(r) => ReadEnd::Data(r),
                                 Err(_) => ReadEnd::Idle,
