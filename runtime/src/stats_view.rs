@@ -258,7 +258,7 @@ fn delivery(out: &mut String, sinks: &serde_json::Map<String, Value>, uptime: u6
         let state = if int(&s["up"]) == 1 {
             "up"
         } else {
-            "DOWN on a shard"
+            "DOWN or paused"
         };
         let _ = writeln!(
             out,

@@ -318,9 +318,12 @@ impl<S: Storage> Cursor<S> {
             tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "recording delivery progress failed; will retry");
             return DrainWait::Pause(IO_ERROR_PAUSE);
         }
-        if self.persisted != self.confirmed && self.checkpoint_due() {
+        let interval = self.host.settings().checkpoint_interval;
+        if !interval.is_zero() && self.persisted != self.confirmed && self.checkpoint_due() {
             // Confirmations held back by checkpoint_interval_ms are written
-            // once it has passed, whatever holds delivery now.
+            // once it has passed, whatever holds delivery now (without the
+            // interval every confirmation is written as it comes, and a
+            // failed write is tried again at the next one or when idle).
             self.confirm(self.confirmed);
         }
         if let Some(wait) = self.skip_check() {
