@@ -678,27 +678,31 @@ fn the_drain_delivers_records_written_across_rotations_while_the_sink_is_busy() 
     }
 }
 
-/// Storage whose sealer is late with one spare: the `nth` preallocation
-/// (counted over the sealer's and the flusher's) takes longer than the
-/// flusher waits for a spare, so the flusher makes one inline meanwhile.
+/// The file system, with a hook run before each `create` and each
+/// read-write `open` (what the tests below watch or slow down).
 #[derive(Clone)]
-struct LateSpare {
-    preallocations: Arc<AtomicUsize>,
-    nth: usize,
-    late_by: Duration,
+struct Hooked {
+    on_create: Arc<dyn Fn(&std::path::Path) + Send + Sync>,
+    on_open: Arc<dyn Fn(&std::path::Path) + Send + Sync>,
 }
 
-impl Storage for LateSpare {
+impl Default for Hooked {
+    fn default() -> Self {
+        Hooked {
+            on_create: Arc::new(|_| {}),
+            on_open: Arc::new(|_| {}),
+        }
+    }
+}
+
+impl Storage for Hooked {
     type File = <FsStorage as Storage>::File;
     fn create(&self, path: &std::path::Path) -> std::io::Result<Self::File> {
-        if path.to_string_lossy().ends_with(".open.tmp")
-            && self.preallocations.fetch_add(1, Ordering::SeqCst) + 1 == self.nth
-        {
-            thread::sleep(self.late_by);
-        }
+        (self.on_create)(path);
         FsStorage.create(path)
     }
     fn open(&self, path: &std::path::Path) -> std::io::Result<Self::File> {
+        (self.on_open)(path);
         FsStorage.open(path)
     }
     fn open_read(&self, path: &std::path::Path) -> std::io::Result<Self::File> {
@@ -736,13 +740,20 @@ fn a_spare_the_sealer_makes_late_never_puts_segments_out_of_order() {
         settings(1000),
         "late".into(),
     );
-    let storage = LateSpare {
-        preallocations: Arc::default(),
-        // The first is the shard's first segment, the second the sealer's
-        // first spare (in use at the first rotation), the third the spare
-        // it prepares then: late past the flusher's 2 s wait.
-        nth: 3,
-        late_by: Duration::from_millis(2600),
+    // The sealer is late with one spare: the third preallocation (the
+    // first is the shard's first segment, the second the sealer's first
+    // spare, in use at the first rotation, the third the spare it prepares
+    // then) takes longer than the flusher's 2 s wait.
+    let preallocations = AtomicUsize::new(0);
+    let storage = Hooked {
+        on_create: Arc::new(move |path| {
+            if path.to_string_lossy().ends_with(".open.tmp")
+                && preallocations.fetch_add(1, Ordering::SeqCst) + 1 == 3
+            {
+                thread::sleep(Duration::from_millis(2600));
+            }
+        }),
+        ..Hooked::default()
     };
     let mut rig = Rig::start_on(storage, 1 << 20, slot);
     // ~5 MiB of 1 KiB records: several rotations past the late spare.
@@ -750,43 +761,6 @@ fn a_spare_the_sealer_makes_late_never_puts_segments_out_of_order() {
     rig.wait_delivered(&log, expected.len());
     check_log(&log, &expected, "a late spare");
     rig.stop();
-}
-
-/// Storage that counts how often the cursor file is opened for a write
-/// (each checkpoint write opens it; reads open it read-only).
-#[derive(Clone, Default)]
-struct CursorWrites(Arc<AtomicUsize>);
-
-impl Storage for CursorWrites {
-    type File = <FsStorage as Storage>::File;
-    fn create(&self, path: &std::path::Path) -> std::io::Result<Self::File> {
-        FsStorage.create(path)
-    }
-    fn open(&self, path: &std::path::Path) -> std::io::Result<Self::File> {
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        if name.starts_with("cursor-") {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-        FsStorage.open(path)
-    }
-    fn open_read(&self, path: &std::path::Path) -> std::io::Result<Self::File> {
-        FsStorage.open_read(path)
-    }
-    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        FsStorage.rename(from, to)
-    }
-    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        FsStorage.sync_dir(dir)
-    }
-    fn remove(&self, path: &std::path::Path) -> std::io::Result<()> {
-        FsStorage.remove(path)
-    }
-    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
-        FsStorage.create_dir_all(dir)
-    }
-    fn list(&self, dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
-        FsStorage.list(dir)
-    }
 }
 
 /// A backlog of 60 batches delivered back to back: by default the cursor
@@ -808,8 +782,19 @@ fn checkpoint_interval_writes_the_cursor_less_often_and_catches_up_when_idle() {
             },
             "fast".into(),
         );
-        let writes = CursorWrites::default();
-        let mut rig = Rig::start_on(writes.clone(), 1 << 20, slot);
+        // Each checkpoint write opens the cursor file read-write.
+        let writes = Arc::new(AtomicUsize::new(0));
+        let counter = writes.clone();
+        let storage = Hooked {
+            on_open: Arc::new(move |path| {
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                if name.starts_with("cursor-") {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                }
+            }),
+            ..Hooked::default()
+        };
+        let mut rig = Rig::start_on(storage, 1 << 20, slot);
         // The backlog builds while the sink is paused, then goes in one run.
         rig.stats.control.set_paused(true);
         let mut expected = Vec::new();
@@ -823,7 +808,7 @@ fn checkpoint_interval_writes_the_cursor_less_often_and_catches_up_when_idle() {
             );
         }
         thread::sleep(Duration::from_millis(100));
-        let before = writes.0.load(Ordering::SeqCst);
+        let before = writes.load(Ordering::SeqCst);
         rig.stats.control.set_paused(false);
         rig.wait_delivered(&log, expected.len());
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -832,7 +817,7 @@ fn checkpoint_interval_writes_the_cursor_less_often_and_catches_up_when_idle() {
         }
         check_log(&log, &expected, &format!("interval {interval:?}"));
         let checkpoint = rig.stats.checkpoint.load(Ordering::SeqCst);
-        let during = writes.0.load(Ordering::SeqCst) - before;
+        let during = writes.load(Ordering::SeqCst) - before;
         rig.stop();
         (during, checkpoint)
     };
