@@ -249,13 +249,13 @@ fn table_keys() -> &'static [&'static str] {
     KEYS.get_or_init(|| {
         let mut keys = vec!["type"];
         for sink_type in SINK_TYPES {
-            for &key in sink_type.keys {
+            for key in sink_type.keys() {
                 if !keys.contains(&key) {
                     keys.push(key);
                 }
             }
         }
-        keys.extend_from_slice(DeliveryConfig::KEYS);
+        keys.extend(DeliveryConfig::keys());
         keys
     })
 }
@@ -296,9 +296,8 @@ impl AllTypeKeys {
     fn into_type(self, chosen: &'static SinkType) -> (TypeConfig, Option<&'static str>) {
         let unused_key = SINK_TYPES
             .iter()
-            .flat_map(|t| t.keys)
-            .find(|key| self.written.contains(key) && !chosen.has_key(key))
-            .copied();
+            .flat_map(|t| t.keys())
+            .find(|key| self.written.contains(key) && !chosen.has_key(key));
         let keys = self
             .types
             .into_iter()
@@ -344,7 +343,7 @@ impl<'de> Visitor<'de> for TableVisitor {
             };
             if key == "type" {
                 sink_type = Some(map.next_value_seed(TypeSeed)?);
-            } else if DeliveryConfig::KEYS.contains(&key) {
+            } else if DeliveryConfig::keys().any(|k| k == key) {
                 delivery.read_key(key, &mut map)?;
             } else {
                 map.next_value_seed(TypeKeySeed {
@@ -375,8 +374,8 @@ fn type_table_keys(t: &'static SinkType) -> &'static [&'static str] {
             .iter()
             .map(|t| {
                 let mut keys = vec!["type"];
-                keys.extend_from_slice(t.keys);
-                keys.extend_from_slice(DeliveryConfig::KEYS);
+                keys.extend(t.keys());
+                keys.extend(DeliveryConfig::keys());
                 (t.name, keys)
             })
             .collect()
@@ -626,7 +625,7 @@ pub(crate) mod tests {
         let keys: Vec<&str> = table_keys()
             .iter()
             .copied()
-            .filter(|k| *k != "type" && !DeliveryConfig::KEYS.contains(k))
+            .filter(|k| *k != "type" && !DeliveryConfig::keys().any(|d| d == *k))
             .collect();
         for key in keys {
             let one = parse(&format!(

@@ -357,23 +357,13 @@ impl DeliveryConfig {
         },
     ];
 
-    pub(crate) const KEYS: &'static [&'static str] = &[
-        "max_records",
-        "max_bytes",
-        "linger_ms",
-        "retry_initial_ms",
-        "retry_max_ms",
-        "max_retry_duration_ms",
-        "build_timeout_ms",
-        "start",
-        "lag_bytes_max",
-        "on_lag",
-        "batches_in_flight",
-        "batches_in_flight_max",
-        "checkpoint_interval_ms",
-    ];
+    /// The delivery keys' names, as the user writes them, from
+    /// [`DeliveryConfig::REFERENCE`].
+    pub(crate) fn keys() -> impl Iterator<Item = &'static str> {
+        DeliveryConfig::REFERENCE.iter().map(Key::short)
+    }
 
-    /// Reads the value of `key`, one of [`DeliveryConfig::KEYS`].
+    /// Reads the value of `key`, one of [`DeliveryConfig::REFERENCE`].
     pub(crate) fn read_key<'de, A: MapAccess<'de>>(
         &mut self,
         key: &str,

@@ -15,7 +15,6 @@ use crate::{KeyProblem, SinkError, SinkFactory};
 pub static TYPE: SinkType = SinkType {
     name: "noop",
     about: "Accept and count the records, deliver them nowhere (benchmarks).",
-    keys: &[],
     reference: &[],
     unset: || Box::new(NoopKeys),
 };

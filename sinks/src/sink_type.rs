@@ -19,20 +19,24 @@ pub struct SinkType {
     pub name: &'static str,
     /// One line for the user: what this type does with the records.
     pub about: &'static str,
-    /// The keys of this type, as the user writes them (the delivery keys,
-    /// which every type has, aside).
-    pub keys: &'static [&'static str],
-    /// The same keys described for the reference (docs/sinks.md,
-    /// `spillway.toml(5)`): default, allowed values, meaning.
+    /// The keys of this type (the delivery keys, which every type has,
+    /// aside), described for the check's errors and the reference
+    /// (docs/sinks.md, `spillway.toml(5)`): name, default, allowed values,
+    /// meaning.
     pub reference: &'static [sink_sdk::keys::Key],
     /// The type's keys with none set, ready to be read.
     pub unset: fn() -> Box<dyn TypeKeys>,
 }
 
 impl SinkType {
+    /// This type's keys, as the user writes them.
+    pub fn keys(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.reference.iter().map(sink_sdk::keys::Key::short)
+    }
+
     /// Whether `key` is one of this type's keys.
     pub fn has_key(&self, key: &str) -> bool {
-        self.keys.contains(&key)
+        self.keys().any(|k| k == key)
     }
 }
 

@@ -96,9 +96,7 @@ impl FileConfig {
         },
     ];
 
-    pub(crate) const KEYS: &'static [&'static str] = &["path", "format", "rotate_bytes", "fsync"];
-
-    /// Reads the value of `key`, one of [`FileConfig::KEYS`].
+    /// Reads the value of `key`, one of [`FileConfig::REFERENCE`].
     pub(crate) fn read_key(
         &mut self,
         key: &str,
@@ -168,7 +166,7 @@ mod tests {
         )
         .unwrap();
         let file: &FileConfig = cfg.type_config().keys().expect("file keys");
-        // Naming every field: a new key must be added here, and so to KEYS.
+        // Naming every field: a new key must be added here, and so to REFERENCE.
         let FileConfig {
             path,
             format,
@@ -181,8 +179,8 @@ mod tests {
             rotate_bytes.is_some(),
             fsync.is_some(),
         ];
-        assert!(set.iter().all(|s| *s), "a key is missing from KEYS");
-        assert_eq!(set.len(), FileConfig::KEYS.len());
+        assert!(set.iter().all(|s| *s), "a key is missing from REFERENCE");
+        assert_eq!(set.len(), FileConfig::REFERENCE.len());
     }
 
     #[test]

@@ -54,7 +54,6 @@ const NEWLINE_ADVICE: &str = "use format = \"length_prefixed\"";
 pub static TYPE: SinkType = SinkType {
     name: "file",
     about: "Append the records to a local file.",
-    keys: FileConfig::KEYS,
     reference: FileConfig::REFERENCE,
     unset: || Box::<FileConfig>::default(),
 };

@@ -216,19 +216,7 @@ impl HttpConfig {
         },
     ];
 
-    pub(crate) const KEYS: &'static [&'static str] = &[
-        "url",
-        "delivery",
-        "method",
-        "headers",
-        "bearer_token_env",
-        "gzip",
-        "timeout_ms",
-        "concurrency",
-        "encoding",
-    ];
-
-    /// Reads the value of `key`, one of [`HttpConfig::KEYS`].
+    /// Reads the value of `key`, one of [`HttpConfig::REFERENCE`].
     pub(crate) fn read_key(
         &mut self,
         key: &str,
@@ -563,7 +551,7 @@ encoding = "ndjson"
 "#,
         )
         .unwrap();
-        // Naming every field: a new key must be added here, and so to KEYS.
+        // Naming every field: a new key must be added here, and so to REFERENCE.
         let HttpConfig {
             url,
             delivery,
@@ -586,8 +574,8 @@ encoding = "ndjson"
             concurrency.is_some(),
             encoding.is_some(),
         ];
-        assert!(set.iter().all(|s| *s), "a key is missing from KEYS");
-        assert_eq!(set.len(), HttpConfig::KEYS.len());
+        assert!(set.iter().all(|s| *s), "a key is missing from REFERENCE");
+        assert_eq!(set.len(), HttpConfig::REFERENCE.len());
     }
 
     #[test]

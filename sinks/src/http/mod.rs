@@ -48,7 +48,6 @@ const HEALTH_CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(5);
 pub static TYPE: SinkType = SinkType {
     name: "http",
     about: "POST (or PUT/PATCH) the records to an HTTP endpoint.",
-    keys: HttpConfig::KEYS,
     reference: HttpConfig::REFERENCE,
     unset: || Box::<HttpConfig>::default(),
 };

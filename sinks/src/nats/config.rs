@@ -209,24 +209,7 @@ impl NatsConfig {
         },
     ];
 
-    pub(crate) const KEYS: &'static [&'static str] = &[
-        "servers",
-        "subject",
-        "stream",
-        "token_env",
-        "user",
-        "password_env",
-        "creds_file",
-        "ca_file",
-        "cert_file",
-        "key_file",
-        "ack_timeout_ms",
-        "connect_timeout_ms",
-        "publishes_in_flight",
-        "server_sync_always",
-    ];
-
-    /// Reads the value of `key`, one of [`NatsConfig::KEYS`].
+    /// Reads the value of `key`, one of [`NatsConfig::REFERENCE`].
     pub(crate) fn read_key(
         &mut self,
         key: &str,

@@ -36,7 +36,6 @@ use config::{Credentials, NatsSettings, SHARD_PLACEHOLDER};
 pub static TYPE: SinkType = SinkType {
     name: "nats",
     about: "Publish each record to a NATS JetStream stream, once (the stream's duplicate window removes redelivery).",
-    keys: NatsConfig::KEYS,
     reference: NatsConfig::REFERENCE,
     unset: || Box::<NatsConfig>::default(),
 };

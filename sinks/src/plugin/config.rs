@@ -54,9 +54,7 @@ impl PluginConfig {
         },
     ];
 
-    pub(crate) const KEYS: &'static [&'static str] = &["path", "options"];
-
-    /// Reads the value of `key`, one of [`PluginConfig::KEYS`].
+    /// Reads the value of `key`, one of [`PluginConfig::REFERENCE`].
     pub(crate) fn read_key(
         &mut self,
         key: &str,
@@ -109,11 +107,11 @@ mod tests {
         let cfg =
             parse("[sink]\ntype = \"plugin\"\npath = \"p.so\"\n[sink.options]\nk = 1\n").unwrap();
         let plugin: &PluginConfig = cfg.type_config().keys().expect("plugin keys");
-        // Naming every field: a new key must be added here, and so to KEYS.
+        // Naming every field: a new key must be added here, and so to REFERENCE.
         let PluginConfig { path, options } = plugin;
         let set = [path.is_some(), options.is_some()];
-        assert!(set.iter().all(|s| *s), "a key is missing from KEYS");
-        assert_eq!(set.len(), PluginConfig::KEYS.len());
+        assert!(set.iter().all(|s| *s), "a key is missing from REFERENCE");
+        assert_eq!(set.len(), PluginConfig::REFERENCE.len());
         assert_eq!(cfg.plugin_path(), Some(std::path::Path::new("p.so")));
     }
 

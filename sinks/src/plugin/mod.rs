@@ -72,7 +72,6 @@ use crate::{KeyProblem, SinkError, SinkFactory};
 pub static TYPE: SinkType = SinkType {
     name: "plugin",
     about: "A sink plugin: a `cdylib` built against sink-sdk, loaded at run time.",
-    keys: PluginConfig::KEYS,
     reference: PluginConfig::REFERENCE,
     unset: || Box::<PluginConfig>::default(),
 };
