@@ -20,7 +20,13 @@ use crate::format::{
 };
 use crate::storage::{Storage, StorageFile};
 
-/// Zeros are written in pieces of this size when preallocating.
+/// Zeros are written in pieces of this size when preallocating, and each
+/// piece is written out to the disk before the next (`write_out`): the
+/// final fsync then finds almost nothing left, rather than 64 MiB of dirty
+/// pages that the flusher's next fdatasync would queue behind. Measured
+/// with `spillway bench --scenario big_record_fairness` (16 connections of
+/// 64 KiB Sync records, a segment filled every ~130 ms): a small Sync
+/// producer's p99 went from 20-22 ms to 12-13 ms.
 const ZERO_CHUNK: usize = 1024 * 1024;
 
 /// A zero-filled segment file ready to become the active segment.
@@ -53,6 +59,7 @@ pub fn preallocate<S: Storage>(
         while offset < capacity {
             let n = (capacity - offset).min(ZERO_CHUNK as u64) as usize;
             file.write_all_at(offset, &[IoSlice::new(&zeros[..n])])?;
+            file.write_out(offset, n as u64)?;
             offset += n as u64;
         }
         file.sync_all()?;
