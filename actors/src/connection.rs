@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::{Buf, BytesMut};
-use spillway_protocol::{decode_request, NackReason, Request, Response, HEADER_LEN, TRAILER_LEN};
+use spillway_protocol::{
+    decode_request_crcs, NackReason, RecordCrcs, Request, Response, HEADER_LEN, TRAILER_LEN,
+};
 use spillway_wab::RecordMeta;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -200,8 +202,9 @@ pub struct Connection {
     /// Since when the peer has taken none of our response bytes (while
     /// responses wait for the socket to become writable).
     write_stalled_since: Option<Instant>,
-    /// A decoded request that did not fit the window; admitted first when it frees.
-    parked: Option<Request>,
+    /// A decoded request (and its records' known CRCs) that did not fit
+    /// the window; admitted first when it frees.
+    parked: Option<(Request, RecordCrcs)>,
     reading: bool,
     read_closed: bool,
     /// A closing nack is queued: read nothing more, close once it is written.
@@ -275,7 +278,7 @@ impl Connection {
     /// Whether the parked frame can be taken in now: it fits the window and
     /// the unwritten acks are under their cap.
     fn parked_fits(&self) -> bool {
-        let Some(req) = &self.parked else {
+        let Some((req, _)) = &self.parked else {
             return false;
         };
         let st = self.responder.lock();
@@ -539,7 +542,8 @@ impl Connection {
             let req = match self.parked.take() {
                 Some(r) => r,
                 None => {
-                    match decode_request(&mut self.rbuf, self.shared.limits.payload_bytes_max) {
+                    match decode_request_crcs(&mut self.rbuf, self.shared.limits.payload_bytes_max)
+                    {
                         Ok(Some(r)) => {
                             consumed_frame = true;
                             r
@@ -592,12 +596,13 @@ impl Connection {
     fn admit(
         &self,
         st: &mut State,
-        req: Request,
+        req: (Request, RecordCrcs),
         token: u64,
         batch: &mut Building,
-    ) -> Result<(), Request> {
+    ) -> Result<(), (Request, RecordCrcs)> {
+        let (req, crcs) = req;
         if !self.fits(st, &req) {
-            return Err(req);
+            return Err((req, crcs));
         }
         let (tier, is_batch) = match req {
             Request::HealthCheck => {
@@ -628,8 +633,10 @@ impl Connection {
         }
         .pack();
         match req {
-            Request::Push { payload, .. } => batch.records.push_one(payload, meta),
-            Request::PushBatch { records, .. } => batch.records.push_batch(records, meta),
+            Request::Push { payload, .. } => {
+                batch.records.push_one_checked(payload, crcs.get(0), meta)
+            }
+            Request::PushBatch { records, .. } => batch.records.push_batch(records, crcs, meta),
             Request::HealthCheck => unreachable!("answered above"),
         }
         batch.bytes += bytes;

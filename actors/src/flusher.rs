@@ -630,8 +630,12 @@ impl<S: Storage> FlusherCore<S> {
         let mut first_seq = None;
         let mut chunk: Vec<AppendRecord<'_>> = Vec::with_capacity(records.min(WRITE_CHUNK_RECORDS));
         for b in group {
-            for (payload, meta) in b.records.iter() {
-                chunk.push(AppendRecord { payload, meta });
+            for (payload, meta, payload_crc) in b.records.iter() {
+                chunk.push(AppendRecord {
+                    payload,
+                    meta,
+                    payload_crc,
+                });
                 if chunk.len() == WRITE_CHUNK_RECORDS {
                     self.append_chunk(&mut chunk, &mut first_seq)?;
                 }

@@ -84,7 +84,11 @@ fn write_segment(dir: &Path, payloads: &[&[u8]]) {
     .pack();
     let records: Vec<AppendRecord<'_>> = payloads
         .iter()
-        .map(|payload| AppendRecord { payload, meta })
+        .map(|payload| AppendRecord {
+            payload,
+            meta,
+            payload_crc: None,
+        })
         .collect();
     segment.append(&records).expect("append");
     segment.sync().expect("sync");

@@ -19,6 +19,7 @@
 //! ```
 
 mod batch;
+pub mod crc;
 mod frame;
 mod request;
 mod response;
@@ -26,11 +27,12 @@ mod types;
 
 pub use batch::{BatchIter, BatchRecords, BatchSlices};
 pub use bytes::{Bytes, BytesMut};
+pub use crc::RecordCrcs;
 
 pub use frame::{encode_frame, HEADER_LEN, MAGIC, PAYLOAD_BYTES_HARD_MAX, TRAILER_LEN, VERSION};
 pub use request::{
-    decode_request, encode_health_check, encode_push, encode_push_batch, push_batch_frame_len,
-    Request, RequestError,
+    decode_request, decode_request_crcs, encode_health_check, encode_push, encode_push_batch,
+    push_batch_frame_len, Request, RequestError,
 };
 pub use response::{decode_response, encode_response, Response, ResponseError};
 pub use types::{MessageType, NackReason, Tier};

@@ -10,6 +10,7 @@ use crate::frame::{
 use crate::types::{MessageType, NackReason, Tier};
 
 use crate::batch::{BatchRecords, BATCH_LEN_FIELD};
+use crate::crc::{hash_batch, hash_push, RecordCrcs};
 
 /// A request decoded by the daemon. Payloads are zero-copy slices (`Bytes`) of the read buffer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +96,17 @@ pub fn decode_request(
     buf: &mut BytesMut,
     payload_bytes_max: u32,
 ) -> Result<Option<Request>, RequestError> {
+    Ok(decode_request_crcs(buf, payload_bytes_max)?.map(|(request, _)| request))
+}
+
+/// [`decode_request`], and the CRC of each large record, which the trailer
+/// check computed on the way (see [`crate::crc`]): the daemon's write path
+/// derives each stored record CRC from it rather than hashing the record
+/// again.
+pub fn decode_request_crcs(
+    buf: &mut BytesMut,
+    payload_bytes_max: u32,
+) -> Result<Option<(Request, RecordCrcs)>, RequestError> {
     if buf.len() < HEADER_LEN {
         return Ok(None);
     }
@@ -108,9 +120,17 @@ pub fn decode_request(
     if buf.len() < frame_len {
         return Ok(None);
     }
-    check_payload_crc(&buf[..frame_len])
-        .map_err(|e| RequestError::new(NackReason::BadPayloadCrc, e.to_string()))?;
     let payload_end = frame_len - crate::frame::TRAILER_LEN;
+    let (computed, crcs) = match kind {
+        Kind::Push(_) => hash_push(&buf[HEADER_LEN..payload_end]),
+        Kind::PushBatch(_) => hash_batch(&buf[HEADER_LEN..payload_end]),
+        Kind::HealthCheck => (
+            crc32fast::hash(&buf[HEADER_LEN..payload_end]),
+            RecordCrcs::default(),
+        ),
+    };
+    check_payload_crc(&buf[..frame_len], computed)
+        .map_err(|e| RequestError::new(NackReason::BadPayloadCrc, e.to_string()))?;
     if let Kind::PushBatch(_) = kind {
         validate_batch(&buf[HEADER_LEN..payload_end])?;
     }
@@ -118,14 +138,15 @@ pub fn decode_request(
     // Every check passed: only now is the frame consumed.
     let frame = buf.split_to(frame_len).freeze();
     let payload = frame.slice(HEADER_LEN..payload_end);
-    Ok(Some(match kind {
+    let request = match kind {
         Kind::Push(tier) => Request::Push { tier, payload },
         Kind::PushBatch(tier) => Request::PushBatch {
             tier,
             records: BatchRecords::from_validated(payload),
         },
         Kind::HealthCheck => Request::HealthCheck,
-    }))
+    };
+    Ok(Some((request, crcs)))
 }
 
 fn fault_reason(fault: &crate::frame::HeaderFault) -> NackReason {

@@ -89,7 +89,11 @@ pub fn decode_response(buf: &mut BytesMut) -> Result<Option<Response>, ResponseE
     if buf.len() < frame_len {
         return Ok(None);
     }
-    check_payload_crc(&buf[..frame_len]).map_err(|e| ResponseError(e.to_string()))?;
+    check_payload_crc(
+        &buf[..frame_len],
+        crc32fast::hash(&buf[HEADER_LEN..frame_len - crate::frame::TRAILER_LEN]),
+    )
+    .map_err(|e| ResponseError(e.to_string()))?;
     let response = parse_payload(message_type, &buf[HEADER_LEN..frame_len - TRAILER_LEN])?;
     // `advance` rather than `split_to`: nothing borrows the frame, and keeping
     // the buffer unshared lets the caller's `reserve` reuse its allocation.

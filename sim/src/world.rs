@@ -20,7 +20,7 @@ use spillway_actors::{
     FlusherConfig, FlusherCore, PendingRecords, Retention, RetentionStats, SealerCore, SealerMsg,
     ShardQueue, SinkSlot, StartAt, WabBudget,
 };
-use spillway_protocol::{BatchRecords, NackReason};
+use spillway_protocol::{BatchRecords, NackReason, RecordCrcs};
 use spillway_wab::checkpoint::{checkpoint_path, parse, CHECKPOINT_BYTES};
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::format::{classify, open_name, FileKind, RECORD_HEADER_LEN};
@@ -1283,7 +1283,11 @@ impl World {
         if n == 1 {
             records.push_one(Bytes::from(payloads[0].clone()), meta);
         } else {
-            records.push_batch(BatchRecords::from(payloads.clone()), meta);
+            records.push_batch(
+                BatchRecords::from(payloads.clone()),
+                RecordCrcs::default(),
+                meta,
+            );
         }
         let reply: Arc<dyn CommitTarget> = producer.answers.clone();
         node.queue.push(AppendBatch::new(

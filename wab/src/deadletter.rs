@@ -132,7 +132,11 @@ impl<S: Storage> DeadLetterStore<S> {
         .pack();
         let records: Vec<AppendRecord<'_>> = encoded
             .iter()
-            .map(|e| AppendRecord { payload: e, meta })
+            .map(|e| AppendRecord {
+                payload: e,
+                meta,
+                payload_crc: None,
+            })
             .collect();
         let active = self.active.as_mut().expect("rolled to a segment");
         let written = active.append(&records).and_then(|_| active.sync());

@@ -15,8 +15,9 @@ use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 
 use crate::format::{
-    encode_record_header, now_unix_us, open_name, record_crc, sealed_name, Footer, RecordsCrc,
-    SegmentHeader, FOOTER_LEN, RECORD_BYTES_MAX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN, SEQ_MAX,
+    encode_record_header, now_unix_us, open_name, record_crc, record_crc_from, sealed_name, Footer,
+    RecordsCrc, SegmentHeader, FOOTER_LEN, RECORD_BYTES_MAX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
+    SEQ_MAX,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -98,6 +99,10 @@ fn discard<S: Storage>(storage: &S, path: &Path, segment_id: u64, cause: &io::Er
 pub struct AppendRecord<'a> {
     pub payload: &'a [u8],
     pub meta: u64,
+    /// The CRC-32 of `payload`, when the wire check already computed it:
+    /// the record's CRC is then derived from it ([`record_crc_from`])
+    /// rather than by hashing the payload again.
+    pub payload_crc: Option<u32>,
 }
 
 /// The segment the flusher is writing. Only the flusher's thread touches it.
@@ -192,7 +197,13 @@ impl<F: StorageFile> ActiveSegment<F> {
         let mut heads: Vec<[u8; RECORD_HEADER_LEN]> = Vec::with_capacity(records.len());
         let mut crcs = RecordsCrc::clone(&self.records_crc);
         for r in records {
-            let crc = record_crc(r.meta, r.payload);
+            let crc = match r.payload_crc {
+                Some(known) => {
+                    debug_assert_eq!(known, crc32fast::hash(r.payload), "a wrong payload CRC");
+                    record_crc_from(r.meta, known, r.payload.len() as u64)
+                }
+                None => record_crc(r.meta, r.payload),
+            };
             crcs.add(crc);
             heads.push(encode_record_header(r.payload.len() as u32, crc, r.meta));
         }

@@ -245,6 +245,7 @@ fn invalid_payloads_are_refused_before_anything_is_written() {
         .append(&[AppendRecord {
             payload: b"",
             meta: 0,
+            payload_crc: None,
         }])
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
@@ -265,10 +266,12 @@ fn invalid_payloads_are_refused_before_anything_is_written() {
             AppendRecord {
                 payload: &p,
                 meta: 1,
+                payload_crc: None,
             },
             AppendRecord {
                 payload: &[],
                 meta: 1,
+                payload_crc: None,
             },
         ])
         .unwrap_err();
@@ -278,6 +281,7 @@ fn invalid_payloads_are_refused_before_anything_is_written() {
         .append(&[AppendRecord {
             payload: &big,
             meta: 1,
+            payload_crc: None,
         }])
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
@@ -544,4 +548,40 @@ fn skip_to_resumes_at_a_sequence_number() {
         rest.push(x);
     }
     assert_records(&rest, &all[6..]);
+}
+
+/// A record that comes with its payload CRC (the wire check computed it) is
+/// written without its bytes being hashed again, and reads back whole: the
+/// stored CRC derived from the payload's is the one the reader computes.
+/// Reading hashes each byte once (the check a read needs).
+#[test]
+fn a_record_with_its_payload_crc_is_hashed_once_and_reads_back() {
+    use spillway_wab::format::payload_bytes_hashed;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut seg = ActiveSegment::start(preallocate(&FsStorage, dir, 0, 1 << 20).unwrap(), 0, 0);
+    let sizes = [64 * 1024usize, 4096, 5, 100_003];
+    let all = recs(0, sizes.len() as u64, |s| sizes[s as usize]);
+    let large: u64 = all
+        .iter()
+        .filter(|r| r.payload.len() >= 4096)
+        .map(|r| r.payload.len() as u64)
+        .sum();
+    let small: u64 = all
+        .iter()
+        .filter(|r| r.payload.len() < 4096)
+        .map(|r| r.payload.len() as u64)
+        .sum();
+    let before = payload_bytes_hashed();
+    append(&mut seg, &all).unwrap();
+    assert_eq!(
+        payload_bytes_hashed() - before,
+        small,
+        "only the records that came without a CRC are hashed when written"
+    );
+    seg.sync().unwrap();
+    let before = payload_bytes_hashed();
+    let (_, back, _, _) = read_segment(&FsStorage, &seg.path);
+    assert_eq!(payload_bytes_hashed() - before, large + small);
+    assert_records(&back, &all);
 }

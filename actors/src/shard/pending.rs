@@ -2,7 +2,7 @@
 //! the flusher: single pushes, and PushBatch frames kept packed.
 
 use bytes::Bytes;
-use spillway_protocol::{BatchRecords, BatchSlices};
+use spillway_protocol::{BatchRecords, BatchSlices, RecordCrcs};
 
 /// One record waiting to be written.
 #[derive(Debug, Clone)]
@@ -21,23 +21,33 @@ pub struct PendingRecords {
     count: usize,
 }
 
+/// Each carries the payload CRCs the wire check computed (a large record's,
+/// see [`spillway_protocol::crc`]), so the flusher never hashes those
+/// bytes again.
 #[derive(Debug, Clone)]
 enum Pending {
-    One(Bytes),
-    Batch(BatchRecords),
+    One(Bytes, Option<u32>),
+    Batch(BatchRecords, RecordCrcs),
 }
 
 impl PendingRecords {
     /// One pushed record, with its packed meta.
     pub fn push_one(&mut self, payload: Bytes, meta: u64) {
-        self.items.push((Pending::One(payload), meta));
+        self.push_one_checked(payload, None, meta);
+    }
+
+    /// One pushed record, with its payload's CRC-32 when the wire check
+    /// computed it.
+    pub fn push_one_checked(&mut self, payload: Bytes, crc: Option<u32>, meta: u64) {
+        self.items.push((Pending::One(payload, crc), meta));
         self.count += 1;
     }
 
-    /// Every record of a PushBatch frame, sharing one meta.
-    pub fn push_batch(&mut self, records: BatchRecords, meta: u64) {
+    /// Every record of a PushBatch frame, sharing one meta, with the CRCs
+    /// the wire check computed for its large records.
+    pub fn push_batch(&mut self, records: BatchRecords, crcs: RecordCrcs, meta: u64) {
         self.count += records.len();
-        self.items.push((Pending::Batch(records), meta));
+        self.items.push((Pending::Batch(records, crcs), meta));
     }
 
     /// Number of records.
@@ -49,8 +59,9 @@ impl PendingRecords {
         self.count == 0
     }
 
-    /// Every record in order: (payload, packed meta), borrowed (no
-    /// allocation, and no reference count touched per record).
+    /// Every record in order: (payload, packed meta, the payload's CRC if
+    /// known), borrowed (no allocation, and no reference count touched per
+    /// record).
     pub fn iter(&self) -> PendingIter<'_> {
         PendingIter {
             items: self.items.iter(),
@@ -67,28 +78,52 @@ pub struct PendingIter<'a> {
 }
 
 enum Walk<'a> {
-    One(Option<&'a [u8]>),
-    Batch(BatchSlices<'a>),
+    One(Option<(&'a [u8], Option<u32>)>),
+    Batch {
+        records: BatchSlices<'a>,
+        index: u32,
+        /// The known CRCs not yet passed, (index, crc) in index order.
+        crcs: &'a [(u32, u32)],
+    },
 }
 
 impl<'a> Iterator for PendingIter<'a> {
-    type Item = (&'a [u8], u64);
+    type Item = (&'a [u8], u64, Option<u32>);
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
             if let Some((walk, meta)) = &mut self.current {
                 let next = match walk {
                     Walk::One(p) => p.take(),
-                    Walk::Batch(b) => b.next(),
+                    Walk::Batch {
+                        records,
+                        index,
+                        crcs,
+                    } => records.next().map(|p| {
+                        let at = *index;
+                        *index += 1;
+                        let crc = match crcs.split_first() {
+                            Some((&(i, crc), rest)) if i == at => {
+                                *crcs = rest;
+                                Some(crc)
+                            }
+                            _ => None,
+                        };
+                        (p, crc)
+                    }),
                 };
-                if let Some(p) = next {
-                    return Some((p, *meta));
+                if let Some((p, crc)) = next {
+                    return Some((p, *meta, crc));
                 }
             }
             let (item, meta) = self.items.next()?;
             let walk = match item {
-                Pending::One(p) => Walk::One(Some(&p[..])),
-                Pending::Batch(b) => Walk::Batch(b.slices()),
+                Pending::One(p, crc) => Walk::One(Some((&p[..], *crc))),
+                Pending::Batch(b, crcs) => Walk::Batch {
+                    records: b.slices(),
+                    index: 0,
+                    crcs: crcs.as_slice(),
+                },
             };
             self.current = Some((walk, *meta));
         }

@@ -54,6 +54,9 @@ pub fn append<F: StorageFile>(seg: &mut ActiveSegment<F>, group: &[Rec]) -> io::
         .map(|r| AppendRecord {
             payload: &r.payload,
             meta: r.meta.pack(),
+            // Large records come with their CRC, as the wire check gives
+            // them: the stored CRC derived from it must read back.
+            payload_crc: (r.payload.len() >= 4096).then(|| crc32fast::hash(&r.payload)),
         })
         .collect();
     let first = seg.append(&records)?;
