@@ -167,6 +167,35 @@ mod tests {
         }
     }
 
+    /// The count behind docs/architecture.md's "CRC passes per byte": the
+    /// decoder hashes each payload byte of a frame once, and hands on the
+    /// CRC of every large record.
+    #[test]
+    fn decoding_hashes_each_payload_byte_once() {
+        use crate::{decode_request_crcs, encode_push, encode_push_batch, Tier};
+        let records: Vec<Vec<u8>> = [65536usize, 5, 4096, 70_000]
+            .iter()
+            .map(|&n| (0..n).map(|i| (i % 251) as u8).collect())
+            .collect();
+        let mut buf = bytes::BytesMut::new();
+        encode_push_batch(Tier::Sync, &records, &mut buf);
+        let payload = buf.len() - crate::HEADER_LEN - crate::TRAILER_LEN;
+        let before = payload_bytes_hashed();
+        let (_, crcs) = decode_request_crcs(&mut buf, 1 << 24).unwrap().unwrap();
+        assert_eq!(payload_bytes_hashed() - before, payload as u64);
+        let want: Vec<(u32, u32)> = [0u32, 2, 3]
+            .iter()
+            .map(|&i| (i, crc32fast::hash(&records[i as usize])))
+            .collect();
+        assert_eq!(crcs.as_slice(), &want[..]);
+
+        encode_push(Tier::Sync, &records[0], &mut buf);
+        let before = payload_bytes_hashed();
+        let (_, crcs) = decode_request_crcs(&mut buf, 1 << 24).unwrap().unwrap();
+        assert_eq!(payload_bytes_hashed() - before, 65536);
+        assert_eq!(crcs.get(0), Some(crc32fast::hash(&records[0])));
+    }
+
     #[test]
     fn a_small_push_keeps_no_crc_and_a_large_one_does() {
         assert!(hash_push(b"hello").1.is_empty());
