@@ -585,3 +585,43 @@ fn a_record_with_its_payload_crc_is_hashed_once_and_reads_back() {
     assert_eq!(payload_bytes_hashed() - before, large + small);
     assert_records(&back, &all);
 }
+
+/// The reader reads into a chunk again once none of its records is held:
+/// records still held keep their bytes however far the reader goes on, and
+/// every record read into a reused chunk is whole (sizes that straddle
+/// chunks, and records larger than a chunk, included).
+#[test]
+fn records_held_keep_their_bytes_while_the_reader_reuses_chunks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut seg = ActiveSegment::start(preallocate(&FsStorage, dir, 0, 16 << 20).unwrap(), 0, 0);
+    let sizes = [100usize, 70_000, 5, 300_000, 4096, 1];
+    let all = recs(0, 120, |s| {
+        sizes[(s % sizes.len() as u64) as usize] + s as usize
+    });
+    for g in all.chunks(10) {
+        append(&mut seg, g).unwrap();
+    }
+    seg.sync().unwrap();
+    let Opened::Reader(mut r) = SegmentReader::open(&FsStorage, &seg.path).unwrap() else {
+        panic!("segment did not open");
+    };
+    let mut held = Vec::new();
+    let mut want = all.iter();
+    while let Some(rec) = r.next().unwrap() {
+        let w = want.next().expect("more records read than written");
+        assert_eq!((rec.seq, &rec.payload[..]), (w.seq, &w.payload[..]));
+        if rec.seq % 7 == 0 {
+            held.push((rec, w));
+        }
+    }
+    assert!(want.next().is_none(), "records missing");
+    for (rec, w) in held {
+        assert_eq!(
+            &rec.payload[..],
+            &w.payload[..],
+            "held record {} changed",
+            w.seq
+        );
+    }
+}
