@@ -83,6 +83,7 @@ fn write_segment(dir: &Path, id: u64, first_seq: u64, records: &[&[u8]], sealed:
                 arrival_unix_us: 1_780_000_000_000_000 + i as u64,
             }
             .pack(),
+            payload_crc: None,
         })
         .collect();
     segment.append(&appended).unwrap();
