@@ -2,11 +2,12 @@
 //! reads it, the same stream as a client reads responses, and the
 //! PushBatch payload against a model of its layout.
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
+use spillway_protocol::crc::KNOWN_CRC_MIN;
 use spillway_protocol::{
-    decode_request, decode_response, encode_frame, encode_push, encode_push_batch, encode_response,
-    MessageType, NackReason, Request, RequestError, Response, Tier, HEADER_LEN,
-    PAYLOAD_BYTES_HARD_MAX, TRAILER_LEN, VERSION,
+    decode_request, decode_request_crcs, decode_response, encode_frame, encode_push,
+    encode_push_batch, encode_response, MessageType, NackReason, RecordCrcs, Request, RequestError,
+    Response, Tier, HEADER_LEN, PAYLOAD_BYTES_HARD_MAX, TRAILER_LEN, VERSION,
 };
 
 /// A payload cap small enough that the fuzzer's frames meet it.
@@ -163,6 +164,24 @@ fn fix_crcs(data: &[u8]) -> Vec<u8> {
     b
 }
 
+/// The CRCs handed on with a request are those of its records, for exactly
+/// the records of `KNOWN_CRC_MIN` bytes or more: the flusher stores a CRC
+/// derived from them, so a wrong one would be a record no reader accepts.
+fn check_crcs(request: &Request, crcs: &RecordCrcs) {
+    let records: Vec<Bytes> = match request {
+        Request::Push { payload, .. } => vec![payload.clone()],
+        Request::PushBatch { records, .. } => records.to_vec(),
+        Request::HealthCheck => Vec::new(),
+    };
+    let want: Vec<(u32, u32)> = records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.len() >= KNOWN_CRC_MIN)
+        .map(|(i, r)| (i as u32, crc32fast::hash(r)))
+        .collect();
+    assert_eq!(crcs.as_slice(), &want[..], "the CRCs handed on");
+}
+
 /// What decoding a whole stream gives: the requests, then the error that
 /// stopped it (if one did; otherwise the rest is an incomplete frame).
 type Decoded = (Vec<Request>, Option<RequestError>);
@@ -173,8 +192,8 @@ fn decode_requests(bytes: &[u8], cap: u32) -> Decoded {
     let mut requests = Vec::new();
     loop {
         let before = buf.clone();
-        match decode_request(&mut buf, cap) {
-            Ok(Some(request)) => {
+        match decode_request_crcs(&mut buf, cap) {
+            Ok(Some((request, crcs))) => {
                 let used = before.len() - buf.len();
                 assert_eq!(
                     &before[used..],
@@ -182,6 +201,7 @@ fn decode_requests(bytes: &[u8], cap: u32) -> Decoded {
                     "only the front frame is consumed"
                 );
                 check_request(&request, &before[..used], cap);
+                check_crcs(&request, &crcs);
                 requests.push(request);
             }
             Ok(None) => {
