@@ -139,3 +139,46 @@ impl From<Vec<PendingRecord>> for PendingRecords {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spillway_protocol::{decode_request_crcs, encode_push_batch, BytesMut, Request, Tier};
+
+    /// Each record comes out with its own CRC, or none: the flusher writes
+    /// the stored CRC derived from it, so a CRC paired with the wrong
+    /// record would be a record no reader accepts.
+    #[test]
+    fn each_record_comes_out_with_its_own_crc() {
+        let sizes = [5usize, 4096, 10, 70_000, 4095, 9000];
+        let records: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| vec![i as u8 + 1; n])
+            .collect();
+        let mut buf = BytesMut::new();
+        encode_push_batch(Tier::Sync, &records, &mut buf);
+        let Some((Request::PushBatch { records: batch, .. }, crcs)) =
+            decode_request_crcs(&mut buf, 1 << 24).unwrap()
+        else {
+            panic!("not a batch");
+        };
+        let one = vec![9u8; 5000];
+        let mut pending = PendingRecords::default();
+        pending.push_one_checked(Bytes::from(one.clone()), Some(crc32fast::hash(&one)), 1);
+        pending.push_batch(batch.clone(), crcs, 2);
+        pending.push_batch(batch, RecordCrcs::default(), 3);
+        let got: Vec<(usize, u64, Option<u32>)> = pending
+            .iter()
+            .map(|(p, meta, crc)| (p.len(), meta, crc))
+            .collect();
+        let mut want = vec![(5000, 1, Some(crc32fast::hash(&one)))];
+        for r in &records {
+            want.push((r.len(), 2, (r.len() >= 4096).then(|| crc32fast::hash(r))));
+        }
+        for r in &records {
+            want.push((r.len(), 3, None));
+        }
+        assert_eq!(got, want);
+    }
+}
