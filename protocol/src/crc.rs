@@ -83,18 +83,21 @@ pub(crate) fn hash_push(payload: &[u8]) -> (u32, RecordCrcs) {
 }
 
 /// The CRC of a PushBatch payload, in one pass over its bytes, and the CRC
-/// of each of its large records on the way. The walk follows the length
+/// of each of its large records on the way. Runs of small records (and the
+/// length prefixes) are hashed as one span; only a large record is hashed
+/// on its own and combined in. A payload too short to hold a large record
+/// is hashed whole, without walking it. The walk follows the length
 /// prefixes while they make sense and hashes whatever is left as it is, so
 /// the result is the payload's CRC however malformed it is (the structure
 /// is checked after the CRC, in the order the spec fixes).
 pub(crate) fn hash_batch(payload: &[u8]) -> (u32, RecordCrcs) {
     let mut h = crc32fast::Hasher::new();
     let mut known = Vec::new();
-    let mut at = 0;
-    if payload.len() >= BATCH_LEN_FIELD {
+    // Bytes before `from` are hashed into `h`.
+    let mut from = 0;
+    if payload.len() >= 2 * BATCH_LEN_FIELD + KNOWN_CRC_MIN {
         let count = read_u32(&payload[..BATCH_LEN_FIELD]);
-        hash_counted(&mut h, &payload[..BATCH_LEN_FIELD]);
-        at = BATCH_LEN_FIELD;
+        let mut at = BATCH_LEN_FIELD;
         for index in 0..count {
             let Some(prefix) = payload.get(at..at + BATCH_LEN_FIELD) else {
                 break;
@@ -104,20 +107,19 @@ pub(crate) fn hash_batch(payload: &[u8]) -> (u32, RecordCrcs) {
             let Some(record) = payload.get(start..start + len) else {
                 break;
             };
-            hash_counted(&mut h, prefix);
             if len >= KNOWN_CRC_MIN {
+                hash_counted(&mut h, &payload[from..start]);
                 let mut own = crc32fast::Hasher::new();
                 hash_counted(&mut own, record);
                 let crc = own.finalize();
                 append_known(&mut h, crc, len);
                 known.push((index, crc));
-            } else {
-                hash_counted(&mut h, record);
+                from = start + len;
             }
             at = start + len;
         }
     }
-    hash_counted(&mut h, &payload[at..]);
+    hash_counted(&mut h, &payload[from..]);
     (h.finalize(), RecordCrcs(known))
 }
 

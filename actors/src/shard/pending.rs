@@ -143,6 +143,7 @@ impl From<Vec<PendingRecord>> for PendingRecords {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use spillway_protocol::crc::KNOWN_CRC_MIN;
     use spillway_protocol::{decode_request_crcs, encode_push_batch, BytesMut, Request, Tier};
 
     /// Each record comes out with its own CRC, or none: the flusher writes
@@ -174,7 +175,11 @@ mod tests {
             .collect();
         let mut want = vec![(5000, 1, Some(crc32fast::hash(&one)))];
         for r in &records {
-            want.push((r.len(), 2, (r.len() >= 4096).then(|| crc32fast::hash(r))));
+            want.push((
+                r.len(),
+                2,
+                (r.len() >= KNOWN_CRC_MIN).then(|| crc32fast::hash(r)),
+            ));
         }
         for r in &records {
             want.push((r.len(), 3, None));
