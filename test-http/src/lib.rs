@@ -10,15 +10,19 @@
 //! got), how many requests and connections it saw, how many were being
 //! answered at once, and how many it refused. A closed gate holds every
 //! request after its body was read, so a backlog can build up and its
-//! delivery be timed.
+//! delivery be timed. [`free_port`] picks a loopback port for a server a
+//! test starts itself (a daemon's door, a nats-server), outside the range
+//! the kernel gives outgoing connections.
 //!
 //! This crate is test equipment: the daemon's own code never depends on it
 //! (the bench, which the binary links behind its `bench` feature, does).
 
 mod exchange;
+pub mod port;
 mod receiver;
 mod serve;
 
 pub use exchange::{Handler, Reply, Request};
 pub use hyper::HeaderMap;
+pub use port::free_port;
 pub use receiver::{Builder, Receiver};

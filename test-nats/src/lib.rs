@@ -14,17 +14,22 @@
 //! bench reports it).
 
 use std::fs;
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream};
 use futures::StreamExt;
+use spillway_test_http::free_port;
 use tokio::runtime::Runtime;
 
 /// How long a node (or the cluster) may take to be ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many times [`NatsCluster::try_start`] starts the cluster on new
+/// ports when a node finds one of its ports taken (another process bound
+/// it between the pick and the node's start).
+const START_ATTEMPTS: usize = 3;
 
 /// How the servers are guarded: a token clients must send, and TLS.
 #[derive(Debug, Clone, Default)]
@@ -164,13 +169,6 @@ fn installed() -> Result<(), String> {
     ))
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
 /// What one stored message says.
 #[derive(Debug, Clone)]
 pub struct StoredMessage {
@@ -202,6 +200,21 @@ impl NatsCluster {
 
     pub fn try_start(n: usize, guard: Guard) -> Result<NatsCluster, String> {
         installed()?;
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(n, guard.clone()) {
+                Err(why) if attempt < START_ATTEMPTS && why.contains("address already in use") => {
+                    eprintln!("nats-server: a port was taken, starting the cluster again on new ports ({why:.200})");
+                    attempt += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    /// One start on freshly picked ports; dropping the cluster on an error
+    /// kills the nodes it started.
+    fn start_once(n: usize, guard: Guard) -> Result<NatsCluster, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let mut nodes = Vec::new();
@@ -284,10 +297,12 @@ impl NatsCluster {
 
     /// Every running node answers JetStream requests (a meta leader is
     /// elected).
-    fn wait_ready(&self) -> Result<(), String> {
+    /// A node that exits on the way (a port taken) is reported at once
+    /// with its log, not after the timeout.
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + READY_TIMEOUT;
-        for (i, node) in self.nodes.iter().enumerate() {
-            if node.child.is_none() {
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].child.is_none() {
                 continue;
             }
             let url = self.url(i);
@@ -314,6 +329,18 @@ impl NatsCluster {
                 let Err(why) = answer else {
                     break;
                 };
+                let node = &mut self.nodes[i];
+                let exited = node
+                    .child
+                    .as_mut()
+                    .and_then(|c| c.try_wait().ok().flatten());
+                if let Some(status) = exited {
+                    return Err(format!(
+                        "node {} exited ({status}) before it was ready ({why}); its log:\n{}",
+                        node.name,
+                        fs::read_to_string(&node.log).unwrap_or_default()
+                    ));
+                }
                 if Instant::now() >= deadline {
                     return Err(format!(
                         "node {} not ready after {READY_TIMEOUT:?} ({why}); its log:\n{}",

@@ -45,14 +45,7 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// A bare HTTP/1.1 client (the HTTP door's tests and the crash loop).
 pub mod http;
 
-/// A loopback port nobody listens on now (bound, then let go): for a
-/// network door's `listen`.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
+pub use spillway_test_http::free_port;
 /// Test certificates and a TLS client (the TLS doors' tests).
 pub mod tls;
 
