@@ -40,11 +40,12 @@ pub use format::{FormatError, RecordMeta, SegmentHeader};
 pub use lock::DataDirLock;
 pub use reader::{End, Opened, SegmentReader, StoredRecord};
 pub use recovery::{
-    recover_shard, CutShort, QuarantinedSegment, Recovered, RecoveryReport, Salvaged, SegmentInfo,
-    SeqGap, UntrustedCheckpoint, QUARANTINE_DIR,
+    check_sealed, recover_shard, recover_shard_with, CutShort, QuarantinedSegment, Recovered,
+    RecoveryReport, Salvaged, SealedCheck, SegmentInfo, SeqGap, UntrustedCheckpoint,
+    QUARANTINE_DIR,
 };
 pub use segment::{preallocate, seal, ActiveSegment, AppendRecord, Preallocated, Sealing};
-pub use shard::{open_shard, OpenedShard};
+pub use shard::{open_shard, open_shard_with, OpenedShard};
 pub use storage::{create_dir_durable, FsStorage, Storage, StorageFile};
 
 /// Directory of shard `shard` under `data_dir`.

@@ -59,7 +59,10 @@ use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 
 use crate::damaged_header::{self, HeaderRepair, Unnumbered};
-use crate::format::{classify, FileKind, Footer, GapFrame, SegmentHeader, FOOTER_LEN};
+use crate::format::{
+    classify, sealed_name, FileKind, Footer, GapFrame, SegmentHeader, FOOTER_LEN,
+    SEGMENT_HEADER_LEN,
+};
 use crate::quarantine::{quarantine, save_copy, save_copy_once};
 use crate::reader::{End, Opened, PassedGap, SegmentReader};
 use crate::salvage::{self, footer_like, Hole};
@@ -81,8 +84,12 @@ pub struct SegmentInfo {
     /// what the segment counts against `wab_bytes_max`.
     pub bytes: u64,
     /// Records lost to damage inside the segment (GAP frames), now or in
-    /// an earlier recovery.
+    /// an earlier recovery. 0 while `checked` is false (not counted yet).
     pub lost_records: u64,
+    /// Its records were read and checked by this recovery. False: a
+    /// sealed segment taken at its footer's word ([`SealedCheck::Footer`]),
+    /// whose records [`check_sealed`] is still to read.
+    pub checked: bool,
 }
 
 /// Damaged records in a segment replaced in place by a GAP frame.
@@ -275,14 +282,43 @@ pub struct Recovered<F> {
     pub spares: Vec<Preallocated<F>>,
 }
 
+/// How recovery treats a sealed segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SealedCheck {
+    /// Read and check every record now, and salvage what is damaged: the
+    /// time recovery takes grows with the backlog.
+    #[default]
+    Records,
+    /// Take a segment whose footer is intact, agrees with its header and
+    /// ends the file at the footer's word: its header and footer are read,
+    /// not its records, so a start costs the open segment plus a constant
+    /// per sealed one. Its [`SegmentInfo::checked`] is false, and the
+    /// caller must run [`check_sealed`] on it before any reader opens it
+    /// (the daemon does so in the background, in id order, and holds its
+    /// drains behind). Any other sealed segment is checked in full.
+    Footer,
+}
+
 /// Recover `dir` (created 0700 if missing). `min_next_seq` is a floor for
 /// the next sequence number (the drain checkpoint, so sequence numbers are
-/// never reused after every segment was deleted).
+/// never reused after every segment was deleted). Every record of every
+/// segment is checked ([`SealedCheck::Records`]).
 pub fn recover_shard<S: Storage>(
     storage: &S,
     dir: &Path,
     shard: u32,
     min_next_seq: u64,
+) -> io::Result<Recovered<S::File>> {
+    recover_shard_with(storage, dir, shard, min_next_seq, SealedCheck::Records)
+}
+
+/// [`recover_shard`], with sealed segments treated as `check` says.
+pub fn recover_shard_with<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    shard: u32,
+    min_next_seq: u64,
+    check: SealedCheck,
 ) -> io::Result<Recovered<S::File>> {
     // The shard folder (and data_dir if missing) must be a durable name
     // before any record in it is acknowledged.
@@ -346,7 +382,11 @@ pub fn recover_shard<S: Storage>(
             }
             FileKind::Sealed(id) => {
                 max_id = Some(max_id.map_or(id, |m| m.max(id)));
-                recover_sealed(storage, dir, &path, id, &mut report)?;
+                let trusted =
+                    check == SealedCheck::Footer && trust_footer(storage, &path, id, &mut report)?;
+                if !trusted {
+                    recover_sealed(storage, dir, &path, id, &mut report)?;
+                }
             }
             FileKind::Open(id) => {
                 max_id = Some(max_id.map_or(id, |m| m.max(id)));
@@ -424,6 +464,89 @@ fn not_ours(dir: &Path, e: io::Error) -> io::Error {
     )
 }
 
+/// A sealed segment whose header reads, and whose footer is intact,
+/// agrees with the header (`first_seq + record_count == last_seq + 1`) and
+/// ends the file: recorded from the footer alone, unchecked
+/// ([`SealedCheck::Footer`]). False (nothing recorded): anything else,
+/// for the full check.
+fn trust_footer<S: Storage>(
+    storage: &S,
+    path: &Path,
+    id: u64,
+    report: &mut RecoveryReport,
+) -> io::Result<bool> {
+    let Opened::Reader(reader) = SegmentReader::from_file(storage.open_read(path)?)? else {
+        return Ok(false);
+    };
+    let first_seq = reader.header().first_seq;
+    let file = reader.into_file();
+    let len = file.len()?;
+    if len < (SEGMENT_HEADER_LEN + FOOTER_LEN) as u64 {
+        return Ok(false);
+    }
+    let mut raw = [0u8; FOOTER_LEN];
+    if read_full_at(&file, len - FOOTER_LEN as u64, &mut raw)? < FOOTER_LEN {
+        return Ok(false);
+    }
+    let Ok(footer) = Footer::decode(&raw) else {
+        return Ok(false);
+    };
+    let agrees = footer.end_offset == len - FOOTER_LEN as u64
+        && footer.end_offset >= SEGMENT_HEADER_LEN as u64
+        && first_seq.checked_add(footer.record_count) == footer.last_seq.checked_add(1);
+    if !agrees {
+        return Ok(false);
+    }
+    report.segments.push(SegmentInfo {
+        path: path.to_path_buf(),
+        segment_id: id,
+        first_seq,
+        record_count: footer.record_count,
+        bytes: footer.end_offset,
+        lost_records: 0,
+        checked: false,
+    });
+    Ok(true)
+}
+
+/// Read and check every record of sealed segment `id` of the shard in
+/// `dir`, one that recovery took at its footer's word
+/// ([`SealedCheck::Footer`]), and salvage, cut short or quarantine what is
+/// damaged exactly as recovery does at a start. No reader may have the
+/// segment open meanwhile. The report holds what was found: the segment
+/// in `segments` (checked, with its `lost_records`) unless it was
+/// quarantined whole, and any `salvaged`, `cut_short`, `quarantined`,
+/// `unnumbered` or `footers_repaired`; `lost_records` sums the salvaged
+/// holes and unnumbered records (what a cut short loses is
+/// [`CutShort::known_end`] past its `end_seq`).
+pub fn check_sealed<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    shard: u32,
+    id: u64,
+) -> io::Result<RecoveryReport> {
+    let mut report = RecoveryReport {
+        shard,
+        ..Default::default()
+    };
+    let path = dir.join(sealed_name(id));
+    recover_sealed(storage, dir, &path, id, &mut report)?;
+    report.lost_records = report.salvaged.iter().map(|s| s.lost_records).sum::<u64>()
+        + report.unnumbered.iter().map(|u| u.records).sum::<u64>();
+    let intact = report.segments.iter().all(|s| s.lost_records == 0)
+        && report.salvaged.is_empty()
+        && report.cut_short.is_empty()
+        && report.quarantined.is_empty()
+        && report.unnumbered.is_empty()
+        && report.footers_repaired.is_empty();
+    if !intact {
+        // A file moved to quarantine/ (or a copy made there) is a name
+        // change in this folder: durable before delivery goes on.
+        storage.sync_dir(dir)?;
+    }
+    Ok(report)
+}
+
 fn recover_sealed<S: Storage>(
     storage: &S,
     dir: &Path,
@@ -457,6 +580,7 @@ fn recover_sealed<S: Storage>(
                 record_count: reader.count(),
                 bytes: reader.offset(),
                 lost_records: reader.lost_records(),
+                checked: true,
             };
             trim_after_footer(storage, dir, path, id, reader.into_file(), &footer)?;
             report.segments.push(info);
@@ -654,6 +778,7 @@ fn cut_short<S: Storage>(
         record_count: kept_positions,
         bytes: end,
         lost_records: lost,
+        checked: true,
     });
     Ok(())
 }
@@ -796,6 +921,7 @@ fn salvage_sealed<S: Storage>(
         record_count: again.count(),
         bytes: footer_at,
         lost_records: lost,
+        checked: true,
     });
     Ok(())
 }
@@ -1058,6 +1184,7 @@ fn recover_open<S: Storage>(
         record_count: count,
         bytes: cut,
         lost_records: lost,
+        checked: true,
     });
     Ok(None)
 }

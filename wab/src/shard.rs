@@ -3,7 +3,7 @@
 //! and no sequence number is handed out twice.
 //!
 //! [`open_shard`] loads the checkpoint ([`load_checkpoint`]: an unreadable
-//! one is moved aside), recovers the segments ([`recover_shard`]), and then
+//! one is moved aside), recovers the segments ([`crate::recover_shard`]), and then
 //! checks the two against each other:
 //!
 //! - **Gaps.** Sequence numbers between two consecutive segments, between
@@ -52,7 +52,8 @@ use crate::checkpoint::{
 };
 use crate::format::SEGMENT_HEADER_LEN;
 use crate::recovery::{
-    recover_shard, Recovered, RecoveryReport, SeqGap, UntrustedCheckpoint, QUARANTINE_DIR,
+    recover_shard_with, Recovered, RecoveryReport, SealedCheck, SeqGap, UntrustedCheckpoint,
+    QUARANTINE_DIR,
 };
 use crate::salvage::count_intact;
 use crate::storage::{create_dir_durable, is_no_space, Storage, StorageFile};
@@ -72,16 +73,29 @@ pub struct OpenedShard<F> {
 
 /// Open shard folder `dir` (created durably if missing): load the
 /// checkpoint, recover the segments, report gaps and an untrusted
-/// checkpoint, and floor `next_seq`. See the module documentation.
+/// checkpoint, and floor `next_seq`. See the module documentation. Every
+/// record of every segment is checked ([`SealedCheck::Records`]).
 pub fn open_shard<S: Storage>(
     storage: &S,
     dir: &Path,
     shard: u32,
 ) -> io::Result<OpenedShard<S::File>> {
+    open_shard_with(storage, dir, shard, SealedCheck::Records)
+}
+
+/// [`open_shard`], with sealed segments treated as `check` says (the
+/// daemon's start takes intact footers at their word and checks the
+/// records behind them in the background).
+pub fn open_shard_with<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    shard: u32,
+    check: SealedCheck,
+) -> io::Result<OpenedShard<S::File>> {
     create_dir_durable(storage, dir)?;
     let checkpoint = load_checkpoint(storage, dir)?;
     // Floor 0: next_seq then says how far the files themselves go.
-    let mut recovered = recover_shard(storage, dir, shard, 0)?;
+    let mut recovered = recover_shard_with(storage, dir, shard, 0, check)?;
     let data_end = recovered.report.next_seq;
     let report = &mut recovered.report;
     let mut confirmed = checkpoint.confirmed;

@@ -14,8 +14,8 @@ use common::*;
 use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
 use spillway_wab::format::{SegmentHeader, FOOTER_LEN, SEQ_MAX};
 use spillway_wab::{
-    open_shard, preallocate, read_shard, recover_shard, seal, ActiveSegment, FsStorage,
-    HeaderProof, Storage, QUARANTINE_DIR,
+    check_sealed, open_shard, preallocate, read_shard, recover_shard, recover_shard_with, seal,
+    ActiveSegment, FsStorage, HeaderProof, SealedCheck, Storage, QUARANTINE_DIR,
 };
 
 const CAP: u64 = 16 * 1024;
@@ -975,4 +975,109 @@ fn empty_and_missing_directories() {
     fs::write(dir.join("0000000000000001.bak"), b"x").unwrap();
     recover_shard(&FsStorage, &dir, 9, 0).unwrap();
     assert_eq!(names(&dir), vec!["0000000000000001.bak", "README"]);
+}
+
+/// A start that takes intact footers at their word
+/// (`SealedCheck::Footer`), followed by `check_sealed` on each segment it
+/// did not check, in id order, ends exactly where a start that checks
+/// every record ends: the same segment files, the same quarantine, the same
+/// records read back, the same losses counted and the same next numbers.
+/// Damage behind an intact footer is left for the check; damage to the
+/// footer itself is checked in full at the start.
+#[test]
+fn a_start_that_trusts_footers_then_checks_each_segment_ends_as_a_full_start() {
+    for target in 0..3usize {
+        let probe = tempfile::tempdir().unwrap();
+        let len = fs::metadata(&three_sealed(probe.path())[target].0)
+            .unwrap()
+            .len();
+        for (spot, at, _, _) in spots(len) {
+            let what = format!("segment {target}, {spot}");
+            let tmp = tempfile::tempdir().unwrap();
+            let full_dir = tmp.path().join("full").join("shard-002");
+            let lazy_dir = tmp.path().join("lazy").join("shard-002");
+            let segs = three_sealed(&full_dir);
+            flip(&segs[target].0, at);
+            copy_dir(&full_dir, &lazy_dir);
+            let damaged = fs::read(lazy_dir.join(segs[target].0.file_name().unwrap())).unwrap();
+
+            let full = recover_shard(&FsStorage, &full_dir, SHARD, 0)
+                .unwrap()
+                .report;
+            let lazy = recover_shard_with(&FsStorage, &lazy_dir, SHARD, 0, SealedCheck::Footer)
+                .unwrap()
+                .report;
+            let unchecked: Vec<u64> = lazy
+                .segments
+                .iter()
+                .filter(|s| !s.checked)
+                .map(|s| s.segment_id)
+                .collect();
+            let behind_footer = !spot.starts_with("footer") && !spot.starts_with("header");
+            let bad = target as u64;
+            if behind_footer {
+                // Only the header and footer were read: nothing found, the
+                // damaged file untouched until its check.
+                assert!(unchecked.contains(&bad), "{what}: {unchecked:?}");
+                assert!(lazy.salvaged.is_empty() && lazy.lost_records == 0, "{what}");
+                let name = segs[target].0.file_name().unwrap();
+                assert_eq!(fs::read(lazy_dir.join(name)).unwrap(), damaged, "{what}");
+            } else if spot.starts_with("footer") {
+                assert!(
+                    !unchecked.contains(&bad),
+                    "{what}: a bad footer is checked at the start"
+                );
+            }
+            assert_eq!(
+                (lazy.next_seq, lazy.next_segment_id),
+                (full.next_seq, full.next_segment_id),
+                "{what}: the start alone already knows the next numbers"
+            );
+            let mut lost = lazy.lost_records;
+            let mut salvaged = lazy.salvaged.len();
+            let mut footers = lazy.footers_repaired.len();
+            for id in unchecked {
+                let found = check_sealed(&FsStorage, &lazy_dir, SHARD, id).unwrap();
+                assert!(found.segments.iter().all(|s| s.checked), "{what}");
+                lost += found.lost_records;
+                salvaged += found.salvaged.len();
+                footers += found.footers_repaired.len();
+            }
+            assert_eq!(lost, full.lost_records, "{what}: losses counted");
+            assert_eq!(salvaged, full.salvaged.len(), "{what}: salvaged holes");
+            assert_eq!(
+                footers,
+                full.footers_repaired.len(),
+                "{what}: footers rewritten"
+            );
+            // The same files: segment bytes alike, quarantine names alike
+            // (a `.reason` names its folder, so only its name is compared).
+            let files = |d: &Path| -> Vec<(String, Option<Vec<u8>>)> {
+                snapshot(d)
+                    .into_iter()
+                    .map(|(name, bytes)| {
+                        let keep = !name.ends_with(".reason");
+                        (name, bytes.filter(|_| keep))
+                    })
+                    .collect()
+            };
+            assert_eq!(
+                files(&lazy_dir),
+                files(&full_dir),
+                "{what}: the folders differ"
+            );
+            assert_records(
+                &read_shard(&FsStorage, &lazy_dir).unwrap(),
+                &read_shard(&FsStorage, &full_dir)
+                    .unwrap()
+                    .iter()
+                    .map(|r| Rec {
+                        seq: r.seq,
+                        payload: r.payload.to_vec(),
+                        meta: r.meta,
+                    })
+                    .collect::<Vec<_>>(),
+            );
+        }
+    }
 }
