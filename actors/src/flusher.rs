@@ -40,9 +40,10 @@ use spillway_protocol::NackReason;
 use spillway_wab::format::record_bytes;
 use spillway_wab::{
     preallocate, recover_shard, ActiveSegment, AppendRecord, Preallocated, Recovered,
-    RecoveryReport, Storage,
+    RecoveryReport, SegmentInfo, Storage,
 };
 
+use crate::checker;
 use crate::clock::Clock;
 use crate::sealer::{sealer_channel, SealerCore, SealerMsg, SegmentSealer};
 use crate::shard::{
@@ -74,6 +75,10 @@ pub struct ShardFlusher {
     queue: Arc<ShardQueue>,
     thread: Option<JoinHandle<()>>,
     sealer_thread: Option<JoinHandle<()>>,
+    /// The checker of the segments the start did not read (see
+    /// [`crate::checker`]); `None` when there were none. Its end is no
+    /// failure.
+    checker_thread: Option<JoinHandle<()>>,
 }
 
 /// Sent by the supervisor on shutdown: finish the group in progress, answer
@@ -106,7 +111,15 @@ impl ShardFlusher {
         queue: Arc<ShardQueue>,
         recovered: Recovered<S::File>,
     ) -> io::Result<(ShardFlusher, RecoveryReport)> {
-        let parts = FlusherCore::build(storage, cfg, queue.clone(), recovered, Clock::system())?;
+        let dir = cfg.dir.clone();
+        let parts = FlusherCore::build(
+            storage.clone(),
+            cfg,
+            queue.clone(),
+            recovered,
+            Clock::system(),
+        )?;
+        let checker_thread = checker::start(storage, dir, queue.clone(), parts.unchecked)?;
         let sealer = SegmentSealer::start(
             parts.sealer,
             parts.flusher.sealer.clone(),
@@ -122,9 +135,23 @@ impl ShardFlusher {
                 queue,
                 thread: Some(thread),
                 sealer_thread: Some(sealer.thread),
+                checker_thread,
             },
             parts.report,
         ))
+    }
+
+    /// Ask the shard's threads to stop and wait until they have.
+    fn stop_threads(&mut self) {
+        self.queue.request_shutdown();
+        let threads = [
+            self.thread.take(),
+            self.sealer_thread.take(),
+            self.checker_thread.take(),
+        ];
+        for t in threads.into_iter().flatten() {
+            let _ = t.join();
+        }
     }
 
     fn threads_alive(&self) -> bool {
@@ -154,13 +181,7 @@ impl Drop for ShardFlusher {
     /// threads go with it, so a restarted shard never shares its directory
     /// with a leftover thread.
     fn drop(&mut self) {
-        self.queue.request_shutdown();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        if let Some(t) = self.sealer_thread.take() {
-            let _ = t.join();
-        }
+        self.stop_threads();
     }
 }
 
@@ -168,13 +189,7 @@ impl Handler<StopShard> for ShardFlusher {
     type Result = ();
 
     fn handle(&mut self, _: StopShard, ctx: &mut Context<Self>) {
-        self.queue.request_shutdown();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        if let Some(t) = self.sealer_thread.take() {
-            let _ = t.join();
-        }
+        self.stop_threads();
         ctx.stop();
     }
 }
@@ -247,6 +262,9 @@ pub struct FlusherParts<S: Storage> {
     /// The sealer's work, sent by the flusher.
     pub sealer_inbox: Receiver<SealerMsg<S::File>>,
     pub report: RecoveryReport,
+    /// The sealed segments the shard's checker must read before readers
+    /// open them, in id order (see [`crate::checker`]).
+    pub unchecked: Vec<SegmentInfo>,
 }
 
 impl<S: Storage> FlusherCore<S> {
@@ -278,6 +296,23 @@ impl<S: Storage> FlusherCore<S> {
             .store(report.quarantined.len() as u64, Ordering::Relaxed);
         let accounted = report.bytes();
         queue.budget.charge(accounted);
+        // Segments taken at their footer's word: readers wait for their
+        // check (the gate is closed before any reader starts).
+        let mut found: Vec<u64> = report
+            .segments
+            .iter()
+            .filter(|s| !s.checked)
+            .map(|s| s.segment_id)
+            .collect();
+        found.sort_unstable();
+        let todo = queue.begin_checks(&found);
+        let mut unchecked: Vec<SegmentInfo> = report
+            .segments
+            .iter()
+            .filter(|s| todo.binary_search(&s.segment_id).is_ok())
+            .cloned()
+            .collect();
+        unchecked.sort_by_key(|s| s.segment_id);
         // The running count of durable record bytes: a flusher restarted
         // within the process carries on from the last one's (the drain's
         // count of confirmed bytes goes on from there too); at the daemon's
@@ -343,6 +378,7 @@ impl<S: Storage> FlusherCore<S> {
             offset: 0,
             next_seq: report.next_seq,
             bytes: durable_bytes,
+            ..Watermark::default()
         });
         let writable = active.is_some();
         let last_segment_id = active.as_ref().map(|a| a.header.segment_id);
@@ -381,6 +417,7 @@ impl<S: Storage> FlusherCore<S> {
             sealer,
             sealer_inbox,
             report,
+            unchecked,
         })
     }
 }
@@ -686,6 +723,7 @@ impl<S: Storage> FlusherCore<S> {
             offset: a.durable_offset,
             next_seq: a.next_seq(),
             bytes: self.durable_bytes,
+            ..Watermark::default()
         });
     }
 
@@ -864,6 +902,7 @@ impl<S: Storage> FlusherCore<S> {
             offset: 0,
             next_seq: self.resume_seq,
             bytes: self.durable_bytes,
+            ..Watermark::default()
         });
     }
 

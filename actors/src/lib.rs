@@ -13,6 +13,7 @@
 
 pub mod accept;
 pub mod budget;
+pub mod checker;
 pub mod clock;
 pub mod connection;
 pub mod drain;

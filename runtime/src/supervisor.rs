@@ -21,7 +21,7 @@ use spillway_actors::{
     Retention, RetireDrain, ShardFlusher, ShardHealth, ShardQueue, SinkFigures, SinkSlot,
     StopDrain, StopListening, StopShard,
 };
-use spillway_wab::{open_shard, shard_dir, FsStorage};
+use spillway_wab::{open_shard_with, shard_dir, FsStorage, SealedCheck};
 
 use crate::config::Config;
 use crate::delivery::{
@@ -220,7 +220,10 @@ impl Supervisor {
         // One place checks the checkpoint against the segments (gaps, a
         // checkpoint ahead of the data, an unreadable one moved aside) and
         // floors the next sequence number, so identities are never reused.
-        let opened = open_shard(&FsStorage, &fcfg.dir, queue.shard)?;
+        // Sealed segments with intact footers are read by the shard's
+        // checker after the start, before any drain opens them: a start
+        // costs a constant per sealed segment, not a pass over the backlog.
+        let opened = open_shard_with(&FsStorage, &fcfg.dir, queue.shard, SealedCheck::Footer)?;
         let confirmed = opened.confirmed;
         let (flusher, report) =
             ShardFlusher::open_recovered(FsStorage, fcfg, queue, opened.recovered)?;

@@ -23,10 +23,27 @@ use crate::storage::{Storage, StorageFile};
 
 /// How far the writer has made records durable: every record before
 /// `offset` in segment `segment_id` (and every record of earlier segments).
+/// And how far readers may go: no segment with an id at or past
+/// `unchecked_from` is opened (a sealed segment the start took at its
+/// footer's word, whose records are not checked yet; see
+/// [`crate::SealedCheck::Footer`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tail {
     pub segment_id: u64,
     pub offset: u64,
+    /// `u64::MAX` when every segment is checked.
+    pub unchecked_from: u64,
+}
+
+impl Tail {
+    /// Durable up to `offset` in `segment_id`, every segment checked.
+    pub fn checked(segment_id: u64, offset: u64) -> Tail {
+        Tail {
+            segment_id,
+            offset,
+            unchecked_from: u64::MAX,
+        }
+    }
 }
 
 /// Where a segment the writer abandoned ends for its readers.
@@ -229,6 +246,11 @@ impl<S: Storage> ShardFollower<S> {
         // segment on disk for good, its bytes held against the budget.
         candidates.sort_by_key(|(id, r)| (r.header().first_seq, *id));
         let (id, reader) = candidates.swap_remove(0);
+        if id >= tail.unchecked_from {
+            // Not checked yet: wait here rather than pass it (the newer
+            // segments after it must wait their turn too).
+            return Ok(false);
+        }
         self.reader = Some((id, reader));
         self.closed_limit = None;
         Ok(true)

@@ -26,10 +26,7 @@ fn start_segment(
 }
 
 fn tail_of<F: StorageFile>(id: u64, seg: &ActiveSegment<F>) -> Tail {
-    Tail {
-        segment_id: id,
-        offset: seg.durable_offset,
-    }
+    Tail::checked(id, seg.durable_offset)
 }
 
 /// Every record the follower gives now, by sequence number.
@@ -65,10 +62,7 @@ fn follows_the_durable_tail_across_a_rotation_and_removes_only_what_is_confirmed
 
     // Written but not yet durable: not read.
     append(&mut seg0, &recs(5, 3, |_| 20)).unwrap();
-    let not_synced = Tail {
-        segment_id: 0,
-        offset: seg0.durable_offset,
-    };
+    let not_synced = Tail::checked(0, seg0.durable_offset);
     assert_eq!(drain_now(&mut f, not_synced, no_cut), Vec::<u64>::new());
     seg0.sync().unwrap();
     assert_eq!(drain_now(&mut f, tail_of(0, &seg0), no_cut), vec![5, 6, 7]);
@@ -286,4 +280,39 @@ fn a_segment_renamed_by_the_sealer_between_listing_and_open_is_not_skipped() {
         spillway_wab::follow::oldest_first_seq(&storage, &dir).unwrap(),
         Some(0)
     );
+}
+
+/// A segment at or past `unchecked_from` is not opened (its records are
+/// not checked yet), nor is anything after it, even the active segment:
+/// the follower waits there and goes on, in order, once the gate moves.
+#[test]
+fn waits_at_the_first_unchecked_segment_until_the_gate_moves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-003");
+    FsStorage.create_dir_all(&dir).unwrap();
+    let mut seq = 0;
+    for id in 0..2 {
+        let mut seg = start_segment(&dir, id, seq);
+        append(&mut seg, &recs(seq, 3, |_| 10)).unwrap();
+        seg.sync().unwrap();
+        seal(&FsStorage, &dir, seg.into_sealing()).unwrap();
+        seq += 3;
+    }
+    let mut active = start_segment(&dir, 2, seq);
+    append(&mut active, &recs(seq, 2, |_| 10)).unwrap();
+    active.sync().unwrap();
+    let mut f = ShardFollower::new(FsStorage, dir.clone(), 0);
+    let gated = |from| Tail {
+        unchecked_from: from,
+        ..tail_of(2, &active)
+    };
+    assert_eq!(drain_now(&mut f, gated(0), no_cut), Vec::<u64>::new());
+    assert_eq!(drain_now(&mut f, gated(1), no_cut), vec![0, 1, 2]);
+    assert_eq!(
+        drain_now(&mut f, gated(1), no_cut),
+        Vec::<u64>::new(),
+        "segment 1 is not opened while unchecked, nor the active one after it"
+    );
+    assert_eq!(drain_now(&mut f, gated(2), no_cut), vec![3, 4, 5]);
+    assert_eq!(drain_now(&mut f, gated(u64::MAX), no_cut), vec![6, 7]);
 }

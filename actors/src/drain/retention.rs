@@ -434,6 +434,7 @@ mod tests {
             offset: 0,
             next_seq: 100,
             bytes: 0,
+            ..Watermark::default()
         };
         r.confirmed("a", a, 100, finished, wm, true);
         assert_eq!(r.floor(), 0, "the floor moved before every sink joined");

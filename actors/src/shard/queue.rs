@@ -34,6 +34,9 @@ pub struct ShardQueue {
     unwritable_why: Mutex<String>,
     shutdown: AtomicBool,
     durable: Mutex<Watermark>,
+    /// A flusher has started on this queue before (see
+    /// [`Self::begin_checks`]).
+    checks_begun: AtomicBool,
     durable_changed: Condvar,
     /// Ids of segments the flusher abandoned after an I/O failure: they are
     /// never sealed while running, so the drain may delete them `.open`
@@ -69,6 +72,7 @@ impl ShardQueue {
             unwritable_why: Mutex::new(String::new()),
             shutdown: AtomicBool::new(false),
             durable: Mutex::new(Watermark::default()),
+            checks_begun: AtomicBool::new(false),
             durable_changed: Condvar::new(),
             abandoned: Mutex::new(Vec::new()),
             rotation_wanted: AtomicU64::new(0),
@@ -192,9 +196,46 @@ impl ShardQueue {
             self.shard,
             *durable
         );
-        *durable = w;
+        *durable = Watermark {
+            unchecked_from: durable.unchecked_from,
+            ..w
+        };
         drop(durable);
         self.durable_changed.notify_all();
+    }
+
+    /// The first segment readers may not open yet (see
+    /// [`Watermark::unchecked_from`]).
+    pub fn unchecked_from(&self) -> u64 {
+        self.durable.lock().unwrap().unchecked_from
+    }
+
+    /// The checker: readers may open every segment below `id` now (or
+    /// every one, `u64::MAX`). Wakes the readers waiting on the watermark.
+    pub fn set_unchecked_from(&self, id: u64) {
+        let mut durable = self.durable.lock().unwrap();
+        durable.unchecked_from = id;
+        drop(durable);
+        self.durable_changed.notify_all();
+    }
+
+    /// The sealed segments of `found` (ids, in id order) the shard's
+    /// checker must read before readers open them, and the gate closed in
+    /// front of the first. At the first start that is all of them; a
+    /// flusher started again within the process leaves out those an
+    /// earlier checker finished (only the gate's segment and newer ones are
+    /// still unchecked), so the gate never moves back in front of a reader.
+    pub fn begin_checks(&self, found: &[u64]) -> Vec<u64> {
+        let mut durable = self.durable.lock().unwrap();
+        let first = !self.checks_begun.swap(true, Ordering::AcqRel);
+        let todo: Vec<u64> = found
+            .iter()
+            .copied()
+            .filter(|&id| first || id >= durable.unchecked_from)
+            .collect();
+        debug_assert!(todo.windows(2).all(|w| w[0] < w[1]), "in id order");
+        durable.unchecked_from = todo.first().copied().unwrap_or(u64::MAX);
+        todo
     }
 
     pub fn durable(&self) -> Watermark {
@@ -474,6 +515,42 @@ mod tests {
 
     fn tokens(group: &[AppendBatch]) -> Vec<u64> {
         group.iter().map(|b| b.token).collect()
+    }
+
+    /// The gate in front of unchecked segments: closed before the first of
+    /// them at the first start, never moved back by a flusher started again
+    /// (the segments an earlier checker finished are not checked again),
+    /// kept by every published watermark, open when nothing is left.
+    #[test]
+    fn the_unchecked_gate_starts_at_the_first_unchecked_segment_and_never_moves_back() {
+        let q = ShardQueue::new(0, &WabBudget::new(u64::MAX));
+        assert_eq!(
+            q.unchecked_from(),
+            u64::MAX,
+            "a new queue holds no reader back"
+        );
+        assert_eq!(q.begin_checks(&[3, 4, 7]), vec![3, 4, 7]);
+        assert_eq!(q.unchecked_from(), 3);
+        q.publish_durable(Watermark {
+            segment_id: 9,
+            ..Watermark::default()
+        });
+        assert_eq!(
+            q.durable().unchecked_from,
+            3,
+            "the flusher's watermark keeps the gate"
+        );
+        assert_eq!(q.durable().tail().unchecked_from, 3);
+        q.set_unchecked_from(4);
+        // Started again (its checker stopped at 4): 3 is not checked again.
+        assert_eq!(q.begin_checks(&[3, 4, 7]), vec![4, 7]);
+        assert_eq!(q.unchecked_from(), 4);
+        q.set_unchecked_from(u64::MAX);
+        assert_eq!(q.begin_checks(&[3, 4, 7, 10]), Vec::<u64>::new());
+        assert_eq!(q.unchecked_from(), u64::MAX);
+        let fresh = ShardQueue::new(1, &WabBudget::new(u64::MAX));
+        assert_eq!(fresh.begin_checks(&[]), Vec::<u64>::new());
+        assert_eq!(fresh.unchecked_from(), u64::MAX);
     }
 
     #[test]
