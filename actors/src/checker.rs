@@ -42,6 +42,10 @@ pub fn start<S: Storage>(
     queue: Arc<ShardQueue>,
     todo: Vec<SegmentInfo>,
 ) -> io::Result<Option<JoinHandle<()>>> {
+    queue
+        .stats
+        .unchecked_segments
+        .store(todo.len() as u64, Ordering::Relaxed);
     if todo.is_empty() {
         return Ok(None);
     }
@@ -81,6 +85,10 @@ fn run<S: Storage>(storage: &S, dir: &std::path::Path, queue: &ShardQueue, todo:
             }
         }
         queue.set_unchecked_from(todo.get(i + 1).map_or(u64::MAX, |s| s.segment_id));
+        queue
+            .stats
+            .unchecked_segments
+            .store((todo.len() - i - 1) as u64, Ordering::Relaxed);
     }
     tracing::info!(
         shard,

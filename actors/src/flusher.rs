@@ -154,9 +154,17 @@ impl ShardFlusher {
         }
     }
 
+    /// The flusher and sealer run, and the checker either runs or ended
+    /// with every segment checked (one that died, a panic, would leave
+    /// delivery waiting at its gate for good).
     fn threads_alive(&self) -> bool {
         let alive = |t: &Option<JoinHandle<()>>| t.as_ref().is_some_and(|t| !t.is_finished());
-        alive(&self.thread) && alive(&self.sealer_thread)
+        let checker_done = self
+            .checker_thread
+            .as_ref()
+            .is_none_or(|t| !t.is_finished())
+            || self.queue.unchecked_from() == u64::MAX;
+        alive(&self.thread) && alive(&self.sealer_thread) && checker_done
     }
 }
 
@@ -168,7 +176,7 @@ impl Actor for ShardFlusher {
             if !act.threads_alive() && !act.queue.shutdown_requested() {
                 tracing::error!(
                     shard = act.queue.shard,
-                    "flusher or sealer thread died; stopping the shard for the supervisor"
+                    "flusher, sealer or checker thread died; stopping the shard for the supervisor"
                 );
                 ctx.stop();
             }

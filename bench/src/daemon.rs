@@ -53,6 +53,8 @@ pub struct Overrides {
     pub http_listen: Option<String>,
     /// `[server.tcp]` with TLS: its address, certificate and key.
     pub tcp_tls: Option<(String, PathBuf, PathBuf)>,
+    /// `wab.wab_bytes_max`, instead of the bench's 8 GiB.
+    pub wab_bytes_max: Option<u64>,
 }
 
 /// Ingest scenarios measure the daemon, not a sink: records are drained and
@@ -129,6 +131,7 @@ impl Launcher {
             max_connections: overrides.max_connections,
             http_listen: overrides.http_listen.clone(),
             tcp_tls: overrides.tcp_tls.clone(),
+            wab_bytes_max: overrides.wab_bytes_max.unwrap_or(WAB_BYTES_MAX),
         };
         let config_head = settings.config_head();
         let text = settings.config_text();
@@ -137,6 +140,7 @@ impl Launcher {
         let admin_socket = dir.path().join("admin.sock");
         let mut daemon = BenchDaemon {
             child,
+            exe: self.exe.clone(),
             socket,
             admin_socket,
             config,
@@ -165,6 +169,7 @@ pub fn config_text(dir: &Path, segment_bytes: Option<u64>, read_timeout_ms: Opti
         max_connections: None,
         http_listen: None,
         tcp_tls: None,
+        wab_bytes_max: WAB_BYTES_MAX,
     }
     .config_text()
 }
@@ -180,6 +185,7 @@ struct DaemonSettings<'a> {
     max_connections: Option<u32>,
     http_listen: Option<String>,
     tcp_tls: Option<(String, PathBuf, PathBuf)>,
+    wab_bytes_max: u64,
 }
 
 impl DaemonSettings<'_> {
@@ -220,11 +226,12 @@ impl DaemonSettings<'_> {
             .unwrap_or_default();
         format!(
             "# written by `spillway bench`\n[server]\nsocket_path = {}\ndata_dir = {}\nshards = {}\n\
-             inflight_records_max = {INFLIGHT_RECORDS_MAX}\n{read_timeout}{http}{tcp}\n[wab]\n{segment}wab_bytes_max = {WAB_BYTES_MAX}\n\n\
+             inflight_records_max = {INFLIGHT_RECORDS_MAX}\n{read_timeout}{http}{tcp}\n[wab]\n{segment}wab_bytes_max = {}\n\n\
              [log]\nlevel = \"warn\"\n\n[admin]\nsocket_path = {}\n\n",
             toml_str(&self.dir.join("spillway.sock")),
             toml_str(&self.dir.join("wab")),
             self.shards,
+            self.wab_bytes_max,
             toml_str(&self.dir.join("admin.sock")),
         )
     }
@@ -260,6 +267,8 @@ fn spawn(exe: &Path, config: &Path, dir: &Path) -> Result<Child, String> {
 #[derive(Debug)]
 pub struct BenchDaemon {
     child: Child,
+    /// What it runs (for a restart).
+    exe: PathBuf,
     socket: PathBuf,
     admin_socket: PathBuf,
     /// The config file the daemon was started with (`ctl reload` re-reads it).
@@ -355,6 +364,44 @@ impl BenchDaemon {
                 ))
             }
             Err(e) => Err(format!("checking on the daemon: {e}")),
+        }
+    }
+
+    /// Stop the daemon (SIGTERM, a clean stop) and start it again on the
+    /// same folder and config: how long from the new process's spawn until
+    /// a Sync push of `probe` is acknowledged. `between` runs while no
+    /// daemon is running (dropping the page cache, say).
+    pub fn restart_timed(
+        &mut self,
+        probe: &[u8],
+        between: impl FnOnce() -> Result<(), String>,
+    ) -> Result<Duration, String> {
+        self.stop_inner()?;
+        between()?;
+        let spawned = Instant::now();
+        self.child = spawn(&self.exe, &self.config, self.dir.path())?;
+        self.stopped = false;
+        let deadline = spawned + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.stopped = true;
+                return Err(format!(
+                    "the daemon exited during its restart ({status}):\n{}",
+                    self.log_tail()
+                ));
+            }
+            let acked = Client::connect(&self.socket)
+                .and_then(|mut c| c.push(spillway_protocol::Tier::Sync, probe));
+            if acked.is_ok() {
+                return Ok(spawned.elapsed());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "no push acknowledged within {READY_TIMEOUT:?} of the restart:\n{}",
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 
@@ -486,6 +533,7 @@ mod tests {
             max_connections: None,
             http_listen: None,
             tcp_tls: None,
+            wab_bytes_max: WAB_BYTES_MAX,
         };
         let text = settings.config_text();
         let value: toml::Value = toml::from_str(&text).unwrap();
@@ -517,6 +565,7 @@ mod tests {
             max_connections: None,
             http_listen: Some("127.0.0.1:7071".into()),
             tcp_tls: None,
+            wab_bytes_max: WAB_BYTES_MAX,
         }
         .config_text();
         let door: toml::Value = toml::from_str(&with_door).unwrap();
@@ -556,6 +605,7 @@ mod tests {
                 max_connections: None,
                 http_listen: None,
                 tcp_tls: None,
+                wab_bytes_max: WAB_BYTES_MAX,
             }
             .config_head(),
             named_sinks_section(&sinks)

@@ -35,6 +35,7 @@ mod probes;
 mod progress;
 mod receiver;
 mod report;
+mod restart;
 mod scenarios;
 mod stamped;
 mod sustained;
@@ -160,7 +161,8 @@ impl Settings {
     }
 }
 
-/// The scenarios `--scenario` selects (all when none is given).
+/// The scenarios `--scenario` selects (when none is given, all but those
+/// that run only by name).
 fn select(names: &[String]) -> Result<Vec<&'static Scenario>, String> {
     if let Some(unknown) = names
         .iter()
@@ -174,7 +176,13 @@ fn select(names: &[String]) -> Result<Vec<&'static Scenario>, String> {
     }
     Ok(SCENARIOS
         .iter()
-        .filter(|s| names.is_empty() || names.iter().any(|n| n == s.name))
+        .filter(|s| {
+            if names.is_empty() {
+                !s.by_name_only
+            } else {
+                names.iter().any(|n| n == s.name)
+            }
+        })
         .collect())
 }
 

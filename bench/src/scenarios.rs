@@ -20,6 +20,7 @@ use super::idle_conns;
 use super::jetstream;
 use super::load::{self, LoadError, Plan, Sample};
 use super::report::ReportRow;
+use super::restart;
 use super::sustained::{self, Sampler};
 use super::sweep;
 use super::tcp_door;
@@ -54,6 +55,8 @@ pub struct Scenario {
     /// Runs at most this many times whatever `--repeat` says (a long run
     /// that is a sample of many seconds by itself).
     pub max_repeats: Option<usize>,
+    /// Runs only when `--scenario` names it (it writes gigabytes).
+    pub by_name_only: bool,
 }
 
 const fn plain(name: &'static str, workload: Workload) -> Scenario {
@@ -62,6 +65,7 @@ const fn plain(name: &'static str, workload: Workload) -> Scenario {
         workload,
         needs_own_daemon: false,
         max_repeats: None,
+        by_name_only: false,
     }
 }
 
@@ -84,6 +88,18 @@ const fn own(
         workload: Workload::Custom(run),
         needs_own_daemon: true,
         max_repeats,
+        by_name_only: false,
+    }
+}
+
+/// [`own`], run only when `--scenario` names it.
+const fn own_by_name(
+    name: &'static str,
+    run: fn(&Ctx) -> Result<Vec<ReportRow>, LoadError>,
+) -> Scenario {
+    Scenario {
+        by_name_only: true,
+        ..own(name, run, Some(1))
     }
 }
 
@@ -143,6 +159,7 @@ pub const SCENARIOS: &[Scenario] = &[
     own("hostile", hostile::hostile, None),
     own("idle_connections", idle_conns::idle_connections, Some(1)),
     own("delivery_keeps_up", delivery_rate::delivery_keeps_up, None),
+    own_by_name("restart_backlog", restart::restart_backlog),
 ];
 
 /// Runs one workload against `socket`.

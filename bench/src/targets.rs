@@ -176,6 +176,16 @@ const RULES: &[Rule] = &[
         |f| delivery_ratio(f, "delivery_keeps_up/noop/interval_100ms/pipelined"),
     ),
     (
+        "restart_backlog: ready at 10 GiB pending, page cache warm, <= 2x ready at 1 GiB",
+        Cmp::AtMost,
+        |f| restart_ratio(f, "warm"),
+    ),
+    (
+        "restart_backlog: ready at 10 GiB pending, page cache dropped, <= 2x ready at 1 GiB",
+        Cmp::AtMost,
+        |f| restart_ratio(f, "cold"),
+    ),
+    (
         "big_record_fairness: a 5 B Sync producer's p99 beside 16 connections of 64 KiB Sync records <= 3x its p99 alone",
         Cmp::AtMost,
         fairness_p99,
@@ -400,6 +410,25 @@ fn delivery_ratio(f: &Figures, row: &str) -> Result<Measured, String> {
             "{delivered:.0}/s delivered of {ingest:.0}/s ingested: {:.0}% (>= 95%)",
             ratio * 100.0
         ),
+    })
+}
+
+/// `restart_backlog`: the 10 GiB restart against the 1 GiB one, in one
+/// cache state (`warm`, `cold`).
+fn restart_ratio(f: &Figures, cache: &str) -> Result<Measured, String> {
+    let (small, big) = (
+        format!("restart_backlog/1024mib/{cache}"),
+        format!("restart_backlog/10240mib/{cache}"),
+    );
+    let (ratio, at_big, at_small) = (
+        f.get(&big, "ratio_to_1gib")?,
+        f.get(&big, "ready_ms")?,
+        f.get(&small, "ready_ms")?,
+    );
+    Ok(Measured {
+        value: ratio,
+        bound: 2.0,
+        detail: format!("{at_big:.0} ms at 10 GiB, {at_small:.0} ms at 1 GiB: {ratio:.2}x (<= 2x)"),
     })
 }
 

@@ -37,6 +37,10 @@ pub struct ShardStats {
     pub recovered_records: AtomicU64,
     /// Files recovery moved to `quarantine/` at the last start.
     pub quarantined_files: AtomicU64,
+    /// Sealed segments found at the last start whose records the shard's
+    /// checker has not read yet (`crate::checker`): delivery from the
+    /// shard waits at the first of them.
+    pub unchecked_segments: AtomicU64,
     /// Times the shard became unwritable (no segment could be started, or
     /// a write/fsync failed).
     pub unwritable_events: AtomicU64,

@@ -262,7 +262,7 @@ fn global_counters() -> [Counter<GlobalGet>; 17] {
     ]
 }
 
-fn shard_counters() -> [Counter<ShardGet>; 21] {
+fn shard_counters() -> [Counter<ShardGet>; 22] {
     [
         Counter {
             key: "pending_records",
@@ -320,6 +320,13 @@ fn shard_counters() -> [Counter<ShardGet>; 21] {
             kind: "gauge",
             help: "Files recovery moved to the shard's quarantine/ at the last start (a segment or checkpoint it could not trust; each has a .reason).",
             get: |q, _| load(&q.stats.quarantined_files),
+        },
+        Counter {
+            key: "unchecked_segments",
+            metric: "spillway_unchecked_segments",
+            kind: "gauge",
+            help: "Sealed segments found at the last start whose records are not checked yet (read after the start, oldest first); delivery from the shard waits at the first of them.",
+            get: |q, _| load(&q.stats.unchecked_segments),
         },
         Counter {
             key: "unwritable_events",
