@@ -233,19 +233,17 @@ impl<S: Storage> ShardFollower<S> {
     /// last finished). False when there is none yet.
     fn open_next(&mut self, tail: Tail) -> io::Result<bool> {
         let last_done = self.last_done;
-        let mut candidates = open_segments(&self.storage, &self.dir, |id| {
-            id <= tail.segment_id && last_done.is_none_or(|d| id > d)
-        })?;
-        if candidates.is_empty() {
-            return Ok(false);
-        }
         // The oldest, at the first open too: a segment wholly below
         // `next_seq` (delivered before a restart, not yet deleted) is read
         // through, its records skipped, so it is finished and deleted like
         // any other. Starting at the segment holding `next_seq` left such a
         // segment on disk for good, its bytes held against the budget.
-        candidates.sort_by_key(|(id, r)| (r.header().first_seq, *id));
-        let (id, reader) = candidates.swap_remove(0);
+        let Some((id, reader)) = open_oldest(&self.storage, &self.dir, |id| {
+            id <= tail.segment_id && last_done.is_none_or(|d| id > d)
+        })?
+        else {
+            return Ok(false);
+        };
         if id >= tail.unchecked_from {
             // Not checked yet: wait here rather than pass it (the newer
             // segments after it must wait their turn too).
@@ -257,8 +255,8 @@ impl<S: Storage> ShardFollower<S> {
     }
 }
 
-/// How many times [`open_segments`] lists a folder again because a file
-/// it listed was gone when opened.
+/// How many times [`open_segments`] or [`open_oldest`] lists a folder
+/// again because a file it listed was gone when opened.
 const RELISTS: usize = 8;
 
 /// A reader of every segment file in `dir` whose id `wanted` takes and
@@ -285,21 +283,8 @@ pub(crate) fn open_segments<S: Storage>(
             if !wanted(id) {
                 continue;
             }
-            let file = match storage.open_read(&path) {
-                Ok(f) => f,
-                Err(e) if e.kind() == io::ErrorKind::NotFound && tries < RELISTS => {
-                    tries += 1;
-                    continue 'list;
-                }
-                Err(e) => {
-                    return Err(io::Error::new(
-                        e.kind(),
-                        format!(
-                            "segment {} is listed but cannot be opened: {e}",
-                            path.display()
-                        ),
-                    ))
-                }
+            let Some(file) = open_listed(storage, &path, &mut tries)? else {
+                continue 'list;
             };
             if let Opened::Reader(r) = SegmentReader::from_file(file)? {
                 readers.push((id, r));
@@ -309,13 +294,70 @@ pub(crate) fn open_segments<S: Storage>(
     }
 }
 
+/// Open segment file `path`, just listed, for reading. `Ok(None)`: it is
+/// gone (renamed or removed since the listing) and the folder must be
+/// listed again; after [`RELISTS`] such times in one call (`tries`) that
+/// is an error, never a silent skip.
+fn open_listed<S: Storage>(
+    storage: &S,
+    path: &Path,
+    tries: &mut usize,
+) -> io::Result<Option<S::File>> {
+    match storage.open_read(path) {
+        Ok(f) => Ok(Some(f)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && *tries < RELISTS => {
+            *tries += 1;
+            Ok(None)
+        }
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!(
+                "segment {} is listed but cannot be opened: {e}",
+                path.display()
+            ),
+        )),
+    }
+}
+
+/// The oldest segment file in `dir` whose id `wanted` takes and whose
+/// header can be read, with its reader.
+///
+/// Ids follow write order (every new segment gets a higher id than the
+/// last, and starts past its numbers), so the oldest is the lowest id that
+/// opens: files are opened in id order until one does, one open per call
+/// in the usual case however many segments wait. Opening every candidate
+/// to compare headers made a drain through a backlog of N segments open
+/// about N²/2 files. A file gone when opened (renamed by the sealer,
+/// removed) is handled as [`open_segments`] does: the folder is listed
+/// again.
+pub(crate) fn open_oldest<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    wanted: impl Fn(u64) -> bool,
+) -> io::Result<Option<(u64, SegmentReader<S::File>)>> {
+    let mut tries = 0;
+    'list: loop {
+        let mut files: Vec<(u64, PathBuf)> = segment_files(storage, dir)?
+            .into_iter()
+            .filter(|(id, _)| wanted(*id))
+            .collect();
+        files.sort_unstable_by_key(|(id, _)| *id);
+        for (id, path) in files {
+            let Some(file) = open_listed(storage, &path, &mut tries)? else {
+                continue 'list;
+            };
+            if let Opened::Reader(r) = SegmentReader::from_file(file)? {
+                return Ok(Some((id, r)));
+            }
+        }
+        return Ok(None);
+    }
+}
+
 /// The first sequence number of the oldest segment in `dir` whose header
 /// can be read: the oldest record the shard holds. `None`: no segment.
 pub fn oldest_first_seq<S: Storage>(storage: &S, dir: &Path) -> io::Result<Option<u64>> {
-    Ok(open_segments(storage, dir, |_| true)?
-        .iter()
-        .map(|(_, r)| r.header().first_seq)
-        .min())
+    Ok(open_oldest(storage, dir, |_| true)?.map(|(_, r)| r.header().first_seq))
 }
 
 /// Appends one line to the file at `path` (made if missing) and makes it

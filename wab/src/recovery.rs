@@ -55,6 +55,7 @@
 //! are evidence, not data the shard needs: on ENOSPC they are logged and
 //! skipped.
 
+use std::collections::HashMap;
 use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 
@@ -344,6 +345,9 @@ pub fn recover_shard_with<S: Storage>(
     // ever acked (see `recover_open`).
     let mut starts: Vec<(u64, u64)> = Vec::new();
     let mut damaged = Vec::new();
+    // Sealed segments taken at their footer's word (SealedCheck::Footer),
+    // read while their header is: one open per segment.
+    let mut trusted: HashMap<u64, SegmentInfo> = HashMap::new();
     for (kind, path) in &entries {
         if *kind == FileKind::PartialPrealloc {
             // Opened only to refuse what is not a file before anything changes.
@@ -351,7 +355,12 @@ pub fn recover_shard_with<S: Storage>(
         }
         if let FileKind::Open(id) | FileKind::Sealed(id) = *kind {
             match SegmentReader::open(storage, path).map_err(|e| not_ours(dir, e))? {
-                Opened::Reader(r) => starts.push((id, r.header().first_seq)),
+                Opened::Reader(r) => {
+                    starts.push((id, r.header().first_seq));
+                    if check == SealedCheck::Footer && matches!(kind, FileKind::Sealed(_)) {
+                        trusted.extend(trust_footer(r, path, id)?.map(|t| (id, t)));
+                    }
+                }
                 Opened::BadHeader(e) => damaged.push((id, path.clone(), e.to_string())),
                 Opened::Unused(_) if matches!(kind, FileKind::Sealed(_)) => damaged.push((
                     id,
@@ -382,10 +391,9 @@ pub fn recover_shard_with<S: Storage>(
             }
             FileKind::Sealed(id) => {
                 max_id = Some(max_id.map_or(id, |m| m.max(id)));
-                let trusted =
-                    check == SealedCheck::Footer && trust_footer(storage, &path, id, &mut report)?;
-                if !trusted {
-                    recover_sealed(storage, dir, &path, id, &mut report)?;
+                match trusted.remove(&id) {
+                    Some(info) => report.segments.push(info),
+                    None => recover_sealed(storage, dir, &path, id, &mut report)?,
                 }
             }
             FileKind::Open(id) => {
@@ -464,40 +472,32 @@ fn not_ours(dir: &Path, e: io::Error) -> io::Error {
     )
 }
 
-/// A sealed segment whose header reads, and whose footer is intact,
-/// agrees with the header (`first_seq + record_count == last_seq + 1`) and
-/// ends the file: recorded from the footer alone, unchecked
-/// ([`SealedCheck::Footer`]). False (nothing recorded): anything else,
-/// for the full check.
-fn trust_footer<S: Storage>(
-    storage: &S,
+/// A sealed segment, its header read by `reader`, whose footer is
+/// intact, agrees with the header (`first_seq + record_count == last_seq
+/// + 1`) and ends the file: its info from the footer alone, unchecked
+/// ([`SealedCheck::Footer`]). `None`: anything else, for the full check.
+fn trust_footer<F: StorageFile>(
+    reader: SegmentReader<F>,
     path: &Path,
     id: u64,
-    report: &mut RecoveryReport,
-) -> io::Result<bool> {
-    let Opened::Reader(reader) = SegmentReader::from_file(storage.open_read(path)?)? else {
-        return Ok(false);
-    };
+) -> io::Result<Option<SegmentInfo>> {
     let first_seq = reader.header().first_seq;
     let file = reader.into_file();
     let len = file.len()?;
     if len < (SEGMENT_HEADER_LEN + FOOTER_LEN) as u64 {
-        return Ok(false);
+        return Ok(None);
     }
     let mut raw = [0u8; FOOTER_LEN];
     if read_full_at(&file, len - FOOTER_LEN as u64, &mut raw)? < FOOTER_LEN {
-        return Ok(false);
+        return Ok(None);
     }
     let Ok(footer) = Footer::decode(&raw) else {
-        return Ok(false);
+        return Ok(None);
     };
     let agrees = footer.end_offset == len - FOOTER_LEN as u64
         && footer.end_offset >= SEGMENT_HEADER_LEN as u64
         && first_seq.checked_add(footer.record_count) == footer.last_seq.checked_add(1);
-    if !agrees {
-        return Ok(false);
-    }
-    report.segments.push(SegmentInfo {
+    Ok(agrees.then(|| SegmentInfo {
         path: path.to_path_buf(),
         segment_id: id,
         first_seq,
@@ -505,8 +505,7 @@ fn trust_footer<S: Storage>(
         bytes: footer.end_offset,
         lost_records: 0,
         checked: false,
-    });
-    Ok(true)
+    }))
 }
 
 /// Read and check every record of sealed segment `id` of the shard in

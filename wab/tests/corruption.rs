@@ -1081,3 +1081,51 @@ fn a_start_that_trusts_footers_then_checks_each_segment_ends_as_a_full_start() {
         }
     }
 }
+
+/// A start that takes footers at their word opens each sealed segment once
+/// and reads two small pieces of it (header, footer), whatever its size:
+/// each segment more costs exactly one open and two reads.
+#[test]
+fn a_start_that_trusts_footers_reads_a_header_and_a_footer_per_sealed_segment() {
+    use spillway_wab::fault::{FaultyStorage, Op};
+    let start = |segments: u64| {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard-002");
+        FsStorage.create_dir_all(&dir).unwrap();
+        for id in 0..segments {
+            let mut seg = ActiveSegment::start(
+                preallocate(&FsStorage, &dir, id, CAP).unwrap(),
+                SHARD,
+                id * 20,
+            );
+            append(&mut seg, &recs(id * 20, 20, |s| 100 + s as usize)).unwrap();
+            seg.sync().unwrap();
+            seal(&FsStorage, &dir, seg.into_sealing()).unwrap();
+        }
+        let lazy = FaultyStorage::new(Vec::new());
+        let report = recover_shard_with(&lazy, &dir, SHARD, 0, SealedCheck::Footer)
+            .unwrap()
+            .report;
+        assert_eq!(report.segments.len() as u64, segments);
+        assert!(report.segments.iter().all(|s| !s.checked));
+        let full = FaultyStorage::new(Vec::new());
+        recover_shard(&full, &dir, SHARD, 0).unwrap();
+        (
+            lazy.count(Op::Open),
+            lazy.count(Op::Read),
+            full.count(Op::Read),
+        )
+    };
+    let (opens_3, reads_3, full_3) = start(3);
+    let (opens_9, reads_9, full_9) = start(9);
+    assert_eq!(opens_9 - opens_3, 6, "one open per sealed segment");
+    assert_eq!(
+        reads_9 - reads_3,
+        12,
+        "a header and a footer per sealed segment"
+    );
+    assert!(
+        full_9 - full_3 > 12,
+        "a full start reads the records too ({full_3} and {full_9} reads)"
+    );
+}

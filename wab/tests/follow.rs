@@ -316,3 +316,43 @@ fn waits_at_the_first_unchecked_segment_until_the_gate_moves() {
     assert_eq!(drain_now(&mut f, gated(2), no_cut), vec![3, 4, 5]);
     assert_eq!(drain_now(&mut f, gated(u64::MAX), no_cut), vec![6, 7]);
 }
+
+/// Reading through a backlog opens each segment about once: the oldest
+/// segment is found by opening files in id order until one opens, not by
+/// opening every candidate (about N²/2 opens for N segments).
+#[test]
+fn a_backlog_of_segments_is_read_with_one_open_per_segment() {
+    use spillway_wab::fault::{FaultyStorage, Op};
+    const SEGMENTS: u64 = 60;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-003");
+    FsStorage.create_dir_all(&dir).unwrap();
+    for id in 0..SEGMENTS {
+        let mut seg = start_segment(&dir, id, id * 2);
+        append(&mut seg, &recs(id * 2, 2, |_| 10)).unwrap();
+        seg.sync().unwrap();
+        seal(&FsStorage, &dir, seg.into_sealing()).unwrap();
+    }
+    let storage = FaultyStorage::new(Vec::new());
+    assert_eq!(
+        spillway_wab::follow::oldest_first_seq(&storage, &dir).unwrap(),
+        Some(0)
+    );
+    assert_eq!(
+        storage.count(Op::Open),
+        1,
+        "the oldest is the first that opens"
+    );
+    let mut f = ShardFollower::new(storage.clone(), dir.clone(), 0);
+    let mut seen = 0;
+    while let Some(rec) = f.next(Tail::checked(SEGMENTS, 0), no_cut).unwrap() {
+        assert_eq!(rec.seq, seen);
+        seen += 1;
+    }
+    assert_eq!(seen, SEGMENTS * 2);
+    let opens = storage.count(Op::Open) - 1;
+    assert!(
+        opens <= SEGMENTS + 1,
+        "{opens} opens to read {SEGMENTS} segments"
+    );
+}
