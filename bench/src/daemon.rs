@@ -330,25 +330,39 @@ impl BenchDaemon {
     }
 
     fn wait_ready(&mut self) -> Result<(), String> {
+        self.wait_answer("start-up", Duration::from_millis(20), |socket| {
+            health(socket).is_ok()
+        })
+    }
+
+    /// Polls `answers` every `poll` until it is true (Ok), the daemon exits
+    /// or [`READY_TIMEOUT`] passes (Err with the log's tail); `during`
+    /// names the wait in those errors.
+    fn wait_answer(
+        &mut self,
+        during: &str,
+        poll: Duration,
+        answers: impl Fn(&Path) -> bool,
+    ) -> Result<(), String> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 self.stopped = true;
                 return Err(format!(
-                    "the daemon exited during start-up ({status}):\n{}",
+                    "the daemon exited during {during} ({status}):\n{}",
                     self.log_tail()
                 ));
             }
-            if health(&self.socket).is_ok() {
+            if answers(&self.socket) {
                 return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "the daemon did not answer within {READY_TIMEOUT:?}:\n{}",
+                    "the daemon did not answer within {READY_TIMEOUT:?} of its {during}:\n{}",
                     self.log_tail()
                 ));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(poll);
         }
     }
 
@@ -381,28 +395,12 @@ impl BenchDaemon {
         let spawned = Instant::now();
         self.child = spawn(&self.exe, &self.config, self.dir.path())?;
         self.stopped = false;
-        let deadline = spawned + READY_TIMEOUT;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                self.stopped = true;
-                return Err(format!(
-                    "the daemon exited during its restart ({status}):\n{}",
-                    self.log_tail()
-                ));
-            }
-            let acked = Client::connect(&self.socket)
-                .and_then(|mut c| c.push(spillway_protocol::Tier::Sync, probe));
-            if acked.is_ok() {
-                return Ok(spawned.elapsed());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "no push acknowledged within {READY_TIMEOUT:?} of the restart:\n{}",
-                    self.log_tail()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        self.wait_answer("restart", Duration::from_millis(2), |socket| {
+            Client::connect(socket)
+                .and_then(|mut c| c.push(spillway_protocol::Tier::Sync, probe))
+                .is_ok()
+        })?;
+        Ok(spawned.elapsed())
     }
 
     /// SIGTERM, then wait; SIGKILL if it has not exited within the timeout.

@@ -70,6 +70,21 @@ fn spots(len: u64) -> Vec<(&'static str, u64, &'static str, Outcome)> {
         .collect()
 }
 
+/// Every damage spot of every segment of [`three_sealed`]: (which segment,
+/// spot, offset, word, outcome).
+fn every_spot() -> Vec<(usize, &'static str, u64, &'static str, Outcome)> {
+    let probe = tempfile::tempdir().unwrap();
+    let segs = three_sealed(probe.path());
+    (0..segs.len())
+        .flat_map(|target| {
+            let len = fs::metadata(&segs[target].0).unwrap().len();
+            spots(len)
+                .into_iter()
+                .map(move |(spot, at, word, outcome)| (target, spot, at, word, outcome))
+        })
+        .collect()
+}
+
 fn spots_and_words(len: u64) -> Vec<(&'static str, u64, &'static str)> {
     vec![
         ("first record payload", 64 + 16 + 3, "record CRC mismatch"),
@@ -87,130 +102,123 @@ fn spots_and_words(len: u64) -> Vec<(&'static str, u64, &'static str)> {
 
 #[test]
 fn corrupt_sealed_segment_is_salvaged_and_its_seqs_never_reused() {
-    for target in 0..3usize {
-        let probe = tempfile::tempdir().unwrap();
-        let len = fs::metadata(&three_sealed(probe.path())[target].0)
-            .unwrap()
-            .len();
-        for (spot, at, word, outcome) in spots(len) {
-            let what = format!("segment {target}, {spot}");
-            let tmp = tempfile::tempdir().unwrap();
-            let dir = tmp.path().join("shard-002");
-            let segs = three_sealed(&dir);
-            let (bad_path, bad_recs) = &segs[target];
-            let orig_bytes = fs::read(bad_path).unwrap();
-            flip(bad_path, at);
-            let bad_bytes = fs::read(bad_path).unwrap();
-            let others: Vec<&(PathBuf, Vec<Rec>)> = segs
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| *i != target)
-                .map(|(_, s)| s)
-                .collect();
-            let other_bytes: Vec<Vec<u8>> =
-                others.iter().map(|(p, _)| fs::read(p).unwrap()).collect();
+    for (target, spot, at, word, outcome) in every_spot() {
+        let what = format!("segment {target}, {spot}");
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard-002");
+        let segs = three_sealed(&dir);
+        let (bad_path, bad_recs) = &segs[target];
+        let orig_bytes = fs::read(bad_path).unwrap();
+        flip(bad_path, at);
+        let bad_bytes = fs::read(bad_path).unwrap();
+        let others: Vec<&(PathBuf, Vec<Rec>)> = segs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != target)
+            .map(|(_, s)| s)
+            .collect();
+        let other_bytes: Vec<Vec<u8>> = others.iter().map(|(p, _)| fs::read(p).unwrap()).collect();
 
-            let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
-            let r = &rec.report;
-            let qdir = dir.join(QUARANTINE_DIR);
-            // The others are untouched and still verified.
-            for ((p, _), b) in others.iter().zip(&other_bytes) {
-                assert_eq!(&fs::read(p).unwrap(), b, "{what}: {} changed", p.display());
-            }
-            assert!(r.quarantined.is_empty(), "{what}: {:?}", r.quarantined);
-            assert!(r.unnumbered.is_empty() && r.cut_short.is_empty(), "{what}");
-            match outcome {
-                Outcome::HeaderRepaired => {
-                    // Put back byte for byte; the damaged 64 bytes are kept.
-                    assert_eq!(fs::read(bad_path).unwrap(), orig_bytes, "{what}");
-                    assert!(r.salvaged.is_empty() && r.footers_repaired.is_empty());
-                    assert_eq!(r.headers_repaired.len(), 1, "{what}");
-                    let h = &r.headers_repaired[0];
-                    assert_eq!(
-                        (h.segment_id, h.first_seq, h.records, h.proof),
-                        (
-                            target as u64,
-                            bad_recs[0].seq,
-                            bad_recs.len() as u64,
-                            HeaderProof::FooterAndOneByte {
-                                offset: at as usize
-                            }
-                        ),
-                        "{what}"
-                    );
-                    let copy = format!("{target:016x}.damaged-header");
-                    assert_eq!(names(&qdir), vec![copy.clone(), format!("{copy}.reason")]);
-                    assert_eq!(h.saved_to, Some(qdir.join(&copy)));
-                    assert_eq!(fs::read(qdir.join(&copy)).unwrap(), bad_bytes[..64]);
-                    let reason = fs::read_to_string(qdir.join(format!("{copy}.reason"))).unwrap();
-                    assert!(
-                        reason.contains(word) && reason.contains("none lost"),
-                        "{what}: reason {reason:?}"
-                    );
-                    assert_eq!(mode(&qdir), 0o700);
-                    assert_eq!(r.lost_records, 0);
-                    let want: Vec<Rec> = segs.iter().flat_map(|(_, r)| r.clone()).collect();
-                    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
-                }
-                Outcome::SalvageFirst | Outcome::SalvageLast => {
-                    let lost = if outcome == Outcome::SalvageFirst {
-                        bad_recs[0].seq
-                    } else {
-                        bad_recs.last().unwrap().seq
-                    };
-                    assert_eq!(r.salvaged.len(), 1, "{what}");
-                    let s = &r.salvaged[0];
-                    assert_eq!(
-                        (s.segment_id, s.lost_records, s.lost_seqs),
-                        (target as u64, 1, (lost, lost)),
-                        "{what}"
-                    );
-                    assert_eq!(s.kept_records, bad_recs.len() as u64 - 1, "{what}");
-                    let reason = fs::read_to_string(format!(
-                        "{}.reason",
-                        s.saved_to.as_ref().unwrap().display()
-                    ))
-                    .unwrap();
-                    assert!(reason.contains(word), "{what}: reason {reason:?}");
-                    assert_eq!(mode(&qdir), 0o700);
-                    assert!(bad_path.exists(), "{what}: still in place");
-                    assert_eq!(r.segments.len(), 3, "{what}");
-                    let want: Vec<Rec> = segs
-                        .iter()
-                        .flat_map(|(_, r)| r.clone())
-                        .filter(|r| r.seq != lost)
-                        .collect();
-                    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
-                }
-                Outcome::FooterRewritten => {
-                    assert!(
-                        r.salvaged.is_empty() && r.headers_repaired.is_empty(),
-                        "{what}"
-                    );
-                    assert_eq!(r.footers_repaired.len(), 1, "{what}");
-                    assert_eq!(r.footers_repaired[0].0, target as u64);
-                    assert!(!qdir.exists(), "{what}");
-                    assert_eq!(fs::read(bad_path).unwrap(), orig_bytes, "{what}");
-                    let want: Vec<Rec> = segs.iter().flat_map(|(_, r)| r.clone()).collect();
-                    assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
-                }
-            }
-            // The damaged segment's seqs (up to 13) and id are never reused.
-            assert_eq!((r.next_seq, r.next_segment_id), (14, 3), "{what}");
-
-            // Idempotent.
-            let before = snapshot(&dir);
-            let again = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
-            assert_eq!(snapshot(&dir), before, "{what}");
-            assert!(again.report.quarantined.is_empty());
-            assert!(again.report.salvaged.is_empty() && again.report.footers_repaired.is_empty());
-            assert!(again.report.headers_repaired.is_empty());
-            assert_eq!(
-                (again.report.next_seq, again.report.next_segment_id),
-                (14, 3),
-                "{what}: on restart"
-            );
+        let rec = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
+        let r = &rec.report;
+        let qdir = dir.join(QUARANTINE_DIR);
+        // The others are untouched and still verified.
+        for ((p, _), b) in others.iter().zip(&other_bytes) {
+            assert_eq!(&fs::read(p).unwrap(), b, "{what}: {} changed", p.display());
         }
+        assert!(r.quarantined.is_empty(), "{what}: {:?}", r.quarantined);
+        assert!(r.unnumbered.is_empty() && r.cut_short.is_empty(), "{what}");
+        match outcome {
+            Outcome::HeaderRepaired => {
+                // Put back byte for byte; the damaged 64 bytes are kept.
+                assert_eq!(fs::read(bad_path).unwrap(), orig_bytes, "{what}");
+                assert!(r.salvaged.is_empty() && r.footers_repaired.is_empty());
+                assert_eq!(r.headers_repaired.len(), 1, "{what}");
+                let h = &r.headers_repaired[0];
+                assert_eq!(
+                    (h.segment_id, h.first_seq, h.records, h.proof),
+                    (
+                        target as u64,
+                        bad_recs[0].seq,
+                        bad_recs.len() as u64,
+                        HeaderProof::FooterAndOneByte {
+                            offset: at as usize
+                        }
+                    ),
+                    "{what}"
+                );
+                let copy = format!("{target:016x}.damaged-header");
+                assert_eq!(names(&qdir), vec![copy.clone(), format!("{copy}.reason")]);
+                assert_eq!(h.saved_to, Some(qdir.join(&copy)));
+                assert_eq!(fs::read(qdir.join(&copy)).unwrap(), bad_bytes[..64]);
+                let reason = fs::read_to_string(qdir.join(format!("{copy}.reason"))).unwrap();
+                assert!(
+                    reason.contains(word) && reason.contains("none lost"),
+                    "{what}: reason {reason:?}"
+                );
+                assert_eq!(mode(&qdir), 0o700);
+                assert_eq!(r.lost_records, 0);
+                let want: Vec<Rec> = segs.iter().flat_map(|(_, r)| r.clone()).collect();
+                assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
+            }
+            Outcome::SalvageFirst | Outcome::SalvageLast => {
+                let lost = if outcome == Outcome::SalvageFirst {
+                    bad_recs[0].seq
+                } else {
+                    bad_recs.last().unwrap().seq
+                };
+                assert_eq!(r.salvaged.len(), 1, "{what}");
+                let s = &r.salvaged[0];
+                assert_eq!(
+                    (s.segment_id, s.lost_records, s.lost_seqs),
+                    (target as u64, 1, (lost, lost)),
+                    "{what}"
+                );
+                assert_eq!(s.kept_records, bad_recs.len() as u64 - 1, "{what}");
+                let reason = fs::read_to_string(format!(
+                    "{}.reason",
+                    s.saved_to.as_ref().unwrap().display()
+                ))
+                .unwrap();
+                assert!(reason.contains(word), "{what}: reason {reason:?}");
+                assert_eq!(mode(&qdir), 0o700);
+                assert!(bad_path.exists(), "{what}: still in place");
+                assert_eq!(r.segments.len(), 3, "{what}");
+                let want: Vec<Rec> = segs
+                    .iter()
+                    .flat_map(|(_, r)| r.clone())
+                    .filter(|r| r.seq != lost)
+                    .collect();
+                assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
+            }
+            Outcome::FooterRewritten => {
+                assert!(
+                    r.salvaged.is_empty() && r.headers_repaired.is_empty(),
+                    "{what}"
+                );
+                assert_eq!(r.footers_repaired.len(), 1, "{what}");
+                assert_eq!(r.footers_repaired[0].0, target as u64);
+                assert!(!qdir.exists(), "{what}");
+                assert_eq!(fs::read(bad_path).unwrap(), orig_bytes, "{what}");
+                let want: Vec<Rec> = segs.iter().flat_map(|(_, r)| r.clone()).collect();
+                assert_records(&read_shard(&FsStorage, &dir).unwrap(), &want);
+            }
+        }
+        // The damaged segment's seqs (up to 13) and id are never reused.
+        assert_eq!((r.next_seq, r.next_segment_id), (14, 3), "{what}");
+
+        // Idempotent.
+        let before = snapshot(&dir);
+        let again = recover_shard(&FsStorage, &dir, SHARD, 0).unwrap();
+        assert_eq!(snapshot(&dir), before, "{what}");
+        assert!(again.report.quarantined.is_empty());
+        assert!(again.report.salvaged.is_empty() && again.report.footers_repaired.is_empty());
+        assert!(again.report.headers_repaired.is_empty());
+        assert_eq!(
+            (again.report.next_seq, again.report.next_segment_id),
+            (14, 3),
+            "{what}: on restart"
+        );
     }
 }
 
@@ -986,99 +994,93 @@ fn empty_and_missing_directories() {
 /// footer itself is checked in full at the start.
 #[test]
 fn a_start_that_trusts_footers_then_checks_each_segment_ends_as_a_full_start() {
-    for target in 0..3usize {
-        let probe = tempfile::tempdir().unwrap();
-        let len = fs::metadata(&three_sealed(probe.path())[target].0)
-            .unwrap()
-            .len();
-        for (spot, at, _, _) in spots(len) {
-            let what = format!("segment {target}, {spot}");
-            let tmp = tempfile::tempdir().unwrap();
-            let full_dir = tmp.path().join("full").join("shard-002");
-            let lazy_dir = tmp.path().join("lazy").join("shard-002");
-            let segs = three_sealed(&full_dir);
-            flip(&segs[target].0, at);
-            copy_dir(&full_dir, &lazy_dir);
-            let damaged = fs::read(lazy_dir.join(segs[target].0.file_name().unwrap())).unwrap();
+    for (target, spot, at, _, _) in every_spot() {
+        let what = format!("segment {target}, {spot}");
+        let tmp = tempfile::tempdir().unwrap();
+        let full_dir = tmp.path().join("full").join("shard-002");
+        let lazy_dir = tmp.path().join("lazy").join("shard-002");
+        let segs = three_sealed(&full_dir);
+        flip(&segs[target].0, at);
+        copy_dir(&full_dir, &lazy_dir);
+        let damaged = fs::read(lazy_dir.join(segs[target].0.file_name().unwrap())).unwrap();
 
-            let full = recover_shard(&FsStorage, &full_dir, SHARD, 0)
-                .unwrap()
-                .report;
-            let lazy = recover_shard_with(&FsStorage, &lazy_dir, SHARD, 0, SealedCheck::Footer)
-                .unwrap()
-                .report;
-            let unchecked: Vec<u64> = lazy
-                .segments
-                .iter()
-                .filter(|s| !s.checked)
-                .map(|s| s.segment_id)
-                .collect();
-            let behind_footer = !spot.starts_with("footer") && !spot.starts_with("header");
-            let bad = target as u64;
-            if behind_footer {
-                // Only the header and footer were read: nothing found, the
-                // damaged file untouched until its check.
-                assert!(unchecked.contains(&bad), "{what}: {unchecked:?}");
-                assert!(lazy.salvaged.is_empty() && lazy.lost_records == 0, "{what}");
-                let name = segs[target].0.file_name().unwrap();
-                assert_eq!(fs::read(lazy_dir.join(name)).unwrap(), damaged, "{what}");
-            } else if spot.starts_with("footer") {
-                assert!(
-                    !unchecked.contains(&bad),
-                    "{what}: a bad footer is checked at the start"
-                );
-            }
-            assert_eq!(
-                (lazy.next_seq, lazy.next_segment_id),
-                (full.next_seq, full.next_segment_id),
-                "{what}: the start alone already knows the next numbers"
-            );
-            let mut lost = lazy.lost_records;
-            let mut salvaged = lazy.salvaged.len();
-            let mut footers = lazy.footers_repaired.len();
-            for id in unchecked {
-                let found = check_sealed(&FsStorage, &lazy_dir, SHARD, id).unwrap();
-                assert!(found.segments.iter().all(|s| s.checked), "{what}");
-                lost += found.lost_records;
-                salvaged += found.salvaged.len();
-                footers += found.footers_repaired.len();
-            }
-            assert_eq!(lost, full.lost_records, "{what}: losses counted");
-            assert_eq!(salvaged, full.salvaged.len(), "{what}: salvaged holes");
-            assert_eq!(
-                footers,
-                full.footers_repaired.len(),
-                "{what}: footers rewritten"
-            );
-            // The same files: segment bytes alike, quarantine names alike
-            // (a `.reason` names its folder, so only its name is compared).
-            let files = |d: &Path| -> Vec<(String, Option<Vec<u8>>)> {
-                snapshot(d)
-                    .into_iter()
-                    .map(|(name, bytes)| {
-                        let keep = !name.ends_with(".reason");
-                        (name, bytes.filter(|_| keep))
-                    })
-                    .collect()
-            };
-            assert_eq!(
-                files(&lazy_dir),
-                files(&full_dir),
-                "{what}: the folders differ"
-            );
-            assert_records(
-                &read_shard(&FsStorage, &lazy_dir).unwrap(),
-                &read_shard(&FsStorage, &full_dir)
-                    .unwrap()
-                    .iter()
-                    .map(|r| Rec {
-                        seq: r.seq,
-                        payload: r.payload.to_vec(),
-                        meta: r.meta,
-                    })
-                    .collect::<Vec<_>>(),
+        let full = recover_shard(&FsStorage, &full_dir, SHARD, 0)
+            .unwrap()
+            .report;
+        let lazy = recover_shard_with(&FsStorage, &lazy_dir, SHARD, 0, SealedCheck::Footer)
+            .unwrap()
+            .report;
+        let unchecked: Vec<u64> = lazy
+            .segments
+            .iter()
+            .filter(|s| !s.checked)
+            .map(|s| s.segment_id)
+            .collect();
+        let behind_footer = !spot.starts_with("footer") && !spot.starts_with("header");
+        let bad = target as u64;
+        if behind_footer {
+            // Only the header and footer were read: nothing found, the
+            // damaged file untouched until its check.
+            assert!(unchecked.contains(&bad), "{what}: {unchecked:?}");
+            assert!(lazy.salvaged.is_empty() && lazy.lost_records == 0, "{what}");
+            let name = segs[target].0.file_name().unwrap();
+            assert_eq!(fs::read(lazy_dir.join(name)).unwrap(), damaged, "{what}");
+        } else if spot.starts_with("footer") {
+            assert!(
+                !unchecked.contains(&bad),
+                "{what}: a bad footer is checked at the start"
             );
         }
+        assert_eq!(
+            (lazy.next_seq, lazy.next_segment_id),
+            (full.next_seq, full.next_segment_id),
+            "{what}: the start alone already knows the next numbers"
+        );
+        let mut lost = lazy.lost_records;
+        let mut salvaged = lazy.salvaged.len();
+        let mut footers = lazy.footers_repaired.len();
+        for id in unchecked {
+            let found = check_sealed(&FsStorage, &lazy_dir, SHARD, id).unwrap();
+            assert!(found.segments.iter().all(|s| s.checked), "{what}");
+            lost += found.lost_records;
+            salvaged += found.salvaged.len();
+            footers += found.footers_repaired.len();
+        }
+        assert_eq!(lost, full.lost_records, "{what}: losses counted");
+        assert_eq!(salvaged, full.salvaged.len(), "{what}: salvaged holes");
+        assert_eq!(
+            footers,
+            full.footers_repaired.len(),
+            "{what}: footers rewritten"
+        );
+        // The same files: segment bytes alike, quarantine names alike
+        // (a `.reason` names its folder, so only its name is compared).
+        let files = |d: &Path| -> Vec<(String, Option<Vec<u8>>)> {
+            snapshot(d)
+                .into_iter()
+                .map(|(name, bytes)| {
+                    let keep = !name.ends_with(".reason");
+                    (name, bytes.filter(|_| keep))
+                })
+                .collect()
+        };
+        assert_eq!(
+            files(&lazy_dir),
+            files(&full_dir),
+            "{what}: the folders differ"
+        );
+        assert_records(
+            &read_shard(&FsStorage, &lazy_dir).unwrap(),
+            &read_shard(&FsStorage, &full_dir)
+                .unwrap()
+                .iter()
+                .map(|r| Rec {
+                    seq: r.seq,
+                    payload: r.payload.to_vec(),
+                    meta: r.meta,
+                })
+                .collect::<Vec<_>>(),
+        );
     }
 }
 
