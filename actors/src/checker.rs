@@ -21,7 +21,7 @@
 //! [`Watermark::unchecked_from`]: crate::shard::Watermark::unchecked_from
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -56,26 +56,18 @@ pub fn start<S: Storage>(
         .map(Some)
 }
 
-fn run<S: Storage>(storage: &S, dir: &std::path::Path, queue: &ShardQueue, todo: &[SegmentInfo]) {
+fn run<S: Storage>(storage: &S, dir: &Path, queue: &ShardQueue, todo: &[SegmentInfo]) {
     let shard = queue.shard;
     let started = Instant::now();
-    for (i, seg) in todo.iter().enumerate() {
-        let id = seg.segment_id;
+    for i in 0..todo.len() {
         loop {
             if queue.shutdown_requested() {
                 return;
             }
-            match check_sealed(storage, dir, shard, id) {
-                Ok(found) => {
-                    account(queue, seg, &found);
-                    break;
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    tracing::warn!(shard, segment = id, "a sealed segment was gone before its check (removed from outside?); its records cannot be delivered");
-                    break;
-                }
+            match check_one(storage, dir, queue, todo, i) {
+                Ok(_) => break,
                 Err(e) => {
-                    tracing::error!(shard, segment = id, error = %e, retry_in = ?RETRY_WAIT,
+                    tracing::error!(shard, segment = todo[i].segment_id, error = %e, retry_in = ?RETRY_WAIT,
                         "checking a sealed segment's records failed; delivery from this shard waits here, pushes go on");
                     let until = Instant::now() + RETRY_WAIT;
                     while Instant::now() < until && !queue.shutdown_requested() {
@@ -84,11 +76,6 @@ fn run<S: Storage>(storage: &S, dir: &std::path::Path, queue: &ShardQueue, todo:
                 }
             }
         }
-        queue.set_unchecked_from(todo.get(i + 1).map_or(u64::MAX, |s| s.segment_id));
-        queue
-            .stats
-            .unchecked_segments
-            .store((todo.len() - i - 1) as u64, Ordering::Relaxed);
     }
     tracing::info!(
         shard,
@@ -98,8 +85,38 @@ fn run<S: Storage>(storage: &S, dir: &std::path::Path, queue: &ShardQueue, todo:
     );
 }
 
-/// What a check found, into the shard's figures and its log.
-fn account(queue: &ShardQueue, seg: &SegmentInfo, found: &RecoveryReport) {
+/// Check `todo[i]` (the ones before it are checked), count and log what
+/// it found, and move the gate to the next one (or open it): one step of
+/// the checker, which the simulation takes as one of its turns. The
+/// acknowledged records the check found lost; `Err` leaves the gate where
+/// it is (try again).
+pub fn check_one<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    queue: &ShardQueue,
+    todo: &[SegmentInfo],
+    i: usize,
+) -> io::Result<u64> {
+    let seg = &todo[i];
+    let lost = match check_sealed(storage, dir, queue.shard, seg.segment_id) {
+        Ok(found) => account(queue, seg, &found),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            tracing::warn!(shard = queue.shard, segment = seg.segment_id, "a sealed segment was gone before its check (removed from outside?); its records cannot be delivered");
+            0
+        }
+        Err(e) => return Err(e),
+    };
+    queue.set_unchecked_from(todo.get(i + 1).map_or(u64::MAX, |s| s.segment_id));
+    queue
+        .stats
+        .unchecked_segments
+        .store((todo.len() - i - 1) as u64, Ordering::Relaxed);
+    Ok(lost)
+}
+
+/// What a check found, into the shard's figures and its log; the
+/// acknowledged records it found lost.
+fn account(queue: &ShardQueue, seg: &SegmentInfo, found: &RecoveryReport) -> u64 {
     let stats = &queue.stats;
     // A cut loses the records from its end to where the old footer said
     // the segment ended.
@@ -132,4 +149,5 @@ fn account(queue: &ShardQueue, seg: &SegmentInfo, found: &RecoveryReport) {
     if kept < seg.bytes {
         queue.budget.release(seg.bytes - kept);
     }
+    lost
 }

@@ -25,7 +25,8 @@ use spillway_wab::checkpoint::{checkpoint_path, parse, CHECKPOINT_BYTES};
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::format::{classify, open_name, FileKind, RECORD_HEADER_LEN};
 use spillway_wab::{
-    open_shard, read_shard, shard_dir, Opened, RecordMeta, SegmentHeader, SegmentReader,
+    open_shard, open_shard_with, read_shard, shard_dir, Opened, RecordMeta, SealedCheck,
+    SegmentHeader, SegmentInfo, SegmentReader,
 };
 
 use crate::rng::Rng;
@@ -157,6 +158,11 @@ struct Node {
     /// The second sink's cursor over the same shard (see [`Mirror`]).
     mirror: Option<Cursor<SimStorage>>,
     group: Vec<AppendBatch>,
+    /// Sealed segments the start took at their footer's word, for the
+    /// checker's turns (`spillway_actors::checker`), and how many of them
+    /// are checked.
+    unchecked: Vec<SegmentInfo>,
+    checked: usize,
 }
 
 /// A second sink fed from the same shard (on the roomy disk): its own
@@ -239,8 +245,13 @@ pub struct World {
     damage_rng: Rng,
     /// A header wiped before the coming start, checked after it.
     wiped: Option<Wiped>,
-    /// `records_lost` of the last start.
+    /// `records_lost` of the last start (and of the checks after it).
     lost_at_start: u64,
+    /// How each start treats sealed segments, and when the checker takes a
+    /// turn: a stream of its own, like `damage_rng`.
+    check_rng: Rng,
+    /// How the last start treated sealed segments.
+    sealed_check: SealedCheck,
 }
 
 /// A segment whose header was wiped while the daemon was down.
@@ -458,6 +469,8 @@ impl World {
             damage_rng: Rng::new(seed ^ 0x6865_6164_6572_2121),
             wiped: None,
             lost_at_start: 0,
+            check_rng: Rng::new(seed ^ 0x666f_6f74_6572_2121),
+            sealed_check: SealedCheck::Records,
         }
     }
 
@@ -538,7 +551,14 @@ impl World {
 
     fn try_start(&mut self) -> io::Result<Node> {
         let fired = self.storage.fired().len();
-        let opened = open_shard(&self.storage, &self.dir, SHARD)?;
+        // Half the starts take intact footers at their word, as the daemon
+        // does, and leave the records behind them to the checker's turns.
+        self.sealed_check = if self.check_rng.chance(1, 2) {
+            SealedCheck::Footer
+        } else {
+            SealedCheck::Records
+        };
+        let opened = open_shard_with(&self.storage, &self.dir, SHARD, self.sealed_check)?;
         self.lost_at_start = opened.recovered.report.lost_records;
         self.report.header_repairs += opened.recovered.report.headers_repaired.len() as u64;
         // Recovery run twice ends where running it once did (unless a
@@ -640,6 +660,8 @@ impl World {
             drain_stats,
             mirror,
             group: Vec::new(),
+            unchecked: parts.unchecked,
+            checked: 0,
         })
     }
 
@@ -647,7 +669,7 @@ impl World {
     fn check_recovery_again(&mut self) -> io::Result<()> {
         let once = self.storage.snapshot(&self.data);
         let again = self.storage.fork();
-        open_shard(&again, &self.dir, SHARD)
+        open_shard_with(&again, &self.dir, SHARD, self.sealed_check)
             .map_err(|e| io::Error::other(format!("a second recovery failed: {e}")))?;
         let twice = again.snapshot(&self.data);
         if once != twice {
@@ -1378,6 +1400,7 @@ impl World {
     }
 
     fn drain_turn(&mut self) -> Result<DrainWait, String> {
+        self.checker_turn();
         let Some(node) = self.node.as_mut() else {
             return Ok(DrainWait::Now);
         };
@@ -1402,6 +1425,35 @@ impl World {
             self.note(format!("mirror: confirmed {m_before} -> {m_after}"));
         }
         Ok(sooner(wait, m_wait))
+    }
+
+    /// Now and then, before a drain's turn, the checker checks the next
+    /// sealed segment the start did not read (the drains wait at it until
+    /// then). A check a fault fails is tried again at a later turn; what
+    /// a check finds lost counts as found at the start.
+    fn checker_turn(&mut self) {
+        let Some(node) = self.node.as_mut() else {
+            return;
+        };
+        if node.checked == node.unchecked.len() || !self.check_rng.chance(1, 2) {
+            return;
+        }
+        let i = node.checked;
+        let id = node.unchecked[i].segment_id;
+        match spillway_actors::checker::check_one(
+            &self.storage,
+            &self.dir,
+            &node.queue,
+            &node.unchecked,
+            i,
+        ) {
+            Ok(lost) => {
+                node.checked += 1;
+                self.lost_at_start += lost;
+                self.note(format!("checker: segment {id} checked, {lost} lost"));
+            }
+            Err(e) => self.note(format!("checker: segment {id} failed its check: {e}")),
+        }
     }
 
     /// Take every answer the flusher gave (or a dropped batch gave).

@@ -57,6 +57,10 @@ const PINNED: &[(u64, &str)] = &[
         0x92d6_a346_110c_cac9,
         "Buffered records acknowledged in a segment abandoned before any fsync covered them were delivered from the page cache; a power cut took them and their sequence numbers went to other records",
     ),
+    (
+        0x988c_ed4d_9e13_3daa,
+        "a drain held at the checker's gate (segments a start took at their footer's word) took itself for caught up and reset its count of confirmed bytes: spillway_pending_bytes read 0 with records unconfirmed",
+    ),
 ];
 
 fn quiet_sink_panics() {

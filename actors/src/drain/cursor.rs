@@ -397,7 +397,11 @@ impl<S: Storage> Cursor<S> {
                 }
             }
         }
-        if at_tail && self.pending.is_empty() {
+        // At the checker's gate the follower stops short of the durable
+        // tail (segments the start did not read wait for their check): not
+        // caught up, so the counts stand.
+        let caught_up = at_tail && wm.unchecked_from == u64::MAX;
+        if caught_up && self.pending.is_empty() {
             // Everything durable is read and confirmed: nothing is pending,
             // whatever the counts said.
             self.bytes_base = wm.bytes.wrapping_sub(self.follower.passed_bytes());
