@@ -126,13 +126,21 @@ fn account(queue: &ShardQueue, seg: &SegmentInfo, found: &RecoveryReport) -> u64
         .map(|c| c.known_end.map_or(0, |end| end - c.end_seq))
         .sum();
     let lost = found.lost_records + cut;
+    // The start counted every position the footer names as a record; the
+    // check knows which of them hold one (not those an earlier salvage's
+    // GAP frames stand for, nor those lost now).
+    let held: u64 = found
+        .segments
+        .iter()
+        .map(|s| s.record_count - s.lost_records)
+        .sum();
+    let _ = stats
+        .recovered_records
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+            Some(n.saturating_sub(seg.record_count.saturating_sub(held)))
+        });
     if lost > 0 {
         stats.records_lost.fetch_add(lost, Ordering::Relaxed);
-        let _ = stats
-            .recovered_records
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                Some(n.saturating_sub(lost))
-            });
         tracing::error!(
             shard = queue.shard,
             segment = seg.segment_id,
