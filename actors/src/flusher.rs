@@ -306,21 +306,14 @@ impl<S: Storage> FlusherCore<S> {
         queue.budget.charge(accounted);
         // Segments taken at their footer's word: readers wait for their
         // check (the gate is closed before any reader starts).
-        let mut found: Vec<u64> = report
-            .segments
-            .iter()
-            .filter(|s| !s.checked)
-            .map(|s| s.segment_id)
-            .collect();
-        found.sort_unstable();
+        let found: Vec<u64> = report.unchecked().iter().map(|s| s.segment_id).collect();
         let todo = queue.begin_checks(&found);
-        let mut unchecked: Vec<SegmentInfo> = report
-            .segments
-            .iter()
+        let unchecked: Vec<SegmentInfo> = report
+            .unchecked()
+            .into_iter()
             .filter(|s| todo.binary_search(&s.segment_id).is_ok())
             .cloned()
             .collect();
-        unchecked.sort_by_key(|s| s.segment_id);
         // The running count of durable record bytes: a flusher restarted
         // within the process carries on from the last one's (the drain's
         // count of confirmed bytes goes on from there too); at the daemon's

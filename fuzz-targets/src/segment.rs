@@ -271,15 +271,9 @@ fn trusting_footers_ends_alike(
     }
     let opened = open_shard_with(&FsStorage, &dir, SHARD, SealedCheck::Footer)
         .unwrap_or_else(|e| panic!("recovery trusting footers failed: {e}"));
-    let mut unchecked: Vec<u64> = opened
-        .recovered
-        .report
-        .segments
-        .iter()
-        .filter(|s| !s.checked)
+    let unchecked: Vec<u64> = (opened.recovered.report.unchecked().iter())
         .map(|s| s.segment_id)
         .collect();
-    unchecked.sort_unstable();
     drop(opened);
     for id in unchecked {
         check_sealed(&FsStorage, &dir, SHARD, id)

@@ -256,6 +256,15 @@ impl RecoveryReport {
         self.segments.iter().map(|s| s.bytes).sum()
     }
 
+    /// The segments taken at their footer's word, whose records
+    /// [`check_sealed`] is still to read, in id order (the order to check
+    /// them in).
+    pub fn unchecked(&self) -> Vec<&SegmentInfo> {
+        let mut found: Vec<&SegmentInfo> = self.segments.iter().filter(|s| !s.checked).collect();
+        found.sort_unstable_by_key(|s| s.segment_id);
+        found
+    }
+
     /// Records this start found lost (an ERROR at start-up): the salvaged
     /// holes, the unnumbered records no gap counts, and the gaps not
     /// reported by an earlier start. (`lost_records` also keeps counting
