@@ -1306,25 +1306,25 @@ fn crash_loop_keeps_every_acked_record_in_order() {
             let (a, b) = (gens[k], gens[(k + 1).min(cycles)]);
             in_flight(i, a).max(in_flight(i, b)) * max_records(i, a).max(max_records(i, b))
         };
-        let one_at_a_time = gens.iter().all(|&g| in_flight(i, g) == 1);
         // (life k the in-flight batches were built in, bound) per life and shard.
         let shard_bound = |l: usize, shard: u32| -> (Option<usize>, u64) {
             let last_accepted = st
                 .lives_by_shard
                 .get(&shard)
                 .and_then(|lives| lives.range(..l).next_back().copied());
-            if one_at_a_time {
-                return (last_accepted, last_accepted.map_or(0, life_bound));
-            }
-            // With several batches out, a life can have later batches of a
-            // shard accepted while its head batch is not, so what life `l`
-            // gets again may have been first sent in any life since the
-            // earliest its duplicates came from (seen with seed
+            // What life `l` gets again may have been first sent in any life
+            // since the earliest its duplicates came from. With several
+            // batches out, a life can have later batches of a shard
+            // accepted while its head batch is not (seen with seed
             // 0x18edce07d97fe764: 1200 records of life 0's 2 × 1000 sent
             // again in life 3, life 1 having had batches of 200 accepted
-            // behind a head answered 503). Each of those lives cut its
-            // batches from the same checkpoint, so the largest of their
-            // windows bounds them all.
+            // behind a head answered 503). One batch at a time, a batch a
+            // kill left unconfirmed is sent again in smaller ones after a
+            // reload lowered max_records, over several lives (seed
+            // 0x18ee07383de96d4a: life 7's batch of 1000, 200 of it
+            // accepted again in life 9, the other 800 in life 10). Each of
+            // those lives cut its batches from the same checkpoint, so the
+            // largest of their windows bounds them all.
             let earliest = st.dup_origins.get(l).and_then(|o| o.keys().next().copied());
             let k = match (earliest, last_accepted) {
                 (Some(e), Some(a)) => Some(e.min(a)),
