@@ -306,10 +306,10 @@ impl<S: Storage> FlusherCore<S> {
         queue.budget.charge(accounted);
         // Segments taken at their footer's word: readers wait for their
         // check (the gate is closed before any reader starts).
-        let found: Vec<u64> = report.unchecked().iter().map(|s| s.segment_id).collect();
-        let todo = queue.begin_checks(&found);
-        let unchecked: Vec<SegmentInfo> = report
-            .unchecked()
+        let found = report.unchecked();
+        let ids: Vec<u64> = found.iter().map(|s| s.segment_id).collect();
+        let todo = queue.begin_checks(&ids);
+        let unchecked: Vec<SegmentInfo> = found
             .into_iter()
             .filter(|s| todo.binary_search(&s.segment_id).is_ok())
             .cloned()
