@@ -346,11 +346,14 @@ impl<S: Storage> FlusherCore<S> {
         for unused in spares {
             storage.remove(&unused.path)?;
         }
+        // Recovery removed every `.free` file a running shard set aside.
+        queue.free.forget();
         let sealer = SealerCore::new(
             storage.clone(),
             cfg.dir.clone(),
             queue.shard,
             queue.clone(),
+            queue.free.clone(),
             cfg.segment_bytes_max,
             next_segment_id.clone(),
             spare_tx,

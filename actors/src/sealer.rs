@@ -2,7 +2,8 @@
 //! stalls the flusher.
 //!
 //! It keeps a zero-filled segment ready for the flusher (so the flusher's
-//! fdatasync never has to commit file-size metadata), seals full segments
+//! fdatasync never has to commit file-size metadata), written over a
+//! delivered one when retention set one aside ([`FreeSegments`]), seals full segments
 //! (footer, truncate, fsync, rename, directory fsync) and lets go of
 //! abandoned ones. Its inputs are [`SealerMsg`]s from the flusher; its only
 //! output is the spare-segment channel.
@@ -14,9 +15,9 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 
 use spillway_wab::format::Footer;
-use spillway_wab::{preallocate, seal, Preallocated, Sealing, Storage};
+use spillway_wab::{preallocate, recycle, seal, Preallocated, Sealing, Storage};
 
-use crate::shard::Abandoned;
+use crate::shard::{Abandoned, FreeSegments};
 
 /// Work for the sealer, sent by the shard's flusher thread.
 pub enum SealerMsg<F> {
@@ -49,6 +50,8 @@ pub struct SealerCore<S: Storage> {
     next_segment_id: Arc<AtomicU64>,
     spares: SyncSender<std::io::Result<Preallocated<S::File>>>,
     reports: Arc<dyn SealReports>,
+    /// Delivered segments to write over rather than create a file.
+    free: Arc<FreeSegments>,
 }
 
 /// All the sealer tells its shard: a segment was sealed (a rotation), or
@@ -91,12 +94,15 @@ impl<F: spillway_wab::StorageFile> SegmentSealer<F> {
 
 impl<S: Storage> SealerCore<S> {
     /// A sealer for `shard`. `spares` is where preallocated segments go;
-    /// the flusher holds the receiving end. `reports` hears of every seal.
+    /// the flusher holds the receiving end. `reports` hears of every seal;
+    /// `free` holds the delivered segments it writes over when it can.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         storage: S,
         dir: PathBuf,
         shard: u32,
         reports: Arc<dyn SealReports>,
+        free: Arc<FreeSegments>,
         segment_bytes: u64,
         next_segment_id: Arc<AtomicU64>,
         spares: SyncSender<std::io::Result<Preallocated<S::File>>>,
@@ -109,6 +115,7 @@ impl<S: Storage> SealerCore<S> {
             next_segment_id,
             spares,
             reports,
+            free,
         }
     }
 
@@ -138,7 +145,7 @@ impl<S: Storage> SealerCore<S> {
 
     fn prepare(&self) {
         let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
-        let result = preallocate(&self.storage, &self.dir, id, self.segment_bytes);
+        let result = self.make_segment(id);
         if let Err(e) = &result {
             // The flusher gets the error at once (rather than waiting for a
             // spare that is not coming), tries inline, and reports it.
@@ -146,6 +153,26 @@ impl<S: Storage> SealerCore<S> {
         }
         // The flusher may be gone (shutdown): then a spare stays on disk for next time.
         let _ = self.spares.send(result);
+    }
+
+    /// Segment `id`, zero-filled: written over a delivered segment if one
+    /// waits, else a new file.
+    fn make_segment(&self, id: u64) -> std::io::Result<Preallocated<S::File>> {
+        if let Some(free) = self.free.take() {
+            match recycle(&self.storage, &self.dir, &free, id, self.segment_bytes) {
+                Ok(pre) => {
+                    self.free.count_recycled();
+                    tracing::debug!(shard = self.shard, segment = id, from = %free.display(), "wrote a delivered segment over as the next one");
+                    return Ok(pre);
+                }
+                Err(e) => {
+                    // recycle removed it if it got as far as its new name.
+                    let _ = self.storage.remove(&free);
+                    tracing::warn!(shard = self.shard, segment = id, path = %free.display(), error = %e, "could not write over a delivered segment; creating a new file instead");
+                }
+            }
+        }
+        preallocate(&self.storage, &self.dir, id, self.segment_bytes)
     }
 
     fn seal(&self, sealing: Sealing<S::File>) {

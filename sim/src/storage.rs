@@ -539,6 +539,12 @@ impl Storage for SimStorage {
         fs.dir_mut(to_parent)?
             .live
             .insert(to_name, Entry::File(ino));
+        // A segment renamed to a name no reader opens (a `.free` file to be
+        // written over) is gone as a segment: it is checked as a removal.
+        if is_segment_name(from) && !is_segment_name(to) {
+            let bytes = fs.inodes[ino].live.clone();
+            fs.removed.push((from.to_path_buf(), bytes));
+        }
         Ok(())
     }
 
@@ -558,11 +564,7 @@ impl Storage for SimStorage {
         let ino = fs.file(path)?;
         let (parent, name) = split(path)?;
         fs.dir_mut(parent)?.live.remove(&name);
-        let is_segment = matches!(
-            path.file_name().and_then(|n| n.to_str()).and_then(classify),
-            Some(FileKind::Sealed(_) | FileKind::Open(_))
-        );
-        if is_segment {
+        if is_segment_name(path) {
             let bytes = fs.inodes[ino].live.clone();
             fs.removed.push((path.to_path_buf(), bytes));
         }
@@ -661,6 +663,13 @@ impl StorageFile for SimFile {
         let fs = self.fs.lock().unwrap();
         Ok(fs.inodes[self.ino].live.len() as u64)
     }
+}
+
+fn is_segment_name(path: &Path) -> bool {
+    matches!(
+        path.file_name().and_then(|n| n.to_str()).and_then(classify),
+        Some(FileKind::Sealed(_) | FileKind::Open(_))
+    )
 }
 
 #[cfg(test)]

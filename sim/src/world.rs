@@ -79,6 +79,11 @@ pub struct Report {
     /// Steps after which the mirror had more than one batch out (its
     /// answers come back out of order).
     pub mirror_overlapped: u64,
+    /// Segments the sealer made by writing over a delivered one (counted
+    /// when the node stops or crashes).
+    pub recycled: u64,
+    /// Delivered segments set aside (`.free`) that a start found and removed.
+    pub free_removed: u64,
 }
 
 /// A broken promise: which, where, and the actions leading to it.
@@ -561,6 +566,7 @@ impl World {
         let opened = open_shard_with(&self.storage, &self.dir, SHARD, self.sealed_check)?;
         self.lost_at_start = opened.recovered.report.lost_records;
         self.report.header_repairs += opened.recovered.report.headers_repaired.len() as u64;
+        self.report.free_removed += opened.recovered.report.removed_free as u64;
         // Recovery run twice ends where running it once did (unless a
         // fault fired in the first run: what it skipped, such as a
         // checkpoint it had no space for, the second run may do).
@@ -899,6 +905,9 @@ impl World {
     /// The process died (a crash fault fired, or the schedule killed it):
     /// throw the node away, cut the power or not, start again.
     fn crash_and_restart(&mut self) -> Check {
+        if let Some(node) = &self.node {
+            self.report.recycled += node.queue.free.recycled.load(Ordering::Relaxed);
+        }
         self.node = None; // every batch still queued is nacked as it drops
         self.collect_answers();
         self.storage.crash();
@@ -914,6 +923,7 @@ impl World {
         };
         self.note("clean restart".into());
         self.report.clean_restarts += 1;
+        self.report.recycled += node.queue.free.recycled.load(Ordering::Relaxed);
         let Node {
             flusher,
             sealer,

@@ -124,6 +124,8 @@ impl Totals {
         t.header_repairs += r.header_repairs;
         t.damage_lost += r.damage_lost;
         t.mirror_overlapped += r.mirror_overlapped;
+        t.recycled += r.recycled;
+        t.free_removed += r.free_removed;
     }
 }
 
@@ -147,7 +149,7 @@ fn schedules() {
     }
     let t = &totals.r;
     eprintln!(
-        "sim: {} schedules in {:.1?} ({} actions, {} storage steps): {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked; {} faults fired, {} process crashes, {} power cuts, {} clean restarts, {} failed starts, {} reloads; {} no-false-ack checks; {} delivered, {} dead-lettered, {} buffered lost, {} repeats offered; segment headers damaged at restarts: {} flipped, {} wiped, {} repaired, {} acknowledged records lost and counted; {} steps with several mirror batches out",
+        "sim: {} schedules in {:.1?} ({} actions, {} storage steps): {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked; {} faults fired, {} process crashes, {} power cuts, {} clean restarts, {} failed starts, {} reloads; {} no-false-ack checks; {} delivered, {} dead-lettered, {} buffered lost, {} repeats offered; segment headers damaged at restarts: {} flipped, {} wiped, {} repaired, {} acknowledged records lost and counted; {} steps with several mirror batches out; {} segments written over a delivered one, {} set-aside segments removed at a start",
         totals.schedules,
         started.elapsed(),
         t.actions,
@@ -173,6 +175,8 @@ fn schedules() {
         t.header_repairs,
         t.damage_lost,
         t.mirror_overlapped,
+        t.recycled,
+        t.free_removed,
     );
     // The sweep must have exercised what it claims to.
     assert!(t.acked.iter().all(|&a| a > 0), "every tier acknowledged");
@@ -184,6 +188,10 @@ fn schedules() {
     assert!(
         t.mirror_overlapped > 0,
         "the mirror had several batches out, answered out of order"
+    );
+    assert!(
+        t.recycled > 0 && t.free_removed > 0,
+        "delivered segments written over as new ones, and set-aside ones found by a start"
     );
 }
 

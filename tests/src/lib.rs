@@ -1533,6 +1533,11 @@ pub fn set_soft_nofile_of(pid: u32, soft: u64, hard: u64) {
 
 /// Sealed segment files across the daemon's shards.
 pub fn sealed_segments(d: &Daemon) -> usize {
+    shard_files_ending(d, ".sealed")
+}
+
+/// How many files of the daemon's shard folders end in `suffix`.
+pub fn shard_files_ending(d: &Daemon, suffix: &str) -> usize {
     d.shard_dirs()
         .iter()
         .map(|(_, dir)| {
@@ -1543,7 +1548,7 @@ pub fn sealed_segments(d: &Daemon) -> usize {
                         .unwrap()
                         .file_name()
                         .to_string_lossy()
-                        .ends_with(".sealed")
+                        .ends_with(suffix)
                 })
                 .count()
         })

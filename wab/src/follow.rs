@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::format::{classify, open_name, record_bytes, sealed_name, FileKind};
+use crate::format::{classify, free_name, open_name, record_bytes, sealed_name, FileKind};
 use crate::reader::{End, Opened, SegmentReader, StoredRecord};
 use crate::storage::{Storage, StorageFile};
 
@@ -415,6 +415,16 @@ pub fn is_headerless<S: Storage>(storage: &S, dir: &Path, id: u64) -> io::Result
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// Set sealed segment `id` of the shard in `dir` aside to be written over
+/// as a later one: renamed to `<id>.free`, which no reader opens and a
+/// start removes. Not durable by itself: [`crate::segment::recycle`] makes
+/// the name durable before it writes over the bytes. Returns the new path.
+pub fn set_aside_segment<S: Storage>(storage: &S, dir: &Path, id: u64) -> io::Result<PathBuf> {
+    let free = dir.join(free_name(id));
+    storage.rename(&dir.join(sealed_name(id)), &free)?;
+    Ok(free)
 }
 
 /// Which file [`remove_segment`] removed.

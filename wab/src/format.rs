@@ -373,6 +373,12 @@ pub fn sealed_name(segment_id: u64) -> String {
     format!("{segment_id:016x}.sealed")
 }
 
+/// File name of a delivered segment kept to be written over as a later
+/// segment (see [`crate::segment::recycle`]): no longer a segment.
+pub fn free_name(segment_id: u64) -> String {
+    format!("{segment_id:016x}.free")
+}
+
 /// Kind and id of a WAB file, from its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FileKind {
@@ -380,6 +386,9 @@ pub enum FileKind {
     Sealed(u64),
     /// A preallocation that did not finish (`<id>.open.tmp`); never held records.
     PartialPrealloc,
+    /// A delivered segment waiting to be written over (`<id>.free`): its
+    /// records are all below the shard's checkpoint, and nothing reads it.
+    Free(u64),
 }
 
 pub fn classify(name: &str) -> Option<FileKind> {
@@ -394,6 +403,7 @@ pub fn classify(name: &str) -> Option<FileKind> {
     match ext {
         "open" => Some(FileKind::Open(id)),
         "sealed" => Some(FileKind::Sealed(id)),
+        "free" => Some(FileKind::Free(id)),
         _ => None,
     }
 }
@@ -582,6 +592,7 @@ mod tests {
             classify("0000000000000005.open.tmp"),
             Some(FileKind::PartialPrealloc)
         );
+        assert_eq!(classify(&free_name(7)), Some(FileKind::Free(7)));
         assert_eq!(classify("checkpoint"), None);
     }
 }

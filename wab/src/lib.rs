@@ -44,7 +44,7 @@ pub use recovery::{
     RecoveryReport, Salvaged, SealedCheck, SegmentInfo, SeqGap, UntrustedCheckpoint,
     QUARANTINE_DIR,
 };
-pub use segment::{preallocate, seal, ActiveSegment, AppendRecord, Preallocated, Sealing};
+pub use segment::{preallocate, recycle, seal, ActiveSegment, AppendRecord, Preallocated, Sealing};
 pub use shard::{open_shard, open_shard_with, OpenedShard};
 pub use storage::{create_dir_durable, FsStorage, Storage, StorageFile};
 

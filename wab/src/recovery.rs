@@ -2,6 +2,9 @@
 //!
 //! - `*.open.tmp`: a preallocation that never finished; it never held a
 //!   record, so it is removed.
+//! - `*.free`: a delivered segment retention set aside to be written over
+//!   as a later one ([`crate::segment::recycle`]); every record in it is
+//!   below the checkpoint, so it is removed.
 //! - A segment (`*.sealed` or `*.open`) whose **header** fails its check
 //!   (or is all zeros with records after it): see [`crate::damaged_header`].
 //!   Its records carry no sequence number of their own (numbering is
@@ -194,6 +197,9 @@ pub struct RecoveryReport {
     pub quarantined: Vec<(PathBuf, String)>,
     /// Unfinished preallocations removed.
     pub removed_partial: usize,
+    /// Delivered segments that were waiting to be written over (`.free`)
+    /// removed: a start does not carry them over.
+    pub removed_free: usize,
     /// Damaged records replaced by GAP frames (this start, or an earlier
     /// one that crashed before the segment's footer or seal was written).
     pub salvaged: Vec<Salvaged>,
@@ -358,7 +364,7 @@ pub fn recover_shard_with<S: Storage>(
     // read while their header is: one open per segment.
     let mut trusted: HashMap<u64, SegmentInfo> = HashMap::new();
     for (kind, path) in &entries {
-        if *kind == FileKind::PartialPrealloc {
+        if matches!(kind, FileKind::PartialPrealloc | FileKind::Free(_)) {
             // Opened only to refuse what is not a file before anything changes.
             storage.open_read(path).map_err(|e| not_ours(dir, e))?;
         }
@@ -397,6 +403,14 @@ pub fn recover_shard_with<S: Storage>(
             FileKind::PartialPrealloc => {
                 storage.remove(&path)?;
                 report.removed_partial += 1;
+            }
+            FileKind::Free(id) => {
+                // Every record in it is below the checkpoint (retention
+                // renamed it only after writing that): nothing to keep.
+                // Its id still counts, so ids only ever grow.
+                max_id = Some(max_id.map_or(id, |m| m.max(id)));
+                storage.remove(&path)?;
+                report.removed_free += 1;
             }
             FileKind::Sealed(id) => {
                 max_id = Some(max_id.map_or(id, |m| m.max(id)));

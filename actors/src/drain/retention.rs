@@ -5,7 +5,9 @@
 //! checkpoint on disk has passed it; then retention writes the shard's own
 //! checkpoint (`checkpoint`, the floor: every sink has confirmed every
 //! record below it; recovery reads it as "delivered") and only then
-//! deletes the segment and releases its bytes from the shard's WAB budget.
+//! deletes the segment (or renames it `.free` for the sealer to write over,
+//! see `crate::shard::FreeSegments`) and releases its bytes from the
+//! shard's WAB budget.
 //! So the slowest sink sets the WAB's size, unless it may skip ahead.
 //!
 //! Invariant, on disk: the floor is at or below every cursor file (a new
@@ -24,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use spillway_wab::checkpoint::{cursor_file, cursor_sinks, remove_cursor};
-use spillway_wab::follow::{is_headerless, remove_segment, FinishedSegment};
+use spillway_wab::follow::{is_headerless, remove_segment, set_aside_segment, FinishedSegment};
 use spillway_wab::format::record_bytes;
 use spillway_wab::storage::is_no_space;
 use spillway_wab::{
@@ -355,7 +357,14 @@ impl<S: Storage> Retention<S> {
             // is finished, so the flusher no longer writes it and it can go
             // as it is. (Any other unsealed segment is being sealed: wait.)
             let abandoned = self.queue.abandoned(id, false).is_some();
-            if let Err(e) = remove_segment(&self.storage, &self.dir, id, abandoned) {
+            // A sealed one is set aside for the sealer to write over, while
+            // one waits at most (`FreeSegments`); the rest are unlinked.
+            let gone = if !abandoned && self.queue.free.has_room() {
+                set_aside_segment(&self.storage, &self.dir, id).map(|p| self.queue.free.put(p))
+            } else {
+                remove_segment(&self.storage, &self.dir, id, abandoned).map(drop)
+            };
+            if let Err(e) = gone {
                 tracing::debug!(shard = self.shard, segment = id, error = %e, "confirmed segment not deleted yet; will retry");
                 return;
             }

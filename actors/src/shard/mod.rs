@@ -10,12 +10,14 @@
 //!
 //! One concept per file: [`PendingRecords`] (the records of a batch),
 //! [`AppendBatch`] and [`GroupBound`] (what is queued, and how much a
-//! group takes), [`ShardHealth`], [`ShardStats`], [`Watermark`] (how far
+//! group takes), [`FreeSegments`] (delivered segments to write over),
+//! [`ShardHealth`], [`ShardStats`], [`Watermark`] (how far
 //! records are durable), [`Abandoned`] (a segment given up on) and
 //! [`ShardQueue`] (the queue that holds them together).
 
 mod abandoned;
 mod append;
+mod free;
 mod health;
 mod pending;
 mod queue;
@@ -24,6 +26,7 @@ mod watermark;
 
 pub use abandoned::Abandoned;
 pub use append::{AppendBatch, CommitTarget, GroupBound, GROUP_RECORDS_MAX};
+pub use free::{FreeSegments, FREE_SEGMENTS_MAX};
 pub use health::{nack_for, ShardHealth};
 pub use pending::{PendingIter, PendingRecord, PendingRecords};
 pub use queue::{ShardQueue, SPIN_BEFORE_SLEEP_DEFAULT};

@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use spillway_protocol::NackReason;
 
-use super::{nack_for, Abandoned, AppendBatch, GroupBound, ShardHealth, ShardStats, Watermark};
+use super::{
+    nack_for, Abandoned, AppendBatch, FreeSegments, GroupBound, ShardHealth, ShardStats, Watermark,
+};
 use crate::budget::{ShardBudget, WabBudget};
 
 /// The part of a shard connections see. Shared by `Arc`; survives flusher
@@ -48,6 +50,8 @@ pub struct ShardQueue {
     /// the flusher seals its active segment if that holds only such
     /// records, and the drain deletes it (see [`Self::want_rotation`]).
     rotation_wanted: AtomicU64,
+    /// Delivered segments retention set aside for the sealer to write over.
+    pub free: Arc<FreeSegments>,
     pub stats: ShardStats,
 }
 
@@ -76,6 +80,7 @@ impl ShardQueue {
             durable_changed: Condvar::new(),
             abandoned: Mutex::new(Vec::new()),
             rotation_wanted: AtomicU64::new(0),
+            free: Arc::default(),
             stats: ShardStats::default(),
         })
     }

@@ -262,7 +262,7 @@ fn global_counters() -> [Counter<GlobalGet>; 17] {
     ]
 }
 
-fn shard_counters() -> [Counter<ShardGet>; 22] {
+fn shard_counters() -> [Counter<ShardGet>; 23] {
     [
         Counter {
             key: "pending_records",
@@ -424,8 +424,15 @@ fn shard_counters() -> [Counter<ShardGet>; 22] {
             key: "segments_deleted",
             metric: "spillway_segments_deleted_total",
             kind: "counter",
-            help: "Segments deleted once every sink had confirmed them.",
+            help: "Segments deleted once every sink had confirmed them (unlinked, or set aside to be written over as a later segment).",
             get: |_, v| load(&v.retention.segments_deleted),
+        },
+        Counter {
+            key: "segments_recycled",
+            metric: "spillway_segments_recycled_total",
+            kind: "counter",
+            help: "Segments made by writing zeros over a delivered one rather than creating a file (no blocks allocated or freed).",
+            get: |q, _| load(&q.free.recycled),
         },
     ]
 }
