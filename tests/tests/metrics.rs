@@ -310,8 +310,8 @@ fn recovery_figures_say_what_the_last_start_found() {
 /// `spillway_pending_bytes` counts the record bytes (16-byte header plus
 /// payload) the sink has still to confirm, exactly, across a restart whose
 /// segment holds delivered records below the checkpoint too; and
-/// `spillway_segments` counts the files by state, a quarantined one
-/// included.
+/// `spillway_segments` counts the files by state, a quarantined one and a
+/// free one included.
 #[test]
 fn pending_bytes_and_segment_states_follow_the_backlog_across_a_restart() {
     let rx = support_http::HttpReceiver::start();
@@ -362,10 +362,17 @@ fn pending_bytes_and_segment_states_follow_the_backlog_across_a_restart() {
     let body = http_get(port.get(), "/metrics");
     assert_eq!(segments(&body, "open"), 1.0, "{body}");
     assert_eq!(segments(&body, "quarantined"), 0.0, "{body}");
+    assert_eq!(segments(&body, "free"), 0.0, "{body}");
+
+    // A delivered segment set aside to be written over (planted: nothing
+    // rotates here) counts as free until a start removes it.
+    let shard = d.shard_dirs()[0].1.clone();
+    std::fs::write(shard.join("00000000000000fe.free"), b"delivered records").unwrap();
+    let body = http_get(port.get(), "/metrics");
+    assert_eq!(segments(&body, "free"), 1.0, "{body}");
 
     // A file named like a sealed segment that is not one: recovery moves it
     // to quarantine/.
-    let shard = d.shard_dirs()[0].1.clone();
     std::fs::write(shard.join("00000000000000ff.sealed"), b"not a segment").unwrap();
     d.restart();
     port.set(d.metrics_port());
@@ -378,6 +385,7 @@ fn pending_bytes_and_segment_states_follow_the_backlog_across_a_restart() {
         10.0
     );
     assert_eq!(segments(&body, "sealed"), 1.0, "{body}");
+    assert_eq!(segments(&body, "free"), 0.0, "{body}");
     assert_eq!(segments(&body, "quarantined"), 1.0, "{body}");
     assert_eq!(
         value(&body, "spillway_quarantined_files", "shard=\"0\""),

@@ -926,7 +926,7 @@ fn histograms(
 
 impl Sources {
     /// A shard's segment files by state, read from its folder.
-    fn segment_counts(&self, shard: u32) -> [(&'static str, u64); 4] {
+    fn segment_counts(&self, shard: u32) -> [(&'static str, u64); 5] {
         let dir = spillway_wab::shard_dir(&self.data_dir, shard);
         let segs = super::segments::segments(&dir).unwrap_or_default();
         let count = |f: &dyn Fn(&super::segments::Segment) -> bool| {
@@ -940,10 +940,25 @@ impl Sources {
                     .count() as u64
             })
             .unwrap_or(0);
+        let free = std::fs::read_dir(&dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .filter(|e| {
+                        let name = e.file_name();
+                        matches!(
+                            spillway_wab::format::classify(&name.to_string_lossy()),
+                            Some(spillway_wab::format::FileKind::Free(_))
+                        )
+                    })
+                    .count() as u64
+            })
+            .unwrap_or(0);
         [
             ("open", count(&|s| !s.sealed && s.first_seq.is_some())),
             ("sealed", count(&|s| s.sealed)),
             ("spare", count(&|s| !s.sealed && s.first_seq.is_none())),
+            ("free", free),
             ("quarantined", quarantined),
         ]
     }
@@ -1160,7 +1175,7 @@ impl Collector for Sources {
             &mut encoder,
             "spillway_segments",
             "gauge",
-            "Segment files by state: open (written now, or abandoned after an I/O error and waiting for delivery), sealed (complete, waiting for delivery), spare (preallocated, no record yet), quarantined (moved to quarantine/ by recovery; see its .reason files).",
+            "Segment files by state: open (written now, or abandoned after an I/O error and waiting for delivery), sealed (complete, waiting for delivery), spare (preallocated, no record yet), free (delivered, set aside to be written over as the next segment), quarantined (moved to quarantine/ by recovery; see its .reason files).",
             segments,
         )?;
         histograms(
