@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use spillway_wab::checkpoint::{cursor_file, cursor_sinks, remove_cursor};
 use spillway_wab::follow::{is_headerless, remove_segment, set_aside_segment, FinishedSegment};
-use spillway_wab::format::record_bytes;
+use spillway_wab::format::{open_name, record_bytes, sealed_name};
 use spillway_wab::storage::is_no_space;
 use spillway_wab::{
     load_checkpoint, load_checkpoint_file, write_checkpoint, write_checkpoint_file,
@@ -364,9 +364,22 @@ impl<S: Storage> Retention<S> {
             } else {
                 remove_segment(&self.storage, &self.dir, id, abandoned).map(drop)
             };
-            if let Err(e) = gone {
-                tracing::debug!(shard = self.shard, segment = id, error = %e, "confirmed segment not deleted yet; will retry");
-                return;
+            match gone {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !self.on_disk(id) => {
+                    // Neither sealed nor open: removed from outside after
+                    // every sink had it. Waiting for it held every later
+                    // segment (and the budget they count) for good.
+                    tracing::warn!(
+                        shard = self.shard,
+                        segment = id,
+                        "a delivered segment was removed from outside spillway before retention deleted it; counting it as deleted"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(shard = self.shard, segment = id, error = %e, "confirmed segment not deleted yet; will retry");
+                    return;
+                }
             }
             if abandoned {
                 self.queue.abandoned(id, true);
@@ -377,6 +390,18 @@ impl<S: Storage> Retention<S> {
             self.deleted_record_bytes += record_bytes(f.bytes);
             self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Whether segment `id` still has a file, sealed or open (an open one is
+    /// being sealed). An error other than NotFound counts as "yes": only a
+    /// file known to be gone is counted as deleted.
+    fn on_disk(&self, id: u64) -> bool {
+        [sealed_name(id), open_name(id)].iter().any(|name| {
+            !matches!(
+                self.storage.open_read(&self.dir.join(name)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound
+            )
+        })
     }
 
     /// An abandoned segment whose header never reached the disk is never
@@ -451,5 +476,108 @@ mod tests {
         assert_eq!(at, 40, "b starts where its cursor file says");
         r.confirmed("b", b, 100, VecDeque::new(), wm, true);
         assert_eq!(r.floor(), 100, "every sink has confirmed up to 100");
+    }
+
+    /// One sink, three delivered sealed segments in `dir` (ids 0..3, 100
+    /// records each, 4096 bytes charged each), its cursor at 0.
+    fn three_delivered(
+        dir: &std::path::Path,
+    ) -> (
+        Retention<FsStorage>,
+        Membership,
+        Arc<ShardQueue>,
+        Arc<RetentionStats>,
+    ) {
+        std::fs::create_dir(dir).unwrap();
+        for id in 0..3 {
+            std::fs::write(dir.join(sealed_name(id)), b"records").unwrap();
+        }
+        let queue = ShardQueue::new(0, &WabBudget::new(1 << 30));
+        queue.budget.charge(3 * 4096);
+        let stats = Arc::new(RetentionStats::default());
+        let sinks = ["a".to_string()];
+        let mut r = Retention::open(
+            FsStorage,
+            0,
+            dir.to_path_buf(),
+            queue.clone(),
+            &sinks,
+            stats.clone(),
+        )
+        .unwrap();
+        let (a, _) = r.join("a", StartAt::Oldest).unwrap();
+        (r, a, queue, stats)
+    }
+
+    fn finished_all() -> (VecDeque<FinishedSegment>, Watermark) {
+        let finished = (0..3)
+            .map(|id| FinishedSegment {
+                segment_id: id,
+                end_seq: (id + 1) * 100,
+                bytes: 4096,
+            })
+            .collect();
+        let wm = Watermark {
+            segment_id: 3,
+            offset: 0,
+            next_seq: 300,
+            bytes: 0,
+            ..Watermark::default()
+        };
+        (finished, wm)
+    }
+
+    /// The oldest delivered segment is set aside (`.free`, for the sealer
+    /// to write over) while none waits; the others are unlinked. Every one
+    /// counts as deleted and releases its bytes.
+    #[test]
+    fn one_delivered_segment_is_set_aside_and_the_rest_unlinked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard-000");
+        let (mut r, a, queue, stats) = three_delivered(&dir);
+        let (finished, wm) = finished_all();
+        r.confirmed("a", a, 300, finished, wm, false);
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with("checkpoint") && !n.starts_with("cursor"))
+            .collect();
+        names.sort();
+        assert_eq!(names, vec![spillway_wab::format::free_name(0)]);
+        assert_eq!(
+            queue.free.take(),
+            Some(dir.join(spillway_wab::format::free_name(0)))
+        );
+        assert_eq!(stats.segments_deleted.load(Ordering::Relaxed), 3);
+        assert_eq!(queue.budget.held(), 0);
+    }
+
+    /// A delivered segment removed from outside before retention got to it
+    /// is counted as deleted: the segments after it still go, and the
+    /// budget is released (waiting for it held them for good).
+    #[test]
+    fn a_delivered_segment_removed_from_outside_does_not_hold_the_later_ones() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard-000");
+        let (mut r, a, queue, stats) = three_delivered(&dir);
+        std::fs::remove_file(dir.join(sealed_name(0))).unwrap();
+        let (finished, wm) = finished_all();
+        r.confirmed("a", a, 300, finished, wm, false);
+        assert!(!dir.join(sealed_name(1)).exists() && !dir.join(sealed_name(2)).exists());
+        assert_eq!(stats.segments_deleted.load(Ordering::Relaxed), 3);
+        assert_eq!(queue.budget.held(), 0);
+    }
+
+    /// One still being sealed (its `.open` file is there) is waited for.
+    #[test]
+    fn a_delivered_segment_still_being_sealed_is_waited_for() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard-000");
+        let (mut r, a, _queue, stats) = three_delivered(&dir);
+        std::fs::rename(dir.join(sealed_name(0)), dir.join(open_name(0))).unwrap();
+        let (finished, wm) = finished_all();
+        r.confirmed("a", a, 300, finished, wm, false);
+        assert!(dir.join(open_name(0)).exists() && dir.join(sealed_name(1)).exists());
+        assert_eq!(stats.segments_deleted.load(Ordering::Relaxed), 0);
     }
 }
