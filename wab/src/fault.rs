@@ -201,6 +201,20 @@ impl FaultyStorage {
         self.state.lock().unwrap().counts[op as usize]
     }
 
+    /// A crash before each operation of the kinds `ops` that this storage
+    /// counted (run a workload on a fault-free one first), in that order.
+    pub fn crash_points(&self, ops: &[Op]) -> Vec<Fault> {
+        ops.iter()
+            .flat_map(|&op| {
+                (1..=self.count(op)).map(move |nth| Fault {
+                    op,
+                    nth,
+                    kind: FaultKind::Crash,
+                })
+            })
+            .collect()
+    }
+
     fn check(&self, op: Op) -> Verdict {
         let mut st = self.state.lock().unwrap();
         if st.crashed {

@@ -245,8 +245,7 @@ fn crashed_states(
         rec.report.segments.len()
     );
 
-    let mut faults = Vec::new();
-    for op in [
+    let mut faults = counter.crash_points(&[
         Op::Write,
         Op::SyncData,
         Op::SyncAll,
@@ -255,15 +254,7 @@ fn crashed_states(
         Op::SetLen,
         Op::Create,
         Op::Remove,
-    ] {
-        for n in 1..=counter.count(op) {
-            faults.push(Fault {
-                op,
-                nth: n,
-                kind: FaultKind::Crash,
-            });
-        }
-    }
+    ]);
     for n in 1..=counter.count(Op::Write) {
         for &keep in torn_keeps {
             faults.push(Fault {

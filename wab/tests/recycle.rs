@@ -131,8 +131,7 @@ fn a_crash_or_power_cut_at_any_step_of_recycling_loses_nothing() {
     let clean = root.path().join("clean");
     delivered_and_active(&clean);
     set_aside_and_recycle(&counter, &clean).unwrap();
-    let mut faults = Vec::new();
-    for op in [
+    let mut faults = counter.crash_points(&[
         Op::Open,
         Op::Write,
         Op::SyncAll,
@@ -140,15 +139,7 @@ fn a_crash_or_power_cut_at_any_step_of_recycling_loses_nothing() {
         Op::Rename,
         Op::SyncDir,
         Op::Remove,
-    ] {
-        for nth in 1..=counter.count(op) {
-            faults.push(Fault {
-                op,
-                nth,
-                kind: FaultKind::Crash,
-            });
-        }
-    }
+    ]);
     for nth in 1..=counter.count(Op::Write) {
         faults.push(Fault {
             op: Op::Write,
