@@ -380,9 +380,10 @@ fn mutual_tls_lets_in_good_clients_and_refuses_the_rest_by_reason() {
         let r = tls_post(&mut s, "sync", b"must not land");
         assert!(r.is_err(), "{reason}: the client was served: {r:?}");
         assert_eq!(
-            stat(
+            stat_reaching(
                 &d,
-                &format!("http_tls_handshakes_failed{{reason=\"{reason}\"}}")
+                &format!("http_tls_handshakes_failed{{reason=\"{reason}\"}}"),
+                1
             ),
             1,
             "{reason}"

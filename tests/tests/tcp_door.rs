@@ -135,9 +135,10 @@ fn mutual_tls_serves_good_clients_refuses_the_rest_and_rotates_by_sighup() {
             .and_then(|()| expect_bytes(&mut s, &expected_ack(), "refused client"));
         assert!(r.is_err(), "{reason}: the client was served");
         assert_eq!(
-            stat(
+            stat_reaching(
                 &d,
-                &format!("tcp_tls_handshakes_failed{{reason=\"{reason}\"}}")
+                &format!("tcp_tls_handshakes_failed{{reason=\"{reason}\"}}"),
+                1
             ),
             1,
             "{reason}"
