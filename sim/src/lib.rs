@@ -53,4 +53,5 @@ pub mod storage;
 mod world;
 
 pub use rng::Rng;
-pub use world::{is_segment, run_schedule, run_small_disk_schedule, Disk, Failure, Report};
+pub use storage::is_segment;
+pub use world::{run_schedule, run_small_disk_schedule, Disk, Failure, Report};

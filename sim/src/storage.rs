@@ -541,7 +541,7 @@ impl Storage for SimStorage {
             .insert(to_name, Entry::File(ino));
         // A segment renamed to a name no reader opens (a `.free` file to be
         // written over) is gone as a segment: it is checked as a removal.
-        if is_segment_name(from) && !is_segment_name(to) {
+        if is_segment(from) && !is_segment(to) {
             let bytes = fs.inodes[ino].live.clone();
             fs.removed.push((from.to_path_buf(), bytes));
         }
@@ -564,7 +564,7 @@ impl Storage for SimStorage {
         let ino = fs.file(path)?;
         let (parent, name) = split(path)?;
         fs.dir_mut(parent)?.live.remove(&name);
-        if is_segment_name(path) {
+        if is_segment(path) {
             let bytes = fs.inodes[ino].live.clone();
             fs.removed.push((path.to_path_buf(), bytes));
         }
@@ -665,7 +665,8 @@ impl StorageFile for SimFile {
     }
 }
 
-fn is_segment_name(path: &Path) -> bool {
+/// Whether `path` is a shard segment (sealed or open) by its name.
+pub fn is_segment(path: &Path) -> bool {
     matches!(
         path.file_name().and_then(|n| n.to_str()).and_then(classify),
         Some(FileKind::Sealed(_) | FileKind::Open(_))

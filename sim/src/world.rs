@@ -31,7 +31,7 @@ use spillway_wab::{
 
 use crate::rng::Rng;
 use crate::sink::{SinkMode, SinkScript};
-use crate::storage::{CrashKind, Fault, SimFile, SimStorage, ROOT};
+use crate::storage::{is_segment, CrashKind, Fault, SimFile, SimStorage, ROOT};
 
 const SHARD: u32 = 0;
 /// The one sink the schedules deliver to.
@@ -1999,12 +1999,4 @@ pub fn run_schedule(seed: u64) -> Result<Report, Failure> {
 /// Run the schedule of `seed` on a disk with room for one segment.
 pub fn run_small_disk_schedule(seed: u64) -> Result<Report, Failure> {
     World::new(seed, Disk::OneSegment).run()
-}
-
-/// Whether `path` is a shard segment of this simulation (for tests).
-pub fn is_segment(path: &Path) -> bool {
-    matches!(
-        path.file_name().and_then(|n| n.to_str()).map(classify),
-        Some(Some(FileKind::Sealed(_) | FileKind::Open(_)))
-    )
 }

@@ -51,8 +51,7 @@ pub fn preallocate<S: Storage>(
     segment_id: u64,
     capacity: u64,
 ) -> io::Result<Preallocated<S::File>> {
-    let tmp = partial_name(dir, segment_id);
-    let _ = storage.remove(&tmp);
+    let tmp = clear_partial(storage, dir, segment_id);
     let file = storage.create(&tmp)?;
     zero_fill(storage, dir, file, &tmp, segment_id, capacity)
 }
@@ -80,8 +79,7 @@ pub fn recycle<S: Storage>(
     segment_id: u64,
     capacity: u64,
 ) -> io::Result<Preallocated<S::File>> {
-    let tmp = partial_name(dir, segment_id);
-    let _ = storage.remove(&tmp);
+    let tmp = clear_partial(storage, dir, segment_id);
     storage.rename(free, &tmp)?;
     let opened = storage.sync_dir(dir).and_then(|()| storage.open(&tmp));
     let file = match opened {
@@ -94,8 +92,12 @@ pub fn recycle<S: Storage>(
     zero_fill(storage, dir, file, &tmp, segment_id, capacity)
 }
 
-fn partial_name(dir: &Path, segment_id: u64) -> PathBuf {
-    dir.join(format!("{}.tmp", open_name(segment_id)))
+/// `<dir>/<id>.open.tmp`, where a segment is prepared, with a stale one
+/// (left by a failed or crashed preparation) removed first.
+fn clear_partial<S: Storage>(storage: &S, dir: &Path, segment_id: u64) -> PathBuf {
+    let tmp = dir.join(format!("{}.tmp", open_name(segment_id)));
+    let _ = storage.remove(&tmp);
+    tmp
 }
 
 /// Fill `file` (at `tmp`) with `capacity` zeros from offset 0, cut it there

@@ -1,8 +1,7 @@
 //! Delivered segments set aside to be written over as later ones.
 //!
 //! Retention renames a segment every sink has confirmed to `<id>.free`
-//! rather than unlinking it, while fewer than [`FREE_SEGMENTS_MAX`] wait;
-//! the sealer takes it when it prepares the next segment and writes zeros
+//! rather than unlinking it, while none waits; the sealer takes it when it prepares the next segment and writes zeros
 //! over it ([`spillway_wab::recycle`]) instead of creating a file. In
 //! steady state a shard then neither allocates nor frees disk blocks: on a
 //! file system mounted with `discard`, freeing a 64 MiB segment made the
@@ -15,47 +14,41 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// At most this many delivered segments per shard wait to be written over:
-/// one rotation needs one, and a segment is freed about once per rotation.
-/// Each costs a segment's disk space while it waits.
-pub const FREE_SEGMENTS_MAX: usize = 1;
-
-/// One shard's delivered segments waiting to be written over (see the
-/// module documentation). Retention puts, the sealer takes.
+/// One shard's delivered segment waiting to be written over (see the
+/// module documentation): at most one, since one rotation needs one and a
+/// segment is freed about once per rotation, and each waiting one costs a
+/// segment's disk space. Retention puts, the sealer takes.
 #[derive(Debug, Default)]
 pub struct FreeSegments {
-    paths: Mutex<Vec<PathBuf>>,
+    waiting: Mutex<Option<PathBuf>>,
     /// Segments the sealer made out of a free one (metrics, `ctl stats`).
     pub recycled: AtomicU64,
 }
 
 impl FreeSegments {
-    /// Whether retention may set one more aside. Only retention adds, so
-    /// the answer holds until its [`Self::put`].
+    /// Whether retention may set one aside. Only retention puts, so the
+    /// answer holds until its [`Self::put`].
     pub fn has_room(&self) -> bool {
-        self.paths.lock().unwrap().len() < FREE_SEGMENTS_MAX
+        self.waiting.lock().unwrap().is_none()
     }
 
     /// `path` (a `.free` file) waits to be written over.
     pub fn put(&self, path: PathBuf) {
-        let mut paths = self.paths.lock().unwrap();
-        paths.push(path);
+        let before = self.waiting.lock().unwrap().replace(path);
         assert!(
-            paths.len() <= FREE_SEGMENTS_MAX,
-            "{} free segments set aside, more than {FREE_SEGMENTS_MAX}",
-            paths.len()
+            before.is_none(),
+            "a second free segment set aside while {before:?} waits"
         );
     }
 
-    /// The oldest free segment, if one waits.
+    /// The waiting free segment, if any.
     pub fn take(&self) -> Option<PathBuf> {
-        let mut paths = self.paths.lock().unwrap();
-        (!paths.is_empty()).then(|| paths.remove(0))
+        self.waiting.lock().unwrap().take()
     }
 
-    /// Forget every waiting one: a start's recovery removed their files.
+    /// Forget the waiting one: a start's recovery removed its file.
     pub fn forget(&self) {
-        self.paths.lock().unwrap().clear();
+        self.take();
     }
 
     /// Count one segment made out of a free one.
@@ -69,11 +62,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn holds_at_most_its_bound_and_hands_out_the_oldest_first() {
+    fn holds_at_most_one_and_hands_it_out() {
         let free = FreeSegments::default();
         assert!(free.has_room());
         free.put(PathBuf::from("a.free"));
-        assert_eq!(free.has_room(), FREE_SEGMENTS_MAX > 1);
+        assert!(!free.has_room());
         assert_eq!(free.take(), Some(PathBuf::from("a.free")));
         assert_eq!(free.take(), None);
         free.put(PathBuf::from("b.free"));

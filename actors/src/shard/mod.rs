@@ -26,7 +26,7 @@ mod watermark;
 
 pub use abandoned::Abandoned;
 pub use append::{AppendBatch, CommitTarget, GroupBound, GROUP_RECORDS_MAX};
-pub use free::{FreeSegments, FREE_SEGMENTS_MAX};
+pub use free::FreeSegments;
 pub use health::{nack_for, ShardHealth};
 pub use pending::{PendingIter, PendingRecord, PendingRecords};
 pub use queue::{ShardQueue, SPIN_BEFORE_SLEEP_DEFAULT};
