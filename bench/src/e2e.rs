@@ -144,12 +144,12 @@ pub(super) fn start(
         .map_err(|e| LoadError::Failed(format!("starting the {label} daemon: {e}")))
 }
 
-/// A loopback address nobody listens on now (bound, then let go), for a
-/// network door of a bench daemon.
-pub(super) fn free_loopback_addr() -> Result<std::net::SocketAddr, LoadError> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| LoadError::Failed(format!("finding a free port: {e}")))
+/// A loopback address nobody listens on now, for a network door of a
+/// bench daemon: below the ephemeral range (see
+/// [`spillway_test_http::port`]), where the bench's own client
+/// connections cannot be given the port before the daemon binds it.
+pub(super) fn free_loopback_addr() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], spillway_test_http::free_port()))
 }
 
 pub(super) fn stop_daemon(daemon: BenchDaemon, label: &str) -> Result<(), LoadError> {

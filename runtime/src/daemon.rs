@@ -88,9 +88,16 @@ pub fn run(
 /// faults and munmap, and a serial Sync push's p50 rose by ~30 µs
 /// (measured with `spillway bench --scenario single_thread_sync` against
 /// the build before, alternating runs: 164-176 µs vs 126-135 µs; at 1 MiB
-/// the two are equal, 148 vs 152 µs).
+/// the two are equal, 148 vs 152 µs). Above a PushBatch frame of 1 MiB
+/// of payload (the bench's payload sweep and the size producers batch
+/// to): at 1 MiB each such frame was an mmap, a page fault per 4 KiB as
+/// its bytes arrived and a munmap, and 4 KiB to 64 KiB records moved
+/// 15-30% fewer MiB/s pipelined (`spillway bench --scenario
+/// payload_sweep`, alternating runs against the 1 MiB build). Frames
+/// larger than this (up to the 16 MiB payload cap, what the `hostile`
+/// scenario stalls) still get their own mapping.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const MMAP_THRESHOLD_BYTES: libc::c_int = 1024 * 1024;
+const MMAP_THRESHOLD_BYTES: libc::c_int = 2 * 1024 * 1024;
 
 /// Pin glibc's mmap threshold. By default it rises to the size of the
 /// largest mapping freed (up to 32 MiB), after which 16 MiB frame buffers
