@@ -113,6 +113,34 @@ fn return_large_buffers_to_the_system() {
     }
 }
 
+/// How often freed heap memory is handed back to the system (see
+/// [`spawn_memory_trim`]).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Hand freed heap memory back to the system every [`TRIM_EVERY`]. Frame
+/// buffers under [`MMAP_THRESHOLD_BYTES`] come from the heap and are
+/// reused while frames keep coming, but once a burst is over glibc keeps
+/// what they held resident: 100 connections each sending three PushBatches
+/// of 1.9 MiB left the daemon at 102 MiB RSS, against 21 MiB when every
+/// such frame was a mapping of its own. `malloc_trim` gives back the free
+/// pages of every arena; under steady load that costs a page fault per
+/// 4 KiB of a reused buffer once per interval, not once per frame.
+fn spawn_memory_trim() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    actix_rt::spawn(async {
+        let mut tick = actix_rt::time::interval(TRIM_EVERY);
+        loop {
+            tick.tick().await;
+            // SAFETY: malloc_trim only returns free pages to the system
+            // (glibc locks each arena while it walks it).
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+    });
+}
+
 /// The locks a running daemon holds for its whole life.
 struct Ownership {
     _data: DataDirLock,
@@ -510,6 +538,7 @@ fn start(
     Admin::new(admin_listener, metrics_listener, admin_state).start();
     spawn_signal_handlers(supervisor);
     spawn_reload_triggers(reloader, watch_config);
+    spawn_memory_trim();
     // The socket listens and every shard is recovered: a producer that
     // connects now is answered.
     crate::notify::ready(&status);

@@ -2,8 +2,9 @@
 //! the real binary: a second daemon on the same data folder or socket, a
 //! socket folder another user can write, a closed log pipe, a low file
 //! descriptor limit, idle connections holding the connection cap, stalled
-//! huge frames, a PushBatch of millions of tiny records, and the log of a
-//! normal run (it must say nothing alarming).
+//! huge frames, a PushBatch of millions of tiny records, memory left
+//! behind by a burst of big batches, and the log of a normal run (it must
+//! say nothing alarming).
 //!
 //! Memory figures are printed (run with `--nocapture` to see them).
 
@@ -1081,6 +1082,69 @@ fn a_pushbatch_of_millions_of_one_byte_records_costs_bounded_memory() {
         growth as f64 / MIB as f64,
         growth as f64 / frame_bytes as f64,
         bound / MIB
+    );
+}
+
+#[test]
+fn a_burst_of_big_batches_leaves_no_resident_memory_behind() {
+    // PushBatches of just under 2 MiB come from the heap (under the
+    // daemon's mmap threshold), so once they are written their buffers
+    // stay resident unless the daemon hands them back. All connections
+    // send at once, so many frames are held together (up to the read
+    // budget).
+    const CONNS: usize = 64;
+    const RECORDS: usize = 29;
+    const RAISED_KIB: u64 = 20 * 1024;
+    const ALLOWANCE_KIB: u64 = 8 * 1024;
+    let d = Daemon::start("[sink]\ntype = \"noop\"\n");
+    let pid = d.pid().unwrap();
+    let record = vec![b'r'; 64 * 1024];
+    let batch: Vec<&[u8]> = vec![&record; RECORDS];
+    let mut clients: Vec<Client> = (0..CONNS).map(|_| d.client()).collect();
+    clients[0].push_batch(Tier::Sync, &batch).unwrap();
+    let idle_kib = status_kib(pid, "VmRSS");
+    let hwm_before = status_kib(pid, "VmHWM");
+    let start = std::sync::Barrier::new(CONNS);
+    thread::scope(|s| {
+        for mut c in clients {
+            let (batch, start) = (&batch, &start);
+            s.spawn(move || {
+                start.wait();
+                assert_eq!(c.push_batch(Tier::Sync, batch).unwrap(), RECORDS as u32);
+            });
+        }
+    });
+    // The peak, not the RSS now: a periodic trim may already have run.
+    let peak_kib = status_kib(pid, "VmHWM");
+    let t = Instant::now();
+    let mut now_kib = status_kib(pid, "VmRSS");
+    while now_kib > idle_kib + ALLOWANCE_KIB && t.elapsed() < Duration::from_secs(15) {
+        thread::sleep(Duration::from_millis(100));
+        now_kib = status_kib(pid, "VmRSS");
+    }
+    eprintln!(
+        "{CONNS} connections, one PushBatch of {RECORDS} x 64 KiB each at once: daemon RSS \
+         {:.1} MiB before (peak {:.1}), peak {:.1} MiB during the burst, {:.1} MiB {:?} after",
+        mib(idle_kib),
+        mib(hwm_before),
+        mib(peak_kib),
+        mib(now_kib),
+        t.elapsed()
+    );
+    assert!(
+        peak_kib >= hwm_before.max(idle_kib + RAISED_KIB),
+        "the burst raised the daemon's peak RSS to only {:.1} MiB (idle {:.1} MiB): it held too \
+         few frames at once to show anything",
+        mib(peak_kib),
+        mib(idle_kib)
+    );
+    assert!(
+        now_kib <= idle_kib + ALLOWANCE_KIB,
+        "the daemon still holds {:.1} MiB 15 s after a burst of big PushBatches (idle {:.1} MiB; \
+         allowed {} MiB more)",
+        mib(now_kib),
+        mib(idle_kib),
+        ALLOWANCE_KIB / 1024
     );
 }
 
