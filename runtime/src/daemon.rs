@@ -113,32 +113,45 @@ fn return_large_buffers_to_the_system() {
     }
 }
 
-/// How often freed heap memory is handed back to the system (see
-/// [`spawn_memory_trim`]).
+/// How often the daemon looks whether to hand freed heap memory back to
+/// the system (see [`spawn_memory_trim`]).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Hand freed heap memory back to the system every [`TRIM_EVERY`]. Frame
-/// buffers under [`MMAP_THRESHOLD_BYTES`] come from the heap and are
-/// reused while frames keep coming, but once a burst is over glibc keeps
-/// what they held resident: 100 connections each sending three PushBatches
-/// of 1.9 MiB left the daemon at 102 MiB RSS, against 21 MiB when every
-/// such frame was a mapping of its own. `malloc_trim` gives back the free
-/// pages of every arena; under steady load that costs a page fault per
-/// 4 KiB of a reused buffer once per interval, not once per frame.
-fn spawn_memory_trim() {
+/// Hand freed heap memory back to the system once large frames stop
+/// coming. Frame buffers under [`MMAP_THRESHOLD_BYTES`] come from the heap
+/// and are reused while frames keep coming, but once a burst is over glibc
+/// keeps what they held resident: 100 connections each sending three
+/// PushBatches of 1.9 MiB left the daemon at 102 MiB RSS, against 21 MiB
+/// when every such frame was a mapping of its own. So when a whole
+/// [`TRIM_EVERY`] passed with no frame larger than 64 KiB (none released
+/// its read-buffer budget, whichever door it came through) and one did
+/// before, `malloc_trim` gives back the free pages of every arena: once
+/// after each burst, never under a steady load of large frames (their
+/// buffers are in use again at once) and never on an idle daemon.
+fn spawn_memory_trim(read_budget: Arc<ReadBudget>) {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    actix_rt::spawn(async {
+    actix_rt::spawn(async move {
         let mut tick = actix_rt::time::interval(TRIM_EVERY);
+        let mut seen = read_budget.epoch();
+        let mut since_trim = false;
         loop {
             tick.tick().await;
-            // SAFETY: malloc_trim only returns free pages to the system
-            // (glibc locks each arena while it walks it).
-            unsafe {
-                libc::malloc_trim(0);
+            let now = read_budget.epoch();
+            if now != seen {
+                (seen, since_trim) = (now, true);
+            } else if since_trim {
+                since_trim = false;
+                // SAFETY: malloc_trim only returns free pages to the
+                // system (glibc locks each arena while it walks it).
+                unsafe {
+                    libc::malloc_trim(0);
+                }
             }
         }
     });
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    drop(read_budget);
 }
 
 /// The locks a running daemon holds for its whole life.
@@ -538,7 +551,7 @@ fn start(
     Admin::new(admin_listener, metrics_listener, admin_state).start();
     spawn_signal_handlers(supervisor);
     spawn_reload_triggers(reloader, watch_config);
-    spawn_memory_trim();
+    spawn_memory_trim(conn_ctx.read_budget.clone());
     // The socket listens and every shard is recovered: a producer that
     // connects now is answered.
     crate::notify::ready(&status);
