@@ -1114,7 +1114,8 @@ fn a_burst_of_big_batches_leaves_no_resident_memory_behind() {
             });
         }
     });
-    // The peak, not the RSS now: a periodic trim may already have run.
+    // The peak, not the RSS now: the trim (2 s after the last large
+    // frame) may already have run.
     let peak_kib = status_kib(pid, "VmHWM");
     let t = Instant::now();
     let mut now_kib = status_kib(pid, "VmRSS");
