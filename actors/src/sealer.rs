@@ -1,9 +1,10 @@
 //! The SegmentSealer: one per shard, on its own OS thread, so rotation never
 //! stalls the flusher.
 //!
-//! It keeps a zero-filled segment ready for the flusher (so the flusher's
-//! fdatasync never has to commit file-size metadata), written over a
-//! delivered one when retention set one aside ([`FreeSegments`]), seals full segments
+//! It keeps a segment ready for the flusher, its blocks already written
+//! (so the flusher's fdatasync never has to commit file-size metadata):
+//! a delivered one written over when retention set one aside
+//! ([`FreeSegments`]), else a zero-filled new file. It seals full segments
 //! (footer, truncate, fsync, rename, directory fsync) and lets go of
 //! abandoned ones. Its inputs are [`SealerMsg`]s from the flusher; its only
 //! output is the spare-segment channel.
@@ -155,8 +156,8 @@ impl<S: Storage> SealerCore<S> {
         let _ = self.spares.send(result);
     }
 
-    /// Segment `id`, zero-filled: written over a delivered segment if one
-    /// waits, else a new file.
+    /// Segment `id`: written over a delivered segment if one waits, else a
+    /// new, zero-filled file.
     fn make_segment(&self, id: u64) -> std::io::Result<Preallocated<S::File>> {
         if let Some(free) = self.free.take() {
             match recycle(&self.storage, &self.dir, &free, id, self.segment_bytes) {

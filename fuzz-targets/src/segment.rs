@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use spillway_wab::format::{
-    open_name, record_crc, sealed_name, Footer, GapFrame, RecordsCrc, FOOTER_LEN, FOOTER_MARKER,
-    FORMAT_VERSION, GAP_FRAME_LEN, GAP_MARKER, RECORD_BYTES_MAX, RECORD_HEADER_LEN,
-    SEGMENT_HEADER_LEN, SEGMENT_MAGIC,
+    open_name, record_crc, sealed_name, Footer, GapFrame, RecordsCrc, Salt, FOOTER_LEN,
+    FOOTER_MARKER, FORMAT_1, FORMAT_VERSION, GAP_FRAME_LEN, GAP_MARKER, RECORD_BYTES_MAX,
+    RECORD_HEADER_LEN, SEGMENT_HEADER_LEN, SEGMENT_MAGIC,
 };
 use spillway_wab::{
     check_sealed, open_shard, open_shard_with, read_shard, FsStorage, OpenedShard, SealedCheck,
@@ -80,6 +80,11 @@ fn fixed(control: u8, rest: &[u8]) -> Vec<u8> {
     };
     let fix_records = control & FIX_RECORDS != 0;
     let first_seq = u64_at(&b, 24);
+    // The salt a reader takes from the header (format 1 unsalted).
+    let salt = match u32_at(&b, 8) {
+        FORMAT_1 => Salt::NONE,
+        _ => Salt::of_segment(u64_at(&b, 16)),
+    };
     let mut at = SEGMENT_HEADER_LEN;
     let mut positions = 0u64;
     let mut record = 0u64;
@@ -97,16 +102,16 @@ fn fixed(control: u8, rest: &[u8]) -> Vec<u8> {
                     last_seq: first_seq.wrapping_add(positions).wrapping_sub(1),
                     records_crc: records_crc.value(),
                 };
-                b[at..at + FOOTER_LEN].copy_from_slice(&footer.encode());
+                b[at..at + FOOTER_LEN].copy_from_slice(&footer.encode(salt));
             }
             break;
         }
         if len == GAP_MARKER {
             if fix_records {
-                let crc = crc32fast::hash(&b[at + 8..at + GAP_FRAME_LEN]);
+                let crc = salt.apply(crc32fast::hash(&b[at + 8..at + GAP_FRAME_LEN]));
                 b[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
             }
-            let Some((gap, crc)) = GapFrame::decode(&b[at..]) else {
+            let Some((gap, crc)) = GapFrame::decode(&b[at..], salt) else {
                 break;
             };
             records_crc.add(crc);
@@ -119,7 +124,10 @@ fn fixed(control: u8, rest: &[u8]) -> Vec<u8> {
             break;
         }
         if fix_records && damaged != Some(record) {
-            let crc = record_crc(u64_at(&b, at + 8), &b[at + RECORD_HEADER_LEN..end]);
+            let crc = salt.apply(record_crc(
+                u64_at(&b, at + 8),
+                &b[at + RECORD_HEADER_LEN..end],
+            ));
             b[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
         }
         records_crc.add(u32_at(&b, at + 4));
@@ -146,9 +154,13 @@ fn keep_seqs_far_from_the_end(b: &mut [u8]) {
     }
 }
 
+/// Magic and CRC made right; the format too, unless it is already one
+/// this build reads (so both formats are fuzzed).
 fn fix_header(b: &mut [u8]) {
     b[0..8].copy_from_slice(&SEGMENT_MAGIC);
-    b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    if !matches!(u32_at(b, 8), FORMAT_1 | FORMAT_VERSION) {
+        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    }
     let crc = crc32fast::hash(&b[0..60]);
     b[60..64].copy_from_slice(&crc.to_le_bytes());
 }

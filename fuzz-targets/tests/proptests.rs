@@ -66,12 +66,8 @@ fn request_stream() -> impl Strategy<Value = Vec<u8>> {
 /// A segment file as the writer makes it: header, records, and a footer
 /// when `sealed`.
 fn segment_file(first_seq: u64, records: &[Vec<u8>], sealed: bool) -> Vec<u8> {
-    let header = SegmentHeader {
-        shard: 7,
-        segment_id: 1,
-        first_seq,
-        created_unix_us: 1,
-    };
+    let header = SegmentHeader::new(7, 1, first_seq, 1);
+    let salt = header.salt();
     let mut b = header.encode().to_vec();
     let mut crcs = RecordsCrc::new();
     for (i, r) in records.iter().enumerate() {
@@ -80,7 +76,7 @@ fn segment_file(first_seq: u64, records: &[Vec<u8>], sealed: bool) -> Vec<u8> {
             arrival_unix_us: i as u64,
         }
         .pack();
-        let crc = record_crc(meta, r);
+        let crc = salt.apply(record_crc(meta, r));
         crcs.add(crc);
         b.extend_from_slice(&encode_record_header(r.len() as u32, crc, meta));
         b.extend_from_slice(r);
@@ -92,7 +88,7 @@ fn segment_file(first_seq: u64, records: &[Vec<u8>], sealed: bool) -> Vec<u8> {
             last_seq: first_seq.wrapping_add(records.len() as u64).wrapping_sub(1),
             records_crc: crcs.value(),
         };
-        b.extend_from_slice(&footer.encode());
+        b.extend_from_slice(&footer.encode(salt));
     } else {
         b.extend_from_slice(&[0u8; 32]);
     }

@@ -60,7 +60,9 @@
 use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 
-use crate::format::{Footer, SegmentHeader, FOOTER_LEN, SEGMENT_HEADER_LEN, SEQ_MAX};
+use crate::format::{
+    Footer, SegmentHeader, FOOTER_LEN, FORMAT_1, FORMAT_VERSION, SEGMENT_HEADER_LEN, SEQ_MAX,
+};
 use crate::quarantine::{quarantine, save_copy, QUARANTINE_DIR};
 use crate::reader::SegmentReader;
 use crate::salvage::count_intact;
@@ -146,19 +148,30 @@ pub(crate) fn repair<S: Storage>(
     if read_full_at(&file, 0, &mut raw)? < SEGMENT_HEADER_LEN {
         return Ok(None);
     }
-    let mut walk = SegmentReader::unnumbered(file);
-    let mut first_arrival = None;
-    while let Some(r) = walk.next()? {
-        first_arrival.get_or_insert(r.meta.arrival_unix_us);
+    // The header cannot say the format: the records are read under this
+    // build's first, under format 1 if none checks out that way.
+    let mut file = Some(file);
+    let mut found = None;
+    for format in [FORMAT_VERSION, FORMAT_1] {
+        let mut walk = SegmentReader::unnumbered(file.take().unwrap(), format, id);
+        let mut first_arrival = None;
+        while let Some(r) = walk.next()? {
+            first_arrival.get_or_insert(r.meta.arrival_unix_us);
+        }
+        let records = walk.count() - walk.lost_records();
+        if records > 0 {
+            found = Some((walk, first_arrival, records, format));
+            break;
+        }
+        file = Some(walk.into_file());
     }
-    let records = walk.count() - walk.lost_records();
-    if records == 0 {
+    let Some((walk, first_arrival, records, format)) = found else {
         // Nothing to number (a torn first write, or nothing but damage).
         return Ok(None);
-    }
+    };
     let from_footer = footer_proof(&walk)?;
     let one_byte = SegmentHeader::repair_one_byte(&raw)
-        .filter(|h| h.segment_id == id && h.shard == shard)
+        .filter(|h| h.segment_id == id && h.shard == shard && h.format == format)
         .map(|h| (h, changed_byte(&raw, &h.encode())));
     let (header, proof) = match (from_footer, one_byte) {
         (Some(first), Some((h, offset))) if h.first_seq == first => {
@@ -166,6 +179,7 @@ pub(crate) fn repair<S: Storage>(
         }
         (Some(first), _) => (
             SegmentHeader {
+                format,
                 shard,
                 segment_id: id,
                 first_seq: first,
@@ -234,7 +248,7 @@ pub(crate) fn quarantine_unnumbered<S: Storage>(
     damage: &str,
     quarantined: &mut Vec<(PathBuf, String)>,
 ) -> io::Result<Option<Unnumbered>> {
-    let records = count_intact(&storage.open_read(path)?, SEGMENT_HEADER_LEN as u64)?;
+    let records = count_intact(&storage.open_read(path)?, SEGMENT_HEADER_LEN as u64, id)?;
     if records == 0 {
         quarantine(storage, dir, path, damage, quarantined)?;
         return Ok(None);
@@ -286,7 +300,7 @@ fn footer_proof<F: StorageFile>(walk: &SegmentReader<F>) -> io::Result<Option<u6
         if read_full_at(file, at, &mut raw)? < FOOTER_LEN {
             continue;
         }
-        let Ok(f) = Footer::decode(&raw) else {
+        let Ok(f) = Footer::decode(&raw, walk.header().salt()) else {
             continue;
         };
         if f.end_offset != at {

@@ -5,24 +5,33 @@
 //! header   := magic "SPILLSEG" | format u32 | shard u32 | segment_id u64
 //!             | first_seq u64 | created_unix_us u64 | reserved[20] | crc u32
 //! record   := len u32 (1..=16 MiB) | crc u32 | meta u64 | payload[len]
-//!             crc  = CRC-32 of meta (LE bytes) ++ payload
+//!             crc  = CRC-32 of meta (LE bytes) ++ payload, xor salt
 //!             meta = arrival_unix_us (low 56 bits) | tier (high 8 bits)
 //! gap      := 0xFFFF_FFFE u32 | crc u32 | skip_bytes u32 | lost_records u32
-//!             crc = CRC-32 of bytes 8..16; written by recovery over damaged
-//!             records, followed by skip_bytes damaged bytes left in place
+//!             crc = CRC-32 of bytes 8..16, xor salt; written by recovery
+//!             over damaged records, followed by skip_bytes damaged bytes
+//!             left in place
 //! end      := a record header of 16 zero bytes, or end of file
 //! footer   := 0xFFFF_FFFF u32 | "SEAL" | record_count u64 | end_offset u64
 //!             | last_seq u64 | records_crc u32 | crc u32      (40 bytes)
-//!             records_crc = CRC-32 of every record's (and gap's) crc (LE) in order
+//!             records_crc = CRC-32 of every record's (and gap's) stored
+//!             crc (LE) in order; crc = CRC-32 of bytes 0..36, xor salt
+//! salt     := 0 in format 1; in format 2 a function of the segment id
+//!             ([`Salt`]), so that frames an earlier use of a recycled file
+//!             left fail every check of the new one
 //! ```
-//! All integers little-endian. Segments are preallocated with zeros, so
-//! the first all-zero record header marks the end of an unsealed segment.
-//! See docs/wab-format.md for the reasoning.
+//! All integers little-endian. The writer puts 16 zero bytes after every
+//! group it appends, so the first all-zero record header marks the end of
+//! an unsealed segment. See docs/wab-format.md for the reasoning.
 
 use thiserror::Error;
 
 pub const SEGMENT_MAGIC: [u8; 8] = *b"SPILLSEG";
-pub const FORMAT_VERSION: u32 = 1;
+/// The format this build writes: 2, with salted CRCs (see [`Salt`]).
+pub const FORMAT_VERSION: u32 = 2;
+/// The first format (CRCs unsalted, files zero-filled before every use):
+/// still read, never written.
+pub const FORMAT_1: u32 = 1;
 pub const SEGMENT_HEADER_LEN: usize = 64;
 pub const RECORD_HEADER_LEN: usize = 16;
 pub const FOOTER_LEN: usize = 40;
@@ -42,7 +51,9 @@ const ARRIVAL_MASK: u64 = (1 << 56) - 1;
 pub enum FormatError {
     #[error("segment header: magic is {0:02x?}, expected \"SPILLSEG\"")]
     BadMagic([u8; 8]),
-    #[error("segment header: format version {0}, this build reads {FORMAT_VERSION}")]
+    #[error(
+        "segment header: format version {0}, this build reads {FORMAT_1} and {FORMAT_VERSION}"
+    )]
     BadVersion(u32),
     #[error("segment header: CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")]
     BadHeaderCrc { stored: u32, computed: u32 },
@@ -68,6 +79,9 @@ pub const SEQ_MAX: u64 = 1 << 63;
 /// The fixed header at offset 0 of every segment in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// [`FORMAT_VERSION`] when written by this build; [`FORMAT_1`] for a
+    /// segment an older one wrote.
+    pub format: u32,
     pub shard: u32,
     pub segment_id: u64,
     /// Sequence number of the segment's first record.
@@ -79,7 +93,7 @@ impl SegmentHeader {
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
         let mut b = [0u8; SEGMENT_HEADER_LEN];
         b[0..8].copy_from_slice(&SEGMENT_MAGIC);
-        b[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[8..12].copy_from_slice(&self.format.to_le_bytes());
         b[12..16].copy_from_slice(&self.shard.to_le_bytes());
         b[16..24].copy_from_slice(&self.segment_id.to_le_bytes());
         b[24..32].copy_from_slice(&self.first_seq.to_le_bytes());
@@ -99,7 +113,7 @@ impl SegmentHeader {
             return Err(FormatError::BadMagic(magic));
         }
         let version = u32_at(b, 8);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != FORMAT_1 {
             return Err(FormatError::BadVersion(version));
         }
         let stored = u32_at(b, 60);
@@ -112,11 +126,112 @@ impl SegmentHeader {
             return Err(FormatError::SeqOutOfRange(first_seq));
         }
         Ok(Some(SegmentHeader {
+            format: version,
             shard: u32_at(b, 12),
             segment_id: u64_at(b, 16),
             first_seq,
             created_unix_us: u64_at(b, 32),
         }))
+    }
+}
+
+impl SegmentHeader {
+    /// The header this build writes for segment `segment_id`.
+    pub fn new(shard: u32, segment_id: u64, first_seq: u64, created_unix_us: u64) -> Self {
+        SegmentHeader {
+            format: FORMAT_VERSION,
+            shard,
+            segment_id,
+            first_seq,
+            created_unix_us,
+        }
+    }
+
+    /// The salt of this segment's frame CRCs.
+    pub fn salt(&self) -> Salt {
+        if self.format == FORMAT_1 {
+            Salt::NONE
+        } else {
+            Salt::of_segment(self.segment_id)
+        }
+    }
+}
+
+/// Odd, so that multiplying by it is a bijection of `u32`.
+const SALT_MULTIPLIER: u32 = 0x9E37_79B1;
+/// `SALT_MULTIPLIER`'s inverse modulo 2^32 (checked by a unit test).
+const SALT_INVERSE: u32 = 0x0E8B_2F51;
+
+/// What every frame CRC of a format-2 segment is xored with: a bijection
+/// of the low 32 bits of the segment id.
+///
+/// A delivered segment is written over as a later one without zeroing it
+/// first ([`crate::segment::recycle`]), so past the new records lie the old
+/// ones, with CRCs that were right in the file's earlier use. Salted by
+/// another id, they fail every check of the new use; and since the salt
+/// gives back the id it was made from, a frame that checks out under an
+/// *older* salt is known for what it is, bytes an earlier use left (see
+/// [`Salt::is_earlier`]), rather than damage. (PostgreSQL recycles its WAL
+/// files the same way, each page header naming the address it was
+/// written for.)
+///
+/// Two ids share a salt only if they differ by a multiple of 2^32, and
+/// [`crate::segment::recycle`] refuses that pair (and the one id whose salt
+/// is 0, a format-1 file's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Salt(u32);
+
+impl Salt {
+    /// Format 1: CRCs as computed.
+    pub const NONE: Salt = Salt(0);
+
+    pub fn of_segment(segment_id: u64) -> Salt {
+        Salt(
+            (segment_id as u32)
+                .wrapping_add(1)
+                .wrapping_mul(SALT_MULTIPLIER),
+        )
+    }
+
+    /// The CRC stored for a frame whose content has CRC `crc`.
+    pub fn apply(self, crc: u32) -> u32 {
+        crc ^ self.0
+    }
+
+    /// The salt a frame was written under, from its stored CRC and the CRC
+    /// of its content.
+    pub fn found(stored: u32, computed: u32) -> Salt {
+        Salt(stored ^ computed)
+    }
+
+    /// Low 32 bits of the id this salt was made from.
+    fn id(self) -> u32 {
+        self.0.wrapping_mul(SALT_INVERSE).wrapping_sub(1)
+    }
+
+    /// Whether a frame written under `found` comes from an earlier use of
+    /// a file now salted by `self`: a format-1 use (salt 0), or a segment
+    /// with a smaller id. Always false in a format-1 file, where no earlier
+    /// use can be told from damage.
+    pub fn is_earlier(self, found: Salt) -> bool {
+        if self == Salt::NONE || found == self {
+            return false;
+        }
+        found == Salt::NONE || found.id() < self.id()
+    }
+
+    /// The salts a file named for segment `segment_id` may use, when its
+    /// header cannot say which format it is: this build's first.
+    pub fn candidates(segment_id: u64) -> [Salt; 2] {
+        [Salt::of_segment(segment_id), Salt::NONE]
+    }
+
+    /// Whether a file that held segment `old` may be written over as
+    /// segment `new` without zeroing it: their salts differ, and neither is
+    /// a format-1 file's.
+    pub fn may_reuse(old: u64, new: u64) -> bool {
+        let (a, b) = (Salt::of_segment(old), Salt::of_segment(new));
+        a != b && a != Salt::NONE && b != Salt::NONE && (old as u32) < (new as u32)
     }
 }
 
@@ -249,7 +364,7 @@ impl RecordsCrc {
 /// ```
 /// A reader skips `16 + skip_bytes` bytes, counts `lost_records` positions
 /// and adds `crc` to the running records CRC (so a footer written after
-/// the salvage checks).
+/// the salvage checks). The CRC is salted like a record's (see [`Salt`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GapFrame {
     pub skip_bytes: u32,
@@ -257,23 +372,24 @@ pub struct GapFrame {
 }
 
 impl GapFrame {
-    pub fn encode(&self) -> [u8; GAP_FRAME_LEN] {
+    pub fn encode(&self, salt: Salt) -> [u8; GAP_FRAME_LEN] {
         let mut b = [0u8; GAP_FRAME_LEN];
         b[0..4].copy_from_slice(&GAP_MARKER.to_le_bytes());
         b[8..12].copy_from_slice(&self.skip_bytes.to_le_bytes());
         b[12..16].copy_from_slice(&self.lost_records.to_le_bytes());
-        let crc = crc32fast::hash(&b[8..16]);
+        let crc = salt.apply(crc32fast::hash(&b[8..16]));
         b[4..8].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
-    /// The frame and its CRC, or `None` if `b` is not a valid GAP frame.
-    pub fn decode(b: &[u8]) -> Option<(GapFrame, u32)> {
+    /// The frame and its stored CRC, or `None` if `b` is not a valid GAP
+    /// frame under `salt`.
+    pub fn decode(b: &[u8], salt: Salt) -> Option<(GapFrame, u32)> {
         if b.len() < GAP_FRAME_LEN || u32_at(b, 0) != GAP_MARKER {
             return None;
         }
         let crc = u32_at(b, 4);
-        if crc32fast::hash(&b[8..16]) != crc {
+        if salt.apply(crc32fast::hash(&b[8..16])) != crc {
             return None;
         }
         Some((
@@ -291,8 +407,8 @@ impl GapFrame {
     }
 
     /// The CRC stored in (and folded into the records CRC for) this frame.
-    pub fn crc(&self) -> u32 {
-        u32_at(&self.encode(), 4)
+    pub fn crc(&self, salt: Salt) -> u32 {
+        u32_at(&self.encode(salt), 4)
     }
 }
 
@@ -307,8 +423,9 @@ pub struct Footer {
     pub records_crc: u32,
 }
 
+/// The footer's own CRC is salted like a record's (see [`Salt`]).
 impl Footer {
-    pub fn encode(&self) -> [u8; FOOTER_LEN] {
+    pub fn encode(&self, salt: Salt) -> [u8; FOOTER_LEN] {
         let mut b = [0u8; FOOTER_LEN];
         b[0..4].copy_from_slice(&FOOTER_MARKER.to_le_bytes());
         b[4..8].copy_from_slice(&FOOTER_MAGIC);
@@ -316,19 +433,19 @@ impl Footer {
         b[16..24].copy_from_slice(&self.end_offset.to_le_bytes());
         b[24..32].copy_from_slice(&self.last_seq.to_le_bytes());
         b[32..36].copy_from_slice(&self.records_crc.to_le_bytes());
-        let crc = crc32fast::hash(&b[0..36]);
+        let crc = salt.apply(crc32fast::hash(&b[0..36]));
         b[36..40].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
-    pub fn decode(b: &[u8; FOOTER_LEN]) -> Result<Self, FormatError> {
+    pub fn decode(b: &[u8; FOOTER_LEN], salt: Salt) -> Result<Self, FormatError> {
         if u32_at(b, 0) != FOOTER_MARKER || b[4..8] != FOOTER_MAGIC {
             return Err(FormatError::BadFooter(
                 "missing marker or \"SEAL\" magic".into(),
             ));
         }
         let stored = u32_at(b, 36);
-        let computed = crc32fast::hash(&b[0..36]);
+        let computed = salt.apply(crc32fast::hash(&b[0..36]));
         if stored != computed {
             return Err(FormatError::BadFooter(format!(
                 "CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
@@ -433,10 +550,15 @@ mod tests {
             records_crc: 0,
         };
         for ok in [u64::MAX, 0, SEQ_MAX - 1] {
-            assert_eq!(Footer::decode(&footer(ok).encode()).unwrap().last_seq, ok);
+            assert_eq!(
+                Footer::decode(&footer(ok).encode(Salt::NONE), Salt::NONE)
+                    .unwrap()
+                    .last_seq,
+                ok
+            );
         }
         for bad in [SEQ_MAX, 0x80ff_ffff_ffff_ffff, u64::MAX - 1] {
-            let err = Footer::decode(&footer(bad).encode()).unwrap_err();
+            let err = Footer::decode(&footer(bad).encode(Salt::NONE), Salt::NONE).unwrap_err();
             assert!(err.to_string().contains("past"), "{err}");
         }
     }
@@ -444,6 +566,7 @@ mod tests {
     #[test]
     fn header_round_trip_and_zero_header() {
         let h = SegmentHeader {
+            format: FORMAT_VERSION,
             shard: 3,
             segment_id: 42,
             first_seq: 1000,
@@ -473,6 +596,7 @@ mod tests {
     #[test]
     fn every_single_byte_error_in_a_header_has_its_own_crc_syndrome() {
         let h = SegmentHeader {
+            format: FORMAT_VERSION,
             shard: 3,
             segment_id: 42,
             first_seq: 1000,
@@ -498,6 +622,7 @@ mod tests {
     #[test]
     fn one_damaged_header_byte_is_put_back_and_two_are_not_guessed() {
         let h = SegmentHeader {
+            format: FORMAT_VERSION,
             shard: 3,
             segment_id: 42,
             first_seq: 1_000_000,
@@ -554,10 +679,18 @@ mod tests {
             last_seq: 77,
             records_crc: 0xdead,
         };
-        assert_eq!(Footer::decode(&f.encode()).unwrap(), f);
-        let mut bad = f.encode();
+        let salt = Salt::of_segment(5);
+        assert_eq!(Footer::decode(&f.encode(salt), salt).unwrap(), f);
+        assert_eq!(
+            Footer::decode(&f.encode(Salt::NONE), Salt::NONE).unwrap(),
+            f
+        );
+        let mut bad = f.encode(salt);
         bad[9] ^= 0x80;
-        assert!(Footer::decode(&bad).is_err());
+        assert!(Footer::decode(&bad, salt).is_err());
+        // Another use's footer fails this one's check.
+        assert!(Footer::decode(&f.encode(Salt::of_segment(4)), salt).is_err());
+        assert!(Footer::decode(&f.encode(Salt::NONE), salt).is_err());
     }
 
     #[test]
@@ -566,13 +699,59 @@ mod tests {
             skip_bytes: 1234,
             lost_records: 3,
         };
-        let b = g.encode();
-        assert_eq!(GapFrame::decode(&b), Some((g, g.crc())));
+        let salt = Salt::of_segment(9);
+        let b = g.encode(salt);
+        assert_eq!(GapFrame::decode(&b, salt), Some((g, g.crc(salt))));
+        assert_eq!(GapFrame::decode(&b, Salt::NONE), None);
+        assert_eq!(GapFrame::decode(&b, Salt::of_segment(8)), None);
         for i in 0..GAP_FRAME_LEN {
             let mut bad = b;
             bad[i] ^= 0x10;
-            assert_eq!(GapFrame::decode(&bad), None, "byte {i}");
+            assert_eq!(GapFrame::decode(&bad, salt), None, "byte {i}");
         }
+    }
+
+    #[test]
+    fn a_salt_names_its_segment_and_tells_earlier_uses_apart() {
+        assert_eq!(SALT_MULTIPLIER.wrapping_mul(SALT_INVERSE), 1);
+        for id in [0u64, 1, 2, 77, 1 << 20, u32::MAX as u64 - 2000] {
+            let salt = Salt::of_segment(id);
+            assert_ne!(salt, Salt::NONE, "id {id}");
+            assert_eq!(salt.id() as u64, id, "id {id}");
+            assert!(!salt.is_earlier(salt));
+            assert!(salt.is_earlier(Salt::NONE), "a format-1 use came earlier");
+            if id > 0 {
+                assert!(salt.is_earlier(Salt::of_segment(id - 1)));
+                assert!(salt.is_earlier(Salt::of_segment(0)));
+            }
+            assert!(!salt.is_earlier(Salt::of_segment(id + 1)), "a later id");
+            // A syndrome that is no salt of an id below this one: damage.
+            assert!(!salt.is_earlier(Salt(Salt::of_segment(id + 1000).0)));
+        }
+        // Format 1 tells nothing apart.
+        assert!(!Salt::NONE.is_earlier(Salt::of_segment(3)));
+        // The one id whose salt is 0, and ids 2^32 apart, are never reused.
+        assert_eq!(Salt::of_segment(u32::MAX as u64), Salt::NONE);
+        assert!(!Salt::may_reuse(3, u32::MAX as u64));
+        assert!(!Salt::may_reuse(3, 3 + (1 << 32)));
+        assert!(!Salt::may_reuse(9, 4), "an older id");
+        assert!(Salt::may_reuse(4, 9));
+    }
+
+    #[test]
+    fn format_1_headers_are_still_read() {
+        let mut h = SegmentHeader::new(1, 2, 3, 4);
+        assert_eq!(h.format, FORMAT_VERSION);
+        assert_eq!(h.salt(), Salt::of_segment(2));
+        h.format = FORMAT_1;
+        let back = SegmentHeader::decode(&h.encode()).unwrap().unwrap();
+        assert_eq!(back, h);
+        assert_eq!(back.salt(), Salt::NONE);
+        h.format = 3;
+        assert!(matches!(
+            SegmentHeader::decode(&h.encode()),
+            Err(FormatError::BadVersion(3))
+        ));
     }
 
     #[test]

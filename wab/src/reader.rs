@@ -11,7 +11,7 @@ use std::path::Path;
 use bytes::{Bytes, BytesMut};
 
 use crate::format::{
-    record_crc, u32_at, u64_at, Footer, FormatError, GapFrame, RecordMeta, RecordsCrc,
+    record_crc, u32_at, u64_at, Footer, FormatError, GapFrame, RecordMeta, RecordsCrc, Salt,
     SegmentHeader, FOOTER_LEN, FOOTER_MARKER, GAP_MARKER, RECORD_BYTES_MAX, RECORD_HEADER_LEN,
     SEGMENT_HEADER_LEN,
 };
@@ -63,6 +63,11 @@ pub enum End {
     Footer(Footer),
     /// The first bytes that failed a check; everything before `offset` is good.
     Corrupt { offset: u64, detail: String },
+    /// Frames an earlier use of a recycled file left (they check out under
+    /// an older [`Salt`], and so does the one after them): the end of an
+    /// unsealed segment's records, as zeros would be. Everything before
+    /// `offset` is good.
+    Stale { offset: u64 },
 }
 
 /// What opening a segment file found.
@@ -78,6 +83,8 @@ pub enum Opened<F> {
 pub struct SegmentReader<F> {
     file: F,
     header: SegmentHeader,
+    /// The header's [`Salt`].
+    salt: Salt,
     /// Offset of the next record header.
     offset: u64,
     /// Positions read: records returned plus records lost in GAP frames.
@@ -141,10 +148,13 @@ impl<F: StorageFile> SegmentReader<F> {
     /// records from 0: for counting what the file holds and finding where
     /// its records end, never for handing records out (their sequence
     /// numbers are not known). Recovery uses it to salvage such a file.
-    pub(crate) fn unnumbered(file: F) -> Self {
+    /// Its CRCs are checked under `format` (its salt from `segment_id`,
+    /// the file name's id).
+    pub(crate) fn unnumbered(file: F, format: u32, segment_id: u64) -> Self {
         let header = SegmentHeader {
+            format,
             shard: 0,
-            segment_id: 0,
+            segment_id,
             first_seq: 0,
             created_unix_us: 0,
         };
@@ -155,6 +165,7 @@ impl<F: StorageFile> SegmentReader<F> {
     fn at_first_record(file: F, header: SegmentHeader) -> Self {
         SegmentReader {
             file,
+            salt: header.salt(),
             header,
             offset: SEGMENT_HEADER_LEN as u64,
             count: 0,
@@ -299,8 +310,8 @@ impl<F: StorageFile> SegmentReader<F> {
             return self.read_footer(at);
         }
         if len == GAP_MARKER {
-            let Some((gap, crc)) = GapFrame::decode(&head) else {
-                return self.corrupt(at, "GAP frame fails its CRC".into());
+            let Some((gap, crc)) = GapFrame::decode(&head, self.salt) else {
+                return self.damage_or_stale(at, "GAP frame fails its CRC".into());
             };
             let next = at + gap.span();
             if next > self.limit {
@@ -351,9 +362,9 @@ impl<F: StorageFile> SegmentReader<F> {
         let stored_crc = u32_at(&whole, 4);
         let meta = u64_at(&whole, 8);
         let payload = whole.slice(RECORD_HEADER_LEN..);
-        let computed = record_crc(meta, &payload);
+        let computed = self.salt.apply(record_crc(meta, &payload));
         if stored_crc != computed {
-            return self.corrupt(
+            return self.damage_or_stale(
                 at,
                 format!(
                     "record CRC mismatch (stored {stored_crc:#010x}, computed {computed:#010x})"
@@ -377,9 +388,9 @@ impl<F: StorageFile> SegmentReader<F> {
             Some(r) => r,
             None => return self.corrupt(at, "footer runs past the end of the file".into()),
         };
-        let footer = match Footer::decode(raw[..].try_into().unwrap()) {
+        let footer = match Footer::decode(raw[..].try_into().unwrap(), self.salt) {
             Ok(f) => f,
-            Err(e) => return self.corrupt(at, e.to_string()),
+            Err(e) => return self.damage_or_stale(at, e.to_string()),
         };
         let expected = Footer {
             record_count: self.count,
@@ -403,6 +414,17 @@ impl<F: StorageFile> SegmentReader<F> {
 
     fn corrupt(&mut self, offset: u64, detail: String) -> io::Result<Option<StoredRecord>> {
         self.stop(End::Corrupt { offset, detail })
+    }
+
+    /// A frame at `offset` failed its CRC (`detail`): [`End::Stale`] if an
+    /// earlier use of the file left it, else damage. Only ever read past
+    /// the last group of an unsealed segment, so not on any hot path.
+    fn damage_or_stale(&mut self, offset: u64, detail: String) -> io::Result<Option<StoredRecord>> {
+        let region_end = self.file.len()?.min(self.limit);
+        if crate::salvage::left_by_earlier_use(&self.file, offset, region_end, self.salt)? {
+            return self.stop(End::Stale { offset });
+        }
+        self.corrupt(offset, detail)
     }
 
     /// A buffer of `len` bytes to read the next chunk into: a spare chunk

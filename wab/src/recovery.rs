@@ -64,7 +64,7 @@ use std::path::{Path, PathBuf};
 
 use crate::damaged_header::{self, HeaderRepair, Unnumbered};
 use crate::format::{
-    classify, sealed_name, FileKind, Footer, GapFrame, SegmentHeader, FOOTER_LEN,
+    classify, sealed_name, FileKind, Footer, GapFrame, Salt, SegmentHeader, FOOTER_LEN,
     SEGMENT_HEADER_LEN,
 };
 use crate::quarantine::{quarantine, save_copy, save_copy_once};
@@ -505,6 +505,7 @@ fn trust_footer<F: StorageFile>(
     id: u64,
 ) -> io::Result<Option<SegmentInfo>> {
     let first_seq = reader.header().first_seq;
+    let salt = reader.header().salt();
     let file = reader.into_file();
     let len = file.len()?;
     if len < (SEGMENT_HEADER_LEN + FOOTER_LEN) as u64 {
@@ -514,7 +515,7 @@ fn trust_footer<F: StorageFile>(
     if read_full_at(&file, len - FOOTER_LEN as u64, &mut raw)? < FOOTER_LEN {
         return Ok(None);
     }
-    let Ok(footer) = Footer::decode(&raw) else {
+    let Ok(footer) = Footer::decode(&raw, salt) else {
         return Ok(None);
     };
     let agrees = footer.end_offset == len - FOOTER_LEN as u64
@@ -585,7 +586,7 @@ fn recover_sealed<S: Storage>(
             return quarantine_unnumbered(storage, dir, path, id, damage, report);
         }
         Opened::BadHeader(e) => {
-            if remove_if_empty_seal(storage, dir, path, report)? {
+            if remove_if_empty_seal(storage, dir, path, id, report)? {
                 return Ok(());
             }
             let damage = e.to_string();
@@ -617,6 +618,7 @@ fn recover_sealed<S: Storage>(
                 reader.offset(),
                 match other {
                     Some(End::Zeros) => "16 zero bytes",
+                    Some(End::Stale { .. }) => "frames an earlier use of the file left",
                     _ => "the end of the file",
                 }
             );
@@ -692,7 +694,7 @@ fn cut_short<S: Storage>(
     // end of the file.
     let (holes, end, kept_positions, gap_positions, detail) = match stop {
         Some(End::Corrupt { offset, detail }) => {
-            match salvage::plan(&file, offset, positions, len, false, None)? {
+            match salvage::plan(&file, header.salt(), offset, positions, len, false, None)? {
                 Ok(p) => {
                     // What the reader found says more than the walk's
                     // second look at the same bytes.
@@ -761,7 +763,7 @@ fn cut_short<S: Storage>(
     drop(again);
     // The footer first: a rerun that finds it trims what is past it
     // (`trim_after_footer`); one that does not walks to the same cut.
-    file.write_all_at(end, &[IoSlice::new(&footer.encode())])?;
+    file.write_all_at(end, &[IoSlice::new(&footer.encode(header.salt()))])?;
     file.set_len(end + FOOTER_LEN as u64)?;
     file.sync_all()?;
     report_earlier_gaps(dir, id, &earlier_gaps, report, first);
@@ -822,7 +824,7 @@ fn old_footer_end<F: StorageFile>(
     {
         return Ok(None);
     }
-    Ok(match Footer::decode(&raw) {
+    Ok(match Footer::decode(&raw, header.salt()) {
         Ok(f)
             if f.end_offset == at
                 && f.last_seq.wrapping_add(1).checked_sub(f.record_count)
@@ -867,7 +869,7 @@ fn salvage_sealed<S: Storage>(
     }
     // The footer's count is the anchor, if the footer is whole and agrees
     // with the header and its own position.
-    let anchor = match Footer::decode(&raw) {
+    let anchor = match Footer::decode(&raw, header.salt()) {
         Ok(f)
             if f.end_offset == footer_at
                 && f.last_seq
@@ -886,7 +888,15 @@ fn salvage_sealed<S: Storage>(
         drop(file);
         return cut_short(storage, dir, path, id, &why, report);
     }
-    let plan = match salvage::plan(&file, offset, positions, footer_at, true, anchor)? {
+    let plan = match salvage::plan(
+        &file,
+        header.salt(),
+        offset,
+        positions,
+        footer_at,
+        true,
+        anchor,
+    )? {
         Ok(p) => p,
         Err(cannot) => {
             let why = format!("{why}; the footer does not count the damage: {cannot}");
@@ -919,7 +929,7 @@ fn salvage_sealed<S: Storage>(
         last_seq: header.first_seq.wrapping_add(again.count()).wrapping_sub(1),
         records_crc: again.records_crc(),
     };
-    file.write_all_at(footer_at, &[IoSlice::new(&footer.encode())])?;
+    file.write_all_at(footer_at, &[IoSlice::new(&footer.encode(header.salt()))])?;
     file.sync_all()?;
     let lost = again.lost_records();
     let kept = again.count() - lost;
@@ -999,7 +1009,7 @@ fn write_gap_frames<S: Storage>(
             skip_bytes: skip,
             lost_records: lost32,
         };
-        file.write_all_at(h.start, &[IoSlice::new(&frame.encode())])?;
+        file.write_all_at(h.start, &[IoSlice::new(&frame.encode(header.salt()))])?;
         report.salvaged.push(Salvaged {
             segment_id: id,
             offset: h.start,
@@ -1089,7 +1099,7 @@ fn recover_open<S: Storage>(
         }
         // A damaged header that could not be repaired (see `recover_shard`).
         Opened::BadHeader(e) => {
-            if !remove_if_empty_seal(storage, dir, path, report)? {
+            if !remove_if_empty_seal(storage, dir, path, id, report)? {
                 let damage = e.to_string();
                 quarantine_unnumbered(storage, dir, path, id, &damage, report)?;
             }
@@ -1105,6 +1115,9 @@ fn recover_open<S: Storage>(
     // tail (or damage that could not be counted, `forced_cut`).
     let mut forced_cut: Option<(u64, String)> = None;
     let mut footer_at: Option<u64> = None;
+    // Where bytes an earlier use of a recycled file left begin, if the
+    // walk past damage found them: a torn tail ends there.
+    let mut stale_at: Option<u64> = None;
     if let Some(End::Corrupt { offset, .. }) = reader.end().cloned() {
         let positions = reader.count();
         let mut file = reader.into_file();
@@ -1112,11 +1125,20 @@ fn recover_open<S: Storage>(
         let anchor = newer_first_seq
             .filter(|&n| n >= header.first_seq)
             .map(|n| n - header.first_seq);
-        let plan = salvage::plan(&file, offset, positions, file_len, false, anchor)?
-            .map_err(|why| io::Error::other(format!("{}: {why}", path.display())))?;
+        let plan = salvage::plan(
+            &file,
+            header.salt(),
+            offset,
+            positions,
+            file_len,
+            false,
+            anchor,
+        )?
+        .map_err(|why| io::Error::other(format!("{}: {why}", path.display())))?;
         write_gap_frames(storage, dir, &mut file, path, &header, &plan.holes, report)?;
         forced_cut = plan.cut;
         footer_at = plan.footer_at;
+        stale_at = plan.stale_at;
         reader = match SegmentReader::from_file(file)? {
             Opened::Reader(r) => r,
             _ => return Err(changed(path)),
@@ -1163,8 +1185,10 @@ fn recover_open<S: Storage>(
     }
     let mut cut_bytes = 0;
     if let Some(detail) = &cut_detail {
-        cut_bytes = file_len.saturating_sub(cut);
-        save_tail(storage, dir, &file, id, cut, file_len, detail, report)?;
+        // What an earlier use of the file left is not this segment's.
+        let tail_end = stale_at.filter(|&s| s >= cut).unwrap_or(file_len);
+        cut_bytes = tail_end.saturating_sub(cut);
+        save_tail(storage, dir, &file, id, cut, tail_end, detail, report)?;
     }
     if count == lost {
         // Header only (its first group was torn), or nothing but damage:
@@ -1188,6 +1212,7 @@ fn recover_open<S: Storage>(
         path: path.to_path_buf(),
         segment_id: id,
         footer,
+        salt: header.salt(),
     };
     let sealed = seal(storage, dir, sealing)?;
     report_earlier_gaps(dir, id, &earlier_gaps, report, first_salvaged);
@@ -1214,11 +1239,13 @@ fn recover_open<S: Storage>(
 /// A segment sealed before its first record was written has no header:
 /// [`seal`] put the footer (record_count 0, end_offset 0) at offset 0. It
 /// holds nothing, so it is removed rather than quarantined (its sequence
-/// numbers were never used). Returns whether `path` was such a file.
+/// numbers were never used). Returns whether `path` (segment `id`) was
+/// such a file.
 fn remove_if_empty_seal<S: Storage>(
     storage: &S,
     dir: &Path,
     path: &Path,
+    id: u64,
     report: &mut RecoveryReport,
 ) -> io::Result<bool> {
     let file = storage.open_read(path)?;
@@ -1226,8 +1253,11 @@ fn remove_if_empty_seal<S: Storage>(
     if read_full_at(&file, 0, &mut raw)? < FOOTER_LEN {
         return Ok(false);
     }
-    let footer = match Footer::decode(&raw) {
-        Ok(f) if f.record_count == 0 && f.end_offset == 0 => f,
+    let decoded = Salt::candidates(id)
+        .into_iter()
+        .find_map(|salt| Footer::decode(&raw, salt).ok());
+    let footer = match decoded {
+        Some(f) if f.record_count == 0 && f.end_offset == 0 => f,
         _ => return Ok(false),
     };
     drop(file);
@@ -1268,7 +1298,7 @@ fn scan_quarantine<S: Storage>(
             continue;
         }
         if let Some(FileKind::Open(id) | FileKind::Sealed(id)) = classify(name) {
-            let (first, floor) = seq_evidence(storage, &path)?;
+            let (first, floor) = seq_evidence(storage, &path, id)?;
             let range = first.map(|f| (f, floor.max(f)));
             let q = QuarantinedSegment {
                 segment_id: id,
@@ -1312,7 +1342,7 @@ fn gap_file_range(name: &str) -> Option<(u64, u64)> {
 /// and one past the highest it shows (the header's `first_seq` plus the
 /// records that pass their check, and the footer's `last_seq + 1`; 0 when
 /// neither header nor footer can be trusted).
-fn seq_evidence<S: Storage>(storage: &S, path: &Path) -> io::Result<(Option<u64>, u64)> {
+fn seq_evidence<S: Storage>(storage: &S, path: &Path, id: u64) -> io::Result<(Option<u64>, u64)> {
     let file = storage.open_read(path)?;
     let mut floor = 0;
     let mut footer_first = None;
@@ -1320,7 +1350,10 @@ fn seq_evidence<S: Storage>(storage: &S, path: &Path) -> io::Result<(Option<u64>
     if len >= FOOTER_LEN as u64 {
         let mut raw = [0u8; FOOTER_LEN];
         if read_full_at(&file, len - FOOTER_LEN as u64, &mut raw)? == FOOTER_LEN {
-            if let Ok(f) = Footer::decode(&raw) {
+            let decoded = Salt::candidates(id)
+                .into_iter()
+                .find_map(|salt| Footer::decode(&raw, salt).ok());
+            if let Some(f) = decoded {
                 floor = f.last_seq.wrapping_add(1);
                 footer_first = Some(floor.saturating_sub(f.record_count));
             }
@@ -1334,8 +1367,9 @@ fn seq_evidence<S: Storage>(storage: &S, path: &Path) -> io::Result<(Option<u64>
     Ok((footer_first, floor))
 }
 
-/// Copy the non-zero bytes past a cut into quarantine, so nothing that
-/// cannot be trusted is silently destroyed.
+/// Copy the non-zero bytes in `[from, tail_end)` (past a cut, up to where
+/// an earlier use's frames begin) into quarantine, so nothing that cannot
+/// be trusted is silently destroyed.
 #[allow(clippy::too_many_arguments)]
 fn save_tail<S: Storage>(
     storage: &S,
@@ -1343,15 +1377,17 @@ fn save_tail<S: Storage>(
     file: &S::File,
     id: u64,
     from: u64,
-    file_len: u64,
+    tail_end: u64,
     detail: &str,
     report: &mut RecoveryReport,
 ) -> io::Result<()> {
+    let file_len = tail_end;
     let mut buf = vec![0u8; 1024 * 1024];
     let mut last_nonzero_end = from;
     let mut at = from;
     while at < file_len {
-        let n = read_full_at(file, at, &mut buf)?;
+        let want = buf.len().min((file_len - at) as usize);
+        let n = read_full_at(file, at, &mut buf[..want])?;
         if n == 0 {
             break;
         }

@@ -26,12 +26,17 @@
 //! the hole (what recovery always did) and says so; a sealed one is
 //! quarantined whole.
 //!
+//! In an unsealed segment, frames an earlier use of a recycled file left
+//! (see [`Salt`]) end the walk the way zeros do: nothing of this use can
+//! lie past them, so the scan stops there rather than reading the rest of
+//! the file byte by byte.
+//!
 //! This module only plans; `recovery` writes the copies, frames and footers.
 
 use std::io;
 
 use crate::format::{
-    record_crc, u32_at, u64_at, Footer, GapFrame, FOOTER_LEN, FOOTER_MARKER, GAP_FRAME_LEN,
+    record_crc, u32_at, u64_at, Footer, GapFrame, Salt, FOOTER_LEN, FOOTER_MARKER, GAP_FRAME_LEN,
     GAP_MARKER, RECORD_BYTES_MAX, RECORD_HEADER_LEN,
 };
 use crate::storage::{read_full_at, StorageFile};
@@ -84,6 +89,8 @@ enum Probe {
     Gap,
     /// A record header of 16 zero bytes.
     Zeros,
+    /// Frames an earlier use of the file left (unsealed segments only).
+    Stale,
     Footer(Footer),
     /// The end of the region (or only zero bytes before the end of the file).
     End,
@@ -131,18 +138,24 @@ pub(crate) struct Plan {
     pub end: u64,
     /// Positions of GAP frames (an earlier salvage) the walk passed.
     pub gap_positions: u64,
+    /// Where the frames an earlier use of the file left begin, if the walk
+    /// found them: a torn tail's bytes end there.
+    pub stale_at: Option<u64>,
 }
 
-/// Walk an unsealed (`sealed == false`) or sealed segment from `from` (the
-/// first bad record; everything before it is good and holds `positions`
-/// positions) to `region_end` (the end of the file, or the footer's offset
-/// for a sealed segment), and resolve the damage with `anchor`: the number
-/// of positions the segment must hold, if something says so.
+/// Walk an unsealed (`sealed == false`) or sealed segment whose CRCs are
+/// salted by `salt` from `from` (the first bad record; everything before
+/// it is good and holds `positions` positions) to `region_end` (the end of
+/// the file, or the footer's offset for a sealed segment), and resolve the
+/// damage with `anchor`: the number of positions the segment must hold, if
+/// something says so.
 ///
 /// `Err(why)` when the damage cannot be resolved safely (the caller
 /// quarantines a sealed segment).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plan<F: StorageFile>(
     file: &F,
+    salt: Salt,
     from: u64,
     mut positions: u64,
     region_end: u64,
@@ -153,8 +166,9 @@ pub(crate) fn plan<F: StorageFile>(
     let mut holes: Vec<Hole> = Vec::new();
     let mut at = from;
     let mut gap_positions = 0;
+    let mut stale_at = None;
     let stop = loop {
-        match probe(&mut w, file, at, region_end, sealed)? {
+        match probe(&mut w, file, at, region_end, sealed, salt)? {
             Probe::Record => {
                 let len = u32_at(w.get(file, at, 4)?, 0) as u64;
                 at += RECORD_HEADER_LEN as u64 + len;
@@ -162,7 +176,7 @@ pub(crate) fn plan<F: StorageFile>(
             }
             Probe::Gap => {
                 let head = w.get(file, at, GAP_FRAME_LEN)?;
-                let (gap, _) = GapFrame::decode(head).ok_or_else(|| {
+                let (gap, _) = GapFrame::decode(head, salt).ok_or_else(|| {
                     io::Error::other("GAP frame changed while salvaging the segment")
                 })?;
                 at += gap.span();
@@ -171,6 +185,10 @@ pub(crate) fn plan<F: StorageFile>(
             }
             Probe::End => break Stop::End(at),
             Probe::Zeros if !sealed => break Stop::End(at),
+            Probe::Stale => {
+                stale_at = Some(at);
+                break Stop::End(at);
+            }
             Probe::Footer(f) if !sealed => break Stop::Footer(at, f),
             other => {
                 let detail = match other {
@@ -178,8 +196,8 @@ pub(crate) fn plan<F: StorageFile>(
                     Probe::Zeros => "16 zero bytes inside a sealed segment".into(),
                     _ => "footer marker inside the records".into(),
                 };
-                match resync(&mut w, file, at, region_end, sealed)? {
-                    Some((next, known)) => {
+                match resync(&mut w, file, at, region_end, sealed, salt)? {
+                    Next::At(next, known) => {
                         holes.push(Hole {
                             start: at,
                             end: next,
@@ -190,7 +208,11 @@ pub(crate) fn plan<F: StorageFile>(
                         positions += known.unwrap_or(0);
                         at = next;
                     }
-                    None => break Stop::Torn { at, detail },
+                    Next::Nothing => break Stop::Torn { at, detail },
+                    Next::Stale(from) => {
+                        stale_at = Some(from);
+                        break Stop::Torn { at, detail };
+                    }
                 }
             }
         }
@@ -213,7 +235,11 @@ pub(crate) fn plan<F: StorageFile>(
         (Stop::Footer(_, f), None) => Some(f.record_count),
         (_, a) => a,
     };
-    let plan = resolve(holes, positions, stop, sealed, anchor).map(|p| Plan { gap_positions, ..p });
+    let plan = resolve(holes, positions, stop, sealed, anchor).map(|p| Plan {
+        gap_positions,
+        stale_at,
+        ..p
+    });
     // Damage that runs to a sealed segment's footer can be shorter than a
     // GAP frame (found by fuzzing: writing the frame failed the whole
     // recovery). (An unsealed segment's holes end at a frame found at least
@@ -280,6 +306,7 @@ fn resolve(
             footer_at,
             end,
             gap_positions: 0,
+            stale_at: None,
         });
     }
     let counted = anchor
@@ -295,6 +322,7 @@ fn resolve(
             footer_at,
             end,
             gap_positions: 0,
+            stale_at: None,
         }),
         Err(why) if sealed => Err(format!("damage of unknown size: {why}")),
         // Cut at the first hole of unknown size (what recovery always did):
@@ -322,6 +350,7 @@ fn resolve(
                 footer_at: None,
                 end: h.start,
                 gap_positions: 0,
+                stale_at: None,
             })
         }
     }
@@ -359,29 +388,41 @@ fn merge(holes: &[Hole], positions: u64, anchor: u64, all: bool) -> Result<Vec<H
     Ok(out)
 }
 
-/// Where the damaged record at `at` ends: (offset of the next good frame,
-/// records lost if known). `None`: nothing valid follows (unsealed only).
+/// Where the damaged record at `at` ends (see [`resync`]).
+enum Next {
+    /// At this offset a good frame starts; the records lost, if known.
+    At(u64, Option<u64>),
+    /// Nothing valid follows (unsealed only).
+    Nothing,
+    /// Nothing of this use follows: an earlier use's frames start here
+    /// (unsealed only).
+    Stale(u64),
+}
+
+/// Where the damaged record at `at` ends.
 fn resync<F: StorageFile>(
     w: &mut Window,
     file: &F,
     at: u64,
     region_end: u64,
     sealed: bool,
-) -> io::Result<Option<(u64, Option<u64>)>> {
+    salt: Salt,
+) -> io::Result<Next> {
     // 1. The damaged record's own length.
     let head = w.get(file, at, RECORD_HEADER_LEN)?;
     if head.len() == RECORD_HEADER_LEN {
         let len = u32_at(head, 0) as u64;
         let next = at + RECORD_HEADER_LEN as u64 + len;
         if (1..=RECORD_BYTES_MAX as u64).contains(&len) && next <= region_end {
-            let ok = match probe(w, file, next, region_end, sealed)? {
+            let ok = match probe(w, file, next, region_end, sealed, salt)? {
                 Probe::Record | Probe::Gap => true,
                 Probe::End => sealed && next == region_end,
                 Probe::Footer(_) => !sealed,
+                Probe::Stale => return Ok(Next::Stale(next)),
                 _ => false,
             };
             if ok {
-                return Ok(Some((next, Some(1))));
+                return Ok(Next::At(next, Some(1)));
             }
         }
     }
@@ -412,9 +453,10 @@ fn resync<F: StorageFile>(
             || ((1..=RECORD_BYTES_MAX as u64).contains(&len)
                 && p + RECORD_HEADER_LEN as u64 + len <= region_end);
         if plausible {
-            match probe(w, file, p, region_end, sealed)? {
-                Probe::Record | Probe::Gap => return Ok(Some((p, None))),
-                Probe::Footer(_) if !sealed => return Ok(Some((p, None))),
+            match probe(w, file, p, region_end, sealed, salt)? {
+                Probe::Record | Probe::Gap => return Ok(Next::At(p, None)),
+                Probe::Footer(_) if !sealed => return Ok(Next::At(p, None)),
+                Probe::Stale => return Ok(Next::Stale(p)),
                 _ => {}
             }
         }
@@ -422,18 +464,36 @@ fn resync<F: StorageFile>(
     }
     // 3. Nothing: a sealed segment's damage runs to its footer.
     if sealed {
-        return Ok(Some((region_end, None)));
+        return Ok(Next::At(region_end, None));
     }
-    Ok(None)
+    Ok(Next::Nothing)
 }
 
-/// What is at `at` (nothing is read at or past `region_end`).
+/// What is at `at` (nothing is read at or past `region_end`), CRCs
+/// checked under `salt`.
 fn probe<F: StorageFile>(
     w: &mut Window,
     file: &F,
     at: u64,
     region_end: u64,
     sealed: bool,
+    salt: Salt,
+) -> io::Result<Probe> {
+    let found = probe_frame(w, file, at, region_end, sealed, salt)?;
+    if matches!(found, Probe::Bad(_)) && !sealed && stale(w, file, at, region_end, salt)? {
+        return Ok(Probe::Stale);
+    }
+    Ok(found)
+}
+
+/// [`probe`], not asking whether a bad frame is an earlier use's.
+fn probe_frame<F: StorageFile>(
+    w: &mut Window,
+    file: &F,
+    at: u64,
+    region_end: u64,
+    sealed: bool,
+    salt: Salt,
 ) -> io::Result<Probe> {
     if at >= region_end {
         return Ok(Probe::End);
@@ -459,7 +519,7 @@ fn probe<F: StorageFile>(
         ));
     }
     if len == GAP_MARKER {
-        return Ok(match GapFrame::decode(head) {
+        return Ok(match GapFrame::decode(head, salt) {
             Some((g, _)) if at + g.span() <= region_end => Probe::Gap,
             Some(_) => Probe::Bad("GAP frame skips past the end".into()),
             None => Probe::Bad("GAP frame fails its CRC".into()),
@@ -473,7 +533,7 @@ fn probe<F: StorageFile>(
         let raw: &[u8; FOOTER_LEN] = raw
             .try_into()
             .map_err(|_| io::Error::other("short read of a footer"))?;
-        return Ok(match Footer::decode(raw) {
+        return Ok(match Footer::decode(raw, salt) {
             Ok(f) if f.end_offset == at => Probe::Footer(f),
             Ok(_) => Probe::Bad("footer at the wrong offset".into()),
             Err(e) => Probe::Bad(e.to_string()),
@@ -497,7 +557,7 @@ fn probe<F: StorageFile>(
         )));
     }
     let stored = u32_at(whole, 4);
-    let computed = record_crc(u64_at(whole, 8), &whole[RECORD_HEADER_LEN..]);
+    let computed = salt.apply(record_crc(u64_at(whole, 8), &whole[RECORD_HEADER_LEN..]));
     if stored != computed {
         return Ok(Probe::Bad(format!(
             "record CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
@@ -508,14 +568,28 @@ fn probe<F: StorageFile>(
 
 /// Records whose own length and CRC check out, from `from` to the end of
 /// the file, stepping over damage the way [`plan`] does (a GAP frame counts
-/// none): what a file whose records cannot be numbered still holds.
-pub(crate) fn count_intact<F: StorageFile>(file: &F, from: u64) -> io::Result<u64> {
+/// none): what a file whose records cannot be numbered still holds. Its
+/// header cannot say its format, so the count is the larger of the two
+/// its name allows ([`Salt::candidates`] of `segment_id`).
+pub(crate) fn count_intact<F: StorageFile>(
+    file: &F,
+    from: u64,
+    segment_id: u64,
+) -> io::Result<u64> {
+    let mut most = 0;
+    for salt in Salt::candidates(segment_id) {
+        most = most.max(count_intact_under(file, from, salt)?);
+    }
+    Ok(most)
+}
+
+fn count_intact_under<F: StorageFile>(file: &F, from: u64, salt: Salt) -> io::Result<u64> {
     let region_end = file.len()?;
     let mut w = Window::new();
     let mut at = from;
     let mut records = 0;
     loop {
-        match probe(&mut w, file, at, region_end, false)? {
+        match probe(&mut w, file, at, region_end, false, salt)? {
             Probe::Record => {
                 let len = u32_at(w.get(file, at, 4)?, 0) as u64;
                 at += RECORD_HEADER_LEN as u64 + len;
@@ -523,17 +597,104 @@ pub(crate) fn count_intact<F: StorageFile>(file: &F, from: u64) -> io::Result<u6
             }
             Probe::Gap => {
                 let head = w.get(file, at, GAP_FRAME_LEN)?;
-                let (gap, _) = GapFrame::decode(head)
+                let (gap, _) = GapFrame::decode(head, salt)
                     .ok_or_else(|| io::Error::other("GAP frame changed while counting records"))?;
                 at += gap.span();
             }
-            Probe::End | Probe::Zeros | Probe::Footer(_) => return Ok(records),
-            Probe::Bad(_) => match resync(&mut w, file, at, region_end, false)? {
-                Some((next, _)) => at = next,
-                None => return Ok(records),
+            Probe::End | Probe::Zeros | Probe::Stale | Probe::Footer(_) => return Ok(records),
+            Probe::Bad(_) => match resync(&mut w, file, at, region_end, false, salt)? {
+                Next::At(next, _) => at = next,
+                Next::Nothing | Next::Stale(_) => return Ok(records),
             },
         }
     }
+}
+
+/// Whether the frame at `at` (which failed its check under `salt`) was left
+/// by an earlier use of a recycled file: see [`stale`].
+pub(crate) fn left_by_earlier_use<F: StorageFile>(
+    file: &F,
+    at: u64,
+    region_end: u64,
+    salt: Salt,
+) -> io::Result<bool> {
+    stale(&mut Window::new(), file, at, region_end, salt)
+}
+
+/// Whether the frame at `at` checks out under a salt `salt` calls earlier
+/// ([`Salt::is_earlier`]), and what follows it is the same earlier use's
+/// too: its next frame under the same salt, zeros, or the end. One frame
+/// that damage made look like an earlier use's is possible (odds of about
+/// the segment id in 2^32); two in a row, or one followed by the end, is
+/// what a recycled file shows past its new records.
+fn stale<F: StorageFile>(
+    w: &mut Window,
+    file: &F,
+    at: u64,
+    region_end: u64,
+    salt: Salt,
+) -> io::Result<bool> {
+    let Some((found, next)) = frame_salt(w, file, at, region_end)? else {
+        return Ok(false);
+    };
+    if !salt.is_earlier(found) {
+        return Ok(false);
+    }
+    let Some(next) = next else {
+        // The earlier use's footer: its end.
+        return Ok(true);
+    };
+    let head = w.get(file, next, RECORD_HEADER_LEN)?;
+    if next >= region_end || head.iter().all(|&b| b == 0) {
+        return Ok(true);
+    }
+    Ok(matches!(frame_salt(w, file, next, region_end)?, Some((f, _)) if f == found))
+}
+
+/// The salt a whole, well-formed frame at `at` was written under (stored
+/// CRC xor the CRC of its content), and where the frame after it starts
+/// (`None` for a footer). `None` if no frame is whole there.
+fn frame_salt<F: StorageFile>(
+    w: &mut Window,
+    file: &F,
+    at: u64,
+    region_end: u64,
+) -> io::Result<Option<(Salt, Option<u64>)>> {
+    let head = w.get(file, at, RECORD_HEADER_LEN)?;
+    if head.len() < RECORD_HEADER_LEN || at + RECORD_HEADER_LEN as u64 > region_end {
+        return Ok(None);
+    }
+    let len = u32_at(head, 0);
+    let stored = u32_at(head, 4);
+    if len == GAP_MARKER {
+        let computed = crc32fast::hash(&head[8..16]);
+        let span = GAP_FRAME_LEN as u64 + u32_at(head, 8) as u64;
+        return Ok(Some((Salt::found(stored, computed), Some(at + span))));
+    }
+    if len == FOOTER_MARKER {
+        let raw = w.get(file, at, FOOTER_LEN)?;
+        if raw.len() < FOOTER_LEN || raw[4..8] != crate::format::FOOTER_MAGIC {
+            return Ok(None);
+        }
+        let computed = crc32fast::hash(&raw[0..36]);
+        return Ok(Some((Salt::found(u32_at(raw, 36), computed), None)));
+    }
+    if len == 0 || len > RECORD_BYTES_MAX {
+        return Ok(None);
+    }
+    let total = RECORD_HEADER_LEN + len as usize;
+    if at + total as u64 > region_end {
+        return Ok(None);
+    }
+    let whole = w.get(file, at, total)?;
+    if whole.len() < total {
+        return Ok(None);
+    }
+    let computed = record_crc(u64_at(whole, 8), &whole[RECORD_HEADER_LEN..]);
+    Ok(Some((
+        Salt::found(stored, computed),
+        Some(at + total as u64),
+    )))
 }
 
 /// Whether the 40 bytes at the end of a sealed file look like its footer

@@ -3,12 +3,13 @@
 //! Life of a segment: the sealer [`preallocate`]s it (zero-filled to
 //! `segment_bytes_max`, fsynced, renamed from `.open.tmp` to `.open`, directory
 //! fsynced) before the flusher needs it, or [`recycle`]s a delivered one
-//! the same way; the flusher turns it into an
-//! [`ActiveSegment`] and appends record groups to it, writing the header
-//! together with the first group; when it is full the sealer [`seal`]s it
-//! (footer, truncate, fsync, rename to `.sealed`, directory fsync).
+//! (its first page zeroed, its old records left in place); the flusher
+//! turns it into an [`ActiveSegment`] and appends record groups to it,
+//! writing the header together with the first group and 16 zero bytes
+//! after every group; when it is full the sealer [`seal`]s it (footer,
+//! truncate, fsync, rename to `.sealed`, directory fsync).
 //!
-//! Writing into already-written zeros means `fdatasync` flushes data only,
+//! Writing into blocks already written means `fdatasync` flushes data only,
 //! with no journal commit for a growing file: measured here ~115 µs against
 //! ~185 µs for an append (see docs/wab-format.md).
 
@@ -16,9 +17,9 @@ use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 
 use crate::format::{
-    encode_record_header, now_unix_us, open_name, record_crc, record_crc_from, sealed_name, Footer,
-    RecordsCrc, SegmentHeader, FOOTER_LEN, RECORD_BYTES_MAX, RECORD_HEADER_LEN, SEGMENT_HEADER_LEN,
-    SEQ_MAX,
+    classify, encode_record_header, now_unix_us, open_name, record_crc, record_crc_from,
+    sealed_name, FileKind, Footer, RecordsCrc, Salt, SegmentHeader, FOOTER_LEN, RECORD_BYTES_MAX,
+    RECORD_HEADER_LEN, SEGMENT_HEADER_LEN, SEQ_MAX,
 };
 use crate::storage::{Storage, StorageFile};
 
@@ -31,7 +32,17 @@ use crate::storage::{Storage, StorageFile};
 /// producer's p99 went from 20-22 ms to 12-13 ms.
 const ZERO_CHUNK: usize = 1024 * 1024;
 
-/// A zero-filled segment file ready to become the active segment.
+/// Bytes zeroed at the start of a recycled file: its old header and first
+/// record header go, so until the flusher writes the new header the file
+/// reads as a spare (an all-zero header with zeros after it).
+const RECYCLED_ZEROED: u64 = 4096;
+
+/// Written after every group: the end of an unsealed segment's records,
+/// whatever an earlier use of the file left past it.
+const END_MARKER: [u8; RECORD_HEADER_LEN] = [0; RECORD_HEADER_LEN];
+
+/// A segment file ready to become the active segment: zero-filled, or a
+/// recycled one whose first page is zeros (see [`recycle`]).
 pub struct Preallocated<F> {
     pub file: F,
     pub path: PathBuf,
@@ -40,6 +51,7 @@ pub struct Preallocated<F> {
 }
 
 /// Create `<dir>/<id>.open` filled with `capacity` zero bytes, durably.
+/// (The zeros make its blocks written ones; see the module docs.)
 ///
 /// If any step fails (ENOSPC while writing zeros, an fsync error, ...) the
 /// partial file is removed before the error is returned: a failed
@@ -56,9 +68,9 @@ pub fn preallocate<S: Storage>(
     zero_fill(storage, dir, file, &tmp, segment_id, capacity)
 }
 
-/// Make `<dir>/<id>.open`, filled with `capacity` zero bytes, out of the
-/// delivered segment `free` (a `<old id>.free` file, see
-/// [`crate::format::free_name`]) rather than a new file, durably.
+/// Make `<dir>/<id>.open` out of the delivered segment `free` (a
+/// `<old id>.free` file, see [`crate::format::free_name`]) rather than a
+/// new file, durably.
 ///
 /// Writing over blocks the file already has allocates nothing, and the
 /// segment it replaces is never unlinked: on a file system mounted with
@@ -66,6 +78,14 @@ pub fn preallocate<S: Storage>(
 /// (measured with `spillway bench --scenario big_record_fairness`: a small
 /// Sync producer's p99 beside 16 connections of 64 KiB records went from
 /// 8.5 ms to 2.9 ms; see docs/benchmarks.md).
+///
+/// The old records are not zeroed (that doubled the bytes a shard writes):
+/// only the first page, so the file reads as a spare until its first
+/// group, and anything past the old end up to `capacity`. The new use
+/// salts its CRCs with its own id ([`Salt`]), so no old frame passes for a
+/// new one, and ends every group with 16 zero bytes. If the two ids could
+/// share a salt ([`Salt::may_reuse`]), the file is removed and a new one
+/// preallocated instead.
 ///
 /// The renames are made durable before the first zero is written: a power
 /// cut could otherwise leave the old `.sealed` name on zeroed bytes, which
@@ -79,17 +99,46 @@ pub fn recycle<S: Storage>(
     segment_id: u64,
     capacity: u64,
 ) -> io::Result<Preallocated<S::File>> {
+    let old_id = free
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(classify)
+        .and_then(|kind| match kind {
+            FileKind::Free(id) => Some(id),
+            _ => None,
+        });
+    if !old_id.is_some_and(|old| Salt::may_reuse(old, segment_id)) {
+        tracing::info!(free = %free.display(), segment = segment_id,
+            "a delivered segment not written over (its salt could match the new one's); \
+             preallocating a new file");
+        storage.remove(free)?;
+        storage.sync_dir(dir)?;
+        return preallocate(storage, dir, segment_id, capacity);
+    }
     let tmp = clear_partial(storage, dir, segment_id);
     storage.rename(free, &tmp)?;
     let opened = storage.sync_dir(dir).and_then(|()| storage.open(&tmp));
-    let file = match opened {
+    let mut file = match opened {
         Ok(file) => file,
         Err(e) => {
             discard(storage, &tmp, segment_id, &e);
             return Err(e);
         }
     };
-    zero_fill(storage, dir, file, &tmp, segment_id, capacity)
+    let zeroed = (|| {
+        let old_len = file.len()?;
+        write_zeros(&mut file, 0, RECYCLED_ZEROED.min(capacity))?;
+        if old_len > capacity {
+            // One oversized first batch made it longer.
+            file.set_len(capacity)?;
+        }
+        write_zeros(&mut file, old_len.max(RECYCLED_ZEROED), capacity)
+    })();
+    if let Err(e) = zeroed {
+        discard(storage, &tmp, segment_id, &e);
+        return Err(e);
+    }
+    finish(storage, dir, file, &tmp, segment_id, capacity)
 }
 
 /// `<dir>/<id>.open.tmp`, where a segment is prepared, with a stale one
@@ -100,8 +149,8 @@ fn clear_partial<S: Storage>(storage: &S, dir: &Path, segment_id: u64) -> PathBu
     tmp
 }
 
-/// Fill `file` (at `tmp`) with `capacity` zeros from offset 0, cut it there
-/// if it was longer, fsync it and rename it to `<id>.open`, durably.
+/// Fill `file` (at `tmp`) with `capacity` zeros from offset 0, fsync it
+/// and rename it to `<id>.open`, durably.
 fn zero_fill<S: Storage>(
     storage: &S,
     dir: &Path,
@@ -110,26 +159,42 @@ fn zero_fill<S: Storage>(
     segment_id: u64,
     capacity: u64,
 ) -> io::Result<Preallocated<S::File>> {
+    if let Err(e) = write_zeros(&mut file, 0, capacity) {
+        discard(storage, tmp, segment_id, &e);
+        return Err(e);
+    }
+    finish(storage, dir, file, tmp, segment_id, capacity)
+}
+
+/// Write zeros over `[from, to)` of `file`, a piece at a time, each piece
+/// written out to the disk before the next (see [`ZERO_CHUNK`]).
+fn write_zeros<F: StorageFile>(file: &mut F, from: u64, to: u64) -> io::Result<()> {
+    let zeros = vec![0u8; ZERO_CHUNK.min(to.saturating_sub(from) as usize)];
+    let mut offset = from;
+    while offset < to {
+        let n = (to - offset).min(ZERO_CHUNK as u64) as usize;
+        file.write_all_at(offset, &[IoSlice::new(&zeros[..n])])?;
+        // Pacing only: if the file system refuses it, the caller's fsync
+        // still decides (and reports any write the disk refused).
+        let _ = file.write_out(offset, n as u64);
+        offset += n as u64;
+    }
+    Ok(())
+}
+
+/// fsync the prepared `file` at `tmp` and rename it to `<id>.open`,
+/// durably; on any error it is removed.
+fn finish<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    mut file: S::File,
+    tmp: &Path,
+    segment_id: u64,
+    capacity: u64,
+) -> io::Result<Preallocated<S::File>> {
     let path = dir.join(open_name(segment_id));
-    let filled = (|| {
-        let zeros = vec![0u8; ZERO_CHUNK];
-        let mut offset = 0u64;
-        while offset < capacity {
-            let n = (capacity - offset).min(ZERO_CHUNK as u64) as usize;
-            file.write_all_at(offset, &[IoSlice::new(&zeros[..n])])?;
-            // Pacing only: if the file system refuses it, the fsync below
-            // still decides (and reports any write the disk refused).
-            let _ = file.write_out(offset, n as u64);
-            offset += n as u64;
-        }
-        // A recycled segment may be longer (one oversized first batch).
-        if file.len()? > capacity {
-            file.set_len(capacity)?;
-        }
-        file.sync_all()?;
-        storage.rename(tmp, &path)
-    })();
-    if let Err(e) = filled {
+    let done = file.sync_all().and_then(|()| storage.rename(tmp, &path));
+    if let Err(e) = done {
         discard(storage, tmp, segment_id, &e);
         return Err(e);
     }
@@ -189,12 +254,7 @@ impl<F: StorageFile> ActiveSegment<F> {
         ActiveSegment {
             file: pre.file,
             path: pre.path,
-            header: SegmentHeader {
-                shard,
-                segment_id: pre.segment_id,
-                first_seq,
-                created_unix_us: now_unix_us(),
-            },
+            header: SegmentHeader::new(shard, pre.segment_id, first_seq, now_unix_us()),
             capacity: pre.capacity,
             write_offset: 0,
             durable_offset: 0,
@@ -228,7 +288,7 @@ impl<F: StorageFile> ActiveSegment<F> {
     }
 
     /// Append `records` with one vectored write (header first if the segment
-    /// is new). Returns the sequence number of the first record. On error
+    /// is new, 16 zero bytes after the last record). Returns the sequence number of the first record. On error
     /// nothing is counted as written; the caller abandons the segment.
     /// A payload that is empty or longer than [`RECORD_BYTES_MAX`] is
     /// refused (`InvalidInput`) before anything is written.
@@ -257,6 +317,7 @@ impl<F: StorageFile> ActiveSegment<F> {
             )));
         }
         let header_bytes = self.header.encode();
+        let salt = self.header.salt();
         let mut heads: Vec<[u8; RECORD_HEADER_LEN]> = Vec::with_capacity(records.len());
         let mut crcs = RecordsCrc::clone(&self.records_crc);
         for r in records {
@@ -267,10 +328,11 @@ impl<F: StorageFile> ActiveSegment<F> {
                 }
                 None => record_crc(r.meta, r.payload),
             };
+            let crc = salt.apply(crc);
             crcs.add(crc);
             heads.push(encode_record_header(r.payload.len() as u32, crc, r.meta));
         }
-        let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(records.len() * 2 + 1);
+        let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(records.len() * 2 + 2);
         let starting = self.write_offset == 0;
         if starting {
             iov.push(IoSlice::new(&header_bytes));
@@ -294,6 +356,9 @@ impl<F: StorageFile> ActiveSegment<F> {
             "segment {}: the bytes written differ from the bytes counted",
             self.header.segment_id
         );
+        // Not counted: the next group writes over it (`fits` leaves room
+        // for the footer, which is longer).
+        iov.push(IoSlice::new(&END_MARKER));
         self.file.write_all_at(self.write_offset, &iov)?;
         self.write_offset += total;
         self.count += records.len() as u64;
@@ -320,6 +385,7 @@ impl<F: StorageFile> ActiveSegment<F> {
             file: self.file,
             path: self.path,
             segment_id: self.header.segment_id,
+            salt: self.header.salt(),
         }
     }
 }
@@ -330,6 +396,8 @@ pub struct Sealing<F> {
     pub path: PathBuf,
     pub segment_id: u64,
     pub footer: Footer,
+    /// The segment's [`Salt`] (its header's).
+    pub salt: Salt,
 }
 
 /// Write the footer, cut the unused preallocated tail, fsync, rename to
@@ -339,7 +407,7 @@ pub struct Sealing<F> {
 /// whose records end in zeros or in this footer (and seals it again), or the
 /// `.sealed` file.
 pub fn seal<S: Storage>(storage: &S, dir: &Path, mut s: Sealing<S::File>) -> io::Result<PathBuf> {
-    let footer = s.footer.encode();
+    let footer = s.footer.encode(s.salt);
     s.file
         .write_all_at(s.footer.end_offset, &[IoSlice::new(&footer)])?;
     s.file.set_len(s.footer.end_offset + FOOTER_LEN as u64)?;

@@ -163,7 +163,7 @@ pub fn open_shard_with<S: Storage>(
             continue;
         }
         let path = qdir.join(&name);
-        let records = count_intact(&storage.open_read(&path)?, SEGMENT_HEADER_LEN as u64)?;
+        let records = count_intact(&storage.open_read(&path)?, SEGMENT_HEADER_LEN as u64, id)?;
         if records == 0 {
             continue;
         }

@@ -12,6 +12,7 @@ use std::path::Path;
 
 use common::*;
 use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
+use spillway_wab::format::Salt;
 use spillway_wab::{
     preallocate, read_shard, recover_shard, seal, ActiveSegment, FsStorage, Storage, StorageFile,
     QUARANTINE_DIR,
@@ -41,7 +42,7 @@ fn abandoned_state(
     append(&mut a, acked).unwrap();
     a.sync().unwrap();
     let at = a.write_offset;
-    let bytes = group_bytes(None, failed);
+    let bytes = group_bytes(a.header.salt(), None, failed);
     let mut f = FsStorage.open(&a.path).unwrap();
     f.write_all_at(at, &[IoSlice::new(&bytes[..landed])])
         .unwrap();
@@ -105,7 +106,7 @@ fn records_of_a_failed_append_do_not_reuse_the_next_segments_seqs() {
         );
         assert_eq!(
             fs::read(qdir.join(&tail)).unwrap(),
-            group_bytes(None, &failed)[..landed].to_vec(),
+            group_bytes(Salt::of_segment(0), None, &failed)[..landed].to_vec(),
             "{what}"
         );
         let reason = fs::read_to_string(qdir.join(format!("{tail}.reason"))).unwrap();

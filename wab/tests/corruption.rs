@@ -458,14 +458,9 @@ fn damage_too_short_for_a_gap_frame_before_the_footer_cuts_the_segment_short() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("shard-002");
     FsStorage.create_dir_all(&dir).unwrap();
-    let header = SegmentHeader {
-        shard: SHARD,
-        segment_id: 0,
-        first_seq: 40,
-        created_unix_us: 1,
-    };
+    let header = SegmentHeader::new(SHARD, 0, 40, 1);
     let kept = recs(40, 1, |_| 30);
-    let mut bytes = group_bytes(Some(&header), &kept);
+    let mut bytes = group_bytes(header.salt(), Some(&header), &kept);
     let end = bytes.len() as u64;
     bytes.extend_from_slice(&[0, 0, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7]);
     let footer = spillway_wab::format::Footer {
@@ -474,7 +469,7 @@ fn damage_too_short_for_a_gap_frame_before_the_footer_cuts_the_segment_short() {
         last_seq: 41,
         records_crc: 0,
     };
-    bytes.extend_from_slice(&footer.encode());
+    bytes.extend_from_slice(&footer.encode(header.salt()));
     fs::write(dir.join("0000000000000000.sealed"), &bytes).unwrap();
 
     let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
@@ -830,12 +825,7 @@ fn a_header_with_first_seq_near_2_pow_64_is_quarantined_not_believed() {
     append(&mut seg, &first).unwrap();
     seg.sync().unwrap();
     seal(&FsStorage, &dir, seg.into_sealing()).unwrap();
-    let header = SegmentHeader {
-        shard: SHARD,
-        segment_id: 1,
-        first_seq: u64::MAX - 2,
-        created_unix_us: 1,
-    };
+    let header = SegmentHeader::new(SHARD, 1, u64::MAX - 2, 1);
     let path = dir.join("0000000000000001.open");
     let mut bytes = header.encode().to_vec();
     bytes.resize(4096, 0);

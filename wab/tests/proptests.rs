@@ -136,7 +136,7 @@ proptest! {
     fn arbitrary_records_after_a_valid_header_never_panic(body in vec(any::<u8>(), 0..3000), first_seq in 0u64..(1 << 40)) {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let header = spillway_wab::SegmentHeader { shard: 0, segment_id: 0, first_seq, created_unix_us: 1 };
+        let header = spillway_wab::SegmentHeader::new(0, 0, first_seq, 1);
         let mut bytes = header.encode().to_vec();
         bytes.extend_from_slice(&body);
         fs::write(dir.join(open_name(0)), &bytes).unwrap();

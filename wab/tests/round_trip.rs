@@ -93,7 +93,7 @@ fn append_sync_read_seal_round_trip() {
         CAP,
         "appends inside the preallocation must not grow the file"
     );
-    let expected = group_bytes(Some(&seg.header), &all);
+    let expected = group_bytes(seg.header.salt(), Some(&seg.header), &all);
     assert_eq!(&raw[..expected.len()], &expected[..]);
     assert!(raw[expected.len()..].iter().all(|&b| b == 0));
     let hdr = SegmentHeader::decode(raw[..64].try_into().unwrap())
@@ -444,7 +444,7 @@ fn reader_follows_a_growing_segment() {
     // not yet).
     let end_offset = seg.write_offset;
     let footer = seg.into_sealing();
-    let footer_bytes = footer.footer.encode();
+    let footer_bytes = footer.footer.encode(footer.salt);
     let mut f = FsStorage.open(&path).unwrap();
     f.write_all_at(end_offset, &[IoSlice::new(&footer_bytes[..16])])
         .unwrap();
@@ -455,20 +455,24 @@ fn reader_follows_a_growing_segment() {
         None,
         "the footer is past the limit: the reader must wait, not judge it"
     );
+    let footer_salt = footer.salt;
     let sealed = seal(&FsStorage, dir, footer).unwrap();
     reader.set_limit(end_offset + FOOTER_LEN as u64);
     assert!(reader.next().unwrap().is_none());
     assert_eq!(
         reader.end(),
-        Some(&End::Footer(footer_bytes_decode(&footer_bytes)))
+        Some(&End::Footer(footer_bytes_decode(
+            &footer_bytes,
+            footer_salt
+        )))
     );
     assert_records(&seen, &all);
     let (_, got, _, _) = read_segment(&FsStorage, &sealed);
     assert_records(&got, &all);
 }
 
-fn footer_bytes_decode(b: &[u8; FOOTER_LEN]) -> Footer {
-    Footer::decode(b).unwrap()
+fn footer_bytes_decode(b: &[u8; FOOTER_LEN], salt: spillway_wab::format::Salt) -> Footer {
+    Footer::decode(b, salt).unwrap()
 }
 
 /// A reader opened before a group is written must not keep serving the

@@ -54,7 +54,11 @@ fn write_then_tear(
     assert!(storage.crashed());
     assert!(seg.sync().is_err(), "nothing works after the crash");
     assert_eq!(seg.durable_offset, durable);
-    let all = group_bytes(if at == 0 { Some(&header) } else { None }, torn);
+    let all = group_bytes(
+        header.salt(),
+        if at == 0 { Some(&header) } else { None },
+        torn,
+    );
     (at, all[..keep.min(all.len())].to_vec())
 }
 

@@ -2,8 +2,9 @@
 //!
 //! Retention renames a segment every sink has confirmed to `<id>.free`
 //! rather than unlinking it, while none waits; the sealer takes it when it
-//! prepares the next segment and writes zeros over it
-//! ([`spillway_wab::recycle`]) instead of creating a file. In steady state
+//! prepares the next segment and writes the new one over it, its old
+//! records left in place ([`spillway_wab::recycle`]), instead of creating
+//! and zero-filling a file. In steady state
 //! a shard then neither allocates nor frees disk blocks: on a
 //! file system mounted with `discard`, freeing a 64 MiB segment made the
 //! next fdatasync wait for its TRIM, and allocating one costs journal

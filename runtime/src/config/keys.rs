@@ -319,7 +319,7 @@ pub const WAB_SEGMENT_BYTES_MAX: Key = Key {
         unit: Unit::Bytes,
     },
     also: "",
-    meaning: r#"Size of one segment file. Segments are preallocated (zero-filled) by the sealer ahead of time, so the flusher's `fdatasync` never commits file-size metadata. 64 MiB keeps rotations rare (one seal per 64 MiB: footer, fsync, rename, directory fsync, all on the sealer's thread) while a delivered segment is freed soon enough; preallocating 64 MiB takes well under a second on any SSD and happens beside the flusher, not in front of it. 1 MiB segments cost no throughput cliff (see docs/benchmarks.md). The data disk needs room for two segments per shard to rotate without a pause; with room for one, pushes get `Overloaded` at each rotation until the full segment is delivered and deleted (docs/operations.md, Sizing)."#,
+    meaning: r#"Size of one segment file. Segments are prepared by the sealer ahead of time (a new file zero-filled, or a delivered segment's file taken over), so the flusher's `fdatasync` never commits file-size metadata. 64 MiB keeps rotations rare (one seal per 64 MiB: footer, fsync, rename, directory fsync, all on the sealer's thread) while a delivered segment is freed soon enough; preallocating 64 MiB takes well under a second on any SSD and happens beside the flusher, not in front of it. 1 MiB segments cost no throughput cliff (see docs/benchmarks.md). The data disk needs room for two segments per shard to rotate without a pause; with room for one, pushes get `Overloaded` at each rotation until the full segment is delivered and deleted (docs/operations.md, Sizing)."#,
 };
 
 pub const WAB_WAB_BYTES_MAX: Key = Key {

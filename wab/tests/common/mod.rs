@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use spillway_wab::format::{encode_record_header, record_crc, RECORD_HEADER_LEN};
+use spillway_wab::format::{encode_record_header, record_crc, Salt, RECORD_HEADER_LEN};
 use spillway_wab::{
     ActiveSegment, AppendRecord, End, Opened, RecordMeta, SegmentHeader, SegmentReader, Storage,
     StorageFile, StoredRecord,
@@ -66,8 +66,9 @@ pub fn append<F: StorageFile>(seg: &mut ActiveSegment<F>, group: &[Rec]) -> io::
     Ok(first)
 }
 
-/// The on-disk bytes of `group` (preceded by the segment header if given).
-pub fn group_bytes(header: Option<&SegmentHeader>, group: &[Rec]) -> Vec<u8> {
+/// The on-disk bytes of `group` in a segment salted by `salt` (preceded
+/// by the segment header if given).
+pub fn group_bytes(salt: Salt, header: Option<&SegmentHeader>, group: &[Rec]) -> Vec<u8> {
     let mut out = Vec::new();
     if let Some(h) = header {
         out.extend_from_slice(&h.encode());
@@ -76,7 +77,7 @@ pub fn group_bytes(header: Option<&SegmentHeader>, group: &[Rec]) -> Vec<u8> {
         let m = r.meta.pack();
         out.extend_from_slice(&encode_record_header(
             r.payload.len() as u32,
-            record_crc(m, &r.payload),
+            salt.apply(record_crc(m, &r.payload)),
             m,
         ));
         out.extend_from_slice(&r.payload);
