@@ -1253,10 +1253,7 @@ fn remove_if_empty_seal<S: Storage>(
     if read_full_at(&file, 0, &mut raw)? < FOOTER_LEN {
         return Ok(false);
     }
-    let decoded = Salt::candidates(id)
-        .into_iter()
-        .find_map(|salt| Footer::decode(&raw, salt).ok());
-    let footer = match decoded {
+    let footer = match footer_of_either_format(&raw, id) {
         Some(f) if f.record_count == 0 && f.end_offset == 0 => f,
         _ => return Ok(false),
     };
@@ -1266,6 +1263,14 @@ fn remove_if_empty_seal<S: Storage>(
     report.next_seq = report.next_seq.max(footer.last_seq.wrapping_add(1));
     tracing::info!(path = %path.display(), "removed a segment sealed before its first record");
     Ok(true)
+}
+
+/// The footer in `raw`, of a file named for segment `id` whose header
+/// cannot say its format: checked under either salt its name allows.
+fn footer_of_either_format(raw: &[u8; FOOTER_LEN], id: u64) -> Option<Footer> {
+    Salt::candidates(id)
+        .into_iter()
+        .find_map(|salt| Footer::decode(raw, salt).ok())
 }
 
 /// What `<dir>/quarantine/` holds that recovery reads: the segment files,
@@ -1350,10 +1355,7 @@ fn seq_evidence<S: Storage>(storage: &S, path: &Path, id: u64) -> io::Result<(Op
     if len >= FOOTER_LEN as u64 {
         let mut raw = [0u8; FOOTER_LEN];
         if read_full_at(&file, len - FOOTER_LEN as u64, &mut raw)? == FOOTER_LEN {
-            let decoded = Salt::candidates(id)
-                .into_iter()
-                .find_map(|salt| Footer::decode(&raw, salt).ok());
-            if let Some(f) = decoded {
+            if let Some(f) = footer_of_either_format(&raw, id) {
                 floor = f.last_seq.wrapping_add(1);
                 footer_first = Some(floor.saturating_sub(f.record_count));
             }

@@ -357,8 +357,11 @@ impl<F: StorageFile> ActiveSegment<F> {
             self.header.segment_id
         );
         // Not counted: the next group writes over it (`fits` leaves room
-        // for the footer, which is longer).
-        iov.push(IoSlice::new(&END_MARKER));
+        // for the footer, which is longer). A group too large for the
+        // segment grows the file, and the end of the file is its end.
+        if self.write_offset + total + END_MARKER.len() as u64 <= self.capacity {
+            iov.push(IoSlice::new(&END_MARKER));
+        }
         self.file.write_all_at(self.write_offset, &iov)?;
         self.write_offset += total;
         self.count += records.len() as u64;

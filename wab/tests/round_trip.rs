@@ -123,8 +123,9 @@ fn append_sync_read_seal_round_trip() {
     // Seal: footer, truncate to end + 40, `.sealed`, 0600.
     let end_offset = seg.write_offset;
     let mut crcs = RecordsCrc::new();
+    let salt = seg.header.salt();
     for r in &all {
-        crcs.add(spillway_wab::format::record_crc(r.meta.pack(), &r.payload));
+        crcs.add(salt.apply(spillway_wab::format::record_crc(r.meta.pack(), &r.payload)));
     }
     let sealing = seg.into_sealing();
     assert_eq!(
