@@ -203,52 +203,64 @@ fn a_torn_group_in_a_recycled_segment_keeps_the_acked_records_and_saves_only_its
     }
 }
 
-/// A segment written by a build before format 2 (CRCs unsalted) is still
-/// read, and once delivered it is recycled like any other: its records are
+/// A segment written by a build before format 2 (CRCs unsalted), sealed
+/// or still open (zeros after its records) at the upgrade, is still read,
+/// and once delivered it is recycled like any other: its records are
 /// never read back in the new use either.
 #[test]
 fn a_format_1_segment_is_read_and_then_recycled() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    FsStorage.create_dir_all(dir).unwrap();
-    let old = recs(0, 30, |_| 300);
-    let header = SegmentHeader {
-        format: FORMAT_1,
-        ..SegmentHeader::new(SHARD, 0, 0, 1)
-    };
-    let mut bytes = header.encode().to_vec();
-    let mut crcs = RecordsCrc::new();
-    for r in &old {
-        let m = r.meta.pack();
-        let crc = record_crc(m, &r.payload);
-        crcs.add(crc);
-        bytes.extend_from_slice(&encode_record_header(r.payload.len() as u32, crc, m));
-        bytes.extend_from_slice(&r.payload);
-    }
-    let footer = Footer {
-        record_count: 30,
-        end_offset: bytes.len() as u64,
-        last_seq: 29,
-        records_crc: crcs.value(),
-    };
-    bytes.extend_from_slice(&footer.encode(header.salt()));
-    std::fs::write(dir.join(sealed_name(0)), &bytes).unwrap();
-    let rec = recover_shard(&FsStorage, dir, SHARD, 0).unwrap();
-    assert!(rec.report.quarantined.is_empty());
-    assert_eq!(rec.report.next_seq, 30);
-    assert_records(&read_shard(&FsStorage, dir).unwrap(), &old);
+    for sealed in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        FsStorage.create_dir_all(dir).unwrap();
+        let old = recs(0, 30, |_| 300);
+        let header = SegmentHeader {
+            format: FORMAT_1,
+            ..SegmentHeader::new(SHARD, 0, 0, 1)
+        };
+        let mut bytes = header.encode().to_vec();
+        let mut crcs = RecordsCrc::new();
+        for r in &old {
+            let m = r.meta.pack();
+            let crc = record_crc(m, &r.payload);
+            crcs.add(crc);
+            bytes.extend_from_slice(&encode_record_header(r.payload.len() as u32, crc, m));
+            bytes.extend_from_slice(&r.payload);
+        }
+        if sealed {
+            let footer = Footer {
+                record_count: 30,
+                end_offset: bytes.len() as u64,
+                last_seq: 29,
+                records_crc: crcs.value(),
+            };
+            bytes.extend_from_slice(&footer.encode(header.salt()));
+            std::fs::write(dir.join(sealed_name(0)), &bytes).unwrap();
+        } else {
+            bytes.resize(CAP as usize, 0);
+            std::fs::write(dir.join(open_name(0)), &bytes).unwrap();
+        }
+        let rec = recover_shard(&FsStorage, dir, SHARD, 0).unwrap();
+        assert!(rec.report.quarantined.is_empty(), "sealed {sealed}");
+        assert_eq!(rec.report.next_seq, 30);
+        // Sealed again, if it was open, as format 1.
+        assert_records(&read_shard(&FsStorage, dir).unwrap(), &old);
+        let again = recover_shard(&FsStorage, dir, SHARD, 0).unwrap();
+        assert!(again.report.quarantined.is_empty() && again.report.resealed.is_empty());
 
-    write_checkpoint(&FsStorage, dir, 30).unwrap();
-    let free = set_aside_segment(&FsStorage, dir, 0).unwrap();
-    let mut c = ActiveSegment::start(recycle(&FsStorage, dir, &free, 1, CAP).unwrap(), SHARD, 30);
-    let new = recs(30, 2, |_| 20);
-    append(&mut c, &new).unwrap();
-    c.sync().unwrap();
-    drop(c);
-    let rec = recover_shard(&FsStorage, dir, SHARD, 0).unwrap();
-    assert!(rec.report.quarantined.is_empty());
-    assert_eq!(rec.report.lost_records, 0);
-    assert_records(&read_shard(&FsStorage, dir).unwrap(), &new);
+        write_checkpoint(&FsStorage, dir, 30).unwrap();
+        let free = set_aside_segment(&FsStorage, dir, 0).unwrap();
+        let pre = recycle(&FsStorage, dir, &free, 1, CAP).unwrap();
+        let mut c = ActiveSegment::start(pre, SHARD, 30);
+        let new = recs(30, 2, |_| 20);
+        append(&mut c, &new).unwrap();
+        c.sync().unwrap();
+        drop(c);
+        let rec = recover_shard(&FsStorage, dir, SHARD, 0).unwrap();
+        assert!(rec.report.quarantined.is_empty(), "sealed {sealed}");
+        assert_eq!(rec.report.lost_records, 0);
+        assert_records(&read_shard(&FsStorage, dir).unwrap(), &new);
+    }
 }
 
 /// A recycled file longer than a segment (it held one oversized first
