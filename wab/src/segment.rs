@@ -64,8 +64,12 @@ pub fn preallocate<S: Storage>(
     capacity: u64,
 ) -> io::Result<Preallocated<S::File>> {
     let tmp = clear_partial(storage, dir, segment_id);
-    let file = storage.create(&tmp)?;
-    zero_fill(storage, dir, file, &tmp, segment_id, capacity)
+    let mut file = storage.create(&tmp)?;
+    if let Err(e) = write_zeros(&mut file, 0, capacity) {
+        discard(storage, &tmp, segment_id, &e);
+        return Err(e);
+    }
+    finish(storage, dir, file, &tmp, segment_id, capacity)
 }
 
 /// Make `<dir>/<id>.open` out of the delivered segment `free` (a
@@ -147,23 +151,6 @@ fn clear_partial<S: Storage>(storage: &S, dir: &Path, segment_id: u64) -> PathBu
     let tmp = dir.join(format!("{}.tmp", open_name(segment_id)));
     let _ = storage.remove(&tmp);
     tmp
-}
-
-/// Fill `file` (at `tmp`) with `capacity` zeros from offset 0, fsync it
-/// and rename it to `<id>.open`, durably.
-fn zero_fill<S: Storage>(
-    storage: &S,
-    dir: &Path,
-    mut file: S::File,
-    tmp: &Path,
-    segment_id: u64,
-    capacity: u64,
-) -> io::Result<Preallocated<S::File>> {
-    if let Err(e) = write_zeros(&mut file, 0, capacity) {
-        discard(storage, tmp, segment_id, &e);
-        return Err(e);
-    }
-    finish(storage, dir, file, tmp, segment_id, capacity)
 }
 
 /// Write zeros over `[from, to)` of `file`, a piece at a time, each piece
