@@ -569,18 +569,23 @@ fn probe_frame<F: StorageFile>(
 /// Records whose own length and CRC check out, from `from` to the end of
 /// the file, stepping over damage the way [`plan`] does (a GAP frame counts
 /// none): what a file whose records cannot be numbered still holds. Its
-/// header cannot say its format, so the count is the larger of the two
-/// its name allows ([`Salt::candidates`] of `segment_id`).
+/// header cannot say its format: its records are counted under this
+/// build's salt for `segment_id`, or under format 1's if none checks out
+/// that way (as [`crate::damaged_header`] reads them). Not the larger
+/// count: in a file recycled from a format-1 segment, the old records
+/// past the new ones check out under format 1.
 pub(crate) fn count_intact<F: StorageFile>(
     file: &F,
     from: u64,
     segment_id: u64,
 ) -> io::Result<u64> {
-    let mut most = 0;
     for salt in Salt::candidates(segment_id) {
-        most = most.max(count_intact_under(file, from, salt)?);
+        let records = count_intact_under(file, from, salt)?;
+        if records > 0 {
+            return Ok(records);
+        }
     }
-    Ok(most)
+    Ok(0)
 }
 
 fn count_intact_under<F: StorageFile>(file: &F, from: u64, salt: Salt) -> io::Result<u64> {

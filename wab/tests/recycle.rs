@@ -263,6 +263,53 @@ fn a_format_1_segment_is_read_and_then_recycled() {
     }
 }
 
+/// A recycled file whose header is then damaged beyond repair (two bytes,
+/// no footer): its intact records are counted (as lost, unnumbered) under
+/// the new segment's salt, not as the old format-1 records past them,
+/// which also check out under format 1's.
+#[test]
+fn a_damaged_header_on_a_file_recycled_from_format_1_counts_only_the_new_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    FsStorage.create_dir_all(dir).unwrap();
+    let header = SegmentHeader {
+        format: FORMAT_1,
+        ..SegmentHeader::new(SHARD, 0, 0, 1)
+    };
+    let mut bytes = header.encode().to_vec();
+    let mut crcs = RecordsCrc::new();
+    for r in &recs(0, 30, |_| 300) {
+        let m = r.meta.pack();
+        let crc = record_crc(m, &r.payload);
+        crcs.add(crc);
+        bytes.extend_from_slice(&encode_record_header(r.payload.len() as u32, crc, m));
+        bytes.extend_from_slice(&r.payload);
+    }
+    let footer = Footer {
+        record_count: 30,
+        end_offset: bytes.len() as u64,
+        last_seq: 29,
+        records_crc: crcs.value(),
+    };
+    bytes.extend_from_slice(&footer.encode(header.salt()));
+    std::fs::write(dir.join(sealed_name(0)), &bytes).unwrap();
+    write_checkpoint(&FsStorage, dir, 30).unwrap();
+    let free = set_aside_segment(&FsStorage, dir, 0).unwrap();
+    let mut c = ActiveSegment::start(recycle(&FsStorage, dir, &free, 1, CAP).unwrap(), SHARD, 30);
+    // Past the zeroed first page, so the old records follow the new ones.
+    append(&mut c, &recs(30, 3, |_| 1500)).unwrap();
+    c.sync().unwrap();
+    drop(c);
+    let path = dir.join(open_name(1));
+    flip(&path, 24);
+    flip(&path, 33);
+
+    let rec = recover_shard(&FsStorage, dir, SHARD, 0).unwrap();
+    let r = &rec.report;
+    assert_eq!(r.unnumbered.len(), 1, "{r:?}");
+    assert_eq!(r.unnumbered[0].records, 3, "the new records, not the old");
+}
+
 /// A recycled file longer than a segment (it held one oversized first
 /// batch) is cut to the segment size.
 #[test]
