@@ -60,9 +60,7 @@
 use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 
-use crate::format::{
-    Footer, SegmentHeader, FOOTER_LEN, FORMAT_1, FORMAT_VERSION, SEGMENT_HEADER_LEN, SEQ_MAX,
-};
+use crate::format::{Footer, SegmentHeader, FOOTER_LEN, FORMATS_READ, SEGMENT_HEADER_LEN, SEQ_MAX};
 use crate::quarantine::{quarantine, save_copy, QUARANTINE_DIR};
 use crate::reader::SegmentReader;
 use crate::salvage::count_intact;
@@ -152,7 +150,7 @@ pub(crate) fn repair<S: Storage>(
     // build's first, under format 1 if none checks out that way.
     let mut file = Some(file);
     let mut found = None;
-    for format in [FORMAT_VERSION, FORMAT_1] {
+    for format in FORMATS_READ {
         let mut walk = SegmentReader::unnumbered(file.take().unwrap(), format, id);
         let mut first_arrival = None;
         while let Some(r) = walk.next()? {

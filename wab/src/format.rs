@@ -32,6 +32,9 @@ pub const FORMAT_VERSION: u32 = 2;
 /// The first format (CRCs unsalted, files zero-filled before every use):
 /// still read, never written.
 pub const FORMAT_1: u32 = 1;
+/// The formats this build reads, in the order a file whose header cannot
+/// say its format is tried: this build's first.
+pub const FORMATS_READ: [u32; 2] = [FORMAT_VERSION, FORMAT_1];
 pub const SEGMENT_HEADER_LEN: usize = 64;
 pub const RECORD_HEADER_LEN: usize = 16;
 pub const FOOTER_LEN: usize = 40;
@@ -113,7 +116,7 @@ impl SegmentHeader {
             return Err(FormatError::BadMagic(magic));
         }
         let version = u32_at(b, 8);
-        if version != FORMAT_VERSION && version != FORMAT_1 {
+        if !FORMATS_READ.contains(&version) {
             return Err(FormatError::BadVersion(version));
         }
         let stored = u32_at(b, 60);
@@ -149,11 +152,7 @@ impl SegmentHeader {
 
     /// The salt of this segment's frame CRCs.
     pub fn salt(&self) -> Salt {
-        if self.format == FORMAT_1 {
-            Salt::NONE
-        } else {
-            Salt::of_segment(self.segment_id)
-        }
+        Salt::of_format(self.format, self.segment_id)
     }
 }
 
@@ -220,10 +219,19 @@ impl Salt {
         found == Salt::NONE || found.id() < self.id()
     }
 
+    /// The salt of segment `segment_id` written in `format`.
+    pub fn of_format(format: u32, segment_id: u64) -> Salt {
+        if format == FORMAT_1 {
+            Salt::NONE
+        } else {
+            Salt::of_segment(segment_id)
+        }
+    }
+
     /// The salts a file named for segment `segment_id` may use, when its
-    /// header cannot say which format it is: this build's first.
+    /// header cannot say which format it is, in [`FORMATS_READ`] order.
     pub fn candidates(segment_id: u64) -> [Salt; 2] {
-        [Salt::of_segment(segment_id), Salt::NONE]
+        FORMATS_READ.map(|format| Salt::of_format(format, segment_id))
     }
 
     /// Whether a file that held segment `old` may be written over as

@@ -203,6 +203,37 @@ fn a_torn_group_in_a_recycled_segment_keeps_the_acked_records_and_saves_only_its
     }
 }
 
+/// Segment 0 as a build before format 2 wrote it (CRCs unsalted) holding
+/// `old` from seq 0: sealed (with its footer), or open (zeros up to the
+/// segment size after its records).
+fn format_1_segment(old: &[Rec], sealed: bool) -> Vec<u8> {
+    let header = SegmentHeader {
+        format: FORMAT_1,
+        ..SegmentHeader::new(SHARD, 0, 0, 1)
+    };
+    let mut bytes = header.encode().to_vec();
+    let mut crcs = RecordsCrc::new();
+    for r in old {
+        let m = r.meta.pack();
+        let crc = record_crc(m, &r.payload);
+        crcs.add(crc);
+        bytes.extend_from_slice(&encode_record_header(r.payload.len() as u32, crc, m));
+        bytes.extend_from_slice(&r.payload);
+    }
+    if sealed {
+        let footer = Footer {
+            record_count: old.len() as u64,
+            end_offset: bytes.len() as u64,
+            last_seq: old.len() as u64 - 1,
+            records_crc: crcs.value(),
+        };
+        bytes.extend_from_slice(&footer.encode(header.salt()));
+    } else {
+        bytes.resize(CAP as usize, 0);
+    }
+    bytes
+}
+
 /// A segment written by a build before format 2 (CRCs unsalted), sealed
 /// or still open (zeros after its records) at the upgrade, is still read,
 /// and once delivered it is recycled like any other: its records are
@@ -214,32 +245,8 @@ fn a_format_1_segment_is_read_and_then_recycled() {
         let dir = tmp.path();
         FsStorage.create_dir_all(dir).unwrap();
         let old = recs(0, 30, |_| 300);
-        let header = SegmentHeader {
-            format: FORMAT_1,
-            ..SegmentHeader::new(SHARD, 0, 0, 1)
-        };
-        let mut bytes = header.encode().to_vec();
-        let mut crcs = RecordsCrc::new();
-        for r in &old {
-            let m = r.meta.pack();
-            let crc = record_crc(m, &r.payload);
-            crcs.add(crc);
-            bytes.extend_from_slice(&encode_record_header(r.payload.len() as u32, crc, m));
-            bytes.extend_from_slice(&r.payload);
-        }
-        if sealed {
-            let footer = Footer {
-                record_count: 30,
-                end_offset: bytes.len() as u64,
-                last_seq: 29,
-                records_crc: crcs.value(),
-            };
-            bytes.extend_from_slice(&footer.encode(header.salt()));
-            std::fs::write(dir.join(sealed_name(0)), &bytes).unwrap();
-        } else {
-            bytes.resize(CAP as usize, 0);
-            std::fs::write(dir.join(open_name(0)), &bytes).unwrap();
-        }
+        let name = if sealed { sealed_name(0) } else { open_name(0) };
+        std::fs::write(dir.join(name), format_1_segment(&old, sealed)).unwrap();
         let rec = recover_shard(&FsStorage, dir, SHARD, 0).unwrap();
         assert!(rec.report.quarantined.is_empty(), "sealed {sealed}");
         assert_eq!(rec.report.next_seq, 30);
@@ -272,27 +279,8 @@ fn a_damaged_header_on_a_file_recycled_from_format_1_counts_only_the_new_records
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     FsStorage.create_dir_all(dir).unwrap();
-    let header = SegmentHeader {
-        format: FORMAT_1,
-        ..SegmentHeader::new(SHARD, 0, 0, 1)
-    };
-    let mut bytes = header.encode().to_vec();
-    let mut crcs = RecordsCrc::new();
-    for r in &recs(0, 30, |_| 300) {
-        let m = r.meta.pack();
-        let crc = record_crc(m, &r.payload);
-        crcs.add(crc);
-        bytes.extend_from_slice(&encode_record_header(r.payload.len() as u32, crc, m));
-        bytes.extend_from_slice(&r.payload);
-    }
-    let footer = Footer {
-        record_count: 30,
-        end_offset: bytes.len() as u64,
-        last_seq: 29,
-        records_crc: crcs.value(),
-    };
-    bytes.extend_from_slice(&footer.encode(header.salt()));
-    std::fs::write(dir.join(sealed_name(0)), &bytes).unwrap();
+    let old = recs(0, 30, |_| 300);
+    std::fs::write(dir.join(sealed_name(0)), format_1_segment(&old, true)).unwrap();
     write_checkpoint(&FsStorage, dir, 30).unwrap();
     let free = set_aside_segment(&FsStorage, dir, 0).unwrap();
     let mut c = ActiveSegment::start(recycle(&FsStorage, dir, &free, 1, CAP).unwrap(), SHARD, 30);
