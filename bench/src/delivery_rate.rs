@@ -1,7 +1,7 @@
 //! `delivery_keeps_up`: does delivery keep pace with ingest? For the noop
-//! sink and the file sink (`fsync = true`), each with the cursor written
-//! after every batch (the default) and with `checkpoint_interval_ms =
-//! 100`, a fresh daemon takes PushBatches of 256 records at Sync from one
+//! sink and the file sink (`fsync = true`), each with the cursor
+//! fdatasynced after every batch (`checkpoint_interval_ms = 0`) and every
+//! 100 ms (the default), a fresh daemon takes PushBatches of 256 records at Sync from one
 //! connection, serially (`/serial`: the `batch_durable_n256` load) and 16
 //! deep (`/pipelined`: the peak one connection reaches); the rows compare
 //! the records delivered during the window with those acked during it.

@@ -423,6 +423,13 @@ pub fn write_checkpoint_file<S: Storage>(
 /// each write and closed after, so a writer holds no descriptor. Anything
 /// unexpected (the first write, an error, a file made again) falls back to
 /// [`write_checkpoint_file`], which reads the file.
+///
+/// A write may leave the new generation in the page cache only
+/// ([`Self::write_unsynced`]): a crash of the process keeps it (the kernel
+/// holds it), a power cut may not. Until [`Self::sync`] makes it durable,
+/// later writes go to that same slot, never to the other one, which holds
+/// the newest durable generation: a power cut that tears or drops the
+/// unsynced slot leaves the file at that older checkpoint, never at none.
 #[derive(Debug)]
 pub struct CheckpointWriter {
     dir: PathBuf,
@@ -430,6 +437,8 @@ pub struct CheckpointWriter {
     /// (slot holding the newest generation, that generation), as this
     /// writer last left the file.
     last: Option<(usize, u64)>,
+    /// Whether `last` is fdatasynced (the other slot is then free to write).
+    synced: bool,
 }
 
 impl CheckpointWriter {
@@ -438,6 +447,7 @@ impl CheckpointWriter {
             dir: dir.to_path_buf(),
             name: name.to_string(),
             last: None,
+            synced: true,
         }
     }
 
@@ -446,24 +456,66 @@ impl CheckpointWriter {
         self.last = None;
     }
 
-    /// Durably record `confirmed_next_seq`.
+    /// Whether everything this writer wrote is durable.
+    pub fn is_synced(&self) -> bool {
+        self.synced
+    }
+
+    /// Durably record `confirmed_next_seq` (pwrite + fdatasync).
     pub fn write<S: Storage>(&mut self, storage: &S, confirmed_next_seq: u64) -> io::Result<()> {
+        self.put(storage, confirmed_next_seq, true)
+    }
+
+    /// Record `confirmed_next_seq` in the page cache (pwrite, no
+    /// fdatasync): it survives the process, not a power cut, until the
+    /// next [`Self::sync`] or [`Self::write`].
+    pub fn write_unsynced<S: Storage>(
+        &mut self,
+        storage: &S,
+        confirmed_next_seq: u64,
+    ) -> io::Result<()> {
+        self.put(storage, confirmed_next_seq, false)
+    }
+
+    /// Make the last write durable (one fdatasync), if it is not.
+    pub fn sync<S: Storage>(&mut self, storage: &S) -> io::Result<()> {
+        if self.synced {
+            return Ok(());
+        }
+        storage.open(&self.dir.join(&self.name))?.sync_data()?;
+        self.synced = true;
+        Ok(())
+    }
+
+    fn put<S: Storage>(&mut self, storage: &S, confirmed_next_seq: u64, sync: bool) -> io::Result<()> {
         let path = self.dir.join(&self.name);
         if let Some((newest, generation)) = self.last.filter(|(_, g)| *g < u64::MAX) {
-            let slot = 1 - newest;
+            // Never over the newest durable generation.
+            let slot = if self.synced { 1 - newest } else { newest };
             let b = encode_slot(&Slot {
                 generation: generation + 1,
                 confirmed_next_seq,
                 updated_unix_us: now_unix_us(),
             });
+            // On an error the slot's state is unknown: the next write
+            // reads the file again (and makes it durable).
             self.last = None;
             let mut file = storage.open(&path)?;
             file.write_all_at((slot * SLOT_BYTES) as u64, &[IoSlice::new(&b)])?;
-            file.sync_data()?;
+            if sync {
+                file.sync_data()?;
+            }
             self.last = Some((slot, generation + 1));
+            self.synced = sync;
             return Ok(());
         }
+        // Reads the file, writes the slot that is not the newest valid one
+        // and fdatasyncs it: durable, whatever was asked. A slot left
+        // unsynced is made durable first, or it could be the one valid
+        // slot torn by a power cut while the other is being written.
+        self.sync(storage)?;
         write_checkpoint_file(storage, &self.dir, &self.name, confirmed_next_seq)?;
+        self.synced = true;
         let file = storage.open_read(&path)?;
         if let Parsed::Slots(Some((slot, s))) = parse(&read_file(&file)?) {
             self.last = Some((slot, s.generation));

@@ -118,10 +118,12 @@ pub struct Cursor<S: Storage> {
     pub(super) bytes_base: u64,
     /// Every record below this is confirmed (by the sink or the dead-letter store).
     pub(super) confirmed: u64,
-    /// What the cursor file on disk says (<= `confirmed`).
+    /// What the cursor file says (<= `confirmed`): in the page cache at
+    /// least, so a crash of the process keeps it; durable (a power cut
+    /// keeps it too) once `writer.is_synced()`.
     pub(super) persisted: u64,
-    /// When the cursor file was last written (the cursor's clock).
-    persisted_at: Instant,
+    /// When the cursor file was last made durable (the cursor's clock).
+    synced_at: Instant,
     /// Read, not yet confirmed, in order.
     pub(super) pending: VecDeque<StoredRecord>,
     pub(super) pending_bytes: usize,
@@ -180,7 +182,7 @@ impl<S: Storage> Cursor<S> {
             clock,
             confirmed: start,
             persisted: start,
-            persisted_at: started,
+            synced_at: started,
             pending: VecDeque::new(),
             pending_bytes: 0,
             bytes_base: 0,
@@ -283,7 +285,7 @@ impl<S: Storage> Cursor<S> {
         }
         self.land_flights();
         self.keep_learned();
-        if let Err(e) = self.persist() {
+        if let Err(e) = self.persist(true) {
             tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "writing the final delivery checkpoint failed; some records will be delivered again");
         }
     }
@@ -318,12 +320,11 @@ impl<S: Storage> Cursor<S> {
             tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "recording delivery progress failed; will retry");
             return DrainWait::Pause(IO_ERROR_PAUSE);
         }
-        let interval = self.host.settings().checkpoint_interval;
-        if !interval.is_zero() && self.persisted != self.confirmed && self.checkpoint_due() {
-            // Confirmations held back by checkpoint_interval_ms are written
-            // once it has passed, whatever holds delivery now (without the
-            // interval every confirmation is written as it comes, and a
-            // failed write is tried again at the next one or when idle).
+        if (self.persisted != self.confirmed || !self.writer.is_synced()) && self.sync_due() {
+            // Confirmations left in the page cache by checkpoint_interval_ms
+            // are made durable once it has passed, whatever holds delivery
+            // now; a failed write is tried again here, at the next
+            // confirmation or when idle.
             self.confirm(self.confirmed);
         }
         if let Some(wait) = self.skip_check() {
@@ -343,7 +344,7 @@ impl<S: Storage> Cursor<S> {
         }
         if self.pending.is_empty() {
             self.pass_headerless_abandoned(wm);
-            match self.persist() {
+            match self.persist(self.sync_due()) {
                 Ok(()) => self.report(self.persisted, true),
                 Err(e) if is_no_space(&e) => self.report(self.confirmed, true),
                 Err(e) => {
@@ -351,10 +352,14 @@ impl<S: Storage> Cursor<S> {
                 }
             }
             self.publish_in_flight();
-            return DrainWait::Durable {
-                seen: wm,
-                timeout: IDLE_WAIT,
+            // A cursor file left in the page cache is made durable when
+            // its interval is up, even if nothing more comes.
+            let timeout = if self.writer.is_synced() {
+                IDLE_WAIT
+            } else {
+                self.sync_wait().min(IDLE_WAIT)
             };
+            return DrainWait::Durable { seen: wm, timeout };
         }
         match self.dispatch(wm) {
             Ok(wait) => wait,
@@ -419,8 +424,10 @@ impl<S: Storage> Cursor<S> {
     }
 
     /// Move the confirmed point and write it to the cursor file before the
-    /// next batch is offered, so a crash redelivers at most the batch in
-    /// flight. A failed write does not undo the confirmation: the sink has
+    /// next batch is offered, so a crash of the process redelivers at most
+    /// the batches in flight; it is fdatasynced when `checkpoint_interval`
+    /// has passed since the last time (at once with 0), so a power cut
+    /// may also redeliver what was confirmed since. A failed write does not undo the confirmation: the sink has
     /// the records (or the dead-letter store does), so they leave
     /// `pending` all the same, and the write is tried again at the next
     /// confirmation or when idle; only retention waits for it (it goes by
@@ -432,10 +439,7 @@ impl<S: Storage> Cursor<S> {
             "the confirmed point moves forward only"
         );
         self.confirmed = next_seq;
-        if !self.checkpoint_due() {
-            return;
-        }
-        match self.persist() {
+        match self.persist(self.sync_due()) {
             Ok(()) => self.report(self.persisted, false),
             // No room to make the cursor file: retention may still let
             // segments go, writing the shard's floor (which needs no new
@@ -450,34 +454,46 @@ impl<S: Storage> Cursor<S> {
         }
     }
 
-    /// Whether a confirmation should be written now: always with
-    /// `checkpoint_interval` zero (the default: after every batch), else
-    /// once that long has passed since the last write.
-    fn checkpoint_due(&self) -> bool {
-        let every = self.host.settings().checkpoint_interval;
-        every.is_zero()
-            || self
-                .clock
-                .now()
-                .saturating_duration_since(self.persisted_at)
-                >= every
+    /// Whether the cursor file should be made durable now: always with
+    /// `checkpoint_interval` zero, else once that long has passed since it
+    /// last was.
+    fn sync_due(&self) -> bool {
+        self.sync_wait().is_zero()
     }
 
-    /// Write the cursor file if it lags: one 4 KiB overwrite and an
-    /// fdatasync that needs no new block (see `spillway_wab::checkpoint`),
-    /// so it costs far less than the sink's own round trip.
-    pub(super) fn persist(&mut self) -> io::Result<()> {
+    /// How long until [`Self::sync_due`].
+    fn sync_wait(&self) -> Duration {
+        let every = self.host.settings().checkpoint_interval;
+        every.saturating_sub(self.clock.now().saturating_duration_since(self.synced_at))
+    }
+
+    /// Write the cursor file if it lags (one 4 KiB overwrite in the page
+    /// cache) and, with `sync`, make it durable (an fdatasync that needs no
+    /// new block, see `spillway_wab::checkpoint`). The fdatasync is what
+    /// costs: a flush of the disk's cache that the flusher's own fdatasync
+    /// would wait behind.
+    pub(super) fn persist(&mut self, sync: bool) -> io::Result<()> {
         // A removed sink's cursor no longer owns the file: the sink may
         // have been added again under its name, with a cursor of its own.
-        if self.persisted == self.confirmed || self.retire.load(Ordering::Acquire) {
+        if self.retire.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.writer.write(&self.storage, self.confirmed)?;
-        self.persisted = self.confirmed;
-        self.persisted_at = self.clock.now();
-        self.stats
-            .checkpoint
-            .store(self.confirmed, Ordering::Relaxed);
+        if self.persisted != self.confirmed {
+            if sync {
+                self.writer.write(&self.storage, self.confirmed)?;
+            } else {
+                self.writer.write_unsynced(&self.storage, self.confirmed)?;
+            }
+            self.persisted = self.confirmed;
+            self.stats
+                .checkpoint
+                .store(self.confirmed, Ordering::Relaxed);
+        } else if sync {
+            self.writer.sync(&self.storage)?;
+        }
+        if sync {
+            self.synced_at = self.clock.now();
+        }
         Ok(())
     }
 

@@ -2,7 +2,7 @@
 //!
 //! Every sink has its own cursor over the shard (`cursor`), with its own
 //! checkpoint file. A segment may go only once **every** cursor's
-//! checkpoint on disk has passed it; then retention writes the shard's own
+//! checkpoint file has passed it; then retention writes the shard's own
 //! checkpoint (`checkpoint`, the floor: every sink has confirmed every
 //! record below it; recovery reads it as "delivered") and only then
 //! deletes the segment (or renames it `.free` for the sealer to write over,
@@ -12,7 +12,11 @@
 //!
 //! Invariant, on disk: the floor is at or below every cursor file (a new
 //! cursor starts at or above it; a rewind lowers the floor first), and
-//! every segment file deleted lies wholly below the floor.
+//! every segment file deleted lies wholly below the floor. A cursor file
+//! is fdatasynced only every `checkpoint_interval_ms` while the floor is
+//! fdatasynced before each deletion, so after a power cut a cursor file
+//! may be behind the floor: that sink starts at the floor (every sink had
+//! confirmed everything below it).
 //!
 //! Retention is passive: cursors report to it (under its mutex) after each
 //! checkpoint write and when idle, and it does its work then. It has no
