@@ -684,7 +684,8 @@ fn the_drain_delivers_records_written_across_rotations_while_the_sink_is_busy() 
 struct Hooked {
     on_create: Arc<dyn Fn(&std::path::Path) + Send + Sync>,
     on_open: Arc<dyn Fn(&std::path::Path) + Send + Sync>,
-    /// An fdatasync of a file opened with `open`.
+    /// A write to a file, and an fdatasync of one.
+    on_write: Arc<dyn Fn(&std::path::Path) + Send + Sync>,
     on_sync: Arc<dyn Fn(&std::path::Path) + Send + Sync>,
 }
 
@@ -693,20 +694,23 @@ impl Default for Hooked {
         Hooked {
             on_create: Arc::new(|_| {}),
             on_open: Arc::new(|_| {}),
+            on_write: Arc::new(|_| {}),
             on_sync: Arc::new(|_| {}),
         }
     }
 }
 
-/// A file opened through [`Hooked::open`]: its fdatasyncs are told.
+/// A file opened through [`Hooked`]: its writes and fdatasyncs are told.
 struct HookedFile {
     file: <FsStorage as Storage>::File,
     path: std::path::PathBuf,
+    on_write: Arc<dyn Fn(&std::path::Path) + Send + Sync>,
     on_sync: Arc<dyn Fn(&std::path::Path) + Send + Sync>,
 }
 
 impl StorageFile for HookedFile {
     fn write_all_at(&mut self, offset: u64, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<()> {
+        (self.on_write)(&self.path);
         self.file.write_all_at(offset, bufs)
     }
     fn sync_data(&mut self) -> std::io::Result<()> {
@@ -739,6 +743,7 @@ impl Hooked {
         Ok(HookedFile {
             file,
             path: path.to_path_buf(),
+            on_write: self.on_write.clone(),
             on_sync: self.on_sync.clone(),
         })
     }
@@ -835,7 +840,6 @@ fn checkpoint_interval_fdatasyncs_the_cursor_less_often_and_a_stop_makes_it_dura
             },
             "fast".into(),
         );
-        // Each checkpoint write opens the cursor file read-write.
         let (writes, syncs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let cursor = |path: &std::path::Path| {
             let name = path.file_name().unwrap_or_default().to_string_lossy();
@@ -843,7 +847,7 @@ fn checkpoint_interval_fdatasyncs_the_cursor_less_often_and_a_stop_makes_it_dura
         };
         let (w, y) = (writes.clone(), syncs.clone());
         let storage = Hooked {
-            on_open: Arc::new(move |path| {
+            on_write: Arc::new(move |path| {
                 if cursor(path) {
                     w.fetch_add(1, Ordering::SeqCst);
                 }
@@ -889,10 +893,22 @@ fn checkpoint_interval_fdatasyncs_the_cursor_less_often_and_a_stop_makes_it_dura
     let ((writes, syncs), _, end) = run(Duration::ZERO);
     assert_eq!(end, 600, "the checkpoint ends past the last record");
     assert!(writes >= 60, "{writes} cursor writes for 60 batches");
-    assert!(syncs >= 60, "{syncs} cursor fdatasyncs for 60 batches with interval 0");
+    assert!(
+        syncs >= 60,
+        "{syncs} cursor fdatasyncs for 60 batches with interval 0"
+    );
     let ((writes, syncs), at_stop, end) = run(Duration::from_secs(60));
-    assert_eq!(end, 600, "the idle sink's cursor file says where it is at once");
-    assert!(writes >= 60, "{writes} cursor writes for 60 batches with a 60 s interval");
-    assert!(syncs <= 1, "{syncs} cursor fdatasyncs for 60 batches with a 60 s interval");
+    assert_eq!(
+        end, 600,
+        "the idle sink's cursor file says where it is at once"
+    );
+    assert!(
+        writes >= 60,
+        "{writes} cursor writes for 60 batches with a 60 s interval"
+    );
+    assert!(
+        syncs <= 1,
+        "{syncs} cursor fdatasyncs for 60 batches with a 60 s interval"
+    );
     assert_eq!(at_stop, 1, "a clean stop fdatasyncs the cursor file once");
 }

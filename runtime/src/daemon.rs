@@ -177,6 +177,7 @@ fn take_ownership(cfg: &Config) -> Result<Ownership, String> {
         cfg.producer_connections_max(),
         &cfg.producer_connections_keys(),
         u64::from(cfg.shard_count()),
+        cfg.sinks.len() as u64,
         cfg.admin_connections_reserved(),
     )?;
     warn_if_disk_smaller(cfg);

@@ -20,6 +20,11 @@ pub const FD_RESERVE: u64 = 64;
 /// preallocated, segment being sealed, drain reader, checkpoint, directory
 /// fsyncs, with headroom.
 pub const FDS_PER_SHARD: u64 = 8;
+/// Descriptors each sink's cursor over a shard may hold: the segment it
+/// reads, and its cursor file, kept open between fdatasyncs (opening it
+/// for every batch made every push's fdatasync slower; see
+/// `spillway_wab::CheckpointWriter`).
+pub const FDS_PER_SINK_SHARD: u64 = 2;
 
 /// The soft `RLIMIT_NOFILE` after raising it as far as the hard limit allows.
 pub fn raise_soft_limit() -> std::io::Result<u64> {
@@ -57,9 +62,11 @@ pub fn check(
     max_connections: u64,
     doors: &str,
     shards: u64,
+    sinks: u64,
     admin_connections: u64,
 ) -> Result<(), String> {
-    let reserve = FD_RESERVE + FDS_PER_SHARD * shards + admin_connections;
+    let reserve =
+        FD_RESERVE + (FDS_PER_SHARD + FDS_PER_SINK_SHARD * sinks) * shards + admin_connections;
     if max_connections.saturating_add(reserve) <= limit {
         return Ok(());
     }
@@ -67,8 +74,8 @@ pub fn check(
     let together = if doors.contains('+') { " together" } else { "" };
     Err(format!(
         "{doors} = {max_connections} does not fit the file descriptor limit of {limit}: \
-         {reserve} are kept for segments, checkpoints, sinks and admin ({FD_RESERVE} + {FDS_PER_SHARD} per shard \
-         x {shards} shards + {admin_connections} for the admin listeners' connections, admin.connections_max \
+         {reserve} are kept for segments, checkpoints, sinks and admin ({FD_RESERVE} + ({FDS_PER_SHARD} per shard \
+         + {FDS_PER_SINK_SHARD} per sink x {sinks} sinks) x {shards} shards + {admin_connections} for the admin listeners' connections, admin.connections_max \
          each), so at most {fits} connections fit; lower {doors} to {fits}{together} or raise \
          the limit (ulimit -n, or LimitNOFILE= in the systemd unit)"
     ))
@@ -81,13 +88,17 @@ mod tests {
     #[test]
     fn max_connections_must_leave_the_reserve() {
         let doors = "server.max_connections";
-        check(20_000, 1024, doors, 2, 32).unwrap();
-        let err = check(1024, 1024, doors, 2, 32).unwrap_err();
+        check(20_000, 1024, doors, 2, 1, 32).unwrap();
+        let err = check(1024, 1024, doors, 2, 1, 32).unwrap_err();
         assert!(err.contains("server.max_connections = 1024"), "{err}");
         assert!(err.contains("limit of 1024"), "{err}");
         assert!(err.contains("+ 32 for the admin listeners"), "{err}");
-        assert!(err.contains("at most 912 connections"), "{err}");
-        check(1024, 912, doors, 2, 32).unwrap();
-        check(1024, 913, doors, 2, 32).unwrap_err();
+        // 64 + (8 + 2 x 1) x 2 + 32 = 116 kept.
+        assert!(err.contains("at most 908 connections"), "{err}");
+        check(1024, 908, doors, 2, 1, 32).unwrap();
+        check(1024, 909, doors, 2, 1, 32).unwrap_err();
+        // Three sinks keep 2 x 2 x 2 more.
+        check(1024, 900, doors, 2, 3, 32).unwrap();
+        check(1024, 901, doors, 2, 3, 32).unwrap_err();
     }
 }

@@ -67,7 +67,10 @@ fn a_power_cut_goes_back_at_most_to_the_last_fdatasync() {
         let live = s.read_file(&path).unwrap();
         let durable = s.durable_fork().read_file(&path).unwrap();
         let len = live.len().max(durable.len());
-        let cuts = (0..=64).chain(4096..=4096 + 64).chain([len]).filter(|&c| c <= len);
+        let cuts = (0..=64)
+            .chain(4096..=4096 + 64)
+            .chain([len])
+            .filter(|&c| c <= len);
         for cut in cuts {
             let mixed: Vec<u8> = (0..len)
                 .map(|i| {

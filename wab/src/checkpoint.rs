@@ -419,9 +419,8 @@ pub fn write_checkpoint_file<S: Storage>(
 /// The one writer of a checkpoint file (a sink's cursor): it remembers
 /// which slot holds the newest generation after each write, so the next
 /// write goes to the other slot without reading the file back (the read
-/// cost a full 8 KiB pread per batch per sink). The file is opened for
-/// each write and closed after, so a writer holds no descriptor. Anything
-/// unexpected (the first write, an error, a file made again) falls back to
+/// cost a full 8 KiB pread per batch per sink). Anything unexpected (the
+/// first write, an error, a file made again) falls back to
 /// [`write_checkpoint_file`], which reads the file.
 ///
 /// A write may leave the new generation in the page cache only
@@ -430,10 +429,19 @@ pub fn write_checkpoint_file<S: Storage>(
 /// later writes go to that same slot, never to the other one, which holds
 /// the newest durable generation: a power cut that tears or drops the
 /// unsynced slot leaves the file at that older checkpoint, never at none.
-#[derive(Debug)]
+///
+/// The file stays open from an unsynced write to the next fdatasync, and
+/// is closed after it: a cursor that has caught up holds no descriptor.
+/// Opening and closing it for every batch made the flusher's fdatasyncs
+/// slower (with PushBatches of 256 records at Sync and the noop sink,
+/// 112-123 µs against 95-100 µs kept open, and 1.15-1.17 M against
+/// 1.27-1.33 M records/s; `spillway ctl metrics` around `spillway bench
+/// --scenario batch_durable_n256`, three runs each, alternated).
 pub struct CheckpointWriter {
     dir: PathBuf,
     name: String,
+    /// The file, while a write to it is left unsynced.
+    open: Option<Box<dyn StorageFile>>,
     /// (slot holding the newest generation, that generation), as this
     /// writer last left the file.
     last: Option<(usize, u64)>,
@@ -448,12 +456,14 @@ impl CheckpointWriter {
             name: name.to_string(),
             last: None,
             synced: true,
+            open: None,
         }
     }
 
     /// Forget what the file holds (something else wrote it).
     pub fn forget(&mut self) {
         self.last = None;
+        self.open = None;
     }
 
     /// Whether everything this writer wrote is durable.
@@ -482,12 +492,20 @@ impl CheckpointWriter {
         if self.synced {
             return Ok(());
         }
-        storage.open(&self.dir.join(&self.name))?.sync_data()?;
+        match self.open.take() {
+            Some(mut f) => f.sync_data()?,
+            None => storage.open(&self.dir.join(&self.name))?.sync_data()?,
+        }
         self.synced = true;
         Ok(())
     }
 
-    fn put<S: Storage>(&mut self, storage: &S, confirmed_next_seq: u64, sync: bool) -> io::Result<()> {
+    fn put<S: Storage>(
+        &mut self,
+        storage: &S,
+        confirmed_next_seq: u64,
+        sync: bool,
+    ) -> io::Result<()> {
         let path = self.dir.join(&self.name);
         if let Some((newest, generation)) = self.last.filter(|(_, g)| *g < u64::MAX) {
             // Never over the newest durable generation.
@@ -500,10 +518,15 @@ impl CheckpointWriter {
             // On an error the slot's state is unknown: the next write
             // reads the file again (and makes it durable).
             self.last = None;
-            let mut file = storage.open(&path)?;
+            let mut file: Box<dyn StorageFile> = match self.open.take() {
+                Some(f) => f,
+                None => Box::new(storage.open(&path)?),
+            };
             file.write_all_at((slot * SLOT_BYTES) as u64, &[IoSlice::new(&b)])?;
             if sync {
                 file.sync_data()?;
+            } else {
+                self.open = Some(file);
             }
             self.last = Some((slot, generation + 1));
             self.synced = sync;

@@ -89,7 +89,7 @@ pub const SERVER_MAX_CONNECTIONS: Key = Key {
         unit: Unit::Count,
     },
     also: "",
-    meaning: r#"Open connections past this are closed at once (unless an idle one can be evicted, see `evict_idle_connections`); the others are unaffected. At start the daemon raises its soft file descriptor limit to the hard limit and refuses a value that leaves fewer than 64 + 8 per shard + `admin.connections_max` per admin listener descriptors for segments, checkpoints, sinks and the admin listeners, naming the numbers (fix: lower this, or raise `ulimit -n` / `LimitNOFILE=`); see [file descriptors](#file-descriptors). When `accept()` still fails (EMFILE), the accept loop pauses (5 ms doubling to 1 s) and logs at most one line per second with a count."#,
+    meaning: r#"Open connections past this are closed at once (unless an idle one can be evicted, see `evict_idle_connections`); the others are unaffected. At start the daemon raises its soft file descriptor limit to the hard limit and refuses a value that leaves fewer than 64 + (8 + 2 per sink) per shard + `admin.connections_max` per admin listener descriptors for segments, checkpoints, sinks and the admin listeners, naming the numbers (fix: lower this, or raise `ulimit -n` / `LimitNOFILE=`); see [file descriptors](#file-descriptors). When `accept()` still fails (EMFILE), the accept loop pauses (5 ms doubling to 1 s) and logs at most one line per second with a count."#,
 };
 
 pub const SERVER_PAYLOAD_BYTES_MAX: Key = Key {
