@@ -233,6 +233,30 @@ pub struct ActiveSegment<F> {
     pub durable_offset: u64,
     pub count: u64,
     pub records_crc: RecordsCrc,
+    /// The bytes of a group that are not big payloads (see
+    /// [`COPIED_PAYLOAD_MAX`]), kept from group to group.
+    staging: Vec<u8>,
+}
+
+/// Payloads up to this size are copied next to their record headers, so a
+/// run of small records is one piece of the vectored write; larger ones
+/// are written from the received bytes as they are. The kernel takes each
+/// piece of a `pwritev` on its own (about 30 ns here, against a few ns to
+/// copy 512 bytes): 256 records of 5 bytes as 512 pieces took 21 µs, as
+/// one piece 5.5 µs (`pwritev` against `pwrite` of the same bytes, 20,000
+/// calls each).
+pub const COPIED_PAYLOAD_MAX: usize = 512;
+
+/// A staging buffer larger than this (a group of many records up to
+/// [`COPIED_PAYLOAD_MAX`]) is freed after its write rather than kept.
+const STAGING_KEPT_MAX: usize = 256 * 1024;
+
+/// One piece of a group's vectored write.
+enum Piece<'a> {
+    /// A range of the staging buffer.
+    Staged(usize, usize),
+    /// A payload as received.
+    Payload(&'a [u8]),
 }
 
 impl<F: StorageFile> ActiveSegment<F> {
@@ -247,6 +271,7 @@ impl<F: StorageFile> ActiveSegment<F> {
             durable_offset: 0,
             count: 0,
             records_crc: RecordsCrc::new(),
+            staging: Vec::new(),
         }
     }
 
@@ -303,10 +328,17 @@ impl<F: StorageFile> ActiveSegment<F> {
                 records.len()
             )));
         }
-        let header_bytes = self.header.encode();
         let salt = self.header.salt();
-        let mut heads: Vec<[u8; RECORD_HEADER_LEN]> = Vec::with_capacity(records.len());
+        let starting = self.write_offset == 0;
         let mut crcs = RecordsCrc::clone(&self.records_crc);
+        let mut staging = std::mem::take(&mut self.staging);
+        staging.clear();
+        if starting {
+            staging.extend_from_slice(&self.header.encode());
+        }
+        let mut pieces: Vec<Piece<'_>> = Vec::new();
+        let mut run = 0;
+        let mut payload_bytes = 0u64;
         for r in records {
             let crc = match r.payload_crc {
                 Some(known) => {
@@ -317,25 +349,24 @@ impl<F: StorageFile> ActiveSegment<F> {
             };
             let crc = salt.apply(crc);
             crcs.add(crc);
-            heads.push(encode_record_header(r.payload.len() as u32, crc, r.meta));
-        }
-        let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(records.len() * 2 + 2);
-        let starting = self.write_offset == 0;
-        if starting {
-            iov.push(IoSlice::new(&header_bytes));
-        }
-        let mut total = if starting {
-            SEGMENT_HEADER_LEN as u64
-        } else {
-            0
-        };
-        let mut payload_bytes = 0u64;
-        for (head, r) in heads.iter().zip(records) {
-            iov.push(IoSlice::new(head));
-            iov.push(IoSlice::new(r.payload));
-            total += (RECORD_HEADER_LEN + r.payload.len()) as u64;
+            staging.extend_from_slice(&encode_record_header(r.payload.len() as u32, crc, r.meta));
+            if r.payload.len() <= COPIED_PAYLOAD_MAX {
+                staging.extend_from_slice(r.payload);
+            } else {
+                pieces.push(Piece::Staged(run, staging.len()));
+                pieces.push(Piece::Payload(r.payload));
+                run = staging.len();
+            }
             payload_bytes += r.payload.len() as u64;
         }
+        let total = staging.len() as u64
+            + pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Payload(b) => b.len() as u64,
+                    Piece::Staged(..) => 0,
+                })
+                .sum::<u64>();
         // What `fits` and the WAB budget count is what is written.
         assert_eq!(
             total,
@@ -347,9 +378,24 @@ impl<F: StorageFile> ActiveSegment<F> {
         // for the footer, which is longer). A group too large for the
         // segment grows the file, and the end of the file is its end.
         if self.write_offset + total + END_MARKER.len() as u64 <= self.capacity {
-            iov.push(IoSlice::new(&END_MARKER));
+            staging.extend_from_slice(&END_MARKER);
         }
-        self.file.write_all_at(self.write_offset, &iov)?;
+        pieces.push(Piece::Staged(run, staging.len()));
+        let iov: Vec<IoSlice<'_>> = pieces
+            .iter()
+            .map(|p| match *p {
+                Piece::Staged(from, to) => IoSlice::new(&staging[from..to]),
+                Piece::Payload(b) => IoSlice::new(b),
+            })
+            .filter(|s| !s.is_empty())
+            .collect();
+        let written = self.file.write_all_at(self.write_offset, &iov);
+        drop(iov);
+        drop(pieces);
+        if staging.capacity() <= STAGING_KEPT_MAX {
+            self.staging = staging;
+        }
+        written?;
         self.write_offset += total;
         self.count += records.len() as u64;
         self.records_crc = crcs;
