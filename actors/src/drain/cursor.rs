@@ -427,11 +427,12 @@ impl<S: Storage> Cursor<S> {
     /// next batch is offered, so a crash of the process redelivers at most
     /// the batches in flight; it is fdatasynced when `checkpoint_interval`
     /// has passed since the last time (at once with 0), so a power cut
-    /// may also redeliver what was confirmed since. A failed write does not undo the confirmation: the sink has
-    /// the records (or the dead-letter store does), so they leave
-    /// `pending` all the same, and the write is tried again at the next
-    /// confirmation or when idle; only retention waits for it (it goes by
-    /// what is on disk). Treating the failure as the batch's moved the
+    /// may also redeliver what was confirmed since. A failed write does
+    /// not undo the confirmation: the sink has the records (or the
+    /// dead-letter store does), so they leave `pending` all the same, and
+    /// the write is tried again at the next confirmation or when idle;
+    /// only retention waits for it (it goes by what the file says).
+    /// Treating the failure as the batch's moved the
     /// confirmed point back when the batch was offered again and split.
     pub(super) fn confirm(&mut self, next_seq: u64) {
         debug_assert!(
