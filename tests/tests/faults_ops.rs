@@ -525,10 +525,11 @@ fn fd_exhaustion_under_a_low_ulimit() {
     }
 
     // 150 connections, at the tightest limit the daemon accepts for them:
-    // 150 + 64 + 8 per shard x 2 shards + 16 for the admin socket's
-    // connections (admin.connections_max) = 246 descriptors.
+    // 150 + 64 + (8 per shard + 2 per sink x 1 sink) x 2 shards + 16 for
+    // the admin socket's connections (admin.connections_max) = 250
+    // descriptors.
     const MAX_CONN: u64 = 150;
-    const LIMIT: u64 = MAX_CONN + 64 + 8 * 2 + 16;
+    const LIMIT: u64 = MAX_CONN + 64 + (8 + 2) * 2 + 16;
     d.reconfigure("[server]\nmax_connections = 150\n");
     d.spawn_with(nofile_limit(LIMIT));
     let pid = d.pid().unwrap();

@@ -565,9 +565,10 @@ fn raise_own_nofile(n: u64) {
 
 #[test]
 fn holding_1500_connections_to_the_metrics_port_under_a_low_fd_limit_starves_nothing() {
-    // 100 producers + 64 + 8 per shard x 2 + 16 per admin listener x 2:
-    // the tightest limit the daemon accepts for this config.
-    const LIMIT: u64 = 100 + 64 + 8 * 2 + 16 * 2;
+    // 100 producers + 64 + (8 per shard + 2 per sink x 1 sink) x 2 shards
+    // + 16 per admin listener x 2: the tightest limit the daemon accepts
+    // for this config.
+    const LIMIT: u64 = 100 + 64 + (8 + 2) * 2 + 16 * 2;
     raise_own_nofile(4096);
     let mut d = Daemon::configure(&format!(
         "[server]\nmax_connections = 100\n{NOOP_SINK}{}",
