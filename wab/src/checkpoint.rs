@@ -434,7 +434,7 @@ pub fn write_checkpoint_file<S: Storage>(
 /// is closed after it: a cursor that has caught up holds no descriptor.
 /// Opening and closing it for every batch made the flusher's fdatasyncs
 /// slower (with PushBatches of 256 records at Sync and the noop sink,
-/// 112-123 µs against 95-100 µs kept open, and 1.15-1.17 M against
+/// 111-123 µs against 95-100 µs kept open, and 1.15-1.17 M against
 /// 1.27-1.33 M records/s; `spillway ctl metrics` around `spillway bench
 /// --scenario batch_durable_n256`, three runs each, alternated).
 pub struct CheckpointWriter {
