@@ -339,6 +339,8 @@ impl<F: StorageFile> ActiveSegment<F> {
         let mut pieces: Vec<Piece<'_>> = Vec::new();
         let mut run = 0;
         let mut payload_bytes = 0u64;
+        // Payload bytes written from the received buffers, not staged.
+        let mut unstaged = 0u64;
         for r in records {
             let crc = match r.payload_crc {
                 Some(known) => {
@@ -355,18 +357,12 @@ impl<F: StorageFile> ActiveSegment<F> {
             } else {
                 pieces.push(Piece::Staged(run, staging.len()));
                 pieces.push(Piece::Payload(r.payload));
+                unstaged += r.payload.len() as u64;
                 run = staging.len();
             }
             payload_bytes += r.payload.len() as u64;
         }
-        let total = staging.len() as u64
-            + pieces
-                .iter()
-                .map(|p| match p {
-                    Piece::Payload(b) => b.len() as u64,
-                    Piece::Staged(..) => 0,
-                })
-                .sum::<u64>();
+        let total = staging.len() as u64 + unstaged;
         // What `fits` and the WAB budget count is what is written.
         assert_eq!(
             total,
