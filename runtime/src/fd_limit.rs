@@ -28,14 +28,7 @@ pub const FDS_PER_SINK_SHARD: u64 = 2;
 
 /// The soft `RLIMIT_NOFILE` after raising it as far as the hard limit allows.
 pub fn raise_soft_limit() -> std::io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we pass.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    let lim = nofile()?;
     if lim.rlim_cur < lim.rlim_max {
         let raised = libc::rlimit {
             rlim_cur: lim.rlim_max,
@@ -52,6 +45,24 @@ pub fn raise_soft_limit() -> std::io::Result<u64> {
         }
     }
     Ok(lim.rlim_cur)
+}
+
+/// The soft `RLIMIT_NOFILE` as it stands.
+pub fn soft_limit() -> std::io::Result<u64> {
+    Ok(nofile()?.rlim_cur)
+}
+
+/// The soft and hard `RLIMIT_NOFILE`.
+fn nofile() -> std::io::Result<libc::rlimit> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(lim)
 }
 
 /// Refuse `max_connections` when `limit` descriptors cannot hold them plus

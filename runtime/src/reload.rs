@@ -211,6 +211,9 @@ impl Reloader {
         for key in restart_needed(&self.current, &new) {
             report.push_str(&format!("{key} changed: needs a restart, not applied\n"));
         }
+        if new.sinks.len() > self.current.sinks.len() {
+            self.check_descriptors(&new)?;
+        }
         let plugin_files = plugin_fingerprints(&new);
         let old = &self.current.sinks;
         let mut changed = Vec::new();
@@ -247,6 +250,32 @@ impl Reloader {
             removed,
             report,
             plugin_files,
+        })
+    }
+
+    /// More sinks need more descriptors (each sink's cursor over each shard
+    /// keeps its segment and its cursor file open): refuse a file whose
+    /// sinks would not fit the reserve the running daemon's connection
+    /// limits leave, as a start with it would, so that added sinks never
+    /// take the descriptors segment rotation needs.
+    fn check_descriptors(&self, new: &Config) -> Result<(), String> {
+        let running = &self.current;
+        let limit = crate::fd_limit::soft_limit()
+            .map_err(|e| format!("reading the file descriptor limit: {e}"))?;
+        crate::fd_limit::check(
+            limit,
+            running.producer_connections_max(),
+            &running.producer_connections_keys(),
+            u64::from(running.shard_count()),
+            new.sinks.len() as u64,
+            running.admin_connections_reserved(),
+        )
+        .map_err(|e| {
+            format!(
+                "{} sinks instead of {} need more file descriptors than the running daemon can keep for them: {e}",
+                new.sinks.len(),
+                running.sinks.len()
+            )
         })
     }
 

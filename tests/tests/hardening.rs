@@ -670,6 +670,61 @@ fn holding_1500_connections_to_the_metrics_port_under_a_low_fd_limit_starves_not
     d.terminate();
 }
 
+#[test]
+fn a_reload_that_adds_sinks_beyond_the_descriptor_reserve_is_refused_and_changes_nothing() {
+    // 100 producers + 64 + (8 per shard + 2 per sink x 2 sinks) x 2 shards
+    // + 16 per admin listener x 2: room for two sinks, not three.
+    const LIMIT: u64 = 100 + 64 + (8 + 2 * 2) * 2 + 16 * 2;
+    let server = "[server]\nmax_connections = 100\nshards = 2\n";
+    let sinks = |names: &[&str]| -> String {
+        names
+            .iter()
+            .map(|n| format!("[sinks.{n}]\ntype = \"noop\"\n"))
+            .collect()
+    };
+    let mut d = Daemon::configure(&format!("{server}{}{}", sinks(&["a"]), metrics_on()));
+    d.spawn_with(nofile_limit(LIMIT));
+    let mut c = d.client();
+    c.push(Tier::Sync, b"before").unwrap();
+
+    d.reconfigure(&format!("{server}{}{}", sinks(&["a", "b"]), metrics_on()));
+    let two = d.ctl(&["reload"]);
+    assert!(
+        two.contains("sink b added"),
+        "adding a second sink that fits: {two}"
+    );
+
+    d.reconfigure(&format!(
+        "{server}{}{}",
+        sinks(&["a", "b", "c"]),
+        metrics_on()
+    ));
+    let f = ctl_socket(&admin_socket(&d), &["reload"]);
+    let said = format!("{}{}", f.stdout, f.stderr);
+    assert!(
+        !f.status.success(),
+        "a third sink beyond the reserve was accepted: {said}"
+    );
+    assert_names(
+        "ctl reload",
+        &said,
+        &[
+            "reload rejected",
+            "3 sinks instead of 2",
+            &format!("file descriptor limit of {LIMIT}"),
+        ],
+    );
+    // Nothing changed: two sinks run, pushes ack, the daemon is ready.
+    let out = d.ctl(&["--json", "stats"]);
+    let s: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let running: Vec<&String> = s["sinks"].as_object().unwrap().keys().collect();
+    assert_eq!(running, ["a", "b"], "ctl --json stats:\n{s}");
+    assert_eq!(s["reloads"]["failed"], 1, "{s}");
+    c.push(Tier::Sync, b"after").unwrap();
+    assert!(d.health().ends_with("ready\n"), "{}", d.health());
+    d.terminate();
+}
+
 // ---------------------------------------------------------------- 7. tools that hang or balloon
 
 #[test]

@@ -484,7 +484,8 @@ impl ShardQueue {
     /// flusher stops spinning for [`BUSY_NO_SPIN`].
     fn spin_for_work(&self, deadline: Option<Instant>) {
         let start = Instant::now();
-        let since_created = |t: Instant| t.saturating_duration_since(self.created).as_micros() as u64;
+        let since_created =
+            |t: Instant| t.saturating_duration_since(self.created).as_micros() as u64;
         if since_created(start) < self.no_spin_until_us.load(Ordering::Relaxed) {
             return;
         }
