@@ -3,7 +3,7 @@
 //! connections see.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,13 +29,6 @@ pub struct ShardQueue {
     queued: AtomicUsize,
     /// How long the flusher spins for work before sleeping, microseconds.
     spin_us: AtomicU64,
-    /// The flusher does not spin before this instant (microseconds since
-    /// `created`): a recent spin found the core wanted by other threads.
-    /// Touched only by the flusher thread.
-    no_spin_until_us: AtomicU64,
-    /// Spins in a row that ended in a busy yield. Flusher thread only.
-    busy_spins: AtomicU32,
-    created: Instant,
     wakeup: Condvar,
     health: AtomicU8,
     /// While `Unwritable`: the nack byte pushes get, and why (for health).
@@ -68,17 +61,6 @@ pub struct ShardQueue {
 /// saves the ~40-50 µs wake of an idle core. Zero disables spinning.
 pub const SPIN_BEFORE_SLEEP_DEFAULT: Duration = Duration::from_micros(200);
 
-/// A yield that took this long gave the core to another thread for a
-/// while: the machine is busy (see `ShardQueue::spin_for_work`). A yield
-/// with nothing else runnable returns in about a microsecond.
-const BUSY_YIELD: Duration = Duration::from_micros(200);
-
-/// Spins in a row that met a busy yield before the flusher stops spinning.
-const BUSY_SPINS: u32 = 3;
-
-/// How long the flusher sleeps instead of spinning once the machine is busy.
-const BUSY_NO_SPIN: Duration = Duration::from_millis(100);
-
 impl ShardQueue {
     pub fn new(shard: u32, wab: &Arc<WabBudget>) -> Arc<Self> {
         Arc::new(ShardQueue {
@@ -88,9 +70,6 @@ impl ShardQueue {
             passed_over: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             spin_us: AtomicU64::new(SPIN_BEFORE_SLEEP_DEFAULT.as_micros() as u64),
-            no_spin_until_us: AtomicU64::new(0),
-            busy_spins: AtomicU32::new(0),
-            created: Instant::now(),
             wakeup: Condvar::new(),
             health: AtomicU8::new(ShardHealth::Starting as u8),
             unwritable_nack: AtomicU8::new(NackReason::InternalError.as_byte()),
@@ -474,46 +453,17 @@ impl ShardQueue {
 
     /// Spin (yielding the core to anything runnable) for up to
     /// the configured spin time waiting for a batch, without the lock.
-    ///
-    /// Spinning pays only while the cores are otherwise idle: it saves the
-    /// wake of an idle core. A yield that takes long gave the core to other
-    /// threads, and a spinning thread that yielded waits behind them when
-    /// its batch arrives, where one asleep on the condition variable is
-    /// woken and runs at once. So after [`BUSY_SPINS`] spins in a row that
-    /// each met such a yield (one alone may be a drain's short turn), the
-    /// flusher stops spinning for [`BUSY_NO_SPIN`].
     fn spin_for_work(&self, deadline: Option<Instant>) {
         let start = Instant::now();
-        let since_created =
-            |t: Instant| t.saturating_duration_since(self.created).as_micros() as u64;
-        if since_created(start) < self.no_spin_until_us.load(Ordering::Relaxed) {
-            return;
-        }
         let mut until = start + Duration::from_micros(self.spin_us.load(Ordering::Relaxed));
         if let Some(d) = deadline {
             until = until.min(d);
         }
-        let mut before = start;
-        let mut yielded = false;
         while self.queued.load(Ordering::Acquire) == 0 && !self.shutdown.load(Ordering::Relaxed) {
-            if before >= until {
-                break;
-            }
-            std::thread::yield_now();
-            let now = Instant::now();
-            if now - before >= BUSY_YIELD {
-                if self.busy_spins.fetch_add(1, Ordering::Relaxed) + 1 >= BUSY_SPINS {
-                    self.busy_spins.store(0, Ordering::Relaxed);
-                    self.no_spin_until_us
-                        .store(since_created(now + BUSY_NO_SPIN), Ordering::Relaxed);
-                }
+            if Instant::now() >= until {
                 return;
             }
-            before = now;
-            yielded = true;
-        }
-        if yielded {
-            self.busy_spins.store(0, Ordering::Relaxed);
+            std::thread::yield_now();
         }
     }
 

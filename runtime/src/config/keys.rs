@@ -355,7 +355,7 @@ pub const WAB_FLUSHER_SPIN_US: Key = Key {
         unit: Unit::Us,
     },
     also: "0 never spins",
-    meaning: r#"After each group commit the flusher spins (yielding the core to anything runnable) this long for the next batch before it sleeps. A lone producer's next push arrives within about one socket round trip, so it finds the flusher awake instead of paying the ~40-50 µs wake of an idle core. That pays only while the cores are otherwise idle: when three spins in a row each gave the core to another thread for 200 µs or more (the machine is busy), the flusher sleeps between groups for the next 100 ms instead, since a spinning thread that yielded waits behind the others when its batch arrives. Costs at most this much CPU per group when traffic stops; 0 disables it."#,
+    meaning: r#"After each group commit the flusher spins (yielding the core to anything runnable) this long for the next batch before it sleeps. A lone producer's next push arrives within about one socket round trip, so it finds the flusher awake instead of paying the ~40-50 µs wake of an idle core. Costs at most this much CPU per group when traffic stops; 0 disables it."#,
 };
 
 pub const WAB_FSYNC_FAILURES_MAX: Key = Key {
