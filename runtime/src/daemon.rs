@@ -172,14 +172,7 @@ fn take_ownership(cfg: &Config) -> Result<Ownership, String> {
     let data = DataDirLock::acquire(data_dir)?;
     let limit = crate::fd_limit::raise_soft_limit()
         .map_err(|e| format!("reading the file descriptor limit: {e}"))?;
-    crate::fd_limit::check(
-        limit,
-        cfg.producer_connections_max(),
-        &cfg.producer_connections_keys(),
-        u64::from(cfg.shard_count()),
-        cfg.sinks.len() as u64,
-        cfg.admin_connections_reserved(),
-    )?;
+    crate::fd_limit::check_config(limit, cfg, cfg.sinks.len())?;
     warn_if_disk_smaller(cfg);
     let mut locks = Vec::new();
     for (what, path) in [

@@ -65,6 +65,19 @@ fn nofile() -> std::io::Result<libc::rlimit> {
     Ok(lim)
 }
 
+/// [`check`] for `cfg`'s connection limits, shards and admin listeners,
+/// with `sinks` sinks (a reload checks the sinks it would run).
+pub fn check_config(limit: u64, cfg: &crate::config::Config, sinks: usize) -> Result<(), String> {
+    check(
+        limit,
+        cfg.producer_connections_max(),
+        &cfg.producer_connections_keys(),
+        u64::from(cfg.shard_count()),
+        sinks as u64,
+        cfg.admin_connections_reserved(),
+    )
+}
+
 /// Refuse `max_connections` when `limit` descriptors cannot hold them plus
 /// the reserve (`admin_connections`: what the admin listeners may hold
 /// together); the message names the numbers and the fixes.

@@ -262,15 +262,7 @@ impl Reloader {
         let running = &self.current;
         let limit = crate::fd_limit::soft_limit()
             .map_err(|e| format!("reading the file descriptor limit: {e}"))?;
-        crate::fd_limit::check(
-            limit,
-            running.producer_connections_max(),
-            &running.producer_connections_keys(),
-            u64::from(running.shard_count()),
-            new.sinks.len() as u64,
-            running.admin_connections_reserved(),
-        )
-        .map_err(|e| {
+        crate::fd_limit::check_config(limit, running, new.sinks.len()).map_err(|e| {
             format!(
                 "{} sinks instead of {} need more file descriptors than the running daemon can keep for them: {e}",
                 new.sinks.len(),
