@@ -86,6 +86,15 @@ fn assert_names(what: &str, text: &str, needles: &[&str]) {
     }
 }
 
+/// `ctl reload` (finished as `f`) failed and said each of `needles`;
+/// returns what it said. `what` names the change that was offered.
+fn assert_reload_refused(f: &Finished, what: &str, needles: &[&str]) -> String {
+    let said = format!("{}{}", f.stdout, f.stderr);
+    assert!(!f.status.success(), "{what} was accepted: {said}");
+    assert_names("ctl reload", &said, needles);
+    said
+}
+
 // ---------------------------------------------------------------- 1. a foreign .so
 
 /// The AddressSanitizer runtime gcc installs (its constructors end the
@@ -119,13 +128,11 @@ fn plugin_reload_is_refused(so: &Path, names: &[&str]) {
         toml_str(so.display().to_string())
     ));
     let f = ctl_socket(&admin_socket(&d), &["reload"]);
-    let said = format!("{}{}", f.stdout, f.stderr);
-    assert!(
-        !f.status.success(),
-        "reload to {} succeeded: {said}",
-        so.display()
+    let said = assert_reload_refused(
+        &f,
+        &format!("a reload to {}", so.display()),
+        &["reload rejected"],
     );
-    assert_names("ctl reload", &said, &["reload rejected"]);
     assert_names("ctl reload", &said, names);
     assert!(
         d.is_running(),
@@ -379,19 +386,14 @@ fn a_reload_held_in_a_30_s_health_check_keeps_connections_ctl_and_ready_prompt()
     });
     let (f, took) = reload.join().unwrap();
     assert_prompt(&worst, "30 s health check");
-    let said = format!("{}{}", f.stdout, f.stderr);
-    assert!(
-        !f.status.success(),
-        "the unhealthy sink was accepted: {said}"
+    let said = assert_reload_refused(
+        &f,
+        "the unhealthy sink",
+        &["reload rejected", "slept through its health check"],
     );
     assert!(
         took >= Duration::from_secs(28),
         "the reload returned after {took:?}: the health check did not hold it ({said})"
-    );
-    assert_names(
-        "ctl reload",
-        &said,
-        &["reload rejected", "slept through its health check"],
     );
     still_delivers(&d, &rx, "after", 10);
     d.terminate();
@@ -412,14 +414,9 @@ fn a_build_past_sink_build_timeout_ms_is_refused_and_the_next_reload_is_told_why
     let reload = reload_in_background(&d, 30);
     let worst = measure_while(&d, port, || reload.is_finished());
     let (f, took) = reload.join().unwrap();
-    let said = format!("{}{}", f.stdout, f.stderr);
-    assert!(
-        !f.status.success(),
-        "an hour-long build was accepted: {said}"
-    );
-    assert_names(
-        "ctl reload past the deadline",
-        &said,
+    assert_reload_refused(
+        &f,
+        "an hour-long build",
         &["reload rejected", "sink.build_timeout_ms = 1500"],
     );
     assert!(
@@ -700,14 +697,9 @@ fn a_reload_that_adds_sinks_beyond_the_descriptor_reserve_is_refused_and_changes
         metrics_on()
     ));
     let f = ctl_socket(&admin_socket(&d), &["reload"]);
-    let said = format!("{}{}", f.stdout, f.stderr);
-    assert!(
-        !f.status.success(),
-        "a third sink beyond the reserve was accepted: {said}"
-    );
-    assert_names(
-        "ctl reload",
-        &said,
+    assert_reload_refused(
+        &f,
+        "a third sink beyond the reserve",
         &[
             "reload rejected",
             "3 sinks instead of 2",
