@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::{Buf, BytesMut};
+
+use crate::frame_buffers::FrameBuffers;
 use spillway_protocol::{
     decode_request_crcs, NackReason, RecordCrcs, Request, Response, HEADER_LEN, TRAILER_LEN,
 };
@@ -127,6 +129,8 @@ pub struct ReadBudget {
     /// and starts waiting after it does not miss it.
     epoch: AtomicU64,
     freed: tokio::sync::Notify,
+    /// The buffers of finished large frames, for the next ones.
+    pub frame_buffers: FrameBuffers,
 }
 
 impl ReadBudget {
@@ -197,6 +201,9 @@ pub struct Connection {
     /// Bytes of the shared read-buffer budget reserved for the frame at the
     /// front of `rbuf` (0 while it fits [`READ_CHUNK`]).
     reserved: u64,
+    /// Size of the allocation under `rbuf` when it is a buffer of the front
+    /// frame's own (taken from [`FrameBuffers`]), else 0.
+    rbuf_allocated: usize,
     /// Waiting for read-buffer budget: a retry timer is armed.
     budget_wait: bool,
     /// Since when the peer has taken none of our response bytes (while
@@ -240,6 +247,7 @@ impl Connection {
             rbuf: BytesMut::new(),
             frame_started: None,
             reserved: 0,
+            rbuf_allocated: 0,
             budget_wait: false,
             write_stalled_since: None,
             parked: None,
@@ -417,13 +425,20 @@ impl Connection {
                         return false;
                     }
                     if self.rbuf.capacity() < frame {
-                        // One allocation of the frame's size (address space,
-                        // not memory: its pages become resident only as the
-                        // bytes arrive), rather than doubling steps that
-                        // copy and leave freed buffers behind in the heap.
-                        let mut sized = BytesMut::with_capacity(frame.max(self.rbuf.len()));
+                        // One buffer of the frame's size (a new allocation is
+                        // address space, not memory: its pages become
+                        // resident only as the bytes arrive), rather than
+                        // doubling steps that copy and leave freed buffers
+                        // behind in the heap; a finished frame's buffer when
+                        // one is free (see crate::frame_buffers).
+                        let (mut sized, allocated) = self
+                            .shared
+                            .read_budget
+                            .frame_buffers
+                            .take(frame.max(self.rbuf.len()));
                         sized.extend_from_slice(&self.rbuf);
                         self.rbuf = sized;
+                        self.rbuf_allocated = allocated;
                     }
                 }
                 let remaining = frame.saturating_sub(self.rbuf.len());
@@ -434,6 +449,17 @@ impl Connection {
             self.rbuf.reserve(need);
         }
         true
+    }
+
+    /// The large frame read into a buffer of its own is decoded: keep what
+    /// is left of that buffer (nothing, when the frame filled it) so a later
+    /// frame can take it back once the frame's records are written.
+    fn keep_frame_buffer(&mut self) {
+        let allocated = std::mem::take(&mut self.rbuf_allocated);
+        if allocated > 0 && self.rbuf.is_empty() {
+            let rest = std::mem::take(&mut self.rbuf);
+            self.shared.read_budget.frame_buffers.keep(rest, allocated);
+        }
     }
 
     /// Reserve `bytes` of the read-buffer budget for the front frame. The
@@ -568,6 +594,7 @@ impl Connection {
             // The reserved frame was the one at the front: it is decoded, its
             // bytes now belong to records bounded by the in-flight window.
             self.release_budget();
+            self.keep_frame_buffer();
         }
         let started = if self.rbuf.is_empty() || self.parked.is_some() {
             None

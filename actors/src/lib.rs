@@ -18,6 +18,7 @@ pub mod clock;
 pub mod connection;
 pub mod drain;
 pub mod flusher;
+pub mod frame_buffers;
 pub mod histogram;
 pub mod http_ingest;
 pub mod idle;

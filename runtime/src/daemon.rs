@@ -115,7 +115,6 @@ fn return_large_buffers_to_the_system() {
 
 /// How often the daemon looks whether to hand freed heap memory back to
 /// the system (see [`spawn_memory_trim`]).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Hand freed heap memory back to the system once large frames stop
@@ -126,11 +125,12 @@ const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 /// when every such frame was a mapping of its own. So when a whole
 /// [`TRIM_EVERY`] passed with no frame larger than 64 KiB (none released
 /// its read-buffer budget, whichever door it came through) and one did
-/// before, `malloc_trim` gives back the free pages of every arena: once
-/// after each burst, never under a steady load of large frames (their
-/// buffers are in use again at once) and never on an idle daemon.
+/// before, the frame buffers kept for reuse are dropped
+/// ([`spillway_actors::frame_buffers`]) and `malloc_trim` gives back the
+/// free pages of every arena: once after each burst, never under a steady
+/// load of large frames (their buffers are in use again at once) and never
+/// on an idle daemon.
 fn spawn_memory_trim(read_budget: Arc<ReadBudget>) {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
     actix_rt::spawn(async move {
         let mut tick = actix_rt::time::interval(TRIM_EVERY);
         let mut seen = read_budget.epoch();
@@ -142,16 +142,21 @@ fn spawn_memory_trim(read_budget: Arc<ReadBudget>) {
                 (seen, since_trim) = (now, true);
             } else if since_trim {
                 since_trim = false;
-                // SAFETY: malloc_trim only returns free pages to the
-                // system (glibc locks each arena while it walks it).
-                unsafe {
-                    libc::malloc_trim(0);
-                }
+                read_budget.frame_buffers.clear();
+                trim_heap();
             }
         }
     });
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    drop(read_budget);
+}
+
+/// Give the free pages of every heap arena back to the system.
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages to the system (glibc
+    // locks each arena while it walks it).
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// The locks a running daemon holds for its whole life.
