@@ -20,14 +20,13 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::{Buf, BytesMut};
-
-use crate::frame_buffers::FrameBuffers;
 use spillway_protocol::{
     decode_request_crcs, NackReason, RecordCrcs, Request, Response, HEADER_LEN, TRAILER_LEN,
 };
 use spillway_wab::RecordMeta;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::frame_buffers::FrameBuffers;
 use crate::idle::{Evict, IdleConnections, IdleMark};
 use crate::responder::{Progress, Responder, Slot, State};
 use crate::shard::{AppendBatch, PendingRecords, ShardQueue};

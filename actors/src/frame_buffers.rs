@@ -36,8 +36,9 @@ pub struct FrameBuffers {
 
 #[derive(Debug, Default)]
 struct Spares {
-    buffers: Vec<BytesMut>,
-    /// Capacity of `buffers` together.
+    /// Each kept buffer with the size it was kept as.
+    buffers: Vec<(BytesMut, usize)>,
+    /// Those sizes together.
     bytes: usize,
 }
 
@@ -48,16 +49,16 @@ impl FrameBuffers {
     pub fn take(&self, len: usize) -> (BytesMut, usize) {
         if len <= SPARE_BUFFER_MAX {
             let mut spares = self.spares.lock().unwrap();
-            let found = spares.buffers.iter_mut().position(|b| {
+            let found = spares.buffers.iter_mut().position(|(b, _)| {
                 debug_assert!(b.is_empty(), "a kept frame buffer holds bytes");
                 b.try_reclaim(len)
             });
             if let Some(i) = found {
-                let mut buf = spares.buffers.swap_remove(i);
+                let (mut buf, counted) = spares.buffers.swap_remove(i);
+                spares.bytes -= counted;
+                drop(spares);
                 // Reclaimed whole: its capacity is the allocation's.
                 let allocated = buf.capacity();
-                spares.bytes -= allocated;
-                drop(spares);
                 // The tail past `len` shares the allocation until dropped
                 // here; taken back whole again next time.
                 drop(buf.split_off(len));
@@ -80,7 +81,7 @@ impl FrameBuffers {
             return;
         }
         spares.bytes += allocated;
-        spares.buffers.push(rest);
+        spares.buffers.push((rest, allocated));
     }
 
     /// Drop every kept buffer (large frames stopped coming).
