@@ -200,9 +200,6 @@ pub struct Connection {
     /// Bytes of the shared read-buffer budget reserved for the frame at the
     /// front of `rbuf` (0 while it fits [`READ_CHUNK`]).
     reserved: u64,
-    /// Size of the allocation under `rbuf` when it is a buffer of the front
-    /// frame's own (taken from [`FrameBuffers`]), else 0.
-    rbuf_allocated: usize,
     /// Waiting for read-buffer budget: a retry timer is armed.
     budget_wait: bool,
     /// Since when the peer has taken none of our response bytes (while
@@ -246,7 +243,6 @@ impl Connection {
             rbuf: BytesMut::new(),
             frame_started: None,
             reserved: 0,
-            rbuf_allocated: 0,
             budget_wait: false,
             write_stalled_since: None,
             parked: None,
@@ -430,14 +426,13 @@ impl Connection {
                         // doubling steps that copy and leave freed buffers
                         // behind in the heap; a finished frame's buffer when
                         // one is free (see crate::frame_buffers).
-                        let (mut sized, allocated) = self
+                        let mut sized = self
                             .shared
                             .read_budget
                             .frame_buffers
                             .take(frame.max(self.rbuf.len()));
                         sized.extend_from_slice(&self.rbuf);
                         self.rbuf = sized;
-                        self.rbuf_allocated = allocated;
                     }
                 }
                 let remaining = frame.saturating_sub(self.rbuf.len());
@@ -448,17 +443,6 @@ impl Connection {
             self.rbuf.reserve(need);
         }
         true
-    }
-
-    /// The large frame read into a buffer of its own is decoded: keep what
-    /// is left of that buffer (nothing, when the frame filled it) so a later
-    /// frame can take it back once the frame's records are written.
-    fn keep_frame_buffer(&mut self) {
-        let allocated = std::mem::take(&mut self.rbuf_allocated);
-        if allocated > 0 && self.rbuf.is_empty() {
-            let rest = std::mem::take(&mut self.rbuf);
-            self.shared.read_budget.frame_buffers.keep(rest, allocated);
-        }
     }
 
     /// Reserve `bytes` of the read-buffer budget for the front frame. The
@@ -593,7 +577,14 @@ impl Connection {
             // The reserved frame was the one at the front: it is decoded, its
             // bytes now belong to records bounded by the in-flight window.
             self.release_budget();
-            self.keep_frame_buffer();
+            if self.rbuf.capacity() == 0 {
+                // A frame that filled its buffer leaves an empty handle on
+                // it: let go, so the buffer's only owners are its records
+                // and crate::frame_buffers, which takes it back once they
+                // are written (the next read would otherwise reclaim it
+                // for a header, or copy 64 KiB into a new one).
+                self.rbuf = BytesMut::new();
+            }
         }
         let started = if self.rbuf.is_empty() || self.parked.is_some() {
             None

@@ -1,4 +1,4 @@
-//! The read buffers of finished large frames, kept for the next ones.
+//! The read buffers of large frames, kept for the next ones.
 //!
 //! A frame larger than [`READ_CHUNK`](crate::connection::READ_CHUNK) is
 //! read into one buffer of its size. Its records are slices of that buffer,
@@ -7,15 +7,16 @@
 //! (the trim threshold is 128 KiB once the mmap threshold is pinned) and
 //! the next frame faults its pages in again, 4 KiB at a time: with 1 MiB
 //! PushBatches 4 in flight on one connection, about 134 page faults per
-//! MiB moved. Instead the connection keeps its handle on a finished
-//! frame's buffer here, and a later frame takes it back once nothing else
-//! holds it ([`BytesMut::try_reclaim`]).
+//! MiB moved. Instead every such buffer is handed out with a second,
+//! empty handle on its allocation kept here, and a later frame takes the
+//! allocation back through that handle once nothing else holds it
+//! ([`BytesMut::try_reclaim`]): once the frame's records are written.
 //!
-//! Bounded: at most [`SPARE_BYTES_MAX`] of buffers, none larger than
-//! [`SPARE_BUFFER_MAX`] (larger frames, up to the 16 MiB payload cap, get
-//! a mapping of their own from glibc and give it back when freed). Once
-//! large frames stop coming the daemon drops them all ([`Self::clear`]),
-//! so a burst leaves nothing resident behind.
+//! Bounded: at most [`SPARE_BYTES_MAX`] of allocations tracked, in use or
+//! not, none larger than [`SPARE_BUFFER_MAX`] (larger frames, up to the
+//! 16 MiB payload cap, get a mapping of their own from glibc and give it
+//! back when freed). Once large frames stop coming the daemon lets go of
+//! them all ([`Self::clear`]), so a burst leaves nothing resident behind.
 
 use std::sync::Mutex;
 
@@ -25,10 +26,10 @@ use bytes::BytesMut;
 /// threshold (a PushBatch of 1 MiB of payload, what producers batch to,
 /// fits under it).
 pub const SPARE_BUFFER_MAX: usize = 2 * 1024 * 1024;
-/// Capacity of all kept buffers together, in use by a frame or not.
+/// Size of all kept allocations together, in use by a frame or not.
 pub const SPARE_BYTES_MAX: usize = 32 * 1024 * 1024;
 
-/// Kept buffers of finished large frames (see the module doc).
+/// Kept handles on the buffers of large frames (see the module doc).
 #[derive(Debug, Default)]
 pub struct FrameBuffers {
     spares: Mutex<Spares>,
@@ -36,68 +37,55 @@ pub struct FrameBuffers {
 
 #[derive(Debug, Default)]
 struct Spares {
-    /// Each kept buffer with the size it was kept as.
-    buffers: Vec<(BytesMut, usize)>,
+    /// An empty handle on each kept allocation, with the allocation's size.
+    handles: Vec<(BytesMut, usize)>,
     /// Those sizes together.
     bytes: usize,
 }
 
 impl FrameBuffers {
     /// An empty buffer with room for exactly `len` bytes (so a read stops
-    /// at the frame's end), and the size of the allocation under it: a kept
-    /// one nothing holds any more, else a new one.
-    pub fn take(&self, len: usize) -> (BytesMut, usize) {
-        if len <= SPARE_BUFFER_MAX {
-            let mut spares = self.spares.lock().unwrap();
-            let found = spares.buffers.iter_mut().position(|(b, _)| {
-                debug_assert!(b.is_empty(), "a kept frame buffer holds bytes");
-                b.try_reclaim(len)
-            });
-            if let Some(i) = found {
-                let (mut buf, counted) = spares.buffers.swap_remove(i);
-                spares.bytes -= counted;
-                drop(spares);
-                // Reclaimed whole: its capacity is the allocation's.
-                let allocated = buf.capacity();
-                // The tail past `len` shares the allocation until dropped
-                // here; taken back whole again next time.
-                drop(buf.split_off(len));
-                return (buf, allocated);
-            }
-        }
-        (BytesMut::with_capacity(len), len)
-    }
-
-    /// Keep `rest`, the empty rest of a large frame's buffer of `allocated`
-    /// bytes once its frame was split off (the frame's records may still be
-    /// in flight), for a later frame. Dropped instead when it is not empty,
-    /// too large, or the kept ones already add up to [`SPARE_BYTES_MAX`].
-    pub fn keep(&self, rest: BytesMut, allocated: usize) {
-        if !rest.is_empty() || allocated > SPARE_BUFFER_MAX {
-            return;
+    /// at the frame's end): a kept allocation nothing else holds any more,
+    /// else a new one, kept too while the bounds allow.
+    pub fn take(&self, len: usize) -> BytesMut {
+        if len > SPARE_BUFFER_MAX {
+            return BytesMut::with_capacity(len);
         }
         let mut spares = self.spares.lock().unwrap();
-        if spares.bytes + allocated > SPARE_BYTES_MAX {
-            return;
-        }
-        spares.bytes += allocated;
-        spares.buffers.push((rest, allocated));
+        let reclaimed = spares.handles.iter_mut().position(|(h, _)| {
+            debug_assert!(h.is_empty(), "a kept handle holds bytes");
+            h.try_reclaim(len)
+        });
+        let (mut buf, allocated) = match reclaimed {
+            Some(i) => spares.handles.swap_remove(i),
+            None if spares.bytes + len <= SPARE_BYTES_MAX => {
+                spares.bytes += len;
+                (BytesMut::with_capacity(len), len)
+            }
+            None => return BytesMut::with_capacity(len),
+        };
+        // The handle kept is the empty rest past `len`; the frame's buffer
+        // ends at `len`. Both share the allocation.
+        let rest = buf.split_off(len);
+        spares.handles.push((rest, allocated));
+        buf
     }
 
-    /// Drop every kept buffer (large frames stopped coming).
+    /// Let go of every kept handle (large frames stopped coming): each
+    /// allocation is freed once its frame's records are.
     pub fn clear(&self) {
         let dropped = {
             let mut spares = self.spares.lock().unwrap();
             spares.bytes = 0;
-            std::mem::take(&mut spares.buffers)
+            std::mem::take(&mut spares.handles)
         };
         drop(dropped);
     }
 
-    /// Buffers kept, and their allocations' size together.
+    /// Allocations kept, and their size together.
     pub fn kept(&self) -> (usize, usize) {
         let spares = self.spares.lock().unwrap();
-        (spares.buffers.len(), spares.bytes)
+        (spares.handles.len(), spares.bytes)
     }
 }
 
@@ -106,71 +94,71 @@ mod tests {
     use super::*;
 
     /// A frame of `len` bytes read into `buf` and split off, as a
-    /// connection does; returns the frame and the empty rest.
-    fn fill_and_split(buf: BytesMut, len: usize) -> (bytes::Bytes, BytesMut) {
-        read_and_split(buf, len, len)
-    }
-
-    /// `read` bytes read into `buf`, of which the first `len` are a frame
-    /// split off; returns the frame and the rest.
-    fn read_and_split(mut buf: BytesMut, read: usize, len: usize) -> (bytes::Bytes, BytesMut) {
-        buf.extend_from_slice(&vec![7u8; read]);
-        let frame = buf.split_to(len).freeze();
-        (frame, buf)
+    /// connection does.
+    fn fill(mut buf: BytesMut, len: usize) -> bytes::Bytes {
+        buf.extend_from_slice(&vec![7u8; len]);
+        assert_eq!(buf.capacity(), len, "the read stops at the frame's end");
+        buf.split_to(len).freeze()
     }
 
     #[test]
     fn a_buffer_is_handed_out_again_only_once_its_frame_is_gone() {
         let pool = FrameBuffers::default();
-        let (buf, allocated) = pool.take(1 << 20);
-        assert_eq!((buf.capacity(), allocated), (1 << 20, 1 << 20));
+        let buf = pool.take(1 << 20);
+        assert_eq!(buf.capacity(), 1 << 20);
+        assert_eq!(pool.kept(), (1, 1 << 20));
         let first = buf.as_ptr();
-        let (frame, rest) = fill_and_split(buf, 1 << 20);
-        pool.keep(rest, allocated);
-        assert_eq!(pool.kept(), (1, 1 << 20));
-        // The frame's records are still in flight: a new buffer.
-        let (other, _) = pool.take(1 << 20);
+        let frame = fill(buf, 1 << 20);
+        // The frame's records are still in flight: a new buffer, kept too.
+        let other = pool.take(1 << 20);
         assert_ne!(other.as_ptr(), first);
-        assert_eq!(pool.kept(), (1, 1 << 20));
+        assert_eq!(pool.kept(), (2, 2 << 20));
         let record = frame.slice(100..200);
         drop(frame);
-        let (still, _) = pool.take(1 << 20);
-        assert_ne!(still.as_ptr(), first, "a record slice still holds it");
+        let third = pool.take(1 << 20);
+        assert_ne!(third.as_ptr(), first, "a record slice still holds it");
         drop(record);
-        // Written and dropped: the same allocation, exactly the size asked.
-        let (again, allocated) = pool.take(1000);
+        // Written and dropped: the same allocation, exactly the size asked,
+        // and nothing new kept.
+        let again = pool.take(1000);
         assert_eq!(again.as_ptr(), first);
-        assert_eq!((again.capacity(), allocated), (1000, 1 << 20));
-        assert_eq!(pool.kept(), (0, 0));
-        // Kept again, it comes back whole for a larger frame.
-        let (frame, rest) = fill_and_split(again, 1000);
-        pool.keep(rest, allocated);
-        drop(frame);
-        let (whole, _) = pool.take(1 << 20);
+        assert_eq!(again.capacity(), 1000);
+        assert_eq!(pool.kept(), (3, 3 << 20));
+        drop((other, third));
+    }
+
+    #[test]
+    fn small_frames_reuse_what_is_left_and_a_large_one_takes_it_whole() {
+        let pool = FrameBuffers::default();
+        let buf = pool.take(1 << 20);
+        let first = buf.as_ptr();
+        drop(fill(buf, 1 << 20));
+        let within = |p: *const u8| p >= first && p < first.wrapping_add(1 << 20);
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let small = pool.take(100_000);
+            assert!(within(small.as_ptr()));
+            assert_eq!(small.capacity(), 100_000);
+            seen.push(small.as_ptr());
+            drop(fill(small, 100_000));
+        }
+        assert_eq!(pool.kept(), (1, 1 << 20));
+        let whole = pool.take(1 << 20);
         assert_eq!((whole.as_ptr(), whole.capacity()), (first, 1 << 20));
+        assert_eq!(pool.kept(), (1, 1 << 20));
     }
 
     #[test]
     fn kept_buffers_stay_within_their_bounds() {
         let pool = FrameBuffers::default();
         // Too large to keep: glibc maps it and gives it back itself.
-        let (big, allocated) = pool.take(SPARE_BUFFER_MAX + 1);
-        let (_frame, rest) = fill_and_split(big, SPARE_BUFFER_MAX + 1);
-        pool.keep(rest, allocated);
+        let big = pool.take(SPARE_BUFFER_MAX + 1);
+        assert_eq!(big.capacity(), SPARE_BUFFER_MAX + 1);
         assert_eq!(pool.kept(), (0, 0));
-        // Not empty (the start of the next frame is in it): not kept.
-        let (buf, allocated) = pool.take(4096);
-        let (_frame, rest) = read_and_split(buf, 4096, 4000);
-        assert_eq!(rest.len(), 96);
-        pool.keep(rest, allocated);
-        assert_eq!(pool.kept(), (0, 0));
-        // At most SPARE_BYTES_MAX together.
+        // At most SPARE_BYTES_MAX together; past it, buffers of their own.
         let mut frames = Vec::new();
         for _ in 0..SPARE_BYTES_MAX / SPARE_BUFFER_MAX + 3 {
-            let (buf, allocated) = pool.take(SPARE_BUFFER_MAX);
-            let (frame, rest) = fill_and_split(buf, SPARE_BUFFER_MAX);
-            pool.keep(rest, allocated);
-            frames.push(frame);
+            frames.push(fill(pool.take(SPARE_BUFFER_MAX), SPARE_BUFFER_MAX));
         }
         assert_eq!(
             pool.kept(),
@@ -178,5 +166,7 @@ mod tests {
         );
         pool.clear();
         assert_eq!(pool.kept(), (0, 0));
+        // The frames are untouched by it.
+        assert!(frames.iter().all(|f| f.iter().all(|&b| b == 7)));
     }
 }

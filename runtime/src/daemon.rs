@@ -535,6 +535,7 @@ fn start(
         data_dir: cfg.server.data_dir.clone(),
         wab: wab.clone(),
         stats: conn_ctx.stats.clone(),
+        read_budget: conn_ctx.read_budget.clone(),
         live_connections: conn_ctx.live.clone(),
         dead_letters,
         requeue: requeue_stores,

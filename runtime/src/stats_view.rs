@@ -85,6 +85,13 @@ fn ingest(out: &mut String, stats: &Value, uptime: u64) {
             n("connections_mid_frame")
         ),
     );
+    line(
+        "frame buffers",
+        format!(
+            "{} kept for reuse",
+            bytes_text(int(&g["frame_buffers_kept_bytes"]))
+        ),
+    );
     let nacks = stats["nacks"]
         .as_object()
         .map(|m| nonzero(m.iter().map(|(k, v)| (k.as_str(), int(v)))))

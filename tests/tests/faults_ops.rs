@@ -1175,8 +1175,8 @@ fn minor_faults(pid: u32, prefix: &str) -> u64 {
 #[test]
 fn a_steady_stream_of_big_batches_reuses_its_frame_buffers() {
     // PushBatches of 1 MiB of payload, 4 in flight on one connection: each
-    // frame's buffer is kept once the frame is decoded and taken back by a
-    // later frame once its records are written (actors/src/frame_buffers.rs).
+    // frame's buffer is kept and taken back by a later frame once its
+    // records are written (actors/src/frame_buffers.rs).
     // Freed to glibc instead, a buffer at the top of the heap went back to
     // the system at once and every frame was faulted in again 4 KiB at a
     // time: about 134 faults per MiB moved. Counted on the connection
@@ -1218,6 +1218,27 @@ fn a_steady_stream_of_big_batches_reuses_its_frame_buffers() {
         per_mib < 16.0,
         "{faults} minor page faults on the daemon's connection threads for {BATCHES} MiB pushed ({per_mib:.1} per MiB, \
          at most 16 allowed): frame buffers are given back to the system and faulted in again"
+    );
+    // The kept buffers are shown, bounded, and let go once large frames
+    // stop coming (the daemon looks every 2 s).
+    let kept = stat(&d.ctl(&["stats", "--flat"]), "frame_buffers_kept_bytes");
+    assert!(
+        (1 << 20..=32 << 20).contains(&kept),
+        "frame_buffers_kept_bytes {kept} right after the stream: expected 1-32 MiB"
+    );
+    let t = Instant::now();
+    let mut left = kept;
+    while left > 0 && t.elapsed() < Duration::from_secs(15) {
+        thread::sleep(Duration::from_millis(200));
+        left = stat(&d.ctl(&["stats", "--flat"]), "frame_buffers_kept_bytes");
+    }
+    eprintln!(
+        "frame buffers kept: {kept} bytes after the stream, {left} {:?} later",
+        t.elapsed()
+    );
+    assert_eq!(
+        left, 0,
+        "frame buffers still kept 15 s after the last large frame"
     );
 }
 

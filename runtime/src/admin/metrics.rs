@@ -18,8 +18,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use spillway_actors::histogram::Snapshot;
 use spillway_actors::{
-    DaemonStats, DeliveryBoard, DrainStats, RetentionStats, ShardHealth, ShardQueue, SinkState,
-    WabBudget,
+    DaemonStats, DeliveryBoard, DrainStats, ReadBudget, RetentionStats, ShardHealth, ShardQueue,
+    SinkState, WabBudget,
 };
 
 use super::AdminState;
@@ -31,6 +31,7 @@ pub(super) struct Sources {
     board: Arc<DeliveryBoard>,
     wab: Arc<WabBudget>,
     stats: Arc<DaemonStats>,
+    read_budget: Arc<ReadBudget>,
     live_connections: Arc<AtomicUsize>,
     reload_stats: Arc<ReloadStats>,
     data_dir: PathBuf,
@@ -46,6 +47,7 @@ impl Sources {
             board: state.board.clone(),
             wab: state.wab.clone(),
             stats: state.stats.clone(),
+            read_budget: state.read_budget.clone(),
             live_connections: state.live_connections.clone(),
             reload_stats: state.reload_stats.clone(),
             data_dir: state.data_dir.clone(),
@@ -133,7 +135,7 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn global_counters() -> [Counter<GlobalGet>; 17] {
+fn global_counters() -> [Counter<GlobalGet>; 18] {
     [
         Counter {
             key: "uptime_seconds",
@@ -237,6 +239,13 @@ fn global_counters() -> [Counter<GlobalGet>; 17] {
             kind: "counter",
             help: "Times a connection waited before reading because server.read_buffer_bytes_max was reserved.",
             get: |s| load(&s.stats.read_buffer_pauses),
+        },
+        Counter {
+            key: "frame_buffers_kept_bytes",
+            metric: "spillway_frame_buffers_kept_bytes",
+            kind: "gauge",
+            help: "Buffers of frames larger than 64 KiB kept for the next ones (in use or free, at most 32 MiB); dropped once such frames stop coming.",
+            get: |s| s.read_budget.frame_buffers.kept().1 as u64,
         },
         Counter {
             key: "log_write_failures",

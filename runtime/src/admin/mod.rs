@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use spillway_actors::{
-    AcceptErrors, DaemonStats, DeliveryBoard, RateLimiter, ShardQueue, WabBudget,
+    AcceptErrors, DaemonStats, DeliveryBoard, RateLimiter, ReadBudget, ShardQueue, WabBudget,
 };
 
 use crate::delivery::{DeadLetterStores, RequeueStores};
@@ -53,6 +53,8 @@ pub struct AdminState {
     pub data_dir: std::path::PathBuf,
     pub wab: Arc<WabBudget>,
     pub stats: Arc<DaemonStats>,
+    /// The read-buffer budget's waiters and the frame buffers kept for reuse.
+    pub read_budget: Arc<ReadBudget>,
     pub live_connections: Arc<std::sync::atomic::AtomicUsize>,
     pub dead_letters: DeadLetterStores,
     /// Each configured sink's requeue store (requeue with several sinks).
