@@ -18,7 +18,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::format::{classify, free_name, open_name, record_bytes, sealed_name, FileKind};
-use crate::reader::{End, Opened, SegmentReader, StoredRecord};
+use crate::reader::{End, Opened, SegmentReader, SpareChunks, StoredRecord};
 use crate::storage::{Storage, StorageFile};
 
 /// How far the writer has made records durable: every record before
@@ -80,6 +80,8 @@ pub struct ShardFollower<S: Storage> {
     storage: S,
     dir: PathBuf,
     reader: Option<(u64, SegmentReader<S::File>)>,
+    /// The last finished reader's read-ahead chunks, for the next one.
+    spares: SpareChunks,
     /// Where the reader's segment ends once it is no longer written (its
     /// end, or an abandoned segment's acknowledged end): looked up once
     /// per segment, not per record.
@@ -101,6 +103,7 @@ impl<S: Storage> ShardFollower<S> {
             storage,
             dir,
             reader: None,
+            spares: SpareChunks::default(),
             closed_limit: None,
             last_done: None,
             next_seq,
@@ -173,10 +176,22 @@ impl<S: Storage> ShardFollower<S> {
                     // are passed too: nothing will ever be read there.
                     self.next_seq = self.next_seq.max(end_seq);
                     self.last_done = Some(id);
-                    self.reader = None;
+                    if let Some((_, done)) = self.reader.take() {
+                        self.spares = done.into_spares();
+                    }
                 }
                 None => return Ok(None),
             }
+        }
+    }
+
+    /// Let go of the read-ahead chunks (nothing new to read for a while):
+    /// up to `SPARE_CHUNKS` of them, a few MiB, would otherwise stay
+    /// resident for as long as the shard is idle.
+    pub fn release_chunks(&mut self) {
+        self.spares = SpareChunks::default();
+        if let Some((_, reader)) = self.reader.as_mut() {
+            reader.release_chunks();
         }
     }
 
@@ -249,7 +264,8 @@ impl<S: Storage> ShardFollower<S> {
             // segments after it must wait their turn too).
             return Ok(false);
         }
-        self.reader = Some((id, reader));
+        let spares = std::mem::take(&mut self.spares);
+        self.reader = Some((id, reader.with_spares(spares)));
         self.closed_limit = None;
         Ok(true)
     }

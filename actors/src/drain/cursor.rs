@@ -129,6 +129,9 @@ pub struct Cursor<S: Storage> {
     pub(super) pending_bytes: usize,
     /// When the oldest pending record was read (linger starts there).
     pub(super) pending_since: Option<Instant>,
+    /// The durable tail at which the cursor found nothing pending, and
+    /// since when (the follower's read-ahead is let go after [`IDLE_WAIT`]).
+    idle_at: Option<(Watermark, Instant)>,
     pub(super) retry: RetryState,
     pub(super) rng: u64,
     /// Batches offered and not yet settled, and the limit on them.
@@ -187,6 +190,7 @@ impl<S: Storage> Cursor<S> {
             pending_bytes: 0,
             bytes_base: 0,
             pending_since: None,
+            idle_at: None,
             retry: RetryState::default(),
             rng: rng_seed.max(1),
             membership,
@@ -252,6 +256,20 @@ impl<S: Storage> Cursor<S> {
             }
         }
         self.finish();
+    }
+
+    /// Nothing pending at `wm`: once nothing new has been durable for
+    /// [`IDLE_WAIT`], let go of the follower's read-ahead chunks.
+    fn release_when_idle(&mut self, wm: Watermark) {
+        match self.idle_at {
+            Some((at, since)) if at == wm => {
+                if self.clock.since(since) >= IDLE_WAIT {
+                    self.follower.release_chunks();
+                    self.idle_at = None;
+                }
+            }
+            _ => self.idle_at = Some((wm, self.clock.now())),
+        }
     }
 
     /// Take the answers of the batches still out (up to [`FINISH_WAIT`])
@@ -343,6 +361,7 @@ impl<S: Storage> Cursor<S> {
             return wait;
         }
         if self.pending.is_empty() {
+            self.release_when_idle(wm);
             self.pass_headerless_abandoned(wm);
             match self.persist(self.sync_due()) {
                 Ok(()) => self.report(self.persisted, true),
