@@ -444,25 +444,9 @@ impl<F: StorageFile> SegmentReader<F> {
     fn fresh_chunk(&mut self, len: usize) -> BytesMut {
         let old = std::mem::take(&mut self.chunk);
         self.spare.keep(old);
-        let spare = &mut self.spare.0;
-        while let Some(at) = spare.iter().position(Bytes::is_unique) {
-            let Some(free) = spare.remove(at) else {
-                break;
-            };
-            match free.try_into_mut() {
-                Ok(mut buf) if buf.capacity() >= len => {
-                    if buf.len() < len {
-                        buf.resize(len, 0);
-                    } else {
-                        buf.truncate(len);
-                    }
-                    return buf;
-                }
-                // Too small for this read, or shared after all: let it go.
-                _ => continue,
-            }
-        }
-        BytesMut::zeroed(len)
+        self.spare
+            .take(len)
+            .unwrap_or_else(|| BytesMut::zeroed(len))
     }
 
     /// This reader's read-ahead chunks, the current one too, for the
@@ -524,5 +508,26 @@ impl SpareChunks {
             self.0.pop_front();
         }
         self.0.push_back(chunk);
+    }
+
+    /// A kept chunk none of whose records is held any more, as a buffer of
+    /// `len` bytes (its old bytes, to be read over); `None` if there is none.
+    fn take(&mut self, len: usize) -> Option<BytesMut> {
+        while let Some(at) = self.0.iter().position(Bytes::is_unique) {
+            let free = self.0.remove(at)?;
+            match free.try_into_mut() {
+                Ok(mut buf) if buf.capacity() >= len => {
+                    if buf.len() < len {
+                        buf.resize(len, 0);
+                    } else {
+                        buf.truncate(len);
+                    }
+                    return Some(buf);
+                }
+                // Too small for this read, or shared after all: let it go.
+                _ => continue,
+            }
+        }
+        None
     }
 }
