@@ -12,7 +12,7 @@ use spillway_wab::Storage;
 
 use super::cursor::Cursor;
 use super::DrainStats;
-use crate::shard::ShardQueue;
+use crate::shard::Doorbell;
 
 /// How often the actor checks that its thread is alive.
 const LIVENESS_CHECK_EVERY: Duration = Duration::from_millis(200);
@@ -29,7 +29,9 @@ pub struct Drain {
     stop: Arc<AtomicBool>,
     /// Set with `stop` when the sink was removed (see [`RetireDrain`]).
     retire: Arc<AtomicBool>,
-    queue: Arc<ShardQueue>,
+    /// The cursor's wake-up: rung with `stop`, so an idle cursor sees it
+    /// at once.
+    bell: Arc<Doorbell>,
     thread: Option<JoinHandle<()>>,
     pub stats: Arc<DrainStats>,
 }
@@ -54,7 +56,7 @@ impl Drain {
         let sink = cursor.sink.clone();
         let stop = cursor.stop_flag();
         let retire = cursor.retire_flag();
-        let queue = cursor.queue.clone();
+        let bell = cursor.flights.bell.clone();
         let stats = cursor.stats.clone();
         let thread = thread::Builder::new()
             .name(format!("drain-{shard}-{sink}"))
@@ -64,7 +66,7 @@ impl Drain {
             sink,
             stop,
             retire,
-            queue,
+            bell,
             thread: Some(thread),
             stats,
         })
@@ -73,7 +75,7 @@ impl Drain {
     /// Ask the thread to stop after its current batch, without waiting.
     pub fn request_stop(&self) {
         self.stop.store(true, Ordering::Release);
-        self.queue.wake_durable_waiters();
+        self.bell.ring();
     }
 
     fn stop_and_join(&mut self, deadline: Instant) {

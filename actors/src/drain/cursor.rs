@@ -33,7 +33,7 @@ use super::retry::RetryState;
 use super::sink_host::{SinkHost, SinkSlot};
 use super::DrainStats;
 use crate::clock::Clock;
-use crate::shard::{ShardQueue, Watermark};
+use crate::shard::{ShardQueue, Until, Watermark};
 
 /// How long an idle cursor sleeps before looking again (it is woken by
 /// new durable records anyway).
@@ -70,9 +70,13 @@ pub struct CursorConfig {
 pub enum DrainWait {
     /// Go on at once.
     Now,
-    /// Records durable past `seen`, or `timeout` (idle, or lingering for a
-    /// fuller batch).
-    Durable { seen: Watermark, timeout: Duration },
+    /// Records durable past `seen` as `until` says, an answer, or
+    /// `timeout` (idle, or lingering for a fuller batch).
+    Durable {
+        seen: Watermark,
+        until: Until,
+        timeout: Duration,
+    },
     /// Nothing to do for this long: backing off a failing sink (probing it
     /// between pauses), waiting to re-create a failed instance, or pausing
     /// after an I/O error.
@@ -248,9 +252,13 @@ impl<S: Storage> Cursor<S> {
         while !self.stopping() {
             match self.step() {
                 DrainWait::Now => {}
-                DrainWait::Durable { seen, timeout } => {
+                DrainWait::Durable {
+                    seen,
+                    until,
+                    timeout,
+                } => {
                     self.queue
-                        .wait_durable_or(seen, timeout, &self.flights.kick);
+                        .wait_durable(seen, until, timeout, &self.flights.bell);
                 }
                 DrainWait::Pause(d) => self.sleep(d),
             }
@@ -290,7 +298,7 @@ impl<S: Storage> Cursor<S> {
             }
             let wm = self.queue.durable();
             self.queue
-                .wait_durable_or(wm, SLEEP_SLICE, &self.flights.kick);
+                .wait_durable(wm, Until::Changed, SLEEP_SLICE, &self.flights.bell);
         }
     }
 
@@ -378,7 +386,11 @@ impl<S: Storage> Cursor<S> {
             } else {
                 self.sync_wait().min(IDLE_WAIT)
             };
-            return DrainWait::Durable { seen: wm, timeout };
+            return DrainWait::Durable {
+                seen: wm,
+                until: Until::Changed,
+                timeout,
+            };
         }
         match self.dispatch(wm) {
             Ok(wait) => wait,

@@ -16,7 +16,7 @@ use spillway_wab::Storage;
 use super::cursor::{Cursor, DrainWait, IDLE_WAIT};
 use super::in_flight::{sink_record, write_learned, Answer, Flight, FlightState, Lanes, Pool};
 use super::retry::RetryState;
-use crate::shard::Watermark;
+use crate::shard::{Until, Watermark};
 
 /// Least time between two writes of an adaptive cursor's learned limit.
 const LEARNED_WRITE_EVERY: Duration = Duration::from_secs(1);
@@ -92,6 +92,7 @@ impl<S: Storage> Cursor<S> {
                     self.publish_in_flight();
                     return Ok(DrainWait::Durable {
                         seen: wm,
+                        until: self.until_fuller(max_records, max_bytes),
                         timeout: linger_left,
                     });
                 }
@@ -121,10 +122,33 @@ impl<S: Storage> Cursor<S> {
             self.fill(wm)?;
         }
         self.publish_in_flight();
+        let (max_records, max_bytes) = self.host.batch_limits();
         Ok(DrainWait::Durable {
             seen: wm,
+            until: self.until_fuller(max_records, max_bytes),
             timeout: IDLE_WAIT,
         })
+    }
+
+    /// What the records read and not offered yet wait for: as many more
+    /// durable records (or bytes) as fill a batch. Fewer would not change
+    /// what is offered, only wake the cursor (every group commit did,
+    /// thousands of times a second per sink). A full batch waits for a
+    /// slot, which only an answer (the cursor's bell) frees. `fill` read up
+    /// to `seen` unless the batch was full, so the counts start there.
+    fn until_fuller(&self, max_records: usize, max_bytes: usize) -> Until {
+        let unsent = self.pending.len() - self.flights.records;
+        let unsent_bytes = self.pending_bytes - self.flights.bytes;
+        if unsent >= max_records || unsent_bytes >= max_bytes {
+            return Until::Grown {
+                records: u64::MAX,
+                bytes: u64::MAX,
+            };
+        }
+        Until::Grown {
+            records: (max_records - unsent) as u64,
+            bytes: (max_bytes - unsent_bytes) as u64,
+        }
     }
 
     /// Make the next batch from the records not yet offered, and offer it.
@@ -181,7 +205,6 @@ impl<S: Storage> Cursor<S> {
     /// held, in an order its random stream picks), apply them, and settle
     /// the finished flights at the head.
     pub(super) fn absorb(&mut self) -> io::Result<()> {
-        self.flights.kick.store(false, Ordering::Release);
         match &mut self.flights.lanes {
             Lanes::Inline => {}
             Lanes::Pool(pool) => pool.take(&mut self.flights.answers),
@@ -371,10 +394,10 @@ impl<S: Storage> Cursor<S> {
     /// time, else the cursor's own thread.
     fn refit_lanes(&mut self) {
         let (shard, sink) = (self.shard, self.sink.clone());
-        let (slot, stats, queue) = (self.host.slot(), self.stats.clone(), self.queue.clone());
-        let kick = self.flights.kick.clone();
+        let (slot, stats) = (self.host.slot(), self.stats.clone());
+        let bell = self.flights.bell.clone();
         self.flights
-            .refit(|ceiling| Pool::new(shard, &sink, slot, stats, queue, kick, ceiling));
+            .refit(|ceiling| Pool::new(shard, &sink, slot, stats, bell, ceiling));
     }
 
     /// What the sink's `outcome` for the first `n` pending records means.

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -22,7 +22,7 @@ use spillway_wab::{Storage, StorageFile, StoredRecord};
 
 use super::sink_host::{InFlight, SinkHost, SinkSlot};
 use super::DrainStats;
-use crate::shard::ShardQueue;
+use crate::shard::Doorbell;
 
 /// Cut on pushback (a transient failure: 429, 503, a timeout, a refused
 /// connection): the downstream said no, so halve, as TCP does on loss.
@@ -227,7 +227,6 @@ pub(super) struct Pool {
     sink: String,
     slot: Arc<SinkSlot>,
     stats: Arc<DrainStats>,
-    queue: Arc<ShardQueue>,
 }
 
 struct PoolShared {
@@ -236,8 +235,8 @@ struct PoolShared {
     /// Jobs sent and not yet answered (a worker is started when every
     /// worker is busy and the ceiling allows).
     outstanding: AtomicUsize,
-    /// Raised with every answer; the cursor's wait ends on it.
-    kick: Arc<AtomicBool>,
+    /// Rung with every answer: the cursor's wait ends on it.
+    bell: Arc<Doorbell>,
 }
 
 impl Pool {
@@ -246,8 +245,7 @@ impl Pool {
         sink: &str,
         slot: Arc<SinkSlot>,
         stats: Arc<DrainStats>,
-        queue: Arc<ShardQueue>,
-        kick: Arc<AtomicBool>,
+        bell: Arc<Doorbell>,
         ceiling: u32,
     ) -> Pool {
         let (tx, rx) = mpsc::channel();
@@ -257,7 +255,7 @@ impl Pool {
                 jobs: Mutex::new(rx),
                 answers: Mutex::new(Vec::new()),
                 outstanding: AtomicUsize::new(0),
-                kick,
+                bell,
             }),
             workers: 0,
             ceiling: ceiling.max(1) as usize,
@@ -265,7 +263,6 @@ impl Pool {
             sink: sink.to_string(),
             slot,
             stats,
-            queue,
         }
     }
 
@@ -295,19 +292,18 @@ impl Pool {
 
     fn spawn_worker(&mut self) -> io::Result<()> {
         let shared = self.shared.clone();
-        let queue = self.queue.clone();
         let shard = self.shard;
         let mut host =
             SinkHost::new(shard, self.slot.clone(), self.stats.clone()).named(&self.sink);
         thread::Builder::new()
             .name(format!("deliver-{shard}-{}-{}", self.sink, self.workers))
-            .spawn(move || worker(shard, &mut host, &shared, &queue))?;
+            .spawn(move || worker(shard, &mut host, &shared))?;
         self.workers += 1;
         Ok(())
     }
 }
 
-fn worker(shard: u32, host: &mut SinkHost, shared: &PoolShared, queue: &ShardQueue) {
+fn worker(shard: u32, host: &mut SinkHost, shared: &PoolShared) {
     loop {
         let job = {
             let jobs = shared.jobs.lock().unwrap();
@@ -328,8 +324,7 @@ fn worker(shard: u32, host: &mut SinkHost, shared: &PoolShared, queue: &ShardQue
             rtt,
         });
         shared.outstanding.fetch_sub(1, Ordering::AcqRel);
-        shared.kick.store(true, Ordering::Release);
-        queue.wake_durable_waiters();
+        shared.bell.ring();
     }
 }
 
@@ -373,8 +368,9 @@ pub(super) struct Flights {
     pub simulated: bool,
     /// Answers taken from the lanes, not applied yet.
     pub answers: VecDeque<Answer>,
-    /// Raised by a worker with every answer: ends the cursor's wait.
-    pub kick: Arc<AtomicBool>,
+    /// Rung by a worker with every answer, and by a stop: ends the
+    /// cursor's wait.
+    pub bell: Arc<Doorbell>,
     /// Where the learned limit is kept (adaptive only), and what was
     /// written there last, when.
     pub learned_file: Option<PathBuf>,
@@ -392,7 +388,7 @@ impl Flights {
             lanes: Lanes::Inline,
             simulated: false,
             answers: VecDeque::new(),
-            kick: Arc::new(AtomicBool::new(false)),
+            bell: Arc::default(),
             learned_file,
             learned_written: None,
         }

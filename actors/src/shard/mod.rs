@@ -10,13 +10,15 @@
 //!
 //! One concept per file: [`PendingRecords`] (the records of a batch),
 //! [`AppendBatch`] and [`GroupBound`] (what is queued, and how much a
-//! group takes), [`FreeSegments`] (delivered segments to write over),
+//! group takes), [`Doorbell`] and [`Until`] (how readers wait for the
+//! watermark), [`FreeSegments`] (delivered segments to write over),
 //! [`ShardHealth`], [`ShardStats`], [`Watermark`] (how far
 //! records are durable), [`Abandoned`] (a segment given up on) and
 //! [`ShardQueue`] (the queue that holds them together).
 
 mod abandoned;
 mod append;
+mod durable;
 mod free;
 mod health;
 mod pending;
@@ -26,6 +28,7 @@ mod watermark;
 
 pub use abandoned::Abandoned;
 pub use append::{AppendBatch, CommitTarget, GroupBound, GROUP_RECORDS_MAX};
+pub use durable::{Doorbell, Until};
 pub use free::FreeSegments;
 pub use health::{nack_for, ShardHealth};
 pub use pending::{PendingIter, PendingRecord, PendingRecords};

@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use spillway_protocol::NackReason;
 
+use super::durable::DurableWatch;
 use super::{
-    nack_for, Abandoned, AppendBatch, FreeSegments, GroupBound, ShardHealth, ShardStats, Watermark,
+    nack_for, Abandoned, AppendBatch, Doorbell, FreeSegments, GroupBound, ShardHealth, ShardStats,
+    Until, Watermark,
 };
 use crate::budget::{ShardBudget, WabBudget};
 
@@ -35,11 +37,11 @@ pub struct ShardQueue {
     unwritable_nack: AtomicU8,
     unwritable_why: Mutex<String>,
     shutdown: AtomicBool,
-    durable: Mutex<Watermark>,
+    /// How far records are durable, and the readers waiting on it.
+    durable: DurableWatch,
     /// A flusher has started on this queue before (see
     /// [`Self::begin_checks`]).
     checks_begun: AtomicBool,
-    durable_changed: Condvar,
     /// Ids of segments the flusher abandoned after an I/O failure: they are
     /// never sealed while running, so the drain may delete them `.open`
     /// once confirmed. Any other `.open` segment the drain has finished is
@@ -75,9 +77,8 @@ impl ShardQueue {
             unwritable_nack: AtomicU8::new(NackReason::InternalError.as_byte()),
             unwritable_why: Mutex::new(String::new()),
             shutdown: AtomicBool::new(false),
-            durable: Mutex::new(Watermark::default()),
+            durable: DurableWatch::default(),
             checks_begun: AtomicBool::new(false),
-            durable_changed: Condvar::new(),
             abandoned: Mutex::new(Vec::new()),
             rotation_wanted: AtomicU64::new(0),
             free: Arc::default(),
@@ -188,40 +189,36 @@ impl ShardQueue {
         }
     }
 
-    /// Publish a new durable watermark (flusher thread).
+    /// Publish a new durable watermark (flusher thread); wakes the
+    /// readers it is enough for.
     pub fn publish_durable(&self, w: Watermark) {
-        let mut durable = self.durable.lock().unwrap();
-        // Readers go on from where they stopped: a watermark that moved
-        // back would make them read records that are not durable, or skip.
-        assert!(
-            (w.segment_id, w.offset) >= (durable.segment_id, durable.offset)
-                && w.next_seq >= durable.next_seq
-                && w.bytes >= durable.bytes,
-            "shard {}: the durable watermark moved back from {:?} to {w:?}",
-            self.shard,
-            *durable
-        );
-        *durable = Watermark {
-            unchecked_from: durable.unchecked_from,
-            ..w
-        };
-        drop(durable);
-        self.durable_changed.notify_all();
+        let shard = self.shard;
+        self.durable.update(|durable| {
+            // Readers go on from where they stopped: a watermark that moved
+            // back would make them read records that are not durable, or skip.
+            assert!(
+                (w.segment_id, w.offset) >= (durable.segment_id, durable.offset)
+                    && w.next_seq >= durable.next_seq
+                    && w.bytes >= durable.bytes,
+                "shard {shard}: the durable watermark moved back from {durable:?} to {w:?}",
+            );
+            *durable = Watermark {
+                unchecked_from: durable.unchecked_from,
+                ..w
+            };
+        });
     }
 
     /// The first segment readers may not open yet (see
     /// [`Watermark::unchecked_from`]).
     pub fn unchecked_from(&self) -> u64 {
-        self.durable.lock().unwrap().unchecked_from
+        self.durable.get().unchecked_from
     }
 
     /// The checker: readers may open every segment below `id` now (or
     /// every one, `u64::MAX`). Wakes the readers waiting on the watermark.
     pub fn set_unchecked_from(&self, id: u64) {
-        let mut durable = self.durable.lock().unwrap();
-        durable.unchecked_from = id;
-        drop(durable);
-        self.durable_changed.notify_all();
+        self.durable.update(|durable| durable.unchecked_from = id);
     }
 
     /// The sealed segments of `found` (ids, in id order) the shard's
@@ -231,48 +228,35 @@ impl ShardQueue {
     /// earlier checker finished (only the gate's segment and newer ones are
     /// still unchecked), so the gate never moves back in front of a reader.
     pub fn begin_checks(&self, found: &[u64]) -> Vec<u64> {
-        let mut durable = self.durable.lock().unwrap();
-        let first = !self.checks_begun.swap(true, Ordering::AcqRel);
-        let todo: Vec<u64> = found
-            .iter()
-            .copied()
-            .filter(|&id| first || id >= durable.unchecked_from)
-            .collect();
-        debug_assert!(todo.windows(2).all(|w| w[0] < w[1]), "in id order");
-        durable.unchecked_from = todo.first().copied().unwrap_or(u64::MAX);
-        todo
+        self.durable.update(|durable| {
+            let first = !self.checks_begun.swap(true, Ordering::AcqRel);
+            let todo: Vec<u64> = found
+                .iter()
+                .copied()
+                .filter(|&id| first || id >= durable.unchecked_from)
+                .collect();
+            debug_assert!(todo.windows(2).all(|w| w[0] < w[1]), "in id order");
+            durable.unchecked_from = todo.first().copied().unwrap_or(u64::MAX);
+            todo
+        })
     }
 
     pub fn durable(&self) -> Watermark {
-        *self.durable.lock().unwrap()
+        self.durable.get()
     }
 
-    /// Wait until the watermark differs from `seen` or `timeout` passes.
-    pub fn wait_durable(&self, seen: Watermark, timeout: Duration) -> Watermark {
-        let guard = self.durable.lock().unwrap();
-        let (guard, _) = self
-            .durable_changed
-            .wait_timeout_while(guard, timeout, |w| *w == seen)
-            .unwrap();
-        *guard
-    }
-
-    /// [`ShardQueue::wait_durable`], also ending once `kick` is raised
-    /// (a delivery worker's answer: it raises it, then wakes the waiters).
-    pub fn wait_durable_or(
+    /// Wait until the watermark passes `until` after `seen`, `bell` rings
+    /// (a delivery worker's answer, a stop) or `timeout` passes; returns
+    /// the watermark then. Only a publish that ends the wait wakes the
+    /// caller (see [`super::durable`]).
+    pub fn wait_durable(
         &self,
         seen: Watermark,
+        until: Until,
         timeout: Duration,
-        kick: &std::sync::atomic::AtomicBool,
+        bell: &Arc<Doorbell>,
     ) -> Watermark {
-        let guard = self.durable.lock().unwrap();
-        let (guard, _) = self
-            .durable_changed
-            .wait_timeout_while(guard, timeout, |w| {
-                *w == seen && !kick.load(Ordering::Acquire)
-            })
-            .unwrap();
-        *guard
+        self.durable.wait(seen, until, timeout, bell)
     }
 
     /// The flusher gave up on a segment (it stays `.open`, unsealed).
@@ -317,12 +301,6 @@ impl ShardQueue {
             0 => None,
             confirmed => Some(confirmed),
         }
-    }
-
-    /// Wake anyone waiting on the watermark (shutdown).
-    pub fn wake_durable_waiters(&self) {
-        let _g = self.durable.lock().unwrap();
-        self.durable_changed.notify_all();
     }
 
     /// Queue a batch for the next group commit.
