@@ -1569,3 +1569,43 @@ pub fn shard_files_ending(d: &Daemon, suffix: &str) -> usize {
         })
         .sum()
 }
+
+/// The sum of `count` over the threads of process `pid` whose name starts
+/// with `prefix` (threads that end meanwhile are left out).
+fn sum_over_threads(pid: u32, prefix: &str, count: impl Fn(&Path) -> Option<u64>) -> u64 {
+    let mut total = 0;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let dir = task.unwrap().path();
+        match fs::read_to_string(dir.join("comm")) {
+            Ok(comm) if comm.starts_with(prefix) => total += count(&dir).unwrap_or(0),
+            _ => {}
+        }
+    }
+    total
+}
+
+/// Minor page faults the threads of process `pid` whose name starts with
+/// `prefix` have taken so far (`/proc/PID/task/TID/stat`, field 10).
+pub fn minor_faults(pid: u32, prefix: &str) -> u64 {
+    sum_over_threads(pid, prefix, |dir| {
+        let stat = fs::read_to_string(dir.join("stat")).ok()?;
+        // The name (field 2) may hold spaces; the fields go on after its ')'.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        rest.split(' ').nth(7)?.parse().ok()
+    })
+}
+
+/// Times the threads of process `pid` whose name starts with `prefix` have
+/// gone to sleep so far (`voluntary_ctxt_switches` of
+/// `/proc/PID/task/TID/status`): their wake-ups.
+pub fn voluntary_switches(pid: u32, prefix: &str) -> u64 {
+    sum_over_threads(pid, prefix, |dir| {
+        let status = fs::read_to_string(dir.join("status")).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+            .trim()
+            .parse()
+            .ok()
+    })
+}

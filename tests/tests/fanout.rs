@@ -577,3 +577,41 @@ fn a_requeue_goes_back_to_its_sink_alone() {
     assert!(!f.status.success(), "{f:?}");
     assert!(f.stderr.contains("--sink NAME"), "{}", f.stderr);
 }
+
+/// A cursor lingering for a fuller batch sleeps until the commit that
+/// fills it or its linger's end, not through every group commit: with
+/// three sinks every commit used to wake all three drain threads of the
+/// shard (actors/src/shard/durable.rs).
+#[test]
+fn lingering_cursors_are_not_woken_by_every_commit() {
+    const PUSHES: u64 = 3000;
+    let sinks: String = ["a", "b", "c"]
+        .iter()
+        .map(|s| format!("[sinks.{s}]\ntype = \"noop\"\nlinger_ms = 50\nmax_records = 100000\n"))
+        .collect();
+    let d = Daemon::start(&format!("[server]\nshards = 1\n{sinks}"));
+    let pid = d.pid().unwrap();
+    let delivered = |n: u64| {
+        wait_until(DELIVERY_TIMEOUT, || {
+            ["a", "b", "c"]
+                .iter()
+                .all(|s| sink_stat(&d, s, "delivered_records") >= n)
+        })
+    };
+    push_tagged(&d, "warm", 10);
+    assert!(delivered(10), "the warm-up records were not delivered");
+    let before = voluntary_switches(pid, "drain");
+    // One serial producer: a group commit per record.
+    push_tagged(&d, "serial", PUSHES);
+    assert!(delivered(10 + PUSHES), "not every sink got every record");
+    let woken = voluntary_switches(pid, "drain") - before;
+    eprintln!("{PUSHES} commits: the three drain threads went to sleep {woken} times");
+    // Woken per commit: about 3 x 3000. By linger (50 ms), answers, the
+    // checkpoint interval (100 ms) and the idle turn (500 ms): a few
+    // hundred over the push and the delivery after it.
+    assert!(
+        woken < PUSHES / 2,
+        "the three drain threads woke {woken} times over {PUSHES} group commits: \
+         a lingering cursor is woken by commits that do not fill its batch"
+    );
+}

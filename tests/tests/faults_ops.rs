@@ -1150,28 +1150,6 @@ fn a_burst_of_big_batches_leaves_no_resident_memory_behind() {
     );
 }
 
-/// Minor page faults the threads of process `pid` whose name starts with
-/// `prefix` have taken so far (`/proc/PID/task/TID/stat`, field 10).
-fn minor_faults(pid: u32, prefix: &str) -> u64 {
-    let mut total = 0;
-    for task in fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
-        let dir = task.unwrap().path();
-        let (Ok(comm), Ok(stat)) = (
-            fs::read_to_string(dir.join("comm")),
-            fs::read_to_string(dir.join("stat")),
-        ) else {
-            continue; // the thread ended meanwhile
-        };
-        if !comm.starts_with(prefix) {
-            continue;
-        }
-        // The name (field 2) may hold spaces; the fields go on after its ')'.
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        total += rest.split(' ').nth(7).unwrap().parse::<u64>().unwrap();
-    }
-    total
-}
-
 #[test]
 fn a_steady_stream_of_big_batches_reuses_its_frame_buffers() {
     // PushBatches of 1 MiB of payload, 4 in flight on one connection: each
