@@ -242,9 +242,11 @@ impl<F: StorageFile> SegmentReader<F> {
     /// follow a segment that is still being written.
     pub fn set_limit(&mut self, limit: u64) {
         if limit < self.limit {
-            // Cached bytes past the new limit may not be durable yet. (Raising
-            // the limit keeps the cache: reads are capped at the old limit.)
-            self.chunk = Bytes::new();
+            // Cached bytes past the new limit may not be durable yet: read
+            // them again. The chunk is kept to be read into. (Raising the
+            // limit keeps the cache: reads are capped at the old limit.)
+            let stale = std::mem::take(&mut self.chunk);
+            self.spare.keep(stale);
         }
         self.limit = limit;
     }
