@@ -202,12 +202,19 @@ mod tests {
         }
         for n in 1..=9 {
             watch.update(|w| *w = at(10 + n * 10, 1000 + n));
-            assert_eq!(watch.state.lock().unwrap().sleepers.len(), 1, "after commit {n}");
+            assert_eq!(
+                watch.state.lock().unwrap().sleepers.len(),
+                1,
+                "after commit {n}"
+            );
         }
         watch.update(|w| *w = at(110, 1010));
         let (wm, waited) = waiter.join().unwrap();
         assert_eq!(wm.next_seq, 110);
-        assert!(waited < Duration::from_secs(30), "woken by the ring, not the timeout");
+        assert!(
+            waited < Duration::from_secs(30),
+            "woken by the ring, not the timeout"
+        );
         assert!(watch.state.lock().unwrap().sleepers.is_empty());
     }
 
@@ -217,12 +224,22 @@ mod tests {
         let bell = Arc::new(Doorbell::default());
         bell.ring();
         let started = Instant::now();
-        watch.wait(Watermark::default(), Until::Changed, Duration::from_secs(30), &bell);
+        watch.wait(
+            Watermark::default(),
+            Until::Changed,
+            Duration::from_secs(30),
+            &bell,
+        );
         assert!(started.elapsed() < Duration::from_secs(30));
         assert!(watch.state.lock().unwrap().sleepers.is_empty());
         // The ring was taken: the next wait sleeps until its timeout.
         let started = Instant::now();
-        watch.wait(Watermark::default(), Until::Changed, Duration::from_millis(50), &bell);
+        watch.wait(
+            Watermark::default(),
+            Until::Changed,
+            Duration::from_millis(50),
+            &bell,
+        );
         assert!(started.elapsed() >= Duration::from_millis(50));
     }
 }
