@@ -258,7 +258,8 @@ impl<S: Storage> Cursor<S> {
                     timeout,
                 } => {
                     self.queue
-                        .wait_durable(seen, until, timeout, &self.flights.bell);
+                        .durable_watch()
+                        .wait(seen, until, timeout, &self.flights.bell);
                 }
                 DrainWait::Pause(d) => self.sleep(d),
             }
@@ -298,7 +299,8 @@ impl<S: Storage> Cursor<S> {
             }
             let wm = self.queue.durable();
             self.queue
-                .wait_durable(wm, Until::Changed, SLEEP_SLICE, &self.flights.bell);
+                .durable_watch()
+                .wait(wm, Until::Changed, SLEEP_SLICE, &self.flights.bell);
         }
     }
 

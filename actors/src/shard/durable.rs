@@ -85,18 +85,18 @@ struct State {
 /// watermark and lies down in the same hold, so a publish between the two
 /// cannot pass it by.
 #[derive(Default)]
-pub(super) struct DurableWatch {
+pub struct DurableWatch {
     state: Mutex<State>,
 }
 
 impl DurableWatch {
-    pub fn get(&self) -> Watermark {
+    pub(super) fn get(&self) -> Watermark {
         self.state.lock().unwrap().watermark
     }
 
     /// Change the watermark with `f` and ring every sleeper whose wait it
     /// ends. Returns what `f` returned.
-    pub fn update<R>(&self, f: impl FnOnce(&mut Watermark) -> R) -> R {
+    pub(super) fn update<R>(&self, f: impl FnOnce(&mut Watermark) -> R) -> R {
         let mut state = self.state.lock().unwrap();
         let out = f(&mut state.watermark);
         let now = state.watermark;
@@ -111,7 +111,9 @@ impl DurableWatch {
     }
 
     /// Wait until the watermark passes `until` after `seen`, `bell` rings
-    /// or `timeout` passes; returns the watermark then.
+    /// (a delivery worker's answer, a stop) or `timeout` passes; returns
+    /// the watermark then. Only a publish that ends the wait wakes the
+    /// caller.
     pub fn wait(
         &self,
         seen: Watermark,

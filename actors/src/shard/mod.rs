@@ -28,7 +28,7 @@ mod watermark;
 
 pub use abandoned::Abandoned;
 pub use append::{AppendBatch, CommitTarget, GroupBound, GROUP_RECORDS_MAX};
-pub use durable::{Doorbell, Until};
+pub use durable::{Doorbell, DurableWatch, Until};
 pub use free::FreeSegments;
 pub use health::{nack_for, ShardHealth};
 pub use pending::{PendingIter, PendingRecord, PendingRecords};

@@ -9,10 +9,9 @@ use std::time::{Duration, Instant};
 
 use spillway_protocol::NackReason;
 
-use super::durable::DurableWatch;
 use super::{
-    nack_for, Abandoned, AppendBatch, Doorbell, FreeSegments, GroupBound, ShardHealth, ShardStats,
-    Until, Watermark,
+    nack_for, Abandoned, AppendBatch, DurableWatch, FreeSegments, GroupBound, ShardHealth,
+    ShardStats, Watermark,
 };
 use crate::budget::{ShardBudget, WabBudget};
 
@@ -245,18 +244,10 @@ impl ShardQueue {
         self.durable.get()
     }
 
-    /// Wait until the watermark passes `until` after `seen`, `bell` rings
-    /// (a delivery worker's answer, a stop) or `timeout` passes; returns
-    /// the watermark then. Only a publish that ends the wait wakes the
-    /// caller (see [`super::durable`]).
-    pub fn wait_durable(
-        &self,
-        seen: Watermark,
-        until: Until,
-        timeout: Duration,
-        bell: &Arc<Doorbell>,
-    ) -> Watermark {
-        self.durable.wait(seen, until, timeout, bell)
+    /// The watermark with its sleepers: where readers wait for it (see
+    /// [`DurableWatch::wait`]).
+    pub fn durable_watch(&self) -> &DurableWatch {
+        &self.durable
     }
 
     /// The flusher gave up on a segment (it stays `.open`, unsealed).
