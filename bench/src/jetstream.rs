@@ -42,10 +42,9 @@ const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
 
 /// The `[sink]` body of a NATS sink into `stream` (subject
 /// `STREAM.{shard}`).
-fn nats_sink(cluster: &NatsCluster, stream: &str, extra: &str) -> String {
+fn nats_sink(servers: &str, stream: &str, extra: &str) -> String {
     format!(
-        "type = \"nats\"\nservers = {}\nsubject = {}\nstream = {}\nserver_sync_always = true\nretry_initial_ms = 20\nretry_max_ms = 500\n{extra}",
-        cluster.servers_toml(),
+        "type = \"nats\"\nservers = {servers}\nsubject = {}\nstream = {}\nserver_sync_always = true\nretry_initial_ms = 20\nretry_max_ms = 500\n{extra}",
         toml_string(&format!("{}.{{shard}}", stream.to_lowercase())),
         toml_string(stream)
     )
@@ -66,8 +65,20 @@ fn drain_into(
         3,
         DUPLICATE_WINDOW,
     );
+    // Given every node, the client connects to one at random, so a
+    // phase's publishes went to its stream's leader or through a follower
+    // and the two phases could compare different paths (one publish in
+    // flight read 3,000-3,550 or 3,850-4,700 records/s from run to run;
+    // docs/benchmarks.md). Each backlog phase publishes to its stream's
+    // leader.
+    let mut leader = None;
+    wait_for(&format!("{stream}: a leader"), Duration::from_millis(20), || {
+        leader = cluster.stream_leader(stream);
+        Ok(leader.is_some())
+    })?;
+    let servers = format!("[\"{}\"]", cluster.url(leader.unwrap()));
     let label = format!("e2e-{}", stream.to_lowercase());
-    let daemon = start(launcher, &label, nats_sink(cluster, stream, extra))?;
+    let daemon = start(launcher, &label, nats_sink(&servers, stream, extra))?;
     let (socket, admin) = (
         daemon.socket().to_path_buf(),
         daemon.admin_socket().to_path_buf(),
@@ -117,7 +128,8 @@ struct Failover {
 fn failover(launcher: &Launcher, cluster: &mut NatsCluster) -> Result<Failover, LoadError> {
     let stream = "FAILOVER";
     cluster.create_stream(stream, &["failover.>"], 3, DUPLICATE_WINDOW);
-    let daemon = start(launcher, "e2e-failover", nats_sink(cluster, stream, ""))?;
+    let servers = cluster.servers_toml();
+    let daemon = start(launcher, "e2e-failover", nats_sink(&servers, stream, ""))?;
     let socket = daemon.socket().to_path_buf();
     let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
     let epoch = Instant::now();
