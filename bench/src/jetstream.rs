@@ -72,10 +72,14 @@ fn drain_into(
     // docs/benchmarks.md). Each backlog phase publishes to its stream's
     // leader.
     let mut leader = None;
-    wait_for(&format!("{stream}: a leader"), Duration::from_millis(20), || {
-        leader = cluster.stream_leader(stream);
-        Ok(leader.is_some())
-    })?;
+    wait_for(
+        &format!("{stream}: a leader"),
+        Duration::from_millis(20),
+        || {
+            leader = cluster.stream_leader(stream);
+            Ok(leader.is_some())
+        },
+    )?;
     let servers = format!("[\"{}\"]", cluster.url(leader.unwrap()));
     let label = format!("e2e-{}", stream.to_lowercase());
     let daemon = start(launcher, &label, nats_sink(&servers, stream, extra))?;
