@@ -3,7 +3,7 @@
 //! The flusher publishes a watermark after every group commit, thousands
 //! of times a second under load, while each sink's cursor needs only some
 //! of them: one lingering for a fuller batch needs enough new records to
-//! fill it (or its linger to end), not every commit's three. A reader
+//! fill it (or its linger to end), not each commit's few. A reader
 //! therefore says what it waits for ([`Until`]) and sleeps on a
 //! [`Doorbell`] of its own; the publisher rings only the readers whose wait
 //! the new watermark ends. Before, every commit woke every cursor of the
