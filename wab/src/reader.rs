@@ -245,8 +245,7 @@ impl<F: StorageFile> SegmentReader<F> {
             // Cached bytes past the new limit may not be durable yet: read
             // them again. The chunk is kept to be read into. (Raising the
             // limit keeps the cache: reads are capped at the old limit.)
-            let stale = std::mem::take(&mut self.chunk);
-            self.spare.keep(stale);
+            self.set_chunk_aside();
         }
         self.limit = limit;
     }
@@ -444,8 +443,7 @@ impl<F: StorageFile> SegmentReader<F> {
     /// none of whose records is held any more (its old bytes are read
     /// over), else a new one. The chunk being replaced becomes a spare.
     fn fresh_chunk(&mut self, len: usize) -> BytesMut {
-        let old = std::mem::take(&mut self.chunk);
-        self.spare.keep(old);
+        self.set_chunk_aside();
         self.spare
             .take(len)
             .unwrap_or_else(|| BytesMut::zeroed(len))
@@ -456,9 +454,15 @@ impl<F: StorageFile> SegmentReader<F> {
     /// from them may still be in delivery, and a chunk they let go of is
     /// read into again rather than a new one zeroed and faulted in.
     pub(crate) fn into_spares(mut self) -> SpareChunks {
-        let current = std::mem::take(&mut self.chunk);
-        self.spare.keep(current);
+        self.set_chunk_aside();
         std::mem::take(&mut self.spare)
+    }
+
+    /// Stop reading from the current chunk and keep it among the spares,
+    /// to be read into again once its records are gone.
+    fn set_chunk_aside(&mut self) {
+        let chunk = std::mem::take(&mut self.chunk);
+        self.spare.keep(chunk);
     }
 
     /// Read ahead into `spares` (another segment's, see [`Self::into_spares`]).
