@@ -257,6 +257,17 @@ pub struct FlusherCore<S: Storage> {
     /// bytes absent; Buffered records among them were acknowledged), or to
     /// the full one sealed without a successor.
     resume_seq: u64,
+    /// Numbers just below `resume_seq` no record a reader may get has:
+    /// from the end of the last durable record up to `resume_seq`. Written
+    /// into the fresh segment's header (`skipped`), so that the jump is
+    /// durable with the first record that uses it: until then readers
+    /// stop at the durable end, and a restart numbers on from there.
+    resume_skipped: u64,
+    /// The number after the shard's last durable record: what the
+    /// watermark says (`Watermark::next_seq`). Never past a number no
+    /// durable record or header backs, so a cursor that reaches it can
+    /// never be ahead of what recovery finds.
+    durable_next_seq: u64,
     /// Record bytes made durable so far (published as `Watermark::bytes`).
     durable_bytes: u64,
 }
@@ -410,6 +421,8 @@ impl<S: Storage> FlusherCore<S> {
             retry_at: None,
             retry_wait: SEGMENT_RETRY_FIRST,
             resume_seq: report.next_seq,
+            resume_skipped: 0,
+            durable_next_seq: report.next_seq,
             durable_bytes,
         };
         queue.clear_shutdown();
@@ -556,7 +569,14 @@ impl<S: Storage> FlusherCore<S> {
         match self.next_spare() {
             Ok(pre) => {
                 self.last_segment_id = Some(pre.segment_id);
-                let active = ActiveSegment::start(pre, self.cfg.shard, self.resume_seq);
+                let mut active = ActiveSegment::start(pre, self.cfg.shard, self.resume_seq);
+                assert_eq!(
+                    self.resume_seq - self.resume_skipped,
+                    self.durable_next_seq,
+                    "shard {}: a fresh segment's skipped numbers start at the last durable record",
+                    self.cfg.shard
+                );
+                active.header.skipped = self.resume_skipped;
                 tracing::info!(
                     shard = self.cfg.shard,
                     segment = active.header.segment_id,
@@ -720,12 +740,23 @@ impl<S: Storage> FlusherCore<S> {
         result
     }
 
-    fn publish(&self) {
-        let a = self.active();
+    /// Publish the active segment's durable end. Its numbers count only
+    /// once something durable backs them: a fresh segment after a failed
+    /// group whose header is not yet durable leaves `next_seq` at the last
+    /// durable record, below the numbers it skips.
+    fn publish(&mut self) {
+        let a = self.active.as_ref().expect("an active segment to publish");
+        if a.durable_offset > 0 {
+            debug_assert_eq!(
+                a.durable_offset, a.write_offset,
+                "published right after a sync"
+            );
+            self.durable_next_seq = a.next_seq();
+        }
         self.queue.publish_durable(Watermark {
             segment_id: a.header.segment_id,
             offset: a.durable_offset,
-            next_seq: a.next_seq(),
+            next_seq: self.durable_next_seq,
             bytes: self.durable_bytes,
             ..Watermark::default()
         });
@@ -780,6 +811,7 @@ impl<S: Storage> FlusherCore<S> {
         self.unsynced_since = None;
         if let Some(old) = self.active.take() {
             self.resume_seq = old.next_seq();
+            self.resume_skipped = self.resume_seq - self.durable_next_seq;
             let acked_end = acked_end.unwrap_or(old.write_offset);
             if acked_end > old.durable_offset {
                 // Buffered records acknowledged since the last fsync: the
@@ -798,7 +830,7 @@ impl<S: Storage> FlusherCore<S> {
                 first_seq: old.header.first_seq,
                 acked_end,
                 durable_end: old.durable_offset,
-                next_seq: self.resume_seq,
+                durable_seq: self.durable_next_seq,
             });
             let _ = self.sealer.send(SealerMsg::AbandonSegment {
                 path: old.path.clone(),
@@ -872,6 +904,9 @@ impl<S: Storage> FlusherCore<S> {
     fn seal_without_successor(&mut self, e: &io::Error) {
         let old = self.active.take().unwrap();
         self.resume_seq = old.next_seq();
+        // (Made durable before the seal: 0 unless the segment was a fresh
+        // one that never got a durable record.)
+        self.resume_skipped = self.resume_seq - self.durable_next_seq;
         self.unsynced_since = None;
         self.publish_closed(old.header.segment_id);
         let (segment, next_seq) = (old.header.segment_id, old.next_seq());
@@ -904,7 +939,7 @@ impl<S: Storage> FlusherCore<S> {
         self.queue.publish_durable(Watermark {
             segment_id: id + 1,
             offset: 0,
-            next_seq: self.resume_seq,
+            next_seq: self.durable_next_seq,
             bytes: self.durable_bytes,
             ..Watermark::default()
         });

@@ -197,7 +197,7 @@ impl<S: Storage> SealerCore<S> {
                     first_seq: next_seq.wrapping_sub(footer.record_count),
                     acked_end: footer.end_offset,
                     durable_end: footer.end_offset,
-                    next_seq,
+                    durable_seq: next_seq,
                 });
                 tracing::error!(shard = self.shard, segment = id, error = %e, "sealing failed; the segment stays .open (recovery reseals it at the next start) and is deleted as it is once delivered");
             }

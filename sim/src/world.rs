@@ -1216,6 +1216,14 @@ impl World {
         }
         let confirmed_bytes = node.drain_stats.confirmed_bytes.load(Ordering::Relaxed);
         let wm = node.queue.durable();
+        // No cursor confirms a number nothing durable backs (issue 39).
+        if node.drain.confirmed() > wm.next_seq {
+            return Err(format!(
+                "the sink's cursor is at {} but the durable watermark's next_seq is {}: it passed numbers no durable record backs",
+                node.drain.confirmed(),
+                wm.next_seq
+            ));
+        }
         let gauge = wm.bytes.saturating_sub(confirmed_bytes);
         // Records the sink took (or the dead-letter store holds) may be
         // gone from disk above a checkpoint a power cut rolled back.

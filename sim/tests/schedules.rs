@@ -61,7 +61,25 @@ const PINNED: &[(u64, &str)] = &[
         0x988c_ed4d_9e13_3daa,
         "a drain held at the checker's gate (segments a start took at their footer's word) took itself for caught up and reset its count of confirmed bytes: spillway_pending_bytes read 0 with records unconfirmed",
     ),
+    (
+        0x5dd7_a9c9_c0ec_b183,
+        "issue 39: the mirror confirmed past a failed group's nacked numbers; at the next start reading its cursor failed (EIO) and was skipped, so recovery numbered new records from the data's end, below that cursor: acknowledged seq 80 never reached the mirror",
+    ),
+    (
+        0x67cc_e686_d6d7_86c2,
+        "issue 39: the same at another action (acknowledged seq 22 skipped by the mirror's cursor at 29)",
+    ),
+    (
+        0xbb8f_9d6b_7deb_ad87,
+        "issue 39, found while fixing it: a fresh segment abandoned before its first fdatasync had a header in the page cache past the numbers it skipped; the follower finished it at that header's first_seq and the cursors confirmed a number nothing durable backed",
+    ),
 ];
+
+/// Small-disk seeds that found bugs (replayed on the one-segment disk).
+const PINNED_SMALL_DISK: &[(u64, &str)] = &[(
+    0x1dce_75c0_53fb_5cb9,
+    "issue 39: a cursor confirmed past a failed group's nacked numbers before anything durable backed them; after a crash the checkpoint was ahead of the data, moved aside as evidence, and that file took the room the next segment needed: pushes refused for good",
+)];
 
 fn quiet_sink_panics() {
     static ONCE: Once = Once::new();
@@ -89,6 +107,20 @@ fn env_u64(name: &str) -> Option<u64> {
         None => v.parse(),
     };
     Some(parsed.unwrap_or_else(|_| panic!("{name}={v} is not a number")))
+}
+
+/// Run one schedule; a panic inside it (an assertion of the product's,
+/// or the simulation's) is reported with the seed that replays it.
+fn run_caught(
+    run: fn(u64) -> Result<Report, spillway_sim::Failure>,
+    seed: u64,
+) -> Result<Report, spillway_sim::Failure> {
+    match std::panic::catch_unwind(|| run(seed)) {
+        Ok(result) => result,
+        Err(_) => panic!(
+            "schedule {seed:#x} panicked (message above); replay: SPILLWAY_SIM_SEED={seed:#x} cargo test --release -p spillway-sim --test schedules replay -- --nocapture"
+        ),
+    }
 }
 
 #[derive(Default)]
@@ -139,7 +171,7 @@ fn schedules() {
     let mut totals = Totals::default();
     for i in 0..n {
         let seed = seeds.next_u64();
-        match run_schedule(seed) {
+        match run_caught(run_schedule, seed) {
             Ok(r) => totals.add(&r),
             Err(f) => panic!("schedule {i} of {n}:\n{f}"),
         }
@@ -196,7 +228,8 @@ fn schedules() {
 }
 
 /// Schedules on a disk whose shard folder has room for one segment and a
-/// half (`SPILLWAY_SIM_SMALL_DISK_SCHEDULES`, 500 by default): every
+/// half (`SPILLWAY_SIM_SMALL_DISK_SCHEDULES`, 500 by default, from
+/// `SPILLWAY_SIM_SMALL_DISK_BASE`): every
 /// rotation waits for the full segment to be delivered and deleted, and
 /// once everything is confirmed the shard must take pushes again without a
 /// restart.
@@ -204,11 +237,12 @@ fn schedules() {
 fn small_disk_schedules() {
     quiet_sink_panics();
     let n = env_u64("SPILLWAY_SIM_SMALL_DISK_SCHEDULES").unwrap_or(500);
-    let mut seeds = Rng::new(0x5eed_0000_0000_0002);
+    let base = env_u64("SPILLWAY_SIM_SMALL_DISK_BASE").unwrap_or(0x5eed_0000_0000_0002);
+    let mut seeds = Rng::new(base);
     let started = Instant::now();
     let mut totals = Totals::default();
     for i in 0..n {
-        match run_small_disk_schedule(seeds.next_u64()) {
+        match run_caught(run_small_disk_schedule, seeds.next_u64()) {
             Ok(r) => totals.add(&r),
             Err(f) => panic!("small-disk schedule {i} of {n}:\n{f}"),
         }
@@ -230,20 +264,30 @@ fn small_disk_schedules() {
 
 /// `SPILLWAY_SIM_SEED=<seed>` replays one schedule (with its report;
 /// `SPILLWAY_SIM_SMALL_DISK=1` on the one-segment disk); without it, the
-/// pinned seeds run.
+/// pinned seeds run, each on its disk.
 #[test]
 fn replay() {
     quiet_sink_panics();
-    let seeds: Vec<u64> = match env_u64("SPILLWAY_SIM_SEED") {
-        Some(s) => vec![s],
-        None => PINNED.iter().map(|(s, _)| *s).collect(),
-    };
-    let run = if std::env::var_os("SPILLWAY_SIM_SMALL_DISK").is_some() {
+    let small = std::env::var_os("SPILLWAY_SIM_SMALL_DISK").is_some();
+    let run = if small {
         run_small_disk_schedule
     } else {
         run_schedule
     };
-    for seed in seeds {
+    let seeds: Vec<(u64, fn(u64) -> Result<Report, spillway_sim::Failure>)> =
+        match env_u64("SPILLWAY_SIM_SEED") {
+            Some(s) => vec![(s, run)],
+            None => PINNED
+                .iter()
+                .map(|(s, _)| (*s, run_schedule as fn(u64) -> _))
+                .chain(
+                    PINNED_SMALL_DISK
+                        .iter()
+                        .map(|(s, _)| (*s, run_small_disk_schedule as fn(u64) -> _)),
+                )
+                .collect(),
+        };
+    for (seed, run) in seeds {
         match run(seed) {
             Ok(r) => eprintln!("schedule {seed:#x}: {r:?}"),
             Err(f) => panic!("{f}"),

@@ -184,6 +184,9 @@ pub(crate) fn repair<S: Storage>(
                 // Not known any more; the first record's arrival is the
                 // closest the file still shows (nothing reads it).
                 created_unix_us: first_arrival.unwrap_or(0),
+                // Not known either: numbers the writer skipped before this
+                // segment then show as a gap (counted, never reused).
+                skipped: 0,
             },
             HeaderProof::Footer,
         ),

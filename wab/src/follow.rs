@@ -59,9 +59,11 @@ pub struct Cut {
     /// them from the disk after the sink had them, and their sequence
     /// numbers would then name other records.
     pub durable_end: u64,
-    /// The sequence number the next segment starts at (the numbers of the
-    /// unacknowledged records after `acked_end` are never used again).
-    pub next_seq: u64,
+    /// The number after the shard's last durable record when the segment
+    /// was abandoned: no reader passes it here. (A fresh segment abandoned
+    /// before its first fdatasync has a header in the page cache whose
+    /// `first_seq` is past numbers nothing durable backs.)
+    pub durable_seq: u64,
 }
 
 /// A segment the follower has read to its end.
@@ -149,12 +151,13 @@ impl<S: Storage> ShardFollower<S> {
                     if let Some(End::Corrupt { offset, detail }) = reader.end() {
                         tracing::error!(segment = id, offset, detail = %detail, "segment fails its check while draining; the rest of it is skipped (it stays on disk)");
                     }
-                    // An abandoned segment ends where the next one starts
-                    // (past the unacknowledged records), so it is removed
-                    // only once everything up to there is confirmed: no
-                    // restart in between can mistake those numbers for a gap.
+                    // An abandoned segment ends at its last durable record:
+                    // the numbers the writer skipped after it (nacked, or
+                    // never made durable) are passed by no reader, so no
+                    // cursor is ever ahead of what a restart finds (the
+                    // next segment's header records the jump).
                     let end_seq =
-                        cut(id).map_or(reader.next_seq(), |c| c.next_seq.max(reader.next_seq()));
+                        cut(id).map_or(reader.next_seq(), |c| c.durable_seq.min(reader.next_seq()));
                     // What the segment was charged: for one the writer
                     // abandoned, everything up to its acknowledged end,
                     // readable or not (a failed fdatasync may have taken
@@ -172,8 +175,6 @@ impl<S: Storage> ShardFollower<S> {
                         end_seq,
                         bytes,
                     });
-                    // Numbers a cut skipped (nacked, or never made durable)
-                    // are passed too: nothing will ever be read there.
                     self.next_seq = self.next_seq.max(end_seq);
                     self.last_done = Some(id);
                     if let Some((_, done)) = self.reader.take() {

@@ -66,6 +66,8 @@ pub enum FormatError {
         "segment header: first_seq {0} is past {SEQ_MAX}, the last sequence number spillway writes"
     )]
     SeqOutOfRange(u64),
+    #[error("segment header: {skipped} numbers skipped before first_seq {first_seq}, more than there are")]
+    SkippedPastZero { skipped: u64, first_seq: u64 },
     /// 64 zero bytes where the header goes, but a record after them: not a
     /// spare (the writer puts the header and the first records down in one
     /// write), a header wiped over records.
@@ -90,6 +92,13 @@ pub struct SegmentHeader {
     /// Sequence number of the segment's first record.
     pub first_seq: u64,
     pub created_unix_us: u64,
+    /// Numbers just below `first_seq` that no reader was ever given: the
+    /// writer resumed past a group whose write or fdatasync failed
+    /// (`first_seq - skipped ..first_seq`, nacked records and Buffered ones
+    /// no fsync covered). Recovery does not count them as a gap; 0 for a
+    /// segment that follows on from the last durable record (and in every
+    /// segment an older build wrote: its reserved bytes are zeros).
+    pub skipped: u64,
 }
 
 impl SegmentHeader {
@@ -101,6 +110,7 @@ impl SegmentHeader {
         b[16..24].copy_from_slice(&self.segment_id.to_le_bytes());
         b[24..32].copy_from_slice(&self.first_seq.to_le_bytes());
         b[32..40].copy_from_slice(&self.created_unix_us.to_le_bytes());
+        b[40..48].copy_from_slice(&self.skipped.to_le_bytes());
         let crc = crc32fast::hash(&b[0..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
         b
@@ -128,12 +138,17 @@ impl SegmentHeader {
         if first_seq > SEQ_MAX {
             return Err(FormatError::SeqOutOfRange(first_seq));
         }
+        let skipped = u64_at(b, 40);
+        if skipped > first_seq {
+            return Err(FormatError::SkippedPastZero { skipped, first_seq });
+        }
         Ok(Some(SegmentHeader {
             format: version,
             shard: u32_at(b, 12),
             segment_id: u64_at(b, 16),
             first_seq,
             created_unix_us: u64_at(b, 32),
+            skipped,
         }))
     }
 }
@@ -147,6 +162,7 @@ impl SegmentHeader {
             segment_id,
             first_seq,
             created_unix_us,
+            skipped: 0,
         }
     }
 
@@ -579,6 +595,7 @@ mod tests {
             segment_id: 42,
             first_seq: 1000,
             created_unix_us: 7,
+            skipped: 0,
         };
         assert_eq!(SegmentHeader::decode(&h.encode()).unwrap(), Some(h));
         assert_eq!(SegmentHeader::decode(&[0u8; 64]).unwrap(), None);
@@ -609,6 +626,7 @@ mod tests {
             segment_id: 42,
             first_seq: 1000,
             created_unix_us: 7,
+            skipped: 0,
         }
         .encode();
         let mut seen = std::collections::HashSet::new();
@@ -635,6 +653,7 @@ mod tests {
             segment_id: 42,
             first_seq: 1_000_000,
             created_unix_us: 1_780_000_000_000_000,
+            skipped: 0,
         };
         let good = h.encode();
         for at in [0, 7, 8, 12, 16, 24, 25, 31, 32, 45, 59, 60, 63] {

@@ -168,6 +168,7 @@ impl<F: StorageFile> SegmentReader<F> {
             segment_id,
             first_seq: 0,
             created_unix_us: 0,
+            skipped: 0,
         };
         SegmentReader::at_first_record(file, header)
     }

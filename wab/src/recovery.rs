@@ -81,6 +81,10 @@ pub struct SegmentInfo {
     pub path: PathBuf,
     pub segment_id: u64,
     pub first_seq: u64,
+    /// Numbers just below `first_seq` the writer skipped on purpose (its
+    /// header's `skipped`): never given to a record a reader got, so not a
+    /// gap.
+    pub skipped: u64,
     /// Positions (sequence numbers) the segment covers: its records plus
     /// the records its GAP frames say were lost.
     pub record_count: u64,
@@ -505,6 +509,7 @@ fn trust_footer<F: StorageFile>(
     id: u64,
 ) -> io::Result<Option<SegmentInfo>> {
     let first_seq = reader.header().first_seq;
+    let skipped = reader.header().skipped;
     let salt = reader.header().salt();
     let file = reader.into_file();
     let len = file.len()?;
@@ -525,6 +530,7 @@ fn trust_footer<F: StorageFile>(
         path: path.to_path_buf(),
         segment_id: id,
         first_seq,
+        skipped,
         record_count: footer.record_count,
         bytes: footer.end_offset,
         lost_records: 0,
@@ -600,6 +606,7 @@ fn recover_sealed<S: Storage>(
                 path: path.to_path_buf(),
                 segment_id: id,
                 first_seq: reader.header().first_seq,
+                skipped: reader.header().skipped,
                 record_count: reader.count(),
                 bytes: reader.offset(),
                 lost_records: reader.lost_records(),
@@ -799,6 +806,7 @@ fn cut_short<S: Storage>(
         path: path.to_path_buf(),
         segment_id: id,
         first_seq: header.first_seq,
+        skipped: header.skipped,
         record_count: kept_positions,
         bytes: end,
         lost_records: lost,
@@ -950,6 +958,7 @@ fn salvage_sealed<S: Storage>(
         path: path.to_path_buf(),
         segment_id: id,
         first_seq: header.first_seq,
+        skipped: header.skipped,
         record_count: again.count(),
         bytes: footer_at,
         lost_records: lost,
@@ -1228,6 +1237,7 @@ fn recover_open<S: Storage>(
         path: sealed,
         segment_id: id,
         first_seq: header.first_seq,
+        skipped: header.skipped,
         record_count: count,
         bytes: cut,
         lost_records: lost,

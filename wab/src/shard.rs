@@ -8,7 +8,9 @@
 //!
 //! - **Gaps.** Sequence numbers between two consecutive segments, between
 //!   a valid checkpoint and the oldest segment, or past the newest segment
-//!   up to what a quarantined segment shows, that no kept segment holds: a
+//!   up to what a quarantined segment shows, that no kept segment holds
+//!   (less those a segment's header says the writer skipped after a
+//!   failed group: no record ever had them): a
 //!   segment deleted from outside, quarantined whole, or cut short (the
 //!   reason says which, as far as the folder shows). Each is logged as an
 //!   error with its range and count, listed in [`RecoveryReport::gaps`],
@@ -195,11 +197,13 @@ pub fn open_shard_with<S: Storage>(
         // Only a checkpoint that was read says where delivery stood; with
         // none (or an unreadable one) the missing numbers may well have
         // been delivered and deleted.
-        if checkpoint.found && report.untrusted_checkpoint.is_none() && confirmed < oldest.first_seq
-        {
+        // (Numbers the writer skipped before a segment, after a failed
+        // group, were never any record's: not a gap.)
+        let numbered_from = oldest.first_seq - oldest.skipped;
+        if checkpoint.found && report.untrusted_checkpoint.is_none() && confirmed < numbered_from {
             candidates.push(Candidate {
                 first: confirmed,
-                last: oldest.first_seq - 1,
+                last: numbered_from - 1,
                 place: format!(
                     "between the delivery checkpoint ({confirmed}) and the oldest segment \
                      ({:016x}, first seq {})",
@@ -220,10 +224,11 @@ pub fn open_shard_with<S: Storage>(
     for w in report.segments.windows(2) {
         let seg_end = w[0].first_seq + w[0].record_count;
         let end = seg_end.max(delivered_below);
-        if w[1].first_seq > end {
+        let numbered_from = w[1].first_seq - w[1].skipped;
+        if numbered_from > end {
             candidates.push(Candidate {
                 first: end,
-                last: w[1].first_seq - 1,
+                last: numbered_from - 1,
                 place: format!(
                     "between segment {:016x} (ends before seq {seg_end}) and segment {:016x} \
                      (first seq {})",
@@ -517,8 +522,10 @@ fn write_once<S: Storage>(storage: &S, qdir: &Path, path: &Path, bytes: &[u8]) -
 /// is moved aside as a `checkpoint.ahead-` file, so it floors `next_seq`
 /// like an untrusted checkpoint (the sink may hold records under those
 /// numbers) and later starts know the jump, and the sink starts again at
-/// the shard's checkpoint (at-least-once). An unreadable cursor is left to
-/// the sink's own load, which moves it aside.
+/// the shard's checkpoint (at-least-once). A cursor with no valid slot is
+/// left to the sink's own load, which moves it aside; one that cannot be
+/// read at all (an I/O error) fails the start: ignoring it once let new
+/// records take numbers a sink's cursor had passed (issue 39).
 fn move_cursors_ahead_aside<S: Storage>(
     storage: &S,
     dir: &Path,
@@ -527,8 +534,22 @@ fn move_cursors_ahead_aside<S: Storage>(
 ) -> io::Result<()> {
     for sink in cursor_sinks(storage, dir)? {
         let file = cursor_file(&sink);
-        let Ok(value) = read_checkpoint_file(storage, dir, &file) else {
-            continue;
+        let value = match read_checkpoint_file(storage, dir, &file) {
+            Ok(value) => value,
+            // No valid slot: the sink's own load moves it aside and starts
+            // it at the shard's checkpoint, below anything it passed.
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => continue,
+            // Anything else (EIO) says nothing about the value: the cursor
+            // may be ahead of the data (past nacked numbers an abandoned
+            // segment ended with), and numbering from the data's end would
+            // give those numbers to new records the sink then never gets.
+            // The start fails and is tried again.
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("reading sink {sink}'s cursor in {}: {e}", dir.display()),
+                ))
+            }
         };
         if value <= end {
             continue;

@@ -155,7 +155,7 @@ fn an_abandoned_segment_is_read_to_its_acknowledged_end_and_removed_unsealed() {
         (id == 0).then_some(Cut {
             acked_end,
             durable_end: acked_end,
-            next_seq: 5,
+            durable_seq: 3,
         })
     };
     let mut f = ShardFollower::new(FsStorage, dir.clone(), 0);
@@ -163,8 +163,8 @@ fn an_abandoned_segment_is_read_to_its_acknowledged_end_and_removed_unsealed() {
     let done = *f.oldest_finished().unwrap();
     assert_eq!(
         (done.segment_id, done.end_seq),
-        (0, 5),
-        "ends where the next segment starts, past the nacked numbers"
+        (0, 3),
+        "ends at its last durable record: no reader passes the nacked numbers (issue 39)"
     );
     // Not marked abandoned: an unsealed segment is left for the sealer.
     assert!(f.remove_oldest_finished(5, false).is_err());
@@ -187,7 +187,7 @@ fn an_abandoned_segment_is_delivered_only_up_to_its_last_fsync() {
         (id == 0).then_some(Cut {
             acked_end,
             durable_end,
-            next_seq: 5,
+            durable_seq: 3,
         })
     };
     let mut f = ShardFollower::new(FsStorage, dir.clone(), 0);
@@ -195,7 +195,7 @@ fn an_abandoned_segment_is_delivered_only_up_to_its_last_fsync() {
     let done = *f.oldest_finished().unwrap();
     assert_eq!(
         (done.segment_id, done.end_seq, done.bytes),
-        (0, 5, acked_end)
+        (0, 3, acked_end)
     );
 }
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use spillway_wab::checkpoint::cursor_file;
 use spillway_wab::deadletter::DeadLetterStore;
-use spillway_wab::follow::{append_line_durable, is_headerless, oldest_first_seq, ShardFollower};
+use spillway_wab::follow::{append_line_durable, oldest_first_seq, ShardFollower};
 use spillway_wab::format::RECORD_HEADER_LEN;
 use spillway_wab::storage::is_no_space;
 use spillway_wab::{CheckpointWriter, Storage, StoredRecord};
@@ -372,7 +372,6 @@ impl<S: Storage> Cursor<S> {
         }
         if self.pending.is_empty() {
             self.release_when_idle(wm);
-            self.pass_headerless_abandoned(wm);
             match self.persist(self.sync_due()) {
                 Ok(()) => self.report(self.persisted, true),
                 Err(e) if is_no_space(&e) => self.report(self.confirmed, true),
@@ -445,11 +444,12 @@ impl<S: Storage> Cursor<S> {
             self.bytes_base = wm.bytes.wrapping_sub(self.follower.passed_bytes());
         }
         if self.pending.is_empty() && self.follower.next_seq() > self.confirmed {
-            // The follower passed numbers no record will ever be read at
-            // (the end of an abandoned segment: nacked records, or Buffered
-            // ones no fsync covered): confirm past them, so the segment
-            // goes and the backlog says 0, without waiting for a later
-            // record to be delivered.
+            // The follower passed records below where this cursor started
+            // (a segment delivered before a restart and not yet deleted):
+            // confirm past them, so the segment goes and the backlog says
+            // 0. The follower never passes numbers no durable record backs
+            // (an abandoned segment ends at its last durable record), so
+            // this never puts the cursor ahead of what a restart finds.
             self.confirm(self.follower.next_seq());
         }
         self.publish_backlog();
@@ -563,30 +563,6 @@ impl<S: Storage> Cursor<S> {
             wm,
             idle,
         );
-    }
-
-    /// An abandoned segment whose header never reached the disk is never
-    /// opened by the follower, and nothing in it was made durable: once
-    /// every record before it is confirmed, confirm past its numbers (as
-    /// the follower does for an abandoned segment's unacknowledged end);
-    /// retention deletes it once every sink has. Its Buffered records, if
-    /// any were acknowledged, were never durable: the tier allows losing
-    /// them.
-    fn pass_headerless_abandoned(&mut self, wm: Watermark) {
-        for a in self.queue.abandoned_segments() {
-            let before_confirmed =
-                self.confirmed >= a.first_seq && self.follower.next_seq() >= a.first_seq;
-            if a.segment_id >= wm.segment_id || !before_confirmed || a.next_seq <= self.confirmed {
-                continue;
-            }
-            match is_headerless(&self.storage, &self.dir, a.segment_id) {
-                Ok(true) => self.confirm(a.next_seq),
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::debug!(shard = self.shard, segment = a.segment_id, error = %e, "abandoned segment not checked yet; will retry");
-                }
-            }
-        }
     }
 
     /// Whether the operator holds this cursor; keeps its health saying so.

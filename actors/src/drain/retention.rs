@@ -409,11 +409,12 @@ impl<S: Storage> Retention<S> {
     }
 
     /// An abandoned segment whose header never reached the disk is never
-    /// opened by a reader (so never finished): each cursor passes its
-    /// numbers itself, and once every one has, it is deleted here.
+    /// opened by a reader (so never finished), and holds nothing durable:
+    /// once every cursor has confirmed the records durable before it, it
+    /// is deleted here.
     fn delete_headerless_abandoned(&mut self, lowest: u64, wm: Watermark) {
         for a in self.queue.abandoned_segments() {
-            if a.segment_id >= wm.segment_id || lowest < a.next_seq {
+            if a.segment_id >= wm.segment_id || lowest < a.durable_seq {
                 continue;
             }
             match is_headerless(&self.storage, &self.dir, a.segment_id) {

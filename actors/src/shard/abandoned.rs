@@ -16,10 +16,15 @@ pub struct Abandoned {
     /// Where its last successful fdatasync left it: the drain delivers up
     /// to here only (see [`spillway_wab::follow::Cut::durable_end`]).
     pub durable_end: u64,
-    /// The sequence number the next segment starts at: the nacked records'
-    /// numbers are never used again, and the drain counts the abandoned
-    /// segment as ending there.
-    pub next_seq: u64,
+    /// The number after the shard's last durable record when it was
+    /// abandoned: where its readers stop, and once every cursor has
+    /// confirmed up to here it may be deleted. The numbers after it (the
+    /// nacked group's, Buffered records no fsync covered) are confirmed by
+    /// no cursor: the next segment starts past them and records the jump
+    /// in its header, so no restart mistakes them for a gap, and until
+    /// that header is durable a restart may number on from here (no
+    /// reader ever got a record under them).
+    pub durable_seq: u64,
 }
 
 impl Abandoned {
@@ -28,7 +33,7 @@ impl Abandoned {
         spillway_wab::follow::Cut {
             acked_end: self.acked_end,
             durable_end: self.durable_end,
-            next_seq: self.next_seq,
+            durable_seq: self.durable_seq,
         }
     }
 }
