@@ -422,6 +422,16 @@ impl<S: Storage> Cursor<S> {
                 .next(wm.tail(), |id| queue.abandoned(id, false).map(|a| a.cut()))?;
             match next {
                 Some(rec) => {
+                    // Readers see only what is durable (DESIGN promise 6):
+                    // a record at or past the watermark's next number was
+                    // never covered by an fdatasync that succeeded.
+                    assert!(
+                        rec.seq < wm.next_seq,
+                        "shard {}: sink {} was handed seq {} past the durable watermark {wm:?}",
+                        self.shard,
+                        self.sink,
+                        rec.seq,
+                    );
                     if self.pending.len() == self.flights.records {
                         self.pending_since = Some(self.clock.now());
                     }

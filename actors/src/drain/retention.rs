@@ -159,6 +159,17 @@ impl<S: Storage> Retention<S> {
         } else {
             load_checkpoint_file(&self.storage, &self.dir, &file)?
         };
+        // The promise recovery keeps (issue 39): the shard numbers its next
+        // record past every cursor, so no record takes a number a sink has
+        // passed (and would never be given). Not recoverable here: stop.
+        let numbered = self.queue.durable().next_seq;
+        assert!(
+            !loaded.found || loaded.confirmed <= numbered,
+            "shard {}: sink {sink}'s cursor is at {} but the shard's next record is numbered {numbered}: \
+             records would take numbers that sink has passed",
+            self.shard,
+            loaded.confirmed,
+        );
         let adopted = self.adopting.remove(sink);
         let known = self.cursors.get(sink).map(|(_, at)| *at);
         let at = if loaded.found {
@@ -458,6 +469,11 @@ mod tests {
             write_checkpoint_file(&FsStorage, &dir, &cursor_file(sink), 40).unwrap();
         }
         let queue = ShardQueue::new(0, &WabBudget::new(1 << 30));
+        // (Recovery numbers on past every cursor.)
+        queue.publish_durable(Watermark {
+            next_seq: 100,
+            ..Watermark::default()
+        });
         let sinks = ["a".to_string(), "b".to_string()];
         let stats = Arc::new(RetentionStats::default());
         let mut r = Retention::open(FsStorage, 0, dir.clone(), queue, &sinks, stats).unwrap();
