@@ -54,4 +54,6 @@ mod world;
 
 pub use rng::Rng;
 pub use storage::is_segment;
-pub use world::{run_schedule, run_small_disk_schedule, Disk, Failure, Report};
+pub use world::{
+    run_schedule, run_small_disk_schedule, run_sync_fault_schedule, Disk, Failure, Report,
+};

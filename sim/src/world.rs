@@ -79,6 +79,9 @@ pub struct Report {
     /// Steps after which the mirror had more than one batch out (its
     /// answers come back out of order).
     pub mirror_overlapped: u64,
+    /// Failed fdatasyncs armed a few steps ahead while the mirror had
+    /// batches out.
+    pub syncs_failed_near_delivery: u64,
     /// Segments the sealer made by writing over a delivered one (counted
     /// when the node stops or crashes).
     pub recycled: u64,
@@ -91,6 +94,8 @@ pub struct Report {
 pub struct Failure {
     pub seed: u64,
     pub disk: Disk,
+    /// Run with failed fdatasyncs weighed near delivery.
+    pub sync_faults: bool,
     pub action: usize,
     pub message: String,
     pub trace: Vec<String>,
@@ -110,6 +115,11 @@ impl std::fmt::Display for Failure {
         let small = match self.disk {
             Disk::Roomy => "",
             Disk::OneSegment => "SPILLWAY_SIM_SMALL_DISK=1 ",
+        };
+        let small = if self.sync_faults {
+            format!("{small}SPILLWAY_SIM_SYNC_FAULTS=1 ")
+        } else {
+            small.to_string()
         };
         write!(
             f,
@@ -208,6 +218,10 @@ pub enum Disk {
 pub struct World {
     seed: u64,
     disk: Disk,
+    /// Half the faults armed while the mirror has batches out are a failed
+    /// fdatasync a few storage steps ahead (see
+    /// [`run_sync_fault_schedule`]).
+    sync_faults: bool,
     rng: Rng,
     clock: Clock,
     storage: SimStorage,
@@ -447,6 +461,7 @@ impl World {
         World {
             seed,
             disk,
+            sync_faults: false,
             rng,
             clock,
             storage,
@@ -495,6 +510,7 @@ impl World {
         Failure {
             seed: self.seed,
             disk: self.disk,
+            sync_faults: self.sync_faults,
             action: self.action,
             message,
             trace: self.trace.clone(),
@@ -1130,6 +1146,23 @@ impl World {
                 Ok(())
             }
             90..=92 => {
+                // With batches out to the mirror, half the faults armed are
+                // a failed fdatasync within the next few storage steps: a
+                // group failing while a sink settles answers out of order
+                // is where cursors once passed numbers nothing durable
+                // backed (issue 39).
+                let delivering = self
+                    .node
+                    .as_ref()
+                    .and_then(|n| n.mirror.as_ref())
+                    .is_some_and(|m| m.batches_out() > 0);
+                if self.sync_faults && delivering && self.rng.chance(1, 2) {
+                    let at = self.storage.step() + self.rng.range(1, 8);
+                    self.report.syncs_failed_near_delivery += 1;
+                    self.note(format!("arm FailedSync at step {at} (batches out)"));
+                    self.storage.plan(at, Fault::FailedSync);
+                    return Ok(());
+                }
                 let at = self.storage.step() + self.rng.range(1, 40);
                 let fault = match self.rng.below(12) {
                     0..=2 => Fault::Eio,
@@ -2007,4 +2040,16 @@ pub fn run_schedule(seed: u64) -> Result<Report, Failure> {
 /// Run the schedule of `seed` on a disk with room for one segment.
 pub fn run_small_disk_schedule(seed: u64) -> Result<Report, Failure> {
     World::new(seed, Disk::OneSegment).run()
+}
+
+/// Run the schedule of `seed` with failed fdatasyncs weighed near
+/// delivery: half the faults armed while the mirror has batches out are a
+/// failed fdatasync within the next few storage steps (issue 39: a group
+/// failing while a sink settles answers out of order is where cursors once
+/// passed numbers nothing durable backed). The same seed without the
+/// weighting is another schedule.
+pub fn run_sync_fault_schedule(seed: u64) -> Result<Report, Failure> {
+    let mut world = World::new(seed, Disk::Roomy);
+    world.sync_faults = true;
+    world.run()
 }

@@ -5,7 +5,7 @@
 use std::sync::Once;
 use std::time::Instant;
 
-use spillway_sim::{run_schedule, run_small_disk_schedule, Report, Rng};
+use spillway_sim::{run_schedule, run_small_disk_schedule, run_sync_fault_schedule, Report, Rng};
 
 /// Seeds that found bugs, each with what it found (fixed since).
 const PINNED: &[(u64, &str)] = &[
@@ -156,6 +156,7 @@ impl Totals {
         t.header_repairs += r.header_repairs;
         t.damage_lost += r.damage_lost;
         t.mirror_overlapped += r.mirror_overlapped;
+        t.syncs_failed_near_delivery += r.syncs_failed_near_delivery;
         t.recycled += r.recycled;
         t.free_removed += r.free_removed;
     }
@@ -181,7 +182,7 @@ fn schedules() {
     }
     let t = &totals.r;
     eprintln!(
-        "sim: {} schedules in {:.1?} ({} actions, {} storage steps): {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked; {} faults fired, {} process crashes, {} power cuts, {} clean restarts, {} failed starts, {} reloads; {} no-false-ack checks; {} delivered, {} dead-lettered, {} buffered lost, {} repeats offered; segment headers damaged at restarts: {} flipped, {} wiped, {} repaired, {} acknowledged records lost and counted; {} steps with several mirror batches out; {} segments written over a delivered one, {} set-aside segments removed at a start",
+        "sim: {} schedules in {:.1?} ({} actions, {} storage steps): {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked; {} faults fired, {} process crashes, {} power cuts, {} clean restarts, {} failed starts, {} reloads; {} no-false-ack checks; {} delivered, {} dead-lettered, {} buffered lost, {} repeats offered; segment headers damaged at restarts: {} flipped, {} wiped, {} repaired, {} acknowledged records lost and counted; {} steps with several mirror batches out, {} failed fdatasyncs armed with batches out; {} segments written over a delivered one, {} set-aside segments removed at a start",
         totals.schedules,
         started.elapsed(),
         t.actions,
@@ -207,6 +208,7 @@ fn schedules() {
         t.header_repairs,
         t.damage_lost,
         t.mirror_overlapped,
+        t.syncs_failed_near_delivery,
         t.recycled,
         t.free_removed,
     );
@@ -221,6 +223,7 @@ fn schedules() {
         t.mirror_overlapped > 0,
         "the mirror had several batches out, answered out of order"
     );
+
     assert!(
         t.recycled > 0 && t.free_removed > 0,
         "delivered segments written over as new ones, and set-aside ones found by a start"
@@ -262,6 +265,45 @@ fn small_disk_schedules() {
     assert!(t.acked.iter().all(|&a| a > 0), "every tier acknowledged");
 }
 
+/// Schedules with failed fdatasyncs weighed near delivery
+/// (`SPILLWAY_SIM_SYNC_FAULT_SCHEDULES`, 500 by default, from
+/// `SPILLWAY_SIM_SYNC_FAULT_BASE`): see
+/// [`spillway_sim::run_sync_fault_schedule`].
+#[test]
+fn sync_fault_schedules() {
+    quiet_sink_panics();
+    let n = env_u64("SPILLWAY_SIM_SYNC_FAULT_SCHEDULES").unwrap_or(500);
+    let base = env_u64("SPILLWAY_SIM_SYNC_FAULT_BASE").unwrap_or(0x5eed_0000_0000_0003);
+    let mut seeds = Rng::new(base);
+    let started = Instant::now();
+    let mut totals = Totals::default();
+    for i in 0..n {
+        match run_caught(run_sync_fault_schedule, seeds.next_u64()) {
+            Ok(r) => totals.add(&r),
+            Err(f) => panic!("sync-fault schedule {i} of {n}:\n{f}"),
+        }
+        if (i + 1) % 10_000 == 0 {
+            eprintln!("{} schedules, {:.0?}", i + 1, started.elapsed());
+        }
+    }
+    let t = &totals.r;
+    eprintln!(
+        "sim, failed fsyncs near delivery: {} schedules in {:.1?}: {} failed fdatasyncs armed with batches out, {} faults fired, {} power cuts, {} process crashes, {} delivered, {} steps with several mirror batches out",
+        totals.schedules,
+        started.elapsed(),
+        t.syncs_failed_near_delivery,
+        t.faults_fired,
+        t.power_cuts,
+        t.process_crashes,
+        t.committed,
+        t.mirror_overlapped,
+    );
+    assert!(
+        t.syncs_failed_near_delivery > 0,
+        "failed fdatasyncs armed while the mirror had batches out"
+    );
+}
+
 /// `SPILLWAY_SIM_SEED=<seed>` replays one schedule (with its report;
 /// `SPILLWAY_SIM_SMALL_DISK=1` on the one-segment disk); without it, the
 /// pinned seeds run, each on its disk.
@@ -271,6 +313,8 @@ fn replay() {
     let small = std::env::var_os("SPILLWAY_SIM_SMALL_DISK").is_some();
     let run = if small {
         run_small_disk_schedule
+    } else if std::env::var_os("SPILLWAY_SIM_SYNC_FAULTS").is_some() {
+        run_sync_fault_schedule
     } else {
         run_schedule
     };

@@ -5,7 +5,7 @@
 //! Each cycle (`SPILLWAY_CRASH_CYCLES`, default 20) starts the daemon on
 //! the same folder with three HTTP sinks (NDJSON batches), `[sinks.main]`
 //! and `[sinks.mirror]` with one batch in flight per shard, and
-//! `[sinks.fan]` with several (2, 4 or 8 by sink generation: its cursor
+//! `[sinks.fan]` with several (2, 4, 8 or `"adaptive"` up to 8 by sink generation: its cursor
 //! reads ahead, offers batches from worker threads, and settles their
 //! answers out of order), and 1 MiB segments (`wab.segment_bytes_max`'s
 //! minimum), and kills it at one of four kinds of moment:
@@ -737,13 +737,26 @@ fn max_records(sink: usize, gen: u64) -> u64 {
     200 + ((gen + 2 * sink as u64) % 5) * 200
 }
 
-/// `batches_in_flight` of sink `sink` in sink generation `gen`: the fan
-/// has several, the others one.
+/// The most batches sink `sink` may have in flight in sink generation
+/// `gen`: the fan has several (a fixed 2, 4 or 8, or the adaptive limit up
+/// to 8), the others one.
 fn in_flight(sink: usize, gen: u64) -> u64 {
     if SINKS[sink] == "fan" {
-        [2, 4, 8][(gen % 3) as usize]
+        [2, 4, 8, ADAPTIVE_MAX][(gen % 4) as usize]
     } else {
         1
+    }
+}
+
+/// `batches_in_flight_max` of the fan's adaptive generations.
+const ADAPTIVE_MAX: u64 = 8;
+
+/// The `batches_in_flight` keys of sink `sink` in generation `gen`.
+fn in_flight_keys(sink: usize, gen: u64) -> String {
+    if SINKS[sink] == "fan" && gen % 4 == 3 {
+        format!("batches_in_flight = \"adaptive\"\nbatches_in_flight_max = {ADAPTIVE_MAX}\n")
+    } else {
+        format!("batches_in_flight = {}\n", in_flight(sink, gen))
     }
 }
 
@@ -759,12 +772,12 @@ fn sink_config(rxs: &[Rx], gen: u64, doors: &Doors) -> String {
     for (i, rx) in rxs.iter().enumerate() {
         out.push_str(&format!(
             "[sinks.{}]\ntype = \"http\"\nurl = \"{}\"\nmax_records = {}\nlinger_ms = {}\n\
-             batches_in_flight = {}\nretry_initial_ms = 10\nretry_max_ms = 200\ntimeout_ms = 5000\n",
+             {}retry_initial_ms = 10\nretry_max_ms = 200\ntimeout_ms = 5000\n",
             rx.name,
             rx.url(&format!("/ingest-{gen}")),
             max_records(i, gen),
             (gen + i as u64) % 4,
-            in_flight(i, gen),
+            in_flight_keys(i, gen),
         ));
     }
     out

@@ -19,7 +19,8 @@
 //! `LIVES_PER_FOLDER` cuts so the folder stays small.
 //!
 //! The delivering variant has two sinks, `main` and `mirror`, each to its
-//! own loopback receiver; the mirror answers 503 in seeded stretches of its
+//! own loopback receiver; the mirror (`batches_in_flight = "adaptive"`)
+//! answers 503 in seeded stretches of its
 //! own (in half the lives, from a random moment for 20–320 ms). Each sink
 //! is held to the checks on its own: what it got plus what the shard files
 //! kept has every Sync/Batched ack, with no gap, and after the folder's
@@ -162,8 +163,17 @@ fn folder(sink: Sink) -> Option<Folder> {
     let config: String = rx
         .iter()
         .map(|(name, rx)| {
+            // The flaky mirror has batches in flight by the adaptive limit
+            // (answered out of order, settled over the finished prefix):
+            // the path where a failed fsync near delivery once let a
+            // cursor pass numbers nothing durable backed (issue 39).
+            let in_flight = if *name == "mirror" {
+                "batches_in_flight = \"adaptive\"\n"
+            } else {
+                ""
+            };
             format!(
-                "[sinks.{name}]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 500\n",
+                "[sinks.{name}]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 500\n{in_flight}",
                 rx.url()
             )
         })
