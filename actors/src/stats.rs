@@ -108,7 +108,7 @@ impl RateLimiter {
 // ------------------------------------------------ the network doors' figures
 
 /// Status codes the ingest door answers, counted one by one.
-pub const HTTP_STATUSES: [u16; 11] = [200, 400, 401, 404, 405, 408, 413, 429, 431, 500, 503];
+pub const HTTP_STATUSES: [u16; 12] = [200, 400, 401, 404, 405, 408, 413, 415, 429, 431, 500, 503];
 
 /// The door's own figures (`ctl stats`, metrics).
 #[derive(Debug, Default)]

@@ -7,7 +7,8 @@
 //! a good client pushes at every tier, a client without a certificate,
 //! with one from another CA, an expired one or one without an allowed name
 //! is refused and counted by reason, and a certificate rotated by SIGHUP
-//! is served to new connections while old ones keep working.
+//! is served to new connections while old ones keep working; gzip bodies
+//! are inflated under the body cap, other encodings refused.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -188,6 +189,73 @@ fn every_status_is_produced_and_says_why() {
         );
     }
     assert_eq!(stat(&d, "http_records"), 7);
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// Issue 39: a gzip body was stored as its compressed bytes (split at
+/// 0x0A) and answered 200, and so was any other encoding; `tier` given
+/// twice was taken, the last one winning.
+#[test]
+fn a_gzip_body_is_inflated_and_what_cannot_be_decoded_is_refused_storing_nothing() {
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n{}",
+        plain_door(port, "body_bytes_max = 1048576\n")
+    ));
+    let gz = "Content-Encoding: gzip\r\n";
+
+    let a = post(port, "/v1/records?tier=batched", gz, &gzip(b"g1\ng2\n"));
+    assert_eq!((a.status, a.body.trim()), (200, "{\"accepted\":2}"), "{a:?}");
+    let a = post(
+        port,
+        "/v1/records",
+        "Content-Encoding: x-gzip\r\nContent-Type: application/octet-stream\r\n",
+        &gzip(b"whole\nrecord"),
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    let a = post(port, "/v1/records", "Content-Encoding: identity\r\n", b"plain");
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(stored_texts(&d), ["g1", "g2", "whole\nrecord", "plain"]);
+
+    // 64 MiB of one byte squeeze into ~64 KiB: refused once 1 MiB is out.
+    let bomb = gzip(&vec![b'x'; 64 << 20]);
+    assert!(bomb.len() < 1 << 20);
+    let corrupt = {
+        let mut c = gzip(b"r1\nr2\nr3\n");
+        let mid = c.len() / 2;
+        c[mid] ^= 0xff;
+        c
+    };
+    for (target, headers, body, status, says) in [
+        ("/v1/records", gz, &bomb[..], 413, "body_bytes_max (1048576 bytes)"),
+        ("/v1/records", gz, &corrupt, 400, "not a whole gzip stream"),
+        ("/v1/records", gz, b"not gzip\n", 400, "not a whole gzip stream"),
+        ("/v1/records", "Content-Encoding: zstd\r\n", b"x\n", 415, "\\\"zstd\\\""),
+        ("/v1/records", "Content-Encoding: br\r\n", b"x\n", 415, "\\\"br\\\""),
+        ("/v1/records", "Content-Encoding: gzip, gzip\r\n", &gzip(&gzip(b"x\n")), 415, "stacks 2"),
+        ("/v1/records?tier=sync&tier=buffered", "", b"x\n", 400, "\\\"tier\\\" is repeated"),
+    ] {
+        let a = post(port, target, headers, body);
+        assert_eq!(a.status, status, "{target} {headers:?}: {a:?}");
+        assert!(a.body.contains(says), "{target} {headers:?}: {} lacks {says}", a.body);
+    }
+    assert_eq!(
+        stored_texts(&d).len(),
+        4,
+        "a refused request stored something: {:?}",
+        stored_texts(&d)
+    );
+    assert_eq!(stat(&d, "http_responses{code=\"415\"}"), 3);
+    // The daemon and its other clients are unharmed.
+    let a = post(port, "/v1/records", gz, &gzip(b"after\n"));
+    assert_eq!(a.status, 200, "{a:?}");
+    d.client().push(Tier::Sync, b"socket").unwrap();
+    assert_eq!(stored_texts(&d)[4..], ["after", "socket"]);
 }
 
 #[test]
@@ -527,3 +595,4 @@ fn ten_thousand_idle_connections_are_bounded_by_max_connections() {
         200
     );
 }
+

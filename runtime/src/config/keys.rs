@@ -295,7 +295,7 @@ pub const SERVER_HTTP_BODY_BYTES_MAX: Key = Key {
         unit: Unit::Bytes,
     },
     also: "",
-    meaning: r#"Largest request body: 413 past it (from the declared length, before the body is read)."#,
+    meaning: r#"Largest request body: 413 past it (from the declared length, before the body is read). A `Content-Encoding: gzip` body may inflate to at most this many bytes."#,
 };
 
 pub const SERVER_HTTP_REQUEST_TIMEOUT_MS: Key = Key {
