@@ -169,10 +169,7 @@ mod tests {
         for query in ["tier=sync&tier=buffered", "tier=sync&tier=sync"] {
             let e = tier_of(Some(query)).unwrap_err();
             assert_eq!(e.status, 400, "{query}: {e:?}");
-            assert!(
-                e.message.contains("\"tier\" is repeated"),
-                "{query}: {e:?}"
-            );
+            assert!(e.message.contains("\"tier\" is repeated"), "{query}: {e:?}");
         }
     }
 

@@ -199,10 +199,16 @@ mod tests {
             e.message.contains("body_bytes_max (1048576 bytes)"),
             "{e:?}"
         );
-        assert!(asked <= cap, "the output grew to {asked} bytes, past the cap");
+        assert!(
+            asked <= cap,
+            "the output grew to {asked} bytes, past the cap"
+        );
         // Exactly the cap is fine.
         let full = gzip(&vec![b'x'; cap as usize]);
-        assert_eq!(run(gunzip(&full, cap, |_| Ok(()))).unwrap().len(), cap as usize);
+        assert_eq!(
+            run(gunzip(&full, cap, |_| Ok(()))).unwrap().len(),
+            cap as usize
+        );
     }
 
     #[test]
@@ -219,7 +225,10 @@ mod tests {
         ] {
             let e = run(gunzip(body, 1024, |_| Ok(()))).unwrap_err();
             assert_eq!(e.status, 400, "{what}: {e:?}");
-            assert!(e.message.contains("not a whole gzip stream"), "{what}: {e:?}");
+            assert!(
+                e.message.contains("not a whole gzip stream"),
+                "{what}: {e:?}"
+            );
         }
     }
 

@@ -237,10 +237,7 @@ async fn serve(stream: tokio::net::TcpStream, peer: SocketAddr, door: Arc<Door>)
             let _ = http.serve_connection(TokioIo::new(stream), service).await;
         }
         Some(tls) => {
-            let Some(stream) = tls
-                .accept(stream, peer, &door.stats().tls, &door.daemon.log_limiter)
-                .await
-            else {
+            let Some(stream) = tls.accept(stream, peer, &door.stats().tls).await else {
                 return;
             };
             let _ = http.serve_connection(TokioIo::new(stream), service).await;
