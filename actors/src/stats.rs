@@ -81,6 +81,29 @@ impl RateLimiter {
         }
     }
 
+    /// For a caller whose own line says how many were left out (so a
+    /// limit of one a second means one line, not two): `Some(n)` when this
+    /// event may be logged, `n` the events refused since the last one
+    /// allowed; `None` when it may not. Logs nothing itself.
+    pub fn allow_counting(&self) -> Option<u64> {
+        let mut w = self.window.lock().unwrap();
+        let now = Instant::now();
+        let fresh =
+            w.0.is_none_or(|start| now.duration_since(start).as_secs() >= 1);
+        if fresh {
+            // A new second; the refused count carries on until told.
+            w.0 = Some(now);
+            w.1 = 0;
+        }
+        if w.1 < self.per_second {
+            w.1 += 1;
+            Some(std::mem::take(&mut w.2))
+        } else {
+            w.2 += 1;
+            None
+        }
+    }
+
     pub fn allow(&self) -> bool {
         let mut w = self.window.lock().unwrap();
         let now = Instant::now();
@@ -108,7 +131,7 @@ impl RateLimiter {
 // ------------------------------------------------ the network doors' figures
 
 /// Status codes the ingest door answers, counted one by one.
-pub const HTTP_STATUSES: [u16; 11] = [200, 400, 401, 404, 405, 408, 413, 429, 431, 500, 503];
+pub const HTTP_STATUSES: [u16; 12] = [200, 400, 401, 404, 405, 408, 413, 415, 429, 431, 500, 503];
 
 /// The door's own figures (`ctl stats`, metrics).
 #[derive(Debug, Default)]
@@ -176,5 +199,28 @@ impl HandshakeStats {
             .iter()
             .zip(&self.failed)
             .map(|(r, n)| (*r, n.load(Ordering::Relaxed)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_a_second_counting_says_how_many_were_left_out() {
+        let log = RateLimiter::per_second(1);
+        assert_eq!(log.allow_counting(), Some(0));
+        for _ in 0..30 {
+            assert_eq!(
+                log.allow_counting(),
+                None,
+                "a second line in the same second"
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1010));
+        assert_eq!(log.allow_counting(), Some(30));
+        assert_eq!(log.allow_counting(), None);
+        std::thread::sleep(std::time::Duration::from_millis(1010));
+        assert_eq!(log.allow_counting(), Some(1));
     }
 }

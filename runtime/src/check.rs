@@ -15,7 +15,11 @@
 //! not a socket, a socket folder another user could write (unless
 //! `server.allow_insecure_socket_dir`), an `admin.metrics_address`, a
 //! `server.http.listen` or a `server.tcp.listen` that does not parse or
-//! cannot be bound (busy, or not this machine's).
+//! cannot be bound (busy, or not this machine's), a door's TLS certificate
+//! and key that do not load or make no pair, and a server certificate no
+//! client would accept (expired, not yet valid, an extended key usage
+//! without serverAuth). A certificate whose names do not cover the door's
+//! listen address is a warning, as it is at the start.
 //!
 //! Every error names the key. A sink that does not answer its health
 //! check, or whose host does not resolve, is a warning, not an error: the
@@ -123,6 +127,17 @@ fn environment(cfg: &Config) -> Findings {
     }
     for (key, address) in addresses {
         listen_address(cfg, key, address, &mut found);
+    }
+    // Read and judged as the start does (spillway_actors::tls).
+    let doors = [
+        cfg.server.http.as_ref().and_then(|h| h.tls_files()),
+        cfg.server.tcp.as_ref().and_then(|t| t.tls_files()),
+    ];
+    for files in doors.iter().flatten() {
+        match spillway_actors::TlsServer::check(files) {
+            Ok(warnings) => found.warnings.extend(warnings),
+            Err(e) => found.errors.push(e),
+        }
     }
     // On its own thread under the sinks' build_timeout_ms, as the daemon
     // builds them. Each sink's findings name its table.

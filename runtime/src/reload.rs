@@ -112,12 +112,16 @@ impl Reloader {
         for tls in &self.tls {
             let door = tls.key_prefix();
             match tls.reload() {
-                Ok(()) => {
+                Ok(warnings) => {
                     tracing::info!(
                         door,
                         "TLS certificate and key read again; new connections use them"
                     );
                     report.push_str(&format!("{door}: TLS certificate and key read again\n"));
+                    for warning in warnings {
+                        tracing::warn!(door, "{warning}");
+                        report.push_str(&format!("{door}: warning: {warning}\n"));
+                    }
                 }
                 Err(e) => {
                     tracing::error!(door, error = %e, "the new TLS certificate or key does not load; the old pair stays in use");

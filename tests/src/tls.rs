@@ -1,5 +1,5 @@
-//! Certificates made on the fly (rcgen: a CA, leaves it signs, an expired
-//! one) and a blocking rustls client, for the TLS doors' tests. Nothing is
+//! Certificates made on the fly (rcgen: a CA, leaves it signs, expired or
+//! otherwise unusable ones) and a blocking rustls client, for the TLS doors' tests. Nothing is
 //! checked in.
 
 use std::net::TcpStream;
@@ -31,13 +31,26 @@ impl Ca {
 
     /// A leaf with these SANs; `expired`: valid only in 2020.
     pub fn leaf(&self, cn: &str, sans: &[&str], expired: bool) -> Leaf {
+        self.leaf_with(cn, sans, |p| {
+            if expired {
+                p.not_before = rcgen::date_time_ymd(2020, 1, 1);
+                p.not_after = rcgen::date_time_ymd(2020, 12, 31);
+            }
+        })
+    }
+
+    /// A leaf with these SANs and whatever `edit` changes (validity,
+    /// extended key usage...).
+    pub fn leaf_with(
+        &self,
+        cn: &str,
+        sans: &[&str],
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> Leaf {
         let mut p =
             CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
         p.distinguished_name.push(DnType::CommonName, cn);
-        if expired {
-            p.not_before = rcgen::date_time_ymd(2020, 1, 1);
-            p.not_after = rcgen::date_time_ymd(2020, 12, 31);
-        }
+        edit(&mut p);
         let key = KeyPair::generate().unwrap();
         let cert = p.signed_by(&key, &self.cert, &self.key).unwrap();
         Leaf { cert, key }

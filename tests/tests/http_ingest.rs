@@ -7,7 +7,11 @@
 //! a good client pushes at every tier, a client without a certificate,
 //! with one from another CA, an expired one or one without an allowed name
 //! is refused and counted by reason, and a certificate rotated by SIGHUP
-//! is served to new connections while old ones keep working.
+//! is served to new connections while old ones keep working; a server
+//! certificate no client would take (expired, not yet valid, client-auth
+//! only) is refused by `check`, at the start and at a reload; refused TLS
+//! clients are logged at most one line a second; gzip bodies are
+//! inflated under the body cap, other encodings refused.
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -188,6 +192,122 @@ fn every_status_is_produced_and_says_why() {
         );
     }
     assert_eq!(stat(&d, "http_records"), 7);
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// Issue 39: a gzip body was stored as its compressed bytes (split at
+/// 0x0A) and answered 200, and so was any other encoding; `tier` given
+/// twice was taken, the last one winning.
+#[test]
+fn a_gzip_body_is_inflated_and_what_cannot_be_decoded_is_refused_storing_nothing() {
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n{}",
+        plain_door(port, "body_bytes_max = 1048576\n")
+    ));
+    let gz = "Content-Encoding: gzip\r\n";
+
+    let a = post(port, "/v1/records?tier=batched", gz, &gzip(b"g1\ng2\n"));
+    assert_eq!(
+        (a.status, a.body.trim()),
+        (200, "{\"accepted\":2}"),
+        "{a:?}"
+    );
+    let a = post(
+        port,
+        "/v1/records",
+        "Content-Encoding: x-gzip\r\nContent-Type: application/octet-stream\r\n",
+        &gzip(b"whole\nrecord"),
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    let a = post(
+        port,
+        "/v1/records",
+        "Content-Encoding: identity\r\n",
+        b"plain",
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(stored_texts(&d), ["g1", "g2", "whole\nrecord", "plain"]);
+
+    // 64 MiB of one byte squeeze into ~64 KiB: refused once 1 MiB is out.
+    let bomb = gzip(&vec![b'x'; 64 << 20]);
+    assert!(bomb.len() < 1 << 20);
+    let corrupt = {
+        let mut c = gzip(b"r1\nr2\nr3\n");
+        let mid = c.len() / 2;
+        c[mid] ^= 0xff;
+        c
+    };
+    for (target, headers, body, status, says) in [
+        (
+            "/v1/records",
+            gz,
+            &bomb[..],
+            413,
+            "body_bytes_max (1048576 bytes)",
+        ),
+        ("/v1/records", gz, &corrupt, 400, "not a whole gzip stream"),
+        (
+            "/v1/records",
+            gz,
+            b"not gzip\n",
+            400,
+            "not a whole gzip stream",
+        ),
+        (
+            "/v1/records",
+            "Content-Encoding: zstd\r\n",
+            b"x\n",
+            415,
+            "\\\"zstd\\\"",
+        ),
+        (
+            "/v1/records",
+            "Content-Encoding: br\r\n",
+            b"x\n",
+            415,
+            "\\\"br\\\"",
+        ),
+        (
+            "/v1/records",
+            "Content-Encoding: gzip, gzip\r\n",
+            &gzip(&gzip(b"x\n")),
+            415,
+            "stacks 2",
+        ),
+        (
+            "/v1/records?tier=sync&tier=buffered",
+            "",
+            b"x\n",
+            400,
+            "\\\"tier\\\" is repeated",
+        ),
+    ] {
+        let a = post(port, target, headers, body);
+        assert_eq!(a.status, status, "{target} {headers:?}: {a:?}");
+        assert!(
+            a.body.contains(says),
+            "{target} {headers:?}: {} lacks {says}",
+            a.body
+        );
+    }
+    assert_eq!(
+        stored_texts(&d).len(),
+        4,
+        "a refused request stored something: {:?}",
+        stored_texts(&d)
+    );
+    assert_eq!(stat(&d, "http_responses{code=\"415\"}"), 3);
+    // The daemon and its other clients are unharmed.
+    let a = post(port, "/v1/records", gz, &gzip(b"after\n"));
+    assert_eq!(a.status, 200, "{a:?}");
+    d.client().push(Tier::Sync, b"socket").unwrap();
+    assert_eq!(stored_texts(&d)[4..], ["after", "socket"]);
 }
 
 #[test]
@@ -525,5 +645,189 @@ fn ten_thousand_idle_connections_are_bounded_by_max_connections() {
     assert_eq!(
         post(port, "/v1/records", "", b"after the crowd").status,
         200
+    );
+}
+
+/// A door on `port` serving `dir`'s server.crt and server.key.
+fn tls_door(port: u16, dir: &std::path::Path) -> String {
+    format!(
+        "[server]\nshards = 1\n[server.http]\nlisten = \"127.0.0.1:{port}\"\ncert = {:?}\nkey = {:?}\n",
+        dir.join("server.crt"),
+        dir.join("server.key")
+    )
+}
+
+/// Issue 39: a rotation to a server certificate that every client refuses
+/// was taken ("TLS certificate and key read again"), failing every new
+/// client; nothing refused it at the start or in `check` either.
+#[test]
+fn a_server_certificate_no_client_would_take_is_refused_by_check_start_and_reload() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ca = Ca::new("spillway test server CA");
+    let names = ["localhost", "127.0.0.1"];
+    let unusable: [(&str, Leaf); 3] = [
+        ("expired on 2020-12-31", ca.leaf("spillway", &names, true)),
+        (
+            "not valid until 2099-01-01",
+            ca.leaf_with("spillway", &names, |p| {
+                p.not_before = rcgen::date_time_ymd(2099, 1, 1);
+                p.not_after = rcgen::date_time_ymd(2100, 1, 1);
+            }),
+        ),
+        (
+            "leaves out serverAuth (it has clientAuth)",
+            ca.leaf_with("spillway", &names, |p| {
+                p.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+            }),
+        ),
+    ];
+    let port = free_port();
+    let mut d = Daemon::configure(&tls_door(port, dir));
+    let check = |d: &Daemon| {
+        run_spillway(
+            &["check".as_ref(), d.config_path().as_os_str()],
+            Duration::from_secs(30),
+        )
+    };
+    for (says, leaf) in &unusable {
+        leaf.write(dir, "server");
+        let out = check(&d);
+        assert!(
+            !out.status.success(),
+            "check took a certificate that {says}"
+        );
+        assert!(
+            out.stderr.contains("server.http.cert") && out.stderr.contains(says),
+            "check: {}",
+            out.stderr
+        );
+        let out = d.run_to_exit(Duration::from_secs(20));
+        assert!(
+            !out.status.success() && out.stderr.contains(says),
+            "the daemon started on a certificate that {says}: {}",
+            out.stderr
+        );
+    }
+
+    ca.leaf("spillway", &names, false).write(dir, "server");
+    assert!(check(&d).status.success());
+    d.spawn();
+    for (n, (says, leaf)) in unusable.iter().enumerate() {
+        leaf.write(dir, "server");
+        let answer = d.ctl(&["reload"]);
+        assert!(
+            answer.contains("server.http: TLS not reloaded, the old pair stays")
+                && answer.contains(says),
+            "ctl reload: {answer}"
+        );
+        assert!(wait_until(Duration::from_secs(10), || d
+            .stderr()
+            .matches("the old pair stays in use")
+            .count()
+            == n + 1));
+        assert!(d.stderr().contains(says), "{}", d.stderr());
+        // The old certificate is still served: a client verifying it gets
+        // through (the refused one would fail its verification).
+        let mut c = tls_connect(port, &ca, None);
+        let a = tls_post(&mut c, "sync", b"still served");
+        assert_eq!(
+            a.map(|a| a.status).ok(),
+            Some(200),
+            "after the rotation that {says}"
+        );
+    }
+
+    // Names that leave out the listen address: taken, with a warning, by
+    // check and by the reload (clients may connect by the name it has).
+    ca.leaf("spillway", &["localhost"], false)
+        .write(dir, "server");
+    let out = check(&d);
+    assert!(out.status.success(), "{}", out.stderr);
+    assert!(
+        out.stdout.contains("warning: server.http.cert")
+            && out
+                .stdout
+                .contains("do not include the listen address 127.0.0.1")
+            && out.stdout.contains(": localhost)"),
+        "check: {}",
+        out.stdout
+    );
+    let answer = d.ctl(&["reload"]);
+    assert!(
+        answer.contains("TLS certificate and key read again")
+            && answer.contains("warning: server.http.cert")
+            && answer.contains("listen address 127.0.0.1"),
+        "ctl reload: {answer}"
+    );
+    let mut c = tls_connect(port, &ca, None);
+    assert_eq!(tls_post(&mut c, "sync", b"by name").unwrap().status, 200);
+}
+
+/// Issue 39: docs/ingest.md promised one log line a second about refused
+/// TLS clients; the daemon wrote up to 20.
+#[test]
+fn refused_tls_clients_are_logged_at_most_one_line_a_second_with_the_rest_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let ca = Ca::new("spillway test server CA");
+    ca.leaf("spillway", &["localhost", "127.0.0.1"], false)
+        .write(dir, "server");
+    let port = free_port();
+    let d = Daemon::start(&tls_door(port, dir));
+    // Clients that speak HTTP to the TLS door: refused at once ("other").
+    let refuse_one = || {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = s.write_all(b"POST /v1/records HTTP/1.1\r\nHost: x\r\n\r\n");
+        let _ = std::io::Read::read_to_end(&mut s, &mut Vec::new());
+    };
+    let started = Instant::now();
+    let mut refused = 0u64;
+    while started.elapsed() < Duration::from_millis(2500) {
+        refuse_one();
+        refused += 1;
+    }
+    // One more after a quiet second: its line tells the last second's count.
+    thread::sleep(Duration::from_millis(1100));
+    refuse_one();
+    refused += 1;
+    let elapsed = started.elapsed();
+    assert!(refused > 40, "only {refused} refusals in {elapsed:?}");
+    assert!(wait_until(Duration::from_secs(10), || stat(
+        &d,
+        "http_tls_handshakes_failed{reason=\"other\"}"
+    ) == refused));
+    let log = strip_ansi(&d.stderr());
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("TLS client refused"))
+        .collect();
+    let seconds = elapsed.as_secs() + 1;
+    assert!(
+        !lines.is_empty() && lines.len() as u64 <= seconds,
+        "{} lines about {refused} refused clients in {elapsed:?}, over one a second:\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+    let not_logged: u64 = lines
+        .iter()
+        .map(|l| {
+            let n = l
+                .split("not_logged=")
+                .nth(1)
+                .unwrap_or_else(|| panic!("no count in {l}"));
+            n.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(
+        lines.len() as u64 + not_logged,
+        refused,
+        "the lines and the counts they carry account for every refusal:\n{}",
+        lines.join("\n")
     );
 }

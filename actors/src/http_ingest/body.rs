@@ -23,14 +23,24 @@ impl Refusal {
 }
 
 /// The tier of `?tier=sync|batched|buffered` (Sync when absent). Any other
-/// parameter, or a tier by another name, is a 400 naming it.
+/// parameter, a tier by another name, or `tier` given twice is a 400
+/// naming it: with two tiers the client's intent is unknown, and taking
+/// the last would quietly weaken `tier=sync&tier=buffered`.
 pub fn tier_of(query: Option<&str>) -> Result<Tier, Refusal> {
-    let mut tier = Tier::Sync;
+    let mut tier = None;
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "tier" => {
-                tier = match value {
+                if tier.is_some() {
+                    return Err(Refusal::new(
+                        400,
+                        format!(
+                            "query parameter \"tier\" is repeated (tier={value:?} again): give one tier"
+                        ),
+                    ));
+                }
+                tier = Some(match value {
                     "sync" => Tier::Sync,
                     "batched" => Tier::Batched,
                     "buffered" => Tier::Buffered,
@@ -40,7 +50,7 @@ pub fn tier_of(query: Option<&str>) -> Result<Tier, Refusal> {
                             format!("tier={other:?} is not a tier: use sync, batched or buffered"),
                         ))
                     }
-                }
+                })
             }
             other => {
                 return Err(Refusal::new(
@@ -50,7 +60,7 @@ pub fn tier_of(query: Option<&str>) -> Result<Tier, Refusal> {
             }
         }
     }
-    Ok(tier)
+    Ok(tier.unwrap_or(Tier::Sync))
 }
 
 /// How the body holds its records.
@@ -152,6 +162,15 @@ mod tests {
         assert!(e.message.contains("\"fast\""), "{e:?}");
         let e = tier_of(Some("tier=sync&shard=2")).unwrap_err();
         assert!(e.message.contains("\"shard\""), "{e:?}");
+    }
+
+    #[test]
+    fn a_repeated_tier_is_refused_naming_it() {
+        for query in ["tier=sync&tier=buffered", "tier=sync&tier=sync"] {
+            let e = tier_of(Some(query)).unwrap_err();
+            assert_eq!(e.status, 400, "{query}: {e:?}");
+            assert!(e.message.contains("\"tier\" is repeated"), "{query}: {e:?}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The HTTP ingest door (`[server.http]`): `POST /v1/records?tier=...`
 //! with an NDJSON body (a record per line) or an `application/octet-stream`
-//! body (one record), answered `200 {"accepted": N}` only once every record
+//! body (one record), either one possibly `Content-Encoding: gzip`
+//! ([`encoding`]), answered `200 {"accepted": N}` only once every record
 //! is durable at its tier, exactly as a push on the Unix socket is acked.
 //!
 //! Records go through the same admission as the socket's (the shard's
@@ -12,8 +13,9 @@
 //! answer waits for the flusher's [`CommitTarget`] call. What it answers
 //! otherwise: 400 (a bad tier or parameter, an empty body or line, naming
 //! it), 401 (a missing or wrong bearer token), 404/405, 408 (the request
-//! did not arrive within `request_timeout_ms`), 413 (over `body_bytes_max`
-//! or `server.payload_bytes_max`, naming the line), 429 with `Retry-After`
+//! did not arrive within `request_timeout_ms`), 413 (over `body_bytes_max`,
+//! before or after inflating, or `server.payload_bytes_max`, naming the
+//! line), 415 (a `Content-Encoding` other than gzip), 429 with `Retry-After`
 //! (the WAB is full: Overloaded), 503 with `Retry-After` (no shard can
 //! write, or the daemon's read-buffer budget is taken).
 //!
@@ -22,6 +24,7 @@
 //! HTTP/1.1 server (keep-alive on); TLS when configured ([`crate::tls`]).
 
 mod body;
+mod encoding;
 mod reply;
 
 use std::convert::Infallible;
@@ -34,7 +37,9 @@ use actix::prelude::*;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
+use hyper::header::{
+    HeaderValue, ALLOW, AUTHORIZATION, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER,
+};
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
@@ -44,6 +49,7 @@ use spillway_wab::RecordMeta;
 
 pub use crate::stats::{HttpIngestStats, HTTP_STATUSES as STATUSES};
 pub use body::{records_of, tier_of, Layout, Refusal};
+pub use encoding::{gunzip, Encoding};
 
 use crate::accept::AcceptErrors;
 use crate::connection::ReadBudget;
@@ -231,10 +237,7 @@ async fn serve(stream: tokio::net::TcpStream, peer: SocketAddr, door: Arc<Door>)
             let _ = http.serve_connection(TokioIo::new(stream), service).await;
         }
         Some(tls) => {
-            let Some(stream) = tls
-                .accept(stream, peer, &door.stats().tls, &door.daemon.log_limiter)
-                .await
-            else {
+            let Some(stream) = tls.accept(stream, peer, &door.stats().tls).await else {
                 return;
             };
             let _ = http.serve_connection(TokioIo::new(stream), service).await;
@@ -280,6 +283,9 @@ async fn handle(
     }
     let tier = tier_of(request.uri().query())?;
     let layout = Layout::of(request.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()));
+    // Before the body is read: an encoding we cannot decode must not be
+    // stored as records.
+    let encoding = Encoding::of(request.headers().get_all(CONTENT_ENCODING))?;
     let max = door.settings.body_bytes_max;
     let declared = request
         .headers()
@@ -294,7 +300,7 @@ async fn handle(
     }
     // Held against the daemon's read-buffer budget until the answer: the
     // declared length, or the cap for a chunked body.
-    let seat = BodySeat::take(door, declared.unwrap_or(max))?;
+    let mut seat = BodySeat::take(door, declared.unwrap_or(max))?;
     let body = tokio::time::timeout(
         door.settings.request_timeout,
         Limited::new(request.into_body(), max as usize).collect(),
@@ -322,6 +328,12 @@ async fn handle(
         }
     })?
     .to_bytes();
+    let body = match encoding {
+        Encoding::Identity => body,
+        // The cap holds for the decoded bytes too, and they count against
+        // the read-buffer budget as they grow, beside the encoded ones.
+        Encoding::Gzip => gunzip(&body, max, |bytes| seat.grow(bytes)).await?,
+    };
     let records = records_of(&body, layout, door.settings.payload_bytes_max)?;
     let count = records.len();
     let result = commit(shard, tier, records).await;
@@ -425,6 +437,24 @@ impl<'a> BodySeat<'a> {
             ));
         }
         Ok(BodySeat { door, bytes })
+    }
+
+    /// Hold `bytes` more (a gzip body's decoded bytes); 503 when the
+    /// budget is taken.
+    fn grow(&mut self, bytes: u64) -> Result<(), Refusal> {
+        let held = &self.door.daemon.read_buffer_bytes;
+        if !ReadBudget::reserve(held, bytes, self.door.settings.read_buffer_bytes_max) {
+            self.door
+                .daemon
+                .read_buffer_pauses
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(Refusal::new(
+                503,
+                "the decoded gzip body would take bodies being received past server.read_buffer_bytes_max: retry later",
+            ));
+        }
+        self.bytes += bytes;
+        Ok(())
     }
 }
 

@@ -130,7 +130,7 @@ async fn open(
     match tls {
         None => Some(Stream::Tcp(tcp)),
         Some(tls) => tls
-            .accept(tcp, peer, &shared.stats.tcp.tls, &shared.stats.log_limiter)
+            .accept(tcp, peer, &shared.stats.tcp.tls)
             .await
             .map(|s| Stream::Tls(Box::new(s))),
     }

@@ -219,7 +219,7 @@ macro_rules! door_keys {
             default: DefaultValue::Unset("required with `tls`"),
             allowed: Allowed::Text(r#"a path"#),
             also: "",
-            meaning: r#"PEM certificate chain, the server's own first. Re-read at every reload."#,
+            meaning: r#"PEM certificate chain, the server's own first. Re-read at every reload. One that has expired, is not yet valid or is not for serverAuth is refused (the old pair stays at a reload)."#,
         };
         pub const $key: Key = Key {
             name: concat!($table, ".key"),
@@ -295,7 +295,7 @@ pub const SERVER_HTTP_BODY_BYTES_MAX: Key = Key {
         unit: Unit::Bytes,
     },
     also: "",
-    meaning: r#"Largest request body: 413 past it (from the declared length, before the body is read)."#,
+    meaning: r#"Largest request body: 413 past it (from the declared length, before the body is read). A `Content-Encoding: gzip` body may inflate to at most this many bytes."#,
 };
 
 pub const SERVER_HTTP_REQUEST_TIMEOUT_MS: Key = Key {

@@ -350,6 +350,7 @@ impl Door<'_> {
             key: self.key?.clone(),
             client_ca: self.client_ca.cloned(),
             allowed_names: self.allowed_names.cloned().unwrap_or_default(),
+            listen: self.address().ok().map(|a| a.ip()),
         })
     }
 }
