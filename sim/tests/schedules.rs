@@ -109,12 +109,12 @@ fn env_u64(name: &str) -> Option<u64> {
     Some(parsed.unwrap_or_else(|_| panic!("{name}={v} is not a number")))
 }
 
+/// One way to run a schedule from its seed.
+type RunSchedule = fn(u64) -> Result<Report, spillway_sim::Failure>;
+
 /// Run one schedule; a panic inside it (an assertion of the product's,
 /// or the simulation's) is reported with the seed that replays it.
-fn run_caught(
-    run: fn(u64) -> Result<Report, spillway_sim::Failure>,
-    seed: u64,
-) -> Result<Report, spillway_sim::Failure> {
+fn run_caught(run: RunSchedule, seed: u64) -> Result<Report, spillway_sim::Failure> {
     match std::panic::catch_unwind(|| run(seed)) {
         Ok(result) => result,
         Err(_) => panic!(
@@ -318,19 +318,18 @@ fn replay() {
     } else {
         run_schedule
     };
-    let seeds: Vec<(u64, fn(u64) -> Result<Report, spillway_sim::Failure>)> =
-        match env_u64("SPILLWAY_SIM_SEED") {
-            Some(s) => vec![(s, run)],
-            None => PINNED
-                .iter()
-                .map(|(s, _)| (*s, run_schedule as fn(u64) -> _))
-                .chain(
-                    PINNED_SMALL_DISK
-                        .iter()
-                        .map(|(s, _)| (*s, run_small_disk_schedule as fn(u64) -> _)),
-                )
-                .collect(),
-        };
+    let seeds: Vec<(u64, RunSchedule)> = match env_u64("SPILLWAY_SIM_SEED") {
+        Some(s) => vec![(s, run)],
+        None => PINNED
+            .iter()
+            .map(|(s, _)| (*s, run_schedule as RunSchedule))
+            .chain(
+                PINNED_SMALL_DISK
+                    .iter()
+                    .map(|(s, _)| (*s, run_small_disk_schedule as RunSchedule)),
+            )
+            .collect(),
+    };
     for (seed, run) in seeds {
         match run(seed) {
             Ok(r) => eprintln!("schedule {seed:#x}: {r:?}"),
