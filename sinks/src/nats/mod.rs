@@ -667,6 +667,13 @@ impl Sink for NatsSink {
             let mut heard = Heard::default();
             let mut pending = std::collections::VecDeque::new();
             for (i, r) in records.iter().enumerate() {
+                // A PubAck past due and nothing heard: the server is silent,
+                // and every window still to publish would wait its own
+                // `ack_timeout` (a batch of 1,000 at 256 in flight: four).
+                // The rest waits for the retry, which may fail over.
+                if heard.silences > 0 && heard.answers == 0 {
+                    break;
+                }
                 if max_payload > 0 && r.payload.len() + HEADER_BYTES_MAX > max_payload {
                     outcomes[i] = Some(RecordOutcome::Rejected(format!(
                         "a record of {} bytes is over the server's max_payload of {max_payload} bytes (with its headers)",
