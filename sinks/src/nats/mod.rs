@@ -439,9 +439,8 @@ impl Shared {
         }
         // async-nats keeps reconnecting once connected; the first connect
         // is retried by the drain (its instance fails, with backoff).
-        let c = self
-            .connect_from(self.failover.lock().unwrap().first)
-            .await?;
+        let first = self.failover.lock().unwrap().first;
+        let c = self.connect_from(first).await?;
         *client = Some(c.clone());
         Ok((c, generation))
     }
