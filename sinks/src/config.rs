@@ -612,7 +612,8 @@ pub(crate) mod tests {
             "user" => "\"u\"",
             "creds_file" | "ca_file" | "cert_file" | "key_file" => "\"f\"",
             "ack_timeout_ms" | "connect_timeout_ms" => "1000",
-            "publishes_in_flight" => "4",
+            "publishes_in_flight" | "failover_after_ack_timeouts" => "4",
+            "ping_interval_ms" => "1000",
             "server_sync_always" => "true",
             other => panic!("test does not know key {other}"),
         }

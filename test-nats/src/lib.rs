@@ -5,8 +5,10 @@
 //! three `nats-server` processes (Debian's package, installed by
 //! `.ci/nats.sh`), cluster routes on 127.0.0.1, each in its own temp
 //! folder, JetStream on. The test may kill a node (SIGKILL, only the pids
-//! it started) and start it again on its store. Dropping the cluster kills
-//! every node it started.
+//! it started) and start it again on its store, or freeze it (SIGSTOP) and
+//! let it go on (SIGCONT). Each node serves its monitoring endpoint on
+//! loopback, so a test can ask which node a client is connected to
+//! (`/connz`). Dropping the cluster kills every node it started.
 //!
 //! [`NatsCluster::start`] fails the test under CI (`CI` set) when the
 //! cluster cannot start; outside CI it returns `None` after printing why
@@ -14,6 +16,8 @@
 //! bench reports it).
 
 use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -115,13 +119,22 @@ impl TlsFiles {
     }
 }
 
+/// How long a monitoring request may take: a frozen node accepts the
+/// connection (the kernel does) and never answers.
+const MONITOR_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// One `nats-server` of the cluster.
 struct Node {
     name: String,
     client_port: u16,
+    /// Its HTTP monitoring endpoint (`/connz`).
+    monitor_port: u16,
     conf: PathBuf,
     log: PathBuf,
     child: Option<Child>,
+    /// SIGSTOPped: clients of the test must not try it (async-nats waits
+    /// for a frozen server's INFO forever).
+    stopped: bool,
 }
 
 /// A running cluster; see the module documentation.
@@ -217,6 +230,7 @@ impl NatsCluster {
     fn start_once(n: usize, guard: Guard) -> Result<NatsCluster, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let monitor_ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
         let mut nodes = Vec::new();
         for (i, (client_port, cluster_port)) in ports.iter().enumerate() {
             let name = format!("n{i}");
@@ -230,7 +244,8 @@ impl NatsCluster {
                 .collect();
             let conf = dir.path().join(format!("{name}.conf"));
             let mut text = format!(
-                "server_name: {name}\nlisten: 127.0.0.1:{client_port}\njetstream {{ store_dir: \"{}\" }}\n",
+                "server_name: {name}\nlisten: 127.0.0.1:{client_port}\nhttp: 127.0.0.1:{}\njetstream {{ store_dir: \"{}\" }}\n",
+                monitor_ports[i],
                 store.display()
             );
             if n > 1 {
@@ -254,8 +269,10 @@ impl NatsCluster {
                 log: dir.path().join(format!("{name}.log")),
                 name,
                 client_port: *client_port,
+                monitor_port: monitor_ports[i],
                 conf,
                 child: None,
+                stopped: false,
             });
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -302,7 +319,7 @@ impl NatsCluster {
     fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + READY_TIMEOUT;
         for i in 0..self.nodes.len() {
-            if self.nodes[i].child.is_none() {
+            if self.nodes[i].child.is_none() || self.nodes[i].stopped {
                 continue;
             }
             let url = self.url(i);
@@ -385,7 +402,7 @@ impl NatsCluster {
     /// A client connected to the running nodes.
     pub fn client(&self) -> async_nats::Client {
         let urls: Vec<async_nats::ServerAddr> = (0..self.nodes.len())
-            .filter(|i| self.nodes[*i].child.is_some())
+            .filter(|i| self.nodes[*i].child.is_some() && !self.nodes[*i].stopped)
             .map(|i| self.url(i).parse().unwrap())
             .collect();
         self.runtime
@@ -483,6 +500,69 @@ impl NatsCluster {
                 .args(["-KILL", &child.id().to_string()])
                 .status();
         }
+    }
+
+    /// SIGSTOP node `i`: it keeps its sockets open and answers nothing (a
+    /// frozen VM, a stuck disk) until [`NatsCluster::resume`].
+    pub fn freeze(&mut self, i: usize) {
+        self.signal(i, "-STOP");
+        self.nodes[i].stopped = true;
+    }
+
+    /// SIGCONT node `i` after [`NatsCluster::freeze`].
+    pub fn resume(&mut self, i: usize) {
+        self.signal(i, "-CONT");
+        self.nodes[i].stopped = false;
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        let child = self.nodes[i].child.as_ref().expect("the node runs");
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill {signal} node {i}: {status}");
+    }
+
+    /// The names of the client connections node `i` holds (its `/connz`),
+    /// or why it did not answer within [`MONITOR_TIMEOUT`].
+    pub fn connection_names(&self, i: usize) -> Result<Vec<String>, String> {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.nodes[i].monitor_port));
+        let mut s =
+            TcpStream::connect_timeout(&addr, MONITOR_TIMEOUT).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(MONITOR_TIMEOUT))
+            .map_err(|e| e.to_string())?;
+        s.write_all(b"GET /connz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .map_err(|e| e.to_string())?;
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&answer);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b)
+            .ok_or_else(|| format!("no HTTP answer: {text:.200}"))?;
+        let v: serde_json::Value =
+            serde_json::from_str(body).map_err(|e| format!("/connz: {e}: {body:.200}"))?;
+        Ok(v["connections"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .filter_map(|c| c["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// The running, unfrozen nodes that hold a client connection whose
+    /// name starts with `prefix`.
+    pub fn nodes_with_client(&self, prefix: &str) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|i| self.nodes[*i].child.is_some() && !self.nodes[*i].stopped)
+            .filter(|i| {
+                self.connection_names(*i)
+                    .is_ok_and(|names| names.iter().any(|n| n.starts_with(prefix)))
+            })
+            .collect()
     }
 
     /// Start node `i` again on its store and wait until it answers.

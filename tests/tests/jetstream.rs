@@ -2,6 +2,8 @@
 //! (tests/src/nats.rs): records reach an R3 stream exactly once through a
 //! leader's SIGKILL and through spillway's own SIGKILL (the stream's
 //! duplicate window removes what is published again, by `Nats-Msg-Id`); a
+//! server frozen by SIGSTOP is left for the others (and what it held is
+//! dropped as a duplicate once it runs again); a
 //! dead HTTP sink beside it costs the stream nothing; a missing stream, a
 //! subject outside the stream, a refused credential and an oversized record
 //! each give their error, the same in `check` and `run`.
@@ -114,6 +116,90 @@ fn a_leader_killed_mid_delivery_loses_nothing_and_stores_nothing_twice() {
         !health.contains("not ready"),
         "the sink did not recover:\n{health}"
     );
+}
+
+/// How long delivery may stay stopped by a frozen server: two PubAck
+/// timeouts of 2 s, a backoff and a connect take about 5 s; the 60 s leave
+/// room for a loaded machine and a stream leader election, and are half
+/// the two minutes async-nats alone took at best to give up on the frozen
+/// server (three unanswered pings 60 s apart, postponed by every publish).
+const RESUME_BOUND: Duration = Duration::from_secs(60);
+
+/// The server the sink is connected to SIGSTOPped (a frozen VM) while
+/// records are pushed: the sink leaves it for the other two within
+/// [`RESUME_BOUND`] and delivers everything while it is still frozen; once
+/// it runs again (SIGCONT, and the publishes it held are processed) the
+/// stream holds every acknowledged record once.
+#[test]
+fn a_frozen_server_is_left_for_the_others_and_nothing_is_stored_twice() {
+    let Some(mut cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 2\n{}",
+        nats_table(&cluster, "stream", "")
+    ));
+    let mut sent = push_many(&d, "before", 5_000);
+    wait_for_stream(&cluster, &d, sent.len() as u64);
+    // The sink's one connection, named spillway/<version>.
+    let mut on = Vec::new();
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || {
+            on = cluster.nodes_with_client("spillway/");
+            on.len() == 1
+        }),
+        "the sink is connected to {on:?}, not to one node"
+    );
+    let frozen = on[0];
+    cluster.freeze(frozen);
+    let frozen_at = std::time::Instant::now();
+    sent.extend(push_many(&d, "frozen", 5_000));
+    let others = cluster.client();
+    let mut stored = 0;
+    while frozen_at.elapsed() < RESUME_BOUND {
+        stored = cluster.messages_via(&others, STREAM).unwrap_or(stored);
+        if stored >= sent.len() as u64 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let took = frozen_at.elapsed();
+    eprintln!("node {frozen} frozen: every record delivered through the others {took:?} after the SIGSTOP");
+    for line in d.stderr().lines().filter(|l| l.contains("nats sink")) {
+        eprintln!("  {line}");
+    }
+    if stored < sent.len() as u64 {
+        let log = d.stderr();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        panic!(
+            "{RESUME_BOUND:?} after node {frozen} was frozen the stream has {stored} of {} messages; the daemon's last log lines:\n{}",
+            sent.len(),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    assert!(
+        d.stderr().contains("dropped that connection"),
+        "delivery resumed, but the log does not say the sink left the frozen server:\n{}",
+        d.stderr()
+    );
+    // The sink is on another node now.
+    let now_on = cluster.nodes_with_client("spillway/");
+    assert!(
+        !now_on.is_empty() && !now_on.contains(&frozen),
+        "the sink is connected to {now_on:?}"
+    );
+    cluster.resume(frozen);
+    // Running again: it answers its monitoring endpoint; then give the
+    // publishes it held (the dropped connection's) time to reach the
+    // stream, where a second copy would show.
+    assert!(wait_until(DELIVERY_TIMEOUT, || cluster
+        .connection_names(frozen)
+        .is_ok()));
+    std::thread::sleep(Duration::from_secs(3));
+    sent.extend(push_many(&d, "after", 1_000));
+    wait_for_stream(&cluster, &d, sent.len() as u64);
+    assert_exactly_once(&cluster.read_stream(STREAM), &sent);
 }
 
 /// spillway SIGKILLed mid-delivery and started again: what it publishes

@@ -12,6 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
+use spillway_tests::tls::Ca;
 use spillway_tests::*;
 
 /// `connections_refused{reason="REASON"}` of `ctl stats`.
@@ -225,5 +226,91 @@ fn a_child_dropped_to_another_uid_is_refused_unless_its_gid_is_allowed() {
         }
         // The daemon's own user (root, allowed) still pushes.
         d.client().push(Tier::Sync, b"root").expect("root pushes");
+    }
+}
+
+/// `spillway check` on `d`'s config: whether it passed, and what it said.
+fn check(d: &Daemon) -> (bool, String) {
+    let out = std::process::Command::new(spillway_bin())
+        .arg("check")
+        .arg(d.config_path())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running spillway check");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+/// `allowed_uids` (or `allowed_gids`) beside `[server.tcp]` or
+/// `[server.http]` with `tls = false`: a uid refused on the socket could
+/// push through the door, so `check` and `run` both refuse the config,
+/// naming the list, the door's `tls` and what to do. The same doors with
+/// TLS on, or the plaintext doors without a list, still pass both.
+#[test]
+fn a_uid_list_beside_a_plaintext_door_is_refused_by_check_and_run() {
+    for (list, door) in [
+        ("allowed_uids = [0]", "tcp"),
+        ("allowed_uids = [0]", "http"),
+        ("allowed_gids = [0]", "tcp"),
+    ] {
+        let list_key = format!("server.{}", list.split(' ').next().unwrap());
+        let mut d = Daemon::configure(&format!(
+            "[server]\n{list}\n[server.{door}]\nlisten = \"127.0.0.1:{}\"\ntls = false\n",
+            free_port()
+        ));
+        let want = [
+            list_key.as_str(),
+            &format!("server.{door}.tls = false"),
+            "client_ca",
+            &format!("remove [server.{door}]"),
+        ];
+        let (passed, said) = check(&d);
+        assert!(
+            !passed && want.iter().all(|w| said.contains(w)),
+            "check of {list} with a plaintext {door} door did not refuse it naming {want:?}:\n{said}"
+        );
+        let StartOrExit::Exited(run) = d.run_to_exit_or_start(Duration::from_secs(30)) else {
+            panic!("run started with {list} beside a plaintext {door} door");
+        };
+        assert!(
+            !run.status.success() && want.iter().all(|w| run.stderr.contains(w)),
+            "run of {list} with a plaintext {door} door did not refuse it naming {want:?}:\n{}",
+            run.stderr
+        );
+    }
+    // TLS on (mutual) with the list, and plaintext without it: both start.
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new("spillway test CA");
+    let (cert, key) = ca
+        .leaf("spillway", &["localhost", "127.0.0.1"], false)
+        .write(tmp.path(), "server");
+    let client_ca = tmp.path().join("client-ca.crt");
+    std::fs::write(&client_ca, ca.cert.pem()).unwrap();
+    let tls = format!("cert = {cert:?}\nkey = {key:?}\nclient_ca = {client_ca:?}\n");
+    for config in [
+        format!(
+            "[server]\nallowed_uids = [0]\n[server.tcp]\nlisten = \"127.0.0.1:{}\"\n{tls}[server.http]\nlisten = \"127.0.0.1:{}\"\n{tls}",
+            free_port(),
+            free_port()
+        ),
+        format!(
+            "[server]\n[server.tcp]\nlisten = \"127.0.0.1:{}\"\ntls = false\n[server.http]\nlisten = \"127.0.0.1:{}\"\ntls = false\n",
+            free_port(),
+            free_port()
+        ),
+    ] {
+        let mut d = Daemon::configure(&config);
+        let (passed, said) = check(&d);
+        assert!(passed, "check refused\n{config}\n{said}");
+        assert!(
+            matches!(
+                d.run_to_exit_or_start(Duration::from_secs(30)),
+                StartOrExit::Started
+            ),
+            "run did not start on\n{config}\n{}",
+            d.stderr()
+        );
     }
 }

@@ -41,7 +41,7 @@ pub const SERVER_ALLOWED_UIDS: Key = Key {
     default: DefaultValue::Unset("anyone the socket's mode lets in"),
     allowed: Allowed::Text(r#"a list of numeric uids, `[1001, 1002]` (not empty)"#),
     also: "",
-    meaning: r#"Only processes running as one of these uids may push over the Unix socket. Checked at accept from the peer's credentials (SO_PEERCRED: the uid, gid and pid the kernel recorded when it connected), before a byte is read: any other peer's connection is closed at once, counted (`connections_refused{reason="peer_uid"}`) and logged with its uid, gid and pid (at most one line a second). With `allowed_gids` too, a peer matching either list is let in. Root is not let in unless listed. A change needs a restart. Find a user's uid with `id -u NAME`."#,
+    meaning: r#"Only processes running as one of these uids may push over the Unix socket. Checked at accept from the peer's credentials (SO_PEERCRED: the uid, gid and pid the kernel recorded when it connected), before a byte is read: any other peer's connection is closed at once, counted (`connections_refused{reason="peer_uid"}`) and logged with its uid, gid and pid (at most one line a second). With `allowed_gids` too, a peer matching either list is let in. Root is not let in unless listed. A change needs a restart. Find a user's uid with `id -u NAME`. It covers the Unix socket only: with it (or `allowed_gids`) set, `[server.tcp]` and `[server.http]` must use TLS (with `client_ca` to say who may push); `tls = false` beside it is an error naming both keys."#,
 };
 
 pub const SERVER_ALLOWED_GIDS: Key = Key {
@@ -212,7 +212,7 @@ macro_rules! door_keys {
             default: DefaultValue::Bool(true),
             allowed: Allowed::Text(r#"`true`; `false` only on a loopback address"#),
             also: "",
-            meaning: r#"TLS on the door. `false` is accepted only on a loopback address (records would otherwise cross the network in clear): the error names this key."#,
+            meaning: r#"TLS on the door. `false` is accepted only on a loopback address (records would otherwise cross the network in clear): the error names this key. `false` is also refused beside `server.allowed_uids` / `allowed_gids`, which cannot see who is behind a TCP connection."#,
         };
         pub const $cert: Key = Key {
             name: concat!($table, ".cert"),

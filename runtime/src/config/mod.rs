@@ -886,6 +886,7 @@ impl Config {
         if let Some(tcp) = &s.tcp {
             tcp.validate()?;
         }
+        self.check_plaintext_doors_against_peer_ids()?;
         in_range(&SERVER_SHARDS, s.shards as u64)?;
         in_range(&SERVER_MAX_CONNECTIONS, s.max_connections as u64)?;
         in_range(&SERVER_PAYLOAD_BYTES_MAX, s.payload_bytes_max)?;
@@ -953,6 +954,39 @@ impl Config {
             message,
         })?;
         Ok(())
+    }
+
+    /// `allowed_uids` / `allowed_gids` are read from SO_PEERCRED, which
+    /// only the Unix socket has: beside a plaintext loopback door (TCP or
+    /// HTTP, `tls = false`) any local user refused on the socket could push
+    /// through the door instead (issue 39), so the two are not taken
+    /// together. A TLS door answers to its own check (client certificates).
+    fn check_plaintext_doors_against_peer_ids(&self) -> Result<(), ConfigError> {
+        let s = &self.server;
+        let list = match (&s.allowed_uids, &s.allowed_gids) {
+            (Some(_), _) => "server.allowed_uids",
+            (None, Some(_)) => "server.allowed_gids",
+            (None, None) => return Ok(()),
+        };
+        let plaintext = [
+            s.tcp
+                .as_ref()
+                .filter(|d| !d.tls)
+                .map(|d| ("server.tcp", d.listen.as_str())),
+            s.http
+                .as_ref()
+                .filter(|d| !d.tls)
+                .map(|d| ("server.http", d.listen.as_str())),
+        ];
+        match plaintext.into_iter().flatten().next() {
+            None => Ok(()),
+            Some((door, listen)) => Err(ConfigError::Invalid {
+                key: list,
+                message: format!(
+                    "is set, but [{door}] listens on {listen} with {door}.tls = false: the uid/gid check applies only to the Unix socket (the kernel's peer credentials), so a process it refuses could push through that door instead. Turn TLS on there with client certificates ({door}.tls = true with cert, key and client_ca), or remove [{door}]"
+                ),
+            }),
+        }
     }
 
     /// Shards to run: the configured count, or one per core.

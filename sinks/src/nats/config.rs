@@ -19,6 +19,16 @@ pub(crate) const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
 pub(crate) const CONNECT_TIMEOUT_MS_RANGE: RangeInclusive<u64> = 100..=600_000;
 pub(crate) const DEFAULT_PUBLISHES_IN_FLIGHT: u32 = 256;
 pub(crate) const PUBLISHES_IN_FLIGHT_RANGE: RangeInclusive<u32> = 1..=4096;
+/// Two deliveries without a PubAck in a row: one can be a stream's leader
+/// election, two in a row on a server that answers nothing is a hung
+/// server (issue 39).
+pub(crate) const DEFAULT_FAILOVER_AFTER_ACK_TIMEOUTS: u32 = 2;
+pub(crate) const FAILOVER_AFTER_ACK_TIMEOUTS_RANGE: RangeInclusive<u32> = 1..=100;
+/// async-nats' default is 60 s, and it drops a connection after three
+/// unanswered pings: an idle connection to a hung server would look
+/// connected for three minutes.
+pub(crate) const DEFAULT_PING_INTERVAL_MS: u64 = 5_000;
+pub(crate) const PING_INTERVAL_MS_RANGE: RangeInclusive<u64> = 1_000..=600_000;
 /// The most servers a table may list.
 const SERVERS_MAX: usize = 32;
 /// What `{shard}` in `subject` is replaced with.
@@ -55,6 +65,12 @@ pub struct NatsConfig {
     pub connect_timeout_ms: Option<u64>,
     /// Publishes of one batch awaiting their PubAck at once.
     pub publishes_in_flight: Option<u32>,
+    /// Deliveries in a row without any answer from the server (every
+    /// PubAck timed out) after which the connection is dropped for the
+    /// next server.
+    pub failover_after_ack_timeouts: Option<u32>,
+    /// How often the client pings an idle connection (ms).
+    pub ping_interval_ms: Option<u64>,
     /// The operator says every server runs with `jetstream { sync_interval:
     /// always }` (nats-server 2.10+): silences the start-up warning that a
     /// PubAck may not be a durable write. spillway cannot read it over the
@@ -83,6 +99,8 @@ pub(crate) struct NatsSettings {
     pub ack_timeout: Duration,
     pub connect_timeout: Duration,
     pub publishes_in_flight: usize,
+    pub failover_after_ack_timeouts: u32,
+    pub ping_interval: Duration,
     pub server_sync_always: bool,
     /// How long the sink may retry one batch: what the stream's duplicate
     /// window must cover (`max_retry_duration`, or `None`: forever).
@@ -201,6 +219,28 @@ impl NatsConfig {
             meaning: r#"Publishes of one batch awaiting their PubAck at once (pipelining)."#,
         },
         Key {
+            name: "sink.nats.failover_after_ack_timeouts",
+            default: DefaultValue::Int(DEFAULT_FAILOVER_AFTER_ACK_TIMEOUTS as u64),
+            allowed: Allowed::Range {
+                min: *FAILOVER_AFTER_ACK_TIMEOUTS_RANGE.start() as u64,
+                max: *FAILOVER_AFTER_ACK_TIMEOUTS_RANGE.end() as u64,
+                unit: Unit::Count,
+            },
+            also: "",
+            meaning: r#"After this many deliveries in a row on one connection got no answer at all (every PubAck timed out), the sink drops that connection and connects to the next server of `servers`, the silent one last (see [A hung server](#a-hung-server))."#,
+        },
+        Key {
+            name: "sink.nats.ping_interval_ms",
+            default: DefaultValue::Int(DEFAULT_PING_INTERVAL_MS),
+            allowed: Allowed::Range {
+                min: *PING_INTERVAL_MS_RANGE.start(),
+                max: *PING_INTERVAL_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"How often the client pings an idle connection; after three pings without an answer it connects again."#,
+        },
+        Key {
             name: "sink.nats.server_sync_always",
             default: DefaultValue::Bool(false),
             allowed: Allowed::Text(r#"`true`, `false`"#),
@@ -229,6 +269,8 @@ impl NatsConfig {
             "ack_timeout_ms" => self.ack_timeout_ms = value.try_into()?,
             "connect_timeout_ms" => self.connect_timeout_ms = value.try_into()?,
             "publishes_in_flight" => self.publishes_in_flight = value.try_into()?,
+            "failover_after_ack_timeouts" => self.failover_after_ack_timeouts = value.try_into()?,
+            "ping_interval_ms" => self.ping_interval_ms = value.try_into()?,
             "server_sync_always" => self.server_sync_always = value.try_into()?,
             other => unreachable!("sink.{other} is not a nats key"),
         }
@@ -280,6 +322,17 @@ impl NatsConfig {
         if let Some(v) = self.publishes_in_flight {
             check_range("publishes_in_flight", v, &PUBLISHES_IN_FLIGHT_RANGE, "")?;
         }
+        if let Some(v) = self.failover_after_ack_timeouts {
+            check_range(
+                "failover_after_ack_timeouts",
+                v,
+                &FAILOVER_AFTER_ACK_TIMEOUTS_RANGE,
+                "",
+            )?;
+        }
+        if let Some(v) = self.ping_interval_ms {
+            check_range("ping_interval_ms", v, &PING_INTERVAL_MS_RANGE, "")?;
+        }
         Ok(NatsSettings {
             servers,
             subject,
@@ -297,6 +350,12 @@ impl NatsConfig {
             publishes_in_flight: self
                 .publishes_in_flight
                 .unwrap_or(DEFAULT_PUBLISHES_IN_FLIGHT) as usize,
+            failover_after_ack_timeouts: self
+                .failover_after_ack_timeouts
+                .unwrap_or(DEFAULT_FAILOVER_AFTER_ACK_TIMEOUTS),
+            ping_interval: Duration::from_millis(
+                self.ping_interval_ms.unwrap_or(DEFAULT_PING_INTERVAL_MS),
+            ),
             server_sync_always: self.server_sync_always.unwrap_or(false),
             retry_horizon: (delivery.max_retry_duration_ms > 0)
                 .then(|| Duration::from_millis(delivery.max_retry_duration_ms)),
@@ -457,6 +516,8 @@ mod tests {
         assert_eq!(s.subject, "events.{shard}");
         assert_eq!(s.ack_timeout, Duration::from_secs(5));
         assert_eq!(s.publishes_in_flight, 256);
+        assert_eq!(s.failover_after_ack_timeouts, 2);
+        assert_eq!(s.ping_interval, Duration::from_secs(5));
         assert_eq!(s.credentials, Credentials::None);
         assert!(!s.server_sync_always);
     }
@@ -569,6 +630,20 @@ mod tests {
                     ..cfg()
                 },
                 "sinks.js.publishes_in_flight = 0 is out of range",
+            ),
+            (
+                NatsConfig {
+                    failover_after_ack_timeouts: Some(0),
+                    ..cfg()
+                },
+                "sinks.js.failover_after_ack_timeouts = 0 is out of range",
+            ),
+            (
+                NatsConfig {
+                    ping_interval_ms: Some(100),
+                    ..cfg()
+                },
+                "sinks.js.ping_interval_ms = 100 is out of range",
             ),
         ];
         for (c, want) in cases {

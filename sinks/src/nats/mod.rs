@@ -13,10 +13,19 @@
 //! block on it. The connection's own tasks (pings, reconnects, PubAcks) run
 //! on the runtime's workers between deliveries too. A batch's publishes are
 //! pipelined, up to `publishes_in_flight` awaiting their PubAck at once.
+//!
+//! Failover: a server that hangs (SIGSTOP, a frozen VM) keeps its TCP
+//! connection open, and async-nats never notices while publishes flow (each
+//! one postpones its next ping) and, reconnecting, waits for the hung
+//! server's INFO without a deadline. So after `failover_after_ack_timeouts`
+//! deliveries in a row with no answer at all, the factory replaces the
+//! client by a new one that tries the servers in order from the one after
+//! the silent server, which comes last.
 
 mod config;
 
 use std::future::IntoFuture;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_nats::connection::State;
@@ -150,6 +159,7 @@ fn connect_options(
         });
     }
     Ok(o.connection_timeout(s.connect_timeout)
+        .ping_interval(s.ping_interval)
         .name(concat!("spillway/", env!("CARGO_PKG_VERSION"))))
 }
 
@@ -171,6 +181,52 @@ async fn connect(
     let servers: Vec<async_nats::ServerAddr> =
         s.servers.iter().filter_map(|u| u.parse().ok()).collect();
     options.connect(servers).await
+}
+
+/// A client that tries `servers` in order from index `first` (wrapping
+/// round), and reconnects in that order too. The whole connect has a
+/// deadline: async-nats bounds the TCP connect by `connect_timeout_ms` but
+/// waits for a hung server's INFO forever.
+async fn connect_from(
+    s: &NatsSettings,
+    options: ConnectOptions,
+    first: usize,
+) -> Result<Client, async_nats::ConnectError> {
+    let n = s.servers.len();
+    let servers: Vec<async_nats::ServerAddr> = (0..n)
+        .filter_map(|k| s.servers[(first + k) % n].parse().ok())
+        .collect();
+    let deadline = s.connect_timeout * n as u32;
+    match tokio::time::timeout(deadline, options.retain_servers_order().connect(servers)).await {
+        Ok(connected) => connected,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "no server of {} answered within {} ms (connect_timeout_ms for each)",
+                s.servers.join(", "),
+                deadline.as_millis()
+            ),
+        )
+        .into()),
+    }
+}
+
+/// Which of `servers` a client is connected to, from the INFO the server
+/// sent (its listen host and port); `None` when none matches or several do.
+fn connected_index(servers: &[String], info: &async_nats::ServerInfo) -> Option<usize> {
+    let wildcard = matches!(info.host.as_str(), "" | "0.0.0.0" | "::" | "[::]");
+    let candidates: Vec<usize> = servers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, u)| {
+            let a: async_nats::ServerAddr = u.parse().ok()?;
+            (a.port() == info.port && (wildcard || a.host() == info.host)).then_some(i)
+        })
+        .collect();
+    match candidates.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
 }
 
 /// A connection that failed: credentials the servers refuse are an error
@@ -298,17 +354,38 @@ fn subject_matches(filter: &str, subject: &str) -> bool {
 }
 
 /// Shared by a factory's instances: the runtime, the one client (made on
-/// first need), the message-id prefix.
+/// first need, replaced by a failover), the message-id prefix.
 struct Shared {
     settings: NatsSettings,
     table: String,
     runtime: Runtime,
-    options: Mutex<Option<ConnectOptions>>,
     client: tokio::sync::Mutex<Option<Client>>,
+    /// Bumped by each failover: an instance whose client is older takes
+    /// the current one before its next delivery.
+    generation: AtomicU64,
+    /// Silence on the current connection, and where the next client
+    /// starts in `servers`.
+    failover: Mutex<Failover>,
     /// `<instance id>:` (see [`SinkEnv::instance_id`]).
     id_prefix: String,
     /// The last permissions violation the server reported.
     violation: Arc<Mutex<Option<String>>>,
+}
+
+struct Failover {
+    /// Deliveries in a row on the current connection that got no answer.
+    silent: u32,
+    /// The index in `servers` a new client tries first.
+    first: usize,
+}
+
+/// What the server said to one delivery's publishes.
+#[derive(Default, Debug, Clone, Copy, PartialEq, Eq)]
+struct Heard {
+    /// PubAcks (or JetStream errors: the server is alive) received.
+    answers: usize,
+    /// PubAcks that never came.
+    silences: usize,
 }
 
 /// Builds one [`NatsSink`] per shard (and per batch in flight); they share
@@ -320,13 +397,18 @@ pub struct NatsFactory {
 impl NatsFactory {
     fn new(s: &NatsSettings, table: &str, env: &SinkEnv) -> Result<NatsFactory, SinkError> {
         let violation = Arc::new(Mutex::new(None));
-        let options = connect_options(s, table, Some(violation.clone()))?;
+        // Credentials are read now: an unset variable stops the build.
+        connect_options(s, table, Some(violation.clone()))?;
+        // Each daemon starts at a server of its own (from its instance id),
+        // so a fleet spreads over the cluster as async-nats' shuffle did.
+        let first = env.instance_id.bytes().map(usize::from).sum::<usize>() % s.servers.len();
         let shared = Arc::new(Shared {
             settings: s.clone(),
             table: table.to_string(),
             runtime: runtime("sink")?,
-            options: Mutex::new(Some(options)),
             client: tokio::sync::Mutex::new(None),
+            generation: AtomicU64::new(0),
+            failover: Mutex::new(Failover { silent: 0, first }),
             id_prefix: format!("{}:", env.instance_id),
             violation,
         });
@@ -335,7 +417,7 @@ impl NatsFactory {
         // warned about and tried again by every instance.
         let checked = shared.runtime.block_on(async {
             match shared.client().await {
-                Ok(client) => check_stream(s, table, &client).await,
+                Ok((client, _)) => check_stream(s, table, &client).await,
                 Err(e) => reachable_later(s, table, e),
             }
         })?;
@@ -347,34 +429,89 @@ impl NatsFactory {
 }
 
 impl Shared {
-    /// The client, connecting first if there is none yet.
-    async fn client(&self) -> Result<Client, async_nats::ConnectError> {
+    /// The client and its generation, connecting first if there is none
+    /// yet.
+    async fn client(&self) -> Result<(Client, u64), async_nats::ConnectError> {
         let mut client = self.client.lock().await;
+        let generation = self.generation.load(Ordering::Acquire);
         if let Some(c) = client.as_ref() {
-            return Ok(c.clone());
+            return Ok((c.clone(), generation));
         }
-        let options = self
-            .options
-            .lock()
-            .unwrap()
-            .take()
-            .expect("connect options are used once: a client exists after");
         // async-nats keeps reconnecting once connected; the first connect
         // is retried by the drain (its instance fails, with backoff).
-        match connect(&self.settings, options).await {
+        let first = self.failover.lock().unwrap().first;
+        let c = self.connect_from(first).await?;
+        *client = Some(c.clone());
+        Ok((c, generation))
+    }
+
+    async fn connect_from(&self, first: usize) -> Result<Client, async_nats::ConnectError> {
+        // Options are consumed by a connect: made for each one.
+        let options = connect_options(&self.settings, &self.table, Some(self.violation.clone()))
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        connect_from(&self.settings, options, first).await
+    }
+
+    /// Counts what one delivery on the client of `generation` heard; the
+    /// number of silent deliveries in a row on it (0 once it answers).
+    fn heard(&self, generation: u64, heard: Heard) -> u32 {
+        let mut f = self.failover.lock().unwrap();
+        if generation != self.generation.load(Ordering::Acquire) {
+            return 0;
+        }
+        if heard.answers > 0 {
+            f.silent = 0;
+        } else if heard.silences > 0 {
+            f.silent += 1;
+        }
+        f.silent
+    }
+
+    /// Replaces the client of `generation`, which has not answered
+    /// `silent` deliveries in a row, by one that tries the next server
+    /// first and the silent one last. Another instance may have done it
+    /// already (the generation moved on); a connect that fails keeps the
+    /// old client, and the count starts again.
+    async fn fail_over(&self, generation: u64, silent: u32) {
+        let mut client = self.client.lock().await;
+        if generation != self.generation.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(old) = client.as_ref() else {
+            return;
+        };
+        let info = old.server_info();
+        let servers = &self.settings.servers;
+        let first = self.failover.lock().unwrap().first;
+        let silent_index = connected_index(servers, &info).unwrap_or(first);
+        let next = (silent_index + 1) % servers.len();
+        let silent_server = format!("{}:{}", info.host, info.port);
+        match self.connect_from(next).await {
             Ok(c) => {
-                *client = Some(c.clone());
-                Ok(c)
+                let now = c.server_info();
+                tracing::warn!(
+                    sink = %self.table,
+                    "nats sink: no answer from {silent_server} to {silent} deliveries in a row (no PubAck within {} ms, ack_timeout_ms; failover_after_ack_timeouts = {}): dropped that connection, now connected to {}:{} (what was not acknowledged is published again; the stream drops what it already has by Nats-Msg-Id)",
+                    self.settings.ack_timeout.as_millis(),
+                    self.settings.failover_after_ack_timeouts,
+                    now.host,
+                    now.port
+                );
+                // Dropping the last clone closes the old connection.
+                *client = Some(c);
+                let mut f = self.failover.lock().unwrap();
+                f.silent = 0;
+                f.first = next;
+                self.generation.fetch_add(1, Ordering::AcqRel);
             }
             Err(e) => {
-                // The options are consumed by a failed connect: make them
-                // again for the next try.
-                if let Ok(o) =
-                    connect_options(&self.settings, &self.table, Some(self.violation.clone()))
-                {
-                    *self.options.lock().unwrap() = Some(o);
-                }
-                Err(e)
+                tracing::warn!(
+                    sink = %self.table,
+                    "nats sink: no answer from {silent_server} to {silent} deliveries in a row, and connecting to the other servers ({}) failed: {e}; keeping the connection, trying again after {} more",
+                    servers.join(", "),
+                    self.settings.failover_after_ack_timeouts
+                );
+                self.failover.lock().unwrap().silent = 0;
             }
         }
     }
@@ -383,15 +520,16 @@ impl Shared {
 impl SinkFactory for NatsFactory {
     fn create(&self, shard: u32) -> Result<Box<dyn Sink>, SinkError> {
         let shared = self.shared.clone();
-        let client = shared
-            .runtime
-            .block_on(shared.client())
-            .map_err(|e| SinkError::Build {
-                reason: format!(
-                    "nats sink: cannot connect to {}: {e}",
-                    shared.settings.servers.join(", ")
-                ),
-            })?;
+        let (client, generation) =
+            shared
+                .runtime
+                .block_on(shared.client())
+                .map_err(|e| SinkError::Build {
+                    reason: format!(
+                        "nats sink: cannot connect to {}: {e}",
+                        shared.settings.servers.join(", ")
+                    ),
+                })?;
         let mut js = jetstream::new(client.clone());
         js.set_timeout(shared.settings.ack_timeout);
         Ok(Box::new(NatsSink {
@@ -401,6 +539,7 @@ impl SinkFactory for NatsFactory {
                 .replace(SHARD_PLACEHOLDER, &shard.to_string()),
             shared,
             client,
+            generation,
             js,
         }))
     }
@@ -408,14 +547,15 @@ impl SinkFactory for NatsFactory {
     fn describe(&self) -> String {
         let s = &self.shared.settings;
         format!(
-            "nats {} subject {}{} ({} publishes in flight, ack timeout {} ms)",
+            "nats {} subject {}{} ({} publishes in flight, ack timeout {} ms, failover after {} without an answer)",
             s.servers.join(","),
             s.subject,
             s.stream
                 .as_ref()
                 .map_or(String::new(), |n| format!(" stream {n}")),
             s.publishes_in_flight,
-            s.ack_timeout.as_millis()
+            s.ack_timeout.as_millis(),
+            s.failover_after_ack_timeouts
         )
     }
 }
@@ -425,10 +565,26 @@ pub struct NatsSink {
     shared: Arc<Shared>,
     subject: String,
     client: Client,
+    /// The failover generation `client` belongs to.
+    generation: u64,
     js: jetstream::Context,
 }
 
 impl NatsSink {
+    /// Takes the factory's client if a failover replaced this one's.
+    fn refresh(&mut self) {
+        if self.generation == self.shared.generation.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok((client, generation)) = self.shared.runtime.block_on(self.shared.client()) {
+            let mut js = jetstream::new(client.clone());
+            js.set_timeout(self.shared.settings.ack_timeout);
+            self.client = client;
+            self.js = js;
+            self.generation = generation;
+        }
+    }
+
     /// What a failed publish means for its record.
     fn settle(&self, e: &jetstream::context::PublishError) -> RecordOutcome {
         match e.kind() {
@@ -465,9 +621,12 @@ impl NatsSink {
     }
 
     fn no_ack_reason(&self) -> String {
+        let info = self.client.server_info();
         format!(
-            "no PubAck within {} ms (ack_timeout_ms) from {}",
+            "no PubAck within {} ms (ack_timeout_ms) from {}:{} (one of {})",
             self.shared.settings.ack_timeout.as_millis(),
+            info.host,
+            info.port,
             self.shared.settings.servers.join(", ")
         )
     }
@@ -495,16 +654,25 @@ impl Sink for NatsSink {
     }
 
     fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
+        self.refresh();
         let records = batch.records();
         let max_payload = self.client.server_info().max_payload;
         let in_flight = self.shared.settings.publishes_in_flight;
         let ack_timeout = self.shared.settings.ack_timeout;
         let this = &*self;
-        let (outcomes, first_retry) = self.shared.runtime.block_on(async move {
+        let (outcomes, first_retry, heard) = self.shared.runtime.block_on(async move {
             let mut outcomes: Vec<Option<RecordOutcome>> = vec![None; records.len()];
             let mut first_retry: Option<String> = None;
+            let mut heard = Heard::default();
             let mut pending = std::collections::VecDeque::new();
             for (i, r) in records.iter().enumerate() {
+                // A PubAck past due and nothing heard: the server is silent,
+                // and every window still to publish would wait its own
+                // `ack_timeout` (a batch of 1,000 at 256 in flight: four).
+                // The rest waits for the retry, which may fail over.
+                if heard.silences > 0 && heard.answers == 0 {
+                    break;
+                }
                 if max_payload > 0 && r.payload.len() + HEADER_BYTES_MAX > max_payload {
                     outcomes[i] = Some(RecordOutcome::Rejected(format!(
                         "a record of {} bytes is over the server's max_payload of {max_payload} bytes (with its headers)",
@@ -539,14 +707,20 @@ impl Sink for NatsSink {
                 }
                 while pending.len() >= in_flight {
                     let (j, ack, due) = pending.pop_front().expect("non-empty");
-                    outcomes[j] = Some(this.acked(until(due, ack).await, &mut first_retry));
+                    outcomes[j] = Some(this.acked(until(due, ack).await, &mut first_retry, &mut heard));
                 }
             }
             while let Some((j, ack, due)) = pending.pop_front() {
-                outcomes[j] = Some(this.acked(until(due, ack).await, &mut first_retry));
+                outcomes[j] = Some(this.acked(until(due, ack).await, &mut first_retry, &mut heard));
             }
-            (outcomes, first_retry)
+            (outcomes, first_retry, heard)
         });
+        let silent = self.shared.heard(self.generation, heard);
+        if silent >= self.shared.settings.failover_after_ack_timeouts {
+            self.shared
+                .runtime
+                .block_on(self.shared.fail_over(self.generation, silent));
+        }
         let outcomes: Vec<RecordOutcome> = outcomes
             .into_iter()
             .map(|o| o.unwrap_or(RecordOutcome::Retry))
@@ -567,6 +741,7 @@ impl Sink for NatsSink {
     }
 
     fn health_check(&mut self) -> Health {
+        self.refresh();
         match self.client.connection_state() {
             State::Connected => Health::Healthy,
             state => Health::Unhealthy(format!(
@@ -586,12 +761,27 @@ async fn until(
 }
 
 impl NatsSink {
-    /// A PubAck (a duplicate counts: the stream has the record) or why not.
+    /// A PubAck (a duplicate counts: the stream has the record) or why
+    /// not; `heard` counts whether the server answered at all.
     fn acked(
         &self,
         ack: Option<Result<jetstream::publish::PublishAck, jetstream::context::PublishError>>,
         first_retry: &mut Option<String>,
+        heard: &mut Heard,
     ) -> RecordOutcome {
+        let silent = match &ack {
+            None => true,
+            Some(Ok(_)) => false,
+            Some(Err(e)) => matches!(
+                e.kind(),
+                PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe
+            ),
+        };
+        if silent {
+            heard.silences += 1;
+        } else {
+            heard.answers += 1;
+        }
         match ack {
             Some(Ok(_)) => RecordOutcome::Committed,
             None => {
