@@ -27,6 +27,9 @@ use futures::StreamExt;
 use spillway_test_http::free_port;
 use tokio::runtime::Runtime;
 
+/// Reads of a whole stream before [`NatsCluster::read_stream`] gives up.
+const READ_ATTEMPTS: u32 = 3;
+
 /// How long a node (or the cluster) may take to be ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -454,20 +457,61 @@ impl NatsCluster {
 
     /// Every message of stream `name`, in stream order.
     pub fn read_stream(&self, name: &str) -> Vec<StoredMessage> {
-        let js = jetstream::new(self.client());
         let total = self.stream_messages(name) as usize;
+        // An ordered consumer made while the cluster settles (a node just
+        // resumed or restarted, its routes and the stream's leader moving)
+        // can stall for good: a read that stalls starts again with a new
+        // consumer, and says so.
+        let mut why = String::new();
+        for attempt in 1..=READ_ATTEMPTS {
+            match self.read_stream_once(name, total) {
+                Ok(out) => return out,
+                Err(e) => {
+                    eprintln!(
+                        "reading stream {name}, attempt {attempt} of {READ_ATTEMPTS}: {e}; starting again with a new consumer"
+                    );
+                    why = e;
+                }
+            }
+        }
+        panic!("stream {name}: {why}");
+    }
+
+    fn read_stream_once(&self, name: &str, total: usize) -> Result<Vec<StoredMessage>, String> {
+        let js = jetstream::new(self.client());
         self.runtime.block_on(async {
-            let s = js.get_stream(name).await.expect("the stream");
+            let s = js
+                .get_stream(name)
+                .await
+                .map_err(|e| format!("the stream: {e}"))?;
             let consumer = s
                 .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
                 .await
-                .expect("an ordered consumer");
-            let mut messages = consumer.messages().await.expect("its messages");
+                .map_err(|e| format!("an ordered consumer: {e}"))?;
+            let mut messages = consumer
+                .messages()
+                .await
+                .map_err(|e| format!("its messages: {e}"))?;
             let mut out = Vec::with_capacity(total);
             while out.len() < total {
                 let next = tokio::time::timeout(Duration::from_secs(30), messages.next()).await;
-                let Ok(Some(Ok(m))) = next else {
-                    panic!("stream {name}: read {} of {total} messages", out.len());
+                let m = match next {
+                    Ok(Some(Ok(m))) => m,
+                    Ok(Some(Err(e))) => {
+                        return Err(format!("read {} of {total} messages, then: {e}", out.len()))
+                    }
+                    Ok(None) => {
+                        return Err(format!(
+                            "read {} of {total} messages, then the end",
+                            out.len()
+                        ))
+                    }
+                    Err(_) => {
+                        return Err(format!(
+                            "read {} of {total} messages, then nothing for 30 s",
+                            out.len()
+                        ))
+                    }
                 };
                 out.push(StoredMessage {
                     subject: m.subject.to_string(),
@@ -480,7 +524,7 @@ impl NatsCluster {
                     payload: m.payload.to_vec(),
                 });
             }
-            out
+            Ok(out)
         })
     }
 

@@ -302,7 +302,7 @@ pub fn load_checkpoint_file<S: Storage>(
             });
         }
     };
-    let aside = move_file_aside(storage, shard_dir, name, &format!("{name}.corrupt-"))?;
+    let aside = move_file_aside(storage, shard_dir, name, &format!("{name}.corrupt-"), "")?;
     tracing::error!(
         path = %path.display(),
         moved_to = %aside.display(),
@@ -319,31 +319,50 @@ pub fn load_checkpoint_file<S: Storage>(
     })
 }
 
-/// Rename the checkpoint to `<prefix><unix_us>` and fsync the folder.
-/// Returns the new path.
-pub(crate) fn move_aside<S: Storage>(
+/// Where an "ahead" file's name says the value it held: `.seq-<value>`.
+const AHEAD_SEQ: &str = ".seq-";
+
+/// Move `file` (the shard's checkpoint or a sink's cursor), which held
+/// `value`, a number past everything the data shows, aside as evidence
+/// that takes no room: renamed to `checkpoint.ahead-<unix_us>.seq-<value>`
+/// and emptied. Its value, in the name, floors the shard's numbering at
+/// every later start ([`moved_aside_floors`]) and is logged by the caller;
+/// its 8 KiB were once the room a tight disk's next segment needed, and
+/// pushes stayed refused for good (issue 39). Emptying it is best effort:
+/// the name is what counts.
+pub(crate) fn move_ahead_aside<S: Storage>(
     storage: &S,
     shard_dir: &Path,
-    prefix: &str,
+    file: &str,
+    value: u64,
 ) -> io::Result<PathBuf> {
-    move_file_aside(storage, shard_dir, CHECKPOINT_FILE, prefix)
+    let suffix = format!("{AHEAD_SEQ}{value}");
+    let aside = move_file_aside(storage, shard_dir, file, AHEAD_PREFIX, &suffix)?;
+    let emptied = storage
+        .open(&aside)
+        .and_then(|mut f| f.set_len(0).and_then(|()| f.sync_all()));
+    if let Err(e) = emptied {
+        tracing::warn!(path = %aside.display(), error = %e, "could not empty a checkpoint moved aside as ahead of the data (its name keeps its value); it keeps its 8 KiB");
+    }
+    Ok(aside)
 }
 
-/// Rename `file` in `shard_dir` to `<prefix><unix_us>` and fsync the
-/// folder. Returns the new path.
+/// Rename `file` in `shard_dir` to `<prefix><unix_us><suffix>` and fsync
+/// the folder. Returns the new path.
 pub(crate) fn move_file_aside<S: Storage>(
     storage: &S,
     shard_dir: &Path,
     file: &str,
     prefix: &str,
+    suffix: &str,
 ) -> io::Result<PathBuf> {
     let mut us = now_unix_us();
-    let mut aside = shard_dir.join(format!("{prefix}{us}"));
+    let mut aside = shard_dir.join(format!("{prefix}{us}{suffix}"));
     // Two moves within one microsecond (or a clock set back) must not
     // overwrite the earlier evidence.
     while storage.open_read(&aside).is_ok() {
         us += 1;
-        aside = shard_dir.join(format!("{prefix}{us}"));
+        aside = shard_dir.join(format!("{prefix}{us}{suffix}"));
     }
     storage.rename(&shard_dir.join(file), &aside)?;
     storage.sync_dir(shard_dir)?;
@@ -614,7 +633,14 @@ pub(crate) fn moved_aside_floors<S: Storage>(
             if let Ok(us) = us.parse::<u64>() {
                 corrupt.push(us);
             }
+        } else if let Some(value) = name
+            .strip_prefix(AHEAD_PREFIX)
+            .and_then(|rest| rest.split_once(AHEAD_SEQ))
+            .and_then(|(_, v)| v.parse::<u64>().ok())
+        {
+            ahead.push(value);
         } else if name.starts_with(AHEAD_PREFIX) {
+            // Moved aside by an older build: the value is inside.
             let file = storage.open_read(&path)?;
             if let Some(s) = parse(&read_file(&file)?).newest() {
                 ahead.push(s.confirmed_next_seq);

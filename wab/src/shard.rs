@@ -29,7 +29,8 @@
 //!   says more was confirmed than any of them (or the quarantine) shows:
 //!   it cannot be trusted. It is logged, reported
 //!   ([`RecoveryReport::untrusted_checkpoint`]), moved aside to
-//!   `checkpoint.ahead-<unix_us>`, and delivery restarts at the oldest
+//!   `checkpoint.ahead-<unix_us>.seq-<value>` (emptied: the value is in
+//!   the name, and the evidence takes no room), and delivery restarts at the oldest
 //!   record kept (at-least-once).
 //!
 //! Sequence numbers are never reused: `next_seq` is at least every number a
@@ -49,8 +50,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{
-    cursor_file, cursor_sinks, load_checkpoint, move_aside, move_file_aside, moved_aside_floors,
-    read_checkpoint_file, write_checkpoint, CheckpointLoad, AHEAD_PREFIX,
+    cursor_file, cursor_sinks, load_checkpoint, move_ahead_aside, moved_aside_floors,
+    read_checkpoint_file, write_checkpoint, CheckpointLoad, CHECKPOINT_FILE,
 };
 use crate::format::SEGMENT_HEADER_LEN;
 use crate::recovery::{
@@ -103,7 +104,7 @@ pub fn open_shard_with<S: Storage>(
     let mut confirmed = checkpoint.confirmed;
     if let Some(oldest) = report.segments.first().map(|s| s.first_seq) {
         if confirmed > data_end {
-            let moved_to = move_aside(storage, dir, AHEAD_PREFIX)?;
+            let moved_to = move_ahead_aside(storage, dir, CHECKPOINT_FILE, confirmed)?;
             tracing::error!(
                 shard,
                 checkpoint = confirmed,
@@ -554,7 +555,7 @@ fn move_cursors_ahead_aside<S: Storage>(
         if value <= end {
             continue;
         }
-        let moved_to = move_file_aside(storage, dir, &file, AHEAD_PREFIX)?;
+        let moved_to = move_ahead_aside(storage, dir, &file, value)?;
         // An empty cursor file in its place: the sink is still a member and
         // starts at the shard's checkpoint (not where a new sink would).
         // It needs no data block, so a full disk cannot stop it.

@@ -113,6 +113,17 @@ fn checkpoint_ahead_of_the_data_is_moved_aside_and_delivery_restarts_at_the_olde
         .to_str()
         .unwrap()
         .starts_with("checkpoint.ahead-"));
+    // The evidence takes no room (issue 39: its 8 KiB kept a tight disk
+    // refusing pushes for good): emptied, its value in its name.
+    let name = u
+        .moved_to
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(name.ends_with(".seq-100"), "{name}");
+    assert_eq!(std::fs::metadata(&u.moved_to).unwrap().len(), 0, "{name}");
     // A fresh checkpoint records the restart point (the oldest record), so
     // the next start need not guess again and the disk need not have space
     // for it later.
@@ -122,6 +133,10 @@ fn checkpoint_ahead_of_the_data_is_moved_aside_and_delivery_restarts_at_the_olde
     assert_eq!(o.confirmed, 3);
     assert_eq!(r.next_seq, 100);
     assert!(r.gaps.is_empty(), "{:?}", r.gaps);
+    // The next start reads the floor from the name alone.
+    let again = open_shard(&FsStorage, &dir, SHARD).unwrap();
+    assert_eq!(again.recovered.report.next_seq, 100);
+    assert!(again.recovered.report.gaps.is_empty());
 
     // The writer starts its next segment at 100; the jump is not a gap on
     // the next start, and the floor stays.
