@@ -79,6 +79,9 @@ const PINNED: &[(u64, &str)] = &[
 const PINNED_SMALL_DISK: &[(u64, &str)] = &[(
     0x1dce_75c0_53fb_5cb9,
     "issue 39: a cursor confirmed past a failed group's nacked numbers before anything durable backed them; after a crash the checkpoint was ahead of the data, moved aside as evidence, and that file took the room the next segment needed: pushes refused for good",
+), (
+    0xdbb0_a0dc_4122_3c57,
+    "the 100,000-schedule small-disk sweep of issue 39: the oracle's recovery of an undamaged copy (before a header wipe) needed room for a footer the disk did not have, and the schedule stopped; now that damage is skipped and the end checks say whether the daemon comes back",
 )];
 
 fn quiet_sink_panics() {
