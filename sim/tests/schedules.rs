@@ -82,6 +82,9 @@ const PINNED_SMALL_DISK: &[(u64, &str)] = &[(
 ), (
     0xdbb0_a0dc_4122_3c57,
     "the 100,000-schedule small-disk sweep of issue 39: the oracle's recovery of an undamaged copy (before a header wipe) needed room for a footer the disk did not have, and the schedule stopped; now that damage is skipped and the end checks say whether the daemon comes back",
+), (
+    0x63b5_f0bb_6357_30ef,
+    "the same sweep: a preallocation failed and a second fault kept its cleanup from removing the file; that leftover .open was the one segment's room, and pushes were refused until a restart",
 )];
 
 fn quiet_sink_panics() {
