@@ -255,6 +255,9 @@ fn small_disk_schedules() {
             Ok(r) => totals.add(&r),
             Err(f) => panic!("small-disk schedule {i} of {n}:\n{f}"),
         }
+        if (i + 1) % 5_000 == 0 {
+            eprintln!("{} small-disk schedules, {:.0?}", i + 1, started.elapsed());
+        }
     }
     let t = &totals.r;
     eprintln!(
