@@ -344,6 +344,7 @@ impl<S: Storage> FlusherCore<S> {
             None => {
                 let id = next_segment_id.fetch_add(1, Ordering::Relaxed);
                 preallocate(&storage, &cfg.dir, id, cfg.segment_bytes_max)
+                    .inspect_err(|_| queue.free.note_failed(id))
             }
         };
         // Invariant: one spare is either waiting in the channel or being
@@ -1012,7 +1013,13 @@ impl<S: Storage> FlusherCore<S> {
     }
 
     fn preallocate_inline(&self) -> io::Result<Preallocated<S::File>> {
+        let free = &self.queue.free;
+        free.remove_failed(&self.storage, &self.cfg.dir);
         let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
-        preallocate(&self.storage, &self.cfg.dir, id, self.cfg.segment_bytes_max)
+        let made = preallocate(&self.storage, &self.cfg.dir, id, self.cfg.segment_bytes_max);
+        if made.is_err() {
+            free.note_failed(id);
+        }
+        made
     }
 }

@@ -145,9 +145,11 @@ impl<S: Storage> SealerCore<S> {
     }
 
     fn prepare(&self) {
+        self.free.remove_failed(&self.storage, &self.dir);
         let id = self.next_segment_id.fetch_add(1, Ordering::Relaxed);
         let result = self.make_segment(id);
         if let Err(e) = &result {
+            self.free.note_failed(id);
             // The flusher gets the error at once (rather than waiting for a
             // spare that is not coming), tries inline, and reports it.
             tracing::debug!(shard = self.shard, segment = id, error = %e, "could not preallocate the next segment");

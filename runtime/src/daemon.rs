@@ -30,8 +30,8 @@ use spillway_wab::{shard_dir, DataDirLock, FsStorage};
 use crate::admin::{Admin, AdminState, ListenerLoad};
 use crate::config::{Config, DEFAULT_SINK};
 use crate::delivery::{
-    open_dead_letters, open_requeue, sinks_on_disk, start_drain, DeadLetterStores, RequeueStores,
-    SinkRun,
+    open_dead_letters, open_requeue, seen_in_stores, sinks_on_disk, start_drain, DeadLetterStores,
+    RequeueStores, SinkRun,
 };
 use crate::logging::say;
 use crate::reload::Reloader;
@@ -326,14 +326,18 @@ fn start(
     let mut recovered_records = 0;
     let mut recovered_delivered = 0;
     let mut recovered_segments = 0;
+    let seen = seen_in_stores(&dead_letters, &requeue_stores)
+        .map_err(|e| format!("reading the dead-letter and requeue stores: {e}"))?;
     for shard in 0..shard_count {
         let queue = ShardQueue::new(shard, &wab);
-        let (addr, report, floor) = Supervisor::start_shard(&cfg, queue.clone()).map_err(|e| {
-            format!(
-                "recovering shard {shard} in {}: {e}",
-                cfg.server.data_dir.display()
-            )
-        })?;
+        let shard_seen = seen.get(&shard).copied().unwrap_or(0);
+        let (addr, report, floor) = Supervisor::start_shard(&cfg, queue.clone(), shard_seen)
+            .map_err(|e| {
+                format!(
+                    "recovering shard {shard} in {}: {e}",
+                    cfg.server.data_dir.display()
+                )
+            })?;
         recovered_records += report.record_count();
         recovered_delivered += report.records_below(floor);
         recovered_segments += report.segments.len();

@@ -43,6 +43,34 @@ pub type Requeued = Arc<Requeue<FsStorage>>;
 /// Every sink's requeue store, by name (configured sinks only).
 pub type RequeueStores = Arc<Mutex<BTreeMap<String, Requeued>>>;
 
+/// For each shard, one past the highest sequence number any sink's
+/// dead-letter or requeue store holds a record under. Recovery numbers no
+/// record below it and counts the ones past the segments as lost: a store
+/// holds only records a reader got, durable once (issue 39: a tail cut from
+/// outside let new records take such numbers, and a destination that
+/// dedupes by identity would drop them). Reads every store once.
+pub fn seen_in_stores(
+    dead_letters: &DeadLetterStores,
+    requeue: &RequeueStores,
+) -> std::io::Result<BTreeMap<u32, u64>> {
+    let mut seen: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut note = |letters: Vec<spillway_wab::deadletter::DeadLetter>| {
+        for l in letters {
+            let at = seen.entry(l.shard).or_default();
+            *at = (*at).max(l.seq + 1);
+        }
+    };
+    let stores: Vec<DeadLetters> = dead_letters.lock().unwrap().values().cloned().collect();
+    for store in stores {
+        note(store.lock().unwrap().list()?);
+    }
+    let requeued: Vec<Requeued> = requeue.lock().unwrap().values().cloned().collect();
+    for r in requeued {
+        note(r.store.lock().unwrap().list()?);
+    }
+    Ok(seen)
+}
+
 /// In a sink's folder: its requeue store.
 pub const REQUEUE_DIR: &str = "requeue";
 

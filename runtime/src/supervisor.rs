@@ -21,11 +21,12 @@ use spillway_actors::{
     Retention, RetireDrain, ShardFlusher, ShardHealth, ShardQueue, SinkFigures, SinkSlot,
     StopDrain, StopListening, StopShard,
 };
-use spillway_wab::{open_shard_with, shard_dir, FsStorage, SealedCheck};
+use spillway_wab::{open_shard_seen, shard_dir, FsStorage, SealedCheck};
 
 use crate::config::Config;
 use crate::delivery::{
-    open_dead_letters, open_requeue, start_drain, DeadLetterStores, RequeueStores, SinkRun,
+    open_dead_letters, open_requeue, seen_in_stores, start_drain, DeadLetterStores, RequeueStores,
+    SinkRun,
 };
 use crate::sink::BuiltSink;
 
@@ -212,9 +213,13 @@ impl Supervisor {
     /// Open one shard (recovery included) and start its actor; with what
     /// recovery found, and the shard's checkpoint (every record below it
     /// is delivered to every sink).
+    /// Recover shard `queue.shard` and start its flusher. `seen`: one past
+    /// the highest number of this shard the sinks' dead-letter and requeue
+    /// stores hold ([`crate::delivery::seen_in_stores`]).
     pub fn start_shard(
         cfg: &Config,
         queue: Arc<ShardQueue>,
+        seen: u64,
     ) -> std::io::Result<(Addr<ShardFlusher>, spillway_wab::RecoveryReport, u64)> {
         let fcfg = Self::flusher_config(cfg, queue.shard);
         // One place checks the checkpoint against the segments (gaps, a
@@ -223,7 +228,13 @@ impl Supervisor {
         // Sealed segments with intact footers are read by the shard's
         // checker after the start, before any drain opens them: a start
         // costs a constant per sealed segment, not a pass over the backlog.
-        let opened = open_shard_with(&FsStorage, &fcfg.dir, queue.shard, SealedCheck::Footer)?;
+        let opened = open_shard_seen(
+            &FsStorage,
+            &fcfg.dir,
+            queue.shard,
+            SealedCheck::Footer,
+            seen,
+        )?;
         let confirmed = opened.confirmed;
         let (flusher, report) =
             ShardFlusher::open_recovered(FsStorage, fcfg, queue, opened.recovered)?;
@@ -325,7 +336,9 @@ impl Supervisor {
             Some(true) => {
                 // Recovery charges what it finds again.
                 slot.queue.budget.release_all();
-                match Self::start_shard(&self.cfg, slot.queue.clone()) {
+                let seen = seen_in_stores(&self.dead_letters, &self.requeue)
+                    .map(|by_shard| by_shard.get(&shard).copied().unwrap_or(0));
+                match seen.and_then(|seen| Self::start_shard(&self.cfg, slot.queue.clone(), seen)) {
                     Ok((addr, report, _)) => {
                         slot.queue.stats.restarts.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!(

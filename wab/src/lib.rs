@@ -45,7 +45,7 @@ pub use recovery::{
     QUARANTINE_DIR,
 };
 pub use segment::{preallocate, recycle, seal, ActiveSegment, AppendRecord, Preallocated, Sealing};
-pub use shard::{open_shard, open_shard_with, OpenedShard};
+pub use shard::{open_shard, open_shard_seen, open_shard_with, OpenedShard};
 pub use storage::{create_dir_durable, FsStorage, Storage, StorageFile};
 
 /// Directory of shard `shard` under `data_dir`.

@@ -212,6 +212,29 @@ fn finish<S: Storage>(
     })
 }
 
+/// Remove what a failed preallocation of segment `segment_id` may have
+/// left (`<id>.open.tmp`, `<id>.open`), if anything: its caller got an
+/// error and never uses the file. Without this a leftover that its own
+/// cleanup could not remove (a second fault) stayed until the next start,
+/// and on a disk with room for one segment it was that room: pushes were
+/// refused for good (simulation seed `0x63b5f0bb635730ef`, small disk).
+pub fn remove_failed_preallocation<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    segment_id: u64,
+) -> io::Result<()> {
+    let open = dir.join(open_name(segment_id));
+    let tmp = dir.join(format!("{}.tmp", open_name(segment_id)));
+    for path in [tmp, open] {
+        match storage.remove(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Remove what a failed preallocation left; a failure to do so is only
 /// logged (the caller reports the first error, and recovery removes a
 /// leftover `.open.tmp` or reuses a zero `.open` as a spare).

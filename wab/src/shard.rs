@@ -36,7 +36,10 @@
 //! Sequence numbers are never reused: `next_seq` is at least every number a
 //! segment or quarantined file shows (the numbers presumed in a quarantined
 //! file's name included), the checkpoint, every number a gap reason file
-//! names, and every value a checkpoint moved aside as "ahead" held (the
+//! names, every number of this shard a sink's dead-letter or requeue store
+//! holds a record under ([`open_shard_seen`]; those past the data are
+//! counted as a gap: each was a durable record once), and every value a
+//! checkpoint moved aside as "ahead" held (the
 //! sink may have received records under those numbers). When the checkpoint could not be read and
 //! no segment is left, nothing shows how far numbering had gone; then
 //! `next_seq` is floored at the time (µs since the epoch) in the name of
@@ -95,6 +98,22 @@ pub fn open_shard_with<S: Storage>(
     shard: u32,
     check: SealedCheck,
 ) -> io::Result<OpenedShard<S::File>> {
+    open_shard_seen(storage, dir, shard, check, 0)
+}
+
+/// [`open_shard_with`], where `seen` is one past the highest sequence
+/// number of this shard that anything outside the shard folder holds (the
+/// sinks' dead-letter and requeue stores): no record is numbered below it,
+/// and the numbers between what the segments show and `seen` were issued
+/// (a record was durable under each, or no store would hold it), so those
+/// missing are counted as a gap.
+pub fn open_shard_seen<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    shard: u32,
+    check: SealedCheck,
+    seen: u64,
+) -> io::Result<OpenedShard<S::File>> {
     create_dir_durable(storage, dir)?;
     let checkpoint = load_checkpoint(storage, dir)?;
     // Floor 0: next_seq then says how far the files themselves go.
@@ -127,7 +146,7 @@ pub fn open_shard_with<S: Storage>(
     move_cursors_ahead_aside(storage, dir, shard, data_end.max(confirmed))?;
     // Listed after the moves above, so this start's own jumps are included.
     let (ahead, corrupt) = moved_aside_floors(storage, dir)?;
-    let mut next_seq = data_end.max(checkpoint.confirmed);
+    let mut next_seq = data_end.max(checkpoint.confirmed).max(seen);
     next_seq = next_seq.max(ahead.iter().copied().max().unwrap_or(0));
     // Numbers an earlier start found lost were acknowledged once.
     let recorded = report.recorded_gaps.iter().map(|&(_, last)| last + 1);
@@ -264,6 +283,13 @@ pub fn open_shard_with<S: Storage>(
                     .iter()
                     .filter_map(|c| c.known_end.map(|e| (c.end_seq, e))),
             )
+            // Numbers a dead-letter or requeue store holds a record under:
+            // each was durable once (only what is durable is read), so
+            // those past the data are records gone from it (a tail cut or
+            // deleted from outside). (A checkpoint or cursor ahead of the
+            // data floors the numbering but is not counted: a restored
+            // backup or a copied file cannot be told from a cut tail.)
+            .chain([(low, seen)])
             .map(|(from, to)| (from.max(low), to))
             .filter(|(from, to)| from < to)
             .collect();

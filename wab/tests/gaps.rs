@@ -14,9 +14,10 @@ use common::*;
 use spillway_wab::checkpoint::checkpoint_path;
 use spillway_wab::fault::{FaultKind, FaultyStorage, Op};
 use spillway_wab::format::now_unix_us;
+use spillway_wab::SealedCheck;
 use spillway_wab::{
-    open_shard, preallocate, read_checkpoint, seal, write_checkpoint, ActiveSegment, FsStorage,
-    RecoveryReport, Storage, QUARANTINE_DIR,
+    open_shard, open_shard_seen, preallocate, read_checkpoint, seal, write_checkpoint,
+    ActiveSegment, FsStorage, RecoveryReport, Storage, QUARANTINE_DIR,
 };
 
 const SHARD: u32 = 7;
@@ -345,4 +346,40 @@ fn a_hole_below_the_checkpoint_is_not_a_loss() {
     assert_eq!(r.gaps.len(), 1, "{:?}", r.gaps);
     assert_eq!((r.gaps[0].first, r.gaps[0].last), (7, 8));
     assert_eq!(r.lost_records, 2);
+}
+
+/// Issue 39: the open segment's tail cut from outside took records a sink
+/// had dead-lettered. The store holding them is proof they were issued:
+/// no new record takes their numbers, and the ones gone are counted, once.
+#[test]
+fn numbers_a_dead_letter_store_holds_past_the_data_are_counted_and_never_reused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shard-007");
+    sealed(&dir, 0, &[(0, 14)]);
+    write_checkpoint(&FsStorage, &dir, 14).unwrap();
+    // A store outside the folder held seqs up to 19 of this shard.
+    let o = open_shard_seen(&FsStorage, &dir, SHARD, SealedCheck::Records, 20).unwrap();
+    let r = &o.recovered.report;
+    assert_eq!(r.next_seq, 20, "numbering goes on past what the store saw");
+    assert_eq!(r.lost_records, 6, "{:?}", r.gaps);
+    assert_eq!(
+        r.gaps
+            .iter()
+            .map(|g| (g.first, g.last, g.new))
+            .collect::<Vec<_>>(),
+        vec![(14, 19, true)]
+    );
+    // Known at the next start: still counted, not new, and the floor stays
+    // even with the store emptied since (`ctl dead-letter drop`).
+    let again = open_shard_seen(&FsStorage, &dir, SHARD, SealedCheck::Records, 0).unwrap();
+    let r = &again.recovered.report;
+    assert_eq!(r.next_seq, 20);
+    assert_eq!(r.lost_records, 6);
+    assert!(r.gaps.iter().all(|g| !g.new), "{:?}", r.gaps);
+    // Nothing past the data: nothing counted.
+    let quiet_dir = tmp.path().join("shard-008");
+    sealed(&quiet_dir, 0, &[(0, 14)]);
+    let o = open_shard_seen(&FsStorage, &quiet_dir, SHARD, SealedCheck::Records, 10).unwrap();
+    assert_eq!(o.recovered.report.next_seq, 14);
+    quiet(&o.recovered.report, "a store below the data's end");
 }

@@ -11,8 +11,15 @@
 //! commits of its own. When none is waiting (a backlog is being built, or
 //! delivery frees many at once) the sealer creates a file and retention
 //! unlinks, as before.
+//!
+//! It also remembers preallocations that failed (by the sealer or inline
+//! by the flusher), whose partial file its own cleanup may have left, and
+//! removes those files before the next preallocation: on a disk with room
+//! for one segment a leftover was that room.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use spillway_wab::storage::Storage;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -25,6 +32,8 @@ pub struct FreeSegments {
     waiting: Mutex<Option<PathBuf>>,
     /// Segments the sealer made out of a free one (metrics, `ctl stats`).
     pub recycled: AtomicU64,
+    /// Ids whose preallocation failed and whose files may be left over.
+    failed: Mutex<Vec<u64>>,
 }
 
 impl FreeSegments {
@@ -51,6 +60,25 @@ impl FreeSegments {
     /// Forget the waiting one: a start's recovery removed its file.
     pub fn forget(&self) {
         self.take();
+    }
+
+    /// The preallocation of segment `id` failed: its file may be left.
+    pub fn note_failed(&self, id: u64) {
+        self.failed.lock().unwrap().push(id);
+    }
+
+    /// Remove what failed preallocations left in `dir`; those that cannot
+    /// be removed yet stay noted for the next call.
+    pub fn remove_failed<S: Storage>(&self, storage: &S, dir: &Path) {
+        self.failed.lock().unwrap().retain(|&id| {
+            match spillway_wab::segment::remove_failed_preallocation(storage, dir, id) {
+                Ok(()) => false,
+                Err(e) => {
+                    tracing::debug!(segment = id, error = %e, "a failed preallocation's file is not removed yet; will retry");
+                    true
+                }
+            }
+        });
     }
 
     /// Count one segment made out of a free one.
