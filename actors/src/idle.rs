@@ -35,7 +35,7 @@ const BUSY: u64 = 0;
 const CLAIMED: u64 = u64::MAX;
 /// Candidates the listener tries, longest-idle first, before it refuses the
 /// new connection instead (each may have turned busy meanwhile).
-const EVICT_TRIES: usize = 8;
+pub(crate) const EVICT_TRIES: usize = 8;
 
 /// Sent by the listener to a connection it claimed: close now.
 #[derive(Message)]
@@ -71,6 +71,21 @@ impl IdleMark {
     /// Whether the listener claimed this connection.
     pub fn claimed(&self) -> bool {
         self.0.load(Ordering::Acquire) == CLAIMED
+    }
+
+    /// When the idle wait began, if the connection waits idle (neither busy
+    /// nor claimed).
+    pub(crate) fn idle_since(&self) -> Option<u64> {
+        let since = self.0.load(Ordering::Acquire);
+        (since != BUSY && since != CLAIMED).then_some(since)
+    }
+
+    /// Claim the connection if it still waits idle since `since`: it turned
+    /// busy (or was claimed) meanwhile when this returns false.
+    pub(crate) fn claim(&self, since: u64) -> bool {
+        self.0
+            .compare_exchange(since, CLAIMED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 }
 
@@ -134,9 +149,8 @@ impl IdleConnections {
         let mut candidates: Vec<(u64, u64)> = entries
             .iter()
             .filter_map(|(id, e)| {
-                let since = e.mark.0.load(Ordering::Acquire);
-                let idle = since != BUSY && since != CLAIMED;
-                (idle && now.saturating_sub(since) >= min_idle).then_some((since, *id))
+                let since = e.mark.idle_since()?;
+                (now.saturating_sub(since) >= min_idle).then_some((since, *id))
             })
             .collect();
         candidates.sort_unstable();
@@ -147,12 +161,7 @@ impl IdleConnections {
             if !e.responder.nothing_in_flight() {
                 continue;
             }
-            let claimed = e
-                .mark
-                .0
-                .compare_exchange(since, CLAIMED, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok();
-            if claimed {
+            if e.mark.claim(since) {
                 e.evict.do_send(Evict);
                 return Some(id);
             }

@@ -142,8 +142,13 @@ pub struct HttpIngestStats {
     pub records: AtomicU64,
     pub connections_open: AtomicU64,
     pub connections_accepted: AtomicU64,
-    /// Closed at once: `max_connections` were open.
+    /// Closed at once: `max_connections` were open, each with a request
+    /// being answered.
     pub connections_refused: AtomicU64,
+    /// Closed between requests (or before the first, or in the TLS
+    /// handshake) to let a new connection in at `max_connections`
+    /// ([`crate::listener::Lobby`]).
+    pub connections_evicted: AtomicU64,
     /// TLS handshakes that failed, by reason (see [`crate::tls`]).
     pub tls: HandshakeStats,
 }
@@ -162,8 +167,12 @@ pub struct TcpDoorStats {
     /// Open connections (the door's own count against `max_connections`).
     pub connections_open: Arc<AtomicUsize>,
     pub connections_accepted: AtomicU64,
-    /// Closed at once: `server.tcp.max_connections` were open.
+    /// Closed at once: `server.tcp.max_connections` were open, none of
+    /// them in its TLS handshake.
     pub connections_refused: AtomicU64,
+    /// Closed in their TLS handshake to let a new connection in at
+    /// `max_connections` ([`crate::listener::Lobby`]).
+    pub connections_evicted: AtomicU64,
     /// TLS handshakes that failed, by reason.
     pub tls: HandshakeStats,
 }

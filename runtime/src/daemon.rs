@@ -666,8 +666,9 @@ fn bind_http_ingest(
     };
     let token = http.token().map_err(|e| e.to_string())?;
     let request_timeout = std::time::Duration::from_millis(http.request_timeout_ms);
+    let idle_timeout = std::time::Duration::from_millis(http.idle_timeout_ms);
     let tls = match http.tls_files() {
-        Some(files) => Some(TlsServer::load(files, request_timeout)?),
+        Some(files) => Some(TlsServer::load(files, idle_timeout)?),
         None => None,
     };
     let addr = http.address().map_err(|e| e.to_string())?;
@@ -684,6 +685,7 @@ fn bind_http_ingest(
         payload_bytes_max: cfg.server.payload_bytes_max as u32,
         max_connections: http.max_connections as usize,
         request_timeout,
+        idle_timeout,
         token,
         read_buffer_bytes_max: cfg.server.read_buffer_bytes_max,
     };
@@ -700,7 +702,10 @@ fn bind_tcp_door(
         return Ok(None);
     };
     let tls = match tcp.tls_files() {
-        Some(files) => Some(TlsServer::load(files, cfg.read_timeout())?),
+        Some(files) => Some(TlsServer::load(
+            files,
+            std::time::Duration::from_millis(tcp.handshake_timeout_ms),
+        )?),
         None => None,
     };
     let addr = tcp.address().map_err(|e| e.to_string())?;

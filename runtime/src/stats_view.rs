@@ -107,9 +107,10 @@ fn ingest(out: &mut String, stats: &Value, uptime: u64) {
     line(
         "http door",
         format!(
-            "{} open, {} accepted, {} refused, {} records{}",
+            "{} open, {} accepted, {} evicted, {} refused, {} records{}",
             n("http_connections_open"),
             n("http_connections_accepted"),
+            n("http_connections_evicted"),
             n("http_connections_refused"),
             n("http_records"),
             if answers.is_empty() {
@@ -122,9 +123,10 @@ fn ingest(out: &mut String, stats: &Value, uptime: u64) {
     line(
         "tcp door",
         format!(
-            "{} open, {} accepted, {} refused",
+            "{} open, {} accepted, {} evicted, {} refused",
             n("tcp_connections_open"),
             n("tcp_connections_accepted"),
+            n("tcp_connections_evicted"),
             n("tcp_connections_refused")
         ),
     );

@@ -4,8 +4,9 @@
 //! without a certificate, with one from another CA, an expired one or one
 //! without an allowed name is refused at the handshake and counted by
 //! reason; a certificate rotated by SIGHUP serves new connections while an
-//! open one keeps working; `max_connections` is the door's own; and a
-//! SIGKILL while a TLS producer pipelines loses no acknowledged record.
+//! open one keeps working; `max_connections` is the door's own, and at it
+//! producers still get in past clients stuck in their TLS handshake; and
+//! a SIGKILL while a TLS producer pipelines loses no acknowledged record.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -311,4 +312,77 @@ fn the_rust_client_connects_over_mutual_tls_and_a_refusal_is_an_error() {
         "the refusal waited for a timeout"
     );
     assert_eq!(stored_texts(&d).len(), 3);
+}
+
+/// Issue 39, item 2: clients that connect and never finish their TLS
+/// handshake (silent, or with half a ClientHello) fill `max_connections`;
+/// a producer that completes its handshake still gets in and gets its
+/// acks, each newcomer closing the connection longest in its handshake,
+/// never one past it. Before, the producer was closed at once for as long
+/// as the stuck ones held their slots. The handshake deadline is set far
+/// beyond the test, so nothing here depends on it.
+#[test]
+fn clients_stuck_in_the_handshake_give_way_to_producers_at_the_cap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server_ca = Ca::new("spillway test server CA");
+    let (cert, key) = server_ca
+        .leaf("spillway", &["localhost", "127.0.0.1"], false)
+        .write(tmp.path(), "server");
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = {cert:?}\nkey = {key:?}\nmax_connections = 8\nhandshake_timeout_ms = 60000\n"
+    ));
+    // A TLS record header announcing a 512-byte handshake message, and its
+    // first bytes: half a ClientHello, the rest never comes.
+    const HALF_HELLO: &[u8] = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03";
+    let stuck = |n: usize| -> Vec<TcpStream> {
+        (0..n)
+            .map(|i| {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+                if i % 2 == 1 {
+                    s.write_all(HALF_HELLO).unwrap();
+                }
+                s
+            })
+            .collect()
+    };
+    let first_flood = stuck(8);
+    assert_eq!(stat_reaching(&d, "tcp_connections_accepted", 8), 8);
+
+    let mut producer = tls_connect(port, &server_ca, None);
+    producer
+        .write_all(&push_frame(Tier::Sync, b"through the flood"))
+        .and_then(|()| expect_bytes(&mut producer, &expected_ack(), "producer's ack"))
+        .expect("a producer completing its handshake is served at the cap");
+    assert_eq!(stat(&d, "tcp_connections_evicted"), 1);
+    // The one evicted is the one longest in its handshake: the first.
+    let mut oldest = &first_flood[0];
+    oldest
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 1];
+    assert!(
+        matches!(oldest.read(&mut buf), Ok(0) | Err(_)),
+        "the oldest stuck connection was not closed"
+    );
+
+    // A second flood evicts only stuck connections, never the producer.
+    let second_flood = stuck(8);
+    assert_eq!(stat_reaching(&d, "tcp_connections_accepted", 17), 17);
+    let mut second = tls_connect(port, &server_ca, None);
+    second
+        .write_all(&push_frame(Tier::Sync, b"second producer"))
+        .and_then(|()| expect_bytes(&mut second, &expected_ack(), "second producer's ack"))
+        .expect("a second producer is served at the cap");
+    producer
+        .write_all(&push_frame(Tier::Sync, b"still here"))
+        .and_then(|()| expect_bytes(&mut producer, &expected_ack(), "producer's second ack"))
+        .expect("a producer past its handshake is never evicted");
+    assert_eq!(stat(&d, "tcp_connections_evicted"), 10);
+    assert_eq!(stat(&d, "tcp_connections_refused"), 0);
+    assert_eq!(
+        stored_texts(&d),
+        ["through the flood", "second producer", "still here"]
+    );
+    drop((first_flood, second_flood));
 }

@@ -20,8 +20,14 @@
 //! write, or the daemon's read-buffer budget is taken).
 //!
 //! Connections are spread over the connection arbiters, as the socket's
-//! are; past `max_connections` a new one is closed at once. hyper's
-//! HTTP/1.1 server (keep-alive on); TLS when configured ([`crate::tls`]).
+//! are. hyper's HTTP/1.1 server (keep-alive on); TLS when configured
+//! ([`crate::tls`]). A connection not in a request (its TLS handshake, the
+//! wait for its first request head or the next) waits in the door's
+//! [`Lobby`] and must send a complete head within `idle_timeout_ms`; at
+//! `max_connections` a newcomer evicts the connection that has waited
+//! there longest, and is closed at once only when every connection has a
+//! request being answered. Idle keep-alive connections can then no
+//! longer keep a client with a request out.
 
 mod body;
 mod encoding;
@@ -53,7 +59,7 @@ pub use encoding::{gunzip, Encoding};
 
 use crate::accept::AcceptErrors;
 use crate::connection::ReadBudget;
-use crate::listener::{start_accepting, StopListening, TcpAccept};
+use crate::listener::{start_accepting, Lobby, LobbyTicket, StopListening, TcpAccept};
 use crate::shard::{AppendBatch, PendingRecords, ShardQueue};
 use crate::stats::DaemonStats;
 use crate::tls::TlsServer;
@@ -72,11 +78,15 @@ pub struct HttpIngestSettings {
     pub body_bytes_max: u64,
     /// `server.payload_bytes_max`: the largest record.
     pub payload_bytes_max: u32,
-    /// Open connections past this are closed at once.
+    /// Open connections past this evict the one in the lobby longest, or
+    /// are closed at once when none is.
     pub max_connections: usize,
-    /// A request's head and body must arrive within this (408, or a
-    /// dropped connection for a head that never completes).
+    /// A request's body must arrive within this (408).
     pub request_timeout: Duration,
+    /// A connection out of a request (before the first, between two) must
+    /// finish its TLS handshake and send a complete request head within
+    /// this, or it is closed.
+    pub idle_timeout: Duration,
     /// `Authorization: Bearer <token>` every request must carry, if set.
     pub token: Option<String>,
     /// Bytes all connections of the daemon may hold in frames and bodies
@@ -93,6 +103,9 @@ struct Door {
     /// Wakes socket connections waiting for read-buffer budget a body gives back.
     read_budget: Arc<ReadBudget>,
     tls: Option<Arc<TlsServer>>,
+    /// Connections between requests: evicted, longest waiting first, to
+    /// let a newcomer in at `max_connections`.
+    lobby: Arc<Lobby>,
 }
 
 impl Door {
@@ -131,6 +144,7 @@ impl HttpIngest {
                 daemon,
                 read_budget,
                 tls,
+                lobby: Arc::new(Lobby::default()),
             }),
             arbiters,
             next_arbiter: 0,
@@ -141,7 +155,7 @@ impl HttpIngest {
     fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
         let stats = self.door.stats();
         let open = stats.connections_open.fetch_add(1, Ordering::Relaxed) + 1;
-        if open > self.door.settings.max_connections as u64 {
+        if open > self.door.settings.max_connections as u64 && !self.evict_idle(peer) {
             stats.connections_open.fetch_sub(1, Ordering::Relaxed);
             stats.connections_refused.fetch_add(1, Ordering::Relaxed);
             if self.door.daemon.log_limiter.allow() {
@@ -165,10 +179,18 @@ impl HttpIngest {
         let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
         self.next_arbiter += 1;
         let door = self.door.clone();
+        // In the lobby from the accept on, so the next accept already sees it.
+        let ticket = Arc::new(self.door.lobby.enter());
         let started = arbiter.spawn_fn(move || {
             actix_rt::spawn(async move {
                 match tokio::net::TcpStream::from_std(std_stream) {
-                    Ok(stream) => serve(stream, peer, door.clone()).await,
+                    Ok(stream) => {
+                        tokio::select! {
+                            biased;
+                            () = serve(stream, peer, door.clone(), ticket.clone()) => {}
+                            () = ticket.evicted() => {}
+                        }
+                    }
                     Err(e) => tracing::warn!(error = %e, "could not register an HTTP connection"),
                 }
                 door.stats()
@@ -182,7 +204,25 @@ impl HttpIngest {
     }
 }
 
-impl HttpIngest {}
+impl HttpIngest {
+    /// At `max_connections`: close the connection waiting longest for a
+    /// request (or in its TLS handshake), if there is one (see [`Lobby`]).
+    /// The new connection takes its place; until the evicted one is gone
+    /// (microseconds) one more is open than the cap.
+    fn evict_idle(&self, peer: SocketAddr) -> bool {
+        if !self.door.lobby.evict_oldest() {
+            return false;
+        }
+        self.door
+            .stats()
+            .connections_evicted
+            .fetch_add(1, Ordering::Relaxed);
+        if self.door.daemon.log_limiter.allow() {
+            tracing::info!(%peer, max_connections = self.door.settings.max_connections, "server.http.max_connections reached: closed the connection waiting longest for a request to let a new one in");
+        }
+        true
+    }
+}
 
 impl Actor for HttpIngest {
     type Context = Context<Self>;
@@ -215,20 +255,42 @@ impl Handler<StopListening> for HttpIngest {
 }
 
 /// Serves one connection: TLS first when configured, then HTTP/1.1 with
-/// keep-alive until the client closes or stalls.
-async fn serve(stream: tokio::net::TcpStream, peer: SocketAddr, door: Arc<Door>) {
+/// keep-alive until the client closes or stalls. Out of the lobby while
+/// a request is being answered, in it otherwise.
+async fn serve(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    door: Arc<Door>,
+    ticket: Arc<LobbyTicket>,
+) {
     let _ = stream.set_nodelay(true);
     let mut http = http1::Builder::new();
+    // hyper's head timer runs from the moment it waits for a head (right
+    // after the previous answer, or the handshake) until the head is in:
+    // the idle wait and a slow head are one deadline.
     http.keep_alive(true)
         .max_buf_size(REQUEST_HEAD_BYTES_MAX)
         .timer(TokioTimer::new())
-        .header_read_timeout(door.settings.request_timeout);
+        .header_read_timeout(door.settings.idle_timeout);
     let pick = door.next_shard.fetch_add(1, Ordering::Relaxed) % door.shards.len();
     let shard = door.shards[pick].clone();
     let service_door = door.clone();
     let service = service_fn(move |request| {
-        let (door, shard) = (service_door.clone(), shard.clone());
-        async move { Ok::<_, Infallible>(answer(request, &door, &shard).await) }
+        let (door, shard, ticket) = (service_door.clone(), shard.clone(), ticket.clone());
+        async move {
+            if !ticket.leave() {
+                // Claimed between its head's arrival and here: the
+                // connection is closing, and nothing of it is taken in.
+                door.stats().answered(503);
+                return Ok::<_, Infallible>(refused(Refusal::new(
+                    503,
+                    "the connection was closed to let another in at server.http.max_connections: retry",
+                )));
+            }
+            let response = answer(request, &door, &shard).await;
+            ticket.wait();
+            Ok(response)
+        }
     });
     // A failed exchange (a client gone, a head too slow or too big, which
     // hyper answers itself) leaves nothing to do: the socket closes.

@@ -4,7 +4,10 @@
 //! - [`unix`]: the Unix socket (its folder's safety, peer credentials,
 //!   idle eviction at the cap);
 //! - [`tcp`]: TCP with TLS (mutual TLS and allowed names optional), or in
-//!   the clear on loopback only.
+//!   the clear on loopback only;
+//! - [`lobby`]: the network doors' connections not yet shown to be
+//!   producers (a TLS handshake unfinished, an HTTP connection between
+//!   requests), the oldest of which gives way to a newcomer at the cap.
 //!
 //! The HTTP door is a room of its own ([`crate::http_ingest`]).
 
@@ -17,9 +20,11 @@ use actix::prelude::*;
 use crate::accept::AcceptErrors;
 use crate::stats::DaemonStats;
 
+pub mod lobby;
 pub mod tcp;
 pub mod unix;
 
+pub use lobby::{Lobby, LobbyTicket};
 pub use tcp::TcpDoor;
 pub use unix::{bind_socket, check_socket_path, ensure_socket_folder, BindError, Listener};
 

@@ -2,12 +2,15 @@
 //! (and optionally mutual TLS and allowed names, [`crate::tls`]) or, on a
 //! loopback address only, in the clear. Same connection actor, tiers,
 //! pipelining, window and limits as the Unix socket; `max_connections` is
-//! this door's own (a new connection past it is closed at once: no idle
-//! eviction here).
+//! this door's own.
 //!
 //! The TLS handshake runs on the connection's arbiter, not on the accept
 //! loop, so a slow client holds only its own slot; it must finish within
-//! `connection_read_timeout_ms`.
+//! `server.tcp.handshake_timeout_ms`. Until it has, the connection waits
+//! in the door's [`Lobby`]: at `max_connections` a newcomer evicts the
+//! connection that has waited there longest, and is refused (closed at
+//! once) only when every connection has finished its handshake. A client
+//! that connects and sends nothing can then no longer keep producers out.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -15,7 +18,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use super::{start_accepting, StopListening, TcpAccept};
+use super::{start_accepting, Lobby, LobbyTicket, StopListening, TcpAccept};
 use crate::accept::AcceptErrors;
 use crate::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
 use crate::shard::ShardQueue;
@@ -32,6 +35,9 @@ pub struct TcpDoor {
     shards: Vec<Arc<ShardQueue>>,
     max_connections: usize,
     tls: Option<Arc<TlsServer>>,
+    /// Connections still in their TLS handshake: evicted, oldest first,
+    /// to let a newcomer in at `max_connections`.
+    lobby: Arc<Lobby>,
     next_arbiter: usize,
     next_shard: usize,
     accept_errors: AcceptErrors,
@@ -54,6 +60,7 @@ impl TcpDoor {
             shards,
             max_connections,
             tls,
+            lobby: Arc::new(Lobby::default()),
             next_arbiter: 0,
             next_shard: 0,
             accept_errors: AcceptErrors::new("tcp"),
@@ -63,7 +70,7 @@ impl TcpDoor {
     fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
         let stats = &self.shared.stats;
         let live = self.shared.live.fetch_add(1, Ordering::Relaxed) + 1;
-        if live > self.max_connections {
+        if live > self.max_connections && !self.evict_unfinished_handshake(peer) {
             self.shared.live.fetch_sub(1, Ordering::Relaxed);
             stats
                 .tcp
@@ -92,9 +99,11 @@ impl TcpDoor {
         let shard = self.shards[self.next_shard % self.shards.len()].clone();
         self.next_shard += 1;
         let (shared, tls) = (self.shared.clone(), self.tls.clone());
+        // In the lobby from the accept on, so the next accept already sees it.
+        let ticket = self.lobby.enter();
         let started = arbiter.spawn_fn(move || {
             actix_rt::spawn(async move {
-                match open(std_stream, peer, tls.as_deref(), &shared).await {
+                match open(std_stream, peer, tls.as_deref(), &shared, &ticket).await {
                     Some(stream) => {
                         Connection::new(id, stream, shard, shared).start();
                     }
@@ -110,9 +119,48 @@ impl TcpDoor {
     }
 }
 
+impl TcpDoor {
+    /// At `max_connections`: close the connection that has been in its
+    /// TLS handshake longest, if there is one (see [`Lobby`]). The new
+    /// connection takes its place; until the evicted one is gone
+    /// (microseconds) one more is open than the cap.
+    fn evict_unfinished_handshake(&self, peer: SocketAddr) -> bool {
+        if !self.lobby.evict_oldest() {
+            return false;
+        }
+        let stats = &self.shared.stats;
+        stats
+            .tcp
+            .connections_evicted
+            .fetch_add(1, Ordering::Relaxed);
+        if stats.log_limiter.allow() {
+            tracing::info!(%peer, max_connections = self.max_connections, "server.tcp.max_connections reached: closed the connection longest in its TLS handshake to let a new one in");
+        }
+        true
+    }
+}
+
 /// Register the socket on this arbiter and, with TLS, shake hands (under
-/// `connection_read_timeout_ms`); `None` when it fails (counted, logged).
+/// `server.tcp.handshake_timeout_ms`, in the lobby); `None` when it fails
+/// (counted, logged) or the door evicted the connection meanwhile.
 async fn open(
+    std_stream: std::net::TcpStream,
+    peer: SocketAddr,
+    tls: Option<&TlsServer>,
+    shared: &ConnectionContext,
+    ticket: &LobbyTicket,
+) -> Option<Stream> {
+    let stream = tokio::select! {
+        biased;
+        stream = shake_hands(std_stream, peer, tls, shared) => stream,
+        () = ticket.evicted() => None,
+    };
+    // A claim that came after the handshake ended still wins: the door
+    // has let another connection in on this one's slot.
+    stream.filter(|_| ticket.leave())
+}
+
+async fn shake_hands(
     std_stream: std::net::TcpStream,
     peer: SocketAddr,
     tls: Option<&TlsServer>,

@@ -575,6 +575,10 @@ fn door_figures(stats: &spillway_actors::DaemonStats) -> Vec<(String, u64)> {
             "http_connections_refused".to_string(),
             load(&h.connections_refused),
         ),
+        (
+            "http_connections_evicted".to_string(),
+            load(&h.connections_evicted),
+        ),
         ("http_records".to_string(), load(&h.records)),
     ];
     for (code, n) in spillway_actors::http_ingest::STATUSES
@@ -601,6 +605,10 @@ fn door_figures(stats: &spillway_actors::DaemonStats) -> Vec<(String, u64)> {
     out.push((
         "tcp_connections_refused".to_string(),
         load(&t.connections_refused),
+    ));
+    out.push((
+        "tcp_connections_evicted".to_string(),
+        load(&t.connections_evicted),
     ));
     for (reason, n) in t.tls.by_reason() {
         out.push((
@@ -1027,7 +1035,8 @@ impl Collector for Sources {
         for (name, kind, help, value) in [
             ("spillway_http_connections_open", "gauge", "Open connections of the HTTP ingest door (server.http).", load(&h.connections_open)),
             ("spillway_http_connections_accepted_total", "counter", "Connections the HTTP ingest door accepted.", load(&h.connections_accepted)),
-            ("spillway_http_connections_refused_total", "counter", "Connections the HTTP ingest door closed at once: server.http.max_connections were open.", load(&h.connections_refused)),
+            ("spillway_http_connections_refused_total", "counter", "Connections the HTTP ingest door closed at once: server.http.max_connections were open, each with a request being answered.", load(&h.connections_refused)),
+            ("spillway_http_connections_evicted_total", "counter", "Connections the HTTP ingest door closed between requests (or before the first) to let a new one in at server.http.max_connections.", load(&h.connections_evicted)),
             ("spillway_http_records_total", "counter", "Records acknowledged (200) by the HTTP ingest door.", load(&h.records)),
         ] {
             single(&mut encoder, name, kind, help, value)?;
@@ -1063,8 +1072,14 @@ impl Collector for Sources {
             (
                 "spillway_tcp_connections_refused_total",
                 "counter",
-                "Connections the TCP door closed at once: server.tcp.max_connections were open.",
+                "Connections the TCP door closed at once: server.tcp.max_connections were open, none in its TLS handshake.",
                 load(&t.connections_refused),
+            ),
+            (
+                "spillway_tcp_connections_evicted_total",
+                "counter",
+                "Connections the TCP door closed in their TLS handshake to let a new one in at server.tcp.max_connections.",
+                load(&t.connections_evicted),
             ),
         ] {
             single(&mut encoder, name, kind, help, value)?;

@@ -307,7 +307,31 @@ pub const SERVER_HTTP_REQUEST_TIMEOUT_MS: Key = Key {
         unit: Unit::Ms,
     },
     also: "",
-    meaning: r#"A request head and then its body must each arrive within this (a slow body gets 408), an idle keep-alive connection is closed after it, and a TLS handshake must finish within it."#,
+    meaning: r#"A request's body must arrive within this once its head is in (a slow body gets 408). The head, an idle keep-alive connection and a TLS handshake have `idle_timeout_ms`."#,
+};
+
+pub const SERVER_HTTP_IDLE_TIMEOUT_MS: Key = Key {
+    name: "server.http.idle_timeout_ms",
+    default: DefaultValue::Int(5_000),
+    allowed: Allowed::Range {
+        min: 100,
+        max: 60_000,
+        unit: Unit::Ms,
+    },
+    also: "",
+    meaning: r#"A connection not in a request (just accepted, or between two requests on keep-alive) must finish its TLS handshake and send a complete request head within this, or it is closed. While it waits it holds no claim on its slot: at `max_connections` a new connection closes the one waiting longest instead of being refused (`http_connections_evicted`, `spillway_http_connections_evicted_total`), so idle or silent connections cannot keep out a client with a request. A connection whose request is being answered is never evicted."#,
+};
+
+pub const SERVER_TCP_HANDSHAKE_TIMEOUT_MS: Key = Key {
+    name: "server.tcp.handshake_timeout_ms",
+    default: DefaultValue::Int(5_000),
+    allowed: Allowed::Range {
+        min: 100,
+        max: 60_000,
+        unit: Unit::Ms,
+    },
+    also: "",
+    meaning: r#"A TLS handshake must finish within this, or the connection is closed. Until it has, the connection holds no claim on its slot: at `max_connections` a new connection closes the one longest in its handshake instead of being refused (`tcp_connections_evicted`, `spillway_tcp_connections_evicted_total`), so clients that connect and never finish cannot keep producers out. A connection past its handshake is never evicted."#,
 };
 
 pub const WAB_SEGMENT_BYTES_MAX: Key = Key {
@@ -475,6 +499,7 @@ pub const TABLES: &[Table] = &[
             SERVER_TCP_CLIENT_CA,
             SERVER_TCP_ALLOWED_NAMES,
             SERVER_TCP_MAX_CONNECTIONS,
+            SERVER_TCP_HANDSHAKE_TIMEOUT_MS,
         ],
     },
     Table {
@@ -490,6 +515,7 @@ pub const TABLES: &[Table] = &[
             SERVER_HTTP_BODY_BYTES_MAX,
             SERVER_HTTP_MAX_CONNECTIONS,
             SERVER_HTTP_REQUEST_TIMEOUT_MS,
+            SERVER_HTTP_IDLE_TIMEOUT_MS,
         ],
     },
     Table {

@@ -188,10 +188,14 @@ pub struct HttpIngestConfig {
     /// Connections open at once; past it a new one is closed. 1..=65536.
     #[serde(default = "http_max_connections_default")]
     pub max_connections: u32,
-    /// A request (head, then body) must arrive within this, and an idle
-    /// keep-alive connection is closed after it. 100..=600000 ms.
+    /// A request's body must arrive within this. 100..=600000 ms.
     #[serde(default = "http_request_timeout_default")]
     pub request_timeout_ms: u64,
+    /// A connection out of a request must finish its TLS handshake and
+    /// send a head within this; while it waits it may be evicted at
+    /// `max_connections`. 100..=60000 ms.
+    #[serde(default = "http_idle_timeout_default")]
+    pub idle_timeout_ms: u64,
 }
 
 /// `[server.tcp]`: the wire protocol over TCP, with TLS (docs/ingest.md).
@@ -213,6 +217,10 @@ pub struct TcpDoorConfig {
     /// This door's connections open at once. 1..=65536.
     #[serde(default = "tcp_max_connections_default")]
     pub max_connections: u32,
+    /// A TLS handshake must finish within this; until it has, the
+    /// connection may be evicted at `max_connections`. 100..=60000 ms.
+    #[serde(default = "tcp_handshake_timeout_default")]
+    pub handshake_timeout_ms: u64,
 }
 
 impl TcpDoorConfig {
@@ -234,7 +242,8 @@ impl TcpDoorConfig {
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.door().check()?;
-        in_range(&SERVER_TCP_MAX_CONNECTIONS, self.max_connections as u64)
+        in_range(&SERVER_TCP_MAX_CONNECTIONS, self.max_connections as u64)?;
+        in_range(&SERVER_TCP_HANDSHAKE_TIMEOUT_MS, self.handshake_timeout_ms)
     }
 
     /// The TLS files, when TLS is on.
@@ -379,6 +388,14 @@ fn http_request_timeout_default() -> u64 {
     SERVER_HTTP_REQUEST_TIMEOUT_MS.int()
 }
 
+fn http_idle_timeout_default() -> u64 {
+    SERVER_HTTP_IDLE_TIMEOUT_MS.int()
+}
+
+fn tcp_handshake_timeout_default() -> u64 {
+    SERVER_TCP_HANDSHAKE_TIMEOUT_MS.int()
+}
+
 impl HttpIngestConfig {
     /// The address to bind; an error names the key.
     pub fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
@@ -409,7 +426,8 @@ impl HttpIngestConfig {
         }
         in_range(&SERVER_HTTP_BODY_BYTES_MAX, self.body_bytes_max)?;
         in_range(&SERVER_HTTP_MAX_CONNECTIONS, self.max_connections as u64)?;
-        in_range(&SERVER_HTTP_REQUEST_TIMEOUT_MS, self.request_timeout_ms)
+        in_range(&SERVER_HTTP_REQUEST_TIMEOUT_MS, self.request_timeout_ms)?;
+        in_range(&SERVER_HTTP_IDLE_TIMEOUT_MS, self.idle_timeout_ms)
     }
 
     /// The bearer token from `token_env`'s variable; an unset or empty
