@@ -69,6 +69,23 @@ fn assert_exactly_once(stored: &[StoredMessage], sent: &[String]) {
     }
 }
 
+/// A 3-node cluster with the R3 stream `STREAM` (`None`: skipped, said
+/// why, outside CI).
+fn r3_cluster() -> Option<NatsCluster> {
+    let cluster = NatsCluster::start(3)?;
+    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
+    Some(cluster)
+}
+
+/// A daemon with two shards and a NATS sink into `STREAM` (`extra`: more
+/// keys of its table).
+fn two_shards_into_the_stream(cluster: &NatsCluster, extra: &str) -> Daemon {
+    Daemon::start(&format!(
+        "[server]\nshards = 2\n{}",
+        nats_table(cluster, "stream", extra)
+    ))
+}
+
 fn wait_for_stream(cluster: &NatsCluster, d: &Daemon, n: u64) {
     if wait_until(DELIVERY_TIMEOUT, || cluster.stream_messages(STREAM) >= n) {
         return;
@@ -88,14 +105,10 @@ fn wait_for_stream(cluster: &NatsCluster, d: &Daemon, n: u64) {
 /// stream holds every record once.
 #[test]
 fn a_leader_killed_mid_delivery_loses_nothing_and_stores_nothing_twice() {
-    let Some(mut cluster) = NatsCluster::start(3) else {
+    let Some(mut cluster) = r3_cluster() else {
         return;
     };
-    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
-    let d = Daemon::start(&format!(
-        "[server]\nshards = 2\n{}",
-        nats_table(&cluster, "stream", "")
-    ));
+    let d = two_shards_into_the_stream(&cluster, "");
     let mut sent = push_many(&d, "lead", 50_000);
     // Mid-delivery: some, not all, of the first half is in.
     assert!(wait_until(DELIVERY_TIMEOUT, || cluster
@@ -132,14 +145,10 @@ const RESUME_BOUND: Duration = Duration::from_secs(60);
 /// stream holds every acknowledged record once.
 #[test]
 fn a_frozen_server_is_left_for_the_others_and_nothing_is_stored_twice() {
-    let Some(mut cluster) = NatsCluster::start(3) else {
+    let Some(mut cluster) = r3_cluster() else {
         return;
     };
-    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
-    let d = Daemon::start(&format!(
-        "[server]\nshards = 2\n{}",
-        nats_table(&cluster, "stream", "")
-    ));
+    let d = two_shards_into_the_stream(&cluster, "");
     let mut sent = push_many(&d, "before", 5_000);
     wait_for_stream(&cluster, &d, sent.len() as u64);
     // The sink's one connection, named spillway/<version>.
@@ -207,14 +216,10 @@ fn a_frozen_server_is_left_for_the_others_and_nothing_is_stored_twice() {
 /// the data folder survives), and nothing is lost.
 #[test]
 fn a_sigkill_of_spillway_mid_delivery_stores_every_record_once() {
-    let Some(cluster) = NatsCluster::start(3) else {
+    let Some(cluster) = r3_cluster() else {
         return;
     };
-    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
-    let mut d = Daemon::start(&format!(
-        "[server]\nshards = 2\n{}",
-        nats_table(&cluster, "stream", "batches_in_flight = 4\n")
-    ));
+    let mut d = two_shards_into_the_stream(&cluster, "batches_in_flight = 4\n");
     let id_file = d.data_dir().join("instance-id");
     let id = std::fs::read_to_string(&id_file).expect("the instance id file");
     let mut sent = push_many(&d, "before", 30_000);
@@ -266,10 +271,9 @@ fn a_sigkill_of_spillway_mid_delivery_stores_every_record_once() {
 /// while the HTTP receiver answers 503.
 #[test]
 fn a_dead_http_sink_beside_it_costs_the_stream_nothing() {
-    let Some(cluster) = NatsCluster::start(3) else {
+    let Some(cluster) = r3_cluster() else {
         return;
     };
-    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
     let http = HttpReceiver::start();
     http.set_status(503);
     let d = Daemon::start(&format!(
@@ -320,10 +324,9 @@ fn both_refuse(config: &str, env: &[(&str, &str)], want: &str) {
 /// record is dead-lettered with the server's limit in its reason.
 #[test]
 fn bad_streams_subjects_credentials_and_records_each_get_their_error() {
-    let Some(cluster) = NatsCluster::start(3) else {
+    let Some(cluster) = r3_cluster() else {
         return;
     };
-    cluster.create_stream(STREAM, &["events.>"], 3, WINDOW);
     let servers = cluster.servers_toml();
     both_refuse(
         &format!("[sinks.js]\ntype = \"nats\"\nservers = {servers}\nsubject = \"events.a\"\nstream = \"NOPE\"\n"),
