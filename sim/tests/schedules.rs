@@ -182,7 +182,7 @@ fn schedules() {
             Ok(r) => totals.add(&r),
             Err(f) => panic!("schedule {i} of {n}:\n{f}"),
         }
-        if (i + 1) % 10_000 == 0 {
+        if (i + 1) % 1_000 == 0 {
             eprintln!("{} schedules, {:.0?}", i + 1, started.elapsed());
         }
     }
