@@ -257,16 +257,14 @@ pub struct FlusherCore<S: Storage> {
     /// bytes absent; Buffered records among them were acknowledged), or to
     /// the full one sealed without a successor.
     resume_seq: u64,
-    /// Numbers just below `resume_seq` no record a reader may get has:
-    /// from the end of the last durable record up to `resume_seq`. Written
-    /// into the fresh segment's header (`skipped`), so that the jump is
-    /// durable with the first record that uses it: until then readers
-    /// stop at the durable end, and a restart numbers on from there.
-    resume_skipped: u64,
     /// The number after the shard's last durable record: what the
     /// watermark says (`Watermark::next_seq`). Never past a number no
     /// durable record or header backs, so a cursor that reaches it can
-    /// never be ahead of what recovery finds.
+    /// never be ahead of what recovery finds. The numbers from here up to
+    /// `resume_seq` no reader may get are written into the fresh
+    /// segment's header (`skipped`), so the jump is durable with the first
+    /// record that uses it: until then readers stop at the durable end,
+    /// and a restart numbers on from there.
     durable_next_seq: u64,
     /// Record bytes made durable so far (published as `Watermark::bytes`).
     durable_bytes: u64,
@@ -422,7 +420,6 @@ impl<S: Storage> FlusherCore<S> {
             retry_at: None,
             retry_wait: SEGMENT_RETRY_FIRST,
             resume_seq: report.next_seq,
-            resume_skipped: 0,
             durable_next_seq: report.next_seq,
             durable_bytes,
         };
@@ -571,13 +568,7 @@ impl<S: Storage> FlusherCore<S> {
             Ok(pre) => {
                 self.last_segment_id = Some(pre.segment_id);
                 let mut active = ActiveSegment::start(pre, self.cfg.shard, self.resume_seq);
-                assert_eq!(
-                    self.resume_seq - self.resume_skipped,
-                    self.durable_next_seq,
-                    "shard {}: a fresh segment's skipped numbers start at the last durable record",
-                    self.cfg.shard
-                );
-                active.header.skipped = self.resume_skipped;
+                active.header.skipped = self.resume_seq - self.durable_next_seq;
                 tracing::info!(
                     shard = self.cfg.shard,
                     segment = active.header.segment_id,
@@ -812,7 +803,6 @@ impl<S: Storage> FlusherCore<S> {
         self.unsynced_since = None;
         if let Some(old) = self.active.take() {
             self.resume_seq = old.next_seq();
-            self.resume_skipped = self.resume_seq - self.durable_next_seq;
             let acked_end = acked_end.unwrap_or(old.write_offset);
             if acked_end > old.durable_offset {
                 // Buffered records acknowledged since the last fsync: the
@@ -905,9 +895,6 @@ impl<S: Storage> FlusherCore<S> {
     fn seal_without_successor(&mut self, e: &io::Error) {
         let old = self.active.take().unwrap();
         self.resume_seq = old.next_seq();
-        // (Made durable before the seal: 0 unless the segment was a fresh
-        // one that never got a durable record.)
-        self.resume_skipped = self.resume_seq - self.durable_next_seq;
         self.unsynced_since = None;
         self.publish_closed(old.header.segment_id);
         let (segment, next_seq) = (old.header.segment_id, old.next_seq());
