@@ -61,8 +61,10 @@ pub enum CrashKind {
 
 #[derive(Debug, Clone)]
 struct Inode {
-    live: Vec<u8>,
-    durable: Vec<u8>,
+    /// Shared until written (a fork, a sync and a crash copy the pointer,
+    /// not the bytes: the oracle forks the whole disk after every action).
+    live: Arc<Vec<u8>>,
+    durable: Arc<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,7 +264,7 @@ impl Fs {
                         mixed.push(ino.durable.get(at).copied().unwrap_or(0));
                     }
                     mixed.truncate(keep_len);
-                    ino.live = mixed;
+                    ino.live = Arc::new(mixed);
                 }
             }
             ino.durable = ino.live.clone();
@@ -414,7 +416,7 @@ impl SimStorage {
                 let p = path.join(name);
                 match e {
                     Entry::Dir => out.insert(p, None),
-                    Entry::File(ino) => out.insert(p, Some(fs.inodes[*ino].live.clone())),
+                    Entry::File(ino) => out.insert(p, Some(fs.inodes[*ino].live.to_vec())),
                 };
             }
         }
@@ -425,7 +427,7 @@ impl SimStorage {
     pub fn read_file(&self, path: &Path) -> Option<Vec<u8>> {
         let fs = self.fs();
         let ino = fs.file(path).ok()?;
-        Some(fs.inodes[ino].live.clone())
+        Some(fs.inodes[ino].live.to_vec())
     }
 
     /// Overwrite `bytes` at `offset` of an existing file, in its live and
@@ -442,12 +444,13 @@ impl SimStorage {
         if inode.live.len() < end {
             return false;
         }
-        inode.live[offset..end].copy_from_slice(bytes);
+        Arc::make_mut(&mut inode.live)[offset..end].copy_from_slice(bytes);
         // As far as the durable content reaches (a part not synced yet
         // is damaged in the page cache only).
         let durable_end = end.min(inode.durable.len());
         if durable_end > offset {
-            inode.durable[offset..durable_end].copy_from_slice(&bytes[..durable_end - offset]);
+            Arc::make_mut(&mut inode.durable)[offset..durable_end]
+                .copy_from_slice(&bytes[..durable_end - offset]);
         }
         true
     }
@@ -467,9 +470,10 @@ impl SimStorage {
             at = next;
         }
         let ino = fs.inodes.len();
+        let bytes = Arc::new(bytes.to_vec());
         fs.inodes.push(Inode {
-            live: bytes.to_vec(),
-            durable: bytes.to_vec(),
+            live: bytes.clone(),
+            durable: bytes,
         });
         let d = fs.dir_mut(parent).unwrap();
         d.live.insert(name.clone(), Entry::File(ino));
@@ -503,8 +507,8 @@ impl Storage for SimStorage {
         }
         dir.live.insert(name, Entry::File(next));
         fs.inodes.push(Inode {
-            live: Vec::new(),
-            durable: Vec::new(),
+            live: Arc::default(),
+            durable: Arc::default(),
         });
         Ok(SimFile {
             fs: self.fs.clone(),
@@ -542,7 +546,7 @@ impl Storage for SimStorage {
         // A segment renamed to a name no reader opens (a `.free` file to be
         // written over) is gone as a segment: it is checked as a removal.
         if is_segment(from) && !is_segment(to) {
-            let bytes = fs.inodes[ino].live.clone();
+            let bytes = fs.inodes[ino].live.to_vec();
             fs.removed.push((from.to_path_buf(), bytes));
         }
         Ok(())
@@ -565,7 +569,7 @@ impl Storage for SimStorage {
         let (parent, name) = split(path)?;
         fs.dir_mut(parent)?.live.remove(&name);
         if is_segment(path) {
-            let bytes = fs.inodes[ino].live.clone();
+            let bytes = fs.inodes[ino].live.to_vec();
             fs.removed.push((path.to_path_buf(), bytes));
         }
         Ok(())
@@ -611,7 +615,7 @@ impl StorageFile for SimFile {
             bytes.truncate(keep);
             fs.crashed = true;
         }
-        let live = &mut fs.inodes[self.ino].live;
+        let live = Arc::make_mut(&mut fs.inodes[self.ino].live);
         let end = offset as usize + bytes.len();
         if live.len() < end {
             live.resize(end, 0);
@@ -645,7 +649,7 @@ impl StorageFile for SimFile {
         let mut fs = self.fs.lock().unwrap();
         fs.gate("set_len", Kind::Other)?;
         fs.may_grow(self.ino, len as usize)?;
-        fs.inodes[self.ino].live.resize(len as usize, 0);
+        Arc::make_mut(&mut fs.inodes[self.ino].live).resize(len as usize, 0);
         Ok(())
     }
 

@@ -73,6 +73,10 @@ const PINNED: &[(u64, &str)] = &[
         0xbb8f_9d6b_7deb_ad87,
         "issue 39, found while fixing it: a fresh segment abandoned before its first fdatasync had a header in the page cache past the numbers it skipped; the follower finished it at that header's first_seq and the cursors confirmed a number nothing durable backed",
     ),
+    (
+        0xe773_8e35_4adc_edb2,
+        "issue 39's 300,000-schedule sweep: a failed fsync took an abandoned segment's header (Buffered records only); retention deleted it as headerless, then the readers that had opened it finished it and retention released its bytes again: the WAB budget fell below what the disk held",
+    ),
 ];
 
 /// Small-disk seeds that found bugs (replayed on the one-segment disk).
@@ -85,6 +89,9 @@ const PINNED_SMALL_DISK: &[(u64, &str)] = &[(
 ), (
     0x63b5_f0bb_6357_30ef,
     "the same sweep: a preallocation failed and a second fault kept its cleanup from removing the file; that leftover .open was the one segment's room, and pushes were refused until a restart",
+), (
+    0x7f66_a9d5_8542_d4d7,
+    "issue 39, after its root fix: a failed fsync, then a fresh segment numbered past the skipped number (the header said so); its header wiped while the daemon was down, recovery presumed its numbers right after the data and handed its real number (29) out again; unnumbered records are now presumed past the clock's floor",
 )];
 
 fn quiet_sink_panics() {

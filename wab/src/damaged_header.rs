@@ -49,13 +49,15 @@
 //! lost: an [`Unnumbered`] in the report. `open_shard` counts them as the
 //! gap they leave before a newer segment when there is one (exact: the
 //! numbers missing at or past the checkpoint). When the file is the newest,
-//! its intact records are the count, as a gap of that many numbers right
-//! after everything the shard shows (where the writer started it, unless a
-//! floor it knew of is gone), written into its name in quarantine
-//! (`<name>.seqs-<first>-<last>`, a rename: no space needed) so that later
-//! starts keep `next_seq` past them and no number its records may carry is
-//! handed out again (some may have been delivered already: recovery cannot
-//! tell which).
+//! its intact records are the count, as a gap of that many numbers past
+//! the clock's floor (µs since the epoch: the writer may have started the
+//! file past numbers it skipped after a failed group, so numbers "right
+//! after everything the shard shows" could hand one its records carry out
+//! again), written into its name in quarantine
+//! (`<name>.seqs-<first>-<last>.after-<end>`, a rename: no space needed) so
+//! that later starts keep `next_seq` past them, no number its records may
+//! carry is handed out again (some may have been delivered already:
+//! recovery cannot tell which), and the jump from `<end>` is not counted.
 
 use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};

@@ -1330,15 +1330,34 @@ fn scan_quarantine<S: Storage>(
 
 /// (segment id, first, last) of an unnumbered segment's name once
 /// `open_shard` has presumed numbers for its records:
-/// `<id>.<open|sealed>.seqs-<first>-<last>`.
+/// `<id>.<open|sealed>.seqs-<first>-<last>`, with `.after-<end>` when the
+/// numbers were presumed past a floor (see [`presumed_jump`]).
 fn presumed_name(name: &str) -> Option<(u64, u64, u64)> {
+    let (id, first, last, _) = parse_presumed(name)?;
+    Some((id, first, last))
+}
+
+/// The numbers `open_shard` left unused on purpose when it presumed an
+/// unnumbered segment's numbers past a floor: `(end, first)`, from where
+/// everything the shard showed ended to the first presumed number (the
+/// `.after-<end>` of the name). None were any record's: not a gap.
+pub(crate) fn presumed_jump(name: &str) -> Option<(u64, u64)> {
+    let (_, first, _, after) = parse_presumed(name)?;
+    after.filter(|&end| end < first).map(|end| (end, first))
+}
+
+fn parse_presumed(name: &str) -> Option<(u64, u64, u64, Option<u64>)> {
     let (segment, seqs) = name.split_once(".seqs-")?;
     let Some(FileKind::Open(id) | FileKind::Sealed(id)) = classify(segment) else {
         return None;
     };
+    let (seqs, after) = match seqs.split_once(".after-") {
+        Some((seqs, after)) => (seqs, Some(after.parse().ok()?)),
+        None => (seqs, None),
+    };
     let (first, last) = seqs.split_once('-')?;
     let (first, last) = (first.parse().ok()?, last.parse().ok()?);
-    (first <= last).then_some((id, first, last))
+    (first <= last).then_some((id, first, last, after))
 }
 
 /// (first, last) of a `gap-<first>-<last>.reason` file name.

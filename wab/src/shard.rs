@@ -20,9 +20,13 @@
 //!   is a jump of `next_seq` this module made on purpose (below).
 //! - **Unnumbered records.** A quarantined segment whose header nothing
 //!   proves, newer than every segment kept, gets numbers presumed for its
-//!   intact records right after everything the shard shows, written into
-//!   its name (`<name>.seqs-<first>-<last>`): it then counts as a gap like
-//!   any quarantined segment, and `next_seq` stays past it.
+//!   intact records past the clock's floor (below: the writer may have
+//!   started it past numbers it skipped after a failed group, which only
+//!   the lost header said), written into its name
+//!   (`<name>.seqs-<first>-<last>.after-<end>`, `<end>` where everything
+//!   else the shard shows ended): it then counts as a gap like any
+//!   quarantined segment, `next_seq` stays past it, and the numbers from
+//!   `<end>` to `<first>` are a jump, never counted as lost.
 //! - **`lost_records`**: the salvaged holes and every gap: each
 //!   acknowledged record recovery cannot deliver, counted once.
 //! - **A checkpoint ahead of the data.** Segments exist but the checkpoint
@@ -56,10 +60,11 @@ use crate::checkpoint::{
     cursor_file, cursor_sinks, load_checkpoint, move_ahead_aside, moved_aside_floors,
     read_checkpoint_file, write_checkpoint, CheckpointLoad, CHECKPOINT_FILE,
 };
+use crate::format::now_unix_us;
 use crate::format::SEGMENT_HEADER_LEN;
 use crate::recovery::{
-    recover_shard_with, Recovered, RecoveryReport, SealedCheck, SeqGap, UntrustedCheckpoint,
-    QUARANTINE_DIR,
+    presumed_jump, recover_shard_with, Recovered, RecoveryReport, SealedCheck, SeqGap,
+    UntrustedCheckpoint, QUARANTINE_DIR,
 };
 use crate::salvage::count_intact;
 use crate::storage::{create_dir_durable, is_no_space, Storage, StorageFile};
@@ -189,9 +194,16 @@ pub fn open_shard_seen<S: Storage>(
         if records == 0 {
             continue;
         }
-        let first = report.next_seq;
+        // The writer may have started it past the data's end (numbers it
+        // skipped after a failed group, recorded in the header that is
+        // gone), so its records may carry any number up to the clock's:
+        // presume them past the same floor as an unreadable checkpoint's,
+        // and record where the data ended, so the numbers between are
+        // never counted as a gap.
+        let after = report.next_seq;
+        let first = after.max(now_unix_us());
         let end = first + records;
-        let to = presume_numbers(storage, dir, &path, first, end)?;
+        let to = presume_numbers(storage, dir, &path, after, first, end)?;
         let new_name = to.file_name().unwrap_or_default().to_string_lossy();
         for q in &mut report.in_quarantine {
             if q.segment_id == id && q.name == name {
@@ -338,6 +350,16 @@ pub fn open_shard_seen<S: Storage>(
     }
     if !candidates.is_empty() {
         let jumps: Vec<u64> = ahead.iter().chain(&corrupt).copied().collect();
+        // Numbers left unused when an unnumbered segment's were presumed
+        // past a floor.
+        let presumed_jumps: Vec<(u64, u64)> = report
+            .in_quarantine
+            .iter()
+            .filter_map(|q| presumed_jump(&q.name))
+            .collect();
+        let candidates = candidates
+            .into_iter()
+            .flat_map(|c| without_jumps(c, &presumed_jumps));
         for c in candidates {
             // A deliberate jump of next_seq: the next segment started at
             // a floor a moved-aside checkpoint records.
@@ -393,12 +415,16 @@ fn presume_numbers<S: Storage>(
     storage: &S,
     dir: &Path,
     path: &Path,
+    after: u64,
     first: u64,
     end: u64,
 ) -> io::Result<PathBuf> {
     let qdir = dir.join(QUARANTINE_DIR);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let new_name = format!("{name}.seqs-{first}-{}", end - 1);
+    let mut new_name = format!("{name}.seqs-{first}-{}", end - 1);
+    if after < first {
+        new_name.push_str(&format!(".after-{after}"));
+    }
     let reason = qdir.join(format!("{name}.reason"));
     match storage.rename(&reason, &qdir.join(format!("{new_name}.reason"))) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -408,6 +434,35 @@ fn presume_numbers<S: Storage>(
     storage.rename(path, &to)?;
     storage.sync_dir(&qdir)?;
     Ok(to)
+}
+
+/// `c` less the numbers in `jumps` (`[from, to)` each): none, one or
+/// several candidates.
+fn without_jumps(c: Candidate, jumps: &[(u64, u64)]) -> Vec<Candidate> {
+    let mut pieces = vec![c];
+    for &(from, to) in jumps {
+        pieces = pieces
+            .into_iter()
+            .flat_map(|c| {
+                if to <= c.first || from > c.last {
+                    return vec![c];
+                }
+                let mut out = Vec::new();
+                if c.first < from {
+                    out.push(Candidate {
+                        last: from - 1,
+                        place: c.place.clone(),
+                        ..c
+                    });
+                }
+                if to <= c.last {
+                    out.push(Candidate { first: to, ..c });
+                }
+                out
+            })
+            .collect();
+    }
+    pieces
 }
 
 /// Sequence numbers that may be missing, and where.

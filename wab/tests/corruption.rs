@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
-use spillway_wab::format::{SegmentHeader, FOOTER_LEN, SEQ_MAX};
+use spillway_wab::format::{now_unix_us, SegmentHeader, FOOTER_LEN, SEQ_MAX};
 use spillway_wab::{
     check_sealed, open_shard, preallocate, read_shard, recover_shard, recover_shard_with, seal,
     ActiveSegment, FsStorage, HeaderProof, SealedCheck, Storage, QUARANTINE_DIR,
@@ -621,10 +621,15 @@ fn sealed_then_open(dir: &Path) -> (Vec<Rec>, Vec<Rec>) {
 
 /// Two damaged bytes, or a header wiped to zeros over records, and no
 /// footer: nothing proves the first sequence number (segment 0's end is
-/// where it usually starts, not where it must). The file is moved to
-/// quarantine byte for byte, never reused as a spare, and its 3 intact
-/// records are counted as lost, as a gap of 3 numbers right after segment
-/// 0 that is never handed out again; no record is delivered under a guess.
+/// where it usually starts, not where it must: after a failed group the
+/// writer starts past the numbers it skipped, which only the header
+/// said). The file is moved to quarantine byte for byte, never reused as a
+/// spare, and its 3 intact records are counted as lost, as a gap of 3
+/// numbers presumed past the clock's floor (µs since the epoch), so that
+/// none of the numbers they may carry is handed out again; the numbers
+/// between segment 0's end and that floor are never counted as lost, then
+/// or when later starts find a newer segment after the jump. No record is
+/// delivered under a guess.
 #[test]
 fn an_unsealed_segment_whose_header_nothing_proves_is_quarantined_and_counted() {
     type Damage = fn(&Path);
@@ -663,18 +668,36 @@ fn an_unsealed_segment_whose_header_nothing_proves_is_quarantined_and_counted() 
         damage(&path);
         let bytes = fs::read(&path).unwrap();
 
+        let before_us = now_unix_us();
         let o = open_shard(&FsStorage, &dir, SHARD).unwrap();
+        let after_us = now_unix_us();
         let rec = &o.recovered;
         let r = &rec.report;
         let qdir = dir.join(QUARANTINE_DIR);
-        // Its name records the numbers presumed for its records.
-        let moved = qdir.join("0000000000000001.open.seqs-5-7");
+        // Its name records the numbers presumed for its records and where
+        // the data ended: `.seqs-<f>-<f + 2>.after-5`, f the clock's floor.
+        let gap_name = names(&qdir)
+            .into_iter()
+            .find(|n| n.starts_with("gap-"))
+            .unwrap_or_else(|| panic!("{what}: no gap reason file"));
+        let f: u64 = gap_name["gap-".len()..]
+            .split('-')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (before_us..=after_us).contains(&f),
+            "{what}: presumed from {f}, the clock read {before_us}..={after_us}"
+        );
+        let seqs = format!("0000000000000001.open.seqs-{f}-{}.after-5", f + 2);
+        let moved = qdir.join(&seqs);
         assert_eq!(
             names(&qdir),
             vec![
-                "0000000000000001.open.seqs-5-7",
-                "0000000000000001.open.seqs-5-7.reason",
-                "gap-5-7.reason"
+                seqs.clone(),
+                format!("{seqs}.reason"),
+                format!("gap-{f}-{}.reason", f + 2)
             ],
             "{what}"
         );
@@ -683,8 +706,7 @@ fn an_unsealed_segment_whose_header_nothing_proves_is_quarantined_and_counted() 
             bytes,
             "{what}: moved byte for byte"
         );
-        let reason =
-            fs::read_to_string(qdir.join("0000000000000001.open.seqs-5-7.reason")).unwrap();
+        let reason = fs::read_to_string(qdir.join(format!("{seqs}.reason"))).unwrap();
         assert!(
             reason.contains(word) && reason.contains("3 intact record(s) cannot be numbered"),
             "{what}: {reason:?}"
@@ -698,17 +720,15 @@ fn an_unsealed_segment_whose_header_nothing_proves_is_quarantined_and_counted() 
             "{what}"
         );
         // The newest segment: counted by its intact records, as a gap of 3
-        // numbers right after everything else the shard shows.
+        // numbers past the floor.
         assert_eq!((r.lost_records, r.new_losses()), (3, 3), "{what}");
         assert_eq!(r.gaps.len(), 1, "{what}: {:?}", r.gaps);
-        assert_eq!((r.gaps[0].first, r.gaps[0].last), (5, 7), "{what}");
-        let gap = fs::read_to_string(qdir.join("gap-5-7.reason")).unwrap();
-        assert!(
-            gap.contains("0000000000000001.open.seqs-5-7"),
-            "{what}: {gap}"
-        );
+        assert_eq!((r.gaps[0].first, r.gaps[0].last), (f, f + 2), "{what}");
+        let gap = fs::read_to_string(qdir.join(&gap_name)).unwrap();
+        assert!(gap.contains(&seqs), "{what}: {gap}");
         assert_eq!(
-            r.next_seq, 8,
+            r.next_seq,
+            f + 3,
             "{what}: the presumed numbers are never handed out"
         );
         assert_eq!(
@@ -725,9 +745,26 @@ fn an_unsealed_segment_whose_header_nothing_proves_is_quarantined_and_counted() 
         assert!(r.unnumbered.is_empty(), "{what}");
         assert_eq!(
             (r.lost_records, r.new_losses(), r.next_seq),
-            (3, 0, 8),
+            (3, 0, f + 3),
             "{what}: later starts still count the gap, as a known one"
         );
+        // The writer goes on past the jump: a later start counts the 3
+        // presumed numbers between the two segments kept, not the jump.
+        let mut seg =
+            ActiveSegment::start(preallocate(&FsStorage, &dir, 2, CAP).unwrap(), SHARD, f + 3);
+        append(&mut seg, &recs(f + 3, 2, |_| 40)).unwrap();
+        seg.sync().unwrap();
+        drop(seg);
+        let later = open_shard(&FsStorage, &dir, SHARD).unwrap();
+        let r = &later.recovered.report;
+        assert_eq!(
+            (r.lost_records, r.new_losses(), r.next_seq),
+            (3, 0, f + 5),
+            "{what}: {:?}",
+            r.gaps
+        );
+        assert_eq!(r.gaps.len(), 1, "{what}: {:?}", r.gaps);
+        assert_eq!((r.gaps[0].first, r.gaps[0].last), (f, f + 2), "{what}");
     }
 }
 

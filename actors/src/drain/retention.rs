@@ -87,6 +87,12 @@ pub struct Retention<S: Storage> {
     /// Every segment up to this id is deleted (a cursor that finishes one
     /// later, its file already gone, is not listened to).
     deleted_through: Option<u64>,
+    /// Abandoned segments past `deleted_through` deleted as headerless
+    /// ([`Self::delete_headerless_abandoned`]): a reader that had opened
+    /// one while its header was still in the page cache finishes it later,
+    /// and is not listened to either (deleting it again released its bytes
+    /// from the budget twice: the simulation, seed 0xe7738e354adcedb2).
+    headerless_deleted: BTreeSet<u64>,
     /// What the shard's checkpoint file says.
     floor: u64,
     /// Record bytes of the segments deleted since the start: a cursor
@@ -136,6 +142,7 @@ impl<S: Storage> Retention<S> {
             next_membership: 1,
             finished: BTreeMap::new(),
             deleted_through: None,
+            headerless_deleted: BTreeSet::new(),
             floor,
             deleted_record_bytes: 0,
             adopting,
@@ -305,7 +312,9 @@ impl<S: Storage> Retention<S> {
             _ => return, // left (or replaced): it holds nothing
         }
         for f in finished {
-            if self.deleted_through.is_none_or(|d| f.segment_id > d) {
+            if self.deleted_through.is_none_or(|d| f.segment_id > d)
+                && !self.headerless_deleted.contains(&f.segment_id)
+            {
                 let (_, readers) = self
                     .finished
                     .entry(f.segment_id)
@@ -401,6 +410,7 @@ impl<S: Storage> Retention<S> {
             }
             self.finished.remove(&id);
             self.deleted_through = Some(id);
+            self.headerless_deleted.retain(|&h| h > id);
             self.queue.budget.release(f.bytes);
             self.deleted_record_bytes += record_bytes(f.bytes);
             self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
@@ -444,6 +454,8 @@ impl<S: Storage> Retention<S> {
                 continue;
             }
             self.queue.abandoned(a.segment_id, true);
+            self.finished.remove(&a.segment_id);
+            self.headerless_deleted.insert(a.segment_id);
             self.queue.budget.release(a.acked_end);
             self.stats.segments_deleted.fetch_add(1, Ordering::Relaxed);
         }
@@ -600,5 +612,77 @@ mod tests {
         r.confirmed("a", a, 300, finished, wm, false);
         assert!(dir.join(open_name(0)).exists() && dir.join(sealed_name(1)).exists());
         assert_eq!(stats.segments_deleted.load(Ordering::Relaxed), 0);
+    }
+
+    /// An abandoned segment whose header a failed fsync took (Buffered
+    /// records only, nothing durable) is deleted as headerless; readers
+    /// that had opened it while its header was still in the page cache
+    /// finish it afterwards. Its bytes are released once (the simulation,
+    /// seed 0xe7738e354adcedb2: released twice, the budget drifted below
+    /// what the disk held), and the next segment is not held up by it.
+    #[test]
+    fn a_headerless_abandoned_segment_readers_finish_later_is_released_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard-000");
+        std::fs::create_dir(&dir).unwrap();
+        // Its header never reached the disk: the file reads as zeros.
+        std::fs::write(dir.join(open_name(5)), [0u8; 4096]).unwrap();
+        std::fs::write(dir.join(sealed_name(6)), b"records").unwrap();
+        let queue = ShardQueue::new(0, &WabBudget::new(1 << 30));
+        // Segment 5's acknowledged bytes, 6 and the one written now.
+        queue.budget.charge(174 + 4096 + 4096);
+        queue.mark_abandoned(crate::shard::Abandoned {
+            segment_id: 5,
+            first_seq: 225,
+            acked_end: 174,
+            durable_end: 0,
+            durable_seq: 225,
+        });
+        let stats = Arc::new(RetentionStats::default());
+        let sinks = ["a".to_string(), "b".to_string()];
+        let mut r = Retention::open(
+            FsStorage,
+            0,
+            dir.clone(),
+            queue.clone(),
+            &sinks,
+            stats.clone(),
+        )
+        .unwrap();
+        let (a, _) = r.join("a", StartAt::Oldest).unwrap();
+        let (b, _) = r.join("b", StartAt::Oldest).unwrap();
+        let wm = Watermark {
+            segment_id: 7,
+            offset: 0,
+            next_seq: 325,
+            bytes: 0,
+            ..Watermark::default()
+        };
+        r.confirmed("a", a, 225, VecDeque::new(), wm, true);
+        r.confirmed("b", b, 225, VecDeque::new(), wm, true);
+        assert!(!dir.join(open_name(5)).exists(), "deleted as headerless");
+        assert_eq!(queue.budget.held(), 2 * 4096);
+        // Both readers had it open; they finish it, then segment 6.
+        let finished = VecDeque::from([
+            FinishedSegment {
+                segment_id: 5,
+                end_seq: 225,
+                bytes: 174,
+            },
+            FinishedSegment {
+                segment_id: 6,
+                end_seq: 325,
+                bytes: 4096,
+            },
+        ]);
+        r.confirmed("a", a, 325, finished.clone(), wm, true);
+        r.confirmed("b", b, 325, finished, wm, true);
+        assert!(!dir.join(sealed_name(6)).exists(), "segment 6 was held up");
+        assert_eq!(
+            queue.budget.held(),
+            4096,
+            "segment 5's bytes were released twice"
+        );
+        assert_eq!(stats.segments_deleted.load(Ordering::Relaxed), 2);
     }
 }
