@@ -494,8 +494,10 @@ impl World {
         }
     }
 
+    /// Keeps the last 400 notes for the failure report (every note with
+    /// `SPILLWAY_SIM_VERBOSE`, for a replay whose cause lies further back).
     fn note(&mut self, what: String) {
-        if self.trace.len() == 400 {
+        if self.trace.len() == 400 && std::env::var_os("SPILLWAY_SIM_VERBOSE").is_none() {
             self.trace.remove(0);
         }
         self.trace.push(format!(

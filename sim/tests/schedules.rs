@@ -92,6 +92,9 @@ const PINNED_SMALL_DISK: &[(u64, &str)] = &[(
 ), (
     0x7f66_a9d5_8542_d4d7,
     "issue 39, after its root fix: a failed fsync, then a fresh segment numbered past the skipped number (the header said so); its header wiped while the daemon was down, recovery presumed its numbers right after the data and handed its real number (29) out again; unnumbered records are now presumed past the clock's floor",
+), (
+    0xdc14_ab36_bcc8_9bbd,
+    "issue 39's small-disk sweep, after that fix: numbering floored past the clock, then a fresh segment's only group failed its fdatasync; the cursor, below the floor with no durable record to pass, never reached the abandoned segment's durable_seq, so retention kept that headerless file in the disk's one segment of room: pushes refused for good",
 )];
 
 fn quiet_sink_panics() {

@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use spillway_wab::checkpoint::{cursor_file, cursor_sinks, remove_cursor};
 use spillway_wab::follow::{is_headerless, remove_segment, set_aside_segment, FinishedSegment};
-use spillway_wab::format::{open_name, record_bytes, sealed_name};
+use spillway_wab::format::{classify, open_name, record_bytes, sealed_name, FileKind};
 use spillway_wab::storage::is_no_space;
 use spillway_wab::{
     load_checkpoint, load_checkpoint_file, write_checkpoint, write_checkpoint_file,
@@ -417,6 +417,18 @@ impl<S: Storage> Retention<S> {
         }
     }
 
+    /// Whether a segment older than `id` has a file (sealed or open). An
+    /// error listing the folder counts as "yes".
+    fn older_segment_on_disk(&self, id: u64) -> bool {
+        let Ok(paths) = self.storage.list(&self.dir) else {
+            return true;
+        };
+        paths.iter().any(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            matches!(classify(name), Some(FileKind::Open(i) | FileKind::Sealed(i)) if i < id)
+        })
+    }
+
     /// Whether segment `id` still has a file, sealed or open (an open one is
     /// being sealed). An error other than NotFound counts as "yes": only a
     /// file known to be gone is counted as deleted.
@@ -432,10 +444,19 @@ impl<S: Storage> Retention<S> {
     /// An abandoned segment whose header never reached the disk is never
     /// opened by a reader (so never finished), and holds nothing durable:
     /// once every cursor has confirmed the records durable before it, it
-    /// is deleted here.
+    /// is deleted here. (Or once no older segment is left: a cursor never
+    /// passes numbers no durable record backs, and after a start that
+    /// floored the numbering (an unnumbered segment presumed past the
+    /// clock) none may reach `durable_seq` before a record is written past
+    /// it, which on a disk with room for one segment needed this one's
+    /// room: pushes were refused for good, small-disk seed
+    /// 0xdc14ab36bcc89bbd.)
     fn delete_headerless_abandoned(&mut self, lowest: u64, wm: Watermark) {
         for a in self.queue.abandoned_segments() {
-            if a.segment_id >= wm.segment_id || lowest < a.durable_seq {
+            if a.segment_id >= wm.segment_id {
+                continue;
+            }
+            if lowest < a.durable_seq && self.older_segment_on_disk(a.segment_id) {
                 continue;
             }
             match is_headerless(&self.storage, &self.dir, a.segment_id) {
@@ -684,5 +705,58 @@ mod tests {
             "segment 5's bytes were released twice"
         );
         assert_eq!(stats.segments_deleted.load(Ordering::Relaxed), 2);
+    }
+
+    /// After a start that floored the numbering (an unnumbered segment's
+    /// numbers presumed past the clock), the cursor stays below the
+    /// floor until a record is written past it: no durable record backs
+    /// the numbers between. A headerless abandoned segment (its only
+    /// group's fdatasync failed) then goes once no older segment is left,
+    /// not only once the cursor reaches its `durable_seq`: on a disk with
+    /// room for one segment it held that room for good (small-disk seed
+    /// 0xdc14ab36bcc89bbd). With an older segment still on disk, it waits.
+    #[test]
+    fn a_headerless_abandoned_segment_with_no_older_one_goes_below_the_floor() {
+        for older in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = tmp.path().join("shard-000");
+            std::fs::create_dir(&dir).unwrap();
+            if older {
+                std::fs::write(dir.join(sealed_name(1)), b"records").unwrap();
+            }
+            std::fs::write(dir.join(open_name(2)), [0u8; 4096]).unwrap();
+            let queue = ShardQueue::new(0, &WabBudget::new(1 << 30));
+            queue.budget.charge(100);
+            let floor = 1_796_551_339_752_763;
+            queue.mark_abandoned(crate::shard::Abandoned {
+                segment_id: 2,
+                first_seq: floor,
+                acked_end: 100,
+                durable_end: 0,
+                durable_seq: floor,
+            });
+            write_checkpoint_file(&FsStorage, &dir, &cursor_file("a"), 47).unwrap();
+            let wm = Watermark {
+                segment_id: 3,
+                offset: 0,
+                next_seq: floor,
+                bytes: 0,
+                ..Watermark::default()
+            };
+            queue.publish_durable(wm);
+            let stats = Arc::new(RetentionStats::default());
+            let sinks = ["a".to_string()];
+            let mut r =
+                Retention::open(FsStorage, 0, dir.clone(), queue.clone(), &sinks, stats).unwrap();
+            let (a, at) = r.join("a", StartAt::End).unwrap();
+            assert_eq!(at, 47);
+            r.confirmed("a", a, 47, VecDeque::new(), wm, true);
+            assert_eq!(
+                dir.join(open_name(2)).exists(),
+                older,
+                "older segment on disk: {older}"
+            );
+            assert_eq!(queue.budget.held(), if older { 100 } else { 0 });
+        }
     }
 }
