@@ -101,7 +101,7 @@ use std::fmt;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::{Record, Sink};
+use crate::{Record, Sink, SinkContext};
 
 #[doc(hidden)]
 pub mod export;
@@ -127,6 +127,18 @@ pub const ENTRY_SYMBOL_NUL: &[u8] = b"spillway_sink_plugin_v1\0";
 /// The entry point: returns a pointer to a vtable that lives as long as the
 /// library stays loaded. Called once per load; it must do nothing else.
 pub type EntryFn = unsafe extern "C" fn() -> *const PluginVTable;
+
+/// Name of the optional second symbol, an [`ExtensionFn`]: what was added
+/// to ABI v1 without breaking a plugin built before (such a plugin does not
+/// export it and loads and works as before, never told its context). A host that finds it
+/// reads a [`PluginExtension`] and uses what its `size` says is there.
+pub const EXTENSION_SYMBOL: &str = "spillway_sink_plugin_v1_extension";
+
+/// [`EXTENSION_SYMBOL`], NUL-terminated, as `dlsym` wants it.
+pub const EXTENSION_SYMBOL_NUL: &[u8] = b"spillway_sink_plugin_v1_extension\0";
+
+/// The optional entry point: a static [`PluginExtension`].
+pub type ExtensionFn = unsafe extern "C" fn() -> *const PluginExtension;
 
 // ---- codes ---------------------------------------------------------------
 
@@ -447,6 +459,86 @@ pub struct PluginVTable {
 unsafe impl Send for PluginVTable {}
 unsafe impl Sync for PluginVTable {}
 
+/// Who is creating an instance ([`SinkContext`](crate::SinkContext)),
+/// borrowed for the `create_in` call (the plugin copies what it keeps):
+/// the daemon's instance id and the sink's name, UTF-8, not
+/// NUL-terminated.
+///
+/// Layout (64-bit): `instance` at 0, `instance_len` at 8, `sink` at 16,
+/// `sink_len` at 24; 32 bytes.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawContext {
+    pub instance: *const u8,
+    pub instance_len: usize,
+    pub sink: *const u8,
+    pub sink_len: usize,
+}
+
+impl RawContext {
+    /// The view of `c` (host side): borrowed, no copy.
+    pub fn from_context(c: &crate::SinkContext) -> RawContext {
+        RawContext {
+            instance: c.instance().as_ptr(),
+            instance_len: c.instance().len(),
+            sink: c.sink().as_ptr(),
+            sink_len: c.sink().len(),
+        }
+    }
+
+    /// A copy (plugin side), invalid UTF-8 replaced.
+    ///
+    /// # Safety
+    /// Both pointers are null (with length 0) or point to that many
+    /// readable bytes.
+    pub unsafe fn to_context(&self) -> crate::SinkContext {
+        let text = |p: *const u8, n: usize| match p.is_null() || n == 0 {
+            true => String::new(),
+            false => String::from_utf8_lossy(std::slice::from_raw_parts(p, n)).into_owned(),
+        };
+        crate::SinkContext::new(
+            text(self.instance, self.instance_len),
+            text(self.sink, self.sink_len),
+        )
+    }
+}
+
+/// `create_in(options_toml, options_len, host, context, out_error)`: as
+/// [`CreateFn`], told who creates the instance.
+pub type CreateInFn = unsafe extern "C" fn(
+    options_toml: *const u8,
+    options_len: usize,
+    host: *const HostApi,
+    context: *const RawContext,
+    out_error: *mut OwnedStr,
+) -> *mut c_void;
+
+/// What the optional [`EXTENSION_SYMBOL`] returns. Static, immutable.
+/// `size` is `size_of::<PluginExtension>()` of the sink-sdk that built the
+/// plugin: a host reads only the fields that lie within it, so fields
+/// appended later leave older plugins and hosts working.
+///
+/// Layout (64-bit): `size` at 0, `create_in` at 8; 16 bytes.
+#[repr(C)]
+#[derive(Debug)]
+pub struct PluginExtension {
+    pub size: usize,
+    /// Creates an instance told its [`RawContext`]; the host calls it
+    /// instead of the vtable's `create` when present.
+    pub create_in: Option<CreateInFn>,
+}
+
+impl PluginExtension {
+    /// The extension of sink type `T` (used by
+    /// [`export_sink!`](crate::export_sink)).
+    pub const fn for_sink<T: PluginSink + 'static>() -> PluginExtension {
+        PluginExtension {
+            size: std::mem::size_of::<PluginExtension>(),
+            create_in: Some(export::create_in::<T>),
+        }
+    }
+}
+
 impl PluginVTable {
     /// The vtable of sink type `T`, made of the functions in the hidden
     /// `export` module. Used by [`export_sink!`](crate::export_sink);
@@ -508,6 +600,12 @@ const _: () = {
     assert!(offset_of!(PluginVTable, free_string) == 72);
     assert!(offset_of!(PluginVTable, free_outcome) == 80);
     assert!(size_of::<PluginVTable>() == 88);
+    assert!(offset_of!(RawContext, instance_len) == 8);
+    assert!(offset_of!(RawContext, sink) == 16);
+    assert!(offset_of!(RawContext, sink_len) == 24);
+    assert!(size_of::<RawContext>() == 32);
+    assert!(offset_of!(PluginExtension, create_in) == 8);
+    assert!(size_of::<PluginExtension>() == 16);
 };
 
 // ---- what a plugin implements ----------------------------------------------
@@ -528,6 +626,22 @@ pub trait PluginSink: Sink {
     fn create(options_toml: &str) -> Result<Self, String>
     where
         Self: Sized;
+
+    /// [`create`](Self::create), told who creates the instance: the
+    /// daemon's instance id and the sink's name ([`SinkContext`]). A
+    /// plugin that dedupes (keys rows or messages by record) implements
+    /// this and keys on `(instance, shard, seq)`; the default ignores the
+    /// context. The daemon calls it whenever the plugin exports the
+    /// [`EXTENSION_SYMBOL`] (every plugin built by
+    /// [`export_sink!`](crate::export_sink) since the symbol was added); a
+    /// daemon from before calls [`create`](Self::create).
+    fn create_in(options_toml: &str, context: &SinkContext) -> Result<Self, String>
+    where
+        Self: Sized,
+    {
+        let _ = context;
+        Self::create(options_toml)
+    }
 }
 
 /// Generates the plugin's entry point for a type that implements [`Sink`]
@@ -563,6 +677,16 @@ macro_rules! export_sink {
                 $version_nul.as_ptr().cast(),
             );
             &VTABLE
+        }
+
+        /// The spillway sink plugin's extension of ABI v1 (generated by
+        /// `sink_sdk::export_sink!`).
+        #[no_mangle]
+        pub extern "C" fn spillway_sink_plugin_v1_extension(
+        ) -> *const $crate::abi::PluginExtension {
+            static EXTENSION: $crate::abi::PluginExtension =
+                $crate::abi::PluginExtension::for_sink::<$sink>();
+            &EXTENSION
         }
     };
 }

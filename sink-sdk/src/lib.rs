@@ -28,8 +28,11 @@
 //! Every record carries `(shard, seq)`: the shard that stored it and its
 //! sequence number there, assigned when it was written and recovered from
 //! the segments after a crash. It is stable across restarts and
-//! redeliveries, so a receiver that remembers the identities it has seen
-//! can drop every redelivered record exactly. Payload hashes are not
+//! redeliveries. Across daemons it is not unique (each numbers from 0), so
+//! a sink is told who delivers ([`SinkContext`]: the data folder's
+//! instance id and the sink's name), and `(instance, shard, seq)` is the
+//! identity a receiver that remembers what it has seen dedupes on: it
+//! drops every redelivered record exactly, and no other daemon's. Payload hashes are not
 //! identities (two records may carry the same bytes), nor are batch
 //! boundaries (a batch re-formed after a restart may be cut differently).
 //!
@@ -195,6 +198,45 @@ pub fn records<P: AsRef<[u8]>>(shard: u32, first_seq: u64, payloads: &[P]) -> Ve
             payload: p.as_ref(),
         })
         .collect()
+}
+
+/// Who delivers: the daemon's data folder (its instance id, made once and
+/// kept there) and the sink's name in the config. A record's identity
+/// across a fleet is `(instance, shard, seq)`: two daemons (or one whose
+/// data folder was made anew) number their records from 0 in each shard,
+/// so a destination that dedupes on `(shard, seq)` alone drops one
+/// daemon's records as the other's duplicates. Every sink that dedupes
+/// keys on [`SinkContext::record_id`] (or its three parts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinkContext {
+    instance: String,
+    sink: String,
+}
+
+impl SinkContext {
+    pub fn new(instance: impl Into<String>, sink: impl Into<String>) -> SinkContext {
+        SinkContext {
+            instance: instance.into(),
+            sink: sink.into(),
+        }
+    }
+
+    /// The data folder's instance id (32 hex digits for a daemon's).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// The sink's name (`default` for a lone `[sink]`, `NAME` for
+    /// `[sinks.NAME]`).
+    pub fn sink(&self) -> &str {
+        &self.sink
+    }
+
+    /// A record's identity as text, `<instance>:<shard>:<seq>`: the same
+    /// on every redelivery, different for every record of every daemon.
+    pub fn record_id(&self, shard: u32, seq: u64) -> String {
+        format!("{}:{shard}:{seq}", self.instance)
+    }
 }
 
 /// How large a batch the sink accepts. The drain never offers more.

@@ -101,6 +101,14 @@ impl SinkEnv {
             instance_id: "unset".into(),
         }
     }
+
+    /// What the sink of `table` (`sink`, `sinks.NAME`) is told about who
+    /// delivers: this instance id and the sink's name (`default` for a
+    /// lone `[sink]`, as its cursor files are named).
+    pub fn context(&self, table: &str) -> sink_sdk::SinkContext {
+        let name = table.strip_prefix("sinks.").unwrap_or("default");
+        sink_sdk::SinkContext::new(self.instance_id.clone(), name)
+    }
 }
 
 /// A type's checked settings, defaults filled in: what a sink is built

@@ -135,11 +135,21 @@ fn batched_delivery_is_ndjson_exactly_once_in_push_order() {
             rebuilt.push(b'\n');
         }
         assert_eq!(rebuilt, r.body, "{}", ctx());
-        // Contiguous seqs: no Spillway-Seqs, key spillway-{shard}-{first}-{last}.
+        // Contiguous seqs: no Spillway-Seqs, key
+        // spillway-{instance}-{shard}-{first}-{last}.
         assert_eq!(r.header("spillway-seqs"), None, "{}", ctx());
         let (first, last) = (decoded.first().unwrap(), decoded.last().unwrap());
         assert_eq!(last.seq - first.seq + 1, decoded.len() as u64, "{}", ctx());
-        let key = format!("spillway-{}-{}-{}", first.shard, first.seq, last.seq);
+        let instance = r.header("spillway-instance").unwrap_or_default();
+        assert!(
+            instance.len() == 32 && instance.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{}: Spillway-Instance {instance:?}",
+            ctx()
+        );
+        let key = format!(
+            "spillway-{instance}-{}-{}-{}",
+            first.shard, first.seq, last.seq
+        );
         assert_eq!(r.header("idempotency-key"), Some(key.as_str()), "{}", ctx());
         sizes.push(decoded.len());
     }
@@ -225,7 +235,8 @@ fn per_record_delivery_sends_raw_bodies_with_record_keys() {
             "{}",
             ctx()
         );
-        let key = format!("spillway-{shard}-{seq}");
+        let instance = r.header("spillway-instance").unwrap_or_default();
+        let key = format!("spillway-{instance}-{shard}-{seq}");
         assert_eq!(r.header("idempotency-key"), Some(key.as_str()), "{}", ctx());
         assert!(
             expected.contains(&r.body),

@@ -2,8 +2,12 @@
 //!
 //! A sink plugin that writes each batch into one table, in one
 //! transaction, idempotently: a record is one row keyed by its identity
-//! `(shard, seq)`, inserted with `ON CONFLICT (shard, seq) DO NOTHING`, so
-//! a batch delivered again after a crash or a retry adds nothing twice.
+//! `(instance, shard, seq)` (the daemon's instance id, kept in its data
+//! folder, and the record's numbers there), inserted with
+//! `ON CONFLICT (instance, shard, seq) DO NOTHING`, so a batch delivered
+//! again after a crash or a retry adds nothing twice, and a fleet of
+//! daemons (each numbering from 0) shares one table without one daemon's
+//! rows taking another's place.
 //!
 //! ```toml
 //! [sink]
@@ -19,14 +23,20 @@
 //!
 //! ```sql
 //! CREATE TABLE spillway_records (
+//!     instance   text     NOT NULL,  -- the daemon's instance id
 //!     shard      integer  NOT NULL,  -- the shard that stored the record
 //!     seq        bigint   NOT NULL,  -- its sequence number there
 //!     tier       smallint NOT NULL,  -- 1 Sync, 2 Batched, 3 Buffered
 //!     arrival_us bigint   NOT NULL,  -- accepted at, µs since the Unix epoch
 //!     payload    bytea    NOT NULL,
-//!     PRIMARY KEY (shard, seq)
+//!     PRIMARY KEY (instance, shard, seq)
 //! );
 //! ```
+//!
+//! A table keyed otherwise (the `(shard, seq)` of earlier releases) is
+//! never written into: the start (when the database answers), `spillway
+//! check`, the health check and every batch say so, with the
+//! `ALTER TABLE` that migrates it ([`sql::migration`]).
 //!
 //! What an error means ([`errors`]): a lost or refused connection, a
 //! timeout, a serialization failure, a server short of resources or shutting

@@ -2,8 +2,13 @@
 //! with its own session.
 
 use postgres::{Client, NoTls, Statement};
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
 use sink_sdk::{
-    plugin_info, plugin_warn, Batch, Health, Limits, Outcome, PluginSink, RecordOutcome, Sink,
+    plugin_error, plugin_info, plugin_warn, Batch, Health, Limits, Outcome, PluginSink,
+    RecordOutcome, Sink, SinkContext,
 };
 
 use crate::errors::{is_concurrent_create, verdict, Verdict};
@@ -16,11 +21,101 @@ pub const MAX_RECORDS: usize = 10_000;
 /// Most payload bytes per batch this sink asks for (64 MiB).
 pub const MAX_BYTES: usize = 64 * 1024 * 1024;
 
+/// Longest a start waits to look at the table's shape (a database that
+/// does not answer by then is looked at again by every session).
+const SHAPE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Writes batches into the configured table.
 pub struct PostgresSink {
     settings: Settings,
+    /// The daemon's instance id: the first column of every row's key.
+    instance: String,
     /// `None` until the first batch, and after the session broke.
     session: Option<Session>,
+}
+
+/// Why no session could be opened.
+enum OpenError {
+    Db(postgres::Error),
+    /// The table is not keyed by `(instance, shard, seq)`: nothing is
+    /// written into it (rows of several daemons would collide there).
+    Shape(String),
+}
+
+impl From<postgres::Error> for OpenError {
+    fn from(e: postgres::Error) -> OpenError {
+        OpenError::Db(e)
+    }
+}
+
+/// Checks that `table` (if it exists) has a primary key or unique index
+/// on exactly `(instance, shard, seq)`, the columns `ON CONFLICT` names.
+fn check_shape(client: &mut Client, table: &sql::TableName) -> Result<(), OpenError> {
+    let name = table.to_string();
+    let exists: Option<String> = client.query_one(sql::TABLE_EXISTS, &[&name])?.get(0);
+    if exists.is_none() {
+        // Not there (and not created): the insert says so, and waits.
+        return Ok(());
+    }
+    let mut want: Vec<&str> = sql::KEY_COLUMNS.to_vec();
+    want.sort_unstable();
+    let mut primary: Option<(String, Vec<String>)> = None;
+    for row in client.query(sql::UNIQUE_INDEXES, &[&name])? {
+        let index: String = row.get(0);
+        let is_primary: bool = row.get(1);
+        let columns: Vec<String> = row.get(2);
+        let mut sorted: Vec<&str> = columns.iter().map(String::as_str).collect();
+        sorted.sort_unstable();
+        if sorted == want {
+            return Ok(());
+        }
+        if is_primary {
+            primary = Some((index, columns));
+        }
+    }
+    let why = "rows of several daemons (or of a data folder made anew, whose numbers start \
+               again) would collide there and be dropped, so nothing is written into it";
+    Err(OpenError::Shape(match primary {
+        Some((index, columns)) => format!(
+            "table {table} is keyed by ({}), not (instance, shard, seq): {why}. Migrate it once, \
+             while no daemon writes to it (docs/plugins.md, \"The postgres plugin\"): {}",
+            columns.join(", "),
+            sql::migration(table, &index)
+        ),
+        None => format!(
+            "table {table} has no primary key or unique index on (instance, shard, seq): {why}. \
+             Add one: ALTER TABLE {} ADD PRIMARY KEY (instance, shard, seq);",
+            table.quoted()
+        ),
+    }))
+}
+
+/// Looks at the table's shape once per process and table, when the
+/// database answers within [`SHAPE_PROBE_TIMEOUT`]: a table of the old
+/// shape then refuses the start (or the reload, or `spillway check`) with
+/// the migration to run. A database that does not answer is no reason to
+/// stop: every session checks again before it writes.
+fn probe_shape(settings: &Settings) -> Result<(), String> {
+    static PROBED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let key = format!("{:?}|{}", settings.config, settings.table);
+    {
+        let mut probed = PROBED.lock().unwrap_or_else(|p| p.into_inner());
+        if !probed.get_or_insert_with(HashSet::new).insert(key) {
+            return Ok(());
+        }
+    }
+    let mut config = settings.config.clone();
+    let timeout = config
+        .get_connect_timeout()
+        .map_or(SHAPE_PROBE_TIMEOUT, |t| (*t).min(SHAPE_PROBE_TIMEOUT));
+    config.connect_timeout(timeout);
+    let Ok(mut client) = config.connect(NoTls) else {
+        return Ok(());
+    };
+    match check_shape(&mut client, &settings.table) {
+        Err(OpenError::Shape(why)) => Err(why),
+        _ => Ok(()),
+    }
 }
 
 /// An open connection with its prepared statements.
@@ -33,7 +128,7 @@ struct Session {
 impl Session {
     /// Connects, sets the statement timeout, creates the table if asked,
     /// prepares the inserts.
-    fn open(settings: &Settings) -> Result<Session, postgres::Error> {
+    fn open(settings: &Settings) -> Result<Session, OpenError> {
         let mut client = settings.config.connect(NoTls)?;
         client.batch_execute(&format!(
             "SET statement_timeout = {}",
@@ -42,10 +137,11 @@ impl Session {
         if settings.create_table {
             if let Err(e) = client.batch_execute(&sql::create_table(&settings.table)) {
                 if !is_concurrent_create(&e) {
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
         }
+        check_shape(&mut client, &settings.table)?;
         let insert_batch = client.prepare(&sql::insert_batch(&settings.table))?;
         let insert_one = client.prepare(&sql::insert_one(&settings.table))?;
         plugin_info!("connected; writing to table {}", settings.table);
@@ -116,15 +212,16 @@ fn finish(outcomes: Vec<RecordOutcome>) -> Outcome {
 impl PostgresSink {
     /// From checked options. Does not connect: the first batch (or health
     /// check) does, so a database outage does not stop the daemon.
-    pub fn new(options: &PostgresOptions) -> Result<PostgresSink, String> {
+    pub fn new(options: &PostgresOptions, instance: &str) -> Result<PostgresSink, String> {
         Ok(PostgresSink {
             settings: options.settings()?,
+            instance: instance.to_string(),
             session: None,
         })
     }
 
     /// The open session, opening one if there is none or it broke.
-    fn session(&mut self) -> Result<&mut Session, postgres::Error> {
+    fn session(&mut self) -> Result<&mut Session, OpenError> {
         if self.session.as_ref().is_some_and(|s| s.client.is_closed()) {
             self.session = None;
         }
@@ -147,11 +244,19 @@ impl PostgresSink {
 
     /// No session could be opened: whatever the error, not the records'
     /// fault, so the batch waits.
-    fn cannot_open(&mut self, error: &postgres::Error) -> Outcome {
-        let reason = match verdict(error) {
-            Verdict::Retry { reason, .. } | Verdict::Reject { reason } => reason,
+    fn cannot_open(&mut self, error: &OpenError) -> Outcome {
+        let reason = match error {
+            OpenError::Db(e) => match verdict(e) {
+                Verdict::Retry { reason, .. } | Verdict::Reject { reason } => {
+                    format!("cannot open a session: {reason}")
+                }
+            },
+            OpenError::Shape(why) => {
+                plugin_error!("{why}");
+                why.clone()
+            }
         };
-        self.retry(format!("cannot open a session: {reason}"), true)
+        self.retry(reason, true)
     }
 
     /// The answer to a failed statement: retry, or find the bad records.
@@ -176,8 +281,9 @@ impl PostgresSink {
         rows: &Rows<'_>,
         mut outcomes: Vec<RecordOutcome>,
     ) -> Outcome {
+        let instance = self.instance.clone();
         let result = match self.session() {
-            Ok(session) => insert_one_by_one(session, shard, rows, &mut outcomes),
+            Ok(session) => insert_one_by_one(session, &instance, shard, rows, &mut outcomes),
             Err(e) => return self.cannot_open(&e),
         };
         let Err(error) = result else {
@@ -203,6 +309,7 @@ impl PostgresSink {
 /// aborts it (the transaction rolls back and the batch is retried).
 fn insert_one_by_one(
     session: &mut Session,
+    instance: &str,
     shard: i32,
     rows: &Rows<'_>,
     outcomes: &mut [RecordOutcome],
@@ -213,7 +320,8 @@ fn insert_one_by_one(
     let mut transaction = client.transaction()?;
     for (k, &i) in rows.index.iter().enumerate() {
         let mut savepoint = transaction.savepoint("record")?;
-        let params: [&(dyn postgres::types::ToSql + Sync); 5] = [
+        let params: [&(dyn postgres::types::ToSql + Sync); 6] = [
+            &instance,
             &shard,
             &rows.seq[k],
             &rows.tier[k],
@@ -235,8 +343,21 @@ fn insert_one_by_one(
 }
 
 impl PluginSink for PostgresSink {
-    fn create(options_toml: &str) -> Result<PostgresSink, String> {
-        PostgresSink::new(&PostgresOptions::parse(options_toml)?)
+    /// Only a daemon from before sinks were told its instance id calls
+    /// this: rows keyed without it would collide with other daemons'.
+    fn create(_options_toml: &str) -> Result<PostgresSink, String> {
+        Err(
+            "this spillway daemon does not tell plugins its instance id, which the postgres \
+             plugin keys every row by (instance, shard, seq); upgrade spillway, or use the \
+             plugin that came with this daemon"
+                .into(),
+        )
+    }
+
+    fn create_in(options_toml: &str, context: &SinkContext) -> Result<PostgresSink, String> {
+        let sink = PostgresSink::new(&PostgresOptions::parse(options_toml)?, context.instance())?;
+        probe_shape(&sink.settings)?;
+        Ok(sink)
     }
 }
 
@@ -262,11 +383,11 @@ impl Sink for PostgresSink {
         if rows.len() == 0 {
             return finish(outcomes);
         }
-        let session = match self.session() {
-            Ok(session) => session,
-            Err(e) => return self.cannot_open(&e),
-        };
-        let params: [&(dyn postgres::types::ToSql + Sync); 5] = [
+        if let Err(e) = self.session() {
+            return self.cannot_open(&e);
+        }
+        let params: [&(dyn postgres::types::ToSql + Sync); 6] = [
+            &self.instance,
             &shard,
             &rows.seq,
             &rows.tier,
@@ -274,6 +395,7 @@ impl Sink for PostgresSink {
             &rows.payload,
         ];
         // One statement in autocommit: one transaction for the batch.
+        let session = self.session.as_mut().expect("opened above");
         match session.client.execute(&session.insert_batch, &params) {
             Ok(_) => finish(outcomes),
             Err(e) => self.on_error(e, shard, &rows, outcomes),
@@ -282,17 +404,26 @@ impl Sink for PostgresSink {
 
     /// Connects if needed and runs `SELECT 1`.
     fn health_check(&mut self) -> Health {
-        let checked = self
-            .session()
-            .and_then(|s| s.client.simple_query("SELECT 1").map(drop));
+        let checked = match self.session() {
+            Ok(s) => s
+                .client
+                .simple_query("SELECT 1")
+                .map(drop)
+                .map_err(OpenError::Db),
+            Err(e) => Err(e),
+        };
         match checked {
             Ok(()) => Health::Healthy,
-            Err(e) => {
+            Err(OpenError::Db(e)) => {
                 let reason = match verdict(&e) {
                     Verdict::Retry { reason, .. } | Verdict::Reject { reason } => reason,
                 };
                 self.session = None;
                 Health::Unhealthy(reason)
+            }
+            Err(OpenError::Shape(why)) => {
+                self.session = None;
+                Health::Unhealthy(why)
             }
         }
     }

@@ -70,26 +70,58 @@ impl fmt::Display for TableName {
 pub fn create_table(table: &TableName) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS {} (\
+           instance text NOT NULL, \
            shard integer NOT NULL, \
            seq bigint NOT NULL, \
            tier smallint NOT NULL, \
            arrival_us bigint NOT NULL, \
            payload bytea NOT NULL, \
-           PRIMARY KEY (shard, seq))",
+           PRIMARY KEY (instance, shard, seq))",
         table.quoted()
     )
 }
 
-/// Inserts a whole batch of one shard in one statement: `$1` the shard,
-/// `$2..$5` arrays of seq, tier, arrival_us, payload (one element per
-/// record). Rows already there are skipped (redelivery).
+/// Whether the table exists: `$1` the table name as [`TableName`]
+/// displays it; one row, NULL when it does not.
+pub const TABLE_EXISTS: &str = "SELECT to_regclass($1)::text";
+
+/// The unique indexes of a table (its primary key among them): `$1` as
+/// above; one row per index: its name, whether it is the primary key, its
+/// columns.
+pub const UNIQUE_INDEXES: &str = "SELECT ic.relname::text, i.indisprimary, \
+       array_agg(a.attname::text ORDER BY a.attnum) \
+     FROM pg_index i \
+     JOIN pg_class ic ON ic.oid = i.indexrelid \
+     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) \
+     WHERE i.indrelid = to_regclass($1) AND i.indisunique \
+     GROUP BY ic.relname, i.indisprimary";
+
+/// The key every row is written under: a record's identity across a fleet.
+pub const KEY_COLUMNS: [&str; 3] = ["instance", "shard", "seq"];
+
+/// What to run, once, to bring a table of the old shape (keyed by
+/// `(shard, seq)`, from before the instance column) to this one. `legacy`
+/// stands for the instance of the rows already there.
+pub fn migration(table: &TableName, primary_key: &str) -> String {
+    let t = table.quoted();
+    format!(
+        "ALTER TABLE {t} ADD COLUMN instance text NOT NULL DEFAULT 'legacy'; \
+         ALTER TABLE {t} DROP CONSTRAINT \"{primary_key}\", ADD PRIMARY KEY (instance, shard, seq); \
+         ALTER TABLE {t} ALTER COLUMN instance DROP DEFAULT;"
+    )
+}
+
+/// Inserts a whole batch of one shard in one statement: `$1` the
+/// instance, `$2` the shard, `$3..$6` arrays of seq, tier, arrival_us,
+/// payload (one element per record). Rows already there are skipped
+/// (redelivery).
 pub fn insert_batch(table: &TableName) -> String {
     format!(
-        "INSERT INTO {} (shard, seq, tier, arrival_us, payload) \
-         SELECT $1::integer, r.seq, r.tier, r.arrival_us, r.payload \
-         FROM unnest($2::bigint[], $3::smallint[], $4::bigint[], $5::bytea[]) \
+        "INSERT INTO {} (instance, shard, seq, tier, arrival_us, payload) \
+         SELECT $1::text, $2::integer, r.seq, r.tier, r.arrival_us, r.payload \
+         FROM unnest($3::bigint[], $4::smallint[], $5::bigint[], $6::bytea[]) \
            AS r(seq, tier, arrival_us, payload) \
-         ON CONFLICT (shard, seq) DO NOTHING",
+         ON CONFLICT (instance, shard, seq) DO NOTHING",
         table.quoted()
     )
 }
@@ -97,9 +129,9 @@ pub fn insert_batch(table: &TableName) -> String {
 /// Inserts one record (used to find the bad records of a batch).
 pub fn insert_one(table: &TableName) -> String {
     format!(
-        "INSERT INTO {} (shard, seq, tier, arrival_us, payload) \
-         VALUES ($1::integer, $2::bigint, $3::smallint, $4::bigint, $5::bytea) \
-         ON CONFLICT (shard, seq) DO NOTHING",
+        "INSERT INTO {} (instance, shard, seq, tier, arrival_us, payload) \
+         VALUES ($1::text, $2::integer, $3::bigint, $4::smallint, $5::bigint, $6::bytea) \
+         ON CONFLICT (instance, shard, seq) DO NOTHING",
         table.quoted()
     )
 }
@@ -140,7 +172,11 @@ mod tests {
     fn statements_quote_the_table() {
         let t = TableName::parse("s.t").unwrap();
         assert!(create_table(&t).starts_with("CREATE TABLE IF NOT EXISTS \"s\".\"t\" ("));
-        assert!(insert_batch(&t).contains("ON CONFLICT (shard, seq) DO NOTHING"));
+        assert!(insert_batch(&t).contains("ON CONFLICT (instance, shard, seq) DO NOTHING"));
+        assert!(create_table(&t).contains("PRIMARY KEY (instance, shard, seq)"));
+        assert!(migration(&t, "t_pkey").contains(
+            "ALTER TABLE \"s\".\"t\" DROP CONSTRAINT \"t_pkey\", ADD PRIMARY KEY (instance, shard, seq)"
+        ));
         assert!(insert_one(&t).starts_with("INSERT INTO \"s\".\"t\" "));
     }
 }

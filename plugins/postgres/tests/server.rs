@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use postgres::{Client, NoTls};
-use sink_sdk::{Batch, Health, Outcome, PluginSink, Record, RecordOutcome, Sink};
+use sink_sdk::{Batch, Health, Outcome, PluginSink, Record, RecordOutcome, Sink, SinkContext};
 use spillway_plugin_postgres::errors::describe;
 use spillway_plugin_postgres::PostgresSink;
 
@@ -119,11 +119,23 @@ fn fresh_table(admin: &mut Client, test: &str) -> String {
     table
 }
 
-fn sink(conninfo: &str, table: &str, extra: &str) -> PostgresSink {
-    PostgresSink::create(&format!(
-        "conninfo = {conninfo:?}\ntable = {table:?}\n{extra}"
-    ))
+/// The instance id the tests' sinks write as.
+const INSTANCE: &str = "0123456789abcdef0123456789abcdef";
+
+fn create(options: &str, instance: &str) -> Result<PostgresSink, String> {
+    PostgresSink::create_in(options, &SinkContext::new(instance, "default"))
+}
+
+fn sink_as(conninfo: &str, table: &str, extra: &str, instance: &str) -> PostgresSink {
+    create(
+        &format!("conninfo = {conninfo:?}\ntable = {table:?}\n{extra}"),
+        instance,
+    )
     .unwrap()
+}
+
+fn sink(conninfo: &str, table: &str, extra: &str) -> PostgresSink {
+    sink_as(conninfo, table, extra, INSTANCE)
 }
 
 fn records<'a>(shard: u32, first_seq: u64, payloads: &[&'a [u8]]) -> Vec<Record<'a>> {
@@ -149,7 +161,8 @@ fn rows(admin: &mut Client, table: &str) -> Vec<(i32, i64, i16, i64, Vec<u8>)> {
     admin
         .query(
             &format!(
-                "SELECT shard, seq, tier, arrival_us, payload FROM {table} ORDER BY shard, seq"
+                "SELECT shard, seq, tier, arrival_us, payload FROM {table} \
+                 ORDER BY instance, shard, seq"
             ),
             &[],
         )
@@ -217,8 +230,9 @@ fn bad_records_are_rejected_alone_and_the_good_ones_commit() {
     // The user's table, with rules of its own: payloads are short JSON.
     admin
         .batch_execute(&format!(
-            "CREATE TABLE {table} (shard integer NOT NULL, seq bigint NOT NULL, tier smallint NOT NULL, \
-             arrival_us bigint NOT NULL, payload bytea NOT NULL, PRIMARY KEY (shard, seq), \
+            "CREATE TABLE {table} (instance text NOT NULL, shard integer NOT NULL, seq bigint NOT NULL, \
+             tier smallint NOT NULL, arrival_us bigint NOT NULL, payload bytea NOT NULL, \
+             PRIMARY KEY (instance, shard, seq), \
              CHECK (octet_length(payload) < 20), \
              CHECK ((convert_from(payload, 'UTF8'))::jsonb IS NOT NULL))"
         ))
@@ -313,17 +327,110 @@ fn a_table_with_other_columns_makes_records_wait_not_dead_letter() {
     let Some(conninfo) = server() else { return };
     let mut admin = connect(conninfo).unwrap();
     let table = fresh_table(&mut admin, "othercols");
+    // Made while the sink runs (a start finds no table to refuse).
+    let mut s = sink(conninfo, &table, "");
     admin
         .batch_execute(&format!("CREATE TABLE {table} (id serial PRIMARY KEY)"))
         .unwrap();
-    let mut s = sink(conninfo, &table, "");
     match deliver(&mut s, &records(0, 1, &[b"a"])) {
-        Outcome::Retry { reason, .. } => assert!(reason.contains("(SQLSTATE 42"), "{reason}"),
+        Outcome::Retry { reason, .. } => assert!(
+            reason.contains("is keyed by (id), not (instance, shard, seq)"),
+            "{reason}"
+        ),
         other => panic!("{other:?}"),
     }
+    assert!(matches!(s.health_check(), Health::Unhealthy(why) if why.contains("ALTER TABLE")));
     // Fixed by the operator: the records go through.
     admin.batch_execute(&format!("DROP TABLE {table}")).unwrap();
     assert_eq!(deliver(&mut s, &records(0, 1, &[b"a"])), Outcome::Committed);
+    admin.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}
+
+/// Issue 40: two daemons (two instance ids) number their records from 0
+/// alike; into one table every record of both lands, once each
+/// (redelivery of either adds nothing).
+#[test]
+fn two_daemons_share_one_table_without_colliding() {
+    let Some(conninfo) = server() else { return };
+    let mut admin = connect(conninfo).unwrap();
+    let table = fresh_table(&mut admin, "fleet");
+    let mut a = sink_as(conninfo, &table, "", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    let mut b = sink_as(conninfo, &table, "", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb");
+    let from_a = records(0, 0, &[b"a0", b"a1", b"a2"]);
+    let from_b = records(0, 0, &[b"b0", b"b1", b"b2"]);
+    for _ in 0..2 {
+        assert_eq!(deliver(&mut a, &from_a), Outcome::Committed);
+        assert_eq!(deliver(&mut b, &from_b), Outcome::Committed);
+    }
+    let got: Vec<(String, i64, Vec<u8>)> = admin
+        .query(
+            &format!("SELECT instance, seq, payload FROM {table} ORDER BY instance, seq"),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let want: Vec<(String, i64, Vec<u8>)> = ["a", "b"]
+        .iter()
+        .flat_map(|who| {
+            (0..3).map(move |i| (who.repeat(32), i as i64, format!("{who}{i}").into_bytes()))
+        })
+        .collect();
+    assert_eq!(got, want);
+    admin.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}
+
+/// A table of the old shape (keyed by `(shard, seq)`, no instance column)
+/// is never written into: the start refuses it with the migration to run;
+/// once that has run, the old rows stay (instance `legacy`) and new ones
+/// go in beside them.
+#[test]
+fn a_table_of_the_old_shape_is_refused_with_its_migration() {
+    let Some(conninfo) = server() else { return };
+    let mut admin = connect(conninfo).unwrap();
+    let table = fresh_table(&mut admin, "oldshape");
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (shard integer NOT NULL, seq bigint NOT NULL, \
+             tier smallint NOT NULL, arrival_us bigint NOT NULL, payload bytea NOT NULL, \
+             PRIMARY KEY (shard, seq)); \
+             INSERT INTO {table} VALUES (0, 0, 1, 0, 'old')"
+        ))
+        .unwrap();
+    let options = format!("conninfo = {conninfo:?}\ntable = {table:?}");
+    let err = create(&options, INSTANCE).err().unwrap();
+    assert!(
+        err.contains(&format!(
+            "table {table} is keyed by (shard, seq), not (instance, shard, seq)"
+        )) && err.contains("would collide there and be dropped"),
+        "{err}"
+    );
+    let migration = &err[err
+        .find("ALTER TABLE")
+        .expect("the migration is in the message")..];
+    admin.batch_execute(migration).unwrap();
+    let mut s = sink(conninfo, &table, "");
+    assert_eq!(
+        deliver(&mut s, &records(0, 0, &[b"new"])),
+        Outcome::Committed
+    );
+    let got: Vec<(String, Vec<u8>)> = admin
+        .query(
+            &format!("SELECT instance, payload FROM {table} ORDER BY instance"),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (INSTANCE.to_string(), b"new".to_vec()),
+            ("legacy".to_string(), b"old".to_vec())
+        ]
+    );
     admin.batch_execute(&format!("DROP TABLE {table}")).unwrap();
 }
 
@@ -350,11 +457,20 @@ fn through_the_plugin_abi_in_process() {
     let mut admin = connect(conninfo).unwrap();
     let table = fresh_table(&mut admin, "abi");
     let vtable = spillway_plugin_postgres::spillway_sink_plugin_v1();
-    let plugin =
-        std::sync::Arc::new(unsafe { sink_sdk::abi::host::Plugin::from_vtable(vtable) }.unwrap());
+    let extension = spillway_plugin_postgres::spillway_sink_plugin_v1_extension();
+    let plugin = std::sync::Arc::new(
+        unsafe { sink_sdk::abi::host::Plugin::from_entry_points(vtable, extension) }.unwrap(),
+    );
     assert_eq!(plugin.name(), "spillway-plugin-postgres");
+    let options = format!("conninfo = {conninfo:?}\ntable = {table:?}");
+    // A daemon that does not pass the context (only `create`) is refused.
+    let err = plugin.create(&options, None).err().unwrap();
+    assert!(
+        err.contains("does not tell plugins its instance id"),
+        "{err}"
+    );
     let mut instance = plugin
-        .create(&format!("conninfo = {conninfo:?}\ntable = {table:?}"), None)
+        .create_in(&options, None, &SinkContext::new(INSTANCE, "default"))
         .unwrap();
     assert_eq!(instance.limits().max_records, 10_000);
     let recs = records(1, 1, &[b"x", b"y"]);
@@ -371,8 +487,9 @@ fn through_the_plugin_abi_in_process() {
 #[test]
 fn a_refused_connection_is_a_retry_and_unhealthy() {
     // Port 1 on loopback: nothing listens there.
-    let mut s = PostgresSink::create(
+    let mut s = create(
         "conninfo = \"host=127.0.0.1 port=1 user=nobody dbname=none\"\nconnect_timeout_ms = 1000",
+        INSTANCE,
     )
     .unwrap();
     match deliver(&mut s, &records(0, 1, &[b"a"])) {
@@ -393,10 +510,17 @@ fn a_refused_connection_is_a_retry_and_unhealthy() {
 
 #[test]
 fn options_are_checked_at_create() {
-    let err = PostgresSink::create("conninfo = \"host=h\"\ntable = \"x; drop table y\"")
-        .err()
-        .unwrap();
+    let err = create(
+        "conninfo = \"host=h\"\ntable = \"x; drop table y\"",
+        INSTANCE,
+    )
+    .err()
+    .unwrap();
     assert!(err.starts_with("options.table: "), "{err}");
-    let err = PostgresSink::create("table = \"t\"").err().unwrap();
+    let err = create("table = \"t\"", INSTANCE).err().unwrap();
     assert_eq!(err, "options: missing field `conninfo`");
+    // Without a context (a daemon from before): refused, never keyed
+    // without the instance.
+    let err = PostgresSink::create("table = \"t\"").err().unwrap();
+    assert!(err.contains("upgrade spillway"), "{err}");
 }

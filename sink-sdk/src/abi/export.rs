@@ -22,7 +22,7 @@ use std::sync::Once;
 use std::time::Duration;
 
 use super::{
-    set_host, HostApi, Level, OwnedStr, PluginSink, RawLimits, RawOutcome, RawRecord,
+    set_host, HostApi, Level, OwnedStr, PluginSink, RawContext, RawLimits, RawOutcome, RawRecord,
     CALL_BAD_ARGUMENT, CALL_OK, CALL_PANICKED, HEALTH_OK, HEALTH_UNHEALTHY, OUTCOME_COMMITTED,
     OUTCOME_INTERNAL_ERROR, OUTCOME_RETRY, OUTCOME_SPLIT, RECORD_COMMITTED, RECORD_REJECTED,
     RECORD_RETRY, RETRY_AFTER_NONE,
@@ -188,6 +188,42 @@ pub unsafe extern "C" fn create<T: PluginSink + 'static>(
     host: *const HostApi,
     out_error: *mut OwnedStr,
 ) -> *mut c_void {
+    create_with::<T>(options_toml, options_len, host, out_error, T::create)
+}
+
+/// `create_in`: see [`CreateInFn`](super::CreateInFn).
+///
+/// # Safety
+/// Called by a host through the extension, with arguments as the ABI says.
+pub unsafe extern "C" fn create_in<T: PluginSink + 'static>(
+    options_toml: *const u8,
+    options_len: usize,
+    host: *const HostApi,
+    context: *const RawContext,
+    out_error: *mut OwnedStr,
+) -> *mut c_void {
+    let Some(context) = context.as_ref() else {
+        write_str(
+            out_error,
+            "create_in was called without a context".to_string(),
+        );
+        return ptr::null_mut();
+    };
+    let context = context.to_context();
+    create_with::<T>(options_toml, options_len, host, out_error, |text| {
+        T::create_in(text, &context)
+    })
+}
+
+/// The body of both: the options as text, `make` run guarded, the
+/// instance boxed or the reason written.
+unsafe fn create_with<T: PluginSink + 'static>(
+    options_toml: *const u8,
+    options_len: usize,
+    host: *const HostApi,
+    out_error: *mut OwnedStr,
+    make: impl FnOnce(&str) -> Result<T, String>,
+) -> *mut c_void {
     set_host(host);
     install_panic_hook(host);
     let result = guarded(|| {
@@ -198,7 +234,7 @@ pub unsafe extern "C" fn create<T: PluginSink + 'static>(
         };
         let text =
             std::str::from_utf8(bytes).map_err(|e| format!("the options are not UTF-8: {e}"))?;
-        T::create(text)
+        make(text)
     });
     match result {
         Ok(Ok(sink)) => {

@@ -19,13 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    CreateFn, DeliverFn, DestroyFn, FreeOutcomeFn, FreeStringFn, HealthFn, HostApi, LimitsFn,
-    OwnedStr, PluginVTable, RawLimits, RawOutcome, RawRecord, VTableHeader, ABI_VERSION, CALL_OK,
-    HEALTH_OK, HEALTH_UNHEALTHY, OUTCOME_COMMITTED, OUTCOME_INTERNAL_ERROR, OUTCOME_RETRY,
-    OUTCOME_SPLIT, OUTCOME_UNSET, RECORD_COMMITTED, RECORD_REJECTED, RECORD_RETRY,
-    RETRY_AFTER_NONE, SDK_VERSION,
+    CreateFn, CreateInFn, DeliverFn, DestroyFn, FreeOutcomeFn, FreeStringFn, HealthFn, HostApi,
+    LimitsFn, OwnedStr, PluginExtension, PluginVTable, RawContext, RawLimits, RawOutcome,
+    RawRecord, VTableHeader, ABI_VERSION, CALL_OK, HEALTH_OK, HEALTH_UNHEALTHY, OUTCOME_COMMITTED,
+    OUTCOME_INTERNAL_ERROR, OUTCOME_RETRY, OUTCOME_SPLIT, OUTCOME_UNSET, RECORD_COMMITTED,
+    RECORD_REJECTED, RECORD_RETRY, RETRY_AFTER_NONE, SDK_VERSION,
 };
-use crate::{Batch, Health, Limits, Outcome, RecordOutcome};
+use crate::{Batch, Health, Limits, Outcome, RecordOutcome, SinkContext};
 
 /// Longest plugin name or version accepted from a vtable, in bytes.
 pub const NAME_BYTES_MAX: usize = 128;
@@ -90,6 +90,9 @@ struct Functions {
     health: HealthFn,
     free_string: FreeStringFn,
     free_outcome: FreeOutcomeFn,
+    /// From the optional [`PluginExtension`]: absent in a plugin built
+    /// before it existed.
+    create_in: Option<CreateInFn>,
 }
 
 /// A plugin whose vtable passed the checks.
@@ -176,6 +179,7 @@ impl Plugin {
             health: v.health.ok_or_else(|| missing("health"))?,
             free_string: v.free_string.ok_or_else(|| missing("free_string"))?,
             free_outcome: v.free_outcome.ok_or_else(|| missing("free_outcome"))?,
+            create_in: None,
         };
         Ok(Plugin {
             functions,
@@ -184,6 +188,36 @@ impl Plugin {
             name: vtable_str(v.plugin_name, "plugin_name")?,
             version: vtable_str(v.plugin_version, "plugin_version")?,
         })
+    }
+
+    /// [`Plugin::from_vtable`], with the optional [`PluginExtension`] the
+    /// plugin's [`EXTENSION_SYMBOL`](super::EXTENSION_SYMBOL) returned
+    /// (null, or no such symbol: a plugin built before it, which is never
+    /// told its context). Only the fields its `size` covers are read.
+    ///
+    /// # Safety
+    /// As [`Plugin::from_vtable`]; `extension` is null or what the same
+    /// library's [`ExtensionFn`](super::ExtensionFn) returned.
+    pub unsafe fn from_entry_points(
+        vtable: *const PluginVTable,
+        extension: *const PluginExtension,
+    ) -> Result<Plugin, LoadError> {
+        let mut plugin = Plugin::from_vtable(vtable)?;
+        if let Some(ext) = extension.as_ref() {
+            let covers = |end: usize| ext.size >= end;
+            if covers(std::mem::offset_of!(PluginExtension, create_in) + 8) {
+                plugin.functions.create_in = ext.create_in;
+            }
+        }
+        Ok(plugin)
+    }
+
+    /// Whether its instances are told who creates them
+    /// ([`Plugin::create_in`] passes the context on). False for a plugin
+    /// built before the extension: if it dedupes by `(shard, seq)`, records
+    /// of several daemons writing into one destination collide there.
+    pub fn takes_context(&self) -> bool {
+        self.functions.create_in.is_some()
     }
 
     /// The plugin's name (for logs and metrics).
@@ -216,18 +250,51 @@ impl Plugin {
         options_toml: &str,
         host: Option<&'static HostApi>,
     ) -> Result<Instance, String> {
+        self.create_raw(options_toml, host, None)
+    }
+
+    /// [`Plugin::create`], telling the instance who creates it when the
+    /// plugin takes a context ([`Plugin::takes_context`]); otherwise the
+    /// same as `create`.
+    pub fn create_in(
+        self: &Arc<Self>,
+        options_toml: &str,
+        host: Option<&'static HostApi>,
+        context: &SinkContext,
+    ) -> Result<Instance, String> {
+        self.create_raw(options_toml, host, Some(context))
+    }
+
+    fn create_raw(
+        self: &Arc<Self>,
+        options_toml: &str,
+        host: Option<&'static HostApi>,
+        context: Option<&SinkContext>,
+    ) -> Result<Instance, String> {
         let f = self.functions;
         let host_ptr = host.map_or(ptr::null(), |h| h as *const HostApi);
         let mut error = OwnedStr::EMPTY;
-        // SAFETY: the options are borrowed for the call; `error` is ours to
-        // pass back to free_string.
+        // SAFETY: the options and the context are borrowed for the call;
+        // `error` is ours to pass back to free_string.
         let raw = unsafe {
-            (f.create)(
-                options_toml.as_ptr(),
-                options_toml.len(),
-                host_ptr,
-                &mut error,
-            )
+            match (f.create_in, context) {
+                (Some(create_in), Some(context)) => {
+                    let raw_context = RawContext::from_context(context);
+                    create_in(
+                        options_toml.as_ptr(),
+                        options_toml.len(),
+                        host_ptr,
+                        &raw_context,
+                        &mut error,
+                    )
+                }
+                _ => (f.create)(
+                    options_toml.as_ptr(),
+                    options_toml.len(),
+                    host_ptr,
+                    &mut error,
+                ),
+            }
         };
         let message = unsafe { self.take_string(&mut error) };
         let Some(ptr) = NonNull::new(raw) else {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::host::{LoadError, Plugin, PluginFailure};
 use super::*;
-use crate::{Batch, Health, Limits, Outcome, Record, RecordOutcome, Sink};
+use crate::{Batch, Health, Limits, Outcome, Record, RecordOutcome, Sink, SinkContext};
 
 // ---- a counting allocator: per thread, so parallel tests do not mix -------
 
@@ -60,8 +60,11 @@ thread_local! {
 
 /// Behaves as its options text says: `commit`, `retry`, `split`, `panic`,
 /// `bad-split`, `sick`, `sick-panic`, `create-panic`, `log`, or an error.
+/// `context` answers every batch with a retry naming the context it was
+/// created in (`instance/sink`, or `none`).
 struct ScriptSink {
     script: String,
+    context: Option<SinkContext>,
 }
 
 impl PluginSink for ScriptSink {
@@ -69,11 +72,18 @@ impl PluginSink for ScriptSink {
         match options_toml {
             "create-panic" => panic!("cannot start: {}", 42),
             "commit" | "retry" | "split" | "panic" | "bad-split" | "sick" | "sick-panic"
-            | "log" => Ok(ScriptSink {
+            | "log" | "context" => Ok(ScriptSink {
                 script: options_toml.to_string(),
+                context: None,
             }),
             other => Err(format!("options: unknown script {other:?}")),
         }
+    }
+
+    fn create_in(options_toml: &str, context: &SinkContext) -> Result<Self, String> {
+        let mut sink = Self::create(options_toml)?;
+        sink.context = Some(context.clone());
+        Ok(sink)
     }
 }
 
@@ -112,6 +122,13 @@ impl Sink for ScriptSink {
                     .collect(),
             ),
             "bad-split" => Outcome::Split(vec![RecordOutcome::Committed]),
+            "context" => Outcome::Retry {
+                after: None,
+                reason: match &self.context {
+                    Some(c) => format!("{}/{}", c.instance(), c.sink()),
+                    None => "none".into(),
+                },
+            },
             "panic" => panic!("boom at seq {}", batch.first_seq()),
             "log" => {
                 crate::plugin_warn!("delivering {} records", batch.len());
@@ -319,6 +336,48 @@ fn a_panic_payload_is_freed_and_one_whose_drop_panics_does_not_unwind() {
     }
     let text = super::export::panic_message(Box::new(PanicsOnDrop));
     assert_eq!(text, "non-string panic payload");
+}
+
+/// A plugin that exports the extension is told who creates each instance;
+/// one built before it (only the vtable) loads and works as before, and
+/// its instances are created with the plain `create` (no context).
+#[test]
+fn the_context_reaches_a_plugin_with_the_extension_and_an_older_one_works_without() {
+    let context = SinkContext::new("0123456789abcdef0123456789abcdef", "warehouse");
+    let recs = records(&[b"a"]);
+    let answer = |p: &Arc<Plugin>| {
+        let mut inst = p.create_in("context", None, &context).unwrap();
+        match inst.deliver(&Batch::new(3, &recs)) {
+            Ok(Outcome::Retry { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        }
+    };
+    let new = Arc::new(
+        unsafe {
+            Plugin::from_entry_points(
+                spillway_sink_plugin_v1(),
+                spillway_sink_plugin_v1_extension(),
+            )
+        }
+        .unwrap(),
+    );
+    assert!(new.takes_context());
+    assert_eq!(answer(&new), "0123456789abcdef0123456789abcdef/warehouse");
+    let old = plugin();
+    assert!(!old.takes_context());
+    assert_eq!(answer(&old), "none");
+    // An extension from a build that knew fewer fields: what its size does
+    // not cover is not read.
+    let short = PluginExtension {
+        size: 8,
+        create_in: Some(super::export::create_in::<ScriptSink>),
+    };
+    let p = unsafe { Plugin::from_entry_points(spillway_sink_plugin_v1(), &short) }.unwrap();
+    assert!(!p.takes_context());
+    assert_eq!(
+        context.record_id(3, 42),
+        "0123456789abcdef0123456789abcdef:3:42"
+    );
 }
 
 #[test]

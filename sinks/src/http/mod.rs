@@ -67,8 +67,8 @@ impl TypeKeys for HttpConfig {
 }
 
 impl CheckedSink for HttpSettings {
-    fn build(&self, table: &str, _env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
-        Ok(Arc::new(HttpFactory::new(self, table)?))
+    fn build(&self, table: &str, env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
+        Ok(Arc::new(HttpFactory::new(self, table, &env.instance_id)?))
     }
 
     fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError> {
@@ -79,21 +79,33 @@ impl CheckedSink for HttpSettings {
 /// Builds one [`HttpSink`] per shard from settings resolved once.
 pub struct HttpFactory {
     settings: Arc<HttpSettings>,
+    /// The daemon's instance id, in every idempotency key.
+    instance: Arc<str>,
 }
 
 impl HttpFactory {
     /// From checked settings; reads `bearer_token_env` now (an error names
     /// `<table>.bearer_token_env`).
-    pub(crate) fn new(settings: &HttpSettings, table: &str) -> Result<HttpFactory, SinkError> {
+    pub(crate) fn new(
+        settings: &HttpSettings,
+        table: &str,
+        instance: &str,
+    ) -> Result<HttpFactory, SinkError> {
         Ok(HttpFactory {
             settings: Arc::new(settings.with_bearer_token(table)?),
+            instance: instance.into(),
         })
     }
 }
 
 impl SinkFactory for HttpFactory {
     fn create(&self, shard: u32) -> Result<Box<dyn Sink>, SinkError> {
-        Ok(Box::new(HttpSink::new(Arc::clone(&self.settings), shard)?))
+        let settings = Arc::clone(&self.settings);
+        Ok(Box::new(HttpSink::new(
+            settings,
+            Arc::clone(&self.instance),
+            shard,
+        )?))
     }
 
     fn describe(&self) -> String {
@@ -104,6 +116,7 @@ impl SinkFactory for HttpFactory {
 /// One shard's HTTP sink.
 pub struct HttpSink {
     settings: Arc<HttpSettings>,
+    instance: Arc<str>,
     shard: u32,
     client: reqwest::Client,
     /// Drives `client`'s requests while `deliver` blocks. `None` only
@@ -112,7 +125,11 @@ pub struct HttpSink {
 }
 
 impl HttpSink {
-    fn new(settings: Arc<HttpSettings>, shard: u32) -> Result<HttpSink, SinkError> {
+    fn new(
+        settings: Arc<HttpSettings>,
+        instance: Arc<str>,
+        shard: u32,
+    ) -> Result<HttpSink, SinkError> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .thread_name(format!("spillway-http-sink-{shard}"))
@@ -137,6 +154,7 @@ impl HttpSink {
         };
         Ok(HttpSink {
             settings,
+            instance,
             shard,
             client,
             runtime: Some(runtime),
@@ -162,7 +180,14 @@ impl HttpSink {
             seqs: &seqs,
         };
         let content_type = encoder::content_type(self.settings.encoding);
-        let request = request::build(&self.client, &self.settings, carried, content_type, body);
+        let request = request::build(
+            &self.client,
+            &self.settings,
+            &self.instance,
+            carried,
+            content_type,
+            body,
+        );
         let verdict = self
             .runtime()
             .block_on(service::send(request, &self.settings));
@@ -213,6 +238,7 @@ impl HttpSink {
                 let request = request::build(
                     &self.client,
                     &self.settings,
+                    &self.instance,
                     carried,
                     encoder::PER_RECORD_CONTENT_TYPE,
                     body,
@@ -355,7 +381,7 @@ fn connect(settings: &HttpSettings, addrs: &[SocketAddr]) -> Result<(), String> 
 /// retries (a name that resolves later, a service that comes up later),
 /// so `check` agrees with `run`.
 pub(crate) fn preflight(settings: &HttpSettings, table: &str) -> Result<Vec<String>, SinkError> {
-    let factory = HttpFactory::new(settings, table)?;
+    let factory = HttpFactory::new(settings, table, &SinkEnv::detached().instance_id)?;
     drop(factory.create(0)?);
     match resolve(settings).and_then(|addrs| connect(settings, &addrs)) {
         Ok(()) => Ok(Vec::new()),

@@ -1,25 +1,29 @@
 //! Request headers: the record identities a request carries, and the
 //! idempotency key derived from them.
 //!
-//! The key depends only on `(shard, seq)` of the records in the body, never
-//! on payloads, time or attempt number, so a redelivery of the same records
-//! carries the same key:
+//! The key depends only on the daemon's instance id and `(shard, seq)` of
+//! the records in the body, never on payloads, time or attempt number, so
+//! a redelivery of the same records carries the same key, and another
+//! daemon's records (numbered from 0 too) never do:
 //!
-//! - batched, contiguous seqs: `spillway-{shard}-{first}-{last}`;
-//! - batched, gaps: `spillway-{shard}-{first}-{last}-{crc}` where `crc` is
-//!   the CRC-32 (8 lowercase hex digits) of the seqs as u64 little-endian,
-//!   and `Spillway-Seqs` lists them as runs (`10-14,16,18-20`);
-//! - per record: `spillway-{shard}-{seq}`.
+//! - batched, contiguous seqs: `spillway-{instance}-{shard}-{first}-{last}`;
+//! - batched, gaps: `spillway-{instance}-{shard}-{first}-{last}-{crc}`
+//!   where `crc` is the CRC-32 (8 lowercase hex digits) of the seqs as u64
+//!   little-endian, and `Spillway-Seqs` lists them as runs
+//!   (`10-14,16,18-20`);
+//! - per record: `spillway-{instance}-{shard}-{seq}`.
 //!
 //! A batch re-formed after a restart may be cut differently (and so carry
 //! another key); a receiver that wants exact deduplication keys on
-//! `(Spillway-Shard, seq)` per record, which these headers give it.
+//! `(Spillway-Instance, Spillway-Shard, seq)` per record, which these
+//! headers give it.
 
 use reqwest::header::{HeaderName, HeaderValue, CONTENT_ENCODING, CONTENT_TYPE};
 
 use super::config::HttpSettings;
 
 pub(crate) const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+pub(crate) const SPILLWAY_INSTANCE: HeaderName = HeaderName::from_static("spillway-instance");
 pub(crate) const SPILLWAY_SHARD: HeaderName = HeaderName::from_static("spillway-shard");
 pub(crate) const SPILLWAY_SEQ_FIRST: HeaderName = HeaderName::from_static("spillway-seq-first");
 pub(crate) const SPILLWAY_SEQ_LAST: HeaderName = HeaderName::from_static("spillway-seq-last");
@@ -48,25 +52,29 @@ impl Carried<'_> {
         }
     }
 
-    pub fn idempotency_key(&self) -> String {
+    /// The key of these records from the daemon `instance`.
+    pub fn idempotency_key(&self, instance: &str) -> String {
         match *self {
-            Carried::Record { shard, seq } => format!("spillway-{shard}-{seq}"),
-            Carried::Batch { shard, seqs } => batch_key(shard, seqs),
+            Carried::Record { shard, seq } => format!("spillway-{instance}-{shard}-{seq}"),
+            Carried::Batch { shard, seqs } => batch_key(instance, shard, seqs),
         }
     }
 }
 
-fn batch_key(shard: u32, seqs: &[u64]) -> String {
+fn batch_key(instance: &str, shard: u32, seqs: &[u64]) -> String {
     assert!(!seqs.is_empty(), "a request carries at least one record");
     let (first, last) = (seqs[0], seqs[seqs.len() - 1]);
     if is_contiguous(seqs) {
-        return format!("spillway-{shard}-{first}-{last}");
+        return format!("spillway-{instance}-{shard}-{first}-{last}");
     }
     let mut crc = crc32fast::Hasher::new();
     for seq in seqs {
         crc.update(&seq.to_le_bytes());
     }
-    format!("spillway-{shard}-{first}-{last}-{:08x}", crc.finalize())
+    format!(
+        "spillway-{instance}-{shard}-{first}-{last}-{:08x}",
+        crc.finalize()
+    )
 }
 
 /// Seqs are strictly increasing, so no gap means `last - first + 1 == len`.
@@ -78,10 +86,12 @@ pub(crate) fn is_contiguous(seqs: &[u64]) -> bool {
     }
 }
 
-/// A ready-to-send request carrying `carried` records in `body`.
+/// A ready-to-send request carrying `carried` records of the daemon
+/// `instance` in `body`.
 pub(crate) fn build(
     client: &reqwest::Client,
     settings: &HttpSettings,
+    instance: &str,
     carried: Carried<'_>,
     content_type: &'static str,
     body: Vec<u8>,
@@ -90,7 +100,8 @@ pub(crate) fn build(
     let mut request = client
         .request(settings.method.clone(), settings.url.clone())
         .headers(settings.headers.clone())
-        .header(IDEMPOTENCY_KEY, carried.idempotency_key())
+        .header(IDEMPOTENCY_KEY, carried.idempotency_key(instance))
+        .header(SPILLWAY_INSTANCE, instance)
         .header(SPILLWAY_SHARD, carried.shard())
         .header(SPILLWAY_SEQ_FIRST, seqs[0])
         .header(SPILLWAY_SEQ_LAST, seqs[seqs.len() - 1])
@@ -137,17 +148,24 @@ fn seqs_list(seqs: &[u64]) -> String {
 mod tests {
     use super::*;
 
+    const ID: &str = "0123456789abcdef0123456789abcdef";
+
     fn key(shard: u32, seqs: &[u64]) -> String {
-        Carried::Batch { shard, seqs }.idempotency_key()
+        Carried::Batch { shard, seqs }.idempotency_key(ID)
     }
 
     #[test]
     fn contiguous_batch_key() {
-        assert_eq!(key(3, &[10, 11, 12]), "spillway-3-10-12");
-        assert_eq!(key(0, &[7]), "spillway-0-7-7");
+        assert_eq!(key(3, &[10, 11, 12]), format!("spillway-{ID}-3-10-12"));
+        assert_eq!(key(0, &[7]), format!("spillway-{ID}-0-7-7"));
         assert_eq!(
-            Carried::Record { shard: 2, seq: 99 }.idempotency_key(),
-            "spillway-2-99"
+            Carried::Record { shard: 2, seq: 99 }.idempotency_key(ID),
+            format!("spillway-{ID}-2-99")
+        );
+        // The same records of another daemon: another key.
+        assert_ne!(
+            Carried::Record { shard: 2, seq: 99 }.idempotency_key("another"),
+            Carried::Record { shard: 2, seq: 99 }.idempotency_key(ID)
         );
     }
 
@@ -157,7 +175,7 @@ mod tests {
         for s in [10u64, 12, 13] {
             bytes.extend_from_slice(&s.to_le_bytes());
         }
-        let want = format!("spillway-1-10-13-{:08x}", crc32fast::hash(&bytes));
+        let want = format!("spillway-{ID}-1-10-13-{:08x}", crc32fast::hash(&bytes));
         assert_eq!(key(1, &[10, 12, 13]), want);
         // Same first and last, different records in between: different key.
         assert_ne!(key(1, &[10, 11, 13]), key(1, &[10, 12, 13]));

@@ -64,7 +64,7 @@ fn crc_key(shard: u32, seqs: &[u64]) -> String {
         bytes.extend_from_slice(&s.to_le_bytes());
     }
     format!(
-        "spillway-{shard}-{}-{}-{:08x}",
+        "spillway-unset-{shard}-{}-{}-{:08x}",
         seqs[0],
         seqs[seqs.len() - 1],
         crc32fast::hash(&bytes)
@@ -91,7 +91,7 @@ fn batched_ndjson_body_and_headers() {
     assert_eq!(r.body, b"{\"a\":1}\nplain text\n\n");
     assert_eq!(r.header("content-type"), Some("application/x-ndjson"));
     assert_eq!(r.header("content-length"), Some("20"));
-    assert_eq!(r.header("idempotency-key"), Some("spillway-3-10-12"));
+    assert_eq!(r.header("idempotency-key"), Some("spillway-unset-3-10-12"));
     assert_eq!(r.header("spillway-shard"), Some("3"));
     assert_eq!(r.header("spillway-seq-first"), Some("10"));
     assert_eq!(r.header("spillway-seq-last"), Some("12"));
@@ -195,7 +195,10 @@ fn batched_length_prefixed_body() {
     let r = only_request(&server);
     assert_eq!(r.body, b"\x03\x00\x00\x00a\nb\x02\x00\x00\x00\x00\xff");
     assert_eq!(r.header("content-type"), Some("application/octet-stream"));
-    assert_eq!(r.header("idempotency-key"), Some("spillway-0-100-101"));
+    assert_eq!(
+        r.header("idempotency-key"),
+        Some("spillway-unset-0-100-101")
+    );
 }
 
 #[test]
@@ -310,7 +313,7 @@ fn idempotency_keys_follow_the_records() {
         .iter()
         .map(|r| r.header("idempotency-key").unwrap().to_string())
         .collect();
-    assert_eq!(keys[0], "spillway-4-7-9");
+    assert_eq!(keys[0], "spillway-unset-4-7-9");
     assert_eq!(keys[1], keys[0], "redelivery of the same records");
     assert_eq!(
         keys[2], keys[0],
@@ -569,7 +572,7 @@ fn per_record_sends_raw_bodies_and_reports_in_order() {
         assert_eq!(r.body, payload);
         assert_eq!(
             r.header("idempotency-key"),
-            Some(format!("spillway-7-{seq}").as_str())
+            Some(format!("spillway-unset-7-{seq}").as_str())
         );
         assert_eq!(r.header("spillway-shard"), Some("7"));
         assert_eq!(r.header("spillway-seq-first"), Some(seq.as_str()));

@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sink_sdk::abi::host::Plugin;
-use sink_sdk::abi::HostApi;
-use sink_sdk::Sink;
+use sink_sdk::abi::{HostApi, EXTENSION_SYMBOL};
+use sink_sdk::{Sink, SinkContext};
 
 use super::instance::PluginInstance;
 use super::library;
 use super::log::ShardScope;
-use crate::{SinkError, SinkFactory};
+use crate::{SinkEnv, SinkError, SinkFactory};
 
 /// Makes instances of a sink plugin, all with the same options.
 pub struct PluginFactory {
@@ -22,6 +22,8 @@ pub struct PluginFactory {
     options_toml: String,
     /// The file named in the config (for messages).
     source: PathBuf,
+    /// Who creates the instances (told to a plugin that takes it).
+    context: SinkContext,
 }
 
 impl PluginFactory {
@@ -56,7 +58,21 @@ impl PluginFactory {
             path = %path.display(),
             "sink plugin loaded"
         );
+        if !factory.plugin.takes_context() {
+            tracing::warn!(
+                plugin = factory.plugin.name(),
+                sdk = factory.plugin.sdk_version(),
+                path = %path.display(),
+                "this plugin was built before sinks were told the daemon's instance id (it exports no `{EXTENSION_SYMBOL}`): it still works, but if it dedupes by (shard, seq), records of several daemons writing into one destination collide there and are dropped; rebuild it against this daemon's sink-sdk and key on (instance, shard, seq)"
+            );
+        }
         Ok(factory)
+    }
+
+    /// The same factory, its instances told `context` (the daemon's
+    /// instance id and the sink's name) when the plugin takes it.
+    pub fn with_context(self, context: SinkContext) -> PluginFactory {
+        PluginFactory { context, ..self }
     }
 
     /// The library at `path` loaded and checked (as [`PluginFactory::load_in`]
@@ -72,6 +88,7 @@ impl PluginFactory {
             host: loaded.host,
             options_toml: options_toml.to_string(),
             source: path.to_path_buf(),
+            context: SinkEnv::detached().context("sink"),
         })
     }
 
@@ -107,7 +124,7 @@ impl PluginFactory {
     fn create_verbatim(&self, shard: Option<u32>) -> Result<PluginInstance, String> {
         let _scope = ShardScope::enter(shard);
         self.plugin
-            .create(&self.options_toml, Some(self.host))
+            .create_in(&self.options_toml, Some(self.host), &self.context)
             .map(|inner| PluginInstance::new(inner, shard))
     }
 }

@@ -12,7 +12,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use libloading::os::unix::{Library, RTLD_LOCAL, RTLD_NOW};
 use sink_sdk::abi::host::Plugin;
-use sink_sdk::abi::{EntryFn, HostApi, ENTRY_SYMBOL, ENTRY_SYMBOL_NUL};
+use sink_sdk::abi::{
+    EntryFn, ExtensionFn, HostApi, ENTRY_SYMBOL, ENTRY_SYMBOL_NUL, EXTENSION_SYMBOL_NUL,
+};
 
 /// Largest plugin file accepted, in bytes (it is read whole to be copied).
 pub(crate) const PLUGIN_BYTES_MAX: u64 = 512 * 1024 * 1024;
@@ -104,7 +106,15 @@ fn check(path: &Path, library: &Library) -> Result<Plugin, String> {
     // SAFETY: the entry point of a plugin that follows the ABI; the library
     // stays loaded for good if the vtable passes.
     let vtable = unsafe { entry() };
-    unsafe { Plugin::from_vtable(vtable) }.map_err(|e| format!("plugin {shown} {e}"))
+    // The optional extension: a plugin built before it has no such symbol.
+    // SAFETY: the symbol's type is fixed by the ABI; like the entry point
+    // it only returns a pointer to static data.
+    let extension = match unsafe { library.get::<ExtensionFn>(EXTENSION_SYMBOL_NUL) } {
+        Ok(ext) => unsafe { ext() },
+        Err(_) => std::ptr::null(),
+    };
+    unsafe { Plugin::from_entry_points(vtable, extension) }
+        .map_err(|e| format!("plugin {shown} {e}"))
 }
 
 /// The file: a regular file of at most [`PLUGIN_BYTES_MAX`] bytes.

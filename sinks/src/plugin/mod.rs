@@ -97,11 +97,10 @@ impl TypeKeys for PluginConfig {
 }
 
 impl CheckedSink for PluginSettings {
-    fn build(&self, _table: &str, _env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
-        Ok(Arc::new(PluginFactory::load(
-            &self.path,
-            &self.options_toml,
-        )?))
+    fn build(&self, table: &str, env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
+        Ok(Arc::new(
+            PluginFactory::load(&self.path, &self.options_toml)?.with_context(env.context(table)),
+        ))
     }
 
     fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError> {
