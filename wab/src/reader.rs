@@ -492,6 +492,12 @@ impl<F: StorageFile> SegmentReader<F> {
         if self.limit != u64::MAX {
             want = want.min(self.limit.saturating_sub(at)).max(len as u64);
         }
+        // No more than the file holds from `at`, plus one byte (so the
+        // read that fills it stops at the end of the file, as a read into
+        // a larger chunk does): a small file (a dead-letter or requeue
+        // store's, a spare) is not read into CHUNK_BYTES zeroed first.
+        let end = self.file.len()?;
+        want = want.min(end.saturating_sub(at) + 1).max(len as u64);
         let mut buf = self.fresh_chunk(want as usize);
         let n = read_full_at(&self.file, at, &mut buf)?;
         buf.truncate(n);
