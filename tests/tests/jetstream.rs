@@ -267,6 +267,36 @@ fn a_sigkill_of_spillway_mid_delivery_stores_every_record_once() {
     );
 }
 
+/// Issue 40: two daemons (two data folders, each numbering from 0) and
+/// one made anew publish into one stream with its duplicate window: every
+/// record of each is stored once (the message ids carry the instance id,
+/// so one daemon's records are never the other's duplicates).
+#[test]
+fn two_daemons_and_a_recreated_folder_share_one_stream() {
+    let Some(cluster) = r3_cluster() else {
+        return;
+    };
+    let mut a = two_shards_into_the_stream(&cluster, "");
+    let b = two_shards_into_the_stream(&cluster, "");
+    let mut sent = push_many(&a, "a", 2_000);
+    sent.extend(push_many(&b, "b", 2_000));
+    wait_for_stream(&cluster, &a, sent.len() as u64);
+    a.terminate();
+    std::fs::remove_dir_all(a.data_dir()).unwrap();
+    a.spawn();
+    sent.extend(push_many(&a, "a2", 2_000));
+    wait_for_stream(&cluster, &a, sent.len() as u64);
+    for d in [&a, &b] {
+        assert!(wait_until(DELIVERY_TIMEOUT, || {
+            d.ctl(&["stats", "--flat"])
+                .lines()
+                .find_map(|l| l.strip_prefix("sink{sink=\"stream\"}.backlog_records "))
+                .is_some_and(|v| v.trim() == "0")
+        }));
+    }
+    assert_exactly_once(&cluster.read_stream(STREAM), &sent);
+}
+
 /// The stream and a dead HTTP sink at once: the stream gets everything
 /// while the HTTP receiver answers 503.
 #[test]
