@@ -1,0 +1,160 @@
+//! The table name and the statements the sink runs.
+//!
+//! The table name is the only text from the config that ends up inside
+//! SQL, so it is restricted to lowercase identifiers (optionally
+//! `database.table`) and backquoted anyway: no injection.
+
+use std::fmt;
+
+/// Longest identifier MySQL and MariaDB keep, in bytes.
+pub const IDENTIFIER_BYTES_MAX: usize = 64;
+
+/// The key every row is written under: a record's identity across a fleet.
+pub const KEY_COLUMNS: [&str; 3] = ["instance", "shard", "seq"];
+
+/// A checked `table` or `database.table`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName {
+    database: Option<String>,
+    table: String,
+}
+
+fn identifier(part: &str) -> Result<String, String> {
+    let mut chars = part.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !first_ok || !rest_ok || part.len() > IDENTIFIER_BYTES_MAX {
+        return Err(format!(
+            "{part:?} is not a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most \
+             {IDENTIFIER_BYTES_MAX} bytes), optionally database-qualified"
+        ));
+    }
+    Ok(part.to_string())
+}
+
+impl TableName {
+    /// `name` or `database.name`.
+    pub fn parse(text: &str) -> Result<TableName, String> {
+        match text.split_once('.') {
+            None => Ok(TableName {
+                database: None,
+                table: identifier(text)?,
+            }),
+            Some((database, table)) => Ok(TableName {
+                database: Some(identifier(database)?),
+                table: identifier(table)?,
+            }),
+        }
+    }
+
+    /// As it goes into SQL: `` `name` `` or `` `database`.`name` ``.
+    pub fn quoted(&self) -> String {
+        match &self.database {
+            None => format!("`{}`", self.table),
+            Some(db) => format!("`{db}`.`{}`", self.table),
+        }
+    }
+
+    /// The database named, if any (else the connection's).
+    pub fn database(&self) -> Option<&str> {
+        self.database.as_deref()
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+}
+
+impl fmt::Display for TableName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.database {
+            None => f.write_str(&self.table),
+            Some(db) => write!(f, "{db}.{}", self.table),
+        }
+    }
+}
+
+/// Creates the table if it does not exist.
+pub fn create_table(table: &TableName) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {} (\
+           instance VARCHAR(64) CHARACTER SET ascii NOT NULL, \
+           shard INT UNSIGNED NOT NULL, \
+           seq BIGINT UNSIGNED NOT NULL, \
+           tier TINYINT UNSIGNED NOT NULL, \
+           arrival_us BIGINT UNSIGNED NOT NULL, \
+           payload LONGBLOB NOT NULL, \
+           PRIMARY KEY (instance, shard, seq)) ENGINE=InnoDB",
+        table.quoted()
+    )
+}
+
+/// Whether the table exists: `?` the database (NULL: the connection's),
+/// `?` the table. One row when it does.
+pub const TABLE_EXISTS: &str = "SELECT 1 FROM information_schema.TABLES \
+     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
+
+/// The columns of the table's unique indexes (its primary key among
+/// them), in index order: `(index name, column name)` rows; parameters as
+/// above.
+pub const UNIQUE_INDEX_COLUMNS: &str = "SELECT INDEX_NAME, COLUMN_NAME \
+     FROM information_schema.STATISTICS \
+     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? AND NON_UNIQUE = 0 \
+     ORDER BY INDEX_NAME, SEQ_IN_INDEX";
+
+/// The seqs of one shard of one instance already in the table between
+/// `?` and `?` (a redelivered batch's rows are skipped, not inserted
+/// again; never `INSERT IGNORE`, which also hides truncation and
+/// constraint errors).
+pub fn existing(table: &TableName) -> String {
+    format!(
+        "SELECT seq FROM {} WHERE instance = ? AND shard = ? AND seq BETWEEN ? AND ?",
+        table.quoted()
+    )
+}
+
+/// One multi-row insert of `rows` rows (6 parameters each).
+pub fn insert(table: &TableName, rows: usize) -> String {
+    let mut sql = format!(
+        "INSERT INTO {} (instance, shard, seq, tier, arrival_us, payload) VALUES ",
+        table.quoted()
+    );
+    for i in 0..rows {
+        if i > 0 {
+            sql.push(',');
+        }
+        sql.push_str("(?,?,?,?,?,?)");
+    }
+    sql
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names() {
+        let t = TableName::parse("events.r2").unwrap();
+        assert_eq!(
+            (t.quoted().as_str(), t.to_string().as_str()),
+            ("`events`.`r2`", "events.r2")
+        );
+        assert!(TableName::parse(&"a".repeat(64)).is_ok());
+        for bad in ["", "Records", "1abc", "a-b", "a.b.c", "a`b", ".a", "a.", &"a".repeat(65)] {
+            assert!(TableName::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn statements() {
+        let t = TableName::parse("t").unwrap();
+        assert!(create_table(&t).contains("PRIMARY KEY (instance, shard, seq)"));
+        assert_eq!(
+            insert(&t, 2),
+            "INSERT INTO `t` (instance, shard, seq, tier, arrival_us, payload) VALUES \
+             (?,?,?,?,?,?),(?,?,?,?,?,?)"
+        );
+    }
+}
