@@ -52,6 +52,7 @@ files=(
     /usr/bin/spillway
     /usr/lib/spillway/plugins/libspillway_plugin_file.so
     /usr/lib/spillway/plugins/libspillway_plugin_postgres.so
+    /usr/lib/spillway/plugins/libspillway_plugin_mariadb.so
     /etc/spillway/spillway.toml
     /usr/lib/systemd/system/spillway.service
     /usr/lib/sysusers.d/spillway.conf

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 target="${CARGO_TARGET_DIR:-target}"
-for package in spillway spillway-plugin-file spillway-plugin-postgres; do
+for package in spillway spillway-plugin-file spillway-plugin-postgres spillway-plugin-mariadb; do
     cargo build --release --quiet -p "$package"
 done
 bin="$target/release/spillway"
