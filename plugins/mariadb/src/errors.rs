@@ -47,7 +47,10 @@ const SESSION_GONE: &[u16] = &[
 pub fn verdict(error: &mysql::Error) -> Verdict {
     match error {
         mysql::Error::MySqlError(e) => {
-            let reason = format!("mysql: {} (error {}, SQLSTATE {})", e.message, e.code, e.state);
+            let reason = format!(
+                "mysql: {} (error {}, SQLSTATE {})",
+                e.message, e.code, e.state
+            );
             if RECORD_FAULTS.contains(&e.code) {
                 Verdict::Reject { reason }
             } else {

@@ -285,10 +285,12 @@ impl PluginSink for MariadbSink {
     /// Only a daemon from before sinks were told its instance id calls
     /// this: rows keyed without it would collide with other daemons'.
     fn create(_options_toml: &str) -> Result<MariadbSink, String> {
-        Err("this spillway daemon does not tell plugins its instance id, which the mariadb \
+        Err(
+            "this spillway daemon does not tell plugins its instance id, which the mariadb \
              plugin keys every row by (instance, shard, seq); upgrade spillway, or use the \
              plugin that came with this daemon"
-            .into())
+                .into(),
+        )
     }
 
     fn create_in(options_toml: &str, context: &SinkContext) -> Result<MariadbSink, String> {

@@ -142,7 +142,17 @@ mod tests {
             ("`events`.`r2`", "events.r2")
         );
         assert!(TableName::parse(&"a".repeat(64)).is_ok());
-        for bad in ["", "Records", "1abc", "a-b", "a.b.c", "a`b", ".a", "a.", &"a".repeat(65)] {
+        for bad in [
+            "",
+            "Records",
+            "1abc",
+            "a-b",
+            "a.b.c",
+            "a`b",
+            ".a",
+            "a.",
+            &"a".repeat(65),
+        ] {
             assert!(TableName::parse(bad).is_err(), "{bad:?}");
         }
     }

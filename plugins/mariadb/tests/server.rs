@@ -182,7 +182,10 @@ fn two_daemons_share_one_table_without_colliding() {
         );
     }
     let got: Vec<Vec<u8>> = rows(&mut admin, &table).into_iter().map(|r| r.5).collect();
-    assert_eq!(got, [b"a0".to_vec(), b"a1".into(), b"b0".into(), b"b1".into()]);
+    assert_eq!(
+        got,
+        [b"a0".to_vec(), b"a1".into(), b"b0".into(), b"b1".into()]
+    );
     admin.query_drop(format!("DROP TABLE {table}")).unwrap();
 }
 
@@ -261,7 +264,10 @@ fn a_table_of_the_old_shape_is_refused_with_its_migration() {
     let migration = &err[err.find("ALTER TABLE").expect("the migration")..];
     admin.query_drop(migration).unwrap();
     let mut s = sink(url, &table);
-    assert_eq!(deliver(&mut s, &records(0, 0, &[b"new"])), Outcome::Committed);
+    assert_eq!(
+        deliver(&mut s, &records(0, 0, &[b"new"])),
+        Outcome::Committed
+    );
     let got: Vec<(String, Vec<u8>)> = rows(&mut admin, &table)
         .into_iter()
         .map(|r| (r.0, r.5))
@@ -292,7 +298,10 @@ fn a_killed_connection_is_a_retry_and_the_next_batch_reconnects() {
              AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1) AND DB = DATABASE()",
         )
         .unwrap();
-    assert!(!ids.is_empty(), "the sink's connection is not in the process list");
+    assert!(
+        !ids.is_empty(),
+        "the sink's connection is not in the process list"
+    );
     for id in ids {
         admin.query_drop(format!("KILL CONNECTION {id}")).unwrap();
     }
@@ -324,7 +333,10 @@ fn through_the_plugin_abi_in_process() {
     assert_eq!(plugin.name(), "spillway-plugin-mariadb");
     let options = format!("url = {url:?}\ntable = {table:?}");
     let err = plugin.create(&options, None).err().unwrap();
-    assert!(err.contains("does not tell plugins its instance id"), "{err}");
+    assert!(
+        err.contains("does not tell plugins its instance id"),
+        "{err}"
+    );
     let mut instance = plugin
         .create_in(&options, None, &SinkContext::new(INSTANCE, "default"))
         .unwrap();
@@ -367,8 +379,10 @@ fn options_are_checked_at_create() {
         "options.password_env: the variable SPILLWAY_TEST_NO_SUCH_VAR is unset or empty"
     );
     assert!(err("url = \"mysql://u@h/d\"\nca_file = \"/x\"").contains("options.tls is false"));
-    assert!(err("url = \"mysql://u@localhost/d?socket=/tmp/s\"\ntls = true")
-        .starts_with("options.tls: "));
+    assert!(
+        err("url = \"mysql://u@localhost/d?socket=/tmp/s\"\ntls = true")
+            .starts_with("options.tls: ")
+    );
     assert!(err("url = \"mysql://h/d\"\nconnect_timeout_ms = 1")
         .starts_with("options.connect_timeout_ms: 1 is out of range"));
     let err = MariadbSink::create("url = \"mysql://h/d\"").err().unwrap();
