@@ -634,22 +634,17 @@ fn postgres_plugin_through_two_sigkills_writes_every_acked_record_exactly_once()
 
 /// Issue 40: two daemons (two data folders: the fleet shape, many hosts
 /// and one database) and a third made by recreating one's data folder
-/// (its numbers start again) write into one table: every record of each
-/// lands once, under its daemon's instance id. Before, the second
-/// daemon's rows collided with the first's `(shard, seq)` and were
-/// dropped without a word.
-#[test]
-fn postgres_plugin_two_daemons_and_a_recreated_folder_share_one_table() {
-    let Some(conninfo) = pg_server() else { return };
-    let so = postgres_plugin();
-    let table = format!("spillway_e2e_{}_fleet", std::process::id());
-    psql(&conninfo, &format!("DROP TABLE IF EXISTS {table}")).unwrap();
+/// (its numbers start again) write into one table through the SQL plugin
+/// `so` with `options` (its `[sink.options]` lines); `rows` reads the
+/// table as `instance|payload` lines. Every record of each lands once,
+/// under its daemon's instance id. Before, the second daemon's rows
+/// collided with the first's `(shard, seq)` and were dropped without a
+/// word.
+fn a_fleet_shares_one_table(so: &Path, options: &str, rows: impl Fn() -> Vec<String>) {
     let config = format!(
         "[sink]\ntype = \"plugin\"\npath = {}\nmax_records = 50\nlinger_ms = 2\n\
-         [sink.options]\nconninfo = {}\ntable = {}\n",
+         [sink.options]\n{options}",
         toml_str(so.display().to_string()),
-        toml_str(&conninfo),
-        toml_str(&table)
     );
     let instance_of = |d: &Daemon| {
         std::fs::read_to_string(d.data_dir().join("instance-id"))
@@ -668,32 +663,27 @@ fn postgres_plugin_two_daemons_and_a_recreated_folder_share_one_table() {
             })
             .collect()
     };
-    let mut a = Daemon::start(&config);
-    let mut b = Daemon::start(&config);
-    let mut expected: Vec<(String, String)> = Vec::new();
-    for (d, tag) in [(&a, "a"), (&b, "b")] {
-        let id = instance_of(d);
-        expected.extend(push(d, tag).into_iter().map(|p| (id.clone(), p)));
-    }
-    // A's data folder made anew (a host rebuilt): a new instance id, and
-    // its numbers start at 0 again.
-    let rows_of = |expected: &[(String, String)]| {
+    let rows_once = |n: usize| {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let rows = psql(
-                &conninfo,
-                &format!(
-                    "SELECT instance, convert_from(payload, 'UTF8') FROM {table} ORDER BY 1, 2"
-                ),
-            )
-            .unwrap_or_default();
-            if rows.len() >= expected.len() || Instant::now() >= deadline {
-                return rows;
+            let mut got = rows();
+            if got.len() >= n || Instant::now() >= deadline {
+                got.sort();
+                return got;
             }
             thread::sleep(Duration::from_millis(50));
         }
     };
-    assert_eq!(rows_of(&expected).len(), 200, "a's and b's rows");
+    let mut a = Daemon::start(&config);
+    let mut b = Daemon::start(&config);
+    let mut expected: Vec<String> = Vec::new();
+    for (d, tag) in [(&a, "a"), (&b, "b")] {
+        let id = instance_of(d);
+        expected.extend(push(d, tag).into_iter().map(|p| format!("{id}|{p}")));
+    }
+    assert_eq!(rows_once(expected.len()).len(), 200, "a's and b's rows");
+    // A's data folder made anew (a host rebuilt): a new instance id, and
+    // its numbers start at 0 again.
     let old_a = instance_of(&a);
     a.terminate();
     std::fs::remove_dir_all(a.data_dir()).unwrap();
@@ -703,23 +693,62 @@ fn postgres_plugin_two_daemons_and_a_recreated_folder_share_one_table() {
         new_a, old_a,
         "a recreated data folder gets a new instance id"
     );
-    expected.extend(push(&a, "a2").into_iter().map(|p| (new_a.clone(), p)));
-    let mut want: Vec<String> = expected.iter().map(|(i, p)| format!("{i}|{p}")).collect();
-    want.sort();
-    let mut got = rows_of(&expected);
-    got.sort();
+    expected.extend(push(&a, "a2").into_iter().map(|p| format!("{new_a}|{p}")));
+    expected.sort();
+    let got = rows_once(expected.len());
     assert_eq!(
         got.len(),
-        want.len(),
-        "rows in {table}; a's stats:\n{}\nb's stats:\n{}",
+        expected.len(),
+        "rows in the table; a's stats:\n{}\nb's stats:\n{}",
         stats(&a),
         stats(&b)
     );
     assert_eq!(
-        got, want,
+        got, expected,
         "every record of every daemon, once, under its instance id"
     );
     a.terminate();
     b.terminate();
+}
+
+#[test]
+fn postgres_plugin_two_daemons_and_a_recreated_folder_share_one_table() {
+    let Some(conninfo) = pg_server() else { return };
+    let table = format!("spillway_e2e_{}_fleet", std::process::id());
     psql(&conninfo, &format!("DROP TABLE IF EXISTS {table}")).unwrap();
+    a_fleet_shares_one_table(
+        &postgres_plugin(),
+        &format!(
+            "conninfo = {}\ntable = {}\n",
+            toml_str(&conninfo),
+            toml_str(&table)
+        ),
+        || {
+            psql(
+                &conninfo,
+                &format!("SELECT instance, convert_from(payload, 'UTF8') FROM {table}"),
+            )
+            .unwrap_or_default()
+        },
+    );
+    psql(&conninfo, &format!("DROP TABLE IF EXISTS {table}")).unwrap();
+}
+
+#[test]
+fn mariadb_plugin_two_daemons_and_a_recreated_folder_share_one_table() {
+    let Some(url) = mariadb_server() else { return };
+    let table = format!("spillway_e2e_{}_fleet", std::process::id());
+    mariadb_query(&url, &format!("DROP TABLE IF EXISTS {table}")).unwrap();
+    a_fleet_shares_one_table(
+        &mariadb_plugin(),
+        &format!("url = {}\ntable = {}\n", toml_str(&url), toml_str(&table)),
+        || {
+            mariadb_query(
+                &url,
+                &format!("SELECT CONCAT(instance, '|', CAST(payload AS CHAR)) FROM {table}"),
+            )
+            .unwrap_or_default()
+        },
+    );
+    mariadb_query(&url, &format!("DROP TABLE IF EXISTS {table}")).unwrap();
 }

@@ -98,6 +98,10 @@ pub fn postgres_plugin() -> PathBuf {
     plugin_lib("spillway-plugin-postgres", "spillway_plugin_postgres")
 }
 
+pub fn mariadb_plugin() -> PathBuf {
+    plugin_lib("spillway-plugin-mariadb", "spillway_plugin_mariadb")
+}
+
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
@@ -274,53 +278,131 @@ pub fn psql(conninfo: &str, sql: &str) -> Result<Vec<String>, String> {
 /// `SKIPPED: ...` to stderr when no server could be started.
 pub fn pg_server() -> Option<String> {
     static FOUND: OnceLock<Result<String, String>> = OnceLock::new();
-    let found = FOUND.get_or_init(|| {
-        if let Ok(conninfo) = std::env::var("SPILLWAY_TEST_PG") {
-            if let Err(e) = psql(&conninfo, "SELECT 1") {
-                panic!("SPILLWAY_TEST_PG={conninfo:?} is set but does not answer: {e}");
+    private_server(
+        &FOUND,
+        "PostgreSQL",
+        "SPILLWAY_TEST_PG",
+        "postgres.sh",
+        |c| psql(c, "SELECT 1").map(drop),
+    )
+}
+
+/// The `mysql://` URL of a MariaDB server: `SPILLWAY_TEST_MARIADB` (which
+/// must then work), else one started by `.ci/mariadb.sh` (and stopped when
+/// the test binary exits). `None` after printing `SKIPPED: ...`.
+pub fn mariadb_server() -> Option<String> {
+    static FOUND: OnceLock<Result<String, String>> = OnceLock::new();
+    private_server(
+        &FOUND,
+        "MariaDB",
+        "SPILLWAY_TEST_MARIADB",
+        "mariadb.sh",
+        |u| mariadb_query(u, "SELECT 1").map(drop),
+    )
+}
+
+/// A server from `env` (which must then answer `probe`), else the one
+/// `.ci/<script>` starts and prints the address of (stopped by
+/// `.ci/<script> stop` when the test binary exits); found once per binary.
+fn private_server(
+    found: &'static OnceLock<Result<String, String>>,
+    what: &str,
+    env: &str,
+    script: &'static str,
+    probe: fn(&str) -> Result<(), String>,
+) -> Option<String> {
+    static STOPS: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
+    let found = found.get_or_init(|| {
+        if let Ok(address) = std::env::var(env) {
+            if let Err(e) = probe(&address) {
+                panic!("{env}={address:?} is set but does not answer: {e}");
             }
-            return Ok(conninfo);
+            return Ok(address);
         }
-        let script = workspace_root().join(".ci/postgres.sh");
+        let path = workspace_root().join(".ci").join(script);
         let out = Command::new("bash")
-            .arg(&script)
+            .arg(&path)
             .output()
-            .map_err(|e| format!("running `bash {}`: {e}", script.display()))?;
+            .map_err(|e| format!("running `bash {}`: {e}", path.display()))?;
         extern "C" fn stop_at_exit() {
-            let _ = Command::new("bash")
-                .arg(workspace_root().join(".ci/postgres.sh"))
-                .arg("stop")
-                .status();
+            for script in STOPS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                let _ = Command::new("bash")
+                    .arg(workspace_root().join(".ci").join(script))
+                    .arg("stop")
+                    .status();
+            }
         }
-        // SAFETY: registers a plain function, run once by exit(3); libtest
-        // ends the process with exit whether the tests passed or not.
-        unsafe { libc::atexit(stop_at_exit) };
+        {
+            let mut stops = STOPS.lock().unwrap_or_else(|p| p.into_inner());
+            if stops.is_empty() {
+                // SAFETY: registers a plain function, run once by exit(3);
+                // libtest ends the process with exit whether the tests
+                // passed or not.
+                unsafe { libc::atexit(stop_at_exit) };
+            }
+            stops.push(script);
+        }
         if !out.status.success() {
             return Err(format!(
                 "{} exited with {}: {}",
-                script.display(),
+                path.display(),
                 out.status,
                 tail(&String::from_utf8_lossy(&out.stderr), 3).replace('\n', " / ")
             ));
         }
-        let conninfo = String::from_utf8_lossy(&out.stdout)
+        let address = String::from_utf8_lossy(&out.stdout)
             .lines()
             .last()
             .unwrap_or("")
             .trim()
             .to_string();
-        psql(&conninfo, "SELECT 1")
-            .map_err(|e| format!("{} started {conninfo:?} but: {e}", script.display()))?;
-        Ok(conninfo)
+        probe(&address).map_err(|e| format!("{} started {address:?} but: {e}", path.display()))?;
+        Ok(address)
     });
     match found {
         Ok(c) => Some(c.clone()),
         Err(why) => {
             let test = std::thread::current().name().unwrap_or("?").to_string();
             say(&format!(
-                "SKIPPED: no PostgreSQL server could be started — {why} (test {test})\n"
+                "SKIPPED: no {what} server could be started — {why} (test {test})\n"
             ));
             None
         }
     }
+}
+
+/// Runs SQL with the `mariadb` client against `url`
+/// (`mysql://USER:PASS@HOST/DB?socket=PATH`, as `.ci/mariadb.sh` prints
+/// it); returns its output lines (tab-separated fields, no headers).
+pub fn mariadb_query(url: &str, sql: &str) -> Result<Vec<String>, String> {
+    let rest = url
+        .strip_prefix("mysql://")
+        .ok_or_else(|| format!("{url:?} is not a mysql:// URL"))?;
+    let (who, rest) = rest.split_once('@').ok_or("no user in the URL")?;
+    let (user, pass) = who.split_once(':').unwrap_or((who, ""));
+    let (host, rest) = rest.split_once('/').ok_or("no database in the URL")?;
+    let (db, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut cmd = Command::new("mariadb");
+    cmd.args(["--no-defaults", "-N", "-B", "-u", user, "-h", host, db]);
+    if !pass.is_empty() {
+        cmd.arg(format!("-p{pass}"));
+    }
+    if let Some(socket) = query.split('&').find_map(|kv| kv.strip_prefix("socket=")) {
+        cmd.arg(format!("--socket={socket}"));
+    }
+    let out = cmd
+        .args(["-e", sql])
+        .output()
+        .map_err(|e| format!("running the mariadb client (apt-get install mariadb-client): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "mariadb {sql:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
 }
