@@ -752,3 +752,50 @@ fn mariadb_plugin_two_daemons_and_a_recreated_folder_share_one_table() {
     );
     mariadb_query(&url, &format!("DROP TABLE IF EXISTS {table}")).unwrap();
 }
+
+/// Issue 40: a SQL plugin whose server is down when the daemon starts:
+/// the daemon starts and takes records (they wait), `ctl health` says
+/// why, and `spillway check` passes with a warning that says why (check
+/// agrees with run).
+#[test]
+fn sql_plugins_with_the_server_down_start_and_say_why() {
+    for (so, options, says) in [
+        (
+            postgres_plugin(),
+            "conninfo = \"host=127.0.0.1 port=1 user=nobody dbname=none\"\nconnect_timeout_ms = 1000\n",
+            "Connection refused",
+        ),
+        (
+            mariadb_plugin(),
+            "url = \"mysql://nobody@127.0.0.1:1/none\"\nconnect_timeout_ms = 1000\n",
+            "Connection refused",
+        ),
+    ] {
+        let config = format!(
+            "[sink]\ntype = \"plugin\"\npath = {}\nretry_initial_ms = 50\nretry_max_ms = 200\n\
+             [sink.options]\n{options}",
+            toml_str(so.display().to_string())
+        );
+        let d = Daemon::start(&config);
+        d.client()
+            .push(Tier::Sync, b"waits")
+            .unwrap_or_else(|e| panic!("{}: a push while the server is down: {e}", so.display()));
+        assert!(
+            wait_until(Duration::from_secs(30), || d.health().contains(says)),
+            "{}: ctl health never said {says:?}:\n{}",
+            so.display(),
+            d.health()
+        );
+        let f = run_spillway(
+            &["check".as_ref(), d.config_path().as_os_str()],
+            Duration::from_secs(60),
+        );
+        let said = format!("{}{}", f.stdout, f.stderr);
+        assert!(f.status.success(), "{}: check failed: {said}", so.display());
+        assert!(
+            said.contains("fails its health check") && said.contains(says),
+            "{}: check did not say why: {said}",
+            so.display()
+        );
+    }
+}
