@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use std::collections::BTreeMap;
+
+use crate::columns::{self, Column, ColumnOption};
 use crate::sql::TableName;
 
 /// Default of [`PostgresOptions::table`].
@@ -50,6 +53,10 @@ pub struct PostgresOptions {
     /// range 0 (no limit)..=3600000.
     #[serde(default = "default_statement_timeout_ms")]
     pub statement_timeout_ms: u64,
+    /// JSON fields of the payload into typed columns of their own
+    /// (`[sink.options.columns]`, see [`crate::columns`]). Default none.
+    #[serde(default)]
+    pub columns: BTreeMap<String, ColumnOption>,
 }
 
 fn default_table() -> String {
@@ -71,6 +78,8 @@ pub struct Settings {
     pub table: TableName,
     pub create_table: bool,
     pub statement_timeout_ms: u64,
+    /// The mapped columns, in name order.
+    pub columns: Vec<Column>,
 }
 
 impl PostgresOptions {
@@ -124,6 +133,7 @@ impl PostgresOptions {
             table,
             create_table: self.create_table,
             statement_timeout_ms: self.statement_timeout_ms,
+            columns: columns::check(&self.columns)?,
         })
     }
 }

@@ -11,6 +11,9 @@ use sink_sdk::{
     RecordOutcome, Sink, SinkContext,
 };
 
+use postgres::types::ToSql;
+
+use crate::columns::{self, Cell, Column, ColumnType};
 use crate::errors::{is_concurrent_create, verdict, Verdict};
 use crate::options::{PostgresOptions, Settings};
 use crate::sql;
@@ -135,15 +138,17 @@ impl Session {
             settings.statement_timeout_ms
         ))?;
         if settings.create_table {
-            if let Err(e) = client.batch_execute(&sql::create_table(&settings.table)) {
+            let create = sql::create_table(&settings.table, &settings.columns);
+            if let Err(e) = client.batch_execute(&create) {
                 if !is_concurrent_create(&e) {
                     return Err(e.into());
                 }
             }
         }
         check_shape(&mut client, &settings.table)?;
-        let insert_batch = client.prepare(&sql::insert_batch(&settings.table))?;
-        let insert_one = client.prepare(&sql::insert_one(&settings.table))?;
+        let insert_batch =
+            client.prepare(&sql::insert_batch(&settings.table, &settings.columns))?;
+        let insert_one = client.prepare(&sql::insert_one(&settings.table, &settings.columns))?;
         plugin_info!("connected; writing to table {}", settings.table);
         Ok(Session {
             client,
@@ -162,12 +167,69 @@ struct Rows<'a> {
     tier: Vec<i16>,
     arrival_us: Vec<i64>,
     payload: Vec<&'a [u8]>,
+    /// One array per mapped column.
+    mapped: Vec<Mapped>,
+}
+
+/// The values of one mapped column, as the array type it is sent as.
+enum Mapped {
+    Text(Vec<Option<String>>),
+    Int(Vec<Option<i64>>),
+    Float(Vec<Option<f64>>),
+    Bool(Vec<Option<bool>>),
+}
+
+impl Mapped {
+    fn for_type(kind: ColumnType, n: usize) -> Mapped {
+        match kind {
+            ColumnType::Text | ColumnType::Timestamptz | ColumnType::Json => {
+                Mapped::Text(Vec::with_capacity(n))
+            }
+            ColumnType::Bigint => Mapped::Int(Vec::with_capacity(n)),
+            ColumnType::Double => Mapped::Float(Vec::with_capacity(n)),
+            ColumnType::Boolean => Mapped::Bool(Vec::with_capacity(n)),
+        }
+    }
+
+    fn push(&mut self, cell: Cell) {
+        match (self, cell) {
+            (Mapped::Text(v), Cell::Text(t)) => v.push(Some(t)),
+            (Mapped::Int(v), Cell::Int(i)) => v.push(Some(i)),
+            (Mapped::Float(v), Cell::Float(f)) => v.push(Some(f)),
+            (Mapped::Bool(v), Cell::Bool(b)) => v.push(Some(b)),
+            (Mapped::Text(v), _) => v.push(None),
+            (Mapped::Int(v), _) => v.push(None),
+            (Mapped::Float(v), _) => v.push(None),
+            (Mapped::Bool(v), _) => v.push(None),
+        }
+    }
+
+    /// The whole array, as a statement parameter.
+    fn array(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            Mapped::Text(v) => v,
+            Mapped::Int(v) => v,
+            Mapped::Float(v) => v,
+            Mapped::Bool(v) => v,
+        }
+    }
+
+    /// Element `k`, as a statement parameter.
+    fn element(&self, k: usize) -> &(dyn ToSql + Sync) {
+        match self {
+            Mapped::Text(v) => &v[k],
+            Mapped::Int(v) => &v[k],
+            Mapped::Float(v) => &v[k],
+            Mapped::Bool(v) => &v[k],
+        }
+    }
 }
 
 impl<'a> Rows<'a> {
     /// Columns for `batch`; a record whose numbers do not fit the table's
-    /// types is marked rejected in `outcomes`.
-    fn of(batch: &Batch<'a>, outcomes: &mut [RecordOutcome]) -> Rows<'a> {
+    /// types, or whose JSON does not fill the mapped `columns`, is marked
+    /// rejected in `outcomes` (naming the field).
+    fn of(batch: &Batch<'a>, columns: &[Column], outcomes: &mut [RecordOutcome]) -> Rows<'a> {
         let n = batch.len();
         let mut rows = Rows {
             index: Vec::with_capacity(n),
@@ -175,6 +237,10 @@ impl<'a> Rows<'a> {
             tier: Vec::with_capacity(n),
             arrival_us: Vec::with_capacity(n),
             payload: Vec::with_capacity(n),
+            mapped: columns
+                .iter()
+                .map(|c| Mapped::for_type(c.kind, n))
+                .collect(),
         };
         for (i, r) in batch.records().iter().enumerate() {
             let (Ok(seq), Ok(arrival_us)) =
@@ -186,11 +252,21 @@ impl<'a> Rows<'a> {
                 ));
                 continue;
             };
+            let cells = match columns::extract(columns, r.payload) {
+                Ok(cells) => cells,
+                Err(why) => {
+                    outcomes[i] = RecordOutcome::Rejected(why);
+                    continue;
+                }
+            };
             rows.index.push(i);
             rows.seq.push(seq);
             rows.tier.push(i16::from(r.tier));
             rows.arrival_us.push(arrival_us);
             rows.payload.push(r.payload);
+            for (mapped, cell) in rows.mapped.iter_mut().zip(cells) {
+                mapped.push(cell);
+            }
         }
         rows
     }
@@ -320,7 +396,7 @@ fn insert_one_by_one(
     let mut transaction = client.transaction()?;
     for (k, &i) in rows.index.iter().enumerate() {
         let mut savepoint = transaction.savepoint("record")?;
-        let params: [&(dyn postgres::types::ToSql + Sync); 6] = [
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &instance,
             &shard,
             &rows.seq[k],
@@ -328,6 +404,7 @@ fn insert_one_by_one(
             &rows.arrival_us[k],
             &rows.payload[k],
         ];
+        params.extend(rows.mapped.iter().map(|m| m.element(k)));
         match savepoint.execute(&*insert_one, &params) {
             Ok(_) => savepoint.commit()?,
             Err(e) => match verdict(&e) {
@@ -379,14 +456,14 @@ impl Sink for PostgresSink {
             let reason = format!("shard {} does not fit an integer column", batch.shard());
             return Outcome::Split(vec![RecordOutcome::Rejected(reason); batch.len()]);
         };
-        let rows = Rows::of(batch, &mut outcomes);
+        let rows = Rows::of(batch, &self.settings.columns, &mut outcomes);
         if rows.len() == 0 {
             return finish(outcomes);
         }
         if let Err(e) = self.session() {
             return self.cannot_open(&e);
         }
-        let params: [&(dyn postgres::types::ToSql + Sync); 6] = [
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![
             &self.instance,
             &shard,
             &rows.seq,
@@ -394,6 +471,7 @@ impl Sink for PostgresSink {
             &rows.arrival_us,
             &rows.payload,
         ];
+        params.extend(rows.mapped.iter().map(Mapped::array));
         // One statement in autocommit: one transaction for the batch.
         let session = self.session.as_mut().expect("opened above");
         match session.client.execute(&session.insert_batch, &params) {

@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+use crate::columns::Column;
+
 /// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1), in bytes.
 pub const IDENTIFIER_BYTES_MAX: usize = 63;
 
@@ -18,7 +20,7 @@ pub struct TableName {
 }
 
 /// Checks one identifier: `[a-z_][a-z0-9_]*`, 1 to 63 bytes.
-fn identifier(part: &str) -> Result<String, String> {
+pub(crate) fn identifier(part: &str) -> Result<String, String> {
     let mut chars = part.chars();
     let first_ok = chars
         .next()
@@ -66,8 +68,13 @@ impl fmt::Display for TableName {
     }
 }
 
-/// Creates the table if it does not exist.
-pub fn create_table(table: &TableName) -> String {
+/// Creates the table if it does not exist (with the mapped `columns`).
+pub fn create_table(table: &TableName, columns: &[Column]) -> String {
+    let mut extra = String::new();
+    for c in columns {
+        let null = if c.required { " NOT NULL" } else { "" };
+        extra.push_str(&format!("\"{}\" {}{null}, ", c.name, c.kind.sql_type()));
+    }
     format!(
         "CREATE TABLE IF NOT EXISTS {} (\
            instance text NOT NULL, \
@@ -76,6 +83,7 @@ pub fn create_table(table: &TableName) -> String {
            tier smallint NOT NULL, \
            arrival_us bigint NOT NULL, \
            payload bytea NOT NULL, \
+           {extra}\
            PRIMARY KEY (instance, shard, seq))",
         table.quoted()
     )
@@ -111,28 +119,51 @@ pub fn migration(table: &TableName, primary_key: &str) -> String {
     )
 }
 
+/// The mapped columns' names, each after a comma.
+fn column_list(columns: &[Column]) -> String {
+    columns
+        .iter()
+        .map(|c| format!(", \"{}\"", c.name))
+        .collect()
+}
+
 /// Inserts a whole batch of one shard in one statement: `$1` the
 /// instance, `$2` the shard, `$3..$6` arrays of seq, tier, arrival_us,
-/// payload (one element per record). Rows already there are skipped
-/// (redelivery).
-pub fn insert_batch(table: &TableName) -> String {
+/// payload, then one array per mapped column (one element per record).
+/// Rows already there are skipped (redelivery).
+pub fn insert_batch(table: &TableName, columns: &[Column]) -> String {
+    let (mut arrays, mut names, mut select) = (String::new(), String::new(), String::new());
+    for (i, c) in columns.iter().enumerate() {
+        let (array, cast) = c.kind.array_and_cast();
+        arrays.push_str(&format!(", ${}::{array}", 7 + i));
+        names.push_str(&format!(", c{i}"));
+        select.push_str(&format!(", r.c{i}{cast}"));
+    }
     format!(
-        "INSERT INTO {} (instance, shard, seq, tier, arrival_us, payload) \
-         SELECT $1::text, $2::integer, r.seq, r.tier, r.arrival_us, r.payload \
-         FROM unnest($3::bigint[], $4::smallint[], $5::bigint[], $6::bytea[]) \
-           AS r(seq, tier, arrival_us, payload) \
+        "INSERT INTO {} (instance, shard, seq, tier, arrival_us, payload{}) \
+         SELECT $1::text, $2::integer, r.seq, r.tier, r.arrival_us, r.payload{select} \
+         FROM unnest($3::bigint[], $4::smallint[], $5::bigint[], $6::bytea[]{arrays}) \
+           AS r(seq, tier, arrival_us, payload{names}) \
          ON CONFLICT (instance, shard, seq) DO NOTHING",
-        table.quoted()
+        table.quoted(),
+        column_list(columns)
     )
 }
 
 /// Inserts one record (used to find the bad records of a batch).
-pub fn insert_one(table: &TableName) -> String {
+pub fn insert_one(table: &TableName, columns: &[Column]) -> String {
+    let mut values = String::new();
+    for (i, c) in columns.iter().enumerate() {
+        let (array, cast) = c.kind.array_and_cast();
+        let scalar = array.trim_end_matches("[]");
+        values.push_str(&format!(", ${}::{scalar}{cast}", 7 + i));
+    }
     format!(
-        "INSERT INTO {} (instance, shard, seq, tier, arrival_us, payload) \
-         VALUES ($1::text, $2::integer, $3::bigint, $4::smallint, $5::bigint, $6::bytea) \
+        "INSERT INTO {} (instance, shard, seq, tier, arrival_us, payload{}) \
+         VALUES ($1::text, $2::integer, $3::bigint, $4::smallint, $5::bigint, $6::bytea{values}) \
          ON CONFLICT (instance, shard, seq) DO NOTHING",
-        table.quoted()
+        table.quoted(),
+        column_list(columns)
     )
 }
 
@@ -171,12 +202,12 @@ mod tests {
     #[test]
     fn statements_quote_the_table() {
         let t = TableName::parse("s.t").unwrap();
-        assert!(create_table(&t).starts_with("CREATE TABLE IF NOT EXISTS \"s\".\"t\" ("));
-        assert!(insert_batch(&t).contains("ON CONFLICT (instance, shard, seq) DO NOTHING"));
-        assert!(create_table(&t).contains("PRIMARY KEY (instance, shard, seq)"));
+        assert!(create_table(&t, &[]).starts_with("CREATE TABLE IF NOT EXISTS \"s\".\"t\" ("));
+        assert!(insert_batch(&t, &[]).contains("ON CONFLICT (instance, shard, seq) DO NOTHING"));
+        assert!(create_table(&t, &[]).contains("PRIMARY KEY (instance, shard, seq)"));
         assert!(migration(&t, "t_pkey").contains(
             "ALTER TABLE \"s\".\"t\" DROP CONSTRAINT \"t_pkey\", ADD PRIMARY KEY (instance, shard, seq)"
         ));
-        assert!(insert_one(&t).starts_with("INSERT INTO \"s\".\"t\" "));
+        assert!(insert_one(&t, &[]).starts_with("INSERT INTO \"s\".\"t\" "));
     }
 }

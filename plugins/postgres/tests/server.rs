@@ -381,6 +381,109 @@ fn two_daemons_share_one_table_without_colliding() {
     admin.batch_execute(&format!("DROP TABLE {table}")).unwrap();
 }
 
+/// Issue 40: JSON fields into typed columns. The good records fill them;
+/// one that is not JSON, lacks a required field or has it of another type
+/// is rejected naming the field (one the server cannot read as a
+/// timestamp, with the server's error); the rest of the batch is written.
+#[test]
+fn json_fields_fill_typed_columns_and_bad_records_are_rejected_alone() {
+    let Some(conninfo) = server() else { return };
+    let mut admin = connect(conninfo).unwrap();
+    let table = fresh_table(&mut admin, "columns");
+    let mut s = sink(
+        conninfo,
+        &table,
+        "[columns]\n\
+         user_id = { from = \"/user/id\", type = \"bigint\" }\n\
+         at = { from = \"ts\", type = \"timestamptz\" }\n\
+         score = { from = \"score\", type = \"double\", required = false }\n\
+         active = { from = \"active\", type = \"boolean\", required = false }\n\
+         name = { from = \"name\", type = \"text\", required = false }\n\
+         extra = { from = \"/extra\", type = \"json\", required = false }\n",
+    );
+    let recs = records(
+        0,
+        1,
+        &[
+            br#"{"user":{"id":7},"ts":"2026-12-06T10:00:00Z","score":1.5,"active":true,"name":"ann","extra":{"a":[1]}}"#,
+            b"not json",
+            br#"{"user":{},"ts":"2026-12-06T10:00:00Z"}"#,
+            br#"{"user":{"id":"8"},"ts":"2026-12-06T10:00:00Z"}"#,
+            br#"{"user":{"id":9},"ts":"yesterday-ish"}"#,
+            br#"{"user":{"id":10},"ts":"2026-12-06T11:00:00+01:00"}"#,
+        ],
+    );
+    let Outcome::Split(o) = deliver(&mut s, &recs) else {
+        panic!("expected a split")
+    };
+    let why = |i: usize| match &o[i] {
+        RecordOutcome::Rejected(why) => why.clone(),
+        other => panic!("record {i}: {other:?}"),
+    };
+    assert_eq!(
+        (&o[0], &o[5]),
+        (&RecordOutcome::Committed, &RecordOutcome::Committed)
+    );
+    assert!(why(1).starts_with("the record is not JSON"), "{}", why(1));
+    assert_eq!(
+        why(2),
+        "field \"/user/id\" (column user_id) is missing or null"
+    );
+    assert!(
+        why(3).contains("(column user_id, bigint) is a string"),
+        "{}",
+        why(3)
+    );
+    assert!(why(4).contains("SQLSTATE 22007"), "{}", why(4));
+    #[allow(clippy::type_complexity)]
+    let got: Vec<(
+        i64,
+        i64,
+        String,
+        Option<f64>,
+        Option<bool>,
+        Option<String>,
+        Option<String>,
+    )> = admin
+        .query(
+            &format!(
+                "SELECT seq, user_id, to_char(at AT TIME ZONE 'UTC', 'HH24:MI'), score, \
+                     active, name, extra::text FROM {table} ORDER BY seq"
+            ),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r.get(0),
+                r.get(1),
+                r.get(2),
+                r.get(3),
+                r.get(4),
+                r.get(5),
+                r.get(6),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                1,
+                7,
+                "10:00".to_string(),
+                Some(1.5),
+                Some(true),
+                Some("ann".to_string()),
+                Some("{\"a\": [1]}".to_string())
+            ),
+            (6, 10, "10:00".to_string(), None, None, None, None)
+        ]
+    );
+    admin.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}
+
 /// A table of the old shape (keyed by `(shard, seq)`, no instance column)
 /// is never written into: the start refuses it with the migration to run;
 /// once that has run, the old rows stay (instance `legacy`) and new ones
