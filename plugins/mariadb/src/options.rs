@@ -1,11 +1,14 @@
 //! The `[sink.options]` of the MySQL / MariaDB plugin: this type is its
 //! user documentation.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use mysql::{Opts, OptsBuilder, SslOpts};
 use serde::Deserialize;
+
+use spillway_json_columns::{self as columns, Column, ColumnOption};
 
 use crate::sql::TableName;
 
@@ -64,6 +67,11 @@ pub struct MariadbOptions {
     /// 100..=3600000.
     #[serde(default = "default_statement_timeout_ms")]
     pub statement_timeout_ms: u64,
+    /// JSON fields of the payload into typed columns of their own
+    /// (`[sink.options.columns]`, see `spillway_json_columns`). Default
+    /// none.
+    #[serde(default)]
+    pub columns: BTreeMap<String, ColumnOption>,
 }
 
 fn default_table() -> String {
@@ -88,6 +96,8 @@ pub struct Settings {
     pub opts: Opts,
     pub table: TableName,
     pub create_table: bool,
+    /// The mapped columns, in name order.
+    pub columns: Vec<Column>,
 }
 
 impl MariadbOptions {
@@ -173,6 +183,7 @@ impl MariadbOptions {
             opts: opts.into(),
             table,
             create_table: self.create_table,
+            columns: columns::check(&self.columns, crate::sql::identifier)?,
         })
     }
 }

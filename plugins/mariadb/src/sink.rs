@@ -12,13 +12,17 @@ use sink_sdk::{
     RecordOutcome, Sink, SinkContext,
 };
 
+use spillway_json_columns::{utc_datetime, Cell, Column, ColumnType};
+
 use crate::errors::{verdict, Verdict};
 use crate::options::{MariadbOptions, Settings};
 use crate::sql;
 
 /// Most records per batch this sink asks for (6 placeholders a row stay
-/// under the protocol's 65,535 per statement).
+/// under the protocol's 65,535 per statement; fewer with mapped columns).
 pub const MAX_RECORDS: usize = 10_000;
+/// Most placeholders one statement may have (the protocol's limit).
+const PLACEHOLDERS_MAX: usize = 65_535;
 /// Most payload bytes per batch this sink asks for (8 MiB: under the
 /// servers' default `max_allowed_packet` of 16 MiB with room to spare).
 pub const MAX_BYTES: usize = 8 * 1024 * 1024;
@@ -113,16 +117,46 @@ fn probe_shape(settings: &Settings) -> Result<(), String> {
     }
 }
 
-/// A record's six columns, in the insert's order.
-fn row(instance: &str, r: &Record<'_>) -> [Value; 6] {
-    [
+/// One record ready to insert: its place in the batch, its seq, and its
+/// values in the insert's order.
+struct Row {
+    index: usize,
+    seq: u64,
+    values: Vec<Value>,
+}
+
+/// A record's values: the six columns every row has, then the mapped
+/// ones; the error (the record's rejection) names the field.
+fn row_values(instance: &str, columns: &[Column], r: &Record<'_>) -> Result<Vec<Value>, String> {
+    let cells = spillway_json_columns::extract(columns, r.payload)?;
+    let mut values = vec![
         Value::Bytes(instance.as_bytes().to_vec()),
         Value::UInt(u64::from(r.shard)),
         Value::UInt(r.seq),
         Value::UInt(u64::from(r.tier)),
         Value::UInt(r.arrival_unix_us),
         Value::Bytes(r.payload.to_vec()),
-    ]
+    ];
+    for (c, cell) in columns.iter().zip(cells) {
+        values.push(match (c.kind, cell) {
+            (_, Cell::Null) => Value::NULL,
+            (ColumnType::Timestamptz, Cell::Text(t)) => match utc_datetime(&t) {
+                Some(utc) => Value::Bytes(utc.into_bytes()),
+                None => {
+                    return Err(format!(
+                        "field {:?} (column {}, timestamptz) is {t:?}, not an RFC 3339 timestamp \
+                         (2026-12-06T10:00:00Z, or with an offset)",
+                        c.from, c.name
+                    ))
+                }
+            },
+            (_, Cell::Text(t)) => Value::Bytes(t.into_bytes()),
+            (_, Cell::Int(i)) => Value::Int(i),
+            (_, Cell::Float(f)) => Value::Double(f),
+            (_, Cell::Bool(b)) => Value::Int(i64::from(b)),
+        });
+    }
+    Ok(values)
 }
 
 /// `Committed` when every record is, else the split.
@@ -151,7 +185,10 @@ impl MariadbSink {
         if self.conn.is_none() {
             let mut conn = Conn::new(self.settings.opts.clone())?;
             if self.settings.create_table {
-                conn.query_drop(sql::create_table(&self.settings.table))?;
+                conn.query_drop(sql::create_table(
+                    &self.settings.table,
+                    &self.settings.columns,
+                ))?;
             }
             check_shape(&mut conn, &self.settings.table)?;
             plugin_info!("connected; writing to table {}", self.settings.table);
@@ -189,17 +226,22 @@ impl MariadbSink {
         self.retry(reason, true)
     }
 
-    /// The records of `batch` not in the table yet (by seq), then all of
-    /// them in one multi-row insert; one transaction.
-    fn write_batch(&mut self, batch: &Batch<'_>) -> Result<(), OpenError> {
+    /// The rows of one shard's batch not in the table yet (by seq), then
+    /// all of them in one multi-row insert; one transaction.
+    fn write_rows(&mut self, shard: u32, rows: &[Row]) -> Result<(), OpenError> {
         let instance = self.instance.clone();
         let table = self.settings.table.clone();
+        let columns = self.settings.columns.clone();
         let conn = self.conn()?;
         let mut tx = conn.start_transaction(TxOpts::default())?;
-        let todo = missing(&mut tx, &table, &instance, batch)?;
+        let have = existing(&mut tx, &table, &instance, shard, rows)?;
+        let todo: Vec<&Row> = rows.iter().filter(|r| !have.contains(&r.seq)).collect();
         if !todo.is_empty() {
-            let values: Vec<Value> = todo.iter().flat_map(|r| row(&instance, r)).collect();
-            tx.exec_drop(sql::insert(&table, todo.len()), Params::Positional(values))?;
+            let values: Vec<Value> = todo.iter().flat_map(|r| r.values.clone()).collect();
+            tx.exec_drop(
+                sql::insert(&table, &columns, todo.len()),
+                Params::Positional(values),
+            )?;
         }
         tx.commit()?;
         Ok(())
@@ -208,32 +250,25 @@ impl MariadbSink {
     /// Writes the rows one by one, each in a savepoint, in one
     /// transaction: the good ones commit, the bad ones are rejected with
     /// the server's error.
-    fn isolate(&mut self, batch: &Batch<'_>) -> Outcome {
+    fn isolate(&mut self, shard: u32, rows: &[Row], mut outcomes: Vec<RecordOutcome>) -> Outcome {
         let instance = self.instance.clone();
         let table = self.settings.table.clone();
-        let mut outcomes = vec![RecordOutcome::Committed; batch.len()];
+        let one = sql::insert(&table, &self.settings.columns, 1);
         let conn = match self.conn() {
             Ok(conn) => conn,
             Err(e) => return self.cannot_open(e),
         };
         let result = (|| -> Result<(), mysql::Error> {
             let mut tx = conn.start_transaction(TxOpts::default())?;
-            let todo: HashSet<u64> = missing(&mut tx, &table, &instance, batch)?
-                .iter()
-                .map(|r| r.seq)
-                .collect();
-            let one = sql::insert(&table, 1);
-            for (i, r) in batch.records().iter().enumerate() {
-                if !todo.contains(&r.seq) {
-                    continue;
-                }
+            let have = existing(&mut tx, &table, &instance, shard, rows)?;
+            for r in rows.iter().filter(|r| !have.contains(&r.seq)) {
                 tx.query_drop("SAVEPOINT record")?;
-                match tx.exec_drop(&one, Params::Positional(row(&instance, r).to_vec())) {
+                match tx.exec_drop(&one, Params::Positional(r.values.clone())) {
                     Ok(()) => tx.query_drop("RELEASE SAVEPOINT record")?,
                     Err(e) => match verdict(&e) {
                         Verdict::Reject { reason } => {
                             tx.query_drop("ROLLBACK TO SAVEPOINT record")?;
-                            outcomes[i] = RecordOutcome::Rejected(reason);
+                            outcomes[r.index] = RecordOutcome::Rejected(reason);
                         }
                         Verdict::Retry { .. } => return Err(e),
                     },
@@ -247,38 +282,35 @@ impl MariadbSink {
                 Verdict::Retry { reason, reconnect } => self.retry(reason, reconnect),
                 // Not from a single insert (those are handled above): the
                 // commit itself; no single record can be blamed.
-                Verdict::Reject { reason } => Outcome::Split(vec![
-                    RecordOutcome::Rejected(format!(
-                        "{reason} (at commit: the batch was rejected whole)"
-                    ));
-                    batch.len()
-                ]),
+                Verdict::Reject { reason } => {
+                    for r in rows {
+                        outcomes[r.index] = RecordOutcome::Rejected(format!(
+                            "{reason} (at commit: the batch was rejected whole)"
+                        ));
+                    }
+                    Outcome::Split(outcomes)
+                }
             },
         }
     }
 }
 
-/// The records of `batch` whose `(instance, shard, seq)` is not in the
-/// table yet.
-fn missing<'b, Q: Queryable>(
+/// The seqs among `rows` already in the table for `(instance, shard)`.
+fn existing<Q: Queryable>(
     q: &mut Q,
     table: &sql::TableName,
     instance: &str,
-    batch: &Batch<'b>,
-) -> Result<Vec<Record<'b>>, mysql::Error> {
-    let have: HashSet<u64> = q
-        .exec::<u64, _, _>(
-            sql::existing(table),
-            (instance, batch.shard(), batch.first_seq(), batch.last_seq()),
-        )?
-        .into_iter()
-        .collect();
-    Ok(batch
-        .records()
-        .iter()
-        .filter(|r| !have.contains(&r.seq))
-        .copied()
-        .collect())
+    shard: u32,
+    rows: &[Row],
+) -> Result<HashSet<u64>, mysql::Error> {
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return Ok(HashSet::new());
+    };
+    Ok(
+        q.exec::<u64, _, _>(sql::existing(table), (instance, shard, first.seq, last.seq))?
+            .into_iter()
+            .collect(),
+    )
 }
 
 impl PluginSink for MariadbSink {
@@ -305,26 +337,41 @@ impl Sink for MariadbSink {
         "mariadb"
     }
 
+    /// At most [`MAX_RECORDS`], and as many rows as fit the protocol's
+    /// 65,535 placeholders of one statement.
     fn limits(&self) -> Limits {
         Limits {
-            max_records: MAX_RECORDS,
+            max_records: MAX_RECORDS
+                .min(PLACEHOLDERS_MAX / sql::row_params(&self.settings.columns)),
             max_bytes: MAX_BYTES,
         }
     }
 
     fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
-        if batch.is_empty() {
-            return Outcome::Committed;
+        let mut outcomes = vec![RecordOutcome::Committed; batch.len()];
+        let mut rows = Vec::with_capacity(batch.len());
+        for (index, r) in batch.records().iter().enumerate() {
+            match row_values(&self.instance, &self.settings.columns, r) {
+                Ok(values) => rows.push(Row {
+                    index,
+                    seq: r.seq,
+                    values,
+                }),
+                Err(why) => outcomes[index] = RecordOutcome::Rejected(why),
+            }
+        }
+        if rows.is_empty() {
+            return finish(outcomes);
         }
         if let Err(e) = self.conn() {
             return self.cannot_open(e);
         }
-        match self.write_batch(batch) {
-            Ok(()) => Outcome::Committed,
+        match self.write_rows(batch.shard(), &rows) {
+            Ok(()) => finish(outcomes),
             Err(OpenError::Shape(why)) => self.cannot_open(OpenError::Shape(why)),
             Err(OpenError::Db(e)) => match verdict(&e) {
                 Verdict::Retry { reason, reconnect } => self.retry(reason, reconnect),
-                Verdict::Reject { .. } => self.isolate(batch),
+                Verdict::Reject { .. } => self.isolate(batch.shard(), &rows, outcomes),
             },
         }
     }

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use spillway_json_columns::{Column, ColumnType};
+
 /// Longest identifier MySQL and MariaDB keep, in bytes.
 pub const IDENTIFIER_BYTES_MAX: usize = 64;
 
@@ -19,7 +21,7 @@ pub struct TableName {
     table: String,
 }
 
-fn identifier(part: &str) -> Result<String, String> {
+pub(crate) fn identifier(part: &str) -> Result<String, String> {
     let mut chars = part.chars();
     let first_ok = chars
         .next()
@@ -76,8 +78,25 @@ impl fmt::Display for TableName {
     }
 }
 
-/// Creates the table if it does not exist.
-pub fn create_table(table: &TableName) -> String {
+/// A mapped column's SQL type (`timestamptz` is stored in UTC).
+pub fn sql_type(kind: ColumnType) -> &'static str {
+    match kind {
+        ColumnType::Text => "TEXT",
+        ColumnType::Bigint => "BIGINT",
+        ColumnType::Double => "DOUBLE",
+        ColumnType::Boolean => "BOOLEAN",
+        ColumnType::Timestamptz => "DATETIME(6)",
+        ColumnType::Json => "JSON",
+    }
+}
+
+/// Creates the table if it does not exist (with the mapped `columns`).
+pub fn create_table(table: &TableName, columns: &[Column]) -> String {
+    let mut extra = String::new();
+    for c in columns {
+        let null = if c.required { " NOT NULL" } else { "" };
+        extra.push_str(&format!("`{}` {}{null}, ", c.name, sql_type(c.kind)));
+    }
     format!(
         "CREATE TABLE IF NOT EXISTS {} (\
            instance VARCHAR(64) CHARACTER SET ascii NOT NULL, \
@@ -86,6 +105,7 @@ pub fn create_table(table: &TableName) -> String {
            tier TINYINT UNSIGNED NOT NULL, \
            arrival_us BIGINT UNSIGNED NOT NULL, \
            payload LONGBLOB NOT NULL, \
+           {extra}\
            PRIMARY KEY (instance, shard, seq)) ENGINE=InnoDB",
         table.quoted()
     )
@@ -115,17 +135,25 @@ pub fn existing(table: &TableName) -> String {
     )
 }
 
-/// One multi-row insert of `rows` rows (6 parameters each).
-pub fn insert(table: &TableName, rows: usize) -> String {
+/// Placeholders a row takes: the six columns every row has and one per
+/// mapped column.
+pub fn row_params(columns: &[Column]) -> usize {
+    6 + columns.len()
+}
+
+/// One multi-row insert of `rows` rows ([`row_params`] placeholders each).
+pub fn insert(table: &TableName, columns: &[Column], rows: usize) -> String {
+    let names: String = columns.iter().map(|c| format!(", `{}`", c.name)).collect();
+    let one = format!("({})", vec!["?"; row_params(columns)].join(","));
     let mut sql = format!(
-        "INSERT INTO {} (instance, shard, seq, tier, arrival_us, payload) VALUES ",
+        "INSERT INTO {} (instance, shard, seq, tier, arrival_us, payload{names}) VALUES ",
         table.quoted()
     );
     for i in 0..rows {
         if i > 0 {
             sql.push(',');
         }
-        sql.push_str("(?,?,?,?,?,?)");
+        sql.push_str(&one);
     }
     sql
 }
@@ -160,9 +188,9 @@ mod tests {
     #[test]
     fn statements() {
         let t = TableName::parse("t").unwrap();
-        assert!(create_table(&t).contains("PRIMARY KEY (instance, shard, seq)"));
+        assert!(create_table(&t, &[]).contains("PRIMARY KEY (instance, shard, seq)"));
         assert_eq!(
-            insert(&t, 2),
+            insert(&t, &[], 2),
             "INSERT INTO `t` (instance, shard, seq, tier, arrival_us, payload) VALUES \
              (?,?,?,?,?,?),(?,?,?,?,?,?)"
         );

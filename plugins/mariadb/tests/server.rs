@@ -236,6 +236,108 @@ fn a_constraint_violation_rejects_one_record_of_a_thousand() {
     admin.query_drop(format!("DROP TABLE {table}")).unwrap();
 }
 
+/// Issue 40: JSON fields into typed columns. The good records fill them
+/// (a timestamp stored in UTC); one that is not JSON, lacks a required
+/// field or has it of another type (or a timestamp that is not RFC 3339)
+/// is rejected naming the field; the rest of the batch is written.
+#[test]
+fn json_fields_fill_typed_columns_and_bad_records_are_rejected_alone() {
+    let Some(url) = server() else { return };
+    let _one = one_at_a_time();
+    let mut admin = admin_of(url).unwrap();
+    let table = fresh_table(&mut admin, "columns");
+    let mut s = sink_as(
+        url,
+        &table,
+        "[columns]\n\
+         user_id = { from = \"/user/id\", type = \"bigint\" }\n\
+         at = { from = \"ts\", type = \"timestamptz\" }\n\
+         score = { from = \"score\", type = \"double\", required = false }\n\
+         active = { from = \"active\", type = \"boolean\", required = false }\n\
+         name = { from = \"name\", type = \"text\", required = false }\n\
+         extra = { from = \"/extra\", type = \"json\", required = false }\n",
+        INSTANCE,
+    );
+    assert_eq!(s.limits().max_records, 65_535 / 12);
+    let recs = records(
+        0,
+        1,
+        &[
+            br#"{"user":{"id":7},"ts":"2026-12-06T10:00:00.5Z","score":1.5,"active":true,"name":"ann","extra":{"a":[1]}}"#,
+            b"not json",
+            br#"{"user":{},"ts":"2026-12-06T10:00:00Z"}"#,
+            br#"{"user":{"id":"8"},"ts":"2026-12-06T10:00:00Z"}"#,
+            br#"{"user":{"id":9},"ts":"yesterday-ish"}"#,
+            br#"{"user":{"id":10},"ts":"2026-12-06T11:00:00+01:00"}"#,
+        ],
+    );
+    let Outcome::Split(o) = deliver(&mut s, &recs) else {
+        panic!("expected a split")
+    };
+    let why = |i: usize| match &o[i] {
+        RecordOutcome::Rejected(why) => why.clone(),
+        other => panic!("record {i}: {other:?}"),
+    };
+    assert_eq!(
+        (&o[0], &o[5]),
+        (&RecordOutcome::Committed, &RecordOutcome::Committed)
+    );
+    assert!(why(1).starts_with("the record is not JSON"), "{}", why(1));
+    assert_eq!(
+        why(2),
+        "field \"/user/id\" (column user_id) is missing or null"
+    );
+    assert!(
+        why(3).contains("(column user_id, bigint) is a string"),
+        "{}",
+        why(3)
+    );
+    assert!(
+        why(4).contains("(column at, timestamptz) is \"yesterday-ish\""),
+        "{}",
+        why(4)
+    );
+    #[allow(clippy::type_complexity)]
+    let got: Vec<(
+        u64,
+        i64,
+        String,
+        Option<f64>,
+        Option<i8>,
+        Option<String>,
+        Option<String>,
+    )> = admin
+        .query(format!(
+            "SELECT seq, user_id, CAST(at AS CHAR), score, active, name, extra \
+                 FROM {table} ORDER BY seq"
+        ))
+        .unwrap();
+    assert_eq!(
+        got,
+        [
+            (
+                1,
+                7,
+                "2026-12-06 10:00:00.500000".to_string(),
+                Some(1.5),
+                Some(1),
+                Some("ann".to_string()),
+                Some("{\"a\":[1]}".to_string())
+            ),
+            (
+                6,
+                10,
+                "2026-12-06 10:00:00.000000".to_string(),
+                None,
+                None,
+                None,
+                None
+            )
+        ]
+    );
+    admin.query_drop(format!("DROP TABLE {table}")).unwrap();
+}
+
 /// A table keyed otherwise is refused at start with the migration; after
 /// it, old rows stay (instance `legacy`) and new ones go in.
 #[test]

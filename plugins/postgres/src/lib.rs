@@ -56,7 +56,6 @@
 //! statements and the table name), [`errors`] (what a failure means),
 //! [`sink`] (the `Sink`), and this file, which exports it.
 
-pub mod columns;
 pub mod errors;
 pub mod options;
 pub mod sink;

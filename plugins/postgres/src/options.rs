@@ -8,8 +8,8 @@ use serde::Deserialize;
 
 use std::collections::BTreeMap;
 
-use crate::columns::{self, Column, ColumnOption};
 use crate::sql::TableName;
+use spillway_json_columns::{self as columns, Column, ColumnOption};
 
 /// Default of [`PostgresOptions::table`].
 pub const DEFAULT_TABLE: &str = "spillway_records";
@@ -54,7 +54,7 @@ pub struct PostgresOptions {
     #[serde(default = "default_statement_timeout_ms")]
     pub statement_timeout_ms: u64,
     /// JSON fields of the payload into typed columns of their own
-    /// (`[sink.options.columns]`, see [`crate::columns`]). Default none.
+    /// (`[sink.options.columns]`, see `spillway_json_columns`). Default none.
     #[serde(default)]
     pub columns: BTreeMap<String, ColumnOption>,
 }
@@ -133,7 +133,7 @@ impl PostgresOptions {
             table,
             create_table: self.create_table,
             statement_timeout_ms: self.statement_timeout_ms,
-            columns: columns::check(&self.columns)?,
+            columns: columns::check(&self.columns, crate::sql::identifier)?,
         })
     }
 }

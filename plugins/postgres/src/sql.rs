@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::columns::Column;
+use spillway_json_columns::{Column, ColumnType};
 
 /// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1), in bytes.
 pub const IDENTIFIER_BYTES_MAX: usize = 63;
@@ -68,12 +68,37 @@ impl fmt::Display for TableName {
     }
 }
 
+/// A mapped column's SQL type.
+pub fn sql_type(kind: ColumnType) -> &'static str {
+    match kind {
+        ColumnType::Text => "text",
+        ColumnType::Bigint => "bigint",
+        ColumnType::Double => "double precision",
+        ColumnType::Boolean => "boolean",
+        ColumnType::Timestamptz => "timestamptz",
+        ColumnType::Json => "jsonb",
+    }
+}
+
+/// The array type a mapped column's values are sent as, and the cast from
+/// an element of it to the column's type (if any).
+pub fn array_and_cast(kind: ColumnType) -> (&'static str, &'static str) {
+    match kind {
+        ColumnType::Text => ("text[]", ""),
+        ColumnType::Bigint => ("bigint[]", ""),
+        ColumnType::Double => ("float8[]", ""),
+        ColumnType::Boolean => ("boolean[]", ""),
+        ColumnType::Timestamptz => ("text[]", "::timestamptz"),
+        ColumnType::Json => ("text[]", "::jsonb"),
+    }
+}
+
 /// Creates the table if it does not exist (with the mapped `columns`).
 pub fn create_table(table: &TableName, columns: &[Column]) -> String {
     let mut extra = String::new();
     for c in columns {
         let null = if c.required { " NOT NULL" } else { "" };
-        extra.push_str(&format!("\"{}\" {}{null}, ", c.name, c.kind.sql_type()));
+        extra.push_str(&format!("\"{}\" {}{null}, ", c.name, sql_type(c.kind)));
     }
     format!(
         "CREATE TABLE IF NOT EXISTS {} (\
@@ -134,7 +159,7 @@ fn column_list(columns: &[Column]) -> String {
 pub fn insert_batch(table: &TableName, columns: &[Column]) -> String {
     let (mut arrays, mut names, mut select) = (String::new(), String::new(), String::new());
     for (i, c) in columns.iter().enumerate() {
-        let (array, cast) = c.kind.array_and_cast();
+        let (array, cast) = array_and_cast(c.kind);
         arrays.push_str(&format!(", ${}::{array}", 7 + i));
         names.push_str(&format!(", c{i}"));
         select.push_str(&format!(", r.c{i}{cast}"));
@@ -154,7 +179,7 @@ pub fn insert_batch(table: &TableName, columns: &[Column]) -> String {
 pub fn insert_one(table: &TableName, columns: &[Column]) -> String {
     let mut values = String::new();
     for (i, c) in columns.iter().enumerate() {
-        let (array, cast) = c.kind.array_and_cast();
+        let (array, cast) = array_and_cast(c.kind);
         let scalar = array.trim_end_matches("[]");
         values.push_str(&format!(", ${}::{scalar}{cast}", 7 + i));
     }

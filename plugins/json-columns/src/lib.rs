@@ -1,4 +1,8 @@
-//! JSON fields into typed columns: `[sink.options.columns]`.
+//! # spillway-json-columns: JSON fields into typed columns
+//!
+//! What the SQL sink plugins share for `[sink.options.columns]`: the
+//! option's shape, its check, and taking the values out of a record. Each
+//! plugin maps a [`ColumnType`] to its server's SQL type.
 //!
 //! ```toml
 //! [sink.options.columns]
@@ -18,8 +22,6 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::Value;
-
-use crate::sql;
 
 /// The columns every row has (none of them may be mapped again).
 pub const BUILT_IN: [&str; 6] = ["instance", "shard", "seq", "tier", "arrival_us", "payload"];
@@ -55,39 +57,119 @@ pub enum ColumnType {
     Double,
     /// `true` or `false`.
     Boolean,
-    /// A JSON string the server reads as a timestamp (RFC 3339, e.g.
-    /// `2026-12-06T10:00:00Z`; one it cannot read is rejected with its
-    /// error).
+    /// A JSON string holding an RFC 3339 timestamp, e.g.
+    /// `2026-12-06T10:00:00Z` (PostgreSQL reads more forms, and rejects
+    /// what it cannot read with its error; see [`utc_datetime`]).
     Timestamptz,
     /// Any JSON value, stored as `jsonb`.
     Json,
 }
 
 impl ColumnType {
-    /// The column's SQL type.
-    pub fn sql_type(self) -> &'static str {
+    /// As the user writes it.
+    pub fn as_str(self) -> &'static str {
         match self {
             ColumnType::Text => "text",
             ColumnType::Bigint => "bigint",
-            ColumnType::Double => "double precision",
+            ColumnType::Double => "double",
             ColumnType::Boolean => "boolean",
             ColumnType::Timestamptz => "timestamptz",
-            ColumnType::Json => "jsonb",
+            ColumnType::Json => "json",
         }
     }
+}
 
-    /// The array type its values are sent as, and the cast from an
-    /// element of it to the column's type (if any).
-    pub fn array_and_cast(self) -> (&'static str, &'static str) {
-        match self {
-            ColumnType::Text => ("text[]", ""),
-            ColumnType::Bigint => ("bigint[]", ""),
-            ColumnType::Double => ("float8[]", ""),
-            ColumnType::Boolean => ("boolean[]", ""),
-            ColumnType::Timestamptz => ("text[]", "::timestamptz"),
-            ColumnType::Json => ("text[]", "::jsonb"),
-        }
+/// An RFC 3339 timestamp (`2026-12-06T10:00:00.5+01:00`, `Z` or an
+/// offset, `T` or a space) as the UTC `YYYY-MM-DD HH:MM:SS.ffffff` a
+/// `DATETIME(6)` column takes; `None` when `text` is not one.
+pub fn utc_datetime(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let num = |from: usize, len: usize| -> Option<i64> {
+        let part = text.get(from..from + len)?;
+        part.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
     }
+    let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    let mut at = 19;
+    let mut micros = 0i64;
+    if b.get(at) == Some(&b'.') {
+        let digits = b[at + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+        if digits == 0 {
+            return None;
+        }
+        let frac = &text[at + 1..at + 1 + digits];
+        let six: String = frac.chars().chain(std::iter::repeat('0')).take(6).collect();
+        micros = six.parse().ok()?;
+        at += 1 + digits;
+    }
+    let offset_minutes = match &text[at..] {
+        "Z" | "z" => 0,
+        rest if rest.len() == 6
+            && matches!(rest.as_bytes()[0], b'+' | b'-')
+            && rest.as_bytes()[3] == b':' =>
+        {
+            let sign = if rest.starts_with('-') { -1 } else { 1 };
+            sign * (num(at + 1, 2)? * 60 + num(at + 4, 2)?)
+        }
+        _ => return None,
+    };
+    let days_in = |y: i64, m: i64| match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    };
+    if !(1..=12).contains(&month)
+        || !(1..=days_in(year, month)).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    // Days from 1970-01-01 (Howard Hinnant's days_from_civil), then back.
+    let days = {
+        let y = if month <= 2 { year - 1 } else { year };
+        let era = y.div_euclid(400);
+        let yoe = y - era * 400;
+        let mp = (month + 9) % 12;
+        let doy = (153 * mp + 2) / 5 + day - 1;
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        era * 146_097 + doe - 719_468
+    };
+    let total = days * 86_400 + hour * 3_600 + minute * 60 + second.min(59) - offset_minutes * 60;
+    let (days, secs) = (total.div_euclid(86_400), total.rem_euclid(86_400));
+    let (y, m, d) = {
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let d = doy - (153 * mp + 2) / 5 + 1;
+        let m = if mp < 10 { mp + 3 } else { mp - 9 };
+        (yoe + era * 400 + i64::from(m <= 2), m, d)
+    };
+    if !(1000..=9999).contains(&y) {
+        return None;
+    }
+    Some(format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{micros:06}",
+        secs / 3_600,
+        secs % 3_600 / 60,
+        secs % 60
+    ))
 }
 
 /// A checked column.
@@ -112,13 +194,17 @@ pub enum Cell {
     Bool(bool),
 }
 
-/// Checks the `[sink.options.columns]` table: names are lowercase
-/// identifiers and not a built-in column's, `from` is not empty.
-pub fn check(columns: &BTreeMap<String, ColumnOption>) -> Result<Vec<Column>, String> {
+/// Checks the `[sink.options.columns]` table: names pass `identifier`
+/// (the plugin's rule) and are not a built-in column's, `from` is not
+/// empty. Errors name the option.
+pub fn check(
+    columns: &BTreeMap<String, ColumnOption>,
+    identifier: fn(&str) -> Result<String, String>,
+) -> Result<Vec<Column>, String> {
     columns
         .iter()
         .map(|(name, c)| {
-            sql::identifier(name).map_err(|e| format!("options.columns.{name}: {e}"))?;
+            identifier(name).map_err(|e| format!("options.columns.{name}: {e}"))?;
             if BUILT_IN.contains(&name.as_str()) {
                 return Err(format!(
                     "options.columns.{name}: `{name}` is a column every row has already"
@@ -178,7 +264,7 @@ pub fn extract(columns: &[Column], payload: &[u8]) -> Result<Vec<Cell>, String> 
                     "field {:?} (column {}, {}) is {}, not {want}",
                     c.from,
                     c.name,
-                    c.kind.sql_type(),
+                    c.kind.as_str(),
                     kind_of(value)
                 )
             };
@@ -205,9 +291,47 @@ pub fn extract(columns: &[Column], payload: &[u8]) -> Result<Vec<Cell>, String> 
 mod tests {
     use super::*;
 
+    fn lowercase(name: &str) -> Result<String, String> {
+        match name.bytes().all(|c| c.is_ascii_lowercase() || c == b'_') {
+            true => Ok(name.to_string()),
+            false => Err(format!("{name:?} is not lowercase")),
+        }
+    }
+
     fn columns(toml_text: &str) -> Result<Vec<Column>, String> {
         let table: BTreeMap<String, ColumnOption> = toml::from_str(toml_text).unwrap();
-        check(&table)
+        check(&table, lowercase)
+    }
+
+    #[test]
+    fn rfc3339_to_utc() {
+        assert_eq!(
+            utc_datetime("2026-12-06T10:00:00Z").as_deref(),
+            Some("2026-12-06 10:00:00.000000")
+        );
+        assert_eq!(
+            utc_datetime("2026-12-06T00:30:00.25+01:00").as_deref(),
+            Some("2026-12-05 23:30:00.250000")
+        );
+        assert_eq!(
+            utc_datetime("2024-02-29 23:00:00-02:00").as_deref(),
+            Some("2024-03-01 01:00:00.000000")
+        );
+        assert_eq!(
+            utc_datetime("2026-12-31T23:59:59.1234567-00:30").as_deref(),
+            Some("2027-01-01 00:29:59.123456")
+        );
+        for bad in [
+            "2026-12-06",
+            "2026-13-01T00:00:00Z",
+            "2025-02-29T00:00:00Z",
+            "2026-12-06T10:00:00",
+            "2026-12-06T10:00:00+0100",
+            "yesterday-ish-and-more",
+            "2026-12-06T24:00:00Z",
+        ] {
+            assert_eq!(utc_datetime(bad), None, "{bad}");
+        }
     }
 
     #[test]
