@@ -226,22 +226,42 @@ impl MariadbSink {
         self.retry(reason, true)
     }
 
+    /// The records of `batch` as rows; one whose JSON does not fill the
+    /// mapped columns is marked rejected in `outcomes` instead.
+    fn rows(&self, batch: &Batch<'_>, outcomes: &mut [RecordOutcome]) -> Vec<Row> {
+        let mut rows = Vec::with_capacity(batch.len());
+        for (index, r) in batch.records().iter().enumerate() {
+            match row_values(&self.instance, &self.settings.columns, r) {
+                Ok(values) => rows.push(Row {
+                    index,
+                    seq: r.seq,
+                    values,
+                }),
+                Err(why) => outcomes[index] = RecordOutcome::Rejected(why),
+            }
+        }
+        rows
+    }
+
     /// The rows of one shard's batch not in the table yet (by seq), then
     /// all of them in one multi-row insert; one transaction.
-    fn write_rows(&mut self, shard: u32, rows: &[Row]) -> Result<(), OpenError> {
+    fn write_rows(&mut self, shard: u32, rows: Vec<Row>) -> Result<(), OpenError> {
         let instance = self.instance.clone();
         let table = self.settings.table.clone();
         let columns = self.settings.columns.clone();
         let conn = self.conn()?;
         let mut tx = conn.start_transaction(TxOpts::default())?;
-        let have = existing(&mut tx, &table, &instance, shard, rows)?;
-        let todo: Vec<&Row> = rows.iter().filter(|r| !have.contains(&r.seq)).collect();
+        let have = existing(&mut tx, &table, &instance, shard, &rows)?;
+        let todo: Vec<Row> = rows
+            .into_iter()
+            .filter(|r| !have.contains(&r.seq))
+            .collect();
         if !todo.is_empty() {
-            let values: Vec<Value> = todo.iter().flat_map(|r| r.values.clone()).collect();
-            tx.exec_drop(
-                sql::insert(&table, &columns, todo.len()),
-                Params::Positional(values),
-            )?;
+            let n = todo.len();
+            // The values move into the statement: no second copy of the
+            // payloads (a failed batch is prepared again by `isolate`).
+            let values: Vec<Value> = todo.into_iter().flat_map(|r| r.values).collect();
+            tx.exec_drop(sql::insert(&table, &columns, n), Params::Positional(values))?;
         }
         tx.commit()?;
         Ok(())
@@ -250,7 +270,9 @@ impl MariadbSink {
     /// Writes the rows one by one, each in a savepoint, in one
     /// transaction: the good ones commit, the bad ones are rejected with
     /// the server's error.
-    fn isolate(&mut self, shard: u32, rows: &[Row], mut outcomes: Vec<RecordOutcome>) -> Outcome {
+    fn isolate(&mut self, batch: &Batch<'_>, mut outcomes: Vec<RecordOutcome>) -> Outcome {
+        let (shard, rows) = (batch.shard(), self.rows(batch, &mut outcomes));
+        let rows = &rows[..];
         let instance = self.instance.clone();
         let table = self.settings.table.clone();
         let one = sql::insert(&table, &self.settings.columns, 1);
@@ -349,29 +371,19 @@ impl Sink for MariadbSink {
 
     fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
         let mut outcomes = vec![RecordOutcome::Committed; batch.len()];
-        let mut rows = Vec::with_capacity(batch.len());
-        for (index, r) in batch.records().iter().enumerate() {
-            match row_values(&self.instance, &self.settings.columns, r) {
-                Ok(values) => rows.push(Row {
-                    index,
-                    seq: r.seq,
-                    values,
-                }),
-                Err(why) => outcomes[index] = RecordOutcome::Rejected(why),
-            }
-        }
+        let rows = self.rows(batch, &mut outcomes);
         if rows.is_empty() {
             return finish(outcomes);
         }
         if let Err(e) = self.conn() {
             return self.cannot_open(e);
         }
-        match self.write_rows(batch.shard(), &rows) {
+        match self.write_rows(batch.shard(), rows) {
             Ok(()) => finish(outcomes),
             Err(OpenError::Shape(why)) => self.cannot_open(OpenError::Shape(why)),
             Err(OpenError::Db(e)) => match verdict(&e) {
                 Verdict::Retry { reason, reconnect } => self.retry(reason, reconnect),
-                Verdict::Reject { .. } => self.isolate(batch.shard(), &rows, outcomes),
+                Verdict::Reject { .. } => self.isolate(batch, outcomes),
             },
         }
     }
