@@ -8,7 +8,7 @@ use std::time::Duration;
 use mysql::{Opts, OptsBuilder, SslOpts};
 use serde::Deserialize;
 
-use spillway_json_columns::{self as columns, Column, ColumnOption};
+use spillway_sql_common::columns::{self, Column, ColumnOption};
 
 use crate::sql::TableName;
 
@@ -68,7 +68,7 @@ pub struct MariadbOptions {
     #[serde(default = "default_statement_timeout_ms")]
     pub statement_timeout_ms: u64,
     /// JSON fields of the payload into typed columns of their own
-    /// (`[sink.options.columns]`, see `spillway_json_columns`). Default
+    /// (`[sink.options.columns]`, see `spillway_sql_common::columns`). Default
     /// none.
     #[serde(default)]
     pub columns: BTreeMap<String, ColumnOption>,
@@ -109,7 +109,8 @@ impl MariadbOptions {
     /// Checks every option, reads `password_env`, and builds the
     /// connection options.
     pub fn settings(&self) -> Result<Settings, String> {
-        let table = TableName::parse(&self.table).map_err(|e| format!("options.table: {e}"))?;
+        let table =
+            crate::sql::table_name(&self.table).map_err(|e| format!("options.table: {e}"))?;
         let url = Opts::from_url(&self.url).map_err(|e| format!("options.url: {e}"))?;
         let mut opts = OptsBuilder::from_opts(url.clone());
         if let Some(var) = &self.password_env {

@@ -12,7 +12,7 @@ use sink_sdk::{
     RecordOutcome, Sink, SinkContext,
 };
 
-use spillway_json_columns::{utc_datetime, Cell, Column, ColumnType};
+use spillway_sql_common::{utc_datetime, Cell, Column, ColumnType};
 
 use crate::errors::{verdict, Verdict};
 use crate::options::{MariadbOptions, Settings};
@@ -56,7 +56,7 @@ impl From<mysql::Error> for OpenError {
 /// Checks that `table` (if it exists) has a primary key or unique index
 /// on exactly `(instance, shard, seq)`.
 fn check_shape(conn: &mut Conn, table: &sql::TableName) -> Result<(), OpenError> {
-    let at = (table.database(), table.table());
+    let at = (table.qualifier(), table.table());
     let exists: Option<u8> = conn.exec_first(sql::TABLE_EXISTS, at)?;
     if exists.is_none() {
         // Not there (and not created): the insert says so, and waits.
@@ -128,7 +128,7 @@ struct Row {
 /// A record's values: the six columns every row has, then the mapped
 /// ones; the error (the record's rejection) names the field.
 fn row_values(instance: &str, columns: &[Column], r: &Record<'_>) -> Result<Vec<Value>, String> {
-    let cells = spillway_json_columns::extract(columns, r.payload)?;
+    let cells = spillway_sql_common::extract(columns, r.payload)?;
     let mut values = vec![
         Value::Bytes(instance.as_bytes().to_vec()),
         Value::UInt(u64::from(r.shard)),

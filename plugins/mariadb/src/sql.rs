@@ -4,78 +4,28 @@
 //! SQL, so it is restricted to lowercase identifiers (optionally
 //! `database.table`) and backquoted anyway: no injection.
 
-use std::fmt;
+pub use spillway_sql_common::TableName;
+use spillway_sql_common::{Column, ColumnType, Dialect};
 
-use spillway_json_columns::{Column, ColumnType};
-
-/// Longest identifier MySQL and MariaDB keep, in bytes.
-pub const IDENTIFIER_BYTES_MAX: usize = 64;
+/// MySQL's and MariaDB's identifiers: at most 64 bytes, quoted with
+/// backquotes, qualified by a database.
+pub static DIALECT: Dialect = Dialect {
+    identifier_bytes_max: 64,
+    quote: '`',
+    qualifier: "database",
+};
 
 /// The key every row is written under: a record's identity across a fleet.
 pub const KEY_COLUMNS: [&str; 3] = ["instance", "shard", "seq"];
 
 /// A checked `table` or `database.table`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableName {
-    database: Option<String>,
-    table: String,
+pub fn table_name(text: &str) -> Result<TableName, String> {
+    TableName::parse(text, &DIALECT)
 }
 
+/// Checks one identifier (a mapped column's name).
 pub(crate) fn identifier(part: &str) -> Result<String, String> {
-    let mut chars = part.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if !first_ok || !rest_ok || part.len() > IDENTIFIER_BYTES_MAX {
-        return Err(format!(
-            "{part:?} is not a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most \
-             {IDENTIFIER_BYTES_MAX} bytes), optionally database-qualified"
-        ));
-    }
-    Ok(part.to_string())
-}
-
-impl TableName {
-    /// `name` or `database.name`.
-    pub fn parse(text: &str) -> Result<TableName, String> {
-        match text.split_once('.') {
-            None => Ok(TableName {
-                database: None,
-                table: identifier(text)?,
-            }),
-            Some((database, table)) => Ok(TableName {
-                database: Some(identifier(database)?),
-                table: identifier(table)?,
-            }),
-        }
-    }
-
-    /// As it goes into SQL: `` `name` `` or `` `database`.`name` ``.
-    pub fn quoted(&self) -> String {
-        match &self.database {
-            None => format!("`{}`", self.table),
-            Some(db) => format!("`{db}`.`{}`", self.table),
-        }
-    }
-
-    /// The database named, if any (else the connection's).
-    pub fn database(&self) -> Option<&str> {
-        self.database.as_deref()
-    }
-
-    pub fn table(&self) -> &str {
-        &self.table
-    }
-}
-
-impl fmt::Display for TableName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.database {
-            None => f.write_str(&self.table),
-            Some(db) => write!(f, "{db}.{}", self.table),
-        }
-    }
+    DIALECT.identifier(part)
 }
 
 /// A mapped column's SQL type (`timestamptz` is stored in UTC).
@@ -164,30 +114,20 @@ mod tests {
 
     #[test]
     fn table_names() {
-        let t = TableName::parse("events.r2").unwrap();
+        let t = table_name("events.r2").unwrap();
         assert_eq!(
             (t.quoted().as_str(), t.to_string().as_str()),
             ("`events`.`r2`", "events.r2")
         );
-        assert!(TableName::parse(&"a".repeat(64)).is_ok());
-        for bad in [
-            "",
-            "Records",
-            "1abc",
-            "a-b",
-            "a.b.c",
-            "a`b",
-            ".a",
-            "a.",
-            &"a".repeat(65),
-        ] {
-            assert!(TableName::parse(bad).is_err(), "{bad:?}");
+        assert!(table_name(&"a".repeat(64)).is_ok());
+        for bad in ["Records", "a`b", "a.b.c", &"a".repeat(65)] {
+            assert!(table_name(bad).is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn statements() {
-        let t = TableName::parse("t").unwrap();
+        let t = table_name("t").unwrap();
         assert!(create_table(&t, &[]).contains("PRIMARY KEY (instance, shard, seq)"));
         assert_eq!(
             insert(&t, &[], 2),

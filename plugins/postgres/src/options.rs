@@ -9,7 +9,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 
 use crate::sql::TableName;
-use spillway_json_columns::{self as columns, Column, ColumnOption};
+use spillway_sql_common::columns::{self, Column, ColumnOption};
 
 /// Default of [`PostgresOptions::table`].
 pub const DEFAULT_TABLE: &str = "spillway_records";
@@ -54,7 +54,7 @@ pub struct PostgresOptions {
     #[serde(default = "default_statement_timeout_ms")]
     pub statement_timeout_ms: u64,
     /// JSON fields of the payload into typed columns of their own
-    /// (`[sink.options.columns]`, see `spillway_json_columns`). Default none.
+    /// (`[sink.options.columns]`, see `spillway_sql_common::columns`). Default none.
     #[serde(default)]
     pub columns: BTreeMap<String, ColumnOption>,
 }
@@ -90,7 +90,8 @@ impl PostgresOptions {
 
     /// Checks every option and builds the connection settings.
     pub fn settings(&self) -> Result<Settings, String> {
-        let table = TableName::parse(&self.table).map_err(|e| format!("options.table: {e}"))?;
+        let table =
+            crate::sql::table_name(&self.table).map_err(|e| format!("options.table: {e}"))?;
         let mut config = postgres::Config::from_str(&self.conninfo)
             .map_err(|e| format!("options.conninfo: {e}"))?;
         if config.get_ssl_mode() == postgres::config::SslMode::Require {

@@ -16,7 +16,7 @@ use postgres::types::ToSql;
 use crate::errors::{is_concurrent_create, verdict, Verdict};
 use crate::options::{PostgresOptions, Settings};
 use crate::sql;
-use spillway_json_columns::{self as columns, Cell, Column, ColumnType};
+use spillway_sql_common::columns::{self, Cell, Column, ColumnType};
 
 /// Most records per batch this sink asks for. Bounds the row-by-row pass
 /// that isolates bad records (three round trips per record).

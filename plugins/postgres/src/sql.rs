@@ -5,67 +5,25 @@
 //! schema-qualified) and double-quoted anyway: no injection, and the name
 //! means the same quoted or not.
 
-use std::fmt;
+pub use spillway_sql_common::TableName;
+use spillway_sql_common::{Column, ColumnType, Dialect};
 
-use spillway_json_columns::{Column, ColumnType};
-
-/// Longest identifier PostgreSQL keeps (NAMEDATALEN - 1), in bytes.
-pub const IDENTIFIER_BYTES_MAX: usize = 63;
+/// PostgreSQL's identifiers: at most 63 bytes (NAMEDATALEN - 1), quoted
+/// with `"`, qualified by a schema.
+pub static DIALECT: Dialect = Dialect {
+    identifier_bytes_max: 63,
+    quote: '"',
+    qualifier: "schema",
+};
 
 /// A checked `table` or `schema.table`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableName {
-    schema: Option<String>,
-    table: String,
+pub fn table_name(text: &str) -> Result<TableName, String> {
+    TableName::parse(text, &DIALECT)
 }
 
-/// Checks one identifier: `[a-z_][a-z0-9_]*`, 1 to 63 bytes.
+/// Checks one identifier (a mapped column's name).
 pub(crate) fn identifier(part: &str) -> Result<String, String> {
-    let mut chars = part.chars();
-    let first_ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if !first_ok || !rest_ok || part.len() > IDENTIFIER_BYTES_MAX {
-        return Err(format!(
-            "{part:?} is not a lowercase SQL identifier ([a-z_][a-z0-9_]*, at most \
-             {IDENTIFIER_BYTES_MAX} bytes), optionally schema-qualified"
-        ));
-    }
-    Ok(part.to_string())
-}
-
-impl TableName {
-    /// `name` or `schema.name`.
-    pub fn parse(text: &str) -> Result<TableName, String> {
-        match text.split_once('.') {
-            None => Ok(TableName {
-                schema: None,
-                table: identifier(text)?,
-            }),
-            Some((schema, table)) => Ok(TableName {
-                schema: Some(identifier(schema)?),
-                table: identifier(table)?,
-            }),
-        }
-    }
-
-    /// As it goes into SQL: `"name"` or `"schema"."name"`.
-    pub fn quoted(&self) -> String {
-        match &self.schema {
-            None => format!("\"{}\"", self.table),
-            Some(schema) => format!("\"{schema}\".\"{}\"", self.table),
-        }
-    }
-}
-
-impl fmt::Display for TableName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.schema {
-            None => f.write_str(&self.table),
-            Some(schema) => write!(f, "{schema}.{}", self.table),
-        }
-    }
+    DIALECT.identifier(part)
 }
 
 /// A mapped column's SQL type.
@@ -197,36 +155,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn table_names() {
-        assert_eq!(
-            TableName::parse("spillway_records").unwrap().quoted(),
-            "\"spillway_records\""
-        );
-        let t = TableName::parse("events.r2").unwrap();
-        assert_eq!(
-            (t.quoted().as_str(), t.to_string().as_str()),
-            ("\"events\".\"r2\"", "events.r2")
-        );
-        assert!(TableName::parse(&"a".repeat(63)).is_ok());
-        for bad in [
-            "",
-            "Records",
-            "1abc",
-            "a-b",
-            "a.b.c",
-            "a;drop table x",
-            "\"a\"",
-            ".a",
-            "a.",
-            &"a".repeat(64),
-        ] {
-            assert!(TableName::parse(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
     fn statements_quote_the_table() {
-        let t = TableName::parse("s.t").unwrap();
+        let t = table_name("s.t").unwrap();
         assert!(create_table(&t, &[]).starts_with("CREATE TABLE IF NOT EXISTS \"s\".\"t\" ("));
         assert!(insert_batch(&t, &[]).contains("ON CONFLICT (instance, shard, seq) DO NOTHING"));
         assert!(create_table(&t, &[]).contains("PRIMARY KEY (instance, shard, seq)"));

@@ -1,8 +1,6 @@
-//! # spillway-json-columns: JSON fields into typed columns
-//!
-//! What the SQL sink plugins share for `[sink.options.columns]`: the
-//! option's shape, its check, and taking the values out of a record. Each
-//! plugin maps a [`ColumnType`] to its server's SQL type.
+//! JSON fields into typed columns: `[sink.options.columns]`: the option's
+//! shape, its check, and taking the values out of a record. Each plugin
+//! maps a [`ColumnType`] to its server's SQL type.
 //!
 //! ```toml
 //! [sink.options.columns]
