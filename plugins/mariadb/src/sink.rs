@@ -2,8 +2,6 @@
 //! plugin, with its own connection.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
-use std::time::Duration;
 
 use mysql::prelude::Queryable;
 use mysql::{Conn, OptsBuilder, Params, TxOpts, Value};
@@ -17,6 +15,7 @@ use spillway_sql_common::{utc_datetime, Cell, Column, ColumnType};
 use crate::errors::{verdict, Verdict};
 use crate::options::{MariadbOptions, Settings};
 use crate::sql;
+use spillway_sql_common::SHAPE_PROBE_TIMEOUT;
 
 /// Most records per batch this sink asks for (6 placeholders a row stay
 /// under the protocol's 65,535 per statement; fewer with mapped columns).
@@ -26,9 +25,6 @@ const PLACEHOLDERS_MAX: usize = 65_535;
 /// Most payload bytes per batch this sink asks for (8 MiB: under the
 /// servers' default `max_allowed_packet` of 16 MiB with room to spare).
 pub const MAX_BYTES: usize = 8 * 1024 * 1024;
-
-/// Longest a start waits to look at the table's shape.
-const SHAPE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Writes batches into the configured table.
 pub struct MariadbSink {
@@ -74,8 +70,7 @@ fn check_shape(conn: &mut Conn, table: &sql::TableName) -> Result<(), OpenError>
         return Ok(());
     }
     let t = table.quoted();
-    let why = "rows of several daemons (or of a data folder made anew, whose numbers start \
-               again) would collide there and be dropped, so nothing is written into it";
+    let why = spillway_sql_common::WRONG_KEY_WHY;
     Err(OpenError::Shape(match indexes.get("PRIMARY") {
         Some(columns) => format!(
             "table {table} is keyed by ({}), not (instance, shard, seq): {why}. Migrate it once, \
@@ -97,13 +92,8 @@ fn check_shape(conn: &mut Conn, table: &sql::TableName) -> Result<(), OpenError>
 /// refuses the start (or the reload, or `spillway check`). A server that
 /// does not answer is no reason to stop: every connection checks again.
 fn probe_shape(settings: &Settings) -> Result<(), String> {
-    static PROBED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
-    let key = format!("{:?}|{}", settings.opts, settings.table);
-    {
-        let mut probed = PROBED.lock().unwrap_or_else(|p| p.into_inner());
-        if !probed.get_or_insert_with(HashSet::new).insert(key) {
-            return Ok(());
-        }
+    if !spillway_sql_common::first_probe(format!("{:?}|{}", settings.opts, settings.table)) {
+        return Ok(());
     }
     let opts = OptsBuilder::from_opts(settings.opts.clone())
         .tcp_connect_timeout(Some(SHAPE_PROBE_TIMEOUT))

@@ -2,9 +2,6 @@
 //! with its own session.
 
 use postgres::{Client, NoTls, Statement};
-use std::collections::HashSet;
-use std::sync::Mutex;
-use std::time::Duration;
 
 use sink_sdk::{
     plugin_error, plugin_info, plugin_warn, Batch, Health, Limits, Outcome, PluginSink,
@@ -17,16 +14,13 @@ use crate::errors::{is_concurrent_create, verdict, Verdict};
 use crate::options::{PostgresOptions, Settings};
 use crate::sql;
 use spillway_sql_common::columns::{self, Cell, Column, ColumnType};
+use spillway_sql_common::SHAPE_PROBE_TIMEOUT;
 
 /// Most records per batch this sink asks for. Bounds the row-by-row pass
 /// that isolates bad records (three round trips per record).
 pub const MAX_RECORDS: usize = 10_000;
 /// Most payload bytes per batch this sink asks for (64 MiB).
 pub const MAX_BYTES: usize = 64 * 1024 * 1024;
-
-/// Longest a start waits to look at the table's shape (a database that
-/// does not answer by then is looked at again by every session).
-const SHAPE_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Writes batches into the configured table.
 pub struct PostgresSink {
@@ -76,8 +70,7 @@ fn check_shape(client: &mut Client, table: &sql::TableName) -> Result<(), OpenEr
             primary = Some((index, columns));
         }
     }
-    let why = "rows of several daemons (or of a data folder made anew, whose numbers start \
-               again) would collide there and be dropped, so nothing is written into it";
+    let why = spillway_sql_common::WRONG_KEY_WHY;
     Err(OpenError::Shape(match primary {
         Some((index, columns)) => format!(
             "table {table} is keyed by ({}), not (instance, shard, seq): {why}. Migrate it once, \
@@ -99,13 +92,8 @@ fn check_shape(client: &mut Client, table: &sql::TableName) -> Result<(), OpenEr
 /// the migration to run. A database that does not answer is no reason to
 /// stop: every session checks again before it writes.
 fn probe_shape(settings: &Settings) -> Result<(), String> {
-    static PROBED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
-    let key = format!("{:?}|{}", settings.config, settings.table);
-    {
-        let mut probed = PROBED.lock().unwrap_or_else(|p| p.into_inner());
-        if !probed.get_or_insert_with(HashSet::new).insert(key) {
-            return Ok(());
-        }
+    if !spillway_sql_common::first_probe(format!("{:?}|{}", settings.config, settings.table)) {
+        return Ok(());
     }
     let mut config = settings.config.clone();
     let timeout = config
