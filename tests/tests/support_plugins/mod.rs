@@ -259,9 +259,14 @@ pub fn psql(conninfo: &str, sql: &str) -> Result<Vec<String>, String> {
         .env("PGCONNECT_TIMEOUT", "5")
         .output()
         .map_err(|e| format!("running {}: {e}", bin.display()))?;
+    client_lines("psql", sql, out)
+}
+
+/// A SQL client's output lines, or why it failed.
+fn client_lines(client: &str, sql: &str, out: std::process::Output) -> Result<Vec<String>, String> {
     if !out.status.success() {
         return Err(format!(
-            "psql {sql:?} failed ({}): {}",
+            "{client} {sql:?} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         ));
@@ -394,15 +399,5 @@ pub fn mariadb_query(url: &str, sql: &str) -> Result<Vec<String>, String> {
         .args(["-e", sql])
         .output()
         .map_err(|e| format!("running the mariadb client (apt-get install mariadb-client): {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "mariadb {sql:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect())
+    client_lines("mariadb", sql, out)
 }
