@@ -6,6 +6,9 @@
 # listens only on a Unix socket in a temp folder (no TCP port).
 # `.ci/mariadb.sh stop` stops that server and removes its folder (the test
 # helpers that start it run this when their test binary exits).
+# `kill` SIGKILLs the server (a crash, for the tests that kill the
+# database mid-batch) and `start-again` starts it on the same data.
+# DB_ROOT (folder) picks the server, so a test can run its own.
 set -euo pipefail
 
 DB_ROOT="${DB_ROOT:-/tmp/spillway-ci-mariadb}"
@@ -28,6 +31,42 @@ if [ "${1:-}" = "stop" ]; then
     exit 0
 fi
 
+run_as() {
+    # mariadbd will not run as root: it runs as `mysql` (made by the
+    # package), or as the calling user when that is not root.
+    if [ "$(id -u)" = "0" ]; then echo mysql; else id -un; fi
+}
+
+serve() {
+    rm -f "$SOCK"
+    mariadbd --no-defaults --user="$(run_as)" --datadir="$DB_ROOT/data" --socket="$SOCK" \
+        --pid-file="$PID" --skip-networking --log-error="$DB_ROOT/server.log" \
+        --innodb-flush-log-at-trx-commit=2 --skip-log-bin >/dev/null 2>&1 &
+    for _ in $(seq 1 300); do
+        [ -S "$SOCK" ] && return 0
+        sleep 0.1
+    done
+    echo "mariadbd did not start; its log:" >&2
+    cat "$DB_ROOT/server.log" >&2 || true
+    exit 1
+}
+
+if [ "${1:-}" = "kill" ]; then
+    server="$(cat "$PID")"
+    kill -KILL "$server"
+    for _ in $(seq 1 100); do
+        kill -0 "$server" 2>/dev/null || exit 0
+        sleep 0.1
+    done
+    echo "mariadbd (pid $server) was still running 10 s after SIGKILL" >&2
+    exit 1
+fi
+
+if [ "${1:-}" = "start-again" ]; then
+    serve
+    exit 0
+fi
+
 if ! command -v mariadbd >/dev/null || ! command -v mariadb-install-db >/dev/null; then
     echo "installing mariadb-server (Debian package)" >&2
     export DEBIAN_FRONTEND=noninteractive
@@ -37,31 +76,16 @@ fi
 
 stop
 mkdir -p "$DB_ROOT/data" "$DB_ROOT/sock"
-# mariadbd will not run as root: it runs as `mysql` (made by the package),
-# or as the calling user when that is not root.
-if [ "$(id -u)" = "0" ]; then
-    RUN_AS=mysql
+RUN_AS="$(run_as)"
+if [ "$RUN_AS" = mysql ]; then
     chown -R mysql:mysql "$DB_ROOT"
-else
-    RUN_AS="$(id -un)"
 fi
 mariadb-install-db --no-defaults --user="$RUN_AS" --datadir="$DB_ROOT/data" \
     --auth-root-authentication-method=socket --skip-test-db >"$DB_ROOT/install.log" 2>&1 || {
     cat "$DB_ROOT/install.log" >&2
     exit 1
 }
-mariadbd --no-defaults --user="$RUN_AS" --datadir="$DB_ROOT/data" --socket="$SOCK" \
-    --pid-file="$PID" --skip-networking --log-error="$DB_ROOT/server.log" \
-    --innodb-flush-log-at-trx-commit=2 --skip-log-bin >/dev/null 2>&1 &
-for _ in $(seq 1 300); do
-    [ -S "$SOCK" ] && break
-    sleep 0.1
-done
-if [ ! -S "$SOCK" ]; then
-    echo "mariadbd did not start; its log:" >&2
-    cat "$DB_ROOT/server.log" >&2 || true
-    exit 1
-fi
+serve
 ROOT_CLIENT=(mariadb --no-defaults --socket="$SOCK" -u root)
 if [ "$(id -u)" != "0" ]; then
     ROOT_CLIENT=(mariadb --no-defaults --socket="$SOCK" -u "$RUN_AS")

@@ -37,6 +37,9 @@ mod receiver;
 mod report;
 mod restart;
 mod scenarios;
+/// The records and columns of `e2e_postgres` / `e2e_mariadb`, shared with
+/// their bare loader (`bench/sql-loader`).
+pub mod sql;
 mod stamped;
 mod sustained;
 mod sweep;
@@ -65,6 +68,7 @@ pub fn written_configs() -> Vec<String> {
         daemon::config_text(dir, Some(1 << 20), Some(1000)),
     ];
     texts.extend(e2e::sink_tables().iter().map(|t| format!("[sink]\n{t}")));
+    texts.extend(sql::sink_tables().iter().map(|t| format!("[sink]\n{t}")));
     let urls: Vec<String> = e2e::FANOUT_SINKS
         .iter()
         .map(|n| format!("http://127.0.0.1:9/{n}"))

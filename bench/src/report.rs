@@ -326,6 +326,13 @@ fn delivery_notes(o: &ReportRow) -> Vec<String> {
             "{x:.1}x one publish in flight; {h:.2}x the HTTP sink"
         ));
     }
+    if let (Some(loader), Some(ratio)) = (f("loader_records_per_s"), f("ratio_vs_loader")) {
+        notes.push(format!(
+            "{:.0}% of a bare loader's {} rows/s",
+            ratio * 100.0,
+            thousands(loader)
+        ));
+    }
     if let Some(ms) = f("resume_after_kill_ms") {
         notes.push(format!("resumed {ms:.0} ms after the leader's kill"));
     }

@@ -21,6 +21,7 @@ use super::jetstream;
 use super::load::{self, LoadError, Plan, Sample};
 use super::report::ReportRow;
 use super::restart;
+use super::sql;
 use super::sustained::{self, Sampler};
 use super::sweep;
 use super::tcp_door;
@@ -156,6 +157,8 @@ pub const SCENARIOS: &[Scenario] = &[
     own("e2e_fanout_3", e2e::fanout_3, None),
     own("e2e_high_latency", e2e::high_latency, Some(1)),
     own("e2e_jetstream", jetstream::jetstream, Some(1)),
+    own("e2e_postgres", sql::e2e_postgres, None),
+    own("e2e_mariadb", sql::e2e_mariadb, None),
     own("hostile", hostile::hostile, None),
     own("idle_connections", idle_conns::idle_connections, Some(1)),
     own("delivery_keeps_up", delivery_rate::delivery_keeps_up, None),

@@ -221,6 +221,26 @@ const RULES: &[Rule] = &[
         jetstream_lost,
     ),
     (
+        "e2e_postgres/plain delivered rows/s >= 70% of a bare loader's",
+        Cmp::AtLeast,
+        postgres_plain,
+    ),
+    (
+        "e2e_postgres/json_columns delivered rows/s >= 70% of a bare loader's",
+        Cmp::AtLeast,
+        postgres_columns,
+    ),
+    (
+        "e2e_mariadb/plain delivered rows/s >= 70% of a bare loader's",
+        Cmp::AtLeast,
+        mariadb_plain,
+    ),
+    (
+        "e2e_mariadb/json_columns delivered rows/s >= 70% of a bare loader's",
+        Cmp::AtLeast,
+        mariadb_columns,
+    ),
+    (
         "e2e_batched_vs_per_record: batched >= 10x faster per record",
         Cmp::AtLeast,
         batched_speedup,
@@ -552,6 +572,40 @@ fn jetstream_pipelining(f: &Figures) -> Result<Measured, String> {
         bound: 10.0,
         detail: format!(
             "{rate:.0} vs {one:.0} rec/s = {speedup:.1}x (>= 10x); the HTTP sink {http:.0} rec/s"
+        ),
+    })
+}
+
+fn postgres_plain(f: &Figures) -> Result<Measured, String> {
+    vs_loader(f, "e2e_postgres/plain")
+}
+
+fn postgres_columns(f: &Figures) -> Result<Measured, String> {
+    vs_loader(f, "e2e_postgres/json_columns")
+}
+
+fn mariadb_plain(f: &Figures) -> Result<Measured, String> {
+    vs_loader(f, "e2e_mariadb/plain")
+}
+
+fn mariadb_columns(f: &Figures) -> Result<Measured, String> {
+    vs_loader(f, "e2e_mariadb/json_columns")
+}
+
+/// A SQL plugin's delivered rows/s against the bare loader's, same server,
+/// same run (bench/src/sql.rs).
+fn vs_loader(f: &Figures, row: &str) -> Result<Measured, String> {
+    let (rate, loader, ratio) = (
+        f.get(row, RATE)?,
+        f.get(row, "loader_records_per_s")?,
+        f.get(row, "ratio_vs_loader")?,
+    );
+    Ok(Measured {
+        value: ratio,
+        bound: 0.7,
+        detail: format!(
+            "{rate:.0} vs {loader:.0} rows/s = {:.0}% (>= 70%)",
+            ratio * 100.0
         ),
     })
 }

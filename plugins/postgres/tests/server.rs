@@ -277,6 +277,52 @@ fn bad_records_are_rejected_alone_and_the_good_ones_commit() {
     admin.batch_execute(&format!("DROP TABLE {table}")).unwrap();
 }
 
+/// One record of 1,000 breaks the user's constraint: it alone goes to the
+/// dead letters with the server's message (found by splitting the batch);
+/// the 999 others are written, in one batch's delivery.
+#[test]
+fn a_constraint_violation_rejects_one_record_of_a_thousand() {
+    let Some(conninfo) = server() else { return };
+    let mut admin = connect(conninfo).unwrap();
+    let table = fresh_table(&mut admin, "constraint");
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (instance text NOT NULL, shard integer NOT NULL, seq bigint NOT NULL, \
+             tier smallint NOT NULL, arrival_us bigint NOT NULL, payload bytea NOT NULL, \
+             PRIMARY KEY (instance, shard, seq), \
+             CONSTRAINT not_bad CHECK (payload <> 'bad'::bytea))"
+        ))
+        .unwrap();
+    let mut s = sink(conninfo, &table, "create_table = false");
+    let payloads: Vec<Vec<u8>> = (0..1000)
+        .map(|i| match i {
+            500 => b"bad".to_vec(),
+            _ => format!("r{i}").into_bytes(),
+        })
+        .collect();
+    let views: Vec<&[u8]> = payloads.iter().map(Vec::as_slice).collect();
+    let Outcome::Split(o) = deliver(&mut s, &records(1, 1, &views)) else {
+        panic!("expected a split")
+    };
+    let rejected: Vec<(usize, &String)> = o
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| match o {
+            RecordOutcome::Rejected(why) => Some((i, why)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(rejected[0].0, 500);
+    assert!(
+        rejected[0].1.contains("not_bad") && rejected[0].1.contains("(SQLSTATE 23514)"),
+        "{}",
+        rejected[0].1
+    );
+    assert_eq!(rows(&mut admin, &table).len(), 999);
+    admin.batch_execute(&format!("DROP TABLE {table}")).unwrap();
+}
+
 #[test]
 fn a_lost_connection_is_a_retry_and_the_next_batch_reconnects() {
     let Some(conninfo) = server() else { return };
