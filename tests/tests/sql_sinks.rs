@@ -216,7 +216,7 @@ fn a_fleet_shares_one_table(sql: &Sql) {
             .collect()
     };
     let mut a = Daemon::start(&config);
-    let b = Daemon::start(&config);
+    let mut b = Daemon::start(&config);
     let mut expected = push(&a, "a");
     expected.extend(push(&b, "b"));
     // A's data folder made anew (a host rebuilt): a new instance id, and
@@ -240,7 +240,6 @@ fn a_fleet_shares_one_table(sql: &Sql) {
         "{}: every record of every daemon, once, under its instance id",
         sql.name()
     );
-    let (mut a, mut b) = (a, b);
     a.terminate();
     b.terminate();
     sql.drop_table(&table);

@@ -101,13 +101,19 @@ fn run(cmd: Cmd) -> Result<String, String> {
             batch,
             columns,
         } => {
-            let (like, into) = (checked(&like)?, checked(&into)?);
             if batch == 0 {
                 return Err("--batch must be at least 1".into());
             }
+            let job = Job {
+                like: checked(&like)?,
+                into: checked(&into)?,
+                records,
+                batch,
+                columns,
+            };
             let elapsed = match server {
-                Server::Postgres => pg::load(&address, like, into, records, batch, columns),
-                Server::Mariadb => maria::load(&address, like, into, records, batch, columns),
+                Server::Postgres => pg::load(&address, &job),
+                Server::Mariadb => maria::load(&address, &job),
             }?;
             let s = elapsed.as_secs_f64().max(1e-9);
             Ok(format!(
@@ -142,6 +148,16 @@ fn run(cmd: Cmd) -> Result<String, String> {
             Ok(String::new())
         }
     }
+}
+
+/// What `load` writes, and where.
+#[derive(Clone, Copy)]
+struct Job<'a> {
+    like: &'a str,
+    into: &'a str,
+    records: u64,
+    batch: usize,
+    columns: bool,
 }
 
 /// One row: the values of the plugin's columns, then the mapped ones.
@@ -241,14 +257,14 @@ mod pg {
         p
     }
 
-    pub fn load(
-        address: &str,
-        like: &str,
-        into: &str,
-        records: u64,
-        batch: usize,
-        columns: bool,
-    ) -> Result<Duration, String> {
+    pub fn load(address: &str, job: &Job) -> Result<Duration, String> {
+        let Job {
+            like,
+            into,
+            records,
+            batch,
+            columns,
+        } = *job;
         let mut c = connect(address)?;
         c.batch_execute(&format!(
             "DROP TABLE IF EXISTS {into}; CREATE TABLE {into} (LIKE {like} INCLUDING ALL)"
@@ -315,14 +331,14 @@ mod maria {
         rfc3339.trim_end_matches('Z').replace('T', " ")
     }
 
-    pub fn load(
-        address: &str,
-        like: &str,
-        into: &str,
-        records: u64,
-        batch: usize,
-        columns: bool,
-    ) -> Result<Duration, String> {
+    pub fn load(address: &str, job: &Job) -> Result<Duration, String> {
+        let Job {
+            like,
+            into,
+            records,
+            batch,
+            columns,
+        } = *job;
         let mut c = connect(address)?;
         c.query_drop(format!("DROP TABLE IF EXISTS {into}"))
             .and_then(|()| c.query_drop(format!("CREATE TABLE {into} LIKE {like}")))
