@@ -33,7 +33,7 @@ pub struct DaemonStats {
     /// `accept()` failures (EMFILE and the like); the loop pauses on each.
     pub accept_failures: AtomicU64,
     /// Bytes held right now by read buffers beyond their first
-    /// [`crate::connection::READ_CHUNK`] (partially received frames),
+    /// [`crate::ingest::connection::READ_CHUNK`] (partially received frames),
     /// capped by `server.read_buffer_bytes_max`.
     pub read_buffer_bytes: AtomicU64,
     /// Times a connection paused reading because that cap was reached.
@@ -147,9 +147,9 @@ pub struct HttpIngestStats {
     pub connections_refused: AtomicU64,
     /// Closed between requests (or before the first, or in the TLS
     /// handshake) to let a new connection in at `max_connections`
-    /// ([`crate::listener::Lobby`]).
+    /// ([`crate::ingest::Lobby`]).
     pub connections_evicted: AtomicU64,
-    /// TLS handshakes that failed, by reason (see [`crate::tls`]).
+    /// TLS handshakes that failed, by reason (see [`crate::ingest::tls`]).
     pub tls: HandshakeStats,
 }
 
@@ -171,7 +171,7 @@ pub struct TcpDoorStats {
     /// them in its TLS handshake.
     pub connections_refused: AtomicU64,
     /// Closed in their TLS handshake to let a new connection in at
-    /// `max_connections` ([`crate::listener::Lobby`]).
+    /// `max_connections` ([`crate::ingest::Lobby`]).
     pub connections_evicted: AtomicU64,
     /// TLS handshakes that failed, by reason.
     pub tls: HandshakeStats,

@@ -1188,8 +1188,8 @@ mod tests {
     #[test]
     fn log_messages_without_fields() {
         let text = "\u{1b}[2m2026-12-01T09:43:44.088209Z\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m \u{1b}[2mspillway_actors::connection\u{1b}[0m\u{1b}[2m:\u{1b}[0m refused a frame; closing the connection \u{1b}[3mconn\u{1b}[0m\u{1b}[2m=\u{1b}[0m1 \u{1b}[3mreason\u{1b}[0m\u{1b}[2m=\u{1b}[0m\"bad_magic\"\n\
-            2026-12-01T09:43:45Z  WARN spillway_actors::connection: a frame stalled; closing conn=4 timeout_ms=1000\n\
-            2026-12-01T09:43:46Z  WARN spillway_actors::connection: refused a frame; closing the connection conn=9\n";
+            2026-12-01T09:43:45Z  WARN spillway_actors::ingest::connection: a frame stalled; closing conn=4 timeout_ms=1000\n\
+            2026-12-01T09:43:46Z  WARN spillway_actors::ingest::connection: refused a frame; closing the connection conn=9\n";
         let top = top_messages(text, 3);
         assert_eq!(
             top,

@@ -128,7 +128,7 @@ fn environment(cfg: &Config) -> Findings {
     for (key, address) in addresses {
         listen_address(cfg, key, address, &mut found);
     }
-    // Read and judged as the start does (spillway_actors::tls).
+    // Read and judged as the start does (spillway_actors::ingest::tls).
     let doors = [
         cfg.server.http.as_ref().and_then(|h| h.tls_files()),
         cfg.server.tcp.as_ref().and_then(|t| t.tls_files()),

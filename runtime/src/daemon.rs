@@ -126,7 +126,7 @@ const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 /// [`TRIM_EVERY`] passed with no frame larger than 64 KiB (none released
 /// its read-buffer budget, whichever door it came through) and one did
 /// before, the frame buffers kept for reuse are dropped
-/// ([`spillway_actors::frame_buffers`]) and `malloc_trim` gives back the
+/// ([`spillway_actors::ingest::frame_buffers`]) and `malloc_trim` gives back the
 /// free pages of every arena: once after each burst, never under a steady
 /// load of large frames (their buffers are in use again at once) and never
 /// on an idle daemon.
@@ -676,7 +676,7 @@ fn bind_http_ingest(
         std::net::TcpListener::bind(addr).map_err(|e| format!("server.http.listen {addr}: {e}"))?;
     listener
         .set_nonblocking(true)
-        .and_then(|()| spillway_actors::accept::raise_backlog(&listener))
+        .and_then(|()| spillway_actors::ingest::accept::raise_backlog(&listener))
         .map_err(|e| format!("server.http.listen {addr}: {e}"))?;
     let bound = listener.local_addr().map_or(addr, |a| a);
     tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = http.client_ca.is_some(), token = token.is_some(), "serving POST /v1/records (server.http)");
@@ -713,7 +713,7 @@ fn bind_tcp_door(
         std::net::TcpListener::bind(addr).map_err(|e| format!("server.tcp.listen {addr}: {e}"))?;
     listener
         .set_nonblocking(true)
-        .and_then(|()| spillway_actors::accept::raise_backlog(&listener))
+        .and_then(|()| spillway_actors::ingest::accept::raise_backlog(&listener))
         .map_err(|e| format!("server.tcp.listen {addr}: {e}"))?;
     let bound = listener.local_addr().map_or(addr, |a| a);
     tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = tcp.client_ca.is_some(), "serving the wire protocol over TCP (server.tcp)");

@@ -241,7 +241,7 @@ mod tests {
     fn levels_are_checked() {
         check_level("info").unwrap();
         check_level("warn,spillway=debug").unwrap();
-        check_level("spillway_actors::connection=trace").unwrap();
+        check_level("spillway_actors::ingest::connection=trace").unwrap();
         assert!(check_level("info,spillway=loud")
             .unwrap_err()
             .contains("\"loud\" is not a level"));

@@ -174,7 +174,7 @@ struct Node {
     mirror: Option<Cursor<SimStorage>>,
     group: Vec<AppendBatch>,
     /// Sealed segments the start took at their footer's word, for the
-    /// checker's turns (`spillway_actors::checker`), and how many of them
+    /// checker's turns (`spillway_actors::shard::checker`), and how many of them
     /// are checked.
     unchecked: Vec<SegmentInfo>,
     checked: usize,
@@ -1505,7 +1505,7 @@ impl World {
         }
         let i = node.checked;
         let id = node.unchecked[i].segment_id;
-        match spillway_actors::checker::check_one(
+        match spillway_actors::shard::checker::check_one(
             &self.storage,
             &self.dir,
             &node.queue,

@@ -1154,7 +1154,7 @@ fn a_burst_of_big_batches_leaves_no_resident_memory_behind() {
 fn a_steady_stream_of_big_batches_reuses_its_frame_buffers() {
     // PushBatches of 1 MiB of payload, 4 in flight on one connection: each
     // frame's buffer is kept and taken back by a later frame once its
-    // records are written (actors/src/frame_buffers.rs).
+    // records are written (actors/src/ingest/frame_buffers.rs).
     // Freed to glibc instead, a buffer at the top of the heap went back to
     // the system at once and every frame was faulted in again 4 KiB at a
     // time: about 134 faults per MiB moved. Counted on the connection

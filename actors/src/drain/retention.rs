@@ -486,7 +486,7 @@ impl<S: Storage> Retention<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::WabBudget;
+    use crate::shard::budget::WabBudget;
     use spillway_wab::FsStorage;
 
     /// The start: the first sink joins and runs (confirms, goes idle)

@@ -1,6 +1,8 @@
-//! What connections and a shard's flusher share: the shard's append queue
-//! (the flusher's mailbox), its health, its counters, and the global WAB
-//! byte budget.
+//! A shard: its append queue (the flusher's mailbox, what connections
+//! and the flusher share), the [`flusher`] thread that writes and syncs
+//! it, the [`sealer`] that preallocates and seals its segments, the
+//! [`checker`] that checks the sealed segments a start trusted, its
+//! health and counters, and the WAB byte [`budget`] all shards share.
 //!
 //! Connections push [`AppendBatch`]es straight into the queue instead of
 //! sending an actor message per batch: the flusher thread takes *everything*
@@ -18,11 +20,15 @@
 
 mod abandoned;
 mod append;
+pub mod budget;
+pub mod checker;
 mod durable;
+pub mod flusher;
 mod free;
 mod health;
 mod pending;
 mod queue;
+pub mod sealer;
 mod stats;
 mod watermark;
 

@@ -13,7 +13,7 @@ use super::{
     nack_for, Abandoned, AppendBatch, DurableWatch, FreeSegments, GroupBound, ShardHealth,
     ShardStats, Watermark,
 };
-use crate::budget::{ShardBudget, WabBudget};
+use crate::shard::budget::{ShardBudget, WabBudget};
 
 /// The part of a shard connections see. Shared by `Arc`; survives flusher
 /// restarts, so connections never need a new handle.

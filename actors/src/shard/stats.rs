@@ -38,7 +38,7 @@ pub struct ShardStats {
     /// Files recovery moved to `quarantine/` at the last start.
     pub quarantined_files: AtomicU64,
     /// Sealed segments found at the last start whose records the shard's
-    /// checker has not read yet (`crate::checker`): delivery from the
+    /// checker has not read yet (`crate::shard::checker`): delivery from the
     /// shard waits at the first of them.
     pub unchecked_segments: AtomicU64,
     /// Times the shard became unwritable (no segment could be started, or

@@ -581,7 +581,7 @@ fn door_figures(stats: &spillway_actors::DaemonStats) -> Vec<(String, u64)> {
         ),
         ("http_records".to_string(), load(&h.records)),
     ];
-    for (code, n) in spillway_actors::http_ingest::STATUSES
+    for (code, n) in spillway_actors::ingest::http::STATUSES
         .iter()
         .zip(&h.responses)
     {
@@ -1041,7 +1041,7 @@ impl Collector for Sources {
         ] {
             single(&mut encoder, name, kind, help, value)?;
         }
-        let codes: Vec<String> = spillway_actors::http_ingest::STATUSES
+        let codes: Vec<String> = spillway_actors::ingest::http::STATUSES
             .iter()
             .map(|c| c.to_string())
             .collect();

@@ -1,5 +1,5 @@
 //! The TCP door (`[server.tcp]`): the wire protocol over TCP, with TLS
-//! (and optionally mutual TLS and allowed names, [`crate::tls`]) or, on a
+//! (and optionally mutual TLS and allowed names, [`crate::ingest::tls`]) or, on a
 //! loopback address only, in the clear. Same connection actor, tiers,
 //! pipelining, window and limits as the Unix socket; `max_connections` is
 //! this door's own.
@@ -19,12 +19,12 @@ use std::sync::Arc;
 use actix::prelude::*;
 
 use super::{start_accepting, Lobby, LobbyTicket, StopListening, TcpAccept};
-use crate::accept::AcceptErrors;
-use crate::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
+use crate::ingest::accept::AcceptErrors;
+use crate::ingest::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
+use crate::ingest::tls::TlsServer;
+use crate::ingest::transport::Stream;
 use crate::shard::ShardQueue;
 use crate::stats::DaemonStats;
-use crate::tls::TlsServer;
-use crate::transport::Stream;
 
 /// Accepts on the TCP door. Runs on the system arbiter.
 pub struct TcpDoor {

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use crate::responder::Responder;
+use crate::ingest::responder::Responder;
 
 /// The mark of a connection that is not waiting idle.
 const BUSY: u64 = 0;

@@ -26,12 +26,12 @@ use spillway_protocol::{
 use spillway_wab::RecordMeta;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::frame_buffers::FrameBuffers;
-use crate::idle::{Evict, IdleConnections, IdleMark};
-use crate::responder::{Progress, Responder, Slot, State};
+use crate::ingest::idle::{Evict, IdleConnections, IdleMark};
+use crate::ingest::read_budget::ReadBudget;
+use crate::ingest::responder::{Progress, Responder, Slot, State};
+use crate::ingest::transport::{Reader, Stream, Writer};
 use crate::shard::{AppendBatch, PendingRecords, ShardQueue};
 use crate::stats::DaemonStats;
-use crate::transport::{Reader, Stream, Writer};
 
 /// Per-connection limits, from `[server]`.
 #[derive(Debug, Clone)]
@@ -116,61 +116,6 @@ pub struct ConnectionContext {
     pub stopping: std::sync::atomic::AtomicBool,
     /// Which connections sit idle, for the listener to evict one at the cap.
     pub idle: IdleConnections,
-}
-
-/// Tells connections waiting for read-buffer budget that some was released
-/// (the bytes themselves are counted in `DaemonStats::read_buffer_bytes`).
-/// Waking on release rather than polling: measured with 385 connections
-/// waiting, a 10 ms poll cost ~34,000 wake-ups a second.
-#[derive(Debug, Default)]
-pub struct ReadBudget {
-    /// Bumped on every release, so a waiter that checked before a release
-    /// and starts waiting after it does not miss it.
-    epoch: AtomicU64,
-    freed: tokio::sync::Notify,
-    /// The buffers of finished large frames, for the next ones.
-    pub frame_buffers: FrameBuffers,
-}
-
-impl ReadBudget {
-    pub fn epoch(&self) -> u64 {
-        self.epoch.load(Ordering::Acquire)
-    }
-
-    /// Reserve `bytes` of the budget `held` (the daemon's
-    /// `read_buffer_bytes`) under `cap`; false when it does not fit. The
-    /// first reservation always fits, so the largest frame can arrive.
-    pub(crate) fn reserve(held: &AtomicU64, bytes: u64, cap: u64) -> bool {
-        let before = held.fetch_add(bytes, Ordering::AcqRel);
-        if before > 0 && before + bytes > cap {
-            held.fetch_sub(bytes, Ordering::AcqRel);
-            return false;
-        }
-        true
-    }
-
-    /// Give back `bytes` reserved of `held`, and wake whoever waits for it
-    /// (a socket connection's frame, whichever door released).
-    pub(crate) fn release(&self, held: &AtomicU64, bytes: u64) {
-        held.fetch_sub(bytes, Ordering::AcqRel);
-        self.released();
-    }
-
-    fn released(&self) {
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-        self.freed.notify_waiters();
-    }
-
-    /// Wait until a release after `seen` (or `max` passes).
-    async fn wait_for_release(&self, seen: u64, max: Duration) {
-        let notified = self.freed.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.epoch() != seen {
-            return;
-        }
-        let _ = tokio::time::timeout(max, notified).await;
-    }
 }
 
 /// Decrements the open-connection count when the actor goes away, however it goes.
@@ -425,7 +370,7 @@ impl Connection {
                         // resident only as the bytes arrive), rather than
                         // doubling steps that copy and leave freed buffers
                         // behind in the heap; a finished frame's buffer when
-                        // one is free (see crate::frame_buffers).
+                        // one is free (see crate::ingest::frame_buffers).
                         let mut sized = self
                             .shared
                             .read_budget
@@ -580,7 +525,7 @@ impl Connection {
             if self.rbuf.capacity() == 0 {
                 // A frame that filled its buffer leaves an empty handle on
                 // it: let go, so the buffer's only owners are its records
-                // and crate::frame_buffers, which takes it back once they
+                // and crate::ingest::frame_buffers, which takes it back once they
                 // are written (the next read would otherwise reclaim it
                 // for a header, or copy 64 KiB into a new one).
                 self.rbuf = BytesMut::new();
@@ -908,7 +853,7 @@ impl Handler<Evict> for Connection {
     type Result = ();
 
     /// The listener claimed this idle connection to make room at
-    /// `max_connections` (see [`crate::idle`]).
+    /// `max_connections` (see [`crate::ingest::idle`]).
     fn handle(&mut self, _: Evict, ctx: &mut Context<Self>) {
         if self.idle_mark.claimed() {
             tracing::debug!(

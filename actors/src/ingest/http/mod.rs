@@ -21,7 +21,7 @@
 //!
 //! Connections are spread over the connection arbiters, as the socket's
 //! are. hyper's HTTP/1.1 server (keep-alive on); TLS when configured
-//! ([`crate::tls`]). A connection not in a request (its TLS handshake, the
+//! ([`crate::ingest::tls`]). A connection not in a request (its TLS handshake, the
 //! wait for its first request head or the next) waits in the door's
 //! [`Lobby`] and must send a complete head within `idle_timeout_ms`; at
 //! `max_connections` a newcomer evicts the connection that has waited
@@ -57,12 +57,12 @@ pub use crate::stats::{HttpIngestStats, HTTP_STATUSES as STATUSES};
 pub use body::{records_of, tier_of, Layout, Refusal};
 pub use encoding::{gunzip, Encoding};
 
-use crate::accept::AcceptErrors;
-use crate::connection::ReadBudget;
-use crate::listener::{start_accepting, Lobby, LobbyTicket, StopListening, TcpAccept};
+use crate::ingest::accept::AcceptErrors;
+use crate::ingest::read_budget::ReadBudget;
+use crate::ingest::tls::TlsServer;
+use crate::ingest::{start_accepting, Lobby, LobbyTicket, StopListening, TcpAccept};
 use crate::shard::{AppendBatch, PendingRecords, ShardQueue};
 use crate::stats::DaemonStats;
-use crate::tls::TlsServer;
 
 /// The one path records are posted to.
 pub const RECORDS_PATH: &str = "/v1/records";

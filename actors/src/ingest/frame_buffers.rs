@@ -1,6 +1,6 @@
 //! The read buffers of large frames, kept for the next ones.
 //!
-//! A frame larger than [`READ_CHUNK`](crate::connection::READ_CHUNK) is
+//! A frame larger than [`READ_CHUNK`](crate::ingest::connection::READ_CHUNK) is
 //! read into one buffer of its size. Its records are slices of that buffer,
 //! so it lives until the flusher has written them; then it is freed. Freed
 //! to glibc, a buffer at the top of a heap is handed back to the system

@@ -3,7 +3,7 @@
 //!
 //! The ack path differs by one thing. On a Unix or plain TCP socket the
 //! flusher's thread writes acks straight to the descriptor
-//! ([`crate::responder`]), and the connection writes what the socket did
+//! ([`crate::ingest::responder`]), and the connection writes what the socket did
 //! not take once it is writable (readiness, then `try_write`). A TLS stream
 //! must encrypt, so nobody writes its descriptor but the connection's own
 //! task: the flusher only encodes the acks and wakes the connection, which

@@ -80,7 +80,7 @@ impl State {
 pub struct Responder {
     state: Mutex<State>,
     /// The socket the flusher writes acks to directly; `None` for a TLS
-    /// stream (only the connection writes it: see [`crate::transport`]).
+    /// stream (only the connection writes it: see [`crate::ingest::transport`]).
     fd: Option<RawFd>,
     actor: Mutex<Option<Recipient<Progress>>>,
     stats: Arc<DaemonStats>,

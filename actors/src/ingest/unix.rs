@@ -4,7 +4,7 @@
 //!
 //! [`bind_socket`] prepares the socket file: parent folder created 0700 if
 //! missing, a folder another user could write refused (see
-//! [`crate::socket_dir`]), a stale socket left by a dead daemon replaced, a
+//! [`crate::ingest::socket_dir`]), a stale socket left by a dead daemon replaced, a
 //! live one refused, the new socket given its group and mode
 //! ([`SocketAccess`]: 0600 unless the operator opens it to a group). It is
 //! created under a restrictive umask, so it is reachable by no one else
@@ -23,11 +23,11 @@ use actix::prelude::*;
 use tokio::net::UnixListener;
 
 use super::StopListening;
-use crate::accept::AcceptErrors;
-use crate::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
+use crate::ingest::accept::AcceptErrors;
+use crate::ingest::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
+use crate::ingest::socket_dir::{check_socket_dir, InsecureSocketDir, SocketAccess};
+use crate::ingest::transport::Stream;
 use crate::shard::ShardQueue;
-use crate::socket_dir::{check_socket_dir, InsecureSocketDir, SocketAccess};
-use crate::transport::Stream;
 
 /// Why the socket could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +108,7 @@ pub fn check_socket_path(
     allow_insecure_dir: bool,
 ) -> Result<Option<InsecureSocketDir>, BindError> {
     let mut allowed = None;
-    if crate::socket_dir::socket_folder(path).exists() {
+    if crate::ingest::socket_dir::socket_folder(path).exists() {
         if let Err(insecure) = check_socket_dir(path) {
             if !allow_insecure_dir {
                 return Err(BindError::InsecureFolder(insecure));
@@ -204,7 +204,7 @@ impl Listener {
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             // A socket that took one of the daemon's reserved descriptors
             // is closed at once: as good as out of descriptors.
-            let res = res.and_then(|(stream, _)| crate::accept::outside_reserve(stream));
+            let res = res.and_then(|(stream, _)| crate::ingest::accept::outside_reserve(stream));
             match res {
                 Ok(stream) => {
                     act.accept_errors.accepted();
@@ -315,7 +315,7 @@ impl Listener {
 
     /// At `max_connections`: close the longest-idle connection with nothing
     /// in flight, if eviction is on and one has been idle long enough (see
-    /// [`crate::idle`]). The new connection then takes its place; until the
+    /// [`crate::ingest::idle`]). The new connection then takes its place; until the
     /// evicted one is gone (microseconds) one more is open than the cap.
     fn evict_idle(&self) -> bool {
         let Some(after) = self.shared.limits.evict_idle_after else {

@@ -16,7 +16,7 @@
 //! door's connections, none of them for long.
 //!
 //! Each connection's state is an [`IdleMark`], as on the Unix socket
-//! ([`crate::idle`]): idle since when, busy, or claimed. The door picks the
+//! ([`crate::ingest::idle`]): idle since when, busy, or claimed. The door picks the
 //! connection in the lobby longest and claims it by a compare-exchange; a
 //! claimed connection closes (its [`Notify`] wakes the task serving it)
 //! without taking in anything more, and a connection leaving the lobby
@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use crate::idle::{IdleMark, EVICT_TRIES};
+use crate::ingest::idle::{IdleMark, EVICT_TRIES};
 
 struct Seat {
     mark: Arc<IdleMark>,

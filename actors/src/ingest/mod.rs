@@ -1,15 +1,20 @@
-//! The doors that speak the wire protocol, one room each, sharing the
-//! connection actor ([`crate::Connection`]), its limits and admission:
+//! Ingest: the doors that take records from producers, and what they
+//! share.
 //!
-//! - [`unix`]: the Unix socket (its folder's safety, peer credentials,
-//!   idle eviction at the cap);
-//! - [`tcp`]: TCP with TLS (mutual TLS and allowed names optional), or in
-//!   the clear on loopback only;
+//! - [`unix`]: the Unix socket (its folder's safety in [`socket_dir`],
+//!   peer credentials, idle eviction at the cap in [`idle`]);
+//! - [`tcp`]: TCP with TLS ([`tls`]; mutual TLS and allowed names
+//!   optional), or in the clear on loopback only;
+//! - [`http`]: the HTTP door (`POST /v1/records`);
 //! - [`lobby`]: the network doors' connections not yet shown to be
 //!   producers (a TLS handshake unfinished, an HTTP connection between
-//!   requests), the oldest of which gives way to a newcomer at the cap.
-//!
-//! The HTTP door is a room of its own ([`crate::http_ingest`]).
+//!   requests), the oldest of which gives way to a newcomer at the cap;
+//! - [`connection`]: the connection actor of the wire-protocol doors, its
+//!   limits and admission, with [`responder`] (responses in order),
+//!   [`transport`] (the byte streams), [`frame_buffers`] and
+//!   [`read_budget`] (the read-buffer bytes every door shares);
+//! - [`accept`]: what an accept loop does when accept fails; the loop of
+//!   the network doors is below.
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -17,11 +22,21 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 
-use crate::accept::AcceptErrors;
+use crate::ingest::accept::AcceptErrors;
 use crate::stats::DaemonStats;
 
+pub mod accept;
+pub mod connection;
+pub mod frame_buffers;
+pub mod http;
+pub mod idle;
 pub mod lobby;
+pub mod read_budget;
+pub mod responder;
+pub mod socket_dir;
 pub mod tcp;
+pub mod tls;
+pub mod transport;
 pub mod unix;
 
 pub use lobby::{Lobby, LobbyTicket};
@@ -75,7 +90,8 @@ fn accept_loop<A: TcpAccept>(
             .map(move |res, act: &mut A, ctx: &mut Context<A>| {
                 // A socket on one of the daemon's reserved descriptors is closed
                 // at once, as the Unix listener does.
-                let res = res.and_then(|(s, peer)| Ok((crate::accept::outside_reserve(s)?, peer)));
+                let res = res
+                    .and_then(|(s, peer)| Ok((crate::ingest::accept::outside_reserve(s)?, peer)));
                 match res {
                     Ok((stream, peer)) => {
                         act.accept_errors().accepted();

@@ -43,9 +43,9 @@ use spillway_wab::{
     RecoveryReport, SegmentInfo, Storage,
 };
 
-use crate::checker;
 use crate::clock::Clock;
-use crate::sealer::{sealer_channel, SealerCore, SealerMsg, SegmentSealer};
+use crate::shard::checker;
+use crate::shard::sealer::{sealer_channel, SealerCore, SealerMsg, SegmentSealer};
 use crate::shard::{
     nack_for, Abandoned, AppendBatch, GroupBound, ShardHealth, ShardQueue, Watermark,
     GROUP_RECORDS_MAX,
@@ -76,7 +76,7 @@ pub struct ShardFlusher {
     thread: Option<JoinHandle<()>>,
     sealer_thread: Option<JoinHandle<()>>,
     /// The checker of the segments the start did not read (see
-    /// [`crate::checker`]); `None` when there were none. Its end is no
+    /// [`crate::shard::checker`]); `None` when there were none. Its end is no
     /// failure.
     checker_thread: Option<JoinHandle<()>>,
 }
@@ -280,7 +280,7 @@ pub struct FlusherParts<S: Storage> {
     pub sealer_inbox: Receiver<SealerMsg<S::File>>,
     pub report: RecoveryReport,
     /// The sealed segments the shard's checker must read before readers
-    /// open them, in id order (see [`crate::checker`]).
+    /// open them, in id order (see [`crate::shard::checker`]).
     pub unchecked: Vec<SegmentInfo>,
 }
 
