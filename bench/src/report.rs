@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::sustained::Timeline;
+use super::sustained::{Drift, Timeline};
 
 /// Figure keys shared by scenarios, the table and the targets.
 pub const RATE: &str = "records_per_s";
@@ -65,6 +65,26 @@ pub struct ReportRow {
 }
 
 impl ReportRow {
+    /// The drift figures of a sustained run (see [`Timeline::drift`]).
+    pub fn set_drift(&mut self, drift: Option<Drift>) -> &mut Self {
+        let Some(d) = drift else {
+            self.note("sustained: no whole second was read");
+            return self;
+        };
+        self.set("sustained_seconds", d.seconds)
+            .set("sustained_window_s", d.window_s)
+            .set("records_per_s_first", d.rate_first)
+            .set("records_per_s_last", d.rate_last);
+        if let Some((first, last)) = d.fsync_p99_ms {
+            self.set("fsync_p99_first_ms", first)
+                .set("fsync_p99_last_ms", last)
+                .set("fsync_p99_drift", last / first.max(1e-9));
+        } else {
+            self.note("sustained: no fsync in the first or last 10% (Buffered only?)");
+        }
+        self
+    }
+
     pub fn new(name: impl Into<String>, kind: Kind) -> ReportRow {
         ReportRow {
             name: name.into(),

@@ -196,7 +196,7 @@ impl Scenario {
         }
         match sampler.map(Sampler::finish) {
             Some(Ok(timeline)) => {
-                timeline.set_figures(&mut row);
+                row.set_drift(timeline.drift());
                 row.timeline = Some(timeline);
             }
             Some(Err(e)) => {

@@ -18,8 +18,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::report::ReportRow;
-
 /// The shortest `--duration` that turns sustained mode on: ten one-second
 /// readings, so the first and the last 10% are one second each.
 pub const SUSTAINED_MIN: Duration = Duration::from_secs(10);
@@ -149,28 +147,24 @@ impl Timeline {
         (rate, p99_ms(&bucket_delta(&a.fsync, &b.fsync)))
     }
 
-    /// The drift figures: the first and the last 10% of the intervals (at
-    /// least one each), their records/s and fsync p99, and last / first.
-    pub fn set_figures(&self, row: &mut ReportRow) {
+    /// The drift: the first and the last 10% of the intervals (at least
+    /// one each), their records/s and fsync p99; `None` when no whole
+    /// second was read.
+    pub fn drift(&self) -> Option<Drift> {
         let n = self.len();
         if n == 0 {
-            row.note("sustained: no whole second was read");
-            return;
+            return None;
         }
         let k = (n / 10).max(1);
         let (rate_first, p99_first) = self.window(0, k);
         let (rate_last, p99_last) = self.window(n - k, n);
-        row.set("sustained_seconds", self.seconds[n - 1])
-            .set("sustained_window_s", k as f64)
-            .set("records_per_s_first", rate_first)
-            .set("records_per_s_last", rate_last);
-        if let (Some(first), Some(last)) = (p99_first, p99_last) {
-            row.set("fsync_p99_first_ms", first)
-                .set("fsync_p99_last_ms", last)
-                .set("fsync_p99_drift", last / first.max(1e-9));
-        } else {
-            row.note("sustained: no fsync in the first or last 10% (Buffered only?)");
-        }
+        Some(Drift {
+            seconds: self.seconds[n - 1],
+            window_s: k as f64,
+            rate_first,
+            rate_last,
+            fsync_p99_ms: p99_first.zip(p99_last),
+        })
     }
 
     pub fn json(&self) -> Value {
@@ -241,6 +235,20 @@ impl Sampler {
     }
 }
 
+/// How a sustained run drifted: its first and last 10% of seconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Drift {
+    /// Seconds read.
+    pub seconds: f64,
+    /// Seconds in each window (10%, at least one).
+    pub window_s: f64,
+    pub rate_first: f64,
+    pub rate_last: f64,
+    /// fsync p99 in ms of the first and last window; `None` when either
+    /// saw no fsync (Buffered only).
+    pub fsync_p99_ms: Option<(f64, f64)>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,15 +307,11 @@ mod tests {
         assert_eq!(t.len(), 20);
         assert_eq!(t.records_per_s[0], 1000.0);
         assert_eq!(t.fsyncs_per_s[19], 100.0);
-        let mut row = ReportRow::new("x", crate::report::Kind::Scenario);
-        t.set_figures(&mut row);
-        assert_eq!(row.get("sustained_window_s"), Some(2.0));
-        assert_eq!(row.get("records_per_s_first"), Some(1000.0));
-        let (first, last) = (
-            row.get("fsync_p99_first_ms").unwrap(),
-            row.get("fsync_p99_last_ms").unwrap(),
-        );
+        let d = t.drift().unwrap();
+        assert_eq!(d.window_s, 2.0);
+        assert_eq!(d.rate_first, 1000.0);
+        let (first, last) = d.fsync_p99_ms.unwrap();
         assert!(first < 0.1 && last > 0.2, "{first} {last}");
-        assert!(row.get("fsync_p99_drift").unwrap() > 2.0);
+        assert!(last / first > 2.0);
     }
 }

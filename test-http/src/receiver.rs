@@ -6,13 +6,13 @@
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use tokio::sync::{oneshot, watch};
 
 use crate::exchange::{Handler, Request};
-use crate::serve;
+use crate::serve::{self, Shared};
 
 /// How a receiver is started; [`Receiver::start`] takes the defaults.
 #[derive(Debug, Clone)]
@@ -50,33 +50,6 @@ impl Builder {
             stop: Some(stop),
             thread: Some(thread),
         })
-    }
-}
-
-/// What the serving thread and the test share.
-pub(crate) struct Shared {
-    pub(crate) handler: Box<dyn Handler>,
-    /// Every request in arrival order, when kept; a request's `status` is
-    /// filled in when it is answered.
-    pub(crate) log: Option<Mutex<Vec<Request>>>,
-    /// `true` = open. While closed, requests wait after their body was
-    /// read, before the handler sees them.
-    pub(crate) gate: watch::Sender<bool>,
-    pub(crate) connections: AtomicUsize,
-    /// Requests handed to the handler.
-    pub(crate) requests: AtomicU64,
-    /// Requests between the handler and the end of their reply's delay.
-    pub(crate) in_flight: AtomicUsize,
-    pub(crate) in_flight_max: AtomicUsize,
-    /// Requests not understood (answered 4xx by hyper, or 413 for a body
-    /// over `serve::BODY_BYTES_MAX`); their connections are closed.
-    pub(crate) refused: AtomicU64,
-}
-
-impl Shared {
-    pub(crate) fn log(&self) -> Option<MutexGuard<'_, Vec<Request>>> {
-        let log = self.log.as_ref()?;
-        Some(log.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 }
 
