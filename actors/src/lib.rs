@@ -17,6 +17,7 @@
 //! This crate may depend on the protocol, the WAB and sink-sdk; it must not
 //! depend on the runtime (config files, CLI) or on any particular sink.
 
+pub mod backoff;
 pub mod clock;
 pub mod drain;
 pub mod histogram;
@@ -24,6 +25,7 @@ pub mod ingest;
 pub mod shard;
 pub mod stats;
 
+pub use backoff::{Backoff, NotBefore};
 pub use clock::Clock;
 pub use drain::{
     learned_file, Cursor, CursorConfig, CursorControl, DeliveryBoard, Drain, DrainSettings,

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use spillway_actors::{
-    bind_socket, ConnectionContext, DeliveryBoard, Drain, DrainStats, FlusherConfig, Listener,
-    Retention, RetireDrain, ShardFlusher, ShardHealth, ShardQueue, SinkFigures, SinkSlot,
-    StopDrain, StopListening, StopShard,
+    bind_socket, Backoff, ConnectionContext, DeliveryBoard, Drain, DrainStats, FlusherConfig,
+    Listener, NotBefore, Retention, RetireDrain, ShardFlusher, ShardHealth, ShardQueue,
+    SinkFigures, SinkSlot, StopDrain, StopListening, StopShard,
 };
 use spillway_wab::{open_shard_seen, shard_dir, FsStorage, SealedCheck};
 
@@ -33,9 +33,9 @@ use crate::sink::BuiltSink;
 /// Restarts allowed per child within [`RESTART_WINDOW`].
 pub const RESTARTS_MAX: usize = 5;
 pub const RESTART_WINDOW: Duration = Duration::from_secs(60);
-/// First restart delay; doubles per recent restart up to [`BACKOFF_MAX`].
-const BACKOFF_BASE: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// The wait before a restart: 100 ms, doubled per recent restart, up to
+/// 5 s.
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
 const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// At shutdown, after the drains stopped: time for the connection arbiters
 /// to write the last acks before the system stops.
@@ -45,7 +45,7 @@ const LAST_ACKS_GRACE: Duration = Duration::from_millis(100);
 #[derive(Default)]
 pub(crate) struct RestartPolicy {
     recent: Vec<Instant>,
-    not_before: Option<Instant>,
+    not_before: NotBefore,
     given_up: bool,
 }
 
@@ -55,10 +55,8 @@ impl RestartPolicy {
         if self.given_up {
             return None;
         }
-        if let Some(t) = self.not_before {
-            if now < t {
-                return None;
-            }
+        if self.not_before.wait(now).is_some() {
+            return None;
         }
         self.recent
             .retain(|t| now.duration_since(*t) < RESTART_WINDOW);
@@ -67,16 +65,16 @@ impl RestartPolicy {
             return Some(false);
         }
         self.recent.push(now);
-        let backoff = BACKOFF_BASE * 2u32.pow(self.recent.len() as u32 - 1);
-        self.not_before = Some(now + backoff.min(BACKOFF_MAX));
+        self.not_before
+            .set(now, BACKOFF.delay(self.recent.len() as u32 - 1));
         Some(true)
     }
 
     /// The first time a death is noticed: wait one backoff before restarting.
     fn noticed(&mut self, now: Instant) {
-        if self.not_before.is_none_or(|t| t < now) {
-            let backoff = BACKOFF_BASE * 2u32.pow(self.recent.len().min(6) as u32);
-            self.not_before = Some(now + backoff.min(BACKOFF_MAX));
+        if self.not_before.at().is_none_or(|t| t < now) {
+            self.not_before
+                .set(now, BACKOFF.delay(self.recent.len() as u32));
         }
     }
 }
@@ -626,11 +624,11 @@ mod tests {
         p.noticed(t0);
         // Not before the first backoff.
         assert_eq!(p.try_restart(t0), None);
-        let mut now = t0 + BACKOFF_BASE;
+        let mut now = t0 + BACKOFF.initial;
         let mut gaps = Vec::new();
         for _ in 0..RESTARTS_MAX {
             assert_eq!(p.try_restart(now), Some(true));
-            let next = p.not_before.unwrap();
+            let next = p.not_before.at().unwrap();
             gaps.push(next - now);
             // Too early for the next one.
             assert_eq!(p.try_restart(now), None);
@@ -640,7 +638,7 @@ mod tests {
             gaps.windows(2).all(|w| w[1] >= w[0]),
             "backoff grows: {gaps:?}"
         );
-        assert!(gaps.iter().all(|g| *g <= BACKOFF_MAX));
+        assert!(gaps.iter().all(|g| *g <= BACKOFF.max));
         // Past the cap within the window: give up, once and for good.
         assert_eq!(p.try_restart(now), Some(false));
         assert_eq!(p.try_restart(now + RESTART_WINDOW * 2), None);
@@ -651,13 +649,13 @@ mod tests {
         let mut p = RestartPolicy::default();
         let t0 = Instant::now();
         for i in 0..RESTARTS_MAX as u32 {
-            p.not_before = None;
+            p.not_before.clear();
             assert_eq!(
                 p.try_restart(t0 + Duration::from_millis(i as u64)),
                 Some(true)
             );
         }
-        p.not_before = None;
+        p.not_before.clear();
         // A minute later the earlier restarts no longer count.
         assert_eq!(
             p.try_restart(t0 + RESTART_WINDOW + Duration::from_secs(1)),

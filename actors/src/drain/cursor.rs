@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use sink_sdk::{Batch, Outcome, Record, RecordOutcome};
 use spillway_wab::checkpoint::cursor_file;
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::follow::{append_line_durable, oldest_first_seq, ShardFollower};
@@ -29,7 +30,7 @@ use super::control::RewindTo;
 use super::in_flight::{read_learned, Flights, Lanes, Limiter};
 use super::requeue::Requeue;
 use super::retention::{Membership, Retention, StartAt};
-use super::retry::RetryState;
+use super::retry::{self, AfterFailure, RetryState, Waiting};
 use super::sink_host::{SinkHost, SinkSlot};
 use super::DrainStats;
 use crate::clock::Clock;
@@ -729,5 +730,140 @@ impl<S: Storage> Cursor<S> {
             }
             thread::sleep((until - now).min(SLEEP_SLICE));
         }
+    }
+}
+/// Retries and requeued records: the state is theirs
+/// ([`RetryState`], [`Requeue`]); the cursor counts, logs, probes and
+/// delivers.
+impl<S: Storage> Cursor<S> {
+    /// A transient failure of a batch of `n` records: back off, or, once
+    /// the sink has failed for longer than `max_retry_duration`, give the
+    /// batch up: the reason to dead-letter its records with.
+    pub(super) fn after_transient(
+        &mut self,
+        n: usize,
+        after: Option<Duration>,
+        reason: String,
+    ) -> Option<String> {
+        let now = self.clock.now();
+        self.stats.retries.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .sink
+            .lock()
+            .unwrap()
+            .failing(super::SinkState::Retrying, &reason);
+        let settings = self.host.settings().clone();
+        let rng = &mut self.rng;
+        match self
+            .retry
+            .failed(now, &settings, n, after, &reason, || retry::random(rng))
+        {
+            AfterFailure::GiveUp(why) => Some(why),
+            AfterFailure::Wait {
+                delay,
+                attempts,
+                loud,
+            } => {
+                if loud {
+                    tracing::warn!(shard = self.shard, sink = %self.sink, target = %self.host.description(), attempts, records = n, retry_in_ms = delay.as_millis() as u64, reason = %reason, "delivery failed (transient); retrying");
+                } else {
+                    tracing::debug!(shard = self.shard, sink = %self.sink, attempts, reason = %reason, "delivery retry");
+                }
+                None
+            }
+        }
+    }
+
+    /// While a backoff runs: how long to pause before looking again, after
+    /// probing the sink if a probe is due (one health check a second,
+    /// which does not hammer a sink that is still down). `None` once the
+    /// next attempt may go.
+    pub(super) fn backing_off(&mut self) -> Option<DrainWait> {
+        let now = self.clock.now();
+        let (stats, host) = (&self.stats, &mut self.host);
+        let probe = || {
+            let call = stats.sink_call();
+            let answers = host.probe();
+            drop(call);
+            answers
+        };
+        match self.retry.step(now, probe)? {
+            Waiting::Pause(d) => Some(DrainWait::Pause(d)),
+            Waiting::Over => None,
+            Waiting::Answered(waited) => {
+                tracing::info!(
+                    shard = self.shard,
+                    sink = %self.sink,
+                    waited_ms = waited.as_millis() as u64,
+                    "the sink answers its health check again; retrying now"
+                );
+                None
+            }
+        }
+    }
+
+    /// xorshift64 on the cursor's seed: jitter, and the simulation's
+    /// choices among held answers.
+    pub(super) fn random(&mut self) -> u64 {
+        retry::random(&mut self.rng)
+    }
+
+    /// Deliver this shard's requeued records, if any wait, as one batch.
+    /// `None`: nothing to do here.
+    pub(super) fn deliver_requeued(&mut self) -> Option<DrainWait> {
+        let requeue = self.requeue.clone()?;
+        let (max_records, _) = self.host.batch_limits();
+        let mine = match requeue.take(self.shard, max_records, &mut self.requeue_seen) {
+            Ok(mine) => mine?,
+            Err(e) => {
+                tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "reading the requeued records failed; will retry");
+                return None;
+            }
+        };
+        let records: Vec<Record<'_>> = mine
+            .iter()
+            .map(|l| Record {
+                shard: self.shard,
+                seq: l.seq,
+                tier: l.tier,
+                arrival_unix_us: l.arrival_unix_us,
+                payload: &l.payload,
+            })
+            .collect();
+        let call = self.stats.sink_call();
+        let outcome = self.host.deliver(&Batch::new(self.shard, &records));
+        drop(call);
+        drop(records);
+        let retry_later = DrainWait::Pause(self.host.settings().retry_initial);
+        let (done, rejected): (Vec<usize>, Vec<(usize, String)>) = match outcome {
+            Outcome::Committed => ((0..mine.len()).collect(), Vec::new()),
+            Outcome::Retry { .. } => return Some(retry_later),
+            Outcome::Split(v) if v.len() == mine.len() => {
+                let mut done = Vec::new();
+                let mut rejected = Vec::new();
+                for (i, o) in v.into_iter().enumerate() {
+                    match o {
+                        RecordOutcome::Committed => done.push(i),
+                        RecordOutcome::Rejected(why) => rejected.push((i, why)),
+                        RecordOutcome::Retry => {}
+                    }
+                }
+                (done, rejected)
+            }
+            Outcome::Split(_) => return Some(retry_later),
+        };
+        let stats = &self.stats;
+        let settled = requeue.settle(&self.dead_letters, &mine, &done, &rejected, |n| {
+            stats.dead_lettered.fetch_add(n, Ordering::Relaxed);
+        });
+        if let Err(e) = settled {
+            tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "settling requeued records failed; they are offered again");
+            return Some(retry_later);
+        }
+        self.stats
+            .delivered_records
+            .fetch_add(done.len() as u64, Ordering::Relaxed);
+        tracing::info!(shard = self.shard, sink = %self.sink, delivered = done.len(), rejected = rejected.len(), "requeued records delivered to this sink");
+        Some(DrainWait::Now)
     }
 }

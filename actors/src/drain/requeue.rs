@@ -11,12 +11,9 @@ use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use sink_sdk::{Batch, Outcome, Record, RecordOutcome};
 use spillway_wab::deadletter::{DeadLetter, DeadLetterStore};
 use spillway_wab::format::now_unix_us;
 use spillway_wab::Storage;
-
-use super::cursor::{Cursor, DrainWait};
 
 /// One sink's requeue store, shared by its cursors and the admin side.
 pub struct Requeue<S: Storage> {
@@ -48,89 +45,53 @@ impl<S: Storage> Requeue<S> {
     }
 }
 
-impl<S: Storage> Cursor<S> {
-    /// Deliver this shard's requeued records, if any wait, as one batch.
-    /// `None`: nothing to do here.
-    pub(super) fn deliver_requeued(&mut self) -> Option<DrainWait> {
-        let requeue = self.requeue.clone()?;
-        if !requeue.waiting.load(Ordering::Acquire) {
-            return None;
+impl<S: Storage> Requeue<S> {
+    /// Up to `max_records` of `shard`'s requeued records, when some wait.
+    /// `seen`: the store's generation at which it held nothing of this
+    /// shard (nothing is read again until an add moves it).
+    pub(super) fn take(
+        &self,
+        shard: u32,
+        max_records: usize,
+        seen: &mut Option<u64>,
+    ) -> io::Result<Option<Vec<DeadLetter>>> {
+        if !self.waiting.load(Ordering::Acquire) {
+            return Ok(None);
         }
         // Read before the list: an add after it makes the next step look.
-        let generation = requeue.generation.load(Ordering::Acquire);
-        if self.requeue_seen == Some(generation) {
+        let generation = self.generation.load(Ordering::Acquire);
+        if *seen == Some(generation) {
             // Nothing of this shard was there, and nothing came since.
-            return None;
+            return Ok(None);
         }
-        let (max_records, _) = self.host.batch_limits();
-        let all = match requeue.store.lock().unwrap().list() {
-            Ok(all) => all,
-            Err(e) => {
-                tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "reading the requeued records failed; will retry");
-                return None;
-            }
-        };
+        let all = self.store.lock().unwrap().list()?;
         if all.is_empty() {
-            requeue.waiting.store(false, Ordering::Release);
-            return None;
+            self.waiting.store(false, Ordering::Release);
+            return Ok(None);
         }
         let mine: Vec<DeadLetter> = all
             .into_iter()
-            .filter(|l| l.shard == self.shard)
+            .filter(|l| l.shard == shard)
             .take(max_records)
             .collect();
         if mine.is_empty() {
-            self.requeue_seen = Some(generation);
-            return None;
+            *seen = Some(generation);
+            return Ok(None);
         }
-        let records: Vec<Record<'_>> = mine
-            .iter()
-            .map(|l| Record {
-                shard: self.shard,
-                seq: l.seq,
-                tier: l.tier,
-                arrival_unix_us: l.arrival_unix_us,
-                payload: &l.payload,
-            })
-            .collect();
-        let call = self.stats.sink_call();
-        let outcome = self.host.deliver(&Batch::new(self.shard, &records));
-        drop(call);
-        drop(records);
-        let (done, rejected): (Vec<usize>, Vec<(usize, String)>) = match outcome {
-            Outcome::Committed => ((0..mine.len()).collect(), Vec::new()),
-            Outcome::Retry { .. } => {
-                return Some(DrainWait::Pause(self.host.settings().retry_initial));
-            }
-            Outcome::Split(v) if v.len() == mine.len() => {
-                let mut done = Vec::new();
-                let mut rejected = Vec::new();
-                for (i, o) in v.into_iter().enumerate() {
-                    match o {
-                        RecordOutcome::Committed => done.push(i),
-                        RecordOutcome::Rejected(why) => rejected.push((i, why)),
-                        RecordOutcome::Retry => {}
-                    }
-                }
-                (done, rejected)
-            }
-            Outcome::Split(_) => return Some(DrainWait::Pause(self.host.settings().retry_initial)),
-        };
-        if let Err(e) = self.settle_requeued(&requeue, &mine, &done, &rejected) {
-            tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "settling requeued records failed; they are offered again");
-            return Some(DrainWait::Pause(self.host.settings().retry_initial));
-        }
-        Some(DrainWait::Now)
+        Ok(Some(mine))
     }
 
-    /// Rejected ones back to the dead-letter store (fsynced), then every
-    /// finished one out of the requeue store.
-    fn settle_requeued(
-        &mut self,
-        requeue: &Requeue<S>,
+    /// After a delivery of `mine`: the `rejected` ones back to
+    /// `dead_letters` with their new reason (fsynced; `dead_lettered` is
+    /// told how many once they are), then every finished one (`done` and
+    /// rejected) out of this store.
+    pub(super) fn settle(
+        &self,
+        dead_letters: &Mutex<DeadLetterStore<S>>,
         mine: &[DeadLetter],
         done: &[usize],
         rejected: &[(usize, String)],
+        dead_lettered: impl FnOnce(u64),
     ) -> io::Result<()> {
         if !rejected.is_empty() {
             let now = now_unix_us();
@@ -142,10 +103,8 @@ impl<S: Storage> Cursor<S> {
                     ..mine[*i].clone()
                 })
                 .collect();
-            self.dead_letters.lock().unwrap().append(&again)?;
-            self.stats
-                .dead_lettered
-                .fetch_add(again.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            dead_letters.lock().unwrap().append(&again)?;
+            dead_lettered(again.len() as u64);
         }
         let finished: BTreeSet<(u32, u64)> = done
             .iter()
@@ -153,15 +112,10 @@ impl<S: Storage> Cursor<S> {
             .chain(rejected.iter().map(|(i, _)| *i))
             .map(|i| (mine[i].shard, mine[i].seq))
             .collect();
-        requeue
-            .store
+        self.store
             .lock()
             .unwrap()
             .remove_where(|l| finished.contains(&(l.shard, l.seq)))?;
-        self.stats
-            .delivered_records
-            .fetch_add(done.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        tracing::info!(shard = self.shard, sink = %self.sink, delivered = done.len(), rejected = rejected.len(), "requeued records delivered to this sink");
         Ok(())
     }
 }

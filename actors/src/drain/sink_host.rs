@@ -7,11 +7,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sink_sdk::{Batch, Health, Outcome, Sink};
 
 use super::DrainStats;
+use crate::backoff::{Backoff, NotBefore};
 use crate::clock::Clock;
 
 /// Creates a sink instance for a shard. Called at start, after a panic,
@@ -116,16 +117,15 @@ pub struct SinkHost {
     instance: Option<Box<dyn Sink>>,
     /// Failures (panics, creation errors) in a row; drives the backoff.
     failures: u32,
-    not_before: Option<Instant>,
+    not_before: NotBefore,
     stats: Arc<DrainStats>,
     clock: Clock,
 }
 
-/// First wait before re-creating a failed sink instance; it doubles with
-/// every failure in a row, up to [`SINK_RESTART_BACKOFF_MAX`].
-const SINK_RESTART_BACKOFF_INITIAL: Duration = Duration::from_millis(100);
-/// Longest wait before re-creating a failed sink instance.
-const SINK_RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The wait before re-creating a failed sink instance: 100 ms, doubled
+/// with every failure in a row, up to 30 s.
+const SINK_RESTART_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
@@ -151,7 +151,7 @@ impl SinkHost {
             description,
             instance: None,
             failures: 0,
-            not_before: None,
+            not_before: NotBefore::default(),
             stats,
             clock: Clock::system(),
         }
@@ -176,8 +176,7 @@ impl SinkHost {
         if self.instance.is_some() {
             return None;
         }
-        let left = self.not_before?.saturating_duration_since(self.clock.now());
-        (!left.is_zero()).then_some(left)
+        self.not_before.wait(self.clock.now())
     }
 
     /// The slot this host takes its sink from.
@@ -209,7 +208,7 @@ impl SinkHost {
         self.description = description;
         self.instance = None;
         self.failures = 0;
-        self.not_before = None;
+        self.not_before.clear();
         true
     }
 
@@ -258,10 +257,8 @@ impl SinkHost {
     fn failed(&mut self, reason: String) -> String {
         self.failures += 1;
         self.stats.sink_restarts.fetch_add(1, Ordering::Relaxed);
-        let backoff = SINK_RESTART_BACKOFF_INITIAL
-            .saturating_mul(1 << (self.failures - 1).min(10))
-            .min(SINK_RESTART_BACKOFF_MAX);
-        self.not_before = Some(self.clock.now() + backoff);
+        let backoff = SINK_RESTART_BACKOFF.delay(self.failures - 1);
+        self.not_before.set(self.clock.now(), backoff);
         self.stats
             .sink
             .lock()

@@ -43,6 +43,7 @@ use spillway_wab::{
     RecoveryReport, SegmentInfo, Storage,
 };
 
+use crate::backoff::{Backoff, NotBefore};
 use crate::clock::Clock;
 use crate::shard::checker;
 use crate::shard::sealer::{sealer_channel, SealerCore, SealerMsg, SegmentSealer};
@@ -208,10 +209,11 @@ impl Handler<StopShard> for ShardFlusher {
 /// of 3 million 1-byte records no longer needs hundreds of MB to be written.
 const WRITE_CHUNK_RECORDS: usize = 16 * 1024;
 
-/// First wait before trying again to get a segment after a failure
+/// The wait before trying again to get a segment after a failure
 /// (preallocation or rotation refused, or `fsync_failures_max` failed
-/// writes/fsyncs in a row); it doubles up to [`SEGMENT_RETRY_MAX`].
-const SEGMENT_RETRY_FIRST: Duration = Duration::from_millis(50);
+/// writes/fsyncs in a row): 50 ms, doubled per failure up to
+/// [`SEGMENT_RETRY_MAX`].
+const SEGMENT_RETRY: Backoff = Backoff::new(Duration::from_millis(50), SEGMENT_RETRY_MAX);
 /// Longest wait between attempts, so a shard is writable again within about
 /// this long after its disk has space (or works) again.
 const SEGMENT_RETRY_MAX: Duration = Duration::from_secs(1);
@@ -249,9 +251,9 @@ pub struct FlusherCore<S: Storage> {
     /// Failed segment writes and fdatasyncs in a row (a success resets it).
     failures_in_row: u32,
     /// No attempt to get a segment before this (backoff after a failure).
-    retry_at: Option<Instant>,
-    /// The current backoff step.
-    retry_wait: Duration,
+    retry_at: NotBefore,
+    /// Backoffs since the last fresh segment: the step of the next one.
+    retry_step: u32,
     /// First sequence number of the next fresh segment: past every record
     /// written to the abandoned one (a failed fsync does not prove those
     /// bytes absent; Buffered records among them were acknowledged), or to
@@ -417,8 +419,8 @@ impl<S: Storage> FlusherCore<S> {
             last_segment_id,
             unsynced_since: None,
             failures_in_row: 0,
-            retry_at: None,
-            retry_wait: SEGMENT_RETRY_FIRST,
+            retry_at: NotBefore::default(),
+            retry_step: 0,
             resume_seq: report.next_seq,
             durable_next_seq: report.next_seq,
             durable_bytes,
@@ -542,7 +544,7 @@ impl<S: Storage> FlusherCore<S> {
             .unsynced_since
             .map(|t| t + self.cfg.buffered_flush_interval);
         let retry = if self.active.is_none() {
-            Some(self.retry_at.unwrap_or_else(|| self.clock.now()))
+            Some(self.retry_at.at().unwrap_or_else(|| self.clock.now()))
         } else {
             None
         };
@@ -561,7 +563,7 @@ impl<S: Storage> FlusherCore<S> {
         if self.active.is_some() {
             return Ok(());
         }
-        if self.retry_at.is_some_and(|t| self.clock.now() < t) {
+        if self.retry_at.wait(self.clock.now()).is_some() {
             return Err(self.queue.unwritable_nack());
         }
         match self.next_spare() {
@@ -581,13 +583,13 @@ impl<S: Storage> FlusherCore<S> {
                 // until the next fsync, and Buffered records acknowledged
                 // there waited for a Sync push that might never come.
                 self.publish();
-                self.retry_at = None;
-                self.retry_wait = SEGMENT_RETRY_FIRST;
+                self.retry_at.clear();
+                self.retry_step = 0;
                 self.queue.set_writable();
                 Ok(())
             }
             Err(e) => {
-                self.back_off();
+                let wait = self.back_off();
                 let why = if spillway_wab::storage::is_no_space(&e) {
                     NO_ROOM
                 } else {
@@ -595,16 +597,19 @@ impl<S: Storage> FlusherCore<S> {
                 };
                 self.queue.set_unwritable(&e, why);
                 if self.queue.stats.log_segment_failure() {
-                    tracing::error!(shard = self.cfg.shard, error = %e, retry_in_ms = self.retry_wait.as_millis() as u64, "cannot start a segment; pushes are refused until one can be started (retrying with backoff)");
+                    tracing::error!(shard = self.cfg.shard, error = %e, retry_in_ms = wait.as_millis() as u64, "cannot start a segment; pushes are refused until one can be started (retrying with backoff)");
                 }
                 Err(self.queue.unwritable_nack())
             }
         }
     }
 
-    fn back_off(&mut self) {
-        self.retry_at = Some(self.clock.now() + self.retry_wait);
-        self.retry_wait = (self.retry_wait * 2).min(SEGMENT_RETRY_MAX);
+    /// No attempt to get a segment for the next wait; returns it.
+    fn back_off(&mut self) -> Duration {
+        let wait = SEGMENT_RETRY.delay(self.retry_step);
+        self.retry_at.set(self.clock.now(), wait);
+        self.retry_step += 1;
+        wait
     }
 
     /// Write one group, fsync if needed, answer every batch.
@@ -835,15 +840,15 @@ impl<S: Storage> FlusherCore<S> {
         self.queue
             .set_unwritable(e, "the last write or fsync failed");
         if self.failures_in_row >= self.cfg.fsync_failures_max {
-            self.back_off();
+            let wait = self.back_off();
             tracing::error!(
                 shard = self.cfg.shard,
                 failures_in_row = self.failures_in_row,
-                retry_in_ms = self.retry_wait.as_millis() as u64,
+                retry_in_ms = wait.as_millis() as u64,
                 "repeated storage failures: pushes to this shard are refused until a fresh segment can be written (retrying with backoff)"
             );
         } else {
-            self.retry_at = None;
+            self.retry_at.clear();
         }
     }
 
