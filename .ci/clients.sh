@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Toolchains the producer clients' tests need (clients/*/run-tests.sh, run
-# by `cargo test` through tests/tests/clients.rs): Go from Debian's
+# by `cargo test` through testing/tests/tests/clients.rs): Go from Debian's
 # golang-go, pytest from PyPI. Node, Java 17 and a C compiler are on the
 # machine already; each is checked so a missing one fails here, loudly.
 set -euo pipefail

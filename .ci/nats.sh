@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install Debian's `nats-server` package when it is missing: the NATS
 # JetStream sink's tests and the e2e_jetstream bench start their own
-# 3-node cluster on loopback from it (test-nats/); the TLS test makes its
+# 3-node cluster on loopback from it (testing/test-nats/); the TLS test makes its
 # certificates with `openssl`, installed here too when missing. Nothing is
 # started here.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# promtool, which tests/tests/deploy_rules.rs runs on deploy/prometheus/
+# promtool, which testing/tests/tests/deploy_rules.rs runs on deploy/prometheus/
 # (`promtool check rules`, `promtool test rules`), from Debian's prometheus
 # package. Only the package's /usr/bin/promtool is taken, into
 # /usr/local/bin: `apt-get install prometheus` would add eleven JavaScript

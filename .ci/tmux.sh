@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tmux, for the test that runs `spillway ctl top` in a real 80-column
-# terminal and reads the screen back (tests/tests/ctl_top.rs).
+# terminal and reads the screen back (testing/tests/tests/ctl_top.rs).
 set -euo pipefail
 if ! command -v tmux >/dev/null 2>&1; then
     echo "installing tmux" >&2

@@ -1,6 +1,6 @@
 //! The time the flusher's and the drain's decisions read: the system's
 //! monotonic clock in the daemon, or a virtual one that only moves when a
-//! test says so (the whole-pipeline simulation in `sim/`), so a schedule
+//! test says so (the whole-pipeline simulation in `testing/sim/`), so a schedule
 //! of linger, backoff, retry and checkpoint deadlines replays exactly.
 //!
 //! Only decisions go through it. Measurements that feed histograms (how

@@ -608,7 +608,7 @@ mod tests {
     /// A frame of two shards and two sinks, one of them failing with a
     /// long reason, at 80 columns, is the checked-in
     /// `tests/golden/top-80.txt` (`SPILLWAY_BLESS=1` rewrites it); the
-    /// terminal test (tests/tests/ctl_top.rs) checks a real one in tmux
+    /// terminal test (testing/tests/tests/ctl_top.rs) checks a real one in tmux
     /// against its header.
     #[test]
     fn a_frame_at_80_columns_is_the_golden_one() {

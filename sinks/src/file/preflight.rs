@@ -244,7 +244,7 @@ mod tests {
     fn a_folder_without_write_permission_is_refused() {
         if is_root() {
             // root writes into any folder: nothing to refuse here. The
-            // end-to-end test (tests/tests/check.rs) runs `check` as nobody.
+            // end-to-end test (testing/tests/tests/check.rs) runs `check` as nobody.
             eprintln!("SKIPPED: running as root, which may write into any folder");
             return;
         }

@@ -83,7 +83,7 @@ async fn classify(mut response: Response, settings: &HttpSettings) -> ResponseVe
 /// from its status, its headers and the start of its body (at most
 /// [`REASON_BODY_BYTES_MAX`] bytes of it are quoted), with `Retry-After`
 /// read against `now` and capped at `retry_after_max`. Pure, so the fuzz
-/// targets (`fuzz-targets/`) can drive it with any answer a peer could send.
+/// targets (`testing/fuzz-targets/`) can drive it with any answer a peer could send.
 pub fn response_verdict(
     status: StatusCode,
     headers: &HeaderMap,

@@ -310,7 +310,7 @@ fn decode_responses(bytes: &[u8]) {
                 // One encoding, but the client is lenient where the spec is
                 // not: it ignores the tier byte (filler), and takes a nack of
                 // 1 or 2 bytes whatever its reason (the spec: 2 bytes for
-                // VersionMismatch, 1 for the others; fuzz/README.md).
+                // VersionMismatch, 1 for the others; testing/fuzz/README.md).
                 let payload = &frame[HEADER_LEN..frame.len() - TRAILER_LEN];
                 let spec_payload = match response {
                     Response::Nack(NackReason::VersionMismatch) => payload == [0x02, VERSION],

@@ -95,7 +95,7 @@ fn a_top_frame_in_an_80_column_terminal_never_wraps_and_has_the_golden_shape() {
     assert_eq!(shown, shown_joined, "a line wrapped:\n{joined}");
 
     let golden = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/tests/golden/top-80.txt"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../runtime/tests/golden/top-80.txt"),
     )
     .unwrap();
     let first_word = |l: &str| l.split_whitespace().next().unwrap_or("").to_string();

@@ -643,7 +643,7 @@ fn unhex(s: &str) -> Vec<u8> {
 #[test]
 fn the_daemon_answers_every_conformance_vector_as_it_says() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../protocol/conformance/vectors.json");
+        .join("../../protocol/conformance/vectors.json");
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     let d = Daemon::start("");

@@ -168,7 +168,7 @@ fn installed() -> Result<(), String> {
     if found() {
         return Ok(());
     }
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/nats.sh");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.ci/nats.sh");
     let out = Command::new(&script).output().map_err(|e| {
         format!(
             "nats-server is not installed and {} failed: {e}",

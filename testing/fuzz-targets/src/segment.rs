@@ -141,7 +141,7 @@ fn fixed(control: u8, rest: &[u8]) -> Vec<u8> {
 /// Sequence numbers of a valid header stay below 2^62.
 ///
 /// Near 2^64 they wrap (or panic where overflow is checked): a known
-/// limit, reported in fuzz/README.md, that only a damaged header whose CRC
+/// limit, reported in testing/fuzz/README.md, that only a damaged header whose CRC
 /// still matches (or 2^64 records) can reach. Kept out of the way so that
 /// the fuzzer looks for other trouble.
 fn keep_seqs_far_from_the_end(b: &mut [u8]) {

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target for a while: `fuzz/run.sh [seconds] [target...]`
+# Runs every cargo-fuzz target for a while: `testing/fuzz/run.sh [seconds] [target...]`
 # (default 60 s each, every target). Installs cargo-fuzz if it is missing;
 # needs a nightly toolchain (`rustup toolchain install nightly`).
 #
-# Each target starts from its seed corpus (fuzz/corpus/<target>/, read
-# only) and grows its inputs in fuzz/work/<target>/ (not in git). A crash
-# lands in fuzz/artifacts/<target>/; reproduce it with
+# Each target starts from its seed corpus (testing/fuzz/corpus/<target>/, read
+# only) and grows its inputs in testing/fuzz/work/<target>/ (not in git). A crash
+# lands in testing/fuzz/artifacts/<target>/; reproduce it with
 # `cargo +nightly fuzz run <target> <file>`, then follow README.md
 # ("When a target fails"). The last lines of each run, with libFuzzer's
-# final stats (executions), are kept in fuzz/work/<target>.log.
+# final stats (executions), are kept in testing/fuzz/work/<target>.log.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -43,7 +43,7 @@ for target in "${targets[@]}"; do
         grep -E '^stat::number_of_executed_units|^Done ' "work/$target.log" || true
     else
         status=1
-        echo "!! $target failed; see fuzz/work/$target.log and fuzz/artifacts/$target/"
+        echo "!! $target failed; see testing/fuzz/work/$target.log and testing/fuzz/artifacts/$target/"
         tail -n 40 "work/$target.log"
     fi
 done

@@ -535,7 +535,7 @@ fn check_rejected_reload(what: &str, breaker: impl Fn(&mut Daemon, &HttpReceiver
     let mut unnamed: Vec<String> = Vec::new();
     // Through the admin socket directly, so what is checked is the daemon's
     // own verdict (`ctl --config` with a broken file also asks the daemon,
-    // see tests/tests/check.rs, but first warns that the file did not load).
+    // see testing/tests/tests/check.rs, but first warns that the file did not load).
     for attempt in 1..=2u64 {
         let f = ctl_socket(&admin_socket(&d), &["reload"]);
         assert!(

@@ -1,5 +1,5 @@
 //! The fuzz targets' bodies under proptest, as CI runs them (the cargo-fuzz
-//! runs are for a developer's machine; see fuzz/README.md). Each target
+//! runs are for a developer's machine; see testing/fuzz/README.md). Each target
 //! gets arbitrary bytes and inputs built to be valid, then damaged, so
 //! the short runs here reach past the checksums the way the fuzzer's
 //! control bytes let it.

@@ -1,10 +1,10 @@
 /*
  * eio_shim: an LD_PRELOAD library that makes a process's fsync-family calls
  * (and, on request, its positional writes) fail with EIO on demand, for the
- * transient-EIO tests of spillway (tests/tests/faults_eio.rs, issue 7).
+ * transient-EIO tests of spillway (testing/tests/tests/faults_eio.rs, issue 7).
  *
  * Built by the test itself:
- *   cc -shared -fPIC -O2 -o <tmp>/eio_shim.so tests/shim/eio_shim.c -ldl
+ *   cc -shared -fPIC -O2 -o <tmp>/eio_shim.so testing/tests/shim/eio_shim.c -ldl
  *
  * Environment (read on every call, nothing cached):
  *   SPILLWAY_EIO_UNDER  a folder; only calls on file descriptors whose path

@@ -1,4 +1,4 @@
-//! Every file of the seed corpus (`fuzz/corpus/<target>/`) through its
+//! Every file of the seed corpus (`testing/fuzz/corpus/<target>/`) through its
 //! target: the valid inputs the fuzzer starts from, and every input it
 //! ever found failing, which is put there when it is fixed.
 

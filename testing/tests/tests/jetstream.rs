@@ -1,5 +1,5 @@
 //! The NATS JetStream sink against a real 3-node cluster on loopback
-//! (tests/src/nats.rs): records reach an R3 stream exactly once through a
+//! (testing/tests/src/nats.rs): records reach an R3 stream exactly once through a
 //! leader's SIGKILL and through spillway's own SIGKILL (the stream's
 //! duplicate window removes what is published again, by `Nats-Msg-Id`); a
 //! server frozen by SIGSTOP is left for the others (and what it held is

@@ -34,9 +34,9 @@ use spillway_tests::*;
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ has a parent")
-        .to_path_buf()
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace root, two folders above testing/tests/")
 }
 
 fn deploy_file(name: &str) -> PathBuf {

@@ -1,5 +1,5 @@
 //! Transient I/O errors from the disk (issue 7), end to end against the
-//! real binary: an LD_PRELOAD shim (`tests/shim/eio_shim.c`, compiled by
+//! real binary: an LD_PRELOAD shim (`testing/tests/shim/eio_shim.c`, compiled by
 //! the test into its temporary folder) makes the daemon's `fdatasync` and
 //! `fsync` (or its `pwritev`/`pwrite`) on files under the data folder fail
 //! with EIO while a control file exists, without syncing or writing.

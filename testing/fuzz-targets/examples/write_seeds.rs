@@ -1,4 +1,4 @@
-//! Writes the seed corpus, `fuzz/corpus/<target>/seed-*`: valid inputs made
+//! Writes the seed corpus, `testing/fuzz/corpus/<target>/seed-*`: valid inputs made
 //! by the real writers (the conformance vectors' frames, segment files,
 //! checkpoints and a dead-letter segment written by spillway-wab, the
 //! configuration files of the repository). Run it by hand after a format
@@ -15,11 +15,11 @@ use spillway_wab::format::RecordMeta;
 use spillway_wab::{preallocate, seal, write_checkpoint, ActiveSegment, AppendRecord, FsStorage};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 fn seed(target: &str, name: &str, bytes: &[u8]) {
-    let dir = root().join("fuzz/corpus").join(target);
+    let dir = root().join("testing/fuzz/corpus").join(target);
     fs::create_dir_all(&dir).unwrap();
     fs::write(dir.join(format!("seed-{name}")), bytes).unwrap();
 }

@@ -1,7 +1,7 @@
 //! Inputs the fuzzers found failing, each a test of its own (they are in
-//! `fuzz/corpus/` too, so every fuzz run starts from them). Named for what
+//! `testing/fuzz/corpus/` too, so every fuzz run starts from them). Named for what
 //! they found; the fix, or the reason the target changed, is in the
-//! test's comment and in fuzz/README.md ("Findings").
+//! test's comment and in testing/fuzz/README.md ("Findings").
 
 use std::path::Path;
 
@@ -40,7 +40,7 @@ fn nack_of_two_bytes_for_bad_magic() {
         Ok(Some(spillway_protocol::Response::Nack(
             spillway_protocol::NackReason::BadMagic
         ))),
-        "the leniency this test documents is gone: update fuzz/README.md"
+        "the leniency this test documents is gone: update testing/fuzz/README.md"
     );
 }
 

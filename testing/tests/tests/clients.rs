@@ -17,7 +17,7 @@ const SUITE_TIMEOUT: Duration = Duration::from_secs(600);
 
 fn run_client_suite(language: &str) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../clients")
+        .join("../../clients")
         .join(language);
     let script = dir.join("run-tests.sh");
     assert!(script.exists(), "{} is missing", script.display());

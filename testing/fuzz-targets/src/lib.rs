@@ -8,10 +8,10 @@
 //! decoder agrees with a model written from the spec) and panics when it
 //! does not hold, which is how both drivers see a failure:
 //!
-//! - the cargo-fuzz targets in `fuzz/` are one-line wrappers around these
-//!   functions (nightly, libFuzzer; see `fuzz/README.md`);
+//! - the cargo-fuzz targets in `testing/fuzz/` are one-line wrappers around these
+//!   functions (nightly, libFuzzer; see `testing/fuzz/README.md`);
 //! - this crate's tests run them in the normal `cargo test` on proptest
-//!   inputs, on every file of `fuzz/corpus/` and on each input a fuzzer
+//!   inputs, on every file of `testing/fuzz/corpus/` and on each input a fuzzer
 //!   ever found failing (`tests/regressions.rs`).
 //!
 //! Inputs are raw where the parser reads raw bytes (frames, TOML text).
@@ -37,8 +37,8 @@ pub use segment::segment;
 /// A target's body.
 pub type Target = fn(&[u8]);
 
-/// Every target by name: the names of `fuzz/fuzz_targets/*.rs` and of the
-/// folders of `fuzz/corpus/`.
+/// Every target by name: the names of `testing/fuzz/fuzz_targets/*.rs` and of the
+/// folders of `testing/fuzz/corpus/`.
 pub const TARGETS: &[(&str, Target)] = &[
     ("frame_decoder", frame_decoder),
     ("push_batch", push_batch),

@@ -28,9 +28,9 @@ const RUNBOOK_URL_PREFIX: &str =
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ sits in the workspace root")
-        .to_path_buf()
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace root, two folders above testing/tests/")
 }
 
 fn read(rel: &str) -> String {
