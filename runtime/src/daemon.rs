@@ -35,7 +35,7 @@ use crate::delivery::{
 };
 use crate::logging::say;
 use crate::reload::Reloader;
-use crate::sink::{build_on_thread, build_sinks, build_timeout};
+use crate::sink::{build_on_thread, build_sinks, build_timeout, BuiltSink};
 use crate::supervisor::{Children, DrainSlot, ShardSlot, Shutdown, Supervisor};
 
 /// Run the daemon until it is told to stop. Errors are start-up failures.
@@ -238,7 +238,135 @@ fn start(
     // The admin socket can reload, requeue and drop: never opened to a group.
     let admin_listener = bind_socket(&cfg.admin.socket_path, insecure_ok, SocketAccess::PRIVATE)
         .map_err(|e| format!("admin.socket_path: {e}"))?;
-    let metrics_listener = match &cfg.admin.metrics_address {
+    let metrics_listener = bind_metrics(&cfg)?;
+    let http_door = bind_http_ingest(&cfg)?;
+    let tcp_door = bind_tcp_door(&cfg)?;
+    let (built, env) = build_sinks_at_start(&cfg)?;
+    let sink_description = describe_sinks(&built);
+    let (sinks, dead_letters, requeue_stores) = open_sink_stores(&cfg, built)?;
+    let shard_count = shards_to_serve(&cfg)?;
+    let wab = WabBudget::new(cfg.wab.wab_bytes_max);
+    let mut recovered = recover_shards(
+        &cfg,
+        shard_count,
+        &wab,
+        &sinks,
+        &dead_letters,
+        &requeue_stores,
+    )?;
+    let shards = std::mem::take(&mut recovered.shards);
+    let board = delivery_board(std::mem::take(&mut recovered.retentions), &sinks, &shards);
+    let arbiters = connection_arbiters();
+    let conn_ctx = connection_context(&cfg);
+    let doors = start_doors(
+        std_listener,
+        tcp_door,
+        http_door,
+        &cfg,
+        &conn_ctx,
+        &arbiters,
+        &shards,
+    );
+    let status = announce(
+        &cfg,
+        origin,
+        shard_count,
+        &sink_description,
+        &recovered,
+        wab.used(),
+    );
+    let queues: Vec<Arc<ShardQueue>> = shards.iter().map(|s| s.queue.clone()).collect();
+    let children = Children {
+        conn_ctx: conn_ctx.clone(),
+        arbiters,
+        listener: doors.listener,
+        http_ingest: doors.http_ingest,
+        tcp: doors.tcp,
+        shards,
+        sinks,
+        dead_letters: dead_letters.clone(),
+        requeue: requeue_stores.clone(),
+        board: board.clone(),
+    };
+    let supervisor = Supervisor::new(cfg.clone(), children).start();
+    let reloader = Rc::new(RefCell::new(
+        Reloader::new(config_path, cfg.clone(), supervisor.clone(), env).with_tls(doors.tls),
+    ));
+    let reload_stats = reloader.borrow().stats.clone();
+    let for_admin = reloader.clone();
+    let admin_state = AdminState {
+        shards: queues,
+        board,
+        data_dir: cfg.server.data_dir.clone(),
+        wab: wab.clone(),
+        stats: conn_ctx.stats.clone(),
+        read_budget: conn_ctx.read_budget.clone(),
+        live_connections: conn_ctx.live.clone(),
+        dead_letters,
+        requeue: requeue_stores,
+        reload: Some(Box::new(move || {
+            Box::pin(Reloader::reload(for_admin.clone()))
+        })),
+        reload_stats,
+        connections_max: u64::from(cfg.admin.connections_max),
+        admin_socket: Arc::new(ListenerLoad::new("admin socket")),
+        metrics_http: Arc::new(ListenerLoad::new("metrics address")),
+        ready_stall: std::time::Duration::from_millis(cfg.admin.ready_stall_ms),
+    };
+    Admin::new(admin_listener, metrics_listener, admin_state).start();
+    spawn_signal_handlers(supervisor);
+    spawn_reload_triggers(reloader, watch_config);
+    spawn_memory_trim(conn_ctx.read_budget.clone());
+    // The socket listens and every shard is recovered: a producer that
+    // connects now is answered.
+    crate::notify::ready(&status);
+    crate::notify::spawn_watchdog();
+    Ok(())
+}
+
+/// Say where the daemon listens and what its shards hold (the log, and
+/// the start-up line on stdout); the status line for systemd.
+fn announce(
+    cfg: &Config,
+    origin: &str,
+    shard_count: u32,
+    sink_description: &str,
+    recovered: &RecoveredShards,
+    wab_bytes_used: u64,
+) -> String {
+    tracing::info!(
+        config = origin,
+        socket = %cfg.server.socket_path.display(),
+        data_dir = %cfg.server.data_dir.display(),
+        shards = shard_count,
+        pending_records = recovered.records - recovered.delivered,
+        delivered_records = recovered.delivered,
+        recovered_segments = recovered.segments,
+        wab_bytes_used,
+        "spillway is listening"
+    );
+    // Records kept from the last run: those some sink has not confirmed,
+    // and those every sink has (their segment is deleted once read past).
+    say(&format!(
+        "spillway listening on {} (data in {}, {} shards, sink: {}, config: {}); {} records pending delivery, {} already delivered, in {} segments",
+        cfg.server.socket_path.display(),
+        cfg.server.data_dir.display(),
+        shard_count,
+        sink_description,
+        origin,
+        recovered.records - recovered.delivered,
+        recovered.delivered,
+        recovered.segments
+    ));
+    format!(
+        "listening on {} ({shard_count} shards, sink: {sink_description})",
+        cfg.server.socket_path.display()
+    )
+}
+
+/// `admin.metrics_address`, bound (non-blocking), when it is set.
+fn bind_metrics(cfg: &Config) -> Result<Option<std::net::TcpListener>, String> {
+    Ok(match &cfg.admin.metrics_address {
         Some(addr) => {
             let l = std::net::TcpListener::bind(addr)
                 .map_err(|e| format!("admin.metrics_address {addr}: {e}"))?;
@@ -251,11 +379,13 @@ fn start(
             Some(l)
         }
         None => None,
-    };
-    let http_door = bind_http_ingest(&cfg)?;
-    let tcp_door = bind_tcp_door(&cfg)?;
-    // Off this thread and under the deadline, as at a reload: a plugin or
-    // endpoint that hangs makes the start fail with the reason.
+    })
+}
+
+/// Every configured sink built off this thread under the build deadline
+/// (as at a reload: a plugin or endpoint that hangs makes the start fail
+/// with the reason), probed once; with the environment they were built in.
+fn build_sinks_at_start(cfg: &Config) -> Result<(Vec<BuiltSink>, SinkEnv), String> {
     let to_build: Vec<(String, SinkConfig)> = cfg
         .sinks
         .iter()
@@ -270,15 +400,28 @@ fn start(
     let built =
         build_on_thread(deadline, move || build_sinks(&to_build, false, &build_env))?.wait()??;
     probe_sinks_at_start(&built);
-    // One sink named default (a `[sink]` table) is just its description.
-    let sink_description = match built.as_slice() {
+    Ok((built, env))
+}
+
+/// What the start-up line says of the sinks: one sink named default (a
+/// `[sink]` table) is just its description.
+fn describe_sinks(built: &[BuiltSink]) -> String {
+    match built {
         [one] if one.name == DEFAULT_SINK => one.description.clone(),
         all => all
             .iter()
             .map(|b| format!("{} = {}", b.name, b.description))
             .collect::<Vec<_>>()
             .join(", "),
-    };
+    }
+}
+
+/// Each built sink with its dead-letter and requeue stores opened; and
+/// the stores of sinks no longer configured, which stay readable.
+fn open_sink_stores(
+    cfg: &Config,
+    built: Vec<BuiltSink>,
+) -> Result<(BTreeMap<String, SinkRun>, DeadLetterStores, RequeueStores), String> {
     let dead_letters: DeadLetterStores = Arc::default();
     let requeue_stores: RequeueStores = Arc::default();
     let mut sinks = BTreeMap::new();
@@ -319,19 +462,39 @@ fn start(
             slot.insert(store);
         }
     }
-    let shard_count = shards_to_serve(&cfg)?;
-    let wab = WabBudget::new(cfg.wab.wab_bytes_max);
+    Ok((sinks, dead_letters, requeue_stores))
+}
+
+/// The shards recovered and started, with what their recovery found.
+struct RecoveredShards {
+    shards: Vec<ShardSlot>,
+    retentions: Vec<Arc<RetentionStats>>,
+    records: u64,
+    delivered: u64,
+    segments: usize,
+}
+
+/// Recover every shard (before any push is accepted) and start its
+/// flusher, retention and one drain per sink.
+fn recover_shards(
+    cfg: &Config,
+    shard_count: u32,
+    wab: &Arc<WabBudget>,
+    sinks: &BTreeMap<String, SinkRun>,
+    dead_letters: &DeadLetterStores,
+    requeue_stores: &RequeueStores,
+) -> Result<RecoveredShards, String> {
     let mut shards = Vec::new();
     let mut retentions = Vec::new();
     let mut recovered_records = 0;
     let mut recovered_delivered = 0;
     let mut recovered_segments = 0;
-    let seen = seen_in_stores(&dead_letters, &requeue_stores)
+    let seen = seen_in_stores(dead_letters, requeue_stores)
         .map_err(|e| format!("reading the dead-letter and requeue stores: {e}"))?;
     for shard in 0..shard_count {
-        let queue = ShardQueue::new(shard, &wab);
+        let queue = ShardQueue::new(shard, wab);
         let shard_seen = seen.get(&shard).copied().unwrap_or(0);
-        let (addr, report, floor) = Supervisor::start_shard(&cfg, queue.clone(), shard_seen)
+        let (addr, report, floor) = Supervisor::start_shard(cfg, queue.clone(), shard_seen)
             .map_err(|e| {
                 format!(
                     "recovering shard {shard} in {}: {e}",
@@ -341,43 +504,7 @@ fn start(
         recovered_records += report.record_count();
         recovered_delivered += report.records_below(floor);
         recovered_segments += report.segments.len();
-        // Resealing an unsealed segment at its last record is routine after
-        // a crash; only cut bytes or quarantined files are a repair.
-        let repaired = !report.quarantined.is_empty()
-            || report.resealed.iter().any(|r| r.2 > 0)
-            || !report.salvaged.is_empty()
-            || !report.footers_repaired.is_empty()
-            || !report.headers_repaired.is_empty()
-            || !report.cut_short.is_empty()
-            || report.untrusted_checkpoint.is_some()
-            || report.gaps.iter().any(|g| g.new);
-        // Losses found now are errors; ones an earlier start already
-        // reported (their .reason files exist) are only mentioned.
-        let newly_lost = report.new_losses();
-        if newly_lost > 0 {
-            tracing::error!(
-                shard,
-                lost_records = newly_lost,
-                gaps = report.gaps.iter().filter(|g| g.new).count(),
-                salvaged_segments = report.salvaged.len(),
-                "acknowledged records are missing or damaged in this shard (see the lines above and quarantine/*.reason); every other record is delivered"
-            );
-        } else if report.lost_records > 0 {
-            tracing::info!(
-                shard,
-                lost_records = report.lost_records,
-                "records lost before an earlier start are still recorded in quarantine/*.reason"
-            );
-        }
-        if repaired && newly_lost == 0 {
-            tracing::warn!(
-                shard,
-                resealed = report.resealed.len(),
-                quarantined = report.quarantined.len(),
-                headers_repaired = report.headers_repaired.len(),
-                "recovery repaired this shard (see the lines above)"
-            );
-        }
+        log_recovery(shard, &report);
         let dir = shard_dir(&cfg.server.data_dir, shard);
         let names: Vec<String> = sinks.keys().cloned().collect();
         let retention_stats = Arc::new(RetentionStats::default());
@@ -392,7 +519,7 @@ fn start(
         .map_err(|e| format!("opening delivery of shard {shard}: {e}"))?;
         let retention = Arc::new(Mutex::new(retention));
         let mut drains = BTreeMap::new();
-        for (name, run) in &sinks {
+        for (name, run) in sinks {
             let stats = Arc::new(DrainStats::default());
             let addr = start_drain(
                 &cfg.server.data_dir,
@@ -408,8 +535,65 @@ fn start(
         retentions.push(retention_stats);
         shards.push(ShardSlot::new(queue, addr, retention, drains));
     }
+    Ok(RecoveredShards {
+        shards,
+        retentions,
+        records: recovered_records,
+        delivered: recovered_delivered,
+        segments: recovered_segments,
+    })
+}
+
+/// What a shard's recovery found, at the level it deserves: losses found
+/// now are errors, repairs warnings.
+fn log_recovery(shard: u32, report: &spillway_wab::RecoveryReport) {
+    // Resealing an unsealed segment at its last record is routine after
+    // a crash; only cut bytes or quarantined files are a repair.
+    let repaired = !report.quarantined.is_empty()
+        || report.resealed.iter().any(|r| r.2 > 0)
+        || !report.salvaged.is_empty()
+        || !report.footers_repaired.is_empty()
+        || !report.headers_repaired.is_empty()
+        || !report.cut_short.is_empty()
+        || report.untrusted_checkpoint.is_some()
+        || report.gaps.iter().any(|g| g.new);
+    // Losses found now are errors; ones an earlier start already
+    // reported (their .reason files exist) are only mentioned.
+    let newly_lost = report.new_losses();
+    if newly_lost > 0 {
+        tracing::error!(
+            shard,
+            lost_records = newly_lost,
+            gaps = report.gaps.iter().filter(|g| g.new).count(),
+            salvaged_segments = report.salvaged.len(),
+            "acknowledged records are missing or damaged in this shard (see the lines above and quarantine/*.reason); every other record is delivered"
+        );
+    } else if report.lost_records > 0 {
+        tracing::info!(
+            shard,
+            lost_records = report.lost_records,
+            "records lost before an earlier start are still recorded in quarantine/*.reason"
+        );
+    }
+    if repaired && newly_lost == 0 {
+        tracing::warn!(
+            shard,
+            resealed = report.resealed.len(),
+            quarantined = report.quarantined.len(),
+            headers_repaired = report.headers_repaired.len(),
+            "recovery repaired this shard (see the lines above)"
+        );
+    }
+}
+
+/// Every sink's figures, for the admin side.
+fn delivery_board(
+    retentions: Vec<Arc<RetentionStats>>,
+    sinks: &BTreeMap<String, SinkRun>,
+    shards: &[ShardSlot],
+) -> Arc<DeliveryBoard> {
     let board = Arc::new(DeliveryBoard::new(retentions));
-    for (name, run) in &sinks {
+    for (name, run) in sinks {
         board.insert(
             name,
             SinkFigures {
@@ -421,11 +605,21 @@ fn start(
             },
         );
     }
+    board
+}
+
+/// One connection arbiter per core.
+fn connection_arbiters() -> Vec<ArbiterHandle> {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    let arbiters: Vec<ArbiterHandle> = (0..cores).map(|_| Arbiter::new().handle()).collect();
-    let conn_ctx = Arc::new(ConnectionContext {
+    (0..cores).map(|_| Arbiter::new().handle()).collect()
+}
+
+/// What the Unix socket's connections share: the limits of `[server]`,
+/// the daemon's counters, its read-buffer budget.
+fn connection_context(cfg: &Config) -> Arc<ConnectionContext> {
+    Arc::new(ConnectionContext {
         limits: ConnectionLimits {
             payload_bytes_max: cfg.server.payload_bytes_max as u32,
             read_timeout: cfg.read_timeout(),
@@ -441,11 +635,31 @@ fn start(
         read_budget: Arc::new(ReadBudget::default()),
         stopping: std::sync::atomic::AtomicBool::new(false),
         idle: Default::default(),
-    });
+    })
+}
+
+/// The doors, started: the Unix socket's listener, the TCP door and the
+/// HTTP door when configured, and the TLS servers a reload refreshes.
+struct Doors {
+    listener: Addr<Listener>,
+    tcp: Option<Addr<TcpDoor>>,
+    http_ingest: Option<Addr<HttpIngest>>,
+    tls: Vec<Arc<TlsServer>>,
+}
+
+fn start_doors(
+    std_listener: std::os::unix::net::UnixListener,
+    tcp_door: Option<TcpDoorParts>,
+    http_door: Option<HttpDoorParts>,
+    cfg: &Config,
+    conn_ctx: &Arc<ConnectionContext>,
+    arbiters: &[ArbiterHandle],
+    shards: &[ShardSlot],
+) -> Doors {
     let listener = Listener::new(
         std_listener,
         conn_ctx.clone(),
-        arbiters.clone(),
+        arbiters.to_vec(),
         shards.iter().map(|s| s.queue.clone()).collect(),
         cfg.server.max_connections as usize,
     )
@@ -466,7 +680,7 @@ fn start(
         TcpDoor::new(
             listener,
             ctx,
-            arbiters.clone(),
+            arbiters.to_vec(),
             shards.iter().map(|s| s.queue.clone()).collect(),
             max_connections,
             tls,
@@ -479,88 +693,19 @@ fn start(
             listener,
             settings,
             shards.iter().map(|s| s.queue.clone()).collect(),
-            arbiters.clone(),
+            arbiters.to_vec(),
             conn_ctx.stats.clone(),
             conn_ctx.read_budget.clone(),
             tls,
         )
         .start()
     });
-    tracing::info!(
-        config = origin,
-        socket = %cfg.server.socket_path.display(),
-        data_dir = %cfg.server.data_dir.display(),
-        shards = shard_count,
-        pending_records = recovered_records - recovered_delivered,
-        delivered_records = recovered_delivered,
-        recovered_segments,
-        wab_bytes_used = wab.used(),
-        "spillway is listening"
-    );
-    // Records kept from the last run: those some sink has not confirmed,
-    // and those every sink has (their segment is deleted once read past).
-    say(&format!(
-        "spillway listening on {} (data in {}, {} shards, sink: {}, config: {}); {} records pending delivery, {} already delivered, in {} segments",
-        cfg.server.socket_path.display(),
-        cfg.server.data_dir.display(),
-        shard_count,
-        sink_description,
-        origin,
-        recovered_records - recovered_delivered,
-        recovered_delivered,
-        recovered_segments
-    ));
-    let status = format!(
-        "listening on {} ({shard_count} shards, sink: {sink_description})",
-        cfg.server.socket_path.display()
-    );
-    let queues: Vec<Arc<ShardQueue>> = shards.iter().map(|s| s.queue.clone()).collect();
-    let children = Children {
-        conn_ctx: conn_ctx.clone(),
-        arbiters,
+    Doors {
         listener,
-        http_ingest,
         tcp,
-        shards,
-        sinks,
-        dead_letters: dead_letters.clone(),
-        requeue: requeue_stores.clone(),
-        board: board.clone(),
-    };
-    let supervisor = Supervisor::new(cfg.clone(), children).start();
-    let reloader = Rc::new(RefCell::new(
-        Reloader::new(config_path, cfg.clone(), supervisor.clone(), env).with_tls(tls_doors),
-    ));
-    let reload_stats = reloader.borrow().stats.clone();
-    let for_admin = reloader.clone();
-    let admin_state = AdminState {
-        shards: queues,
-        board,
-        data_dir: cfg.server.data_dir.clone(),
-        wab: wab.clone(),
-        stats: conn_ctx.stats.clone(),
-        read_budget: conn_ctx.read_budget.clone(),
-        live_connections: conn_ctx.live.clone(),
-        dead_letters,
-        requeue: requeue_stores,
-        reload: Some(Box::new(move || {
-            Box::pin(Reloader::reload(for_admin.clone()))
-        })),
-        reload_stats,
-        connections_max: u64::from(cfg.admin.connections_max),
-        admin_socket: Arc::new(ListenerLoad::new("admin socket")),
-        metrics_http: Arc::new(ListenerLoad::new("metrics address")),
-        ready_stall: std::time::Duration::from_millis(cfg.admin.ready_stall_ms),
-    };
-    Admin::new(admin_listener, metrics_listener, admin_state).start();
-    spawn_signal_handlers(supervisor);
-    spawn_reload_triggers(reloader, watch_config);
-    spawn_memory_trim(conn_ctx.read_budget.clone());
-    // The socket listens and every shard is recovered: a producer that
-    // connects now is answered.
-    crate::notify::ready(&status);
-    crate::notify::spawn_watchdog();
-    Ok(())
+        http_ingest,
+        tls: tls_doors,
+    }
 }
 
 /// With `--watch-config`: how often the config file is looked at.
@@ -651,16 +796,17 @@ fn spawn_signal_handlers(supervisor: Addr<Supervisor>) {
 /// `[server.http]`, ready to serve: its TLS loaded, its token read, its
 /// address bound. `None` when it is off; an error names the key.
 #[allow(clippy::type_complexity)] // the three parts the door is made of
-fn bind_http_ingest(
-    cfg: &Config,
-) -> Result<
-    Option<(
-        std::net::TcpListener,
-        HttpIngestSettings,
-        Option<Arc<TlsServer>>,
-    )>,
-    String,
-> {
+/// The HTTP door's listener, settings and TLS, bound.
+type HttpDoorParts = (
+    std::net::TcpListener,
+    HttpIngestSettings,
+    Option<Arc<TlsServer>>,
+);
+
+/// The TCP door's listener, connection cap and TLS, bound.
+type TcpDoorParts = (std::net::TcpListener, usize, Option<Arc<TlsServer>>);
+
+fn bind_http_ingest(cfg: &Config) -> Result<Option<HttpDoorParts>, String> {
     let Some(http) = &cfg.server.http else {
         return Ok(None);
     };
@@ -695,9 +841,7 @@ fn bind_http_ingest(
 /// `[server.tcp]`, ready to serve: its TLS loaded and its address bound.
 /// `None` when it is off; an error names the key.
 #[allow(clippy::type_complexity)] // the three parts the door is made of
-fn bind_tcp_door(
-    cfg: &Config,
-) -> Result<Option<(std::net::TcpListener, usize, Option<Arc<TlsServer>>)>, String> {
+fn bind_tcp_door(cfg: &Config) -> Result<Option<TcpDoorParts>, String> {
     let Some(tcp) = &cfg.server.tcp else {
         return Ok(None);
     };
