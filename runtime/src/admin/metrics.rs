@@ -1000,8 +1000,9 @@ fn shard_label(q: &ShardQueue) -> Vec<(&'static str, String)> {
     vec![("shard", q.shard.to_string())]
 }
 
-impl Collector for Sources {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+impl Sources {
+    /// The build, the daemon-wide counters, refused connections.
+    fn encode_daemon(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let info = [
             ("version", env!("CARGO_PKG_VERSION").to_string()),
             (
@@ -1013,40 +1014,45 @@ impl Collector for Sources {
             ("abi_version", sink_sdk::abi::ABI_VERSION.to_string()),
         ];
         family(
-            &mut encoder,
-            "spillway_build_info",
-            "gauge",
-            "Always 1; the labels say which build runs (version, git commit, sink plugin ABI version).",
-            [(info, 1)],
-        )?;
+        encoder,
+        "spillway_build_info",
+        "gauge",
+        "Always 1; the labels say which build runs (version, git commit, sink plugin ABI version).",
+        [(info, 1)],
+    )?;
         for c in global_counters() {
-            single(&mut encoder, c.metric, c.kind, c.help, (c.get)(self))?;
+            single(encoder, c.metric, c.kind, c.help, (c.get)(self))?;
         }
         family(
-            &mut encoder,
-            "spillway_connections_refused_total",
-            "counter",
-            "Producer connections closed at once, by reason: max_connections (server.max_connections were open and none idle to evict), peer_uid (the peer's uid and gid are not in server.allowed_uids / allowed_gids).",
-            refused_by_reason(&self.stats)
-                .into_iter()
-                .map(|(reason, n)| ([("reason", reason)], n)),
-        )?;
+        encoder,
+        "spillway_connections_refused_total",
+        "counter",
+        "Producer connections closed at once, by reason: max_connections (server.max_connections were open and none idle to evict), peer_uid (the peer's uid and gid are not in server.allowed_uids / allowed_gids).",
+        refused_by_reason(&self.stats)
+            .into_iter()
+            .map(|(reason, n)| ([("reason", reason)], n)),
+    )?;
+        Ok(())
+    }
+
+    /// The HTTP and TCP doors, and their TLS handshakes.
+    fn encode_doors(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let h = &self.stats.http;
         for (name, kind, help, value) in [
-            ("spillway_http_connections_open", "gauge", "Open connections of the HTTP ingest door (server.http).", load(&h.connections_open)),
-            ("spillway_http_connections_accepted_total", "counter", "Connections the HTTP ingest door accepted.", load(&h.connections_accepted)),
-            ("spillway_http_connections_refused_total", "counter", "Connections the HTTP ingest door closed at once: server.http.max_connections were open, each with a request being answered.", load(&h.connections_refused)),
-            ("spillway_http_connections_evicted_total", "counter", "Connections the HTTP ingest door closed between requests (or before the first) to let a new one in at server.http.max_connections.", load(&h.connections_evicted)),
-            ("spillway_http_records_total", "counter", "Records acknowledged (200) by the HTTP ingest door.", load(&h.records)),
-        ] {
-            single(&mut encoder, name, kind, help, value)?;
-        }
+        ("spillway_http_connections_open", "gauge", "Open connections of the HTTP ingest door (server.http).", load(&h.connections_open)),
+        ("spillway_http_connections_accepted_total", "counter", "Connections the HTTP ingest door accepted.", load(&h.connections_accepted)),
+        ("spillway_http_connections_refused_total", "counter", "Connections the HTTP ingest door closed at once: server.http.max_connections were open, each with a request being answered.", load(&h.connections_refused)),
+        ("spillway_http_connections_evicted_total", "counter", "Connections the HTTP ingest door closed between requests (or before the first) to let a new one in at server.http.max_connections.", load(&h.connections_evicted)),
+        ("spillway_http_records_total", "counter", "Records acknowledged (200) by the HTTP ingest door.", load(&h.records)),
+    ] {
+        single(encoder, name, kind, help, value)?;
+    }
         let codes: Vec<String> = spillway_actors::ingest::http::STATUSES
             .iter()
             .map(|c| c.to_string())
             .collect();
         family(
-            &mut encoder,
+            encoder,
             "spillway_http_responses_total",
             "counter",
             "Requests the HTTP ingest door answered, by status code.",
@@ -1057,52 +1063,57 @@ impl Collector for Sources {
         )?;
         let t = &self.stats.tcp;
         for (name, kind, help, value) in [
-            (
-                "spillway_tcp_connections_open",
-                "gauge",
-                "Open connections of the TCP door (server.tcp).",
-                t.connections_open.load(Ordering::Relaxed) as u64,
-            ),
-            (
-                "spillway_tcp_connections_accepted_total",
-                "counter",
-                "Connections the TCP door accepted.",
-                load(&t.connections_accepted),
-            ),
-            (
-                "spillway_tcp_connections_refused_total",
-                "counter",
-                "Connections the TCP door closed at once: server.tcp.max_connections were open, none in its TLS handshake.",
-                load(&t.connections_refused),
-            ),
-            (
-                "spillway_tcp_connections_evicted_total",
-                "counter",
-                "Connections the TCP door closed in their TLS handshake to let a new one in at server.tcp.max_connections.",
-                load(&t.connections_evicted),
-            ),
-        ] {
-            single(&mut encoder, name, kind, help, value)?;
-        }
-        family(
-            &mut encoder,
-            "spillway_tls_handshakes_failed_total",
+        (
+            "spillway_tcp_connections_open",
+            "gauge",
+            "Open connections of the TCP door (server.tcp).",
+            t.connections_open.load(Ordering::Relaxed) as u64,
+        ),
+        (
+            "spillway_tcp_connections_accepted_total",
             "counter",
-            "TLS handshakes a door refused, by door (http, tcp) and reason: no_client_certificate, unknown_ca, expired, bad_certificate, name_not_allowed (allowed_names), other.",
-            h.tls
-                .by_reason()
-                .map(|(r, n)| ([("door", "http"), ("reason", r)], n))
-                .chain(
-                    t.tls
-                        .by_reason()
-                        .map(|(r, n)| ([("door", "tcp"), ("reason", r)], n)),
-                ),
-        )?;
+            "Connections the TCP door accepted.",
+            load(&t.connections_accepted),
+        ),
+        (
+            "spillway_tcp_connections_refused_total",
+            "counter",
+            "Connections the TCP door closed at once: server.tcp.max_connections were open, none in its TLS handshake.",
+            load(&t.connections_refused),
+        ),
+        (
+            "spillway_tcp_connections_evicted_total",
+            "counter",
+            "Connections the TCP door closed in their TLS handshake to let a new one in at server.tcp.max_connections.",
+            load(&t.connections_evicted),
+        ),
+    ] {
+        single(encoder, name, kind, help, value)?;
+    }
+        family(
+        encoder,
+        "spillway_tls_handshakes_failed_total",
+        "counter",
+        "TLS handshakes a door refused, by door (http, tcp) and reason: no_client_certificate, unknown_ca, expired, bad_certificate, name_not_allowed (allowed_names), other.",
+        h.tls
+            .by_reason()
+            .map(|(r, n)| ([("door", "http"), ("reason", r)], n))
+            .chain(
+                t.tls
+                    .by_reason()
+                    .map(|(r, n)| ([("door", "tcp"), ("reason", r)], n)),
+            ),
+    )?;
+        Ok(())
+    }
+
+    /// Nacks, reloads, and each sink's dead-letter store.
+    fn encode_outcomes(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let nacks = spillway_protocol::NackReason::ALL
             .iter()
             .map(|r| ([("reason", r.name())], self.stats.nack_count(*r)));
         family(
-            &mut encoder,
+            encoder,
             "spillway_nacks_total",
             "counter",
             "Nacks sent, by reason.",
@@ -1116,7 +1127,7 @@ impl Collector for Sources {
             ([("result", "failed")], load(&self.reload_stats.failed)),
         ];
         family(
-            &mut encoder,
+            encoder,
             "spillway_reloads_total",
             "counter",
             "Config reloads, by result.",
@@ -1127,12 +1138,17 @@ impl Collector for Sources {
             .iter()
             .map(|(name, dir)| ([("sink", name.clone())], dir_bytes(dir)));
         family(
-            &mut encoder,
-            "spillway_dead_letter_bytes",
-            "gauge",
-            "Bytes of each sink's dead-letter store on disk (records the sink rejected for good, with their reasons).",
-            dead_letter_bytes,
-        )?;
+        encoder,
+        "spillway_dead_letter_bytes",
+        "gauge",
+        "Bytes of each sink's dead-letter store on disk (records the sink rejected for good, with their reasons).",
+        dead_letter_bytes,
+    )?;
+        Ok(())
+    }
+
+    /// Per shard and per sink: the counters, sink errors, segments.
+    fn encode_delivery(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let views: Vec<ShardView> = (0..self.shards.len())
             .map(|i| ShardView::of(&self.board, i))
             .collect();
@@ -1142,30 +1158,18 @@ impl Collector for Sources {
                 .iter()
                 .zip(&views)
                 .map(|(q, v)| ([("shard", q.shard.to_string())], (c.get)(q, v)));
-            family(&mut encoder, c.metric, c.kind, c.help, samples)?;
+            family(encoder, c.metric, c.kind, c.help, samples)?;
         }
-        let sinks = self.board.sinks();
-        let sink_pairs = || {
-            sinks
-                .iter()
-                .flat_map(|(name, f)| {
-                    self.shards
-                        .iter()
-                        .zip(&f.shards)
-                        .map(move |(q, d)| (name.clone(), q.clone(), d.clone()))
-                })
-                .collect::<Vec<_>>()
-        };
         for c in sink_counters() {
-            let samples = sink_pairs().into_iter().map(|(name, q, d)| {
+            let samples = self.sink_pairs().into_iter().map(|(name, q, d)| {
                 (
                     [("sink", name), ("shard", q.shard.to_string())],
                     (c.get)(&q, &d),
                 )
             });
-            family(&mut encoder, c.metric, c.kind, c.help, samples)?;
+            family(encoder, c.metric, c.kind, c.help, samples)?;
         }
-        let errors = sink_pairs().into_iter().flat_map(|(name, q, d)| {
+        let errors = self.sink_pairs().into_iter().flat_map(|(name, q, d)| {
             let shard = q.shard.to_string();
             [
                 ("transient", load(&d.retries)),
@@ -1184,26 +1188,34 @@ impl Collector for Sources {
             })
         });
         family(
-            &mut encoder,
-            "spillway_sink_errors_total",
-            "counter",
-            "Sink failures by kind: transient (a batch to retry: 5xx, timeout, refused connection), rejected (records dead-lettered), instance (the sink could not be created or panicked).",
-            errors,
-        )?;
+        encoder,
+        "spillway_sink_errors_total",
+        "counter",
+        "Sink failures by kind: transient (a batch to retry: 5xx, timeout, refused connection), rejected (records dead-lettered), instance (the sink could not be created or panicked).",
+        errors,
+    )?;
         let segments = self.shards.iter().flat_map(|q| {
             let counts = self.segment_counts(q.shard);
             let shard = q.shard.to_string();
             counts.map(|(state, n)| ([("shard", shard.clone()), ("state", state.to_string())], n))
         });
         family(
-            &mut encoder,
-            "spillway_segments",
-            "gauge",
-            "Segment files by state: open (written now, or abandoned after an I/O error and waiting for delivery), sealed (complete, waiting for delivery), spare (preallocated, no record yet), free (delivered, set aside to be written over as the next segment), quarantined (moved to quarantine/ by recovery; see its .reason files).",
-            segments,
-        )?;
+        encoder,
+        "spillway_segments",
+        "gauge",
+        "Segment files by state: open (written now, or abandoned after an I/O error and waiting for delivery), sealed (complete, waiting for delivery), spare (preallocated, no record yet), free (delivered, set aside to be written over as the next segment), quarantined (moved to quarantine/ by recovery; see its .reason files).",
+        segments,
+    )?;
+        Ok(())
+    }
+
+    /// The latency and size histograms, per shard and per sink.
+    fn encode_histograms(
+        &self,
+        encoder: &mut DescriptorEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
         histograms(
-            &mut encoder,
+            encoder,
             "spillway_fsync_seconds",
             "fdatasync latency of group commits.",
             self.shards
@@ -1211,7 +1223,7 @@ impl Collector for Sources {
                 .map(|q| (shard_label(q), q.stats.fsync_us.snapshot())),
         )?;
         histograms(
-            &mut encoder,
+            encoder,
             "spillway_group_commit_seconds",
             "Write and fdatasync of one group commit.",
             self.shards
@@ -1219,7 +1231,7 @@ impl Collector for Sources {
                 .map(|q| (shard_label(q), q.stats.commit_us.snapshot())),
         )?;
         histograms(
-            &mut encoder,
+            encoder,
             "spillway_group_commit_records",
             "Records per group commit (one write, at most one fdatasync).",
             self.shards
@@ -1227,10 +1239,10 @@ impl Collector for Sources {
                 .map(|q| (shard_label(q), q.stats.group_records.snapshot())),
         )?;
         histograms(
-            &mut encoder,
+            encoder,
             "spillway_sink_request_seconds",
             "How long the sink took with each batch offered to it, whatever the outcome.",
-            sink_pairs().into_iter().map(|(name, q, d)| {
+            self.sink_pairs().into_iter().map(|(name, q, d)| {
                 (
                     vec![("sink", name), ("shard", q.shard.to_string())],
                     d.sink_request_us.snapshot(),
@@ -1238,5 +1250,29 @@ impl Collector for Sources {
             }),
         )?;
         Ok(())
+    }
+
+    /// Every (sink, shard queue, drain stats) pair.
+    fn sink_pairs(&self) -> Vec<(String, Arc<ShardQueue>, Arc<DrainStats>)> {
+        self.board
+            .sinks()
+            .into_iter()
+            .flat_map(|(name, f)| {
+                self.shards
+                    .iter()
+                    .zip(f.shards)
+                    .map(move |(q, d)| (name.clone(), q.clone(), d))
+            })
+            .collect()
+    }
+}
+
+impl Collector for Sources {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        self.encode_daemon(&mut encoder)?;
+        self.encode_doors(&mut encoder)?;
+        self.encode_outcomes(&mut encoder)?;
+        self.encode_delivery(&mut encoder)?;
+        self.encode_histograms(&mut encoder)
     }
 }
