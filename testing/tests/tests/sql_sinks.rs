@@ -15,7 +15,6 @@ mod support_plugins;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -184,11 +183,6 @@ fn rows_once_all_arrived(
         }
         thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn tail(s: &str, lines: usize) -> String {
-    let all: Vec<&str> = s.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
 
 // ---------------------------------------------------------------- a fleet and a recreated folder
@@ -460,7 +454,7 @@ fn mariadb_two_hosts_through_24_sigkills_write_every_acked_record_exactly_once()
 /// and start it again without touching the others'. Stopped and removed
 /// when dropped.
 struct OwnServer {
-    script: PathBuf,
+    script: &'static str,
     env: Vec<(&'static str, String)>,
     sql: Sql,
 }
@@ -486,19 +480,15 @@ impl OwnServer {
                 "SPILLWAY_TEST_MARIADB",
             ),
         };
-        let mut own = OwnServer {
-            script: workspace_root().join(".ci").join(script),
-            env,
-            sql: Sql::Postgres(String::new()),
-        };
-        match own.run(None) {
-            Ok(address) => {
-                own.sql = match kind {
+        match ci_script(script, None, &env) {
+            Ok(address) => Some(OwnServer {
+                script,
+                env,
+                sql: match kind {
                     "postgres" => Sql::Postgres(address),
                     _ => Sql::Mariadb(address),
-                };
-                Some(own)
-            }
+                },
+            }),
             Err(why) if std::env::var_os(ci_var).is_some() => {
                 panic!("{ci_var} is set (CI) but a server of this test's own did not start: {why}")
             }
@@ -511,44 +501,22 @@ impl OwnServer {
         }
     }
 
-    /// Runs the script (with `arg`); returns the last line it printed.
-    fn run(&self, arg: Option<&str>) -> Result<String, String> {
-        let out = Command::new("bash")
-            .arg(&self.script)
-            .args(arg)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .map_err(|e| format!("running {}: {e}", self.script.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "`{} {}` exited with {}: {}",
-                self.script.display(),
-                arg.unwrap_or(""),
-                out.status,
-                tail(&String::from_utf8_lossy(&out.stderr), 5)
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or("")
-            .trim()
-            .to_string())
+    fn run(&self, arg: &str) -> Result<String, String> {
+        ci_script(self.script, Some(arg), &self.env)
     }
 
     fn kill(&self) {
-        self.run(Some("kill")).unwrap_or_else(|e| panic!("{e}"));
+        self.run("kill").unwrap_or_else(|e| panic!("{e}"));
     }
 
     fn start_again(&self) {
-        self.run(Some("start-again"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        self.run("start-again").unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
 impl Drop for OwnServer {
     fn drop(&mut self) {
-        let _ = self.run(Some("stop"));
+        let _ = self.run("stop");
     }
 }
 

@@ -102,7 +102,8 @@ pub fn mariadb_plugin() -> PathBuf {
     plugin_lib("spillway-plugin-mariadb", "spillway_plugin_mariadb")
 }
 
-fn tail(text: &str, lines: usize) -> String {
+/// The last `lines` lines of `text`.
+pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
@@ -306,6 +307,39 @@ pub fn mariadb_server() -> Option<String> {
     )
 }
 
+/// Runs `.ci/<script>` (with `arg`, and `env` set): the last line it
+/// printed (a server's address), or why it failed, with the end of its
+/// stderr. The private servers' scripts start, stop, kill and start
+/// again through it.
+pub fn ci_script(
+    script: &str,
+    arg: Option<&str>,
+    env: &[(&str, String)],
+) -> Result<String, String> {
+    let path = workspace_root().join(".ci").join(script);
+    let out = Command::new("bash")
+        .arg(&path)
+        .args(arg)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .map_err(|e| format!("running `bash {}`: {e}", path.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`{} {}` exited with {}: {}",
+            path.display(),
+            arg.unwrap_or(""),
+            out.status,
+            tail(&String::from_utf8_lossy(&out.stderr), 3).replace('\n', " / ")
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .to_string())
+}
+
 /// A server from `env` (which must then answer `probe`), else the one
 /// `.ci/<script>` starts and prints the address of (stopped by
 /// `.ci/<script> stop` when the test binary exits); found once per binary.
@@ -324,17 +358,10 @@ fn private_server(
             }
             return Ok(address);
         }
-        let path = workspace_root().join(".ci").join(script);
-        let out = Command::new("bash")
-            .arg(&path)
-            .output()
-            .map_err(|e| format!("running `bash {}`: {e}", path.display()))?;
+        let started = ci_script(script, None, &[]);
         extern "C" fn stop_at_exit() {
             for script in STOPS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                let _ = Command::new("bash")
-                    .arg(workspace_root().join(".ci").join(script))
-                    .arg("stop")
-                    .status();
+                let _ = ci_script(script, Some("stop"), &[]);
             }
         }
         {
@@ -347,21 +374,8 @@ fn private_server(
             }
             stops.push(script);
         }
-        if !out.status.success() {
-            return Err(format!(
-                "{} exited with {}: {}",
-                path.display(),
-                out.status,
-                tail(&String::from_utf8_lossy(&out.stderr), 3).replace('\n', " / ")
-            ));
-        }
-        let address = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .last()
-            .unwrap_or("")
-            .trim()
-            .to_string();
-        probe(&address).map_err(|e| format!("{} started {address:?} but: {e}", path.display()))?;
+        let address = started?;
+        probe(&address).map_err(|e| format!(".ci/{script} started {address:?} but: {e}"))?;
         Ok(address)
     });
     match found {
