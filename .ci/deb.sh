@@ -80,9 +80,14 @@ getent group spillway >/dev/null || fail "no spillway group"
     || fail "/var/lib/spillway: $(stat -c '%U:%G %a' /var/lib/spillway), want spillway:spillway 700"
 [ -L /etc/systemd/system/multi-user.target.wants/spillway.service ] \
     || fail "the unit is not enabled"
-zcat /usr/share/man/man1/spillway-ctl.1.gz | grep -q '^\.SH "\{0,1\}EXIT STATUS' \
+# Read each page whole before grep: `zcat | grep -q` under pipefail fails at
+# random, as grep -q leaves at the first match and zcat's next write dies of
+# SIGPIPE (a CI run failed so on the configuration page).
+ctl_page=$(zcat /usr/share/man/man1/spillway-ctl.1.gz)
+grep -q '^\.SH "\{0,1\}EXIT STATUS' <<<"$ctl_page" \
     || fail "spillway-ctl(1) has no EXIT STATUS section"
-zcat /usr/share/man/man5/spillway.toml.5.gz | grep -q 'wab_bytes_max' \
+config_page=$(zcat /usr/share/man/man5/spillway.toml.5.gz)
+grep -q 'wab_bytes_max' <<<"$config_page" \
     || fail "spillway.toml(5) does not describe wab.wab_bytes_max"
 bash -n /usr/share/bash-completion/completions/spillway || fail "the bash completion does not parse"
 if command -v systemd-analyze >/dev/null 2>&1; then
