@@ -28,10 +28,9 @@ pub mod stats;
 pub use backoff::{Backoff, NotBefore};
 pub use clock::Clock;
 pub use drain::{
-    learned_file, Cursor, CursorConfig, CursorControl, DeliveryBoard, Drain, DrainSettings,
-    DrainStats, DrainWait, InFlight, Membership, Requeue, Retention, RetentionStats, RetireDrain,
-    RewindTo, SinkFigures, SinkHealth, SinkHost, SinkMaker, SinkSlot, SinkState, StartAt,
-    StopDrain,
+    learned_file, Cursor, CursorConfig, CursorControl, DeliveryBoard, Drain, DrainStats, DrainWait,
+    Membership, Requeue, Retention, RetentionStats, RetireDrain, RewindTo, SinkFigures, SinkHealth,
+    SinkHost, SinkSlot, SinkState, StopDrain,
 };
 pub use ingest::accept::AcceptErrors;
 pub use ingest::connection::{Connection, ConnectionContext, ConnectionLimits, PeerFilter};

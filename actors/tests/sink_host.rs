@@ -13,11 +13,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use sink_sdk::delivery::{factory_fn, DeliveryConfig, SinkFactory, StartAt};
 use sink_sdk::{records, Batch, Limits, Outcome, RecordOutcome, Sink};
 use spillway_actors::{
-    AppendBatch, Clock, CommitTarget, Cursor, CursorConfig, Drain, DrainSettings, DrainStats,
-    FlusherConfig, InFlight, PendingRecord, Retention, ShardFlusher, ShardQueue, SinkHost,
-    SinkMaker, SinkSlot, StartAt, WabBudget,
+    AppendBatch, Clock, CommitTarget, Cursor, CursorConfig, Drain, DrainStats, FlusherConfig,
+    PendingRecord, Retention, ShardFlusher, ShardQueue, SinkHost, SinkSlot, WabBudget,
 };
 use spillway_protocol::NackReason;
 use spillway_wab::deadletter::DeadLetterStore;
@@ -110,10 +110,17 @@ impl Sink for Scripted {
     }
 }
 
-/// A maker creating [`Scripted`] instances, counting them.
-fn maker(name: &str, log: Log, script: Arc<Script>, created: Arc<AtomicUsize>) -> SinkMaker {
+/// A factory creating [`Scripted`] instances named (and described as)
+/// `name`, counting them.
+fn maker(
+    name: &str,
+    log: Log,
+    script: Arc<Script>,
+    created: Arc<AtomicUsize>,
+) -> Arc<dyn SinkFactory> {
+    let description = name.to_string();
     let name = name.to_string();
-    Arc::new(move |_shard| {
+    factory_fn(description, move |_shard| {
         created.fetch_add(1, Ordering::SeqCst);
         Ok(Box::new(Scripted {
             name: name.clone(),
@@ -123,17 +130,15 @@ fn maker(name: &str, log: Log, script: Arc<Script>, created: Arc<AtomicUsize>) -
     })
 }
 
-fn settings(max_records: usize) -> DrainSettings {
-    DrainSettings {
+fn settings(max_records: u32) -> DeliveryConfig {
+    DeliveryConfig {
         max_records,
         max_bytes: 1 << 20,
-        linger: Duration::from_millis(5),
-        retry_initial: Duration::from_millis(10),
-        retry_max: Duration::from_millis(50),
-        max_retry_duration: None,
-        skip_lag_bytes: None,
-        in_flight: InFlight::Fixed(1),
-        checkpoint_interval: Duration::ZERO,
+        linger_ms: 5,
+        retry_initial_ms: 10,
+        retry_max_ms: 50,
+        checkpoint_interval_ms: 0,
+        ..DeliveryConfig::default()
     }
 }
 
@@ -164,7 +169,6 @@ fn a_panic_becomes_retry_and_a_new_instance_takes_the_same_batch_after_a_backoff
     let slot = SinkSlot::new(
         maker("scripted", log.clone(), script.clone(), created.clone()),
         settings(100),
-        "scripted".into(),
     );
     let stats = Arc::new(DrainStats::default());
     let mut host = SinkHost::new(3, slot, stats.clone());
@@ -243,17 +247,15 @@ fn a_failing_maker_becomes_retry_with_its_reason_and_backs_off() {
     );
     let c = calls.clone();
     // Fails twice (an error, then a panic), then works.
-    let flaky: SinkMaker = Arc::new(move |shard| match c.fetch_add(1, Ordering::SeqCst) {
-        0 => Err("downstream config unreadable: no such file".to_string()),
-        1 => panic!("scripted panic in the maker"),
-        _ => inner(shard),
+    let flaky = factory_fn("flaky", move |shard| {
+        match c.fetch_add(1, Ordering::SeqCst) {
+            0 => Err("downstream config unreadable: no such file".into()),
+            1 => panic!("scripted panic in the maker"),
+            _ => inner.create(shard),
+        }
     });
     let stats = Arc::new(DrainStats::default());
-    let mut host = SinkHost::new(
-        0,
-        SinkSlot::new(flaky, settings(10), "flaky".into()),
-        stats.clone(),
-    );
+    let mut host = SinkHost::new(0, SinkSlot::new(flaky, settings(10)), stats.clone());
     let p = payloads(0, 2);
     let recs = records(0, 0, &p);
     let batch = Batch::new(0, &recs);
@@ -307,7 +309,6 @@ fn a_reload_switches_to_the_new_maker_at_check_reload() {
     let slot = SinkSlot::new(
         maker("a", log_a.clone(), script_a, made_a.clone()),
         settings(100),
-        "sink a".into(),
     );
     let mut host = SinkHost::new(1, slot.clone(), Arc::new(DrainStats::default()));
     assert_eq!(
@@ -325,9 +326,9 @@ fn a_reload_switches_to_the_new_maker_at_check_reload() {
         "the smaller of the settings and the sink's limits"
     );
 
-    let new_settings = DrainSettings {
+    let new_settings = DeliveryConfig {
         max_records: 5,
-        linger: Duration::from_millis(1),
+        linger_ms: 1,
         ..settings(5)
     };
     slot.replace(
@@ -338,7 +339,6 @@ fn a_reload_switches_to_the_new_maker_at_check_reload() {
             made_b.clone(),
         ),
         new_settings.clone(),
-        "sink b".into(),
     );
     // Not yet: the host switches only between batches, when told to.
     let p2 = payloads(2, 1);
@@ -590,7 +590,6 @@ fn the_drain_delivers_every_record_in_order_through_panics_retries_and_splits() 
     let slot = SinkSlot::new(
         maker("scripted", log.clone(), script.clone(), created.clone()),
         settings(40),
-        "scripted".into(),
     );
     {
         let mut rig = Rig::start(1 << 20, slot);
@@ -665,7 +664,6 @@ fn the_drain_delivers_records_written_across_rotations_while_the_sink_is_busy() 
     let slot = SinkSlot::new(
         maker("slow", log.clone(), script.clone(), created),
         settings(1000),
-        "slow".into(),
     );
     {
         // 1 MiB segments (the smallest the config allows); ~3.2 MiB of 1 KiB records.
@@ -798,7 +796,6 @@ fn a_spare_the_sealer_makes_late_never_puts_segments_out_of_order() {
     let slot = SinkSlot::new(
         maker("late", log.clone(), Arc::default(), created),
         settings(1000),
-        "late".into(),
     );
     // The sealer is late with one spare: the third preallocation (the
     // first is the shard's first segment, the second the sealer's first
@@ -840,11 +837,10 @@ fn checkpoint_interval_fdatasyncs_the_cursor_less_often_and_a_stop_makes_it_dura
         let created = Arc::new(AtomicUsize::new(0));
         let slot = SinkSlot::new(
             maker("fast", log.clone(), Arc::default(), created),
-            DrainSettings {
-                checkpoint_interval: interval,
+            DeliveryConfig {
+                checkpoint_interval_ms: interval.as_millis() as u64,
                 ..settings(10)
             },
-            "fast".into(),
         );
         let (writes, syncs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let cursor = |path: &std::path::Path| {

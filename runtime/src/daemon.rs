@@ -437,10 +437,10 @@ fn open_sink_stores(
             .unwrap()
             .insert(b.name.clone(), requeue.clone());
         let run = SinkRun {
-            slot: SinkSlot::new(b.maker, b.settings, b.description),
+            start: b.settings.start(),
+            slot: SinkSlot::new(b.factory, b.settings),
             dead_letters: store,
             requeue,
-            start: b.start,
         };
         sinks.insert(b.name, run);
     }
@@ -872,14 +872,15 @@ fn bind_tcp_door(cfg: &Config) -> Result<Option<TcpDoorParts>, String> {
 /// reach.
 fn probe_sinks_at_start(built: &[crate::sink::BuiltSink]) {
     for b in built {
-        let (name, maker, description) = (b.name.clone(), b.maker.clone(), b.description.clone());
+        let (name, factory, description) =
+            (b.name.clone(), b.factory.clone(), b.description.clone());
         let probe = move || {
-            let why = match maker(0) {
+            let why = match factory.create(0) {
                 Ok(mut sink) => match sink.health_check() {
                     sink_sdk::Health::Healthy => return,
                     sink_sdk::Health::Unhealthy(why) => why,
                 },
-                Err(e) => e,
+                Err(e) => e.to_string(),
             };
             tracing::warn!(sink = %name, "sink {description} fails its health check at the start: {why}; the daemon delivers to it once it answers (records are kept meanwhile)");
         };

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
+use sink_sdk::delivery::StartAt;
 use spillway_actors::{
-    learned_file, Cursor, CursorConfig, Drain, DrainStats, Requeue, Retention, ShardQueue,
-    SinkSlot, StartAt,
+    learned_file, Cursor, CursorConfig, Drain, DrainStats, Requeue, Retention, ShardQueue, SinkSlot,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::format::now_unix_us;

@@ -18,42 +18,41 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sink_sdk::delivery::{DeliveryConfig, SinkFactory};
 use sink_sdk::Health;
-use spillway_actors::{DrainSettings, SinkMaker, StartAt};
 use spillway_sinks::{SinkConfig, SinkEnv};
-
-use crate::config::drain_settings;
 
 /// One sink built: what its drains run.
 pub struct BuiltSink {
     pub name: String,
-    pub maker: SinkMaker,
-    pub settings: DrainSettings,
+    pub factory: Arc<dyn SinkFactory>,
+    /// Its delivery keys, as the drains run on them.
+    pub settings: DeliveryConfig,
     /// Its type and target, for people (`ctl health`, log lines).
     pub description: String,
-    /// Where it starts in a shard where it has no cursor yet.
-    pub start: StartAt,
 }
 
-/// Build one sink into the maker its drains use. Blocks: call it only
+/// Build one sink into the factory its drains use. Blocks: call it only
 /// through [`build_on_thread`] (or where blocking is harmless).
-pub fn sink_maker(sink: &SinkConfig, env: &SinkEnv) -> Result<(SinkMaker, String), String> {
-    let factory = spillway_sinks::build(sink, env).map_err(|e| e.to_string())?;
-    let description = factory.describe();
-    // The actors' maker speaks strings: the typed error ends here.
-    let maker: SinkMaker = Arc::new(move |shard| factory.create(shard).map_err(|e| e.to_string()));
-    Ok((maker, description))
+pub fn sink_factory(sink: &SinkConfig, env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, String> {
+    spillway_sinks::build(sink, env).map_err(|e| e.to_string())
 }
 
 /// Builds the sink, creates shard 0's instance and runs its health check;
-/// `Ok` is the maker and its description, ready to swap in. Blocks.
-pub fn sink_maker_checked(sink: &SinkConfig, env: &SinkEnv) -> Result<(SinkMaker, String), String> {
-    let (maker, description) = sink_maker(sink, env)?;
-    let mut probe = maker(0).map_err(|e| format!("building the new sink: {e}"))?;
+/// `Ok` is the factory, ready to swap in. Blocks.
+pub fn sink_factory_checked(
+    sink: &SinkConfig,
+    env: &SinkEnv,
+) -> Result<Arc<dyn SinkFactory>, String> {
+    let factory = sink_factory(sink, env)?;
+    let description = factory.describe();
+    let mut probe = factory
+        .create(0)
+        .map_err(|e| format!("building the new sink: {e}"))?;
     let health = probe.health_check();
     drop(probe);
     match health {
-        Health::Healthy => Ok((maker, description)),
+        Health::Healthy => Ok(factory),
         Health::Unhealthy(why) => Err(format!(
             "the new sink {description} failed its health check: {why}"
         )),
@@ -71,21 +70,17 @@ pub fn build_sinks(
     let mut built = Vec::with_capacity(sinks.len());
     for (name, sink) in sinks {
         let made = if checked {
-            sink_maker_checked(sink, env)
+            sink_factory_checked(sink, env)
         } else {
-            sink_maker(sink, env)
+            sink_factory(sink, env)
         };
         // (Its errors name its table: `sinks.NAME.KEY`, or `sink.KEY`.)
-        let (maker, description) = made?;
+        let factory = made?;
         built.push(BuiltSink {
             name: name.clone(),
-            maker,
-            settings: drain_settings(sink),
-            description,
-            start: match sink.delivery().start() {
-                spillway_sinks::StartAt::End => StartAt::End,
-                spillway_sinks::StartAt::Oldest => StartAt::Oldest,
-            },
+            description: factory.describe(),
+            factory,
+            settings: sink.delivery().clone(),
         });
     }
     Ok(built)

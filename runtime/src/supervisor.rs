@@ -419,10 +419,10 @@ impl Supervisor {
         let dead_letters = open_dead_letters(&data_dir, &name)?;
         let requeue = open_requeue(&data_dir, &name)?;
         let run = SinkRun {
-            slot: SinkSlot::new(built.maker, built.settings, built.description.clone()),
+            start: built.settings.start(),
+            slot: SinkSlot::new(built.factory, built.settings),
             dead_letters: dead_letters.clone(),
             requeue: requeue.clone(),
-            start: built.start,
         };
         let mut stats = Vec::new();
         for shard in &mut self.shards {
@@ -595,8 +595,7 @@ impl Handler<ApplySinks> for Supervisor {
             let Some(run) = self.sinks.get(&built.name) else {
                 continue;
             };
-            run.slot
-                .replace(built.maker, built.settings, built.description.clone());
+            run.slot.replace(built.factory, built.settings);
             self.board.describe(&built.name, &built.description);
             report.push_str(&format!(
                 "sink {} switched to {} (each shard switches at its next batch boundary)\n",

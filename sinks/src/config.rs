@@ -236,7 +236,7 @@ fn check(
         });
     }
     let settings = sink.0.check(delivery)?;
-    delivery.check()?;
+    crate::delivery::check(delivery)?;
     Ok(settings)
 }
 
@@ -344,7 +344,7 @@ impl<'de> Visitor<'de> for TableVisitor {
             if key == "type" {
                 sink_type = Some(map.next_value_seed(TypeSeed)?);
             } else if DeliveryConfig::keys().any(|k| k == key) {
-                delivery.read_key(key, &mut map)?;
+                crate::delivery::read_key(&mut delivery, key, &mut map)?;
             } else {
                 map.next_value_seed(TypeKeySeed {
                     key,
@@ -731,22 +731,21 @@ pub(crate) mod tests {
         assert_eq!(d.start(), StartAt::Oldest);
         assert_eq!(d.lag_bytes_max(), Some(MIB));
         assert_eq!(d.on_lag(), OnLag::Skip);
-        assert_eq!(d.batches_in_flight(), Concurrency::Adaptive);
-        assert_eq!(d.batches_in_flight_max(), 32);
+        assert_eq!(d.in_flight(), InFlight::Adaptive { max: 32 });
 
         let cfg = parse("[sink]\ntype = \"noop\"\nbatches_in_flight = 4\n").unwrap();
-        assert_eq!(cfg.delivery().batches_in_flight(), Concurrency::Fixed(4));
+        assert_eq!(cfg.delivery().in_flight(), InFlight::Fixed(4));
         let d = SinkConfig::default().delivery().clone();
         assert_eq!(
-            (
-                d.start(),
-                d.lag_bytes_max(),
-                d.on_lag(),
-                d.batches_in_flight()
-            ),
-            (StartAt::End, None, OnLag::Block, Concurrency::Fixed(1))
+            (d.start(), d.lag_bytes_max(), d.on_lag(), d.in_flight()),
+            (StartAt::End, None, OnLag::Block, InFlight::Fixed(1))
         );
-        assert_eq!(d.batches_in_flight_max(), 16);
+        let adaptive =
+            parse("[sink]\ntype = \"noop\"\nbatches_in_flight = \"adaptive\"\n").unwrap();
+        assert_eq!(
+            adaptive.delivery().in_flight(),
+            InFlight::Adaptive { max: 16 }
+        );
     }
 
     #[test]
@@ -777,7 +776,7 @@ pub(crate) mod tests {
     #[test]
     fn the_new_delivery_keys_are_checked() {
         let d = DeliveryConfig::default;
-        let adaptive = Concurrency::Adaptive;
+        let adaptive = InFlight::Adaptive { max: 16 };
         let cases: Vec<(DeliveryConfig, &str)> = vec![
             (
                 DeliveryConfig { lag_bytes_max: MIB - 1, ..d() },
@@ -789,12 +788,12 @@ pub(crate) mod tests {
                 "sink.on_lag = \"skip\" needs sink.lag_bytes_max (the lag to skip at); it is 0, no limit",
             ),
             (
-                DeliveryConfig { batches_in_flight: Concurrency::Fixed(0), ..d() },
+                DeliveryConfig { batches_in_flight: InFlight::Fixed(0), ..d() },
                 "sink.batches_in_flight = 0 is out of range: allowed 1..=64 or \"adaptive\"",
             ),
-            (DeliveryConfig { batches_in_flight: Concurrency::Fixed(65), ..d() }, "sink.batches_in_flight = 65 is out of range"),
+            (DeliveryConfig { batches_in_flight: InFlight::Fixed(65), ..d() }, "sink.batches_in_flight = 65 is out of range"),
             (
-                DeliveryConfig { batches_in_flight: Concurrency::Fixed(4), batches_in_flight_max: Some(8), ..d() },
+                DeliveryConfig { batches_in_flight: InFlight::Fixed(4), batches_in_flight_max: Some(8), ..d() },
                 "sink.batches_in_flight_max is not used with sink.batches_in_flight = 4 (only with \"adaptive\")",
             ),
             (
@@ -830,16 +829,16 @@ pub(crate) mod tests {
                 ..d()
             },
             DeliveryConfig {
-                batches_in_flight: Concurrency::Fixed(64),
+                batches_in_flight: InFlight::Fixed(64),
                 ..d()
             },
             DeliveryConfig {
-                batches_in_flight: Concurrency::Adaptive,
+                batches_in_flight: InFlight::Adaptive { max: 16 },
                 batches_in_flight_max: Some(2),
                 ..d()
             },
             DeliveryConfig {
-                batches_in_flight: Concurrency::Adaptive,
+                batches_in_flight: InFlight::Adaptive { max: 16 },
                 batches_in_flight_max: Some(256),
                 ..d()
             },

@@ -42,25 +42,13 @@ pub mod sink_type;
 
 use std::sync::Arc;
 
-use sink_sdk::Sink;
+pub use sink_sdk::delivery::{CreateError, SinkFactory};
 
-pub use config::{
-    Concurrency, DeliveryConfig, OnLag, SinkConfig, StartAt, TypeConfig, DEFAULT_TABLE,
-};
+pub use config::{DeliveryConfig, InFlight, OnLag, SinkConfig, StartAt, TypeConfig, DEFAULT_TABLE};
 pub use error::{KeyProblem, SinkConfigError, SinkError};
 pub use reference::reference_tables;
 pub use registry::{CheckedSink, SinkType, TypeKeys, SINK_TYPES};
 pub use sink_type::SinkEnv;
-
-/// Makes sink instances for one checked sink table.
-pub trait SinkFactory: Send + Sync {
-    /// A new instance for `shard`. Called once per shard at start, and again
-    /// after an instance panicked (the old one is gone by then).
-    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, SinkError>;
-
-    /// One line for logs, e.g. `http POST https://host/path (batched, ndjson, timeout 10000 ms)`.
-    fn describe(&self) -> String;
-}
 
 /// Builds the sink of a checked `cfg`: reads what it refers to (the bearer
 /// token variable, the output file, the plugin library) and prepares the

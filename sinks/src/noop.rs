@@ -9,7 +9,7 @@ use sink_sdk::{Batch, Limits, Outcome, Sink};
 
 use crate::delivery::DeliveryConfig;
 use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
-use crate::{KeyProblem, SinkError, SinkFactory};
+use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 
 /// The noop sink in the registry.
 pub static TYPE: SinkType = SinkType {
@@ -90,7 +90,7 @@ impl NoopFactory {
 }
 
 impl SinkFactory for NoopFactory {
-    fn create(&self, _shard: u32) -> Result<Box<dyn Sink>, SinkError> {
+    fn create(&self, _shard: u32) -> Result<Box<dyn Sink>, CreateError> {
         Ok(Box::new(NoopSink {
             limits: self.limits,
             counters: Arc::clone(&self.counters),

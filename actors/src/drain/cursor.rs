@@ -29,12 +29,13 @@ use spillway_wab::{CheckpointWriter, Storage, StoredRecord};
 use super::control::RewindTo;
 use super::in_flight::{read_learned, Flights, Lanes, Limiter};
 use super::requeue::Requeue;
-use super::retention::{Membership, Retention, StartAt};
+use super::retention::{Membership, Retention};
 use super::retry::{self, AfterFailure, RetryState, Waiting};
 use super::sink_host::{SinkHost, SinkSlot};
 use super::DrainStats;
 use crate::clock::Clock;
 use crate::shard::{ShardQueue, Until, Watermark};
+use sink_sdk::delivery::StartAt;
 
 /// How long an idle cursor sleeps before looking again (it is woken by
 /// new durable records anyway).
@@ -162,7 +163,7 @@ impl<S: Storage> Cursor<S> {
     ) -> io::Result<Self> {
         let (membership, start) = retention.lock().unwrap().join(&cfg.sink, start)?;
         stats.checkpoint.store(start, Ordering::Relaxed);
-        let mode = slot.current().1.in_flight;
+        let mode = slot.current().1.in_flight();
         let learned = cfg
             .learned_file
             .as_deref()
@@ -334,7 +335,7 @@ impl<S: Storage> Cursor<S> {
             self.retry.end_backoff();
             self.flights
                 .limiter
-                .reconfigure(self.host.settings().in_flight);
+                .reconfigure(self.host.settings().in_flight());
         }
         // Read first, whatever else holds delivery (a pause, a backoff, a
         // failed instance): up to one batch, so the backlog this cursor
@@ -508,7 +509,7 @@ impl<S: Storage> Cursor<S> {
 
     /// How long until [`Self::sync_due`].
     fn sync_wait(&self) -> Duration {
-        let every = self.host.settings().checkpoint_interval;
+        let every = self.host.settings().checkpoint_interval();
         every.saturating_sub(self.clock.now().saturating_duration_since(self.synced_at))
     }
 
@@ -642,7 +643,7 @@ impl<S: Storage> Cursor<S> {
     /// (before a backoff is waited out, and after reading); `Some` when the
     /// step must pause after an I/O error.
     fn skip_check(&mut self) -> Option<DrainWait> {
-        let lag_max = self.host.settings().skip_lag_bytes?;
+        let lag_max = self.host.settings().skip_lag_bytes()?;
         match self.skip_if_lagging(lag_max) {
             Ok(()) => None,
             Err(e) => {
@@ -834,7 +835,7 @@ impl<S: Storage> Cursor<S> {
         let outcome = self.host.deliver(&Batch::new(self.shard, &records));
         drop(call);
         drop(records);
-        let retry_later = DrainWait::Pause(self.host.settings().retry_initial);
+        let retry_later = DrainWait::Pause(self.host.settings().retry_initial());
         let (done, rejected): (Vec<usize>, Vec<(usize, String)>) = match outcome {
             Outcome::Committed => ((0..mine.len()).collect(), Vec::new()),
             Outcome::Retry { .. } => return Some(retry_later),

@@ -85,7 +85,7 @@ impl<S: Storage> Cursor<S> {
                 let linger_left = self.pending_since.map_or(Duration::ZERO, |t| {
                     self.host
                         .settings()
-                        .linger
+                        .linger()
                         .saturating_sub(self.clock.since(t))
                 });
                 if !full && !linger_left.is_zero() {

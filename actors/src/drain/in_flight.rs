@@ -1,5 +1,5 @@
 //! Batches in flight: how many a cursor may have offered to its sink at
-//! once ([`InFlight`](super::InFlight), [`Limiter`]: fixed, or learned by AIMD), and who
+//! once ([`InFlight`], [`Limiter`]: fixed, or learned by AIMD), and who
 //! runs them ([`Lanes`]: on the cursor's own thread when one at a time,
 //! on worker threads, each with its own sink instance, when more).
 //!
@@ -20,9 +20,10 @@ use std::time::{Duration, Instant};
 use sink_sdk::{Batch, Outcome, Record};
 use spillway_wab::{Storage, StorageFile, StoredRecord};
 
-use super::sink_host::{InFlight, SinkHost, SinkSlot};
+use super::sink_host::{SinkHost, SinkSlot};
 use super::DrainStats;
 use crate::shard::Doorbell;
+use sink_sdk::delivery::InFlight;
 
 /// Cut on pushback (a transient failure: 429, 503, a timeout, a refused
 /// connection): the downstream said no, so halve, as TCP does on loss.

@@ -56,8 +56,8 @@ pub use control::{CursorControl, RewindTo};
 pub use cursor::{Cursor, CursorConfig, DrainWait};
 pub use in_flight::{learned_file, Limiter};
 pub use requeue::Requeue;
-pub use retention::{Membership, Retention, RetentionStats, StartAt};
-pub use sink_host::{DrainSettings, InFlight, SinkHost, SinkMaker, SinkSlot};
+pub use retention::{Membership, Retention, RetentionStats};
+pub use sink_host::{SinkHost, SinkSlot};
 
 /// One sink's delivery from one shard as the admin side sees it: its
 /// figures, and the operator's requests ([`CursorControl`]).

@@ -23,6 +23,7 @@
 //! thread of its own and no clock, so the simulation drives it through the
 //! cursors' steps.
 
+use sink_sdk::delivery::StartAt;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io;
 use std::path::PathBuf;
@@ -39,17 +40,6 @@ use spillway_wab::{
 use spillway_wab::{Storage, StorageFile};
 
 use crate::shard::{ShardQueue, Watermark};
-
-/// Where a sink with no cursor file in a shard starts reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StartAt {
-    /// At the end of what the shard holds: only records pushed from now on.
-    #[default]
-    End,
-    /// At the oldest record every other sink has not yet confirmed (the
-    /// shard's floor): everything still held for delivery.
-    Oldest,
-}
 
 /// One shard's figures of retention (`ctl stats`, metrics).
 #[derive(Debug, Default)]

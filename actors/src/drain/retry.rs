@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::sink_host::DrainSettings;
 use crate::backoff::Backoff;
+use sink_sdk::delivery::DeliveryConfig;
 
 /// How often a backing-off drain checks whether the sink is back.
 const PROBE_EVERY: Duration = Duration::from_secs(1);
@@ -80,7 +80,7 @@ impl RetryState {
     pub(super) fn failed(
         &mut self,
         now: Instant,
-        settings: &DrainSettings,
+        settings: &DeliveryConfig,
         n: usize,
         after: Option<Duration>,
         reason: &str,
@@ -88,7 +88,7 @@ impl RetryState {
     ) -> AfterFailure {
         let first = *self.first_failure.get_or_insert(now);
         self.attempts += 1;
-        if let Some(limit) = settings.max_retry_duration {
+        if let Some(limit) = settings.max_retry_duration() {
             if now.duration_since(first) >= limit && n > 0 {
                 *self = RetryState::default();
                 return AfterFailure::GiveUp(format!(
@@ -97,11 +97,11 @@ impl RetryState {
                 ));
             }
         }
-        let cap = Backoff::new(settings.retry_initial, settings.retry_max).delay(self.attempts);
+        let cap = Backoff::new(settings.retry_initial(), settings.retry_max()).delay(self.attempts);
         let jittered = Duration::from_micros(random() % (cap.as_micros() as u64 + 1));
         let delay = after
             .map_or(jittered, |a| a.max(jittered))
-            .min(settings.retry_max);
+            .min(settings.retry_max());
         let loud = self
             .last_log
             .is_none_or(|t| now.duration_since(t) >= RETRY_LOG_EVERY);

@@ -9,82 +9,36 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use sink_sdk::{Batch, Health, Outcome, Sink};
+use sink_sdk::delivery::{DeliveryConfig, SinkFactory};
+use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
 use super::DrainStats;
 use crate::backoff::{Backoff, NotBefore};
 use crate::clock::Clock;
 
-/// Creates a sink instance for a shard. Called at start, after a panic,
-/// and after a reload.
-pub type SinkMaker = Arc<dyn Fn(u32) -> Result<Box<dyn Sink>, String> + Send + Sync>;
-
-/// Batching and retry settings of the drain (from `[sink]`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct DrainSettings {
-    pub max_records: usize,
-    pub max_bytes: usize,
-    pub linger: Duration,
-    pub retry_initial: Duration,
-    pub retry_max: Duration,
-    /// `None`: retry transient failures forever.
-    pub max_retry_duration: Option<Duration>,
-    /// `on_lag = "skip"` with this `lag_bytes_max`: past it the cursor
-    /// skips ahead. `None`: a lagging sink holds the WAB (`"block"`).
-    pub skip_lag_bytes: Option<u64>,
-    /// How many batches may be out at once (`batches_in_flight`).
-    pub in_flight: InFlight,
-    /// Longest the cursor file may lag its confirmed batches while the
-    /// sink delivers (`checkpoint_interval_ms`); zero: after every batch.
-    pub checkpoint_interval: Duration,
-}
-
-/// How many batches a sink may have in flight per shard
-/// (`batches_in_flight`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InFlight {
-    /// Exactly this many (1 keeps batches in order).
-    Fixed(u32),
-    /// As many as the sink takes without pushing back or slowing down,
-    /// learned by AIMD, up to `max`.
-    Adaptive { max: u32 },
-}
-
-impl Default for InFlight {
-    fn default() -> Self {
-        InFlight::Fixed(1)
-    }
-}
-
-impl InFlight {
-    /// The most batches this setting ever has out.
-    pub fn ceiling(self) -> u32 {
-        match self {
-            InFlight::Fixed(n) => n.max(1),
-            InFlight::Adaptive { max } => max.max(1),
-        }
-    }
-}
-
 /// The current sink of the daemon, shared by every drain. A reload stores
 /// a new maker and bumps `epoch`; each drain switches at its next batch
 /// boundary.
 pub struct SinkSlot {
-    inner: Mutex<(SinkMaker, DrainSettings, String)>,
+    inner: Mutex<(Arc<dyn SinkFactory>, DeliveryConfig, String)>,
     epoch: AtomicU64,
 }
 
 impl SinkSlot {
-    pub fn new(maker: SinkMaker, settings: DrainSettings, description: String) -> Arc<Self> {
+    /// The sink `factory` makes, delivered as `settings` say; its
+    /// description is taken once, here.
+    pub fn new(factory: Arc<dyn SinkFactory>, settings: DeliveryConfig) -> Arc<Self> {
+        let description = factory.describe();
         Arc::new(SinkSlot {
-            inner: Mutex::new((maker, settings, description)),
+            inner: Mutex::new((factory, settings, description)),
             epoch: AtomicU64::new(1),
         })
     }
 
     /// Install a new sink; drains pick it up between batches.
-    pub fn replace(&self, maker: SinkMaker, settings: DrainSettings, description: String) {
-        *self.inner.lock().unwrap() = (maker, settings, description);
+    pub fn replace(&self, factory: Arc<dyn SinkFactory>, settings: DeliveryConfig) {
+        let description = factory.describe();
+        *self.inner.lock().unwrap() = (factory, settings, description);
         self.epoch.fetch_add(1, Ordering::Release);
     }
 
@@ -97,7 +51,7 @@ impl SinkSlot {
         self.inner.lock().unwrap().2.clone()
     }
 
-    pub fn current(&self) -> (SinkMaker, DrainSettings, String) {
+    pub fn current(&self) -> (Arc<dyn SinkFactory>, DeliveryConfig, String) {
         self.inner.lock().unwrap().clone()
     }
 }
@@ -110,8 +64,8 @@ pub struct SinkHost {
     name: String,
     slot: Arc<SinkSlot>,
     epoch: u64,
-    maker: SinkMaker,
-    settings: DrainSettings,
+    factory: Arc<dyn SinkFactory>,
+    settings: DeliveryConfig,
     /// What the sink is (`[sink]`'s type and target), for log lines.
     description: String,
     instance: Option<Box<dyn Sink>>,
@@ -140,13 +94,13 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 impl SinkHost {
     pub fn new(shard: u32, slot: Arc<SinkSlot>, stats: Arc<DrainStats>) -> Self {
         let epoch = slot.epoch();
-        let (maker, settings, description) = slot.current();
+        let (factory, settings, description) = slot.current();
         SinkHost {
             shard,
             name: "default".into(),
             slot,
             epoch,
-            maker,
+            factory,
             settings,
             description,
             instance: None,
@@ -184,7 +138,7 @@ impl SinkHost {
         self.slot.clone()
     }
 
-    pub fn settings(&self) -> &DrainSettings {
+    pub fn settings(&self) -> &DeliveryConfig {
         &self.settings
     }
 
@@ -200,10 +154,10 @@ impl SinkHost {
         if epoch == self.epoch {
             return false;
         }
-        let (maker, settings, description) = self.slot.current();
+        let (factory, settings, description) = self.slot.current();
         tracing::info!(shard = self.shard, sink = %self.name, target = %description, "switching to the reloaded sink at a batch boundary");
         self.epoch = epoch;
-        self.maker = maker;
+        self.factory = factory;
         self.settings = settings;
         self.description = description;
         self.instance = None;
@@ -214,7 +168,10 @@ impl SinkHost {
 
     /// The effective (max_records, max_bytes) for the next batch.
     pub fn batch_limits(&mut self) -> (usize, usize) {
-        let (r, b) = (self.settings.max_records, self.settings.max_bytes);
+        let Limits {
+            max_records: r,
+            max_bytes: b,
+        } = self.settings.limits();
         match self.instance.as_ref() {
             Some(i) => {
                 let l = i.limits();
@@ -233,9 +190,9 @@ impl SinkHost {
         if let Some(left) = self.restart_wait() {
             thread::sleep(left);
         }
-        let maker = self.maker.clone();
+        let factory = self.factory.clone();
         let shard = self.shard;
-        match catch_unwind(AssertUnwindSafe(|| maker(shard))) {
+        match catch_unwind(AssertUnwindSafe(|| factory.create(shard))) {
             Ok(Ok(mut inst)) => {
                 if let Ok(Health::Unhealthy(why)) =
                     catch_unwind(AssertUnwindSafe(|| inst.health_check()))

@@ -1131,33 +1131,6 @@ fn check_sink_name(name: &str) -> Result<(), ConfigError> {
     )))
 }
 
-/// The drain's batching and retry settings of one sink.
-pub fn drain_settings(sink: &SinkConfig) -> spillway_actors::DrainSettings {
-    {
-        let s = sink.delivery();
-        spillway_actors::DrainSettings {
-            max_records: s.max_records as usize,
-            max_bytes: s.max_bytes as usize,
-            linger: Duration::from_millis(s.linger_ms),
-            retry_initial: Duration::from_millis(s.retry_initial_ms),
-            retry_max: Duration::from_millis(s.retry_max_ms),
-            max_retry_duration: (s.max_retry_duration_ms > 0)
-                .then(|| Duration::from_millis(s.max_retry_duration_ms)),
-            skip_lag_bytes: match s.on_lag() {
-                spillway_sinks::OnLag::Skip => s.lag_bytes_max(),
-                spillway_sinks::OnLag::Block => None,
-            },
-            in_flight: match s.batches_in_flight() {
-                spillway_sinks::Concurrency::Fixed(n) => spillway_actors::InFlight::Fixed(n),
-                spillway_sinks::Concurrency::Adaptive => spillway_actors::InFlight::Adaptive {
-                    max: s.batches_in_flight_max(),
-                },
-            },
-            checkpoint_interval: s.checkpoint_interval(),
-        }
-    }
-}
-
 impl Config {
     pub fn buffered_flush_interval(&self) -> Duration {
         Duration::from_millis(self.wab.buffered_flush_interval_ms)

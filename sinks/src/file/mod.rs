@@ -35,7 +35,7 @@ use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
 use crate::delivery::DeliveryConfig;
 use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
-use crate::{KeyProblem, SinkError, SinkFactory};
+use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::FileSettings;
 pub use config::{FileConfig, FileFormat};
 pub(crate) use preflight::preflight;
@@ -135,7 +135,7 @@ impl FileFactory {
 }
 
 impl SinkFactory for FileFactory {
-    fn create(&self, _shard: u32) -> Result<Box<dyn Sink>, SinkError> {
+    fn create(&self, _shard: u32) -> Result<Box<dyn Sink>, CreateError> {
         Ok(Box::new(FileSink {
             shared: Arc::clone(&self.shared),
         }))

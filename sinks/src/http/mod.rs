@@ -29,7 +29,7 @@ use tokio::task::JoinSet;
 
 use crate::delivery::DeliveryConfig;
 use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
-use crate::{KeyProblem, SinkError, SinkFactory};
+use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::HttpSettings;
 pub use config::{Delivery, HttpConfig, HttpEncoding, HttpMethod};
 use request::Carried;
@@ -99,7 +99,7 @@ impl HttpFactory {
 }
 
 impl SinkFactory for HttpFactory {
-    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, SinkError> {
+    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, CreateError> {
         let settings = Arc::clone(&self.settings);
         Ok(Box::new(HttpSink::new(
             settings,
@@ -382,7 +382,11 @@ fn connect(settings: &HttpSettings, addrs: &[SocketAddr]) -> Result<(), String> 
 /// so `check` agrees with `run`.
 pub(crate) fn preflight(settings: &HttpSettings, table: &str) -> Result<Vec<String>, SinkError> {
     let factory = HttpFactory::new(settings, table, &SinkEnv::detached().instance_id)?;
-    drop(factory.create(0)?);
+    drop(HttpSink::new(
+        Arc::clone(&factory.settings),
+        Arc::clone(&factory.instance),
+        0,
+    )?);
     match resolve(settings).and_then(|addrs| connect(settings, &addrs)) {
         Ok(()) => Ok(Vec::new()),
         Err(why) => Ok(vec![format!(

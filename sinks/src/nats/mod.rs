@@ -37,7 +37,7 @@ use tokio::runtime::Runtime;
 
 use crate::delivery::DeliveryConfig;
 use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
-use crate::{KeyProblem, SinkError, SinkFactory};
+use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 pub use config::NatsConfig;
 use config::{Credentials, NatsSettings, SHARD_PLACEHOLDER};
 
@@ -518,7 +518,7 @@ impl Shared {
 }
 
 impl SinkFactory for NatsFactory {
-    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, SinkError> {
+    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, CreateError> {
         let shared = self.shared.clone();
         let (client, generation) =
             shared

@@ -11,7 +11,7 @@ use sink_sdk::{Sink, SinkContext};
 use super::instance::PluginInstance;
 use super::library;
 use super::log::ShardScope;
-use crate::{SinkEnv, SinkError, SinkFactory};
+use crate::{CreateError, SinkEnv, SinkError, SinkFactory};
 
 /// Makes instances of a sink plugin, all with the same options.
 pub struct PluginFactory {
@@ -130,7 +130,7 @@ impl PluginFactory {
 }
 
 impl SinkFactory for PluginFactory {
-    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, SinkError> {
+    fn create(&self, shard: u32) -> Result<Box<dyn Sink>, CreateError> {
         Ok(Box::new(self.instance_for(Some(shard))?))
     }
 

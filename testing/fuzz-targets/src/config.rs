@@ -41,8 +41,8 @@ pub fn config(data: &[u8]) {
             .validate()
             .expect("the sink table made from its parts validates");
         assert_eq!(&remade, sink, "the sink table made from its parts differs");
-        let drain = spillway::config::drain_settings(sink);
-        assert!(drain.retry_initial <= drain.retry_max, "{drain:?}");
+        let drain = sink.delivery();
+        assert!(drain.retry_initial() <= drain.retry_max(), "{drain:?}");
     }
 
     // The document as the TOML library writes it back: same values, other text.

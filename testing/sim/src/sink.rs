@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sink_sdk::delivery::{factory_fn, SinkFactory};
 use sink_sdk::{Batch, Health, Limits, Outcome, RecordOutcome, Sink};
-use spillway_actors::{Clock, SinkMaker};
+use spillway_actors::Clock;
 
 use crate::rng::Rng;
 
@@ -80,10 +81,11 @@ impl SinkScript {
         self.rng.lock().unwrap().below(n)
     }
 
-    /// The maker the drain's sink slot holds; `limit` caps batches.
-    pub fn maker(self: &Arc<Self>, limit: usize) -> SinkMaker {
+    /// The factory the drain's sink slot holds, described as
+    /// `description`; `limit` caps batches.
+    pub fn factory(self: &Arc<Self>, limit: usize, description: &str) -> Arc<dyn SinkFactory> {
         let script = self.clone();
-        Arc::new(move |_shard| {
+        factory_fn(description, move |_shard| {
             if script.mode() == SinkMode::Flaky && script.roll(20) == 0 {
                 script.log.lock().unwrap().failed_creations += 1;
                 return Err("simulated: the downstream refused the connection".into());

@@ -14,11 +14,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use spillway_actors::InFlight as BatchesInFlight;
+use sink_sdk::delivery::{DeliveryConfig, InFlight as BatchesInFlight, OnLag, StartAt};
 use spillway_actors::{
-    AppendBatch, Clock, CommitTarget, Cursor, CursorConfig, DrainSettings, DrainStats, DrainWait,
-    FlusherConfig, FlusherCore, PendingRecords, Retention, RetentionStats, SealerCore, SealerMsg,
-    ShardQueue, SinkSlot, StartAt, WabBudget,
+    AppendBatch, Clock, CommitTarget, Cursor, CursorConfig, DrainStats, DrainWait, FlusherConfig,
+    FlusherCore, PendingRecords, Retention, RetentionStats, SealerCore, SealerMsg, ShardQueue,
+    SinkSlot, WabBudget,
 };
 use spillway_protocol::{BatchRecords, NackReason, RecordCrcs};
 use spillway_wab::checkpoint::{checkpoint_path, parse, CHECKPOINT_BYTES};
@@ -315,25 +315,26 @@ fn sooner(a: DrainWait, b: DrainWait) -> DrainWait {
     }
 }
 
-fn random_settings(rng: &mut Rng) -> DrainSettings {
-    DrainSettings {
-        max_records: rng.range(1, 32) as usize,
-        max_bytes: rng.range(64, 8192) as usize,
-        linger: Duration::from_millis(rng.below(30)),
-        retry_initial: Duration::from_millis(rng.range(5, 50)),
-        retry_max: Duration::from_millis(rng.range(100, 2000)),
-        max_retry_duration: if rng.chance(1, 3) {
-            Some(Duration::from_secs(rng.range(1, 10)))
+fn random_settings(rng: &mut Rng) -> DeliveryConfig {
+    DeliveryConfig {
+        max_records: rng.range(1, 32) as u32,
+        max_bytes: rng.range(64, 8192),
+        linger_ms: rng.below(30),
+        retry_initial_ms: rng.range(5, 50),
+        retry_max_ms: rng.range(100, 2000),
+        max_retry_duration_ms: if rng.chance(1, 3) {
+            rng.range(1, 10) * 1000
         } else {
-            None
+            0
         },
         // One sink: skipping would break the oracle that every acked record
         // reaches it.
-        skip_lag_bytes: None,
+        on_lag: OnLag::Block,
         // The sink's order is checked: one batch at a time (the mirror's
         // may differ, see `mirror_in_flight`).
-        in_flight: BatchesInFlight::Fixed(1),
-        checkpoint_interval: Duration::ZERO,
+        batches_in_flight: BatchesInFlight::Fixed(1),
+        checkpoint_interval_ms: 0,
+        ..DeliveryConfig::default()
     }
 }
 
@@ -341,27 +342,28 @@ fn random_settings(rng: &mut Rng) -> DrainSettings {
 /// seeds, else up to 200 ms (simulated), so a crash may offer it again
 /// what it confirmed since. From a stream of its own, as
 /// [`mirror_in_flight`].
-fn mirror_checkpoint_interval(seed: u64) -> Duration {
+fn mirror_checkpoint_interval_ms(seed: u64) -> u64 {
     let mut rng = Rng::new(seed ^ 0x6d69_7272_6f72_0002);
     if rng.chance(1, 2) {
-        Duration::ZERO
+        0
     } else {
-        Duration::from_millis(rng.range(1, 200))
+        rng.range(1, 200)
     }
 }
 
-/// The mirror's batches in flight: one at a time for half the seeds, else
-/// a few, fixed or adaptive, their answers handed back out of order. From
-/// a stream of its own, so every seed's schedule stays what it was before
-/// the mirror had more than one.
-fn mirror_in_flight(seed: u64) -> BatchesInFlight {
+/// The mirror's batches in flight (`batches_in_flight` and its max): one
+/// at a time for half the seeds, else a few, fixed or adaptive, their
+/// answers handed back out of order. From a stream of its own, so every
+/// seed's schedule stays what it was before the mirror had more than one.
+fn mirror_in_flight(seed: u64) -> (BatchesInFlight, Option<u32>) {
     let mut rng = Rng::new(seed ^ 0x6d69_7272_6f72_0001);
     match rng.below(4) {
-        0 | 1 => BatchesInFlight::Fixed(1),
-        2 => BatchesInFlight::Fixed(rng.range(2, 5) as u32),
-        _ => BatchesInFlight::Adaptive {
-            max: rng.range(2, 7) as u32,
-        },
+        0 | 1 => (BatchesInFlight::Fixed(1), None),
+        2 => (BatchesInFlight::Fixed(rng.range(2, 5) as u32), None),
+        _ => {
+            let max = rng.range(2, 7) as u32;
+            (BatchesInFlight::Adaptive { max }, Some(max))
+        }
     }
 }
 
@@ -411,11 +413,7 @@ impl World {
         };
         let script = SinkScript::new(rng.next_u64(), clock.clone());
         let settings = random_settings(&mut rng);
-        let slot = SinkSlot::new(
-            script.maker(rng.range(1, 64) as usize),
-            settings,
-            "sim".into(),
-        );
+        let slot = SinkSlot::new(script.factory(rng.range(1, 64) as usize, "sim"), settings);
         let producers = (0..shape.producers)
             .map(|id| Producer {
                 id,
@@ -432,15 +430,16 @@ impl World {
         ));
         let mirror = (disk == Disk::Roomy).then(|| {
             let script = SinkScript::new(rng.next_u64(), clock.clone());
-            let settings = DrainSettings {
-                in_flight: mirror_in_flight(seed),
-                checkpoint_interval: mirror_checkpoint_interval(seed),
+            let (batches_in_flight, batches_in_flight_max) = mirror_in_flight(seed);
+            let settings = DeliveryConfig {
+                batches_in_flight,
+                batches_in_flight_max,
+                checkpoint_interval_ms: mirror_checkpoint_interval_ms(seed),
                 ..random_settings(&mut rng)
             };
             let slot = SinkSlot::new(
-                script.maker(rng.range(1, 64) as usize),
+                script.factory(rng.range(1, 64) as usize, "sim mirror"),
                 settings,
-                "sim mirror".into(),
             );
             let dead_letters = Arc::new(Mutex::new(
                 DeadLetterStore::open(storage.clone(), &data.join(MIRROR_DEAD_LETTERS))
@@ -1206,7 +1205,7 @@ impl World {
                 self.note(format!("reload: {settings:?}, sink limit {limit}"));
                 self.report.reloads += 1;
                 self.slot
-                    .replace(self.script.maker(limit), settings, "sim (reloaded)".into());
+                    .replace(self.script.factory(limit, "sim (reloaded)"), settings);
                 Ok(())
             }
             _ => {
