@@ -28,9 +28,9 @@ pub mod stats;
 pub use backoff::{Backoff, NotBefore};
 pub use clock::Clock;
 pub use drain::{
-    learned_file, Cursor, CursorConfig, CursorControl, DeliveryBoard, Drain, DrainStats, DrainWait,
-    Membership, Requeue, Retention, RetentionStats, RetireDrain, RewindTo, SinkFigures, SinkHealth,
-    SinkHost, SinkSlot, SinkState, StopDrain,
+    Cursor, CursorConfig, CursorControl, DeliveryBoard, Drain, DrainStats, DrainWait, Membership,
+    Requeue, Retention, RetentionStats, RetireDrain, RewindTo, SinkFigures, SinkHealth, SinkHost,
+    SinkSlot, SinkState, StopDrain,
 };
 pub use ingest::accept::AcceptErrors;
 pub use ingest::connection::{Connection, ConnectionContext, ConnectionLimits, PeerFilter};

@@ -146,8 +146,8 @@ fn environment(cfg: &Config) -> Findings {
         .iter()
         .map(|(n, s)| (n.clone(), s.clone()))
         .collect();
-    let deadline = crate::sink::build_timeout(&sinks);
-    let preflight = crate::sink::build_on_thread(deadline, move || {
+    let deadline = crate::sinks::build_timeout(&sinks);
+    let preflight = crate::sinks::build_on_thread(deadline, move || {
         sinks
             .iter()
             .map(|(name, sink)| {

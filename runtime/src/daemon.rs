@@ -29,13 +29,13 @@ use spillway_wab::{shard_dir, DataDirLock, FsStorage};
 
 use crate::admin::{Admin, AdminState, ListenerLoad};
 use crate::config::{Config, DEFAULT_SINK};
-use crate::delivery::{
+use crate::logging::say;
+use crate::reload::Reloader;
+use crate::sinks::{build_on_thread, build_sinks, build_timeout, BuiltSink};
+use crate::sinks::{
     open_dead_letters, open_requeue, seen_in_stores, sinks_on_disk, start_drain, DeadLetterStores,
     RequeueStores, SinkRun,
 };
-use crate::logging::say;
-use crate::reload::Reloader;
-use crate::sink::{build_on_thread, build_sinks, build_timeout, BuiltSink};
 use crate::supervisor::{Children, DrainSlot, ShardSlot, Shutdown, Supervisor};
 
 /// Run the daemon until it is told to stop. Errors are start-up failures.
@@ -751,11 +751,7 @@ fn shards_to_serve(cfg: &Config) -> Result<u32, String> {
         Ok(entries) => {
             for e in entries.flatten() {
                 let name = e.file_name();
-                let Some(n) = name
-                    .to_str()
-                    .and_then(|n| n.strip_prefix("shard-"))
-                    .and_then(|n| n.parse::<u32>().ok())
-                else {
+                let Some(n) = name.to_str().and_then(spillway_wab::layout::shard_number) else {
                     continue;
                 };
                 highest = Some(highest.map_or(n, |h| h.max(n)));
@@ -870,7 +866,7 @@ fn bind_tcp_door(cfg: &Config) -> Result<Option<TcpDoorParts>, String> {
 /// starts all the same and delivers once the sink answers. Without it a
 /// daemon with nothing to deliver said nothing about a sink it could not
 /// reach.
-fn probe_sinks_at_start(built: &[crate::sink::BuiltSink]) {
+fn probe_sinks_at_start(built: &[crate::sinks::BuiltSink]) {
     for b in built {
         let (name, factory, description) =
             (b.name.clone(), b.factory.clone(), b.description.clone());

@@ -96,7 +96,8 @@ fn shard_dirs(data_dir: &Path) -> Result<Vec<PathBuf>, String> {
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("shard-"))
+                .and_then(spillway_wab::layout::shard_number)
+                .is_some()
         })
         .collect();
     if shards.is_empty() {

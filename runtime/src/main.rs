@@ -7,7 +7,7 @@
 //! which sit in its library target (`lib.rs`) only so that the fuzz targets
 //! can reach the parser, and here `daemon` (start-up: ownership of the data folder
 //! and sockets, recovery, the actors), `supervisor` (restarts, shutdown),
-//! `sink` and `reload` (the `[sink]` table, at start and on reload),
+//! `sinks` (building the sink tables and running them) and `reload`,
 //! `admin` (the admin socket and metrics), `ctl` (its client subcommands),
 //! `check` (what `spillway check` tries beyond parsing), `inspect` (a data
 //! folder, offline), `push` (a producer for the shell),
@@ -18,7 +18,6 @@ mod admin;
 mod check;
 mod ctl;
 mod daemon;
-mod delivery;
 mod fd_limit;
 #[cfg(test)]
 mod golden;
@@ -28,7 +27,7 @@ mod notify;
 mod push;
 mod reference;
 mod reload;
-mod sink;
+mod sinks;
 mod stats_view;
 mod supervisor;
 mod table;

@@ -24,7 +24,7 @@ use actix::Addr;
 use spillway_sinks::{SinkConfig, SinkEnv};
 
 use crate::config::Config;
-use crate::sink::{build_on_thread, build_sinks, build_timeout};
+use crate::sinks::{build_on_thread, build_sinks, build_timeout};
 use crate::supervisor::{ApplySinks, Supervisor};
 
 /// Counters exported by `ctl stats`.
@@ -135,7 +135,7 @@ impl Reloader {
 
     /// Run a reload; `Ok` carries a report for `ctl reload`. The new sink
     /// is built and health-checked on a thread of its own under
-    /// `sink.build_timeout_ms` ([`crate::sink::build_on_thread`]); this
+    /// `sink.build_timeout_ms` ([`crate::sinks::build_on_thread`]); this
     /// future only waits for it, so the arbiter it runs on keeps serving
     /// connections, the admin socket and `/ready` meanwhile. No borrow of
     /// the reloader is held across the wait.

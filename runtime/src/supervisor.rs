@@ -24,11 +24,11 @@ use spillway_actors::{
 use spillway_wab::{open_shard_seen, shard_dir, FsStorage, SealedCheck};
 
 use crate::config::Config;
-use crate::delivery::{
+use crate::sinks::BuiltSink;
+use crate::sinks::{
     open_dead_letters, open_requeue, seen_in_stores, start_drain, DeadLetterStores, RequeueStores,
     SinkRun,
 };
-use crate::sink::BuiltSink;
 
 /// Restarts allowed per child within [`RESTART_WINDOW`].
 pub const RESTARTS_MAX: usize = 5;
@@ -213,7 +213,7 @@ impl Supervisor {
     /// is delivered to every sink).
     /// Recover shard `queue.shard` and start its flusher. `seen`: one past
     /// the highest number of this shard the sinks' dead-letter and requeue
-    /// stores hold ([`crate::delivery::seen_in_stores`]).
+    /// stores hold ([`crate::sinks::seen_in_stores`]).
     pub fn start_shard(
         cfg: &Config,
         queue: Arc<ShardQueue>,

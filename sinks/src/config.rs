@@ -40,8 +40,8 @@ use serde::Deserialize;
 use crate::file::FileConfig;
 use crate::registry::{self, CheckedSink, SinkType, TypeKeys, SINK_TYPES};
 
-pub use crate::delivery::*;
 pub use crate::error::{KeyProblem, SinkConfigError, DEFAULT_TABLE};
+pub use crate::keys::*;
 
 /// The file the built-in default config delivers to.
 pub const DEFAULT_FILE_PATH: &str = "spillway-data/delivered.ndjson";
@@ -236,7 +236,7 @@ fn check(
         });
     }
     let settings = sink.0.check(delivery)?;
-    crate::delivery::check(delivery)?;
+    crate::keys::check(delivery)?;
     Ok(settings)
 }
 
@@ -344,7 +344,7 @@ impl<'de> Visitor<'de> for TableVisitor {
             if key == "type" {
                 sink_type = Some(map.next_value_seed(TypeSeed)?);
             } else if DeliveryConfig::keys().any(|k| k == key) {
-                crate::delivery::read_key(&mut delivery, key, &mut map)?;
+                crate::keys::read_key(&mut delivery, key, &mut map)?;
             } else {
                 map.next_value_seed(TypeKeySeed {
                     key,

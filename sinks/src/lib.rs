@@ -27,11 +27,11 @@
 //! records only as `sink_sdk::Batch`es.
 
 pub mod config;
-pub mod delivery;
 pub mod error;
 pub mod file;
 mod framing;
 pub mod http;
+pub mod keys;
 pub mod nats;
 pub mod noop;
 pub mod plugin;

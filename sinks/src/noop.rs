@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sink_sdk::{Batch, Limits, Outcome, Sink};
 
-use crate::delivery::DeliveryConfig;
+use crate::keys::DeliveryConfig;
 use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
 use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use sink_sdk::keys::{Allowed, DefaultValue, Key, Table};
 
-use crate::delivery::DeliveryConfig;
+use crate::keys::DeliveryConfig;
 use crate::registry::SINK_TYPES;
 
 /// `sink` (`type` and the delivery keys), then `sink.TYPE` for each type

@@ -9,8 +9,8 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::delivery::DeliveryConfig;
 use crate::error::{KeyProblem, SinkError};
+use crate::keys::DeliveryConfig;
 use crate::SinkFactory;
 
 /// One sink type: what the registry knows of it.

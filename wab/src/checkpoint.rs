@@ -43,25 +43,9 @@ pub const SLOT_BYTES: usize = 4096;
 /// Bytes of a slot that carry data (the rest are zeros).
 const SLOT_USED: usize = 40;
 pub const CHECKPOINT_BYTES: usize = 2 * SLOT_BYTES;
-pub const CHECKPOINT_FILE: &str = "checkpoint";
-/// Prefix of a checkpoint moved aside because no slot could be read.
-pub const CORRUPT_PREFIX: &str = "checkpoint.corrupt-";
-/// Prefix of a checkpoint moved aside because it was ahead of the data.
-pub const AHEAD_PREFIX: &str = "checkpoint.ahead-";
-
-pub fn checkpoint_path(shard_dir: &Path) -> PathBuf {
-    shard_dir.join(CHECKPOINT_FILE)
-}
-
-/// Prefix of a sink's cursor file in a shard folder: `cursor-<sink>`.
-pub const CURSOR_PREFIX: &str = "cursor-";
-
-/// The name of sink `sink`'s cursor file in a shard folder. A sink name is
-/// 1-32 of `a-z 0-9 _ -` (the config checks it), so the name never holds a
-/// `.`, which the files moved aside and the temporary file add.
-pub fn cursor_file(sink: &str) -> String {
-    format!("{CURSOR_PREFIX}{sink}")
-}
+pub use crate::layout::{
+    checkpoint_path, cursor_file, AHEAD_PREFIX, CHECKPOINT_FILE, CORRUPT_PREFIX, CURSOR_PREFIX,
+};
 
 /// The sinks that have a cursor file in `shard_dir`, sorted.
 pub fn cursor_sinks<S: Storage>(storage: &S, shard_dir: &Path) -> io::Result<Vec<String>> {

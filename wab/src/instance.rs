@@ -10,10 +10,7 @@ use std::path::Path;
 
 use crate::storage::{Storage, StorageFile};
 
-/// The file in the data folder.
-pub const INSTANCE_ID_FILE: &str = "instance-id";
-/// Where a new id is written before it is renamed into place.
-pub const INSTANCE_ID_TMP: &str = "instance-id.tmp";
+pub use crate::layout::{INSTANCE_ID_FILE, INSTANCE_ID_TMP};
 /// Hex digits of an id.
 const ID_HEX: usize = 32;
 

@@ -19,6 +19,7 @@ pub mod fault;
 pub mod follow;
 pub mod format;
 pub mod instance;
+pub mod layout;
 pub mod lock;
 pub mod quarantine;
 pub mod reader;
@@ -28,7 +29,7 @@ pub mod segment;
 pub mod shard;
 pub mod storage;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub use checkpoint::{
     cursor_file, cursor_sinks, load_checkpoint, load_checkpoint_file, read_checkpoint,
@@ -48,17 +49,7 @@ pub use segment::{preallocate, recycle, seal, ActiveSegment, AppendRecord, Preal
 pub use shard::{open_shard, open_shard_seen, open_shard_with, OpenedShard};
 pub use storage::{create_dir_durable, FsStorage, Storage, StorageFile};
 
-/// Directory of shard `shard` under `data_dir`.
-pub fn shard_dir(data_dir: &Path, shard: u32) -> PathBuf {
-    data_dir.join(format!("shard-{shard:03}"))
-}
-
-/// The dead-letter store's folder: of a sink, under its folder; at the top
-/// of `data_dir`, the single-sink layout's (the `default` sink's).
-pub const DEAD_LETTER_DIR: &str = "dead-letter";
-
-/// The folder under `data_dir` holding one folder per sink.
-pub const SINKS_DIR: &str = "sinks";
+pub use layout::{shard_dir, DEAD_LETTER_DIR, SINKS_DIR};
 
 /// Names in `data_dir` that spillway did not make, sorted (empty for a
 /// missing, empty or spillway-made folder). spillway makes only
@@ -82,16 +73,7 @@ pub fn foreign_entries(data_dir: &Path) -> std::io::Result<Vec<String>> {
     let mut foreign = Vec::new();
     for entry in entries {
         let name = entry?.file_name().to_string_lossy().into_owned();
-        let ours = name == lock::LOCK_FILE
-            || name == DEAD_LETTER_DIR
-            || name == SINKS_DIR
-            || name == instance::INSTANCE_ID_FILE
-            || name == instance::INSTANCE_ID_TMP
-            || name == "lost+found"
-            || name
-                .strip_prefix("shard-")
-                .is_some_and(|n| n.len() >= 3 && n.bytes().all(|b| b.is_ascii_digit()));
-        if !ours {
+        if !layout::made_by_spillway(&name) {
             foreign.push(name);
         }
     }

@@ -16,8 +16,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
-/// Name of the lock file inside the data folder.
-pub const LOCK_FILE: &str = "LOCK";
+pub use crate::layout::LOCK_FILE;
 
 /// Open (creating, mode 0600) and exclusively lock `path` without waiting.
 /// `Ok(Err(file))`: another process holds it (the file is returned so its

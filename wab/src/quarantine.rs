@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::storage::{create_dir_durable, is_no_space, read_full_at, Storage, StorageFile};
 
-/// Name of the folder (inside each shard directory) untrusted files go to.
-pub const QUARANTINE_DIR: &str = "quarantine";
+pub use crate::layout::QUARANTINE_DIR;
 
 /// Move `path` into `<dir>/quarantine/` with a `.reason` file beside it.
 pub(crate) fn quarantine<S: Storage>(

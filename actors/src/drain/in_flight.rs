@@ -5,7 +5,7 @@
 //!
 //! With more than one batch out, answers come back in any order; the
 //! cursor confirms only over a contiguous prefix of finished batches (see
-//! `delivery`), so a crash redelivers what was not confirmed and never
+//! `offer`), so a crash redelivers what was not confirmed and never
 //! skips.
 
 use std::collections::VecDeque;
@@ -491,11 +491,6 @@ impl Flights {
             Lanes::Inline
         };
     }
-}
-
-/// Where an adaptive cursor keeps its learned limit between runs.
-pub fn learned_file(sink_dir: &Path, shard: u32) -> PathBuf {
-    sink_dir.join(format!("in-flight-{shard:03}"))
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@
 //! One concept per file: `cursor` (one sink's view of one shard and one
 //! step of its loop), `retention` (deleting what every sink passed),
 //! `actor` (the supervised actor and its thread), `sink_host` (the current
-//! sink, its instance, panics and reloads), `delivery` (one batch: offer it,
+//! sink, its instance, panics and reloads), `offer` (one batch: offer it,
 //! classify the sink's outcome, dead-letter the rejected records and
 //! confirm), `in_flight` (the limit on batches out, AIMD, and the
 //! worker threads that run them), `retry` (backoff with jitter, retry-after, probing while
@@ -38,8 +38,8 @@ mod actor;
 mod board;
 mod control;
 mod cursor;
-mod delivery;
 mod in_flight;
+mod offer;
 mod requeue;
 mod retention;
 mod retry;
@@ -54,7 +54,7 @@ pub use actor::{Drain, RetireDrain, StopDrain};
 pub use board::{DeliveryBoard, SinkFigures};
 pub use control::{CursorControl, RewindTo};
 pub use cursor::{Cursor, CursorConfig, DrainWait};
-pub use in_flight::{learned_file, Limiter};
+pub use in_flight::Limiter;
 pub use requeue::Requeue;
 pub use retention::{Membership, Retention, RetentionStats};
 pub use sink_host::{SinkHost, SinkSlot};

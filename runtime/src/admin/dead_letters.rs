@@ -12,7 +12,7 @@ use spillway_wab::RecordMeta;
 use tokio::sync::oneshot;
 
 use super::AdminState;
-use crate::delivery::DeadLetters;
+use crate::sinks::DeadLetters;
 
 /// The dead-letter store of sink `sink`, or of the only sink there is.
 pub(super) fn store(state: &AdminState, sink: Option<&str>) -> Result<DeadLetters, String> {

@@ -36,7 +36,7 @@ use spillway_actors::{
     AcceptErrors, DaemonStats, DeliveryBoard, RateLimiter, ReadBudget, ShardQueue, WabBudget,
 };
 
-use crate::delivery::{DeadLetterStores, RequeueStores};
+use crate::sinks::{DeadLetterStores, RequeueStores};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use spillway_actors::{DrainStats, RewindTo};
 
 use super::AdminState;
-use crate::delivery::set_paused_on_disk;
+use crate::sinks::set_paused_on_disk;
 
 /// The cursors of sink `name`, one per shard.
 fn cursors(state: &AdminState, name: &str) -> Result<Vec<Arc<DrainStats>>, String> {

@@ -11,7 +11,7 @@ use sink_sdk::keys::{Allowed, DefaultValue, Key, Unit};
 use sink_sdk::output::AppendRules;
 use sink_sdk::Limits;
 
-use crate::delivery::{check_range, required_path, DeliveryConfig, GIB, MIB};
+use crate::keys::{check_range, required_path, DeliveryConfig, GIB, MIB};
 use crate::KeyProblem;
 
 pub(crate) const DEFAULT_ROTATE_BYTES: u64 = 256 * MIB;

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use sink_sdk::output::{AppendRules, Framing, RollingFile};
 use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
-use crate::delivery::DeliveryConfig;
+use crate::keys::DeliveryConfig;
 use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
 use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::FileSettings;

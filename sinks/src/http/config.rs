@@ -19,7 +19,7 @@ use serde::Deserialize;
 use sink_sdk::keys::{Allowed, DefaultValue, Key, Unit};
 use sink_sdk::Limits;
 
-use crate::delivery::{check_env_var_name, check_range, DeliveryConfig};
+use crate::keys::{check_env_var_name, check_range, DeliveryConfig};
 use crate::{KeyProblem, SinkError};
 
 pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 10_000;

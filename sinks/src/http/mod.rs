@@ -27,7 +27,7 @@ use sink_sdk::{Batch, Health, Limits, Outcome, Record, RecordOutcome, Sink};
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 
-use crate::delivery::DeliveryConfig;
+use crate::keys::DeliveryConfig;
 use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
 use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::HttpSettings;

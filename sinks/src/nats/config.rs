@@ -10,7 +10,7 @@ use std::time::Duration;
 use sink_sdk::keys::{Allowed, DefaultValue, Key, Unit};
 use sink_sdk::Limits;
 
-use crate::delivery::{check_env_var_name, check_range, DeliveryConfig};
+use crate::keys::{check_env_var_name, check_range, DeliveryConfig};
 use crate::KeyProblem;
 
 pub(crate) const DEFAULT_ACK_TIMEOUT_MS: u64 = 5_000;

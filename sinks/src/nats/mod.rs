@@ -35,7 +35,7 @@ use bytes::Bytes;
 use sink_sdk::{Batch, Health, Limits, Outcome, RecordOutcome, Sink};
 use tokio::runtime::Runtime;
 
-use crate::delivery::DeliveryConfig;
+use crate::keys::DeliveryConfig;
 use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
 use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 pub use config::NatsConfig;

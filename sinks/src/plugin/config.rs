@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::delivery::required_path;
+use crate::keys::required_path;
 use crate::KeyProblem;
 use sink_sdk::keys::{Allowed, DefaultValue, Key};
 

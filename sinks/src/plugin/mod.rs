@@ -62,7 +62,7 @@ pub(crate) use preflight::preflight;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::delivery::DeliveryConfig;
+use crate::keys::DeliveryConfig;
 use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 

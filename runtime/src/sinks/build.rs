@@ -1,4 +1,4 @@
-//! The configured sink, built into the maker the drains use: at start
+//! A configured sink, built into the factory its drains use: at start
 //! ([`crate::daemon`]), at every reload ([`crate::reload`]) and in
 //! `spillway check`, the one place a `[sink]` table becomes sink
 //! instances.

@@ -1,33 +1,32 @@
 //! The configured sinks as the daemon runs them: each sink's slot (its
-//! current maker and settings, swapped by a reload), its dead-letter store
-//! and, per shard, the drain thread that runs its cursor. The supervisor
-//! owns these; a reload adds, changes and removes sinks through it
-//! ([`crate::supervisor::ApplySinks`]).
+//! current factory and delivery keys, swapped by a reload), its dead-letter
+//! and requeue stores, its paused mark and, per shard, the drain thread
+//! that runs its cursor.
 //!
-//! On disk a sink has `sinks/<name>/` in the data folder (its dead-letter
-//! store) and a cursor file in every shard folder. A data folder written
+//! On disk a sink has `sinks/<name>/` in the data folder (its stores, see
+//! [`spillway_wab::layout`]) and a cursor file in every shard folder. A data folder written
 //! by the single-sink release has `dead-letter/` at its top: it is the
 //! `default` sink's, and is moved to `sinks/default/dead-letter/` the
 //! first time that sink starts.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use sink_sdk::delivery::StartAt;
 use spillway_actors::{
-    learned_file, Cursor, CursorConfig, Drain, DrainStats, Requeue, Retention, ShardQueue, SinkSlot,
+    Cursor, CursorConfig, Drain, DrainStats, Requeue, Retention, ShardQueue, SinkSlot,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::format::now_unix_us;
-use spillway_wab::{create_dir_durable, shard_dir, FsStorage, Storage, DEAD_LETTER_DIR, SINKS_DIR};
+use spillway_wab::layout::{
+    learned_file, shard_dir, sink_dir, DEAD_LETTER_DIR, PAUSED_FILE, REQUEUE_DIR, SINKS_DIR,
+    SKIPPED_FILE,
+};
+use spillway_wab::{create_dir_durable, FsStorage, Storage};
 
 use crate::config::DEFAULT_SINK;
-
-/// In a sink's folder: one JSON line per range of records it skipped
-/// (`on_lag = "skip"`).
-pub const SKIPPED_FILE: &str = "skipped";
 
 /// A sink's dead-letter store, shared by its drains and the admin.
 pub type DeadLetters = Arc<Mutex<DeadLetterStore<FsStorage>>>;
@@ -71,9 +70,6 @@ pub fn seen_in_stores(
     Ok(seen)
 }
 
-/// In a sink's folder: its requeue store.
-pub const REQUEUE_DIR: &str = "requeue";
-
 /// Open sink `name`'s requeue store (`sinks/<name>/requeue/`).
 pub fn open_requeue(data_dir: &Path, name: &str) -> Result<Requeued, String> {
     let dir = sink_dir(data_dir, name).join(REQUEUE_DIR);
@@ -89,11 +85,6 @@ pub struct SinkRun {
     pub requeue: Requeued,
     /// Where it starts in a shard where it has no cursor yet.
     pub start: StartAt,
-}
-
-/// Sink `name`'s folder in `data_dir`.
-pub fn sink_dir(data_dir: &Path, name: &str) -> PathBuf {
-    data_dir.join(SINKS_DIR).join(name)
 }
 
 /// Open sink `name`'s dead-letter store (`sinks/<name>/dead-letter/`),
@@ -169,9 +160,6 @@ pub fn start_drain(
     )?;
     Ok(Drain::spawn(cursor.with_requeue(run.requeue.clone()))?.start())
 }
-
-/// In a sink's folder: present while the operator has paused the sink.
-pub const PAUSED_FILE: &str = "paused";
 
 /// Whether sink `name` was left paused (`ctl sink pause`).
 pub fn paused_on_disk(data_dir: &Path, name: &str) -> bool {
