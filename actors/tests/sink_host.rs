@@ -16,8 +16,9 @@ use bytes::Bytes;
 use sink_sdk::delivery::{factory_fn, DeliveryConfig, SinkFactory, StartAt};
 use sink_sdk::{records, Batch, Limits, Outcome, RecordOutcome, Sink};
 use spillway_actors::{
-    AppendBatch, Clock, CommitTarget, Cursor, CursorConfig, Drain, DrainStats, FlusherConfig,
-    PendingRecord, Retention, ShardFlusher, ShardQueue, SinkHost, SinkSlot, WabBudget,
+    AppendBatch, Clock, CommitTarget, Cursor, CursorConfig, CursorControl, Drain, DrainStats,
+    FlusherConfig, PendingRecord, Retention, ShardFlusher, ShardQueue, SinkHost, SinkSlot,
+    WabBudget,
 };
 use spillway_protocol::NackReason;
 use spillway_wab::deadletter::DeadLetterStore;
@@ -392,6 +393,7 @@ struct Rig {
     flusher: Option<ShardFlusher>,
     drain: Option<Drain>,
     stats: Arc<DrainStats>,
+    control: Arc<CursorControl>,
     target: Arc<Commits>,
     commits: mpsc::Receiver<(u64, Result<u64, NackReason>)>,
     next_token: u64,
@@ -455,7 +457,8 @@ impl Rig {
             1,
         )
         .expect("opening the cursor");
-        let drain = Drain::spawn(cursor).expect("starting the drain");
+        let control = Arc::new(CursorControl::default());
+        let drain = Drain::spawn(cursor.with_control(control.clone())).expect("starting the drain");
         let (tx, commits) = mpsc::channel();
         let target = Arc::new(Commits(Mutex::new(tx)));
         Rig {
@@ -465,6 +468,7 @@ impl Rig {
             flusher: Some(flusher),
             drain: Some(drain),
             stats,
+            control,
             target,
             commits,
             next_token: 1,
@@ -863,7 +867,7 @@ fn checkpoint_interval_fdatasyncs_the_cursor_less_often_and_a_stop_makes_it_dura
         };
         let mut rig = Rig::start_on(storage, 1 << 20, slot);
         // The backlog builds while the sink is paused, then goes in one run.
-        rig.stats.control.set_paused(true);
+        rig.control.set_paused(true);
         let mut expected = Vec::new();
         for b in 0..20u64 {
             let ps = payloads(b * 30, 30);
@@ -876,7 +880,7 @@ fn checkpoint_interval_fdatasyncs_the_cursor_less_often_and_a_stop_makes_it_dura
         }
         thread::sleep(Duration::from_millis(100));
         let before = (writes.load(Ordering::SeqCst), syncs.load(Ordering::SeqCst));
-        rig.stats.control.set_paused(false);
+        rig.control.set_paused(false);
         rig.wait_delivered(&log, expected.len());
         let deadline = Instant::now() + Duration::from_secs(10);
         while rig.stats.checkpoint.load(Ordering::SeqCst) < 600 && Instant::now() < deadline {

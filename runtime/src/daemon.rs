@@ -19,10 +19,10 @@ use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use spillway_actors::{
-    bind_socket, ensure_socket_folder, ConnectionContext, ConnectionLimits, DaemonStats,
-    DeliveryBoard, DrainStats, HttpIngest, HttpIngestSettings, Listener, ReadBudget, Retention,
-    RetentionStats, ShardQueue, SinkFigures, SinkSlot, SocketAccess, SocketLock, TcpDoor,
-    TlsServer, WabBudget,
+    bind_socket, ensure_socket_folder, ConnectionContext, ConnectionLimits, CursorControl,
+    DaemonStats, DeliveryBoard, DrainStats, HttpIngest, HttpIngestSettings, Listener, ReadBudget,
+    Retention, RetentionStats, ShardQueue, SinkFigures, SinkSlot, SocketAccess, SocketLock,
+    TcpDoor, TlsServer, WabBudget,
 };
 use spillway_sinks::{SinkConfig, SinkEnv};
 use spillway_wab::{shard_dir, DataDirLock, FsStorage};
@@ -521,6 +521,7 @@ fn recover_shards(
         let mut drains = BTreeMap::new();
         for (name, run) in sinks {
             let stats = Arc::new(DrainStats::default());
+            let control = Arc::new(CursorControl::default());
             let addr = start_drain(
                 &cfg.server.data_dir,
                 queue.clone(),
@@ -528,9 +529,10 @@ fn recover_shards(
                 name,
                 run,
                 stats.clone(),
+                control.clone(),
             )
             .map_err(|e| format!("starting delivery of shard {shard} to sink {name}: {e}"))?;
-            drains.insert(name.clone(), DrainSlot::new(addr, stats));
+            drains.insert(name.clone(), DrainSlot::new(addr, stats, control));
         }
         retentions.push(retention_stats);
         shards.push(ShardSlot::new(queue, addr, retention, drains));
@@ -601,6 +603,10 @@ fn delivery_board(
                 shards: shards
                     .iter()
                     .map(|s| s.drains[name].stats.clone())
+                    .collect(),
+                controls: shards
+                    .iter()
+                    .map(|s| s.drains[name].control.clone())
                     .collect(),
             },
         );

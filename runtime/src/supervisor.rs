@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 
 use spillway_actors::{
-    bind_socket, Backoff, ConnectionContext, DeliveryBoard, Drain, DrainStats, FlusherConfig,
-    Listener, NotBefore, Retention, RetireDrain, ShardFlusher, ShardHealth, ShardQueue,
-    SinkFigures, SinkSlot, StopDrain, StopListening, StopShard,
+    bind_socket, Backoff, ConnectionContext, CursorControl, DeliveryBoard, Drain, DrainStats,
+    FlusherConfig, Listener, NotBefore, Retention, RetireDrain, ShardFlusher, ShardHealth,
+    ShardQueue, SinkFigures, SinkSlot, StopDrain, StopListening, StopShard,
 };
 use spillway_wab::{open_shard_seen, shard_dir, FsStorage, SealedCheck};
 
@@ -95,15 +95,18 @@ pub struct ShardSlot {
 pub struct DrainSlot {
     pub addr: Option<Addr<Drain>>,
     pub stats: Arc<DrainStats>,
+    /// The operator's controls of its cursor, kept across restarts.
+    pub control: Arc<CursorControl>,
     policy: RestartPolicy,
     dead_since: Option<Instant>,
 }
 
 impl DrainSlot {
-    pub fn new(addr: Addr<Drain>, stats: Arc<DrainStats>) -> Self {
+    pub fn new(addr: Addr<Drain>, stats: Arc<DrainStats>, control: Arc<CursorControl>) -> Self {
         DrainSlot {
             addr: Some(addr),
             stats,
+            control,
             policy: RestartPolicy::default(),
             dead_since: None,
         }
@@ -397,6 +400,7 @@ impl Supervisor {
                     sink,
                     run,
                     slot.stats.clone(),
+                    slot.control.clone(),
                 );
                 match started {
                     Ok(addr) => {
@@ -424,9 +428,10 @@ impl Supervisor {
             dead_letters: dead_letters.clone(),
             requeue: requeue.clone(),
         };
-        let mut stats = Vec::new();
+        let (mut stats, mut controls) = (Vec::new(), Vec::new());
         for shard in &mut self.shards {
             let s = Arc::new(DrainStats::default());
+            let control = Arc::new(CursorControl::default());
             let addr = start_drain(
                 &data_dir,
                 shard.queue.clone(),
@@ -434,6 +439,7 @@ impl Supervisor {
                 &name,
                 &run,
                 s.clone(),
+                control.clone(),
             )
             .map_err(|e| {
                 format!(
@@ -441,10 +447,12 @@ impl Supervisor {
                     shard.queue.shard
                 )
             })?;
-            shard
-                .drains
-                .insert(name.clone(), DrainSlot::new(addr, s.clone()));
+            shard.drains.insert(
+                name.clone(),
+                DrainSlot::new(addr, s.clone(), control.clone()),
+            );
             stats.push(s);
+            controls.push(control);
         }
         self.dead_letters
             .lock()
@@ -455,6 +463,7 @@ impl Supervisor {
             SinkFigures {
                 description: built.description,
                 shards: stats,
+                controls,
             },
         );
         self.requeue.lock().unwrap().insert(name.clone(), requeue);

@@ -1,12 +1,13 @@
 //! What the admin side reads of delivery: every configured sink's figures,
-//! one [`DrainStats`] per shard, and each shard's retention figures. The
+//! one [`DrainStats`] per shard (and the operator's [`CursorControl`] of
+//! each), and each shard's retention figures. The
 //! daemon fills it at start, a reload adds and removes sinks, and `ctl
 //! stats`, `ctl health`, `/ready` and `/metrics` read it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use super::{DrainStats, RetentionStats};
+use super::{CursorControl, DrainStats, RetentionStats};
 
 /// One sink's figures.
 #[derive(Debug, Clone)]
@@ -15,6 +16,9 @@ pub struct SinkFigures {
     pub description: String,
     /// Its delivery from each shard, by shard number.
     pub shards: Vec<Arc<DrainStats>>,
+    /// The operator's controls of its cursor in each shard, by shard
+    /// number (`ctl sink pause | resume | rewind`).
+    pub controls: Vec<Arc<CursorControl>>,
 }
 
 /// Every sink's figures and every shard's retention.

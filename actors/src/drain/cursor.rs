@@ -26,7 +26,7 @@ use spillway_wab::format::RECORD_HEADER_LEN;
 use spillway_wab::storage::is_no_space;
 use spillway_wab::{CheckpointWriter, Storage, StoredRecord};
 
-use super::control::RewindTo;
+use super::control::{CursorControl, RewindTo};
 use super::in_flight::{read_learned, Flights, Lanes, Limiter};
 use super::requeue::Requeue;
 use super::retention::{Membership, Retention};
@@ -108,6 +108,8 @@ pub struct Cursor<S: Storage> {
     /// shard (it is not listed again until that moves).
     pub(super) requeue_seen: Option<u64>,
     pub(super) stats: Arc<DrainStats>,
+    /// What the operator asks of this cursor (pause, rewind).
+    control: Arc<CursorControl>,
     pub(super) stop: Arc<AtomicBool>,
     pub(super) host: SinkHost,
     /// What linger and the retry backoff read.
@@ -187,6 +189,7 @@ impl<S: Storage> Cursor<S> {
             requeue: None,
             requeue_seen: None,
             stats,
+            control: Arc::default(),
             stop: Arc::new(AtomicBool::new(false)),
             clock,
             confirmed: start,
@@ -229,6 +232,13 @@ impl<S: Storage> Cursor<S> {
     /// `requeue` (this shard's), between batches.
     pub fn with_requeue(mut self, requeue: Arc<Requeue<S>>) -> Self {
         self.requeue = Some(requeue);
+        self
+    }
+
+    /// Take the operator's requests from `control` (a cursor without one is
+    /// never paused or rewound).
+    pub fn with_control(mut self, control: Arc<CursorControl>) -> Self {
+        self.control = control;
         self
     }
 
@@ -325,7 +335,7 @@ impl<S: Storage> Cursor<S> {
     /// long enough; when idle, make sure the checkpoint is written and tell
     /// retention. Says what to wait for before the next turn.
     pub fn step(&mut self) -> DrainWait {
-        if let Some(to) = self.stats.control.take_rewind() {
+        if let Some(to) = self.control.take_rewind() {
             if let Err(e) = self.rewind(to) {
                 tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "rewinding the sink's cursor failed; it stays where it was");
             }
@@ -579,7 +589,7 @@ impl<S: Storage> Cursor<S> {
 
     /// Whether the operator holds this cursor; keeps its health saying so.
     fn hold_while_paused(&mut self) -> bool {
-        let paused = self.stats.control.paused();
+        let paused = self.control.paused();
         let mut health = self.stats.sink.lock().unwrap();
         if paused != (health.state == super::SinkState::Paused) {
             health.paused(paused);

@@ -60,7 +60,7 @@ pub use retention::{Membership, Retention, RetentionStats};
 pub use sink_host::{SinkHost, SinkSlot};
 
 /// One sink's delivery from one shard as the admin side sees it: its
-/// figures, and the operator's requests ([`CursorControl`]).
+/// figures (the operator's requests are a [`CursorControl`] of their own).
 #[derive(Debug, Default)]
 pub struct DrainStats {
     pub delivered_records: AtomicU64,
@@ -98,8 +98,6 @@ pub struct DrainStats {
     /// `on_lag = "skip"`): never delivered to it; each range is logged and
     /// written to the sink's `skipped` file.
     pub records_skipped: AtomicU64,
-    /// What the operator asks of this cursor (pause, rewind).
-    pub control: CursorControl,
     /// Batches offered to the sink and not yet answered.
     pub in_flight: AtomicU64,
     /// How many may be out at once: `batches_in_flight`, or what an

@@ -6,16 +6,16 @@
 
 use std::sync::Arc;
 
-use spillway_actors::{DrainStats, RewindTo};
+use spillway_actors::{CursorControl, RewindTo};
 
 use super::AdminState;
 use crate::sinks::set_paused_on_disk;
 
-/// The cursors of sink `name`, one per shard.
-fn cursors(state: &AdminState, name: &str) -> Result<Vec<Arc<DrainStats>>, String> {
+/// The controls of sink `name`'s cursors, one per shard.
+fn cursors(state: &AdminState, name: &str) -> Result<Vec<Arc<CursorControl>>, String> {
     let sinks = state.board.sinks();
     match sinks.iter().find(|(n, _)| n == name) {
-        Some((_, f)) => Ok(f.shards.clone()),
+        Some((_, f)) => Ok(f.controls.clone()),
         None => Err(format!(
             "no sink {name:?}; sinks: {}",
             sinks
@@ -32,7 +32,7 @@ pub(super) fn pause(state: &AdminState, name: &str, paused: bool) -> Result<Stri
     let cursors = cursors(state, name)?;
     set_paused_on_disk(&state.data_dir, name, paused)?;
     for c in &cursors {
-        c.control.set_paused(paused);
+        c.set_paused(paused);
     }
     Ok(if paused {
         format!(
@@ -77,7 +77,7 @@ pub(super) fn rewind(
         );
     }
     for &i in &shards {
-        cursors[i].control.request_rewind(to);
+        cursors[i].request_rewind(to);
     }
     Ok(format!(
         "sink {name}: rewind to {} asked of {} shard(s); each cursor moves between batches \

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use sink_sdk::delivery::StartAt;
 use spillway_actors::{
-    Cursor, CursorConfig, Drain, DrainStats, Requeue, Retention, ShardQueue, SinkSlot,
+    Cursor, CursorConfig, CursorControl, Drain, DrainStats, Requeue, Retention, ShardQueue,
+    SinkSlot,
 };
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::format::now_unix_us;
@@ -137,8 +138,9 @@ pub fn start_drain(
     name: &str,
     run: &SinkRun,
     stats: Arc<DrainStats>,
+    control: Arc<CursorControl>,
 ) -> std::io::Result<Addr<Drain>> {
-    stats.control.set_paused(paused_on_disk(data_dir, name));
+    control.set_paused(paused_on_disk(data_dir, name));
     let cfg = CursorConfig {
         sink: name.to_string(),
         shard: queue.shard,
@@ -158,7 +160,10 @@ pub fn start_drain(
         spillway_actors::Clock::system(),
         now_unix_us() | 1,
     )?;
-    Ok(Drain::spawn(cursor.with_requeue(run.requeue.clone()))?.start())
+    let cursor = cursor
+        .with_requeue(run.requeue.clone())
+        .with_control(control);
+    Ok(Drain::spawn(cursor)?.start())
 }
 
 /// Whether sink `name` was left paused (`ctl sink pause`).
