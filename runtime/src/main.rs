@@ -27,6 +27,7 @@ mod notify;
 mod push;
 mod reference;
 mod reload;
+mod schema;
 mod sinks;
 mod stats_view;
 mod supervisor;
@@ -110,6 +111,8 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// Print the JSON Schema of spillway.toml, for editors that check TOML against one (taplo / Even Better TOML: `#:schema ./spillway.schema.json` on the config's first line).
+    Schema,
     /// Read every record in a data folder (segment reader; no daemon needed).
     Inspect {
         /// The daemon's server.data_dir.
@@ -227,6 +230,10 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&format!("writing the man pages: {e}")),
             }
+        }
+        Command::Schema => {
+            say(&schema::text());
+            ExitCode::SUCCESS
         }
         Command::Inspect {
             data_dir,

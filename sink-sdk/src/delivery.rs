@@ -327,7 +327,7 @@ impl DeliveryConfig {
         Key {
             name: "sink.start",
             default: DefaultValue::Str("end"),
-            allowed: Allowed::Text(r#"`"end"`, `"oldest"`"#),
+            allowed: Allowed::OneOf(StartAt::NAMES),
             also: "",
             meaning: r#"Where a sink added by a reload (while the daemon runs) starts reading: `"end"` delivers only records that arrive from then on, `"oldest"` starts at the oldest record the buffer still holds for some sink. A sink that is in the config when the daemon starts and has no cursor yet (a new data folder, a sink added while it was stopped, a cursor file lost) always starts at the oldest: nothing is skipped at a start."#,
         },
@@ -346,19 +346,20 @@ impl DeliveryConfig {
         Key {
             name: "sink.on_lag",
             default: DefaultValue::Str("block"),
-            allowed: Allowed::Text(r#"`"block"`, `"skip"`"#),
+            allowed: Allowed::OneOf(OnLag::NAMES),
             also: "",
             meaning: r#"At `lag_bytes_max`: `"block"` keeps every record for this sink (the buffer grows until it catches up, and, full, slows the producers); `"skip"` skips the sink ahead to half the limit, counting and logging the records it never receives (see [Lagging sinks](#a-lagging-sink-block-or-skip)). `"skip"` needs `lag_bytes_max`."#,
         },
         Key {
             name: "sink.batches_in_flight",
             default: DefaultValue::Int(1),
-            allowed: Allowed::Range {
+            allowed: Allowed::RangeOr {
                 min: *BATCHES_IN_FLIGHT_RANGE.start() as u64,
                 max: *BATCHES_IN_FLIGHT_RANGE.end() as u64,
                 unit: Unit::Count,
+                or: &["adaptive"],
             },
-            also: r#"or `"adaptive"`"#,
+            also: "",
             meaning: r#"Batches the sink may have in flight at once, per shard; `"adaptive"` learns how many the sink takes without pushing back or slowing down, up to `batches_in_flight_max` (see [Batches in flight](#batches-in-flight)). **Above 1 (and with `"adaptive"`) order across batches is not kept**; records within a batch keep theirs."#,
         },
         Key {

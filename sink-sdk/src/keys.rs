@@ -61,7 +61,25 @@ pub enum Allowed {
         max: u64,
         unit: Unit,
     },
-    /// Anything else, said in words (markdown).
+    /// An integer in `min..=max`, or one of the strings `or` (e.g.
+    /// `batches_in_flight`: `1..=64` or `"adaptive"`).
+    RangeOr {
+        min: u64,
+        max: u64,
+        unit: Unit,
+        or: &'static [&'static str],
+    },
+    /// One of these strings.
+    OneOf(&'static [&'static str]),
+    /// A value of another shape (a list, a table, a string or an integer),
+    /// said in words (markdown) and as a JSON Schema fragment, which
+    /// `spillway schema` publishes for editors.
+    Shaped {
+        text: &'static str,
+        schema: &'static str,
+    },
+    /// Anything else, said in words (markdown): a string, or a boolean
+    /// when its default is one.
     Text(&'static str),
 }
 
@@ -114,8 +132,14 @@ impl Key {
     /// as an error message says it (`1..=65536`, `100..=600000 ms`).
     pub fn check(&self, value: u64) -> Result<(), String> {
         match self.allowed {
-            Allowed::Range { min, max, .. } if (min..=max).contains(&value) => Ok(()),
-            Allowed::Range { min, max, unit } => Err(format!("{min}..={max}{}", unit.suffix())),
+            Allowed::Range { min, max, .. } | Allowed::RangeOr { min, max, .. }
+                if (min..=max).contains(&value) =>
+            {
+                Ok(())
+            }
+            Allowed::Range { min, max, unit } | Allowed::RangeOr { min, max, unit, .. } => {
+                Err(format!("{min}..={max}{}", unit.suffix()))
+            }
             Allowed::ZeroOrRange { min, max, .. } if value == 0 || (min..=max).contains(&value) => {
                 Ok(())
             }
@@ -125,15 +149,17 @@ impl Key {
                 max,
                 unit,
             } => Err(format!("0 ({zero}) or {min}..={max}{}", unit.suffix())),
-            Allowed::Text(_) => Ok(()),
+            Allowed::OneOf(_) | Allowed::Shaped { .. } | Allowed::Text(_) => Ok(()),
         }
     }
 
     /// The default as the reference shows it (markdown).
     pub fn default_text(&self) -> String {
         let unit = match self.allowed {
-            Allowed::Range { unit, .. } | Allowed::ZeroOrRange { unit, .. } => unit,
-            Allowed::Text(_) => Unit::Count,
+            Allowed::Range { unit, .. }
+            | Allowed::ZeroOrRange { unit, .. }
+            | Allowed::RangeOr { unit, .. } => unit,
+            Allowed::OneOf(_) | Allowed::Shaped { .. } | Allowed::Text(_) => Unit::Count,
         };
         if let (DefaultValue::Int(0), Allowed::ZeroOrRange { zero, .. }) =
             (self.default, self.allowed)
@@ -171,7 +197,11 @@ impl Key {
                 max,
                 unit,
             } => format!("0 ({zero}), or {}", range(min, max, unit)),
-            Allowed::Text(text) => text.to_string(),
+            Allowed::RangeOr { min, max, unit, or } => {
+                format!("{}, or {}", range(min, max, unit), quoted(or))
+            }
+            Allowed::OneOf(names) => quoted(names),
+            Allowed::Shaped { text, .. } | Allowed::Text(text) => text.to_string(),
         };
         if self.also.is_empty() {
             values
@@ -179,6 +209,12 @@ impl Key {
             format!("{values}, {}", self.also)
         }
     }
+}
+
+/// TOML strings as the reference shows them: `"a"`, `"b"`.
+fn quoted(names: &[&str]) -> String {
+    let shown: Vec<String> = names.iter().map(|n| format!("`\"{n}\"`")).collect();
+    shown.join(", ")
 }
 
 /// `n` in the largest binary unit that divides it (bytes), or in minutes

@@ -18,10 +18,7 @@ pub fn reference_tables() -> Vec<Table> {
     TABLES
         .get_or_init(|| {
             let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
-            let names: Vec<String> = SINK_TYPES
-                .iter()
-                .map(|t| format!("`\"{}\"`", t.name))
-                .collect();
+            let names: Vec<&'static str> = SINK_TYPES.iter().map(|t| t.name).collect();
             let kinds: Vec<String> = SINK_TYPES
                 .iter()
                 .map(|t| format!("`\"{}\"`: {}", t.name, t.about))
@@ -29,7 +26,7 @@ pub fn reference_tables() -> Vec<Table> {
             let type_key = Key {
                 name: "sink.type",
                 default: DefaultValue::Required,
-                allowed: Allowed::Text(leak(names.join(", "))),
+                allowed: Allowed::OneOf(Box::leak(names.into_boxed_slice())),
                 also: "",
                 meaning: leak(format!("Which sink. {}", kinds.join(" "))),
             };

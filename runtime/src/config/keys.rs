@@ -31,7 +31,10 @@ pub const SERVER_SOCKET_MODE: Key = Key {
 pub const SERVER_SOCKET_GROUP: Key = Key {
     name: "server.socket_group",
     default: DefaultValue::Unset("the daemon's group"),
-    allowed: Allowed::Text(r#"a group name (`"spillway"`) or a numeric gid (`10001`)"#),
+    allowed: Allowed::Shaped {
+        text: r#"a group name (`"spillway"`) or a numeric gid (`10001`)"#,
+        schema: r#"{"type": ["string", "integer"], "minimum": 0}"#,
+    },
     also: "",
     meaning: r#"The group the producer socket is given (before its mode is applied). Looked up when the daemon starts: an unknown group stops the start with an error naming this key. The daemon's user must be a member of it, or root."#,
 };
@@ -39,7 +42,10 @@ pub const SERVER_SOCKET_GROUP: Key = Key {
 pub const SERVER_ALLOWED_UIDS: Key = Key {
     name: "server.allowed_uids",
     default: DefaultValue::Unset("anyone the socket's mode lets in"),
-    allowed: Allowed::Text(r#"a list of numeric uids, `[1001, 1002]` (not empty)"#),
+    allowed: Allowed::Shaped {
+        text: r#"a list of numeric uids, `[1001, 1002]` (not empty)"#,
+        schema: r#"{"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 4294967295}, "minItems": 1}"#,
+    },
     also: "",
     meaning: r#"Only processes running as one of these uids may push over the Unix socket. Checked at accept from the peer's credentials (SO_PEERCRED: the uid, gid and pid the kernel recorded when it connected), before a byte is read: any other peer's connection is closed at once, counted (`connections_refused{reason="peer_uid"}`) and logged with its uid, gid and pid (at most one line a second). With `allowed_gids` too, a peer matching either list is let in. Root is not let in unless listed. A change needs a restart. Find a user's uid with `id -u NAME`. It covers the Unix socket only: with it (or `allowed_gids`) set, `[server.tcp]` and `[server.http]` must use TLS (with `client_ca` to say who may push); `tls = false` beside it is an error naming both keys."#,
 };
@@ -47,7 +53,10 @@ pub const SERVER_ALLOWED_UIDS: Key = Key {
 pub const SERVER_ALLOWED_GIDS: Key = Key {
     name: "server.allowed_gids",
     default: DefaultValue::Unset(""),
-    allowed: Allowed::Text(r#"a list of numeric gids, `[10001]` (not empty)"#),
+    allowed: Allowed::Shaped {
+        text: r#"a list of numeric gids, `[10001]` (not empty)"#,
+        schema: r#"{"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 4294967295}, "minItems": 1}"#,
+    },
     also: "",
     meaning: r#"As `allowed_uids`, by the peer process's effective gid (its primary group, or what it setgid to; supplementary groups are not seen). Find a group's gid with `getent group NAME`."#,
 };
@@ -238,7 +247,10 @@ macro_rules! door_keys {
         pub const $names: Key = Key {
             name: concat!($table, ".allowed_names"),
             default: DefaultValue::Unset(""),
-            allowed: Allowed::Text(r#"a non-empty list"#),
+            allowed: Allowed::Shaped {
+                text: r#"a non-empty list"#,
+                schema: r#"{"type": "array", "items": {"type": "string"}, "minItems": 1}"#,
+            },
             also: "needs `client_ca`",
             meaning: r#"A client certificate must carry one of these DNS names or IP addresses among its subject alternative names."#,
         };
@@ -459,7 +471,7 @@ pub const LOG_LEVEL: Key = Key {
 pub const LOG_FORMAT: Key = Key {
     name: "log.format",
     default: DefaultValue::Str("text"),
-    allowed: Allowed::Text(r#"`"text"`, `"json"`"#),
+    allowed: Allowed::OneOf(&["text", "json"]),
     also: "",
     meaning: r#"`"text"`: one readable line per event; `"json"`: one JSON object per line (`timestamp`, `level`, `fields.message` and the event's other fields, `target`), for a log collector. Anything else is an error naming `log.format` and the two values. Examples of both in [operations.md](operations.md#logs). Text carries ANSI colour only when stderr is a terminal and `NO_COLOR` is not set (to any value); a file, a pipe or the journal gets plain text."#,
 };

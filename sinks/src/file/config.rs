@@ -72,7 +72,7 @@ impl FileConfig {
         Key {
             name: "sink.file.format",
             default: DefaultValue::Str("ndjson"),
-            allowed: Allowed::Text(r#"`"ndjson"`, `"length_prefixed"`"#),
+            allowed: Allowed::OneOf(&["ndjson", "length_prefixed"]),
             also: "",
             meaning: r#"How records are framed in the file."#,
         },

@@ -153,21 +153,24 @@ impl HttpConfig {
         Key {
             name: "sink.http.delivery",
             default: DefaultValue::Str("batched"),
-            allowed: Allowed::Text(r#"`"batched"`, `"per_record"`"#),
+            allowed: Allowed::OneOf(&["batched", "per_record"]),
             also: "",
             meaning: r#"One request per batch, or one per record."#,
         },
         Key {
             name: "sink.http.method",
             default: DefaultValue::Str("POST"),
-            allowed: Allowed::Text(r#"`"POST"`, `"PUT"`, `"PATCH"`"#),
+            allowed: Allowed::OneOf(&["POST", "PUT", "PATCH"]),
             also: "",
             meaning: r#"HTTP method of every request."#,
         },
         Key {
             name: "sink.http.headers",
             default: DefaultValue::Unset(""),
-            allowed: Allowed::Text(r#"a table of string = string; valid header names and values"#),
+            allowed: Allowed::Shaped {
+                text: r#"a table of string = string; valid header names and values"#,
+                schema: r#"{"type": "object", "additionalProperties": {"type": "string"}}"#,
+            },
             also: "",
             meaning: r#"Extra headers on every request (see below)."#,
         },
@@ -210,7 +213,7 @@ impl HttpConfig {
         Key {
             name: "sink.http.encoding",
             default: DefaultValue::Str("ndjson"),
-            allowed: Allowed::Text(r#"`"ndjson"`, `"json_array"`, `"length_prefixed"`"#),
+            allowed: Allowed::OneOf(&["ndjson", "json_array", "length_prefixed"]),
             also: "",
             meaning: r#"`batched` only: how records are framed in the body."#,
         },

@@ -116,7 +116,10 @@ impl NatsConfig {
         Key {
             name: "sink.nats.servers",
             default: DefaultValue::Required,
-            allowed: Allowed::Text(r#"1..=32 `nats://HOST:PORT` or `tls://HOST:PORT` URLs"#),
+            allowed: Allowed::Shaped {
+                text: r#"1..=32 `nats://HOST:PORT` or `tls://HOST:PORT` URLs"#,
+                schema: r#"{"type": "array", "items": {"type": "string", "pattern": "^(nats|tls)://"}, "minItems": 1, "maxItems": 32}"#,
+            },
             also: "",
             meaning: r#"Servers of the cluster; the client learns the others from the first it reaches and reconnects by itself."#,
         },

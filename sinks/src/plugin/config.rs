@@ -48,7 +48,10 @@ impl PluginConfig {
         Key {
             name: "sink.plugin.options",
             default: DefaultValue::Unset("empty"),
-            allowed: Allowed::Text(r#"a TOML table, written `[sink.options]`"#),
+            allowed: Allowed::Shaped {
+                text: r#"a TOML table, written `[sink.options]`"#,
+                schema: r#"{"type": "object"}"#,
+            },
             also: "",
             meaning: r#"The plugin's own settings, passed to its `create` as TOML text; the plugin validates them and a refusal is reported with the plugin's name."#,
         },
