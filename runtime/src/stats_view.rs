@@ -43,101 +43,124 @@ pub fn render(stats: &Value) -> String {
 
 fn ingest(out: &mut String, stats: &Value, uptime: u64) {
     let g = &stats["global"];
-    let n = |key: &str| count(int(&g[key]));
     let _ = writeln!(out, "\nINGEST");
-    let mut line = |label: &str, text: String| {
+    let lines = socket_lines(g, stats)
+        .into_iter()
+        .chain(door_lines(g))
+        .chain(trouble_lines(g, stats, uptime));
+    for (label, text) in lines {
         let _ = writeln!(out, "  {label:<14}{text}");
-    };
+    }
+}
+
+/// The producers' connections, their buffers, and the nacks they got.
+fn socket_lines(g: &Value, stats: &Value) -> Vec<(&'static str, String)> {
+    let n = |key: &str| count(int(&g[key]));
     let refused = g["connections_refused_by_reason"]
         .as_object()
         .map(|m| nonzero(m.iter().map(|(k, v)| (k.as_str(), int(v)))))
         .unwrap_or_default();
-    line(
-        "connections",
-        format!(
-            "{} open, {} accepted, {} evicted, {} refused{}",
-            n("connections_open"),
-            n("connections_accepted"),
-            n("connections_evicted"),
-            n("connections_refused"),
-            if refused.is_empty() {
-                String::new()
-            } else {
-                format!(" ({refused})")
-            }
-        ),
-    );
-    line(
-        "timeouts",
-        format!(
-            "{} read, {} write, {} idle",
-            n("read_timeouts"),
-            n("write_timeouts"),
-            n("idle_timeouts")
-        ),
-    );
-    line(
-        "read buffers",
-        format!(
-            "{} reserved, {} pauses, {} connections mid-frame",
-            bytes_text(int(&g["read_buffer_bytes"])),
-            n("read_buffer_pauses"),
-            n("connections_mid_frame")
-        ),
-    );
-    line(
-        "frame buffers",
-        format!(
-            "{} kept for reuse",
-            bytes_text(int(&g["frame_buffers_kept_bytes"]))
-        ),
-    );
     let nacks = stats["nacks"]
         .as_object()
         .map(|m| nonzero(m.iter().map(|(k, v)| (k.as_str(), int(v)))))
         .unwrap_or_default();
-    line("nacks", or_none(nacks));
-    let labelled = |prefix: &str| {
-        nonzero(g.as_object().into_iter().flatten().filter_map(|(k, v)| {
-            let label = k.strip_prefix(prefix)?.strip_suffix("\"}")?;
-            Some((label, int(v)))
-        }))
-    };
-    let answers = labelled("http_responses{code=\"");
-    line(
-        "http door",
-        format!(
-            "{} open, {} accepted, {} evicted, {} refused, {} records{}",
-            n("http_connections_open"),
-            n("http_connections_accepted"),
-            n("http_connections_evicted"),
-            n("http_connections_refused"),
-            n("http_records"),
-            if answers.is_empty() {
-                String::new()
-            } else {
-                format!("; answers {answers}")
-            }
+    vec![
+        (
+            "connections",
+            format!(
+                "{} open, {} accepted, {} evicted, {} refused{}",
+                n("connections_open"),
+                n("connections_accepted"),
+                n("connections_evicted"),
+                n("connections_refused"),
+                if refused.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({refused})")
+                }
+            ),
         ),
-    );
-    line(
-        "tcp door",
-        format!(
-            "{} open, {} accepted, {} evicted, {} refused",
-            n("tcp_connections_open"),
-            n("tcp_connections_accepted"),
-            n("tcp_connections_evicted"),
-            n("tcp_connections_refused")
+        (
+            "timeouts",
+            format!(
+                "{} read, {} write, {} idle",
+                n("read_timeouts"),
+                n("write_timeouts"),
+                n("idle_timeouts")
+            ),
         ),
-    );
+        (
+            "read buffers",
+            format!(
+                "{} reserved, {} pauses, {} connections mid-frame",
+                bytes_text(int(&g["read_buffer_bytes"])),
+                n("read_buffer_pauses"),
+                n("connections_mid_frame")
+            ),
+        ),
+        (
+            "frame buffers",
+            format!(
+                "{} kept for reuse",
+                bytes_text(int(&g["frame_buffers_kept_bytes"]))
+            ),
+        ),
+        ("nacks", or_none(nacks)),
+    ]
+}
+
+/// The figures of `g` named `prefix` + label + `"}`, by label.
+fn labelled(g: &Value, prefix: &str) -> String {
+    nonzero(g.as_object().into_iter().flatten().filter_map(|(k, v)| {
+        let label = k.strip_prefix(prefix)?.strip_suffix("\"}")?;
+        Some((label, int(v)))
+    }))
+}
+
+/// The network doors: HTTP, TCP, and their failed TLS handshakes.
+fn door_lines(g: &Value) -> Vec<(&'static str, String)> {
+    let n = |key: &str| count(int(&g[key]));
+    let answers = labelled(g, "http_responses{code=\"");
     let tls: Vec<String> = [("http", "http_tls"), ("tcp", "tcp_tls")]
         .into_iter()
         .filter_map(|(door, prefix)| {
-            let failed = labelled(&format!("{prefix}_handshakes_failed{{reason=\""));
+            let failed = labelled(g, &format!("{prefix}_handshakes_failed{{reason=\""));
             (!failed.is_empty()).then(|| format!("{door}: {failed}"))
         })
         .collect();
-    line("tls failures", or_none(tls.join("; ")));
+    vec![
+        (
+            "http door",
+            format!(
+                "{} open, {} accepted, {} evicted, {} refused, {} records{}",
+                n("http_connections_open"),
+                n("http_connections_accepted"),
+                n("http_connections_evicted"),
+                n("http_connections_refused"),
+                n("http_records"),
+                if answers.is_empty() {
+                    String::new()
+                } else {
+                    format!("; answers {answers}")
+                }
+            ),
+        ),
+        (
+            "tcp door",
+            format!(
+                "{} open, {} accepted, {} evicted, {} refused",
+                n("tcp_connections_open"),
+                n("tcp_connections_accepted"),
+                n("tcp_connections_evicted"),
+                n("tcp_connections_refused")
+            ),
+        ),
+        ("tls failures", or_none(tls.join("; "))),
+    ]
+}
+
+/// What went wrong outside a connection, and what was written.
+fn trouble_lines(g: &Value, stats: &Value, uptime: u64) -> Vec<(&'static str, String)> {
     let trouble = nonzero(
         [
             ("accept failures", "accept_failures"),
@@ -149,12 +172,14 @@ fn ingest(out: &mut String, stats: &Value, uptime: u64) {
         .into_iter()
         .map(|(label, key)| (label, int(&g[key]))),
     );
-    line("trouble", or_none(trouble));
     let written: u64 = shards_sum(stats, "records_written");
-    line(
-        "records",
-        format!("{} written{}", count(written), rate(written, uptime)),
-    );
+    vec![
+        ("trouble", or_none(trouble)),
+        (
+            "records",
+            format!("{} written{}", count(written), rate(written, uptime)),
+        ),
+    ]
 }
 
 fn wab(out: &mut String, g: &Value, shards: &[Value], uptime: u64) {

@@ -84,8 +84,28 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
     let stats = ask(socket, "stats", limits)?;
     let health = ask(socket, "health", limits)?;
     let metrics = ask(socket, "metrics", limits)?;
-    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
-    let numbers: Vec<(u64, u64, u64, u64, u64, u64)> = stats["shards"]
+    let numbers = shard_numbers(&stats);
+    Ok(Reading {
+        at: Instant::now(),
+        fsync: fsync_buckets(&metrics, &numbers),
+        per_sink: sink_totals(&stats, &health),
+        shards: numbers
+            .iter()
+            .map(|&(_, w, d, p, a, b)| (w, d, p, a, b))
+            .collect(),
+        sinks: shard_sink_states(&health),
+        ready: health["ready"].as_bool().unwrap_or(false),
+    })
+}
+
+fn n(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or(0)
+}
+
+/// Each shard's (shard, written, delivered by every sink, pending records,
+/// oldest pending age, pending bytes).
+fn shard_numbers(stats: &Value) -> Vec<(u64, u64, u64, u64, u64, u64)> {
+    stats["shards"]
         .as_array()
         .map(|a| {
             a.iter()
@@ -93,7 +113,7 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
                     (
                         n(s, "shard"),
                         n(s, "records_written"),
-                        delivered_by_every_sink(&stats, n(s, "shard")),
+                        delivered_by_every_sink(stats, n(s, "shard")),
                         n(s, "pending_records"),
                         n(s, "oldest_pending_age_seconds"),
                         n(s, "pending_bytes"),
@@ -101,7 +121,15 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
                 })
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Each shard's cumulative fsync histogram buckets (upper bound, count),
+/// in the order of `numbers`.
+fn fsync_buckets(
+    metrics: &Value,
+    numbers: &[(u64, u64, u64, u64, u64, u64)],
+) -> Vec<Vec<(f64, u64)>> {
     let mut fsync = vec![Vec::new(); numbers.len()];
     for sample in metrics["samples"].as_array().into_iter().flatten() {
         if sample["name"] != "spillway_fsync_seconds_bucket" {
@@ -119,12 +147,17 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
             fsync[i].push((le, sample["value"].as_f64().unwrap_or(0.0) as u64));
         }
     }
-    let sinks = health["shards"]
+    fsync
+}
+
+/// Each shard's sinks that are not running, by name with their state, and
+/// their reasons; `("running", "")` when every sink runs.
+fn shard_sink_states(health: &Value) -> Vec<(String, String)> {
+    health["shards"]
         .as_array()
         .map(|a| {
             a.iter()
                 .map(|s| {
-                    // The sinks that are not running, by name; else "running".
                     let failing: Vec<(String, String)> = s["sinks"]
                         .as_object()
                         .into_iter()
@@ -147,23 +180,28 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
                 })
                 .collect()
         })
-        .unwrap_or_default();
-    // A sink's state on a shard, with its reason when it has one
-    // (`retrying: connection refused`): the row a cut reaches last.
-    let state_of = |shard: u64, sink: &str| -> String {
-        let health = health["shards"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|s| s["shard"].as_u64() == Some(shard))
-            .map(|s| &s["sinks"][sink]);
-        let state = health.and_then(|h| h["state"].as_str()).unwrap_or("?");
-        match health.and_then(|h| h["reason"].as_str()) {
-            Some(reason) if !reason.is_empty() => format!("{state}: {reason}"),
-            _ => state.to_string(),
-        }
-    };
-    let per_sink = stats["sinks"]
+        .unwrap_or_default()
+}
+
+/// A sink's state on a shard, with its reason when it has one
+/// (`retrying: connection refused`): the row a cut reaches last.
+fn sink_state(health: &Value, shard: u64, sink: &str) -> String {
+    let health = health["shards"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["shard"].as_u64() == Some(shard))
+        .map(|s| &s["sinks"][sink]);
+    let state = health.and_then(|h| h["state"].as_str()).unwrap_or("?");
+    match health.and_then(|h| h["reason"].as_str()) {
+        Some(reason) if !reason.is_empty() => format!("{state}: {reason}"),
+        _ => state.to_string(),
+    }
+}
+
+/// Every sink's totals and its figures on each shard.
+fn sink_totals(stats: &Value, health: &Value) -> Vec<SinkTotals> {
+    stats["sinks"]
         .as_object()
         .into_iter()
         .flatten()
@@ -187,22 +225,11 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
                     backlog_bytes: n(s, "backlog_bytes"),
                     oldest: n(s, "oldest_age_seconds"),
                     in_flight: (n(s, "batches_in_flight"), n(s, "batches_in_flight_limit")),
-                    state: state_of(n(s, "shard"), name),
+                    state: sink_state(health, n(s, "shard"), name),
                 })
                 .collect(),
         })
-        .collect();
-    Ok(Reading {
-        at: Instant::now(),
-        per_sink,
-        shards: numbers
-            .iter()
-            .map(|&(_, w, d, p, a, b)| (w, d, p, a, b))
-            .collect(),
-        fsync,
-        sinks,
-        ready: health["ready"].as_bool().unwrap_or(false),
-    })
+        .collect()
 }
 
 /// The p99 of the fsyncs between two cumulative bucket readings, in ms:

@@ -135,413 +135,407 @@ fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
     a.load(Ordering::Relaxed)
 }
 
-fn global_counters() -> [Counter<GlobalGet>; 18] {
-    [
-        Counter {
-            key: "uptime_seconds",
-            metric: "spillway_uptime_seconds",
-            kind: "gauge",
-            help: "Seconds since the daemon started (the counters count from then).",
-            get: |_| uptime_seconds(),
+const GLOBAL_COUNTERS: [Counter<GlobalGet>; 18] = [
+    Counter {
+        key: "uptime_seconds",
+        metric: "spillway_uptime_seconds",
+        kind: "gauge",
+        help: "Seconds since the daemon started (the counters count from then).",
+        get: |_| uptime_seconds(),
+    },
+    Counter {
+        key: "connections_open",
+        metric: "spillway_connections_open",
+        kind: "gauge",
+        help: "Open producer connections.",
+        get: |s| s.live_connections.load(Ordering::Relaxed) as u64,
+    },
+    Counter {
+        key: "connections_accepted",
+        metric: "spillway_connections_accepted_total",
+        kind: "counter",
+        help: "Producer connections accepted.",
+        get: |s| load(&s.stats.connections_accepted),
+    },
+    Counter {
+        key: "connections_evicted",
+        metric: "spillway_connections_evicted_total",
+        kind: "counter",
+        help: "Idle connections (nothing in flight) closed to let a new one in at server.max_connections.",
+        get: |s| load(&s.stats.connections_evicted),
+    },
+    Counter {
+        key: "read_timeouts",
+        metric: "spillway_read_timeouts_total",
+        kind: "counter",
+        help: "Connections closed because a frame stalled mid-way.",
+        get: |s| load(&s.stats.read_timeouts),
+    },
+    Counter {
+        key: "connections_mid_frame",
+        metric: "spillway_connections_mid_frame",
+        kind: "gauge",
+        help: "Connections holding part of a frame right now (their server.connection_read_timeout_ms clock runs); never evicted.",
+        get: |s| load(&s.stats.connections_mid_frame),
+    },
+    Counter {
+        key: "socket_replaced",
+        metric: "spillway_socket_replaced_total",
+        kind: "counter",
+        help: "Times the producer socket's name was found removed or replaced by someone else (producers then reach another process).",
+        get: |s| load(&s.stats.socket_replaced),
+    },
+    Counter {
+        key: "write_timeouts",
+        metric: "spillway_write_timeouts_total",
+        kind: "counter",
+        help: "Connections closed because the peer read none of its responses for server.connection_idle_timeout_ms.",
+        get: |s| load(&s.stats.write_timeouts),
+    },
+    Counter {
+        key: "idle_timeouts",
+        metric: "spillway_idle_timeouts_total",
+        kind: "counter",
+        help: "Connections closed after server.connection_idle_timeout_ms with nothing in progress.",
+        get: |s| load(&s.stats.idle_timeouts),
+    },
+    Counter {
+        key: "accept_failures",
+        metric: "spillway_accept_failures_total",
+        kind: "counter",
+        help: "accept() failures (EMFILE: out of file descriptors, and the like); each pauses the accept loop.",
+        get: |s| load(&s.stats.accept_failures),
+    },
+    Counter {
+        key: "fd_exhaustion",
+        metric: "spillway_fd_exhaustion_total",
+        kind: "counter",
+        help: "Operations that failed for lack of a file descriptor (EMFILE, ENFILE) anywhere in the daemon: accepts, segment and checkpoint files, folders. GET /ready says not ready for 10 s after one.",
+        get: |_| spillway_wab::descriptors::total(),
+    },
+    Counter {
+        key: "admin_connections_refused",
+        metric: "spillway_admin_connections_refused_total",
+        kind: "counter",
+        help: "Connections to the admin socket or the metrics address closed at once because admin.connections_max were open on it.",
+        get: |s| {
+            s.admin_listeners
+                .iter()
+                .map(|l| load(&l.refused))
+                .sum()
         },
-        Counter {
-            key: "connections_open",
-            metric: "spillway_connections_open",
-            kind: "gauge",
-            help: "Open producer connections.",
-            get: |s| s.live_connections.load(Ordering::Relaxed) as u64,
-        },
-        Counter {
-            key: "connections_accepted",
-            metric: "spillway_connections_accepted_total",
-            kind: "counter",
-            help: "Producer connections accepted.",
-            get: |s| load(&s.stats.connections_accepted),
-        },
-        Counter {
-            key: "connections_evicted",
-            metric: "spillway_connections_evicted_total",
-            kind: "counter",
-            help: "Idle connections (nothing in flight) closed to let a new one in at server.max_connections.",
-            get: |s| load(&s.stats.connections_evicted),
-        },
-        Counter {
-            key: "read_timeouts",
-            metric: "spillway_read_timeouts_total",
-            kind: "counter",
-            help: "Connections closed because a frame stalled mid-way.",
-            get: |s| load(&s.stats.read_timeouts),
-        },
-        Counter {
-            key: "connections_mid_frame",
-            metric: "spillway_connections_mid_frame",
-            kind: "gauge",
-            help: "Connections holding part of a frame right now (their server.connection_read_timeout_ms clock runs); never evicted.",
-            get: |s| load(&s.stats.connections_mid_frame),
-        },
-        Counter {
-            key: "socket_replaced",
-            metric: "spillway_socket_replaced_total",
-            kind: "counter",
-            help: "Times the producer socket's name was found removed or replaced by someone else (producers then reach another process).",
-            get: |s| load(&s.stats.socket_replaced),
-        },
-        Counter {
-            key: "write_timeouts",
-            metric: "spillway_write_timeouts_total",
-            kind: "counter",
-            help: "Connections closed because the peer read none of its responses for server.connection_idle_timeout_ms.",
-            get: |s| load(&s.stats.write_timeouts),
-        },
-        Counter {
-            key: "idle_timeouts",
-            metric: "spillway_idle_timeouts_total",
-            kind: "counter",
-            help: "Connections closed after server.connection_idle_timeout_ms with nothing in progress.",
-            get: |s| load(&s.stats.idle_timeouts),
-        },
-        Counter {
-            key: "accept_failures",
-            metric: "spillway_accept_failures_total",
-            kind: "counter",
-            help: "accept() failures (EMFILE: out of file descriptors, and the like); each pauses the accept loop.",
-            get: |s| load(&s.stats.accept_failures),
-        },
-        Counter {
-            key: "fd_exhaustion",
-            metric: "spillway_fd_exhaustion_total",
-            kind: "counter",
-            help: "Operations that failed for lack of a file descriptor (EMFILE, ENFILE) anywhere in the daemon: accepts, segment and checkpoint files, folders. GET /ready says not ready for 10 s after one.",
-            get: |_| spillway_wab::descriptors::total(),
-        },
-        Counter {
-            key: "admin_connections_refused",
-            metric: "spillway_admin_connections_refused_total",
-            kind: "counter",
-            help: "Connections to the admin socket or the metrics address closed at once because admin.connections_max were open on it.",
-            get: |s| {
-                s.admin_listeners
-                    .iter()
-                    .map(|l| load(&l.refused))
-                    .sum()
-            },
-        },
-        Counter {
-            key: "read_buffer_bytes",
-            metric: "spillway_read_buffer_bytes",
-            kind: "gauge",
-            help: "Read-buffer budget reserved by frames larger than 64 KiB while they arrive.",
-            get: |s| load(&s.stats.read_buffer_bytes),
-        },
-        Counter {
-            key: "read_buffer_pauses",
-            metric: "spillway_read_buffer_pauses_total",
-            kind: "counter",
-            help: "Times a connection waited before reading because server.read_buffer_bytes_max was reserved.",
-            get: |s| load(&s.stats.read_buffer_pauses),
-        },
-        Counter {
-            key: "frame_buffers_kept_bytes",
-            metric: "spillway_frame_buffers_kept_bytes",
-            kind: "gauge",
-            help: "Buffers of frames larger than 64 KiB kept for the next ones (in use or free, at most 32 MiB); dropped once such frames stop coming.",
-            get: |s| s.read_budget.frame_buffers.kept().1 as u64,
-        },
-        Counter {
-            key: "log_write_failures",
-            metric: "spillway_log_write_failures_total",
-            kind: "counter",
-            help: "Log writes dropped because stderr failed (closed pipe, full disk).",
-            get: |_| crate::logging::log_write_failures(),
-        },
-        Counter {
-            key: "wab_bytes_used",
-            metric: "spillway_wab_bytes",
-            kind: "gauge",
-            help: "Bytes of segments on disk counted against wab.wab_bytes_max; falls when a delivered segment is deleted (spillway_pending_bytes and spillway_pending_records say what is undelivered).",
-            get: |s| s.wab.used(),
-        },
-        Counter {
-            key: "wab_bytes_max",
-            metric: "spillway_wab_bytes_max",
-            kind: "gauge",
-            help: "wab.wab_bytes_max: past it pushes get Overloaded.",
-            get: |s| s.wab.max(),
-        },
-    ]
-}
+    },
+    Counter {
+        key: "read_buffer_bytes",
+        metric: "spillway_read_buffer_bytes",
+        kind: "gauge",
+        help: "Read-buffer budget reserved by frames larger than 64 KiB while they arrive.",
+        get: |s| load(&s.stats.read_buffer_bytes),
+    },
+    Counter {
+        key: "read_buffer_pauses",
+        metric: "spillway_read_buffer_pauses_total",
+        kind: "counter",
+        help: "Times a connection waited before reading because server.read_buffer_bytes_max was reserved.",
+        get: |s| load(&s.stats.read_buffer_pauses),
+    },
+    Counter {
+        key: "frame_buffers_kept_bytes",
+        metric: "spillway_frame_buffers_kept_bytes",
+        kind: "gauge",
+        help: "Buffers of frames larger than 64 KiB kept for the next ones (in use or free, at most 32 MiB); dropped once such frames stop coming.",
+        get: |s| s.read_budget.frame_buffers.kept().1 as u64,
+    },
+    Counter {
+        key: "log_write_failures",
+        metric: "spillway_log_write_failures_total",
+        kind: "counter",
+        help: "Log writes dropped because stderr failed (closed pipe, full disk).",
+        get: |_| crate::logging::log_write_failures(),
+    },
+    Counter {
+        key: "wab_bytes_used",
+        metric: "spillway_wab_bytes",
+        kind: "gauge",
+        help: "Bytes of segments on disk counted against wab.wab_bytes_max; falls when a delivered segment is deleted (spillway_pending_bytes and spillway_pending_records say what is undelivered).",
+        get: |s| s.wab.used(),
+    },
+    Counter {
+        key: "wab_bytes_max",
+        metric: "spillway_wab_bytes_max",
+        kind: "gauge",
+        help: "wab.wab_bytes_max: past it pushes get Overloaded.",
+        get: |s| s.wab.max(),
+    },
+];
 
-fn shard_counters() -> [Counter<ShardGet>; 23] {
-    [
-        Counter {
-            key: "pending_records",
-            metric: "spillway_pending_records",
-            kind: "gauge",
-            help: "Records acknowledged durably (fsynced) and not yet confirmed by every sink (delivered or dead-lettered).",
-            get: |q, v| {
-                q.durable()
-                    .next_seq
-                    .saturating_sub(v.lowest(|d| load(&d.checkpoint)))
-            },
+const SHARD_COUNTERS: [Counter<ShardGet>; 23] = [
+    Counter {
+        key: "pending_records",
+        metric: "spillway_pending_records",
+        kind: "gauge",
+        help: "Records acknowledged durably (fsynced) and not yet confirmed by every sink (delivered or dead-lettered).",
+        get: |q, v| {
+            q.durable()
+                .next_seq
+                .saturating_sub(v.lowest(|d| load(&d.checkpoint)))
         },
-        Counter {
-            key: "pending_bytes",
-            metric: "spillway_pending_bytes",
-            kind: "gauge",
-            help: "Bytes of the pending records in the WAB (record headers and payloads): acknowledged durably, not yet confirmed by every sink.",
-            // The cursors' counts first: they never pass the flusher's.
-            get: |q, v| {
-                let confirmed = v.lowest_confirmed_bytes();
-                q.durable().bytes.saturating_sub(confirmed)
-            },
+    },
+    Counter {
+        key: "pending_bytes",
+        metric: "spillway_pending_bytes",
+        kind: "gauge",
+        help: "Bytes of the pending records in the WAB (record headers and payloads): acknowledged durably, not yet confirmed by every sink.",
+        // The cursors' counts first: they never pass the flusher's.
+        get: |q, v| {
+            let confirmed = v.lowest_confirmed_bytes();
+            q.durable().bytes.saturating_sub(confirmed)
         },
-        Counter {
-            key: "oldest_pending_age_seconds",
-            metric: "spillway_oldest_pending_age_seconds",
-            kind: "gauge",
-            help: "Age of the oldest record some sink has not confirmed yet (0 when none is pending).",
-            get: |_, v| v.sinks.iter().map(|(_, d)| oldest_age_seconds(d)).max().unwrap_or(0),
-        },
-        Counter {
-            key: "up",
-            metric: "spillway_shard_up",
-            kind: "gauge",
-            help: "1 while the shard accepts writes.",
-            get: |q, _| u64::from(q.health() == ShardHealth::Running),
-        },
-        Counter {
-            key: "records_lost",
-            metric: "spillway_records_lost",
-            kind: "gauge",
-            help: "Acknowledged records recovery found missing or damaged at the last start (gaps, salvaged records, records of a segment whose header nothing proves); see quarantine/*.reason.",
-            get: |q, _| load(&q.stats.records_lost),
-        },
-        Counter {
-            key: "recovered_records",
-            metric: "spillway_recovered_records",
-            kind: "gauge",
-            help: "Records recovery found in the shard's segments at the last start (undelivered ones are delivered from there).",
-            get: |q, _| load(&q.stats.recovered_records),
-        },
-        Counter {
-            key: "quarantined_files",
-            metric: "spillway_quarantined_files",
-            kind: "gauge",
-            help: "Files recovery moved to the shard's quarantine/ at the last start (a segment or checkpoint it could not trust; each has a .reason).",
-            get: |q, _| load(&q.stats.quarantined_files),
-        },
-        Counter {
-            key: "unchecked_segments",
-            metric: "spillway_unchecked_segments",
-            kind: "gauge",
-            help: "Sealed segments found at the last start whose records are not checked yet (read after the start, oldest first); delivery from the shard waits at the first of them.",
-            get: |q, _| load(&q.stats.unchecked_segments),
-        },
-        Counter {
-            key: "unwritable_events",
-            metric: "spillway_shard_unwritable_total",
-            kind: "counter",
-            help: "Times the shard could not write (full disk, failed write or fsync); it retries by itself.",
-            get: |q, _| load(&q.stats.unwritable_events),
-        },
-        Counter {
-            key: "records_written",
-            metric: "spillway_records_written_total",
-            kind: "counter",
-            help: "Records written to the WAB.",
-            get: |q, _| load(&q.stats.records),
-        },
-        Counter {
-            key: "payload_bytes_written",
-            metric: "spillway_payload_bytes_written_total",
-            kind: "counter",
-            help: "Payload bytes written to the WAB.",
-            get: |q, _| load(&q.stats.bytes),
-        },
-        Counter {
-            key: "groups",
-            metric: "spillway_group_commits_total",
-            kind: "counter",
-            help: "Group commits (one write, at most one fdatasync each).",
-            get: |q, _| load(&q.stats.groups),
-        },
-        Counter {
-            key: "fsyncs",
-            metric: "spillway_fsyncs_total",
-            kind: "counter",
-            help: "fdatasyncs of segments.",
-            get: |q, _| load(&q.stats.fsyncs),
-        },
-        Counter {
-            key: "fsync_failures",
-            metric: "spillway_fsync_failures_total",
-            kind: "counter",
-            help: "Failed fdatasyncs (their groups were nacked).",
-            get: |q, _| load(&q.stats.fsync_failures),
-        },
-        Counter {
-            key: "write_failures",
-            metric: "spillway_write_failures_total",
-            kind: "counter",
-            help: "Failed segment writes (their groups were nacked).",
-            get: |q, _| load(&q.stats.write_failures),
-        },
-        Counter {
-            key: "rotations",
-            metric: "spillway_segment_rotations_total",
-            kind: "counter",
-            help: "Segments sealed.",
-            get: |q, _| load(&q.stats.rotations),
-        },
-        Counter {
-            key: "sealed_without_successor",
-            metric: "spillway_segments_sealed_without_successor_total",
-            kind: "counter",
-            help: "Full segments sealed with no room on the disk for the next one; pushes got Overloaded until delivery freed it.",
-            get: |q, _| load(&q.stats.sealed_without_successor),
-        },
-        Counter {
-            key: "restarts",
-            metric: "spillway_shard_restarts_total",
-            kind: "counter",
-            help: "Restarts of the shard's flusher by the supervisor.",
-            get: |q, _| load(&q.stats.restarts),
-        },
-        Counter {
-            key: "bytes_held",
-            metric: "spillway_shard_bytes",
-            kind: "gauge",
-            help: "Bytes of the shard's segments counted against wab_bytes_max.",
-            get: |q, _| q.budget.held(),
-        },
-        Counter {
-            key: "durable_next_seq",
-            metric: "spillway_durable_next_seq",
-            kind: "gauge",
-            help: "Every record below this sequence number is durable.",
-            get: |q, _| q.durable().next_seq,
-        },
-        Counter {
-            key: "checkpoint",
-            metric: "spillway_checkpoint_seq",
-            kind: "gauge",
-            help:
-                "Every record below this sequence number is delivered or dead-lettered by every sink (on disk; segments below it are deleted).",
-            get: |_, v| load(&v.retention.floor),
-        },
-        Counter {
-            key: "segments_deleted",
-            metric: "spillway_segments_deleted_total",
-            kind: "counter",
-            help: "Segments deleted once every sink had confirmed them (unlinked, or set aside to be written over as a later segment).",
-            get: |_, v| load(&v.retention.segments_deleted),
-        },
-        Counter {
-            key: "segments_recycled",
-            metric: "spillway_segments_recycled_total",
-            kind: "counter",
-            help: "Segments made by writing zeros over a delivered one rather than creating a file (no blocks allocated or freed).",
-            get: |q, _| load(&q.free.recycled),
-        },
-    ]
-}
+    },
+    Counter {
+        key: "oldest_pending_age_seconds",
+        metric: "spillway_oldest_pending_age_seconds",
+        kind: "gauge",
+        help: "Age of the oldest record some sink has not confirmed yet (0 when none is pending).",
+        get: |_, v| v.sinks.iter().map(|(_, d)| oldest_age_seconds(d)).max().unwrap_or(0),
+    },
+    Counter {
+        key: "up",
+        metric: "spillway_shard_up",
+        kind: "gauge",
+        help: "1 while the shard accepts writes.",
+        get: |q, _| u64::from(q.health() == ShardHealth::Running),
+    },
+    Counter {
+        key: "records_lost",
+        metric: "spillway_records_lost",
+        kind: "gauge",
+        help: "Acknowledged records recovery found missing or damaged at the last start (gaps, salvaged records, records of a segment whose header nothing proves); see quarantine/*.reason.",
+        get: |q, _| load(&q.stats.records_lost),
+    },
+    Counter {
+        key: "recovered_records",
+        metric: "spillway_recovered_records",
+        kind: "gauge",
+        help: "Records recovery found in the shard's segments at the last start (undelivered ones are delivered from there).",
+        get: |q, _| load(&q.stats.recovered_records),
+    },
+    Counter {
+        key: "quarantined_files",
+        metric: "spillway_quarantined_files",
+        kind: "gauge",
+        help: "Files recovery moved to the shard's quarantine/ at the last start (a segment or checkpoint it could not trust; each has a .reason).",
+        get: |q, _| load(&q.stats.quarantined_files),
+    },
+    Counter {
+        key: "unchecked_segments",
+        metric: "spillway_unchecked_segments",
+        kind: "gauge",
+        help: "Sealed segments found at the last start whose records are not checked yet (read after the start, oldest first); delivery from the shard waits at the first of them.",
+        get: |q, _| load(&q.stats.unchecked_segments),
+    },
+    Counter {
+        key: "unwritable_events",
+        metric: "spillway_shard_unwritable_total",
+        kind: "counter",
+        help: "Times the shard could not write (full disk, failed write or fsync); it retries by itself.",
+        get: |q, _| load(&q.stats.unwritable_events),
+    },
+    Counter {
+        key: "records_written",
+        metric: "spillway_records_written_total",
+        kind: "counter",
+        help: "Records written to the WAB.",
+        get: |q, _| load(&q.stats.records),
+    },
+    Counter {
+        key: "payload_bytes_written",
+        metric: "spillway_payload_bytes_written_total",
+        kind: "counter",
+        help: "Payload bytes written to the WAB.",
+        get: |q, _| load(&q.stats.bytes),
+    },
+    Counter {
+        key: "groups",
+        metric: "spillway_group_commits_total",
+        kind: "counter",
+        help: "Group commits (one write, at most one fdatasync each).",
+        get: |q, _| load(&q.stats.groups),
+    },
+    Counter {
+        key: "fsyncs",
+        metric: "spillway_fsyncs_total",
+        kind: "counter",
+        help: "fdatasyncs of segments.",
+        get: |q, _| load(&q.stats.fsyncs),
+    },
+    Counter {
+        key: "fsync_failures",
+        metric: "spillway_fsync_failures_total",
+        kind: "counter",
+        help: "Failed fdatasyncs (their groups were nacked).",
+        get: |q, _| load(&q.stats.fsync_failures),
+    },
+    Counter {
+        key: "write_failures",
+        metric: "spillway_write_failures_total",
+        kind: "counter",
+        help: "Failed segment writes (their groups were nacked).",
+        get: |q, _| load(&q.stats.write_failures),
+    },
+    Counter {
+        key: "rotations",
+        metric: "spillway_segment_rotations_total",
+        kind: "counter",
+        help: "Segments sealed.",
+        get: |q, _| load(&q.stats.rotations),
+    },
+    Counter {
+        key: "sealed_without_successor",
+        metric: "spillway_segments_sealed_without_successor_total",
+        kind: "counter",
+        help: "Full segments sealed with no room on the disk for the next one; pushes got Overloaded until delivery freed it.",
+        get: |q, _| load(&q.stats.sealed_without_successor),
+    },
+    Counter {
+        key: "restarts",
+        metric: "spillway_shard_restarts_total",
+        kind: "counter",
+        help: "Restarts of the shard's flusher by the supervisor.",
+        get: |q, _| load(&q.stats.restarts),
+    },
+    Counter {
+        key: "bytes_held",
+        metric: "spillway_shard_bytes",
+        kind: "gauge",
+        help: "Bytes of the shard's segments counted against wab_bytes_max.",
+        get: |q, _| q.budget.held(),
+    },
+    Counter {
+        key: "durable_next_seq",
+        metric: "spillway_durable_next_seq",
+        kind: "gauge",
+        help: "Every record below this sequence number is durable.",
+        get: |q, _| q.durable().next_seq,
+    },
+    Counter {
+        key: "checkpoint",
+        metric: "spillway_checkpoint_seq",
+        kind: "gauge",
+        help:
+            "Every record below this sequence number is delivered or dead-lettered by every sink (on disk; segments below it are deleted).",
+        get: |_, v| load(&v.retention.floor),
+    },
+    Counter {
+        key: "segments_deleted",
+        metric: "spillway_segments_deleted_total",
+        kind: "counter",
+        help: "Segments deleted once every sink had confirmed them (unlinked, or set aside to be written over as a later segment).",
+        get: |_, v| load(&v.retention.segments_deleted),
+    },
+    Counter {
+        key: "segments_recycled",
+        metric: "spillway_segments_recycled_total",
+        kind: "counter",
+        help: "Segments made by writing zeros over a delivered one rather than creating a file (no blocks allocated or freed).",
+        get: |q, _| load(&q.free.recycled),
+    },
+];
 
 /// One sink's figures of one shard (labels `sink` and `shard`).
-fn sink_counters() -> [Counter<SinkGet>; 13] {
-    [
-        Counter {
-            key: "up",
-            metric: "spillway_sink_up",
-            kind: "gauge",
-            help: "1 while the sink delivers from the shard; 0 while it retries a failed batch or its instance failed (see ctl health, GET /ready).",
-            get: |_, d| u64::from(d.sink.lock().unwrap().state == SinkState::Running),
-        },
-        Counter {
-            key: "backlog_records",
-            metric: "spillway_sink_backlog_records",
-            kind: "gauge",
-            help: "Records durable in the shard and not yet confirmed by the sink.",
-            get: |q, d| q.durable().next_seq.saturating_sub(load(&d.checkpoint)),
-        },
-        Counter {
-            key: "backlog_bytes",
-            metric: "spillway_sink_backlog_bytes",
-            kind: "gauge",
-            help: "Bytes (record headers and payloads) durable in the shard and not yet confirmed by the sink: what it holds of the WAB.",
-            get: |q, d| q.durable().bytes.saturating_sub(load(&d.confirmed_bytes)),
-        },
-        Counter {
-            key: "oldest_age_seconds",
-            metric: "spillway_sink_oldest_age_seconds",
-            kind: "gauge",
-            help: "Age of the oldest record the sink has read and not confirmed (0 when it holds none).",
-            get: |_, d| oldest_age_seconds(d),
-        },
-        Counter {
-            key: "checkpoint",
-            metric: "spillway_sink_checkpoint_seq",
-            kind: "gauge",
-            help: "Every record below this sequence number is delivered to the sink or in its dead-letter store (its cursor file).",
-            get: |_, d| load(&d.checkpoint),
-        },
-        Counter {
-            key: "delivered_records",
-            metric: "spillway_delivered_records_total",
-            kind: "counter",
-            help: "Records the sink committed.",
-            get: |_, d| load(&d.delivered_records),
-        },
-        Counter {
-            key: "delivered_batches",
-            metric: "spillway_delivered_batches_total",
-            kind: "counter",
-            help: "Batches the sink committed.",
-            get: |_, d| load(&d.delivered_batches),
-        },
-        Counter {
-            key: "delivery_retries",
-            metric: "spillway_delivery_retries_total",
-            kind: "counter",
-            help: "Transient delivery failures (each followed by a backoff).",
-            get: |_, d| load(&d.retries),
-        },
-        Counter {
-            key: "dead_lettered",
-            metric: "spillway_dead_lettered_total",
-            kind: "counter",
-            help: "Records moved to the sink's dead-letter store.",
-            get: |_, d| load(&d.dead_lettered),
-        },
-        Counter {
-            key: "records_skipped",
-            metric: "spillway_records_skipped_total",
-            kind: "counter",
-            help: "Records the sink skipped because its backlog passed lag_bytes_max (on_lag = \"skip\"); each range is in its folder's skipped file.",
-            get: |_, d| load(&d.records_skipped),
-        },
-        Counter {
-            key: "batches_in_flight",
-            metric: "spillway_sink_batches_in_flight",
-            kind: "gauge",
-            help: "Batches offered to the sink and not yet answered.",
-            get: |_, d| load(&d.in_flight),
-        },
-        Counter {
-            key: "batches_in_flight_limit",
-            metric: "spillway_sink_batches_in_flight_limit",
-            kind: "gauge",
-            help: "How many batches the sink may have in flight: batches_in_flight, or what \"adaptive\" has learned.",
-            get: |_, d| load(&d.in_flight_limit),
-        },
-        Counter {
-            key: "sink_restarts",
-            metric: "spillway_sink_restarts_total",
-            kind: "counter",
-            help: "Sink instances re-created after a panic or a failed creation.",
-            get: |_, d| load(&d.sink_restarts),
-        },
-    ]
-}
+const SINK_COUNTERS: [Counter<SinkGet>; 13] = [
+    Counter {
+        key: "up",
+        metric: "spillway_sink_up",
+        kind: "gauge",
+        help: "1 while the sink delivers from the shard; 0 while it retries a failed batch or its instance failed (see ctl health, GET /ready).",
+        get: |_, d| u64::from(d.sink.lock().unwrap().state == SinkState::Running),
+    },
+    Counter {
+        key: "backlog_records",
+        metric: "spillway_sink_backlog_records",
+        kind: "gauge",
+        help: "Records durable in the shard and not yet confirmed by the sink.",
+        get: |q, d| q.durable().next_seq.saturating_sub(load(&d.checkpoint)),
+    },
+    Counter {
+        key: "backlog_bytes",
+        metric: "spillway_sink_backlog_bytes",
+        kind: "gauge",
+        help: "Bytes (record headers and payloads) durable in the shard and not yet confirmed by the sink: what it holds of the WAB.",
+        get: |q, d| q.durable().bytes.saturating_sub(load(&d.confirmed_bytes)),
+    },
+    Counter {
+        key: "oldest_age_seconds",
+        metric: "spillway_sink_oldest_age_seconds",
+        kind: "gauge",
+        help: "Age of the oldest record the sink has read and not confirmed (0 when it holds none).",
+        get: |_, d| oldest_age_seconds(d),
+    },
+    Counter {
+        key: "checkpoint",
+        metric: "spillway_sink_checkpoint_seq",
+        kind: "gauge",
+        help: "Every record below this sequence number is delivered to the sink or in its dead-letter store (its cursor file).",
+        get: |_, d| load(&d.checkpoint),
+    },
+    Counter {
+        key: "delivered_records",
+        metric: "spillway_delivered_records_total",
+        kind: "counter",
+        help: "Records the sink committed.",
+        get: |_, d| load(&d.delivered_records),
+    },
+    Counter {
+        key: "delivered_batches",
+        metric: "spillway_delivered_batches_total",
+        kind: "counter",
+        help: "Batches the sink committed.",
+        get: |_, d| load(&d.delivered_batches),
+    },
+    Counter {
+        key: "delivery_retries",
+        metric: "spillway_delivery_retries_total",
+        kind: "counter",
+        help: "Transient delivery failures (each followed by a backoff).",
+        get: |_, d| load(&d.retries),
+    },
+    Counter {
+        key: "dead_lettered",
+        metric: "spillway_dead_lettered_total",
+        kind: "counter",
+        help: "Records moved to the sink's dead-letter store.",
+        get: |_, d| load(&d.dead_lettered),
+    },
+    Counter {
+        key: "records_skipped",
+        metric: "spillway_records_skipped_total",
+        kind: "counter",
+        help: "Records the sink skipped because its backlog passed lag_bytes_max (on_lag = \"skip\"); each range is in its folder's skipped file.",
+        get: |_, d| load(&d.records_skipped),
+    },
+    Counter {
+        key: "batches_in_flight",
+        metric: "spillway_sink_batches_in_flight",
+        kind: "gauge",
+        help: "Batches offered to the sink and not yet answered.",
+        get: |_, d| load(&d.in_flight),
+    },
+    Counter {
+        key: "batches_in_flight_limit",
+        metric: "spillway_sink_batches_in_flight_limit",
+        kind: "gauge",
+        help: "How many batches the sink may have in flight: batches_in_flight, or what \"adaptive\" has learned.",
+        get: |_, d| load(&d.in_flight_limit),
+    },
+    Counter {
+        key: "sink_restarts",
+        metric: "spillway_sink_restarts_total",
+        kind: "counter",
+        help: "Sink instances re-created after a panic or a failed creation.",
+        get: |_, d| load(&d.sink_restarts),
+    },
+];
 
 fn oldest_age_seconds(d: &DrainStats) -> u64 {
     let arrival = load(&d.oldest_pending_arrival_us);
@@ -623,7 +617,7 @@ fn door_figures(stats: &spillway_actors::DaemonStats) -> Vec<(String, u64)> {
 pub(super) fn stats(state: &AdminState) -> String {
     let src = Sources::of(state);
     let mut out = String::new();
-    for c in global_counters() {
+    for c in GLOBAL_COUNTERS {
         let _ = writeln!(out, "{} {}", c.key, (c.get)(&src));
     }
     let refused = refused_by_reason(&state.stats);
@@ -665,7 +659,7 @@ pub(super) fn stats(state: &AdminState) -> String {
             let _ = writeln!(out, "sink{{sink=\"{name}\"}}.{k} {v}");
         }
         for (q, d) in state.shards.iter().zip(&f.shards) {
-            for c in sink_counters() {
+            for c in SINK_COUNTERS {
                 let _ = writeln!(
                     out,
                     "sink{{sink=\"{name}\",shard=\"{}\"}}.{} {}",
@@ -682,7 +676,7 @@ pub(super) fn stats(state: &AdminState) -> String {
 /// A sink's figures over every shard: counts and backlogs summed, the
 /// oldest age the highest, `up` only if every shard's is.
 fn sink_totals(shards: &[Arc<ShardQueue>], drains: &[Arc<DrainStats>]) -> Vec<(&'static str, u64)> {
-    sink_counters()
+    SINK_COUNTERS
         .into_iter()
         .filter(|c| c.key != "checkpoint")
         .map(|c| {
@@ -741,7 +735,7 @@ fn shard_figures(q: &ShardQueue, v: &ShardView) -> Vec<(&'static str, Figure)> {
             Figure::Ratio(records as f64 / groups.max(1) as f64),
         ),
     ];
-    figures.extend(shard_counters().map(|c| (c.key, Figure::Count((c.get)(q, v)))));
+    figures.extend(SHARD_COUNTERS.map(|c| (c.key, Figure::Count((c.get)(q, v)))));
     figures
 }
 
@@ -750,7 +744,7 @@ pub(super) fn stats_json(state: &AdminState) -> serde_json::Value {
     use serde_json::{json, Map, Value};
     let src = Sources::of(state);
     let mut global = Map::new();
-    for c in global_counters() {
+    for c in GLOBAL_COUNTERS {
         global.insert(c.key.into(), json!((c.get)(&src)));
     }
     let refused = refused_by_reason(&state.stats);
@@ -804,7 +798,7 @@ pub(super) fn stats_json(state: &AdminState) -> serde_json::Value {
                 .map(|(q, d)| {
                     let mut m = Map::new();
                     m.insert("shard".into(), json!(q.shard));
-                    for c in sink_counters() {
+                    for c in SINK_COUNTERS {
                         m.insert(c.key.into(), json!((c.get)(q, d)));
                     }
                     Value::Object(m)
@@ -1020,7 +1014,7 @@ impl Sources {
         "Always 1; the labels say which build runs (version, git commit, sink plugin ABI version).",
         [(info, 1)],
     )?;
-        for c in global_counters() {
+        for c in GLOBAL_COUNTERS {
             single(encoder, c.metric, c.kind, c.help, (c.get)(self))?;
         }
         family(
@@ -1152,7 +1146,7 @@ impl Sources {
         let views: Vec<ShardView> = (0..self.shards.len())
             .map(|i| ShardView::of(&self.board, i))
             .collect();
-        for c in shard_counters() {
+        for c in SHARD_COUNTERS {
             let samples = self
                 .shards
                 .iter()
@@ -1160,7 +1154,7 @@ impl Sources {
                 .map(|(q, v)| ([("shard", q.shard.to_string())], (c.get)(q, v)));
             family(encoder, c.metric, c.kind, c.help, samples)?;
         }
-        for c in sink_counters() {
+        for c in SINK_COUNTERS {
             let samples = self.sink_pairs().into_iter().map(|(name, q, d)| {
                 (
                     [("sink", name), ("shard", q.shard.to_string())],

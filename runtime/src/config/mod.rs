@@ -854,8 +854,26 @@ impl Config {
         }
     }
 
-    /// Check every range and cross-key rule.
+    /// Check every range and cross-key rule, table by table (the first
+    /// problem found is the one reported).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_server()?;
+        self.validate_wab()?;
+        self.validate_admin()?;
+        for (name, sink) in &self.sinks {
+            check_sink_name(name)?;
+            sink.validate()
+                .map_err(|e| ConfigError::Sink(e.to_string()))?;
+        }
+        crate::logging::check_level(&self.log.level).map_err(|message| ConfigError::Invalid {
+            key: "log.level",
+            message,
+        })?;
+        Ok(())
+    }
+
+    /// `[server]`, its doors, and who may use them.
+    fn validate_server(&self) -> Result<(), ConfigError> {
         let s = &self.server;
         if s.socket_path.as_os_str().is_empty() {
             return Err(ConfigError::Invalid {
@@ -929,7 +947,11 @@ impl Config {
         }
         in_range(&SERVER_INFLIGHT_RECORDS_MAX, s.inflight_records_max as u64)?;
         in_range(&SERVER_INFLIGHT_BYTES_MAX, s.inflight_bytes_max)?;
-        in_range(&SERVER_SHUTDOWN_TIMEOUT_MS, s.shutdown_timeout_ms)?;
+        in_range(&SERVER_SHUTDOWN_TIMEOUT_MS, s.shutdown_timeout_ms)
+    }
+
+    /// `[wab]`.
+    fn validate_wab(&self) -> Result<(), ConfigError> {
         let w = &self.wab;
         in_range(&WAB_SEGMENT_BYTES_MAX, w.segment_bytes_max)?;
         in_range(&WAB_WAB_BYTES_MAX, w.wab_bytes_max)?;
@@ -949,6 +971,11 @@ impl Config {
                 ),
             });
         }
+        Ok(())
+    }
+
+    /// `[admin]`.
+    fn validate_admin(&self) -> Result<(), ConfigError> {
         in_range(
             &ADMIN_CONNECTIONS_MAX,
             u64::from(self.admin.connections_max),
@@ -962,15 +989,6 @@ impl Config {
                 message: "must be set and differ from server.socket_path".into(),
             });
         }
-        for (name, sink) in &self.sinks {
-            check_sink_name(name)?;
-            sink.validate()
-                .map_err(|e| ConfigError::Sink(e.to_string()))?;
-        }
-        crate::logging::check_level(&self.log.level).map_err(|message| ConfigError::Invalid {
-            key: "log.level",
-            message,
-        })?;
         Ok(())
     }
 
