@@ -49,12 +49,7 @@ pub fn schema() -> Value {
                 for key in table.keys {
                     props.insert(key.short().into(), key_schema(key));
                 }
-                let required: Vec<&str> = table
-                    .keys
-                    .iter()
-                    .filter(|k| k.default == DefaultValue::Required)
-                    .map(Key::short)
-                    .collect();
+                let required = required(table.keys);
                 if !required.is_empty() {
                     node["required"] = json!(required);
                 }
@@ -85,6 +80,14 @@ pub fn schema() -> Value {
     })
 }
 
+/// The keys of `keys` that must be given (when their table is).
+fn required(keys: &[Key]) -> Vec<&'static str> {
+    keys.iter()
+        .filter(|k| k.default == DefaultValue::Required)
+        .map(Key::short)
+        .collect()
+}
+
 /// An object that allows only the keys it lists.
 fn object(properties: Map<String, Value>) -> Value {
     json!({ "type": "object", "additionalProperties": false, "properties": properties })
@@ -110,12 +113,7 @@ fn sink_schema(tables: &[Table]) -> Value {
             props.insert(key.short().into(), schema);
         }
         if let Some(kind) = table.name.strip_prefix("sink.") {
-            let required: Vec<&str> = table
-                .keys
-                .iter()
-                .filter(|k| k.default == DefaultValue::Required)
-                .map(Key::short)
-                .collect();
+            let required = required(table.keys);
             if !required.is_empty() {
                 by_type.push(json!({
                     "if": { "properties": { "type": { "const": kind } } },

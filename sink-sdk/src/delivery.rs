@@ -89,12 +89,17 @@ impl FromStr for StartAt {
     type Err = ();
 
     fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "end" => Ok(StartAt::End),
-            "oldest" => Ok(StartAt::Oldest),
-            _ => Err(()),
-        }
+        named(s, Self::NAMES, [StartAt::End, StartAt::Oldest])
     }
+}
+
+/// The value of `values` whose name (at the same place in `names`) is `s`.
+fn named<T: Copy, const N: usize>(s: &str, names: &[&str], values: [T; N]) -> Result<T, ()> {
+    names
+        .iter()
+        .position(|n| *n == s)
+        .and_then(|i| values.get(i).copied())
+        .ok_or(())
 }
 
 /// What a sink does when it falls `lag_bytes_max` behind.
@@ -118,11 +123,7 @@ impl FromStr for OnLag {
     type Err = ();
 
     fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "block" => Ok(OnLag::Block),
-            "skip" => Ok(OnLag::Skip),
-            _ => Err(()),
-        }
+        named(s, Self::NAMES, [OnLag::Block, OnLag::Skip])
     }
 }
 
