@@ -12,12 +12,12 @@ use spillway_protocol::NackReason;
 #[derive(Debug, Default)]
 pub struct DaemonStats {
     pub connections_accepted: AtomicU64,
-    /// Closed at once because `max_connections` were open.
+    /// Closed at once because `connections_max` were open.
     pub connections_refused: AtomicU64,
     /// Closed at once because the peer's uid and gid are not allowed
     /// (`server.allowed_uids`, `server.allowed_gids`).
     pub connections_refused_peer: AtomicU64,
-    /// Idle connections closed to let a new one in at `max_connections`.
+    /// Idle connections closed to let a new one in at `connections_max`.
     pub connections_evicted: AtomicU64,
     pub read_timeouts: AtomicU64,
     /// Connections holding part of a frame right now (its stall clock runs).
@@ -142,11 +142,11 @@ pub struct HttpIngestStats {
     pub records: AtomicU64,
     pub connections_open: AtomicU64,
     pub connections_accepted: AtomicU64,
-    /// Closed at once: `max_connections` were open, each with a request
+    /// Closed at once: `connections_max` were open, each with a request
     /// being answered.
     pub connections_refused: AtomicU64,
     /// Closed between requests (or before the first, or in the TLS
-    /// handshake) to let a new connection in at `max_connections`
+    /// handshake) to let a new connection in at `connections_max`
     /// ([`crate::ingest::Lobby`]).
     pub connections_evicted: AtomicU64,
     /// TLS handshakes that failed, by reason (see [`crate::ingest::tls`]).
@@ -164,14 +164,14 @@ impl HttpIngestStats {
 /// The TCP door's own figures (`ctl stats`, metrics).
 #[derive(Debug, Default)]
 pub struct TcpDoorStats {
-    /// Open connections (the door's own count against `max_connections`).
+    /// Open connections (the door's own count against `connections_max`).
     pub connections_open: Arc<AtomicUsize>,
     pub connections_accepted: AtomicU64,
-    /// Closed at once: `server.tcp.max_connections` were open, none of
+    /// Closed at once: `server.tcp.connections_max` were open, none of
     /// them in its TLS handshake.
     pub connections_refused: AtomicU64,
     /// Closed in their TLS handshake to let a new connection in at
-    /// `max_connections` ([`crate::ingest::Lobby`]).
+    /// `connections_max` ([`crate::ingest::Lobby`]).
     pub connections_evicted: AtomicU64,
     /// TLS handshakes that failed, by reason.
     pub tls: HandshakeStats,

@@ -46,8 +46,8 @@ pub struct Overrides {
     pub named_sinks: Vec<(String, String)>,
     /// `server.connection_read_timeout_ms` (`None` = the daemon's default).
     pub read_timeout_ms: Option<u64>,
-    /// `server.max_connections` (`None` = the daemon's default).
-    pub max_connections: Option<u32>,
+    /// `server.connections_max` (`None` = the daemon's default).
+    pub connections_max: Option<u32>,
     /// `server.http.listen` for the HTTP door, in the clear on loopback
     /// (`None` = the door is off).
     pub http_listen: Option<String>,
@@ -128,7 +128,7 @@ impl Launcher {
             segment_bytes: overrides.segment_bytes.or(self.segment_bytes),
             sinks,
             read_timeout_ms: overrides.read_timeout_ms,
-            max_connections: overrides.max_connections,
+            connections_max: overrides.connections_max,
             http_listen: overrides.http_listen.clone(),
             tcp_tls: overrides.tcp_tls.clone(),
             wab_bytes_max: overrides.wab_bytes_max.unwrap_or(WAB_BYTES_MAX),
@@ -166,7 +166,7 @@ pub fn config_text(dir: &Path, segment_bytes: Option<u64>, read_timeout_ms: Opti
         segment_bytes,
         sinks: single_sink_section(NOOP_SINK),
         read_timeout_ms,
-        max_connections: None,
+        connections_max: None,
         http_listen: None,
         tcp_tls: None,
         wab_bytes_max: WAB_BYTES_MAX,
@@ -182,7 +182,7 @@ struct DaemonSettings<'a> {
     /// The sink tables: [`single_sink_section`] or [`named_sinks_section`].
     sinks: String,
     read_timeout_ms: Option<u64>,
-    max_connections: Option<u32>,
+    connections_max: Option<u32>,
     http_listen: Option<String>,
     tcp_tls: Option<(String, PathBuf, PathBuf)>,
     wab_bytes_max: u64,
@@ -205,8 +205,8 @@ impl DaemonSettings<'_> {
             .map(|ms| format!("connection_read_timeout_ms = {ms}\n"))
             .unwrap_or_default()
             + &self
-                .max_connections
-                .map(|n| format!("max_connections = {n}\n"))
+                .connections_max
+                .map(|n| format!("connections_max = {n}\n"))
                 .unwrap_or_default();
         let http = self
             .http_listen
@@ -218,7 +218,7 @@ impl DaemonSettings<'_> {
             .as_ref()
             .map(|(a, cert, key)| {
                 format!(
-                    "[server.tcp]\nlisten = \"{a}\"\ncert = {}\nkey = {}\n",
+                    "[server.tcp]\nlisten = \"{a}\"\ncert_file = {}\nkey_file = {}\n",
                     toml_str(cert),
                     toml_str(key)
                 )
@@ -528,7 +528,7 @@ mod tests {
             segment_bytes: Some(1 << 20),
             sinks: single_sink_section(NOOP_SINK),
             read_timeout_ms: Some(1000),
-            max_connections: None,
+            connections_max: None,
             http_listen: None,
             tcp_tls: None,
             wab_bytes_max: WAB_BYTES_MAX,
@@ -560,7 +560,7 @@ mod tests {
             segment_bytes: None,
             sinks: single_sink_section(NOOP_SINK),
             read_timeout_ms: None,
-            max_connections: None,
+            connections_max: None,
             http_listen: Some("127.0.0.1:7071".into()),
             tcp_tls: None,
             wab_bytes_max: WAB_BYTES_MAX,
@@ -575,7 +575,7 @@ mod tests {
         let default = DaemonSettings {
             segment_bytes: None,
             read_timeout_ms: None,
-            max_connections: None,
+            connections_max: None,
             ..settings
         }
         .config_text();
@@ -600,7 +600,7 @@ mod tests {
                 segment_bytes: None,
                 sinks: String::new(),
                 read_timeout_ms: None,
-                max_connections: None,
+                connections_max: None,
                 http_listen: None,
                 tcp_tls: None,
                 wab_bytes_max: WAB_BYTES_MAX,

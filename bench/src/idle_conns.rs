@@ -1,5 +1,5 @@
 //! `idle_connections`: what idle connections cost. A daemon of its own
-//! (noop sink, `server.max_connections` above the count) gets 0, 1,000 and
+//! (noop sink, `server.connections_max` above the count) gets 0, 1,000 and
 //! 10,000 producer connections that connect and then say nothing; for each
 //! count the bench reads the daemon's resident memory and times one serial
 //! Sync producer beside them. The descriptor limit of the bench (and so of
@@ -25,7 +25,7 @@ pub fn idle_connections(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let limit = raise_fd_limit();
     let most = *COUNTS.last().unwrap();
     let overrides = Overrides {
-        max_connections: Some((most + 64) as u32),
+        connections_max: Some((most + 64) as u32),
         ..Overrides::default()
     };
     let daemon = launcher

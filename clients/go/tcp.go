@@ -37,7 +37,7 @@ func DialTCP(ctx context.Context, addr string, opts *Options) (*Client, error) {
 // certificate must carry cfg.ServerName (when empty, the host of addr, a
 // DNS name or an IP address) among its subject alternative names.
 // Certificates holds the client's certificate for a daemon that asks for
-// one (server.tcp.client_ca, mutual TLS). A nil cfg means the system's
+// one (server.tcp.ca_file, mutual TLS). A nil cfg means the system's
 // CAs and no client certificate. TLSConfig builds one from PEM files.
 //
 // A failed handshake is returned here. With TLS 1.3 the client's half of

@@ -231,7 +231,7 @@ func (d *doorDaemon) tlsConfig(t *testing.T, who string) *tls.Config {
 func startMutualTLSDaemon(t *testing.T) *doorDaemon {
 	d := newDoorDaemon(t)
 	d.makeCerts(t)
-	d.start(t, fmt.Sprintf("[server.tcp]\nlisten = %q\ncert = %q\nkey = %q\nclient_ca = %q\nallowed_names = [%q]\n",
+	d.start(t, fmt.Sprintf("[server.tcp]\nlisten = %q\ncert_file = %q\nkey_file = %q\nca_file = %q\nallowed_names = [%q]\n",
 		d.addr("127.0.0.1"), d.certs["server"]+".crt", d.certs["server"]+".key", d.certs["client-ca"]+".crt", allowedName))
 	return d
 }

@@ -667,13 +667,13 @@ fn start_doors(
         conn_ctx.clone(),
         arbiters.to_vec(),
         shards.iter().map(|s| s.queue.clone()).collect(),
-        cfg.server.max_connections as usize,
+        cfg.server.connections_max as usize,
     )
     .start();
     let mut tls_doors = Vec::new();
-    let tcp = tcp_door.map(|(listener, max_connections, tls)| {
+    let tcp = tcp_door.map(|(listener, connections_max, tls)| {
         tls_doors.extend(tls.clone());
-        // The door's own count of open connections (its max_connections)
+        // The door's own count of open connections (its connections_max)
         // and idle registry; the daemon's stats and read-buffer budget.
         let ctx = Arc::new(ConnectionContext {
             limits: conn_ctx.limits.clone(),
@@ -688,7 +688,7 @@ fn start_doors(
             ctx,
             arbiters.to_vec(),
             shards.iter().map(|s| s.queue.clone()).collect(),
-            max_connections,
+            connections_max,
             tls,
         )
         .start()
@@ -827,11 +827,11 @@ fn bind_http_ingest(cfg: &Config) -> Result<Option<HttpDoorParts>, String> {
         .and_then(|()| spillway_actors::ingest::accept::raise_backlog(&listener))
         .map_err(|e| format!("server.http.listen {addr}: {e}"))?;
     let bound = listener.local_addr().map_or(addr, |a| a);
-    tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = http.client_ca.is_some(), token = token.is_some(), "serving POST /v1/records (server.http)");
+    tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = http.ca_file.is_some(), token = token.is_some(), "serving POST /v1/records (server.http)");
     let settings = HttpIngestSettings {
         body_bytes_max: http.body_bytes_max,
         payload_bytes_max: cfg.server.payload_bytes_max as u32,
-        max_connections: http.max_connections as usize,
+        connections_max: http.connections_max as usize,
         request_timeout,
         idle_timeout,
         token,
@@ -862,8 +862,8 @@ fn bind_tcp_door(cfg: &Config) -> Result<Option<TcpDoorParts>, String> {
         .and_then(|()| spillway_actors::ingest::accept::raise_backlog(&listener))
         .map_err(|e| format!("server.tcp.listen {addr}: {e}"))?;
     let bound = listener.local_addr().map_or(addr, |a| a);
-    tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = tcp.client_ca.is_some(), "serving the wire protocol over TCP (server.tcp)");
-    Ok(Some((listener, tcp.max_connections as usize, tls)))
+    tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = tcp.ca_file.is_some(), "serving the wire protocol over TCP (server.tcp)");
+    Ok(Some((listener, tcp.connections_max as usize, tls)))
 }
 
 /// Each sink's health check once at the start, each on a thread of its own

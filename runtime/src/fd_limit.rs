@@ -1,8 +1,8 @@
 //! File descriptors: raise the soft limit at start, and refuse a
-//! `max_connections` that would leave the shards without descriptors.
+//! `connections_max` that would leave the shards without descriptors.
 //!
 //! Every connection holds one descriptor. Measured before this existed:
-//! with a 1,024-descriptor limit and the default `max_connections = 1024`,
+//! with a 1,024-descriptor limit and the default `connections_max = 1024`,
 //! 1,100 idle connections made segment rotation fail for lack of a
 //! descriptor and the shard stopped. So the connections may use only what
 //! is left after a reserve for the WAB (active and spare segments, the
@@ -78,12 +78,12 @@ pub fn check_config(limit: u64, cfg: &crate::config::Config, sinks: usize) -> Re
     )
 }
 
-/// Refuse `max_connections` when `limit` descriptors cannot hold them plus
+/// Refuse `connections_max` when `limit` descriptors cannot hold them plus
 /// the reserve (`admin_connections`: what the admin listeners may hold
 /// together); the message names the numbers and the fixes.
 pub fn check(
     limit: u64,
-    max_connections: u64,
+    connections_max: u64,
     doors: &str,
     shards: u64,
     sinks: u64,
@@ -91,13 +91,13 @@ pub fn check(
 ) -> Result<(), String> {
     let reserve =
         FD_RESERVE + (FDS_PER_SHARD + FDS_PER_SINK_SHARD * sinks) * shards + admin_connections;
-    if max_connections.saturating_add(reserve) <= limit {
+    if connections_max.saturating_add(reserve) <= limit {
         return Ok(());
     }
     let fits = limit.saturating_sub(reserve);
     let together = if doors.contains('+') { " together" } else { "" };
     Err(format!(
-        "{doors} = {max_connections} does not fit the file descriptor limit of {limit}: \
+        "{doors} = {connections_max} does not fit the file descriptor limit of {limit}: \
          {reserve} are kept for segments, checkpoints, sinks and admin ({FD_RESERVE} + ({FDS_PER_SHARD} per shard \
          + {FDS_PER_SINK_SHARD} per sink x {sinks} sinks) x {shards} shards + {admin_connections} for the admin listeners' connections, admin.connections_max \
          each), so at most {fits} connections fit; lower {doors} to {fits}{together} or raise \
@@ -110,11 +110,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn max_connections_must_leave_the_reserve() {
-        let doors = "server.max_connections";
+    fn connections_max_must_leave_the_reserve() {
+        let doors = "server.connections_max";
         check(20_000, 1024, doors, 2, 1, 32).unwrap();
         let err = check(1024, 1024, doors, 2, 1, 32).unwrap_err();
-        assert!(err.contains("server.max_connections = 1024"), "{err}");
+        assert!(err.contains("server.connections_max = 1024"), "{err}");
         assert!(err.contains("limit of 1024"), "{err}");
         assert!(err.contains("+ 32 for the admin listeners"), "{err}");
         // 64 + (8 + 2 x 1) x 2 + 32 = 116 kept.

@@ -331,7 +331,7 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
             socket_path,
             data_dir,
             shards,
-            max_connections,
+            connections_max,
             payload_bytes_max,
             connection_read_timeout_ms,
             connection_idle_timeout_ms,

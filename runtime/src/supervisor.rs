@@ -283,7 +283,7 @@ impl Supervisor {
                         self.conn_ctx.clone(),
                         self.arbiters.clone(),
                         shards,
-                        self.cfg.server.max_connections as usize,
+                        self.cfg.server.connections_max as usize,
                     );
                     self.listener = Some(listener.start());
                     self.listener_dead_since = None;

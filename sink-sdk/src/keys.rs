@@ -86,7 +86,7 @@ pub enum Allowed {
 /// One key of the config.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Key {
-    /// The full dotted name: `server.max_connections`.
+    /// The full dotted name: `server.connections_max`.
     pub name: &'static str,
     pub default: DefaultValue,
     pub allowed: Allowed,
@@ -97,7 +97,7 @@ pub struct Key {
 }
 
 impl Key {
-    /// The name within its table: `max_connections`.
+    /// The name within its table: `connections_max`.
     pub fn short(&self) -> &'static str {
         self.name.rsplit('.').next().unwrap_or(self.name)
     }

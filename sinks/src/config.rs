@@ -595,7 +595,6 @@ pub(crate) mod tests {
             "delivery" => "\"batched\"",
             "method" => "\"POST\"",
             "headers" => "{}",
-            "bearer_token_env" => "\"T\"",
             "gzip" => "true",
             "timeout_ms" => "1000",
             "concurrency" => "1",

@@ -58,7 +58,7 @@ pub fn note(e: &io::Error, doing: &'static str) {
         during = doing,
         failures = unreported,
         total = TOTAL.load(Ordering::Relaxed),
-        "out of file descriptors: raise the limit (ulimit -n, LimitNOFILE=) or lower server.max_connections \
+        "out of file descriptors: raise the limit (ulimit -n, LimitNOFILE=) or lower server.connections_max \
          (at most one such line per second; not ready until it has passed)"
     );
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 /// may take: they are kept for the daemon's own files (the next segment,
 /// a checkpoint write, a seal, the drain's reader) and the admin
 /// listeners, whose connections are capped. Start-up sizes
-/// `server.max_connections` so producers never get near them; this holds
+/// `server.connections_max` so producers never get near them; this holds
 /// the line when the limit shrinks under a running daemon or something
 /// else takes descriptors (measured before it existed: a flood of
 /// connections after the limit was lowered took the last descriptors and
@@ -104,7 +104,7 @@ impl AcceptErrors {
                 error = %e,
                 failures = self.unreported,
                 hint = if resource {
-                    "out of file descriptors or memory: raise the fd limit (ulimit -n / LimitNOFILE) or lower server.max_connections"
+                    "out of file descriptors or memory: raise the fd limit (ulimit -n / LimitNOFILE) or lower server.connections_max"
                 } else {
                     ""
                 },

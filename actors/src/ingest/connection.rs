@@ -47,7 +47,7 @@ pub struct ConnectionLimits {
     pub read_buffer_bytes_max: u64,
     pub inflight_records_max: usize,
     pub inflight_bytes_max: u64,
-    /// At `max_connections`, a new connection closes the longest-idle one
+    /// At `connections_max`, a new connection closes the longest-idle one
     /// idle at least this long, with nothing in flight
     /// (`server.evict_idle_connections`, `server.evict_idle_after_ms`);
     /// `None`: it is refused instead.
@@ -107,7 +107,7 @@ const BUDGET_RETRY_MAX: Duration = Duration::from_millis(250);
 pub struct ConnectionContext {
     pub limits: ConnectionLimits,
     pub stats: Arc<DaemonStats>,
-    /// Open connections; the listener compares it with `max_connections`.
+    /// Open connections; the listener compares it with `connections_max`.
     pub live: Arc<AtomicUsize>,
     /// Wakes connections waiting for read-buffer budget when some is freed.
     pub read_budget: Arc<ReadBudget>,
@@ -853,12 +853,12 @@ impl Handler<Evict> for Connection {
     type Result = ();
 
     /// The listener claimed this idle connection to make room at
-    /// `max_connections` (see [`crate::ingest::idle`]).
+    /// `connections_max` (see [`crate::ingest::idle`]).
     fn handle(&mut self, _: Evict, ctx: &mut Context<Self>) {
         if self.idle_mark.claimed() {
             tracing::debug!(
                 conn = self.id,
-                "closing an idle connection to make room for a new one at server.max_connections"
+                "closing an idle connection to make room for a new one at server.connections_max"
             );
             ctx.stop();
         }

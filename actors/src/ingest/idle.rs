@@ -1,4 +1,4 @@
-//! Which producer connections sit idle, so that at `max_connections` the
+//! Which producer connections sit idle, so that at `connections_max` the
 //! listener can close the one idle longest to let a new one in
 //! (`server.evict_idle_connections`): idle holders can no longer lock
 //! producers out until their idle timeout (5 minutes by default).

@@ -1,5 +1,5 @@
 //! The lobby of a network door: its connections that have not shown yet
-//! that a producer is behind them, so that at the door's `max_connections`
+//! that a producer is behind them, so that at the door's `connections_max`
 //! the oldest of them gives way to a newcomer rather than the newcomer
 //! being refused. Without it, a client that connects and never finishes
 //! its TLS handshake, or an idle HTTP keep-alive connection, held a slot
@@ -24,7 +24,7 @@
 //! socket there is no minimum wait before a connection may be evicted: a
 //! flood connects faster than any such wait, and a producer in the lobby
 //! is gone from it within a round trip or two, long before the door has
-//! taken `max_connections` newer ones.
+//! taken `connections_max` newer ones.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

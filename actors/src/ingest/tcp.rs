@@ -1,13 +1,13 @@
 //! The TCP door (`[server.tcp]`): the wire protocol over TCP, with TLS
 //! (and optionally mutual TLS and allowed names, [`crate::ingest::tls`]) or, on a
 //! loopback address only, in the clear. Same connection actor, tiers,
-//! pipelining, window and limits as the Unix socket; `max_connections` is
+//! pipelining, window and limits as the Unix socket; `connections_max` is
 //! this door's own.
 //!
 //! The TLS handshake runs on the connection's arbiter, not on the accept
 //! loop, so a slow client holds only its own slot; it must finish within
 //! `server.tcp.handshake_timeout_ms`. Until it has, the connection waits
-//! in the door's [`Lobby`]: at `max_connections` a newcomer evicts the
+//! in the door's [`Lobby`]: at `connections_max` a newcomer evicts the
 //! connection that has waited there longest, and is refused (closed at
 //! once) only when every connection has finished its handshake. A client
 //! that connects and sends nothing can then no longer keep producers out.
@@ -33,10 +33,10 @@ pub struct TcpDoor {
     shared: Arc<ConnectionContext>,
     arbiters: Vec<ArbiterHandle>,
     shards: Vec<Arc<ShardQueue>>,
-    max_connections: usize,
+    connections_max: usize,
     tls: Option<Arc<TlsServer>>,
     /// Connections still in their TLS handshake: evicted, oldest first,
-    /// to let a newcomer in at `max_connections`.
+    /// to let a newcomer in at `connections_max`.
     lobby: Arc<Lobby>,
     next_arbiter: usize,
     next_shard: usize,
@@ -49,7 +49,7 @@ impl TcpDoor {
         shared: Arc<ConnectionContext>,
         arbiters: Vec<ArbiterHandle>,
         shards: Vec<Arc<ShardQueue>>,
-        max_connections: usize,
+        connections_max: usize,
         tls: Option<Arc<TlsServer>>,
     ) -> Self {
         assert!(!arbiters.is_empty() && !shards.is_empty());
@@ -58,7 +58,7 @@ impl TcpDoor {
             shared,
             arbiters,
             shards,
-            max_connections,
+            connections_max,
             tls,
             lobby: Arc::new(Lobby::default()),
             next_arbiter: 0,
@@ -70,14 +70,14 @@ impl TcpDoor {
     fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
         let stats = &self.shared.stats;
         let live = self.shared.live.fetch_add(1, Ordering::Relaxed) + 1;
-        if live > self.max_connections && !self.evict_unfinished_handshake(peer) {
+        if live > self.connections_max && !self.evict_unfinished_handshake(peer) {
             self.shared.live.fetch_sub(1, Ordering::Relaxed);
             stats
                 .tcp
                 .connections_refused
                 .fetch_add(1, Ordering::Relaxed);
             if stats.log_limiter.allow() {
-                tracing::warn!(%peer, max_connections = self.max_connections, "TCP connection refused: server.tcp.max_connections reached");
+                tracing::warn!(%peer, connections_max = self.connections_max, "TCP connection refused: server.tcp.connections_max reached");
             }
             return;
         }
@@ -120,7 +120,7 @@ impl TcpDoor {
 }
 
 impl TcpDoor {
-    /// At `max_connections`: close the connection that has been in its
+    /// At `connections_max`: close the connection that has been in its
     /// TLS handshake longest, if there is one (see [`Lobby`]). The new
     /// connection takes its place; until the evicted one is gone
     /// (microseconds) one more is open than the cap.
@@ -134,7 +134,7 @@ impl TcpDoor {
             .connections_evicted
             .fetch_add(1, Ordering::Relaxed);
         if stats.log_limiter.allow() {
-            tracing::info!(%peer, max_connections = self.max_connections, "server.tcp.max_connections reached: closed the connection longest in its TLS handshake to let a new one in");
+            tracing::info!(%peer, connections_max = self.connections_max, "server.tcp.connections_max reached: closed the connection longest in its TLS handshake to let a new one in");
         }
         true
     }

@@ -293,20 +293,20 @@ fn server_config(files: &TlsFiles) -> Result<(ServerConfig, Vec<String>), String
     let p = &files.key_prefix;
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
         .and_then(|it| it.collect::<Result<_, _>>())
-        .map_err(|e| format!("{p}.cert: {}: {e}", files.cert.display()))?;
+        .map_err(|e| format!("{p}.cert_file: {}: {e}", files.cert.display()))?;
     if certs.is_empty() {
         return Err(format!(
-            "{p}.cert: {}: no PEM certificate in it",
+            "{p}.cert_file: {}: no PEM certificate in it",
             files.cert.display()
         ));
     }
-    let cert_key = format!("{p}.cert");
+    let cert_key = format!("{p}.cert_file");
     unusable_server_cert(&cert_key, &files.cert, &certs[0], UnixTime::now())?;
     let warnings: Vec<String> = names_warning(&cert_key, &files.cert, &certs[0], files.listen)
         .into_iter()
         .collect();
     let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| format!("{p}.key: {}: {e}", files.key.display()))?;
+        .map_err(|e| format!("{p}.key_file: {}: {e}", files.key.display()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
@@ -317,27 +317,27 @@ fn server_config(files: &TlsFiles) -> Result<(ServerConfig, Vec<String>), String
             let mut roots = RootCertStore::empty();
             let cas: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
                 .and_then(|it| it.collect::<Result<_, _>>())
-                .map_err(|e| format!("{p}.client_ca: {}: {e}", ca.display()))?;
+                .map_err(|e| format!("{p}.ca_file: {}: {e}", ca.display()))?;
             for c in cas {
                 roots
                     .add(c)
-                    .map_err(|e| format!("{p}.client_ca: {}: {e}", ca.display()))?;
+                    .map_err(|e| format!("{p}.ca_file: {}: {e}", ca.display()))?;
             }
             if roots.is_empty() {
                 return Err(format!(
-                    "{p}.client_ca: {}: no PEM certificate in it",
+                    "{p}.ca_file: {}: no PEM certificate in it",
                     ca.display()
                 ));
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
-                .map_err(|e| format!("{p}.client_ca: {}: {e}", ca.display()))?;
+                .map_err(|e| format!("{p}.ca_file: {}: {e}", ca.display()))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let config = builder.with_single_cert(certs, key).map_err(|e| {
         format!(
-            "{p}.cert / {p}.key: {} and {} do not make a usable pair: {e}",
+            "{p}.cert_file / {p}.key_file: {} and {} do not make a usable pair: {e}",
             files.cert.display(),
             files.key.display()
         )
@@ -407,7 +407,7 @@ mod tests {
         ] {
             let e = judge(&c).unwrap_err();
             assert!(
-                e.starts_with("server.http.cert: /tls/s.crt: ") && e.contains(says),
+                e.starts_with("server.http.cert_file: /tls/s.crt: ") && e.contains(says),
                 "{says}: {e}"
             );
         }
@@ -428,7 +428,7 @@ mod tests {
         assert_eq!(warn("0.0.0.0"), None, "no name to compare with");
         let w = warn("127.0.0.1").expect("a warning");
         assert!(
-            w.contains("server.tcp.cert: s.crt:")
+            w.contains("server.tcp.cert_file: s.crt:")
                 && w.contains("listen address 127.0.0.1")
                 && w.contains(": localhost)"),
             "{w}"

@@ -1,5 +1,5 @@
 //! The Unix socket's listener: owns the socket, accepts connections, enforces
-//! `max_connections`, and starts each Connection on one of the connection
+//! `connections_max`, and starts each Connection on one of the connection
 //! arbiters (round robin, one per core), pinned to a shard.
 //!
 //! [`bind_socket`] prepares the socket file: parent folder created 0700 if
@@ -170,7 +170,7 @@ pub struct Listener {
     /// Arbiters connections are spread over.
     arbiters: Vec<ArbiterHandle>,
     shards: Vec<Arc<ShardQueue>>,
-    max_connections: usize,
+    connections_max: usize,
     next_arbiter: usize,
     next_shard: usize,
     /// Pauses the loop (instead of spinning) while accept fails, e.g. EMFILE.
@@ -183,7 +183,7 @@ impl Listener {
         shared: Arc<ConnectionContext>,
         arbiters: Vec<ArbiterHandle>,
         shards: Vec<Arc<ShardQueue>>,
-        max_connections: usize,
+        connections_max: usize,
     ) -> Self {
         assert!(!arbiters.is_empty() && !shards.is_empty());
         Listener {
@@ -191,7 +191,7 @@ impl Listener {
             shared,
             arbiters,
             shards,
-            max_connections,
+            connections_max,
             next_arbiter: 0,
             next_shard: 0,
             accept_errors: AcceptErrors::new("producer"),
@@ -228,7 +228,7 @@ impl Listener {
             return;
         }
         let live = self.shared.live.fetch_add(1, Ordering::Relaxed) + 1;
-        if live > self.max_connections && !self.evict_idle() {
+        if live > self.connections_max && !self.evict_idle() {
             self.shared.live.fetch_sub(1, Ordering::Relaxed);
             self.shared
                 .stats
@@ -236,8 +236,8 @@ impl Listener {
                 .fetch_add(1, Ordering::Relaxed);
             if self.shared.stats.log_limiter.allow() {
                 tracing::warn!(
-                    max_connections = self.max_connections,
-                    "connection refused: server.max_connections reached"
+                    connections_max = self.connections_max,
+                    "connection refused: server.connections_max reached"
                 );
             }
             drop(stream);
@@ -313,7 +313,7 @@ impl Listener {
         false
     }
 
-    /// At `max_connections`: close the longest-idle connection with nothing
+    /// At `connections_max`: close the longest-idle connection with nothing
     /// in flight, if eviction is on and one has been idle long enough (see
     /// [`crate::ingest::idle`]). The new connection then takes its place; until the
     /// evicted one is gone (microseconds) one more is open than the cap.
@@ -330,9 +330,9 @@ impl Listener {
             .fetch_add(1, Ordering::Relaxed);
         if self.shared.stats.log_limiter.allow() {
             tracing::info!(
-                max_connections = self.max_connections,
+                connections_max = self.connections_max,
                 evicted = id,
-                "server.max_connections reached: closed the longest-idle connection (nothing in flight) to let a new one in"
+                "server.connections_max reached: closed the longest-idle connection (nothing in flight) to let a new one in"
             );
         }
         true

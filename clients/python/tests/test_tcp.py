@@ -151,8 +151,8 @@ def tls_daemon():
     port = free_port()
     d = Daemon(
         tmp,
-        '[server.tcp]\nlisten = "127.0.0.1:%d"\ncert = "%s.crt"\nkey = "%s.key"\n'
-        'client_ca = "%s.crt"\nallowed_names = ["%s"]\n'
+        '[server.tcp]\nlisten = "127.0.0.1:%d"\ncert_file = "%s.crt"\nkey_file = "%s.key"\n'
+        'ca_file = "%s.crt"\nallowed_names = ["%s"]\n'
         % (port, certs["server"], certs["server"], certs["client-ca"], ALLOWED_NAME),
     )
     d.port = port

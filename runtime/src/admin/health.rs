@@ -179,7 +179,7 @@ fn fd_shortage() -> Option<Failing> {
         since_unix_ms: 0,
         reason: format!(
             "{} operations failed with EMFILE/ENFILE so far, the last {:.1} s ago; raise the limit \
-             (ulimit -n, LimitNOFILE=) or lower server.max_connections",
+             (ulimit -n, LimitNOFILE=) or lower server.connections_max",
             spillway_wab::descriptors::total(),
             ago as f64 / 1000.0
         ),

@@ -161,7 +161,7 @@ const GLOBAL_COUNTERS: [Counter<GlobalGet>; 18] = [
         key: "connections_evicted",
         metric: "spillway_connections_evicted_total",
         kind: "counter",
-        help: "Idle connections (nothing in flight) closed to let a new one in at server.max_connections.",
+        help: "Idle connections (nothing in flight) closed to let a new one in at server.connections_max.",
         get: |s| load(&s.stats.connections_evicted),
     },
     Counter {
@@ -548,7 +548,7 @@ fn oldest_age_seconds(d: &DrainStats) -> u64 {
 /// Producer connections closed at once, by the reason label they carry.
 fn refused_by_reason(stats: &spillway_actors::DaemonStats) -> [(&'static str, u64); 2] {
     [
-        ("max_connections", load(&stats.connections_refused)),
+        ("connections_max", load(&stats.connections_refused)),
         ("peer_uid", load(&stats.connections_refused_peer)),
     ]
 }
@@ -1021,7 +1021,7 @@ impl Sources {
         encoder,
         "spillway_connections_refused_total",
         "counter",
-        "Producer connections closed at once, by reason: max_connections (server.max_connections were open and none idle to evict), peer_uid (the peer's uid and gid are not in server.allowed_uids / allowed_gids).",
+        "Producer connections closed at once, by reason: connections_max (server.connections_max were open and none idle to evict), peer_uid (the peer's uid and gid are not in server.allowed_uids / allowed_gids).",
         refused_by_reason(&self.stats)
             .into_iter()
             .map(|(reason, n)| ([("reason", reason)], n)),
@@ -1035,8 +1035,8 @@ impl Sources {
         for (name, kind, help, value) in [
         ("spillway_http_connections_open", "gauge", "Open connections of the HTTP ingest door (server.http).", load(&h.connections_open)),
         ("spillway_http_connections_accepted_total", "counter", "Connections the HTTP ingest door accepted.", load(&h.connections_accepted)),
-        ("spillway_http_connections_refused_total", "counter", "Connections the HTTP ingest door closed at once: server.http.max_connections were open, each with a request being answered.", load(&h.connections_refused)),
-        ("spillway_http_connections_evicted_total", "counter", "Connections the HTTP ingest door closed between requests (or before the first) to let a new one in at server.http.max_connections.", load(&h.connections_evicted)),
+        ("spillway_http_connections_refused_total", "counter", "Connections the HTTP ingest door closed at once: server.http.connections_max were open, each with a request being answered.", load(&h.connections_refused)),
+        ("spillway_http_connections_evicted_total", "counter", "Connections the HTTP ingest door closed between requests (or before the first) to let a new one in at server.http.connections_max.", load(&h.connections_evicted)),
         ("spillway_http_records_total", "counter", "Records acknowledged (200) by the HTTP ingest door.", load(&h.records)),
     ] {
         single(encoder, name, kind, help, value)?;
@@ -1072,13 +1072,13 @@ impl Sources {
         (
             "spillway_tcp_connections_refused_total",
             "counter",
-            "Connections the TCP door closed at once: server.tcp.max_connections were open, none in its TLS handshake.",
+            "Connections the TCP door closed at once: server.tcp.connections_max were open, none in its TLS handshake.",
             load(&t.connections_refused),
         ),
         (
             "spillway_tcp_connections_evicted_total",
             "counter",
-            "Connections the TCP door closed in their TLS handshake to let a new one in at server.tcp.max_connections.",
+            "Connections the TCP door closed in their TLS handshake to let a new one in at server.tcp.connections_max.",
             load(&t.connections_evicted),
         ),
     ] {

@@ -47,7 +47,7 @@ pub const SERVER_ALLOWED_UIDS: Key = Key {
         schema: r#"{"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 4294967295}, "minItems": 1}"#,
     },
     also: "",
-    meaning: r#"Only processes running as one of these uids may push over the Unix socket. Checked at accept from the peer's credentials (SO_PEERCRED: the uid, gid and pid the kernel recorded when it connected), before a byte is read: any other peer's connection is closed at once, counted (`connections_refused{reason="peer_uid"}`) and logged with its uid, gid and pid (at most one line a second). With `allowed_gids` too, a peer matching either list is let in. Root is not let in unless listed. A change needs a restart. Find a user's uid with `id -u NAME`. It covers the Unix socket only: with it (or `allowed_gids`) set, `[server.tcp]` and `[server.http]` must use TLS (with `client_ca` to say who may push); `tls = false` beside it is an error naming both keys."#,
+    meaning: r#"Only processes running as one of these uids may push over the Unix socket. Checked at accept from the peer's credentials (SO_PEERCRED: the uid, gid and pid the kernel recorded when it connected), before a byte is read: any other peer's connection is closed at once, counted (`connections_refused{reason="peer_uid"}`) and logged with its uid, gid and pid (at most one line a second). With `allowed_gids` too, a peer matching either list is let in. Root is not let in unless listed. A change needs a restart. Find a user's uid with `id -u NAME`. It covers the Unix socket only: with it (or `allowed_gids`) set, `[server.tcp]` and `[server.http]` must use TLS (with `ca_file` to say who may push); `tls = false` beside it is an error naming both keys."#,
 };
 
 pub const SERVER_ALLOWED_GIDS: Key = Key {
@@ -89,8 +89,8 @@ pub const SERVER_SHARDS: Key = Key {
     meaning: r#"Independent segment streams, each with its own flusher, sealer and drain thread. Connections are spread round-robin. More shards spread fsyncs; fewer shards put more records into each fsync. Lowering it never orphans records: every `shard-NNN` folder already in `data_dir` is served (a warning says so)."#,
 };
 
-pub const SERVER_MAX_CONNECTIONS: Key = Key {
-    name: "server.max_connections",
+pub const SERVER_CONNECTIONS_MAX: Key = Key {
+    name: "server.connections_max",
     default: DefaultValue::Int(1024),
     allowed: Allowed::Range {
         min: 1,
@@ -134,7 +134,7 @@ pub const SERVER_CONNECTION_IDLE_TIMEOUT_MS: Key = Key {
         unit: Unit::Ms,
     },
     also: "",
-    meaning: r#"A connection with nothing in progress (no partial frame, no frame waiting for its ack) for this long is closed, so idle sockets cannot hold `max_connections` against other producers. So is one whose peer reads none of its acks for this long (`write_timeouts` in `ctl stats`): not sooner, since while it waits it costs only its unwritten acks, and closing it would invite it to reconnect and push another window of records. Clients reconnect on demand; keep it above your producers' longest quiet spell if reconnects cost you."#,
+    meaning: r#"A connection with nothing in progress (no partial frame, no frame waiting for its ack) for this long is closed, so idle sockets cannot hold `connections_max` against other producers. So is one whose peer reads none of its acks for this long (`write_timeouts` in `ctl stats`): not sooner, since while it waits it costs only its unwritten acks, and closing it would invite it to reconnect and push another window of records. Clients reconnect on demand; keep it above your producers' longest quiet spell if reconnects cost you."#,
 };
 
 pub const SERVER_EVICT_IDLE_CONNECTIONS: Key = Key {
@@ -142,7 +142,7 @@ pub const SERVER_EVICT_IDLE_CONNECTIONS: Key = Key {
     default: DefaultValue::Bool(true),
     allowed: Allowed::Text(r#"`true`, `false`"#),
     also: "",
-    meaning: r#"At `max_connections`, a new connection closes the connection idle longest instead of being refused, so idle holders cannot lock producers out until `connection_idle_timeout_ms`. Only a connection with nothing in flight (no partial frame, no frame waiting for its answer, no answer unwritten) idle for at least `evict_idle_after_ms` is eligible; its producer sees the socket closed (EOF) and reconnects. Counted in `connections_evicted` (`spillway_connections_evicted_total`) and logged at most once a second. `false`: refuse the newcomer, as before."#,
+    meaning: r#"At `connections_max`, a new connection closes the connection idle longest instead of being refused, so idle holders cannot lock producers out until `connection_idle_timeout_ms`. Only a connection with nothing in flight (no partial frame, no frame waiting for its answer, no answer unwritten) idle for at least `evict_idle_after_ms` is eligible; its producer sees the socket closed (EOF) and reconnects. Counted in `connections_evicted` (`spillway_connections_evicted_total`) and logged at most once a second. `false`: refuse the newcomer, as before."#,
 };
 
 pub const SERVER_EVICT_IDLE_AFTER_MS: Key = Key {
@@ -224,21 +224,21 @@ macro_rules! door_keys {
             meaning: r#"TLS on the door. `false` is accepted only on a loopback address (records would otherwise cross the network in clear): the error names this key. `false` is also refused beside `server.allowed_uids` / `allowed_gids`, which cannot see who is behind a TCP connection."#,
         };
         pub const $cert: Key = Key {
-            name: concat!($table, ".cert"),
+            name: concat!($table, ".cert_file"),
             default: DefaultValue::Unset("required with `tls`"),
             allowed: Allowed::Text(r#"a path"#),
             also: "",
             meaning: r#"PEM certificate chain, the server's own first. Re-read at every reload. One that has expired, is not yet valid or is not for serverAuth is refused (the old pair stays at a reload)."#,
         };
         pub const $key: Key = Key {
-            name: concat!($table, ".key"),
+            name: concat!($table, ".key_file"),
             default: DefaultValue::Unset("required with `tls`"),
             allowed: Allowed::Text(r#"a path"#),
             also: "",
             meaning: r#"PEM private key (PKCS#8, PKCS#1 or SEC1). Re-read at every reload; a new pair that does not load keeps the old one."#,
         };
         pub const $ca: Key = Key {
-            name: concat!($table, ".client_ca"),
+            name: concat!($table, ".ca_file"),
             default: DefaultValue::Unset(""),
             allowed: Allowed::Text(r#"a path"#),
             also: "",
@@ -251,11 +251,11 @@ macro_rules! door_keys {
                 text: r#"a non-empty list"#,
                 schema: r#"{"type": "array", "items": {"type": "string"}, "minItems": 1}"#,
             },
-            also: "needs `client_ca`",
+            also: "needs `ca_file`",
             meaning: r#"A client certificate must carry one of these DNS names or IP addresses among its subject alternative names."#,
         };
         pub const $max: Key = Key {
-            name: concat!($table, ".max_connections"),
+            name: concat!($table, ".connections_max"),
             default: DefaultValue::Int(1024),
             allowed: Allowed::Range {
                 min: 1,
@@ -263,7 +263,7 @@ macro_rules! door_keys {
                 unit: Unit::Count,
             },
             also: "",
-            meaning: r#"This door's connections open at once; past it a new one is closed at once. Added to `server.max_connections` in the [descriptor](#file-descriptors) check."#,
+            meaning: r#"This door's connections open at once; past it a new one is closed at once. Added to `server.connections_max` in the [descriptor](#file-descriptors) check."#,
         };
     };
 }
@@ -276,7 +276,7 @@ door_keys!(
     SERVER_TCP_KEY,
     SERVER_TCP_CLIENT_CA,
     SERVER_TCP_ALLOWED_NAMES,
-    SERVER_TCP_MAX_CONNECTIONS
+    SERVER_TCP_CONNECTIONS_MAX
 );
 
 door_keys!(
@@ -287,7 +287,7 @@ door_keys!(
     SERVER_HTTP_KEY,
     SERVER_HTTP_CLIENT_CA,
     SERVER_HTTP_ALLOWED_NAMES,
-    SERVER_HTTP_MAX_CONNECTIONS
+    SERVER_HTTP_CONNECTIONS_MAX
 );
 
 pub const SERVER_HTTP_TOKEN_ENV: Key = Key {
@@ -331,7 +331,7 @@ pub const SERVER_HTTP_IDLE_TIMEOUT_MS: Key = Key {
         unit: Unit::Ms,
     },
     also: "",
-    meaning: r#"A connection not in a request (just accepted, or between two requests on keep-alive) must finish its TLS handshake and send a complete request head within this, or it is closed. While it waits it holds no claim on its slot: at `max_connections` a new connection closes the one waiting longest instead of being refused (`http_connections_evicted`, `spillway_http_connections_evicted_total`), so idle or silent connections cannot keep out a client with a request. A connection whose request is being answered is never evicted."#,
+    meaning: r#"A connection not in a request (just accepted, or between two requests on keep-alive) must finish its TLS handshake and send a complete request head within this, or it is closed. While it waits it holds no claim on its slot: at `connections_max` a new connection closes the one waiting longest instead of being refused (`http_connections_evicted`, `spillway_http_connections_evicted_total`), so idle or silent connections cannot keep out a client with a request. A connection whose request is being answered is never evicted."#,
 };
 
 pub const SERVER_TCP_HANDSHAKE_TIMEOUT_MS: Key = Key {
@@ -343,7 +343,7 @@ pub const SERVER_TCP_HANDSHAKE_TIMEOUT_MS: Key = Key {
         unit: Unit::Ms,
     },
     also: "",
-    meaning: r#"A TLS handshake must finish within this, or the connection is closed. Until it has, the connection holds no claim on its slot: at `max_connections` a new connection closes the one longest in its handshake instead of being refused (`tcp_connections_evicted`, `spillway_tcp_connections_evicted_total`), so clients that connect and never finish cannot keep producers out. A connection past its handshake is never evicted."#,
+    meaning: r#"A TLS handshake must finish within this, or the connection is closed. Until it has, the connection holds no claim on its slot: at `connections_max` a new connection closes the one longest in its handshake instead of being refused (`tcp_connections_evicted`, `spillway_tcp_connections_evicted_total`), so clients that connect and never finish cannot keep producers out. A connection past its handshake is never evicted."#,
 };
 
 pub const WAB_SEGMENT_BYTES_MAX: Key = Key {
@@ -443,7 +443,7 @@ pub const ADMIN_CONNECTIONS_MAX: Key = Key {
         unit: Unit::Count,
     },
     also: "",
-    meaning: r#"Connections each admin listener (the admin socket, and the metrics address when set) serves at once; past it a new connection is closed at once and counted (`admin_connections_refused`). Their descriptors are set aside from the limit beside `server.max_connections` (see [descriptors](#file-descriptors)), so no client of these listeners can take the descriptors the WAB needs."#,
+    meaning: r#"Connections each admin listener (the admin socket, and the metrics address when set) serves at once; past it a new connection is closed at once and counted (`admin_connections_refused`). Their descriptors are set aside from the limit beside `server.connections_max` (see [descriptors](#file-descriptors)), so no client of these listeners can take the descriptors the WAB needs."#,
 };
 
 pub const ADMIN_READY_STALL_MS: Key = Key {
@@ -489,7 +489,7 @@ pub const TABLES: &[Table] = &[
             SERVER_ALLOW_INSECURE_SOCKET_DIR,
             SERVER_DATA_DIR,
             SERVER_SHARDS,
-            SERVER_MAX_CONNECTIONS,
+            SERVER_CONNECTIONS_MAX,
             SERVER_PAYLOAD_BYTES_MAX,
             SERVER_CONNECTION_READ_TIMEOUT_MS,
             SERVER_CONNECTION_IDLE_TIMEOUT_MS,
@@ -510,7 +510,7 @@ pub const TABLES: &[Table] = &[
             SERVER_TCP_KEY,
             SERVER_TCP_CLIENT_CA,
             SERVER_TCP_ALLOWED_NAMES,
-            SERVER_TCP_MAX_CONNECTIONS,
+            SERVER_TCP_CONNECTIONS_MAX,
             SERVER_TCP_HANDSHAKE_TIMEOUT_MS,
         ],
     },
@@ -525,7 +525,7 @@ pub const TABLES: &[Table] = &[
             SERVER_HTTP_ALLOWED_NAMES,
             SERVER_HTTP_TOKEN_ENV,
             SERVER_HTTP_BODY_BYTES_MAX,
-            SERVER_HTTP_MAX_CONNECTIONS,
+            SERVER_HTTP_CONNECTIONS_MAX,
             SERVER_HTTP_REQUEST_TIMEOUT_MS,
             SERVER_HTTP_IDLE_TIMEOUT_MS,
         ],

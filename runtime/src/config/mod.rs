@@ -15,6 +15,7 @@ use spillway_sinks::SinkConfig;
 use crate::logging::LogFormat;
 
 mod keys;
+mod renamed;
 pub use keys::TABLES;
 use keys::*;
 
@@ -108,16 +109,16 @@ pub struct ServerConfig {
     /// Shards (flusher threads, segment streams). 0 = one per core.
     pub shards: u32,
     /// Open connections past this are closed at once. 1..=65536.
-    pub max_connections: u32,
+    pub connections_max: u32,
     /// Largest frame payload accepted. 1..=16 MiB (the protocol's hard cap).
     pub payload_bytes_max: u64,
     /// A frame that has started must be complete within this. 100..=600000 ms.
     pub connection_read_timeout_ms: u64,
     /// A connection with nothing in progress (no partial frame, no frame
     /// waiting for its ack) for this long is closed, so idle sockets cannot
-    /// hold `max_connections` against other producers. 1000..=86400000 ms.
+    /// hold `connections_max` against other producers. 1000..=86400000 ms.
     pub connection_idle_timeout_ms: u64,
-    /// At `max_connections`, a new connection closes the connection idle
+    /// At `connections_max`, a new connection closes the connection idle
     /// longest (nothing in flight: no partial frame, no frame waiting for
     /// its answer) instead of being refused, so idle holders cannot lock
     /// producers out until their idle timeout.
@@ -165,18 +166,18 @@ pub struct ServerConfig {
 pub struct HttpIngestConfig {
     /// `ip:port` to listen on.
     pub listen: String,
-    /// TLS on (the default: `cert` and `key` needed); `false` only on a
+    /// TLS on (the default: `cert_file` and `key_file` needed); `false` only on a
     /// loopback address.
     #[serde(default = "http_tls_default")]
     pub tls: bool,
     /// PEM certificate chain (the server's first).
-    pub cert: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
     /// PEM private key.
-    pub key: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
     /// PEM CA certificate(s): every client must present a certificate
     /// chaining to one (mutual TLS).
-    pub client_ca: Option<PathBuf>,
-    /// With `client_ca`: DNS names or IPs of which a client certificate
+    pub ca_file: Option<PathBuf>,
+    /// With `ca_file`: DNS names or IPs of which a client certificate
     /// must carry one among its subject alternative names.
     pub allowed_names: Option<Vec<String>>,
     /// Name of the environment variable holding the bearer token every
@@ -186,14 +187,14 @@ pub struct HttpIngestConfig {
     #[serde(default = "http_body_bytes_max_default")]
     pub body_bytes_max: u64,
     /// Connections open at once; past it a new one is closed. 1..=65536.
-    #[serde(default = "http_max_connections_default")]
-    pub max_connections: u32,
+    #[serde(default = "http_connections_max_default")]
+    pub connections_max: u32,
     /// A request's body must arrive within this. 100..=600000 ms.
     #[serde(default = "http_request_timeout_default")]
     pub request_timeout_ms: u64,
     /// A connection out of a request must finish its TLS handshake and
     /// send a head within this; while it waits it may be evicted at
-    /// `max_connections`. 100..=60000 ms.
+    /// `connections_max`. 100..=60000 ms.
     #[serde(default = "http_idle_timeout_default")]
     pub idle_timeout_ms: u64,
 }
@@ -204,21 +205,21 @@ pub struct HttpIngestConfig {
 pub struct TcpDoorConfig {
     /// `ip:port` to listen on.
     pub listen: String,
-    /// TLS on (the default: `cert` and `key` needed); `false` only on a
+    /// TLS on (the default: `cert_file` and `key_file` needed); `false` only on a
     /// loopback address.
     #[serde(default = "tcp_tls_default")]
     pub tls: bool,
-    pub cert: Option<PathBuf>,
-    pub key: Option<PathBuf>,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
     /// Every client must present a certificate chaining to one of these.
-    pub client_ca: Option<PathBuf>,
-    /// With `client_ca`: names of which a client certificate must carry one.
+    pub ca_file: Option<PathBuf>,
+    /// With `ca_file`: names of which a client certificate must carry one.
     pub allowed_names: Option<Vec<String>>,
     /// This door's connections open at once. 1..=65536.
-    #[serde(default = "tcp_max_connections_default")]
-    pub max_connections: u32,
+    #[serde(default = "tcp_connections_max_default")]
+    pub connections_max: u32,
     /// A TLS handshake must finish within this; until it has, the
-    /// connection may be evicted at `max_connections`. 100..=60000 ms.
+    /// connection may be evicted at `connections_max`. 100..=60000 ms.
     #[serde(default = "tcp_handshake_timeout_default")]
     pub handshake_timeout_ms: u64,
 }
@@ -233,16 +234,16 @@ impl TcpDoorConfig {
             kind: DoorKind::Tcp,
             listen: &self.listen,
             tls: self.tls,
-            cert: self.cert.as_ref(),
-            key: self.key.as_ref(),
-            client_ca: self.client_ca.as_ref(),
+            cert: self.cert_file.as_ref(),
+            key: self.key_file.as_ref(),
+            client_ca: self.ca_file.as_ref(),
             allowed_names: self.allowed_names.as_ref(),
         }
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
         self.door().check()?;
-        in_range(&SERVER_TCP_MAX_CONNECTIONS, self.max_connections as u64)?;
+        in_range(&SERVER_TCP_CONNECTIONS_MAX, self.connections_max as u64)?;
         in_range(&SERVER_TCP_HANDSHAKE_TIMEOUT_MS, self.handshake_timeout_ms)
     }
 
@@ -311,20 +312,20 @@ impl Door<'_> {
         if !self.tls && !addr.ip().is_loopback() {
             return door_invalid(
                 k("tls"),
-                format!("false on {addr}, which is not a loopback address: records would cross the network in clear; set cert and key, or listen on 127.0.0.1 / [::1]"),
+                format!("false on {addr}, which is not a loopback address: records would cross the network in clear; set cert_file and key_file, or listen on 127.0.0.1 / [::1]"),
             );
         }
         if self.tls {
-            for (key, v) in [("cert", self.cert), ("key", self.key)] {
+            for (key, v) in [("cert_file", self.cert), ("key_file", self.key)] {
                 if v.is_none() {
                     return door_invalid(k(key), "is required with TLS (the default); or set tls = false on a loopback address".into());
                 }
             }
         } else {
             for (key, set) in [
-                ("cert", self.cert.is_some()),
-                ("key", self.key.is_some()),
-                ("client_ca", self.client_ca.is_some()),
+                ("cert_file", self.cert.is_some()),
+                ("key_file", self.key.is_some()),
+                ("ca_file", self.client_ca.is_some()),
             ] {
                 if set {
                     return door_invalid(
@@ -339,12 +340,12 @@ impl Door<'_> {
                 k("allowed_names"),
                 format!(
                     "needs {} (names are read from verified client certificates)",
-                    k("client_ca")
+                    k("ca_file")
                 ),
             );
         }
         if self.allowed_names.is_some_and(|n| n.is_empty()) {
-            return door_invalid(k("allowed_names"), format!("is empty, which would refuse every client; remove the key to let in any certificate {} verifies", k("client_ca")));
+            return door_invalid(k("allowed_names"), format!("is empty, which would refuse every client; remove the key to let in any certificate {} verifies", k("ca_file")));
         }
         Ok(())
     }
@@ -376,12 +377,12 @@ fn http_body_bytes_max_default() -> u64 {
     SERVER_HTTP_BODY_BYTES_MAX.int()
 }
 
-fn http_max_connections_default() -> u32 {
-    SERVER_HTTP_MAX_CONNECTIONS.int() as u32
+fn http_connections_max_default() -> u32 {
+    SERVER_HTTP_CONNECTIONS_MAX.int() as u32
 }
 
-fn tcp_max_connections_default() -> u32 {
-    SERVER_TCP_MAX_CONNECTIONS.int() as u32
+fn tcp_connections_max_default() -> u32 {
+    SERVER_TCP_CONNECTIONS_MAX.int() as u32
 }
 
 fn http_request_timeout_default() -> u64 {
@@ -407,9 +408,9 @@ impl HttpIngestConfig {
             kind: DoorKind::Http,
             listen: &self.listen,
             tls: self.tls,
-            cert: self.cert.as_ref(),
-            key: self.key.as_ref(),
-            client_ca: self.client_ca.as_ref(),
+            cert: self.cert_file.as_ref(),
+            key: self.key_file.as_ref(),
+            client_ca: self.ca_file.as_ref(),
             allowed_names: self.allowed_names.as_ref(),
         }
     }
@@ -425,7 +426,7 @@ impl HttpIngestConfig {
             }
         }
         in_range(&SERVER_HTTP_BODY_BYTES_MAX, self.body_bytes_max)?;
-        in_range(&SERVER_HTTP_MAX_CONNECTIONS, self.max_connections as u64)?;
+        in_range(&SERVER_HTTP_CONNECTIONS_MAX, self.connections_max as u64)?;
         in_range(&SERVER_HTTP_REQUEST_TIMEOUT_MS, self.request_timeout_ms)?;
         in_range(&SERVER_HTTP_IDLE_TIMEOUT_MS, self.idle_timeout_ms)
     }
@@ -457,7 +458,7 @@ impl Default for ServerConfig {
             socket_path: PathBuf::from(SERVER_SOCKET_PATH.text()),
             data_dir: PathBuf::from(SERVER_DATA_DIR.text()),
             shards: SERVER_SHARDS.int() as u32,
-            max_connections: SERVER_MAX_CONNECTIONS.int() as u32,
+            connections_max: SERVER_CONNECTIONS_MAX.int() as u32,
             payload_bytes_max: SERVER_PAYLOAD_BYTES_MAX.int(),
             connection_read_timeout_ms: SERVER_CONNECTION_READ_TIMEOUT_MS.int(),
             connection_idle_timeout_ms: SERVER_CONNECTION_IDLE_TIMEOUT_MS.int(),
@@ -782,10 +783,17 @@ impl Config {
             origin: origin.to_string(),
             message,
         })?;
-        let mut cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let parse = |message: String| ConfigError::Parse {
             origin: origin.to_string(),
-            message: e.to_string(),
-        })?;
+            message,
+        };
+        let doc: toml::Table = toml::from_str(text).map_err(|e| parse(e.to_string()))?;
+        if let Some(message) = renamed::old_spelling(&doc) {
+            return Err(parse(message));
+        }
+        // Read from the text again (not from `doc`): serde's errors then
+        // carry the line and column.
+        let mut cfg: Config = toml::from_str(text).map_err(|e| parse(e.to_string()))?;
         cfg.resolve_sinks()?;
         cfg.validate()?;
         Ok(cfg)
@@ -924,7 +932,7 @@ impl Config {
         }
         self.check_plaintext_doors_against_peer_ids()?;
         in_range(&SERVER_SHARDS, s.shards as u64)?;
-        in_range(&SERVER_MAX_CONNECTIONS, s.max_connections as u64)?;
+        in_range(&SERVER_CONNECTIONS_MAX, s.connections_max as u64)?;
         in_range(&SERVER_PAYLOAD_BYTES_MAX, s.payload_bytes_max)?;
         in_range(
             &SERVER_CONNECTION_READ_TIMEOUT_MS,
@@ -1019,7 +1027,7 @@ impl Config {
             Some((door, listen)) => Err(ConfigError::Invalid {
                 key: list,
                 message: format!(
-                    "is set, but [{door}] listens on {listen} with {door}.tls = false: the uid/gid check applies only to the Unix socket (the kernel's peer credentials), so a process it refuses could push through that door instead. Turn TLS on there with client certificates ({door}.tls = true with cert, key and client_ca), or remove [{door}]"
+                    "is set, but [{door}] listens on {listen} with {door}.tls = false: the uid/gid check applies only to the Unix socket (the kernel's peer credentials), so a process it refuses could push through that door instead. Turn TLS on there with client certificates ({door}.tls = true with cert_file, key_file and ca_file), or remove [{door}]"
                 ),
             }),
         }
@@ -1061,30 +1069,30 @@ impl Config {
     }
 
     /// Producer connections the doors may hold together: the Unix
-    /// socket's `max_connections`, and the HTTP door's when it is on.
+    /// socket's `connections_max`, and the HTTP door's when it is on.
     pub fn producer_connections_max(&self) -> u64 {
-        u64::from(self.server.max_connections)
+        u64::from(self.server.connections_max)
             + self
                 .server
                 .http
                 .as_ref()
-                .map_or(0, |h| u64::from(h.max_connections))
+                .map_or(0, |h| u64::from(h.connections_max))
             + self
                 .server
                 .tcp
                 .as_ref()
-                .map_or(0, |t| u64::from(t.max_connections))
+                .map_or(0, |t| u64::from(t.connections_max))
     }
 
     /// The keys [`Config::producer_connections_max`] adds up, for a
-    /// message (`server.max_connections` alone when no network door is on).
+    /// message (`server.connections_max` alone when no network door is on).
     pub fn producer_connections_keys(&self) -> String {
-        let mut keys = vec!["server.max_connections"];
+        let mut keys = vec!["server.connections_max"];
         if self.server.http.is_some() {
-            keys.push("server.http.max_connections");
+            keys.push("server.http.connections_max");
         }
         if self.server.tcp.is_some() {
-            keys.push("server.tcp.max_connections");
+            keys.push("server.tcp.connections_max");
         }
         keys.join(" + ")
     }
@@ -1101,7 +1109,7 @@ impl Config {
     }
 
     /// How long a connection must be idle before a new one may evict it at
-    /// `max_connections`; `None` when eviction is off.
+    /// `connections_max`; `None` when eviction is off.
     pub fn evict_idle_after(&self) -> Option<Duration> {
         self.server
             .evict_idle_connections
@@ -1233,11 +1241,11 @@ mod tests {
             err.contains("wab.segment_bytes_max") && err.contains("1048576..="),
             "{err}"
         );
-        let err = Config::parse("[server]\nmax_connections = 0\n", "t")
+        let err = Config::parse("[server]\nconnections_max = 0\n", "t")
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("server.max_connections") && err.contains("1..=65536"),
+            err.contains("server.connections_max") && err.contains("1..=65536"),
             "{err}"
         );
         let err = Config::parse("[server]\nevict_idle_after_ms = 3600001\n", "t")

@@ -100,12 +100,12 @@ pub struct HttpConfig {
     /// `Content-Type` may be overridden, headers spillway sets itself
     /// (`Idempotency-Key`, `Spillway-*`, `Content-Encoding`, `Content-Length`,
     /// `Transfer-Encoding`, `Host`, and `Authorization` when
-    /// `bearer_token_env` is set) may not.
+    /// `token_env` is set) may not.
     pub headers: Option<BTreeMap<String, String>>,
     /// Name of an environment variable holding a bearer token, sent as
     /// `Authorization: Bearer <token>`. The variable must be set when the
     /// sink is built (start and reload). Default: no token.
-    pub bearer_token_env: Option<String>,
+    pub token_env: Option<String>,
     /// Compress request bodies with gzip and send `Content-Encoding: gzip`.
     /// Default false.
     pub gzip: Option<bool>,
@@ -129,7 +129,7 @@ impl fmt::Debug for HttpConfig {
             .field("delivery", &self.delivery)
             .field("method", &self.method)
             .field("headers (values redacted)", &header_names)
-            .field("bearer_token_env", &self.bearer_token_env)
+            .field("token_env", &self.token_env)
             .field("gzip", &self.gzip)
             .field("timeout_ms", &self.timeout_ms)
             .field("concurrency", &self.concurrency)
@@ -175,7 +175,7 @@ impl HttpConfig {
             meaning: r#"Extra headers on every request (see below)."#,
         },
         Key {
-            name: "sink.http.bearer_token_env",
+            name: "sink.http.token_env",
             default: DefaultValue::Unset(""),
             allowed: Allowed::Text(r#"an environment variable name"#),
             also: "",
@@ -230,7 +230,7 @@ impl HttpConfig {
             "delivery" => self.delivery = value.try_into()?,
             "method" => self.method = value.try_into()?,
             "headers" => self.headers = value.try_into()?,
-            "bearer_token_env" => self.bearer_token_env = value.try_into()?,
+            "token_env" => self.token_env = value.try_into()?,
             "gzip" => self.gzip = value.try_into()?,
             "timeout_ms" => self.timeout_ms = value.try_into()?,
             "concurrency" => self.concurrency = value.try_into()?,
@@ -272,12 +272,12 @@ impl HttpConfig {
         if let Some(v) = self.concurrency {
             check_range("concurrency", v, &CONCURRENCY_RANGE, "")?;
         }
-        if let Some(name) = &self.bearer_token_env {
-            check_env_var_name("bearer_token_env", name)?;
+        if let Some(name) = &self.token_env {
+            check_env_var_name("token_env", name)?;
         }
         let mut headers = HeaderMap::new();
         for (name, value) in self.headers.iter().flatten() {
-            let (name, value) = check_header(name, value, self.bearer_token_env.is_some())?;
+            let (name, value) = check_header(name, value, self.token_env.is_some())?;
             headers.insert(name, value);
         }
         let method = match self.method.unwrap_or_default() {
@@ -299,7 +299,7 @@ impl HttpConfig {
             timeout: Duration::from_millis(self.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),
             concurrency,
             headers,
-            bearer_token_env: self.bearer_token_env.clone(),
+            token_env: self.token_env.clone(),
             retry_after_max: delivery_keys.retry_max(),
             limits: delivery_keys.limits(),
         })
@@ -327,7 +327,7 @@ pub(crate) struct HttpSettings {
     /// once [`HttpSettings::with_bearer_token`] has read the token.
     pub headers: HeaderMap,
     /// The variable holding the bearer token, if any.
-    pub bearer_token_env: Option<String>,
+    pub token_env: Option<String>,
     /// Longest `Retry-After` honoured: the drain's own longest backoff.
     pub retry_after_max: Duration,
     pub limits: Limits,
@@ -335,14 +335,13 @@ pub(crate) struct HttpSettings {
 
 impl HttpSettings {
     /// These settings with the `Authorization` header from
-    /// `bearer_token_env`, read now (the sink is being built). Fails if the
+    /// `token_env`, read now (the sink is being built). Fails if the
     /// variable is unset or empty, or its value cannot be a header; the
-    /// error names `<table>.bearer_token_env`.
+    /// error names `<table>.token_env`.
     pub fn with_bearer_token(&self, table: &str) -> Result<HttpSettings, SinkError> {
         let mut settings = self.clone();
-        if let Some(var) = &self.bearer_token_env {
-            let header =
-                bearer_header(var).map_err(|e| SinkError::key(table, "bearer_token_env", e))?;
+        if let Some(var) = &self.token_env {
+            let header = bearer_header(var).map_err(|e| SinkError::key(table, "token_env", e))?;
             settings.headers.insert(AUTHORIZATION, header);
         }
         Ok(settings)
@@ -413,7 +412,7 @@ fn check_http_url(url: &str) -> Result<Url, KeyProblem> {
 }
 
 /// Header names spillway sets itself (lower case). `authorization` is
-/// reserved only when `bearer_token_env` is set.
+/// reserved only when `token_env` is set.
 const RESERVED_HEADERS: &[&str] = &[
     "idempotency-key",
     "content-encoding",
@@ -444,7 +443,7 @@ fn check_header(
         return Err(KeyProblem::AgainstKey {
             key: format!("headers.{name:?}"),
             head: ": Authorization is set from ".into(),
-            other: "bearer_token_env",
+            other: "token_env",
             tail: "; set one or the other".into(),
         });
     }
@@ -546,7 +545,7 @@ url = "http://a/"
 delivery = "per_record"
 method = "PATCH"
 headers = {}
-bearer_token_env = "T"
+token_env = "T"
 gzip = false
 timeout_ms = 1000
 concurrency = 1
@@ -560,7 +559,7 @@ encoding = "ndjson"
             delivery,
             method,
             headers,
-            bearer_token_env,
+            token_env,
             gzip,
             timeout_ms,
             concurrency,
@@ -571,7 +570,7 @@ encoding = "ndjson"
             delivery.is_some(),
             method.is_some(),
             headers.is_some(),
-            bearer_token_env.is_some(),
+            token_env.is_some(),
             gzip.is_some(),
             timeout_ms.is_some(),
             concurrency.is_some(),
@@ -737,20 +736,20 @@ encoding = "ndjson"
         assert!(err(&with("spillway-shard", "1")).contains("set by spillway"));
         assert!(err(&with("Content-Encoding", "br")).contains("set by spillway"));
         let both = table(HttpConfig {
-            bearer_token_env: Some("TOKEN".into()),
+            token_env: Some("TOKEN".into()),
             headers: Some(BTreeMap::from([("authorization".into(), "x".into())])),
             ..http()
         });
-        assert!(err(&both).contains("sink.bearer_token_env"));
+        assert!(err(&both).contains("sink.token_env"));
     }
 
     #[test]
     fn bearer_env_name_is_checked() {
         let cfg = table(HttpConfig {
-            bearer_token_env: Some("A=B".into()),
+            token_env: Some("A=B".into()),
             ..http()
         });
-        assert!(err(&cfg).starts_with("sink.bearer_token_env: "));
+        assert!(err(&cfg).starts_with("sink.token_env: "));
     }
 
     #[test]
@@ -791,13 +790,13 @@ encoding = "ndjson"
     fn unset_token_variable_fails_the_build() {
         let s = settings(HttpConfig {
             url: Some("http://127.0.0.1:9/".into()),
-            bearer_token_env: Some("SPILLWAY_TEST_TOKEN_THAT_IS_NEVER_SET".into()),
+            token_env: Some("SPILLWAY_TEST_TOKEN_THAT_IS_NEVER_SET".into()),
             ..HttpConfig::default()
         });
         let e = s.with_bearer_token("sink").unwrap_err().to_string();
         assert!(
             e.starts_with(
-                "sink.bearer_token_env: environment variable SPILLWAY_TEST_TOKEN_THAT_IS_NEVER_SET"
+                "sink.token_env: environment variable SPILLWAY_TEST_TOKEN_THAT_IS_NEVER_SET"
             ),
             "{e}"
         );

@@ -84,8 +84,8 @@ pub struct HttpFactory {
 }
 
 impl HttpFactory {
-    /// From checked settings; reads `bearer_token_env` now (an error names
-    /// `<table>.bearer_token_env`).
+    /// From checked settings; reads `token_env` now (an error names
+    /// `<table>.token_env`).
     pub(crate) fn new(
         settings: &HttpSettings,
         table: &str,
@@ -375,7 +375,7 @@ fn connect(settings: &HttpSettings, addrs: &[SocketAddr]) -> Result<(), String> 
 }
 
 /// `spillway check` of an HTTP sink: builds it as the daemon does (reading
-/// `bearer_token_env`) without delivering anything, resolves the URL's host
+/// `token_env`) without delivering anything, resolves the URL's host
 /// and tries its health check. A host that does not resolve, or does not
 /// answer, is a warning, returned: the daemon starts all the same and
 /// retries (a name that resolves later, a service that comes up later),

@@ -248,7 +248,7 @@ fn bearer_token_from_the_environment() {
     std::env::set_var(var, "t0ken-123");
     let server = Receiver::replying(200);
     let cfg = HttpConfig {
-        bearer_token_env: Some(var.into()),
+        token_env: Some(var.into()),
         ..http_config(&server.url("/"))
     };
     let factory = crate::build(
@@ -272,7 +272,7 @@ fn bearer_token_from_the_environment() {
     );
 
     let unset = HttpConfig {
-        bearer_token_env: Some("SPILLWAY_SINKS_TEST_UNSET".into()),
+        token_env: Some("SPILLWAY_SINKS_TEST_UNSET".into()),
         ..cfg
     };
     let err = crate::build(
@@ -283,7 +283,7 @@ fn bearer_token_from_the_environment() {
     .expect("unset variable must fail the build")
     .to_string();
     assert!(
-        err.starts_with("sink.bearer_token_env: environment variable SPILLWAY_SINKS_TEST_UNSET"),
+        err.starts_with("sink.token_env: environment variable SPILLWAY_SINKS_TEST_UNSET"),
         "{err}"
     );
 }

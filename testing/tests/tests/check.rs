@@ -159,9 +159,9 @@ fn an_unset_bearer_token_variable_fails_naming_the_key() {
     let var = "SPILLWAY_CHECK_TEST_TOKEN_NEVER_SET";
     let d = Daemon::configure(&http_sink(
         &rx.url(),
-        &format!("bearer_token_env = {}\n", toml_str(var)),
+        &format!("token_env = {}\n", toml_str(var)),
     ));
-    fails_naming(&d, "unset token variable", &["sink.bearer_token_env", var]);
+    fails_naming(&d, "unset token variable", &["sink.token_env", var]);
 }
 
 #[test]
@@ -386,7 +386,7 @@ fn a_reachable_http_sink_passes_without_a_warning() {
     let var = "SPILLWAY_CHECK_TEST_TOKEN";
     let d = Daemon::configure(&http_sink(
         &rx.url(),
-        &format!("bearer_token_env = {}\n", toml_str(var)),
+        &format!("token_env = {}\n", toml_str(var)),
     ));
     let mut cmd = Command::new(spillway_bin());
     let out = d.dir().join("reachable");

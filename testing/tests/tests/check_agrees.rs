@@ -243,7 +243,7 @@ fn corpus() -> Vec<Case> {
                 let url = rx.url();
                 held._receivers.push(rx);
                 format!(
-                "[sink]\ntype = \"http\"\nurl = {}\nbearer_token_env = \"SPILLWAY_CHECK_AGREES_UNSET\"\n",
+                "[sink]\ntype = \"http\"\nurl = {}\ntoken_env = \"SPILLWAY_CHECK_AGREES_UNSET\"\n",
                 toml_str(url)
             )
             },

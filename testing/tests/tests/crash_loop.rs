@@ -765,7 +765,7 @@ fn in_flight_keys(sink: usize, gen: u64) -> String {
 fn sink_config(rxs: &[Rx], gen: u64, doors: &Doors) -> String {
     let mut out = format!(
         "[server]\nshards = {SHARDS}\n[server.http]\nlisten = \"127.0.0.1:{}\"\ntls = false\n\
-         [server.tcp]\nlisten = \"127.0.0.1:{}\"\ncert = {:?}\nkey = {:?}\n\
+         [server.tcp]\nlisten = \"127.0.0.1:{}\"\ncert_file = {:?}\nkey_file = {:?}\n\
          [wab]\nsegment_bytes_max = 1048576\n",
         doors.http_port, doors.tls_port, doors.cert, doors.key
     );

@@ -49,7 +49,7 @@ fn mib(kib: u64) -> f64 {
 
 /// A client whose health check was answered, retried until `timeout` (a
 /// connection the daemon has not yet noticed closing may still count
-/// against `max_connections`).
+/// against `connections_max`).
 fn connect_healthy(d: &Daemon, timeout: Duration) -> Client {
     let mut last = String::new();
     let deadline = Instant::now() + timeout;
@@ -506,18 +506,18 @@ fn closed_log_pipe_does_not_kill_the_daemon() {
 
 #[test]
 fn fd_exhaustion_under_a_low_ulimit() {
-    // The default max_connections does not fit 256 descriptors: refused at
+    // The default connections_max does not fit 256 descriptors: refused at
     // start, naming both numbers.
     let mut d = Daemon::configure("");
     match d.run_to_exit_or_start_with(Duration::from_secs(20), nofile_limit(256)) {
         StartOrExit::Started => panic!(
-            "max_connections = 1024 was accepted with 256 descriptors; log:\n{}",
+            "connections_max = 1024 was accepted with 256 descriptors; log:\n{}",
             d.stderr()
         ),
         StartOrExit::Exited(f) => {
             assert!(!f.status.success(), "{f:?}");
             assert!(
-                f.stderr.contains("max_connections = 1024") && f.stderr.contains("256"),
+                f.stderr.contains("connections_max = 1024") && f.stderr.contains("256"),
                 "the refusal does not name 1024 and 256:\n{}",
                 f.stderr
             );
@@ -530,7 +530,7 @@ fn fd_exhaustion_under_a_low_ulimit() {
     // descriptors.
     const MAX_CONN: u64 = 150;
     const LIMIT: u64 = MAX_CONN + 64 + (8 + 2) * 2 + 16;
-    d.reconfigure("[server]\nmax_connections = 150\n");
+    d.reconfigure("[server]\nconnections_max = 150\n");
     d.spawn_with(nofile_limit(LIMIT));
     let pid = d.pid().unwrap();
     let base_fds = fd_count(pid);
@@ -837,7 +837,7 @@ fn idle_connections_time_out() {
     // (eviction off: this is about the idle timeout; idle_eviction.rs is
     // about evicting them sooner).
     let d = Daemon::start(
-        "[server]\nconnection_idle_timeout_ms = 1000\nmax_connections = 4\nevict_idle_connections = false\n",
+        "[server]\nconnection_idle_timeout_ms = 1000\nconnections_max = 4\nevict_idle_connections = false\n",
     );
     let mut holders: Vec<RawConn> = (0..4)
         .map(|_| raw_healthy(&d, Duration::from_secs(5)))

@@ -583,7 +583,7 @@ fn holding_1500_connections_to_the_metrics_port_under_a_low_fd_limit_starves_not
     const LIMIT: u64 = 100 + 64 + (8 + 2) * 2 + 16 * 2;
     raise_own_nofile(4096);
     let mut d = Daemon::configure(&format!(
-        "[server]\nmax_connections = 100\n{NOOP_SINK}{}",
+        "[server]\nconnections_max = 100\n{NOOP_SINK}{}",
         metrics_on()
     ));
     d.spawn_with(nofile_limit(LIMIT));
@@ -687,7 +687,7 @@ fn a_reload_that_adds_sinks_beyond_the_descriptor_reserve_is_refused_and_changes
     // 100 producers + 64 + (8 per shard + 2 per sink x 2 sinks) x 2 shards
     // + 16 per admin listener x 2: room for two sinks, not three.
     const LIMIT: u64 = 100 + 64 + (8 + 2 * 2) * 2 + 16 * 2;
-    let server = "[server]\nmax_connections = 100\nshards = 2\n";
+    let server = "[server]\nconnections_max = 100\nshards = 2\n";
     let sinks = |names: &[&str]| -> String {
         names
             .iter()

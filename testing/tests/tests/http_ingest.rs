@@ -2,7 +2,7 @@
 //! loopback: every status it answers, produced by a crafted request; a 200
 //! only for records that are durable (a SIGKILL during a stream of POSTs
 //! loses none that got one); a body trickled too slowly is cut off without
-//! holding up other clients; at `max_connections` a newcomer closes the
+//! holding up other clients; at `connections_max` a newcomer closes the
 //! connection idle longest, and is itself closed when every connection
 //! is in a request; and
 //! TLS with client certificates (made here with rcgen, never checked in):
@@ -403,11 +403,11 @@ fn mid_request(d: &Daemon, port: u16, held_bytes: u64) -> TcpStream {
 }
 
 #[test]
-fn past_max_connections_with_every_one_in_a_request_a_new_one_is_closed_and_counted() {
+fn past_connections_max_with_every_one_in_a_request_a_new_one_is_closed_and_counted() {
     let port = free_port();
     let d = Daemon::start(&plain_door(
         port,
-        "max_connections = 2
+        "connections_max = 2
 ",
     ));
     let mut held: Vec<TcpStream> = (1..=2).map(|i| mid_request(&d, port, 2 * i)).collect();
@@ -431,7 +431,7 @@ fn past_max_connections_with_every_one_in_a_request_a_new_one_is_closed_and_coun
 }
 
 /// Issue 39, item 2: idle keep-alive connections (one request each, then
-/// silent) fill `max_connections`; a new client's POST is answered 200,
+/// silent) fill `connections_max`; a new client's POST is answered 200,
 /// the door closing the connection idle longest to let it in, never one
 /// whose request is being answered. Before, the newcomer was closed at
 /// once until the idle ones timed out. The idle deadline is set far
@@ -441,7 +441,7 @@ fn idle_keep_alive_connections_give_way_to_a_new_client_at_the_cap() {
     let port = free_port();
     let d = Daemon::start(&plain_door(
         port,
-        "max_connections = 8\nidle_timeout_ms = 60000\n",
+        "connections_max = 8\nidle_timeout_ms = 60000\n",
     ));
     // The oldest connection is in a request: it must not be the one closed.
     let mut busy = mid_request(&d, port, 2);
@@ -494,7 +494,7 @@ fn a_door_in_the_clear_off_loopback_or_without_its_pair_is_refused_naming_the_ke
         ),
         (
             "[server.http]\nlisten = \"127.0.0.1:7071\"\n",
-            "server.http.cert",
+            "server.http.cert_file",
         ),
         (
             "[server.http]\nlisten = \"localhost:7071\"\ntls = false\n",
@@ -538,7 +538,7 @@ fn mutual_tls_lets_in_good_clients_and_refuses_the_rest_by_reason() {
     std::fs::write(dir.join("client-ca.crt"), client_ca.cert.pem()).unwrap();
     let port = free_port();
     let d = Daemon::start(&format!(
-        "[server]\nshards = 1\n[server.http]\nlisten = \"127.0.0.1:{port}\"\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {:?}\nallowed_names = [\"producer.example\"]\n",
+        "[server]\nshards = 1\n[server.http]\nlisten = \"127.0.0.1:{port}\"\ncert_file = {cert:?}\nkey_file = {key:?}\nca_file = {:?}\nallowed_names = [\"producer.example\"]\n",
         dir.join("client-ca.crt")
     ));
 
@@ -630,13 +630,13 @@ fn mutual_tls_lets_in_good_clients_and_refuses_the_rest_by_reason() {
     );
 }
 
-/// 10,000 idle keep-alive connections: the door holds `max_connections`
+/// 10,000 idle keep-alive connections: the door holds `connections_max`
 /// (1,024 by default), each newcomer past it closing the connection idle
 /// longest, and closes idle ones after `idle_timeout_ms`, so neither the
 /// daemon's descriptors nor its memory follow the crowd; with the crowd
 /// still open, a producer is served, and so is the Unix socket.
 #[test]
-fn ten_thousand_idle_connections_are_bounded_by_max_connections() {
+fn ten_thousand_idle_connections_are_bounded_by_connections_max() {
     const CROWD: usize = 10_000;
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -699,7 +699,7 @@ fn ten_thousand_idle_connections_are_bounded_by_max_connections() {
             open = stat(&d, "http_connections_open");
             open <= 1024
         }),
-        "{open} connections held, over max_connections"
+        "{open} connections held, over connections_max"
     );
     // (Accepted ones idle past idle_timeout_ms are closed meanwhile, which
     // lets later ones in without an eviction: what is held never passes
@@ -728,7 +728,7 @@ fn ten_thousand_idle_connections_are_bounded_by_max_connections() {
 /// A door on `port` serving `dir`'s server.crt and server.key.
 fn tls_door(port: u16, dir: &std::path::Path) -> String {
     format!(
-        "[server]\nshards = 1\n[server.http]\nlisten = \"127.0.0.1:{port}\"\ncert = {:?}\nkey = {:?}\n",
+        "[server]\nshards = 1\n[server.http]\nlisten = \"127.0.0.1:{port}\"\ncert_file = {:?}\nkey_file = {:?}\n",
         dir.join("server.crt"),
         dir.join("server.key")
     )
@@ -775,7 +775,7 @@ fn a_server_certificate_no_client_would_take_is_refused_by_check_start_and_reloa
             "check took a certificate that {says}"
         );
         assert!(
-            out.stderr.contains("server.http.cert") && out.stderr.contains(says),
+            out.stderr.contains("server.http.cert_file") && out.stderr.contains(says),
             "check: {}",
             out.stderr
         );
@@ -822,7 +822,7 @@ fn a_server_certificate_no_client_would_take_is_refused_by_check_start_and_reloa
     let out = check(&d);
     assert!(out.status.success(), "{}", out.stderr);
     assert!(
-        out.stdout.contains("warning: server.http.cert")
+        out.stdout.contains("warning: server.http.cert_file")
             && out
                 .stdout
                 .contains("do not include the listen address 127.0.0.1")
@@ -833,7 +833,7 @@ fn a_server_certificate_no_client_would_take_is_refused_by_check_start_and_reloa
     let answer = d.ctl(&["reload"]);
     assert!(
         answer.contains("TLS certificate and key read again")
-            && answer.contains("warning: server.http.cert")
+            && answer.contains("warning: server.http.cert_file")
             && answer.contains("listen address 127.0.0.1"),
         "ctl reload: {answer}"
     );

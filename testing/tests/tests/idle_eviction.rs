@@ -1,5 +1,5 @@
 //! Idle connections cannot lock producers out (issue 17, item 6), end to
-//! end against the real binary: with `max_connections` idle sockets open,
+//! end against the real binary: with `connections_max` idle sockets open,
 //! a new producer's connection closes the one idle longest
 //! (`server.evict_idle_connections`, on by default) and gets its Sync ack
 //! at once, not after the idle timeout; the eviction is counted in `ctl
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use spillway_tests::*;
 
-/// Idle sockets held open (the daemon's `max_connections`).
+/// Idle sockets held open (the daemon's `connections_max`).
 const IDLE: usize = 300;
 
 /// Wait until the daemon has no producer connection open. The start's
@@ -43,7 +43,7 @@ fn idle_connection(d: &Daemon) -> RawConn {
 #[test]
 fn idle_holders_are_evicted_so_a_producer_gets_its_ack_promptly() {
     let d = Daemon::start(&format!(
-        "[server]\nmax_connections = {IDLE}\nevict_idle_after_ms = 200\n"
+        "[server]\nconnections_max = {IDLE}\nevict_idle_after_ms = 200\n"
     ));
     no_connections_open(&d);
     let mut idle: Vec<RawConn> = (0..IDLE).map(|_| idle_connection(&d)).collect();
@@ -111,7 +111,7 @@ fn idle_holders_are_evicted_so_a_producer_gets_its_ack_promptly() {
 #[test]
 fn a_connection_with_a_frame_in_flight_is_never_evicted() {
     let d = Daemon::start(
-        "[server]\nmax_connections = 2\nevict_idle_after_ms = 0\nconnection_read_timeout_ms = 60000\n",
+        "[server]\nconnections_max = 2\nevict_idle_after_ms = 0\nconnection_read_timeout_ms = 60000\n",
     );
     no_connections_open(&d);
     let frame = push_frame(Tier::Sync, b"half now, half later");
@@ -149,7 +149,7 @@ fn a_connection_with_a_frame_in_flight_is_never_evicted() {
 #[test]
 fn eviction_can_be_turned_off() {
     let d = Daemon::start(
-        "[server]\nmax_connections = 2\nevict_idle_connections = false\nevict_idle_after_ms = 0\n",
+        "[server]\nconnections_max = 2\nevict_idle_connections = false\nevict_idle_after_ms = 0\n",
     );
     no_connections_open(&d);
     let _holders: Vec<RawConn> = (0..2).map(|_| idle_connection(&d)).collect();

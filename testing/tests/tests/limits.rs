@@ -21,7 +21,7 @@ fn mode_of(path: &std::path::Path) -> u32 {
 
 /// A client whose health check was answered, retried for a while (a
 /// connection the daemon has not yet noticed closing may still count
-/// against `max_connections`).
+/// against `connections_max`).
 fn connect_healthy(d: &Daemon) -> Client {
     let mut last = String::new();
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -155,11 +155,11 @@ fn full_wab_nacks_overloaded_and_keeps_the_connection() {
 }
 
 #[test]
-fn max_connections_closes_the_extra_connection_at_once() {
+fn connections_max_closes_the_extra_connection_at_once() {
     // Eviction off: both holders may be idle long enough to be evicted on a
     // slow machine; this test is about the refusal (idle_eviction.rs is
     // about eviction).
-    let d = Daemon::start("[server]\nmax_connections = 2\nevict_idle_connections = false\n");
+    let d = Daemon::start("[server]\nconnections_max = 2\nevict_idle_connections = false\n");
     let mut c1 = connect_healthy(&d);
     let mut c2 = connect_healthy(&d);
 
@@ -408,7 +408,7 @@ fn bad_configs_are_refused_naming_the_key() {
             "[wab]\nsegment_bytes_maxx = 1048576\n",
             "segment_bytes_maxx",
         ),
-        ("[server]\nmax_connections = 0\n", "server.max_connections"),
+        ("[server]\nconnections_max = 0\n", "server.connections_max"),
         (
             "[server]\nconnection_read_timeout_ms = 50\n",
             "server.connection_read_timeout_ms",

@@ -773,13 +773,13 @@ fn the_systemd_unit_carries_the_documented_keys() {
     assert_eq!(runtime_mode & 0o700, 0o700);
 
     let cfg = deploy_config();
-    let max_connections = cfg["server"]["max_connections"]
+    let connections_max = cfg["server"]["connections_max"]
         .as_integer()
         .unwrap_or(1024) as u64;
     let nofile: u64 = unit_value(&unit, "Service", "LimitNOFILE").parse().unwrap();
     assert!(
-        nofile > max_connections + 1024,
-        "LimitNOFILE={nofile} leaves too little beside max_connections = {max_connections}"
+        nofile > connections_max + 1024,
+        "LimitNOFILE={nofile} leaves too little beside connections_max = {connections_max}"
     );
     let shutdown_ms = cfg["server"]["shutdown_timeout_ms"]
         .as_integer()

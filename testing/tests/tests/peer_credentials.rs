@@ -52,7 +52,7 @@ fn a_peer_not_allowed_is_closed_at_accept_counted_and_logged() {
     let _ = c.try_send(&health_frame());
     c.expect_closed_within(Duration::from_secs(5));
     assert_eq!(refused(&d, "peer_uid"), 1);
-    assert_eq!(refused(&d, "max_connections"), 0);
+    assert_eq!(refused(&d, "connections_max"), 0);
     let stats = d.ctl(&["stats", "--flat"]);
     assert!(stats.contains("connections_refused 1\n"), "{stats}");
     let metrics = d.ctl(&["metrics"]);
@@ -263,7 +263,7 @@ fn a_uid_list_beside_a_plaintext_door_is_refused_by_check_and_run() {
         let want = [
             list_key.as_str(),
             &format!("server.{door}.tls = false"),
-            "client_ca",
+            "ca_file",
             &format!("remove [server.{door}]"),
         ];
         let (passed, said) = check(&d);
@@ -288,7 +288,7 @@ fn a_uid_list_beside_a_plaintext_door_is_refused_by_check_and_run() {
         .write(tmp.path(), "server");
     let client_ca = tmp.path().join("client-ca.crt");
     std::fs::write(&client_ca, ca.cert.pem()).unwrap();
-    let tls = format!("cert = {cert:?}\nkey = {key:?}\nclient_ca = {client_ca:?}\n");
+    let tls = format!("cert_file = {cert:?}\nkey_file = {key:?}\nca_file = {client_ca:?}\n");
     for config in [
         format!(
             "[server]\nallowed_uids = [0]\n[server.tcp]\nlisten = \"127.0.0.1:{}\"\n{tls}[server.http]\nlisten = \"127.0.0.1:{}\"\n{tls}",

@@ -186,7 +186,7 @@ fn folder(sink: Sink) -> Option<Folder> {
         .write(certs.path(), "server");
     let d = Daemon::configure(&format!(
         "[server.http]\nlisten = \"127.0.0.1:{http_port}\"\ntls = false\n\
-         [server.tcp]\nlisten = \"127.0.0.1:{tls_port}\"\ncert = {cert:?}\nkey = {key:?}\n{config}"
+         [server.tcp]\nlisten = \"127.0.0.1:{tls_port}\"\ncert_file = {cert:?}\nkey_file = {key:?}\n{config}"
     ));
     fs::create_dir(d.data_dir()).expect("creating the mount point");
     let backing = tempfile::Builder::new()

@@ -651,7 +651,7 @@ fn a_change_outside_the_sink_table_is_reported_as_needing_a_restart_and_not_appl
     let rx_a = HttpReceiver::start();
     let mut d = Daemon::start(&http_sink(&rx_a));
     d.reconfigure(&format!(
-        "[server]\nmax_connections = 3\n{}",
+        "[server]\nconnections_max = 3\n{}",
         http_sink(&rx_a)
     ));
     let f = ctl_config(&d, &["reload"]);
@@ -665,8 +665,8 @@ fn a_change_outside_the_sink_table_is_reported_as_needing_a_restart_and_not_appl
     assert!(
         f.stdout
             .lines()
-            .any(|l| l.contains("server.max_connections") && l.contains("restart")),
-        "ctl reload should say server.max_connections needs a restart:\n{}",
+            .any(|l| l.contains("server.connections_max") && l.contains("restart")),
+        "ctl reload should say server.connections_max needs a restart:\n{}",
         f.stdout
     );
     assert!(

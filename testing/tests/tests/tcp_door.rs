@@ -4,7 +4,7 @@
 //! without a certificate, with one from another CA, an expired one or one
 //! without an allowed name is refused at the handshake and counted by
 //! reason; a certificate rotated by SIGHUP serves new connections while an
-//! open one keeps working; `max_connections` is the door's own, and at it
+//! open one keeps working; `connections_max` is the door's own, and at it
 //! producers still get in past clients stuck in their TLS handshake; and
 //! a SIGKILL while a TLS producer pipelines loses no acknowledged record.
 
@@ -107,7 +107,7 @@ fn mutual_tls_serves_good_clients_refuses_the_rest_and_rotates_by_sighup() {
     std::fs::write(dir.join("client-ca.crt"), client_ca.cert.pem()).unwrap();
     let port = free_port();
     let d = Daemon::start(&format!(
-        "[server]\nshards = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {:?}\nallowed_names = [\"producer.example\"]\n",
+        "[server]\nshards = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert_file = {cert:?}\nkey_file = {key:?}\nca_file = {:?}\nallowed_names = [\"producer.example\"]\n",
         dir.join("client-ca.crt")
     ));
     let good = client_ca.leaf("producer", &["producer.example"], false);
@@ -173,10 +173,10 @@ fn mutual_tls_serves_good_clients_refuses_the_rest_and_rotates_by_sighup() {
 }
 
 #[test]
-fn max_connections_is_the_doors_own() {
+fn connections_max_is_the_doors_own() {
     let port = free_port();
     let d = Daemon::start(&format!(
-        "[server]\nmax_connections = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ntls = false\nmax_connections = 2\n"
+        "[server]\nconnections_max = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ntls = false\nconnections_max = 2\n"
     ));
     let mut held: Vec<TcpStream> = (0..2)
         .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
@@ -217,7 +217,7 @@ fn a_sigkill_while_a_tls_producer_pipelines_loses_no_acked_record() {
         .write(tmp.path(), "server");
     let port = free_port();
     let mut d = Daemon::start(&format!(
-        "[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = {cert:?}\nkey = {key:?}\n"
+        "[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert_file = {cert:?}\nkey_file = {key:?}\n"
     ));
     let producer = {
         let mut s = tls_connect(port, &ca, None);
@@ -281,7 +281,7 @@ fn the_rust_client_connects_over_mutual_tls_and_a_refusal_is_an_error() {
         .write(dir, "client");
     let port = free_port();
     let d = Daemon::start(&format!(
-        "[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = {cert:?}\nkey = {key:?}\nclient_ca = {:?}\n",
+        "[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert_file = {cert:?}\nkey_file = {key:?}\nca_file = {:?}\n",
         dir.join("client-ca.crt")
     ));
     let options = spillway_client::Options {
@@ -315,7 +315,7 @@ fn the_rust_client_connects_over_mutual_tls_and_a_refusal_is_an_error() {
 }
 
 /// Issue 39, item 2: clients that connect and never finish their TLS
-/// handshake (silent, or with half a ClientHello) fill `max_connections`;
+/// handshake (silent, or with half a ClientHello) fill `connections_max`;
 /// a producer that completes its handshake still gets in and gets its
 /// acks, each newcomer closing the connection longest in its handshake,
 /// never one past it. Before, the producer was closed at once for as long
@@ -330,7 +330,7 @@ fn clients_stuck_in_the_handshake_give_way_to_producers_at_the_cap() {
         .write(tmp.path(), "server");
     let port = free_port();
     let d = Daemon::start(&format!(
-        "[server]\nshards = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert = {cert:?}\nkey = {key:?}\nmax_connections = 8\nhandshake_timeout_ms = 60000\n"
+        "[server]\nshards = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert_file = {cert:?}\nkey_file = {key:?}\nconnections_max = 8\nhandshake_timeout_ms = 60000\n"
     ));
     // A TLS record header announcing a 512-byte handshake message, and its
     // first bytes: half a ClientHello, the rest never comes.

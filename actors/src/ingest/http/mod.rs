@@ -24,7 +24,7 @@
 //! ([`crate::ingest::tls`]). A connection not in a request (its TLS handshake, the
 //! wait for its first request head or the next) waits in the door's
 //! [`Lobby`] and must send a complete head within `idle_timeout_ms`; at
-//! `max_connections` a newcomer evicts the connection that has waited
+//! `connections_max` a newcomer evicts the connection that has waited
 //! there longest, and is closed at once only when every connection has a
 //! request being answered. Idle keep-alive connections can then no
 //! longer keep a client with a request out.
@@ -80,7 +80,7 @@ pub struct HttpIngestSettings {
     pub payload_bytes_max: u32,
     /// Open connections past this evict the one in the lobby longest, or
     /// are closed at once when none is.
-    pub max_connections: usize,
+    pub connections_max: usize,
     /// A request's body must arrive within this (408).
     pub request_timeout: Duration,
     /// A connection out of a request (before the first, between two) must
@@ -104,7 +104,7 @@ struct Door {
     read_budget: Arc<ReadBudget>,
     tls: Option<Arc<TlsServer>>,
     /// Connections between requests: evicted, longest waiting first, to
-    /// let a newcomer in at `max_connections`.
+    /// let a newcomer in at `connections_max`.
     lobby: Arc<Lobby>,
 }
 
@@ -155,14 +155,14 @@ impl HttpIngest {
     fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
         let stats = self.door.stats();
         let open = stats.connections_open.fetch_add(1, Ordering::Relaxed) + 1;
-        if open > self.door.settings.max_connections as u64 && !self.evict_idle(peer) {
+        if open > self.door.settings.connections_max as u64 && !self.evict_idle(peer) {
             stats.connections_open.fetch_sub(1, Ordering::Relaxed);
             stats.connections_refused.fetch_add(1, Ordering::Relaxed);
             if self.door.daemon.log_limiter.allow() {
                 tracing::warn!(
                     %peer,
-                    max_connections = self.door.settings.max_connections,
-                    "HTTP ingest connection refused: server.http.max_connections reached"
+                    connections_max = self.door.settings.connections_max,
+                    "HTTP ingest connection refused: server.http.connections_max reached"
                 );
             }
             return;
@@ -205,7 +205,7 @@ impl HttpIngest {
 }
 
 impl HttpIngest {
-    /// At `max_connections`: close the connection waiting longest for a
+    /// At `connections_max`: close the connection waiting longest for a
     /// request (or in its TLS handshake), if there is one (see [`Lobby`]).
     /// The new connection takes its place; until the evicted one is gone
     /// (microseconds) one more is open than the cap.
@@ -218,7 +218,7 @@ impl HttpIngest {
             .connections_evicted
             .fetch_add(1, Ordering::Relaxed);
         if self.door.daemon.log_limiter.allow() {
-            tracing::info!(%peer, max_connections = self.door.settings.max_connections, "server.http.max_connections reached: closed the connection waiting longest for a request to let a new one in");
+            tracing::info!(%peer, connections_max = self.door.settings.connections_max, "server.http.connections_max reached: closed the connection waiting longest for a request to let a new one in");
         }
         true
     }
@@ -284,7 +284,7 @@ async fn serve(
                 door.stats().answered(503);
                 return Ok::<_, Infallible>(refused(Refusal::new(
                     503,
-                    "the connection was closed to let another in at server.http.max_connections: retry",
+                    "the connection was closed to let another in at server.http.connections_max: retry",
                 )));
             }
             let response = answer(request, &door, &shard).await;

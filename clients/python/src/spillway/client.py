@@ -90,7 +90,7 @@ def tls_context(
     ``cafile`` is None. ``certfile`` (a PEM certificate chain, the client's
     own first) and ``keyfile`` (its PEM private key; None when the key is
     in ``certfile``) are the client's certificate, for a daemon that asks
-    for one (``server.tcp.client_ca``, mutual TLS). ``password`` decrypts
+    for one (``server.tcp.ca_file``, mutual TLS). ``password`` decrypts
     an encrypted key. TLS 1.2 or later.
 
     File and format errors are raised as they come (``OSError``,
