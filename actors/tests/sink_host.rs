@@ -131,10 +131,10 @@ fn maker(
     })
 }
 
-fn settings(max_records: u32) -> DeliveryConfig {
+fn settings(batch_records_max: u32) -> DeliveryConfig {
     DeliveryConfig {
-        max_records,
-        max_bytes: 1 << 20,
+        batch_records_max,
+        batch_bytes_max: 1 << 20,
         linger_ms: 5,
         retry_initial_ms: 10,
         retry_max_ms: 50,
@@ -328,7 +328,7 @@ fn a_reload_switches_to_the_new_maker_at_check_reload() {
     );
 
     let new_settings = DeliveryConfig {
-        max_records: 5,
+        batch_records_max: 5,
         linger_ms: 1,
         ..settings(5)
     };

@@ -110,7 +110,7 @@ impl Server {
             Server::Mariadb => "url",
         };
         let mut s = format!(
-            "type = \"plugin\"\npath = {}\nmax_records = {SQL_BATCH}\nlinger_ms = 5\n\n\
+            "type = \"plugin\"\npath = {}\nbatch_records_max = {SQL_BATCH}\nlinger_ms = 5\n\n\
              [sink.options]\n{key} = {}\ntable = {}\n",
             toml_string(&library.display().to_string()),
             toml_string(address),

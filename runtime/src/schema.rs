@@ -251,7 +251,7 @@ mod tests {
             ("[log]\nformat = \"xml\"\n", "/log/format"),
             ("[sink]\ntype = \"noop\"\nmax_record = 5\n", "max_record"),
             ("[sink]\ntype = \"kafka\"\n", "/sink/type"),
-            ("[sink]\nmax_records = 5\n", "type"),
+            ("[sink]\nbatch_records_max = 5\n", "type"),
             ("[sinks.a]\ntype = \"http\"\n", "url"),
             ("[sinks.Bad]\ntype = \"noop\"\n", "/sinks"),
             (

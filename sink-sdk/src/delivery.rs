@@ -170,10 +170,10 @@ impl fmt::Display for InFlight {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryConfig {
     /// Most records in one batch. Default 1000, range 1..=100000.
-    pub max_records: u32,
+    pub batch_records_max: u32,
     /// Most payload bytes in one batch (a single larger record is still sent
     /// alone). Default 4194304 (4 MiB), range 1 KiB..=64 MiB.
-    pub max_bytes: u64,
+    pub batch_bytes_max: u64,
     /// How long the drain waits for more records before sending a batch that
     /// is not full, in milliseconds. Default 5, range 0..=10000.
     pub linger_ms: u64,
@@ -186,7 +186,7 @@ pub struct DeliveryConfig {
     /// After a batch has failed transiently for this long, in milliseconds,
     /// it is dead-lettered. Default 0: retry forever. Otherwise
     /// 1000..=604800000 (7 days).
-    pub max_retry_duration_ms: u64,
+    pub retry_duration_max_ms: u64,
     /// Deadline for building a new sink and running its health check, in
     /// milliseconds (at a reload, at start, in `check`). Past it the new
     /// sink is refused and the running one keeps delivering. Default 10000,
@@ -226,12 +226,12 @@ pub struct DeliveryConfig {
 impl Default for DeliveryConfig {
     fn default() -> Self {
         DeliveryConfig {
-            max_records: DEFAULT_MAX_RECORDS,
-            max_bytes: DEFAULT_MAX_BYTES,
+            batch_records_max: DEFAULT_MAX_RECORDS,
+            batch_bytes_max: DEFAULT_MAX_BYTES,
             linger_ms: DEFAULT_LINGER_MS,
             retry_initial_ms: DEFAULT_RETRY_INITIAL_MS,
             retry_max_ms: DEFAULT_RETRY_MAX_MS,
-            max_retry_duration_ms: 0,
+            retry_duration_max_ms: 0,
             build_timeout_ms: DEFAULT_BUILD_TIMEOUT_MS,
             start: StartAt::default(),
             lag_bytes_max: 0,
@@ -248,7 +248,7 @@ impl DeliveryConfig {
     /// from the same defaults and ranges the check uses.
     pub const REFERENCE: &'static [Key] = &[
         Key {
-            name: "sink.max_records",
+            name: "sink.batch_records_max",
             default: DefaultValue::Int(DEFAULT_MAX_RECORDS as u64),
             allowed: Allowed::Range {
                 min: *MAX_RECORDS_RANGE.start() as u64,
@@ -259,7 +259,7 @@ impl DeliveryConfig {
             meaning: r#"Most records in one batch."#,
         },
         Key {
-            name: "sink.max_bytes",
+            name: "sink.batch_bytes_max",
             default: DefaultValue::Int(DEFAULT_MAX_BYTES),
             allowed: Allowed::Range {
                 min: *MAX_BYTES_RANGE.start(),
@@ -303,7 +303,7 @@ impl DeliveryConfig {
             meaning: r#"Longest backoff between two attempts; also the longest `Retry-After` honoured."#,
         },
         Key {
-            name: "sink.max_retry_duration_ms",
+            name: "sink.retry_duration_max_ms",
             default: DefaultValue::Int(0),
             allowed: Allowed::ZeroOrRange {
                 zero: "retry forever",
@@ -396,14 +396,14 @@ impl DeliveryConfig {
     /// The batch limits these keys ask for, as a sink reports them.
     pub fn limits(&self) -> Limits {
         Limits {
-            max_records: self.max_records as usize,
-            max_bytes: self.max_bytes as usize,
+            max_records: self.batch_records_max as usize,
+            max_bytes: self.batch_bytes_max as usize,
         }
     }
 
-    /// `max_retry_duration_ms` as the drain uses it: `None` = retry forever.
-    pub fn max_retry_duration(&self) -> Option<Duration> {
-        (self.max_retry_duration_ms != 0).then(|| Duration::from_millis(self.max_retry_duration_ms))
+    /// `retry_duration_max_ms` as the drain uses it: `None` = retry forever.
+    pub fn retry_duration_max(&self) -> Option<Duration> {
+        (self.retry_duration_max_ms != 0).then(|| Duration::from_millis(self.retry_duration_max_ms))
     }
 
     pub fn linger(&self) -> Duration {

@@ -23,8 +23,8 @@
 //! table is `sink` unless the config is told otherwise with
 //! [`SinkConfig::with_table`]: a table read from `[sinks.warehouse]` is
 //! given `"sinks.warehouse"`, and then reports
-//! `sinks.warehouse.max_records = 0 is out of range ...` where `[sink]`
-//! reports `sink.max_records = 0 ...`. The check does not depend on the
+//! `sinks.warehouse.batch_records_max = 0 is out of range ...` where `[sink]`
+//! reports `sink.batch_records_max = 0 ...`. The check does not depend on the
 //! table; only the messages do.
 //!
 //! Adding a sink type: its folder (a `config` module with the keys, a
@@ -505,7 +505,7 @@ pub(crate) mod tests {
             Some(std::path::Path::new("spillway-data/delivered.ndjson"))
         );
         assert_eq!(cfg.validate(), Ok(()));
-        assert_eq!(cfg.delivery().max_retry_duration(), None);
+        assert_eq!(cfg.delivery().retry_duration_max(), None);
     }
 
     #[test]
@@ -532,7 +532,13 @@ pub(crate) mod tests {
             assert!(e.contains("unknown field `urll`"), "{e}");
             assert!(e.contains(line), "{e}");
             let expected = e.split("expected one of").nth(1).expect(&e);
-            for own in ["`type`", "`path`", "`format`", "`max_records`", "`on_lag`"] {
+            for own in [
+                "`type`",
+                "`path`",
+                "`format`",
+                "`batch_records_max`",
+                "`on_lag`",
+            ] {
                 assert!(expected.contains(own), "{own} missing: {e}");
             }
             for other in ["`url`", "`servers`", "`subject`", "`options`"] {
@@ -652,10 +658,10 @@ pub(crate) mod tests {
     fn delivery_range_errors_name_the_key_and_the_range() {
         let d = DeliveryConfig::default;
         let cases: Vec<(DeliveryConfig, &str)> = vec![
-            (DeliveryConfig { max_records: 0, ..d() }, "sink.max_records = 0 is out of range: allowed 1..=100000"),
-            (DeliveryConfig { max_records: 100_001, ..d() }, "sink.max_records = 100001"),
-            (DeliveryConfig { max_bytes: 1023, ..d() }, "sink.max_bytes = 1023 is out of range: allowed 1024..=67108864 (1 KiB..=64 MiB)"),
-            (DeliveryConfig { max_bytes: 64 * MIB + 1, ..d() }, "sink.max_bytes = "),
+            (DeliveryConfig { batch_records_max: 0, ..d() }, "sink.batch_records_max = 0 is out of range: allowed 1..=100000"),
+            (DeliveryConfig { batch_records_max: 100_001, ..d() }, "sink.batch_records_max = 100001"),
+            (DeliveryConfig { batch_bytes_max: 1023, ..d() }, "sink.batch_bytes_max = 1023 is out of range: allowed 1024..=67108864 (1 KiB..=64 MiB)"),
+            (DeliveryConfig { batch_bytes_max: 64 * MIB + 1, ..d() }, "sink.batch_bytes_max = "),
             (DeliveryConfig { linger_ms: 10_001, ..d() }, "sink.linger_ms = 10001 is out of range: allowed 0..=10000"),
             (DeliveryConfig { retry_initial_ms: 0, ..d() }, "sink.retry_initial_ms = 0 is out of range: allowed 1..=60000"),
             (DeliveryConfig { retry_initial_ms: 60_001, retry_max_ms: 70_000, ..d() }, "sink.retry_initial_ms = 60001"),
@@ -666,10 +672,10 @@ pub(crate) mod tests {
                 "sink.retry_max_ms: 400 is less than sink.retry_initial_ms = 500",
             ),
             (
-                DeliveryConfig { max_retry_duration_ms: 999, ..d() },
-                "sink.max_retry_duration_ms = 999 is out of range: allowed 0 (retry forever) or 1000..=604800000",
+                DeliveryConfig { retry_duration_max_ms: 999, ..d() },
+                "sink.retry_duration_max_ms = 999 is out of range: allowed 0 (retry forever) or 1000..=604800000",
             ),
-            (DeliveryConfig { max_retry_duration_ms: 604_800_001, ..d() }, "sink.max_retry_duration_ms = 604800001"),
+            (DeliveryConfig { retry_duration_max_ms: 604_800_001, ..d() }, "sink.retry_duration_max_ms = 604800001"),
             (DeliveryConfig { build_timeout_ms: 99, ..d() }, "sink.build_timeout_ms = 99 is out of range: allowed 100..=600000"),
             (DeliveryConfig { build_timeout_ms: 600_001, ..d() }, "sink.build_timeout_ms = 600001"),
         ];
@@ -683,8 +689,8 @@ pub(crate) mod tests {
     fn delivery_range_bounds_are_inclusive() {
         let ok = [
             DeliveryConfig {
-                max_records: 100_000,
-                max_bytes: 64 * MIB,
+                batch_records_max: 100_000,
+                batch_bytes_max: 64 * MIB,
                 linger_ms: 0,
                 ..DeliveryConfig::default()
             },
@@ -694,11 +700,11 @@ pub(crate) mod tests {
                 ..DeliveryConfig::default()
             },
             DeliveryConfig {
-                max_retry_duration_ms: 1000,
+                retry_duration_max_ms: 1000,
                 ..DeliveryConfig::default()
             },
             DeliveryConfig {
-                max_retry_duration_ms: 604_800_000,
+                retry_duration_max_ms: 604_800_000,
                 ..DeliveryConfig::default()
             },
         ];
@@ -855,22 +861,25 @@ pub(crate) mod tests {
     #[test]
     fn errors_name_the_table_the_config_came_from() {
         let bad = with_delivery(DeliveryConfig {
-            max_records: 0,
+            batch_records_max: 0,
             ..DeliveryConfig::default()
         });
         assert_eq!(bad.table(), "sink");
-        assert!(err(&bad).starts_with("sink.max_records = 0 is out of range"));
+        assert!(err(&bad).starts_with("sink.batch_records_max = 0 is out of range"));
         let named = bad.clone().with_table("sinks.warehouse");
         assert_eq!(
             err(&named),
-            "sinks.warehouse.max_records = 0 is out of range: allowed 1..=100000"
+            "sinks.warehouse.batch_records_max = 0 is out of range: allowed 1..=100000"
         );
         assert_ne!(named, bad, "the table is part of the config");
         let e = crate::build(&named, &crate::SinkEnv::detached())
             .err()
             .expect("refused")
             .to_string();
-        assert!(e.starts_with("sinks.warehouse.max_records = 0"), "{e}");
+        assert!(
+            e.starts_with("sinks.warehouse.batch_records_max = 0"),
+            "{e}"
+        );
         let cfg = parse("[sink]\ntype = \"file\"\npath = \"x\"\nurl = \"http://a/\"\n")
             .unwrap()
             .with_table("sinks.a-1");

@@ -3,8 +3,8 @@
 //! cannot be built, preflighted or instantiated.
 //!
 //! Every message names the key and says what is allowed. A key is named
-//! with its table: `sink.max_records` for the single `[sink]` table,
-//! `sinks.warehouse.max_records` for `[sinks.warehouse]`. The checks find a
+//! with its table: `sink.batch_records_max` for the single `[sink]` table,
+//! `sinks.warehouse.batch_records_max` for `[sinks.warehouse]`. The checks find a
 //! [`KeyProblem`], which knows the key but not the table; the table is
 //! added when the problem is reported ([`SinkConfigError::in_table`],
 //! which `SinkConfig::validate` applies with the table the config was

@@ -78,12 +78,12 @@ pub(crate) fn read_key<'de, A: MapAccess<'de>>(
     map: &mut A,
 ) -> Result<(), A::Error> {
     match key {
-        "max_records" => d.max_records = map.next_value()?,
-        "max_bytes" => d.max_bytes = map.next_value()?,
+        "batch_records_max" => d.batch_records_max = map.next_value()?,
+        "batch_bytes_max" => d.batch_bytes_max = map.next_value()?,
         "linger_ms" => d.linger_ms = map.next_value()?,
         "retry_initial_ms" => d.retry_initial_ms = map.next_value()?,
         "retry_max_ms" => d.retry_max_ms = map.next_value()?,
-        "max_retry_duration_ms" => d.max_retry_duration_ms = map.next_value()?,
+        "retry_duration_max_ms" => d.retry_duration_max_ms = map.next_value()?,
         "build_timeout_ms" => d.build_timeout_ms = map.next_value()?,
         "start" => d.start = named(map, StartAt::NAMES)?,
         "lag_bytes_max" => d.lag_bytes_max = map.next_value()?,
@@ -110,10 +110,15 @@ pub(crate) fn check(d: &DeliveryConfig) -> Result<(), KeyProblem> {
 }
 
 fn check_batching_and_retries(d: &DeliveryConfig) -> Result<(), KeyProblem> {
-    check_range("max_records", d.max_records, &MAX_RECORDS_RANGE, "")?;
     check_range(
-        "max_bytes",
-        d.max_bytes,
+        "batch_records_max",
+        d.batch_records_max,
+        &MAX_RECORDS_RANGE,
+        "",
+    )?;
+    check_range(
+        "batch_bytes_max",
+        d.batch_bytes_max,
         &MAX_BYTES_RANGE,
         " (1 KiB..=64 MiB)",
     )?;
@@ -140,8 +145,8 @@ fn check_batching_and_retries(d: &DeliveryConfig) -> Result<(), KeyProblem> {
         });
     }
     check_zero_or_range(
-        "max_retry_duration_ms",
-        d.max_retry_duration_ms,
+        "retry_duration_max_ms",
+        d.retry_duration_max_ms,
         &MAX_RETRY_DURATION_MS_RANGE,
         "0 (retry forever)",
         "",

@@ -94,12 +94,12 @@ mod tests {
                 .unwrap()
                 .int()
         };
-        assert_eq!(int("max_records"), u64::from(d.max_records));
-        assert_eq!(int("max_bytes"), d.max_bytes);
+        assert_eq!(int("batch_records_max"), u64::from(d.batch_records_max));
+        assert_eq!(int("batch_bytes_max"), d.batch_bytes_max);
         assert_eq!(int("linger_ms"), d.linger_ms);
         assert_eq!(int("retry_initial_ms"), d.retry_initial_ms);
         assert_eq!(int("retry_max_ms"), d.retry_max_ms);
-        assert_eq!(int("max_retry_duration_ms"), d.max_retry_duration_ms);
+        assert_eq!(int("retry_duration_max_ms"), d.retry_duration_max_ms);
         assert_eq!(int("build_timeout_ms"), d.build_timeout_ms);
         assert_eq!(int("lag_bytes_max"), d.lag_bytes_max);
     }

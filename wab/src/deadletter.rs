@@ -1,5 +1,5 @@
 //! The dead-letter store: records a sink rejected for good (or that failed
-//! transiently for longer than `max_retry_duration_ms`), each with its
+//! transiently for longer than `retry_duration_max_ms`), each with its
 //! reason, kept until an operator requeues or drops them.
 //!
 //! It lives in `<data_dir>/dead-letter/` and uses the same segment format

@@ -25,7 +25,7 @@ const CHUNK_BYTES: usize = 256 * 1024;
 /// records are all gone is read into again. A new chunk is zeroed and
 /// faulted in page by page; in a profile of the drain at 500 MiB/s that
 /// was most of its CPU, more than the read itself. 40 chunks (10 MiB)
-/// cover two default batches (`max_bytes` 4 MiB; records straddle chunks,
+/// cover two default batches (`batch_bytes_max` 4 MiB; records straddle chunks,
 /// so a batch of 64 KiB records spans about 17): the one in delivery and
 /// the one being read. A follower hands them on from one segment's reader
 /// to the next (`SegmentReader::into_spares`) and lets go of them when

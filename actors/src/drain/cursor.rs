@@ -748,7 +748,7 @@ impl<S: Storage> Cursor<S> {
 /// delivers.
 impl<S: Storage> Cursor<S> {
     /// A transient failure of a batch of `n` records: back off, or, once
-    /// the sink has failed for longer than `max_retry_duration`, give the
+    /// the sink has failed for longer than `retry_duration_max_ms`, give the
     /// batch up: the reason to dead-letter its records with.
     pub(super) fn after_transient(
         &mut self,

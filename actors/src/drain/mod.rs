@@ -13,13 +13,13 @@
 //!   threads (`in_flight`); answers come back in any order and the cursor
 //!   confirms over the contiguous prefix of finished batches only. A sink
 //!   that fails holds only its own cursor.
-//! - Batches close at `max_records`, `max_bytes` (the smaller of the config
+//! - Batches close at `batch_records_max`, `batch_bytes_max` (the smaller of the config
 //!   and the sink's limits) or `linger` after their first record was read.
 //! - The cursor file is written after every confirmed batch, before the
 //!   next one is offered: a crash redelivers at most the batch in flight.
 //! - Transient failures retry forever by default, with exponential backoff
 //!   and full jitter capped at `retry_max`, honouring the sink's
-//!   retry-after; with `max_retry_duration` set, a batch failing that long is
+//!   retry-after; with `retry_duration_max_ms` set, a batch failing that long is
 //!   dead-lettered. Permanent rejections go to the sink's dead-letter store
 //!   (fsynced before the cursor moves past them).
 //!

@@ -46,7 +46,7 @@ impl<S: Storage> Requeue<S> {
 }
 
 impl<S: Storage> Requeue<S> {
-    /// Up to `max_records` of `shard`'s requeued records, when some wait.
+    /// Up to `batch_records_max` of `shard`'s requeued records, when some wait.
     /// `seen`: the store's generation at which it held nothing of this
     /// shard (nothing is read again until an add moves it).
     pub(super) fn take(

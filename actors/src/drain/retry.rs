@@ -1,7 +1,7 @@
 //! Retrying transient failures: exponential backoff with full jitter,
 //! capped at `retry_max`, honouring the sink's retry-after; probing the
 //! sink while backing off so delivery resumes soon after it recovers; and,
-//! with `max_retry_duration`, giving up on a batch into the dead-letter
+//! with `retry_duration_max_ms`, giving up on a batch into the dead-letter
 //! store. [`RetryState`] holds the failures in a row of the batch at the
 //! head and decides; the cursor counts, logs and probes.
 
@@ -70,7 +70,7 @@ impl RetryState {
     }
 
     /// A transient failure at `now` of a batch of `n` records: give it
-    /// up once the sink has failed for longer than `max_retry_duration`
+    /// up once the sink has failed for longer than `retry_duration_max_ms`
     /// (the state starts afresh), or wait: `initial` × 2^attempts up to
     /// `retry_max`, fully jittered by `random` (asked only then), at least
     /// the sink's retry-after (`after`, itself at most `retry_max`). While
@@ -88,7 +88,7 @@ impl RetryState {
     ) -> AfterFailure {
         let first = *self.first_failure.get_or_insert(now);
         self.attempts += 1;
-        if let Some(limit) = settings.max_retry_duration() {
+        if let Some(limit) = settings.retry_duration_max() {
             if now.duration_since(first) >= limit && n > 0 {
                 *self = RetryState::default();
                 return AfterFailure::GiveUp(format!(

@@ -363,7 +363,7 @@ mod tests {
 
     fn judge(c: &CertificateDer<'_>) -> Result<(), String> {
         unusable_server_cert(
-            "server.http.cert",
+            "server.http.cert_file",
             Path::new("/tls/s.crt"),
             c,
             UnixTime::now(),
@@ -418,7 +418,7 @@ mod tests {
         let c = cert(&["localhost", "10.0.0.7"], |_| {});
         let warn = |ip: &str| {
             names_warning(
-                "server.tcp.cert",
+                "server.tcp.cert_file",
                 Path::new("s.crt"),
                 &c,
                 Some(ip.parse().unwrap()),

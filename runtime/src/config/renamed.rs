@@ -20,6 +20,12 @@ const RENAMED: &[(&str, &str, &str)] = &[
     ("server.http", "client_ca", "ca_file"),
     ("sink", "bearer_token_env", "token_env"),
     ("sinks.*", "bearer_token_env", "token_env"),
+    ("sink", "max_records", "batch_records_max"),
+    ("sinks.*", "max_records", "batch_records_max"),
+    ("sink", "max_bytes", "batch_bytes_max"),
+    ("sinks.*", "max_bytes", "batch_bytes_max"),
+    ("sink", "max_retry_duration_ms", "retry_duration_max_ms"),
+    ("sinks.*", "max_retry_duration_ms", "retry_duration_max_ms"),
 ];
 
 /// The first key of `doc` that has a new name, as the message that says
@@ -98,6 +104,21 @@ mod tests {
                 "[sinks.warehouse]\ntype = \"http\"\nurl = \"http://h/\"\nbearer_token_env = \"T\"\n",
                 "sinks.warehouse.bearer_token_env",
                 "sinks.warehouse.token_env",
+            ),
+            (
+                "[sink]\ntype = \"noop\"\nmax_records = 5\n",
+                "sink.max_records",
+                "sink.batch_records_max",
+            ),
+            (
+                "[sinks.a]\ntype = \"noop\"\nmax_bytes = 5000\n",
+                "sinks.a.max_bytes",
+                "sinks.a.batch_bytes_max",
+            ),
+            (
+                "[sink]\ntype = \"noop\"\nmax_retry_duration_ms = 5000\n",
+                "sink.max_retry_duration_ms",
+                "sink.retry_duration_max_ms",
             ),
         ] {
             let err = Config::parse(text, "t").unwrap_err().to_string();

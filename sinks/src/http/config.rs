@@ -490,12 +490,12 @@ mod tests {
         let cfg = parse("[sink]\ntype = \"http\"\nurl = \"https://example.test/in\"\n").unwrap();
         assert_eq!(cfg.sink_type().name, "http");
         assert_eq!(keys(&cfg).delivery, None);
-        assert_eq!(cfg.delivery().max_records, 1000);
-        assert_eq!(cfg.delivery().max_bytes, 4 * 1024 * 1024);
+        assert_eq!(cfg.delivery().batch_records_max, 1000);
+        assert_eq!(cfg.delivery().batch_bytes_max, 4 * 1024 * 1024);
         assert_eq!(cfg.delivery().linger_ms, 5);
         assert_eq!(cfg.delivery().retry_initial_ms, 100);
         assert_eq!(cfg.delivery().retry_max_ms, 30_000);
-        assert_eq!(cfg.delivery().max_retry_duration_ms, 0);
+        assert_eq!(cfg.delivery().retry_duration_max_ms, 0);
         assert_eq!(cfg.validate(), Ok(()));
         assert_eq!(
             cfg,
@@ -519,7 +519,7 @@ headers = { "X-Tenant" = "a1" }
 gzip = true
 timeout_ms = 2500
 concurrency = 16
-max_retry_duration_ms = 60000
+retry_duration_max_ms = 60000
 "#,
         )
         .unwrap();
@@ -530,7 +530,7 @@ max_retry_duration_ms = 60000
         assert_eq!(http.concurrency, Some(16));
         assert_eq!(cfg.validate(), Ok(()));
         assert_eq!(
-            cfg.delivery().max_retry_duration(),
+            cfg.delivery().retry_duration_max(),
             Some(Duration::from_secs(60))
         );
     }

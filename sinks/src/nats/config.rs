@@ -103,7 +103,7 @@ pub(crate) struct NatsSettings {
     pub ping_interval: Duration,
     pub server_sync_always: bool,
     /// How long the sink may retry one batch: what the stream's duplicate
-    /// window must cover (`max_retry_duration`, or `None`: forever).
+    /// window must cover (`retry_duration_max_ms`, or `None`: forever).
     pub retry_horizon: Option<Duration>,
     pub limits: Limits,
 }
@@ -360,8 +360,7 @@ impl NatsConfig {
                 self.ping_interval_ms.unwrap_or(DEFAULT_PING_INTERVAL_MS),
             ),
             server_sync_always: self.server_sync_always.unwrap_or(false),
-            retry_horizon: (delivery.max_retry_duration_ms > 0)
-                .then(|| Duration::from_millis(delivery.max_retry_duration_ms)),
+            retry_horizon: delivery.retry_duration_max(),
             limits: delivery.limits(),
         })
     }

@@ -325,7 +325,7 @@ async fn check_stream(
         horizon => warnings.push(format!(
             "{table}: stream {name:?} removes duplicates within {} s, shorter than this sink may retry a batch ({}): a record published again after that is stored twice. Set the stream's duplicate_window to cover the longest outage plus a restart",
             window.as_secs(),
-            horizon.map_or("forever: max_retry_duration_ms = 0".to_string(), |h| format!("max_retry_duration_ms = {}", h.as_millis()))
+            horizon.map_or("forever: retry_duration_max_ms = 0".to_string(), |h| format!("retry_duration_max_ms = {}", h.as_millis()))
         )),
     }
     if info.config.num_replicas < 2 {

@@ -317,12 +317,12 @@ fn sooner(a: DrainWait, b: DrainWait) -> DrainWait {
 
 fn random_settings(rng: &mut Rng) -> DeliveryConfig {
     DeliveryConfig {
-        max_records: rng.range(1, 32) as u32,
-        max_bytes: rng.range(64, 8192),
+        batch_records_max: rng.range(1, 32) as u32,
+        batch_bytes_max: rng.range(64, 8192),
         linger_ms: rng.below(30),
         retry_initial_ms: rng.range(5, 50),
         retry_max_ms: rng.range(100, 2000),
-        max_retry_duration_ms: if rng.chance(1, 3) {
+        retry_duration_max_ms: if rng.chance(1, 3) {
             rng.range(1, 10) * 1000
         } else {
             0

@@ -319,8 +319,8 @@ fn no_environment_still_fails_a_file_that_does_not_validate() {
     for (overrides, key) in [
         ("[wab]\nsegment_bytes_max = 5\n", "wab.segment_bytes_max"),
         (
-            "[sink]\ntype = \"noop\"\nmax_records = 0\n",
-            "sink.max_records",
+            "[sink]\ntype = \"noop\"\nbatch_records_max = 0\n",
+            "sink.batch_records_max",
         ),
         ("[sink]\ntype = \"file\"\n", "sink.path"),
     ] {
@@ -446,13 +446,13 @@ fn an_http_host_that_does_not_resolve_passes_with_a_warning_naming_sink_url() {
 #[test]
 fn ctl_reload_of_a_file_that_does_not_validate_reports_the_daemons_verdict() {
     let mut d = Daemon::start("");
-    d.reconfigure("[sink]\ntype = \"noop\"\nmax_records = 0\n");
+    d.reconfigure("[sink]\ntype = \"noop\"\nbatch_records_max = 0\n");
     let f = ctl_config(&d, &["reload"]);
     assert!(!f.status.success(), "{f:?}");
     assert!(
         f.stderr
             .contains("reload rejected, running sinks unchanged")
-            && f.stderr.contains("sink.max_records"),
+            && f.stderr.contains("sink.batch_records_max"),
         "not the daemon's verdict: {f:?}"
     );
     let s = stats(&d);

@@ -19,7 +19,7 @@
 //!   test fails if no recovery cycle ever killed before the first health
 //!   answer.
 //! - **reload**: while producers push, both `[sinks.*]` tables are changed
-//!   (URL path, `max_records`, `linger_ms`) and the daemon told by SIGHUP or by
+//!   (URL path, `batch_records_max`, `linger_ms`) and the daemon told by SIGHUP or by
 //!   `spillway ctl reload`; it is killed 0–5 ms later. Whether its log
 //!   shows the reload started / applied by then is logged.
 //! - **rotation**: killed while 5 connections push as hard as they can into
@@ -75,7 +75,7 @@
 //!   at most `batches_in_flight` batches unsettled per shard and writes its
 //!   cursor after every confirmed prefix of them, so a life gets at most
 //!   that many batches per shard and sink: for each shard, at most
-//!   `batches_in_flight` × the `max_records` the batches were built under
+//!   `batches_in_flight` × the `batch_records_max` the batches were built under
 //!   (with one out, the generations of the last life that had a request
 //!   of that shard accepted: a batch refused or never offered is carried
 //!   to a later life; with several out, the largest such window of the
@@ -731,7 +731,7 @@ const SHARDS: u64 = 2;
 /// The sinks, one receiver each: index 0 is `main`, 1 `mirror`, 2 `fan`.
 const SINKS: [&str; 3] = ["main", "mirror", "fan"];
 
-/// `max_records` of sink `sink` (index into the receivers) in sink
+/// `batch_records_max` of sink `sink` (index into the receivers) in sink
 /// generation `gen`; each sink's cycle is offset so they differ.
 fn max_records(sink: usize, gen: u64) -> u64 {
     200 + ((gen + 2 * sink as u64) % 5) * 200
@@ -761,7 +761,7 @@ fn in_flight_keys(sink: usize, gen: u64) -> String {
 }
 
 /// The `[sinks.NAME]` tables, one per receiver, of sink generation `gen`
-/// (a reload moves to the next: URL path, `max_records`, `linger_ms`).
+/// (a reload moves to the next: URL path, `batch_records_max`, `linger_ms`).
 fn sink_config(rxs: &[Rx], gen: u64, doors: &Doors) -> String {
     let mut out = format!(
         "[server]\nshards = {SHARDS}\n[server.http]\nlisten = \"127.0.0.1:{}\"\ntls = false\n\
@@ -771,7 +771,7 @@ fn sink_config(rxs: &[Rx], gen: u64, doors: &Doors) -> String {
     );
     for (i, rx) in rxs.iter().enumerate() {
         out.push_str(&format!(
-            "[sinks.{}]\ntype = \"http\"\nurl = \"{}\"\nmax_records = {}\nlinger_ms = {}\n\
+            "[sinks.{}]\ntype = \"http\"\nurl = \"{}\"\nbatch_records_max = {}\nlinger_ms = {}\n\
              {}retry_initial_ms = 10\nretry_max_ms = 200\ntimeout_ms = 5000\n",
             rx.name,
             rx.url(&format!("/ingest-{gen}")),
@@ -1294,7 +1294,7 @@ fn crash_loop_keeps_every_acked_record_in_order() {
     // is accepted. The bound is therefore per shard: the batch was built in
     // the last life `k` < `l` in which the receiver accepted a request of
     // that shard, under the generation life `k` started with or the one a
-    // reload in it moved to (`max_records` differs between generations),
+    // reload in it moved to (`batch_records_max` differs between generations),
     // not necessarily under life `l - 1`'s. Seen with seed
     // 0x18edbd2727ad8923: the mirror got 1800 duplicates in life 11 whose
     // own generation had max_records 200 (2 × 200 = 400), 800 of them first

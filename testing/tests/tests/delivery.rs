@@ -406,7 +406,7 @@ fn dead_letter_requeue_gets_overloaded_at_the_wab_cap_like_a_push() {
         "[server]\nshards = 1\n[wab]\nwab_bytes_max = 4194304\nsegment_bytes_max = 1048576\n{}",
         http_sink(
             &rx,
-            "max_records = 1\nretry_initial_ms = 50\nretry_max_ms = 200"
+            "batch_records_max = 1\nretry_initial_ms = 50\nretry_max_ms = 200"
         )
     ));
     let mut c = d.client();
@@ -489,7 +489,7 @@ fn permanent_rejection_is_dead_lettered_requeued_and_dropped() {
     rx.reject_containing(Some(b"poison"));
     let d = Daemon::start(&http_sink(
         &rx,
-        "max_records = 1\nretry_initial_ms = 50\nretry_max_ms = 500",
+        "batch_records_max = 1\nretry_initial_ms = 50\nretry_max_ms = 500",
     ));
     let mut c = d.client();
     let mut good = Vec::new();

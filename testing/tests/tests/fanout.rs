@@ -593,7 +593,7 @@ fn lingering_cursors_are_not_woken_by_every_commit() {
     let sinks: String = ["a", "b", "c"]
         .iter()
         .map(|s| {
-            format!("[sinks.{s}]\ntype = \"noop\"\nlinger_ms = {LINGER_MS}\nmax_records = 100000\n")
+            format!("[sinks.{s}]\ntype = \"noop\"\nlinger_ms = {LINGER_MS}\nbatch_records_max = 100000\n")
         })
         .collect();
     let d = Daemon::start(&format!("[server]\nshards = 1\n{sinks}"));

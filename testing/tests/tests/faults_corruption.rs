@@ -680,7 +680,7 @@ fn a_flipped_byte_in_the_dead_letter_store_keeps_other_dead_letters_visible() {
     const POISON: u64 = 5;
     let rx = HttpReceiver::start();
     rx.reject_containing(Some(b"poison"));
-    let mut d = Daemon::start(&accepting(&rx, "max_records = 1"));
+    let mut d = Daemon::start(&accepting(&rx, "batch_records_max = 1"));
     let mut c = d.client();
     let mut good = Vec::new();
     for i in 0..30u64 {

@@ -1177,7 +1177,7 @@ fn a_plugin_that_breaks_the_abi_is_restarted_without_growing_memory() {
         &format!("{C_PLUGIN_ABI}{BAD_SPLIT_BODY}"),
     );
     let mut d = Daemon::start(&format!(
-        "[server]\nshards = 8\n[sink]\ntype = \"plugin\"\npath = {}\nmax_records = 5\nlinger_ms = 1\n",
+        "[server]\nshards = 8\n[sink]\ntype = \"plugin\"\npath = {}\nbatch_records_max = 5\nlinger_ms = 1\n",
         toml_str(so.display().to_string()),
     ));
     let pid = d.pid().expect("the daemon's pid");

@@ -47,7 +47,7 @@ fn shard0_stat(d: &Daemon, key: &str) -> u64 {
 
 fn sink_table(rx: &HttpReceiver, extra: &str) -> String {
     format!(
-        "[server]\nshards = 1\n[sink]\ntype = \"http\"\nurl = \"{}\"\nmax_records = 20\nlinger_ms = 1\nretry_initial_ms = 20\nretry_max_ms = 200\n{extra}",
+        "[server]\nshards = 1\n[sink]\ntype = \"http\"\nurl = \"{}\"\nbatch_records_max = 20\nlinger_ms = 1\nretry_initial_ms = 20\nretry_max_ms = 200\n{extra}",
         rx.url()
     )
 }

@@ -401,7 +401,7 @@ fn bad_streams_subjects_credentials_and_records_each_get_their_error() {
     // A record over the server's max_payload (1 MiB by default).
     let d = Daemon::start(&format!(
         "[server]\nshards = 1\n{}",
-        nats_table(&cluster, "js", "max_bytes = 4194304\n")
+        nats_table(&cluster, "js", "batch_bytes_max = 4194304\n")
     ));
     let mut c = d.client();
     c.push(Tier::Sync, &vec![b'x'; 2 << 20]).unwrap();
@@ -426,7 +426,7 @@ fn a_weak_stream_is_warned_about_at_start() {
     };
     cluster.create_stream("WEAK", &["weak.>"], 1, Duration::from_secs(30));
     let mut d = Daemon::configure(&format!(
-        "[sinks.js]\ntype = \"nats\"\nservers = {}\nsubject = \"weak.{{shard}}\"\nstream = \"WEAK\"\nmax_retry_duration_ms = 600000\n",
+        "[sinks.js]\ntype = \"nats\"\nservers = {}\nsubject = \"weak.{{shard}}\"\nstream = \"WEAK\"\nretry_duration_max_ms = 600000\n",
         cluster.servers_toml()
     ));
     d.spawn();
@@ -437,7 +437,7 @@ fn a_weak_stream_is_warned_about_at_start() {
     d.terminate();
     let log = d.stderr();
     for want in [
-        "removes duplicates within 30 s, shorter than this sink may retry a batch (max_retry_duration_ms = 600000)",
+        "removes duplicates within 30 s, shorter than this sink may retry a batch (retry_duration_max_ms = 600000)",
         "has 1 replica",
         "sync_interval: always",
     ] {

@@ -185,7 +185,7 @@ fn file_plugin_delivers_every_record_in_order_byte_for_byte_like_the_builtin_fil
 
     // Through the plugin.
     let mut d = Daemon::start(&format!(
-        "[sink]\ntype = \"plugin\"\npath = {}\nmax_records = 64\nlinger_ms = 5\n[sink.options]\npath = {}\nfsync = true\n",
+        "[sink]\ntype = \"plugin\"\npath = {}\nbatch_records_max = 64\nlinger_ms = 5\n[sink.options]\npath = {}\nfsync = true\n",
         toml_str(file_plugin().display().to_string()),
         toml_str(plugin_out.display().to_string())
     ));
@@ -214,7 +214,7 @@ fn file_plugin_delivers_every_record_in_order_byte_for_byte_like_the_builtin_fil
 
     // The same records through the built-in file sink.
     let mut b = Daemon::start(&format!(
-        "[sink]\ntype = \"file\"\npath = {}\nformat = \"ndjson\"\nmax_records = 64\nlinger_ms = 5\n",
+        "[sink]\ntype = \"file\"\npath = {}\nformat = \"ndjson\"\nbatch_records_max = 64\nlinger_ms = 5\n",
         toml_str(builtin_out.display().to_string())
     ));
     let again = push_workload(&b);
@@ -320,7 +320,7 @@ fn a_panicking_plugin_is_restarted_and_every_record_is_delivered() {
     let file = out.path().join("out.ndjson");
     let mut d = Daemon::start(&file_plugin_sink(
         &file,
-        "max_records = 20\nlinger_ms = 5\nretry_initial_ms = 20\nretry_max_ms = 200",
+        "batch_records_max = 20\nlinger_ms = 5\nretry_initial_ms = 20\nretry_max_ms = 200",
         "panic_on_batch = 3",
     ));
     let expected: Vec<String> = {

@@ -620,9 +620,9 @@ fn reload_rejects_a_negative_linger_ms_naming_the_key() {
 
 #[test]
 fn reload_rejects_max_records_zero_naming_the_key() {
-    check_rejected_reload("max_records = 0", |d, rx_b| {
-        d.reconfigure(&format!("{}max_records = 0\n", http_sink(rx_b)));
-        vec!["sink.max_records = 0".to_string()]
+    check_rejected_reload("batch_records_max = 0", |d, rx_b| {
+        d.reconfigure(&format!("{}batch_records_max = 0\n", http_sink(rx_b)));
+        vec!["sink.batch_records_max = 0".to_string()]
     });
 }
 

@@ -78,7 +78,7 @@ impl Sql {
     /// A plugin sink into `table` (small batches, quick retries).
     fn sink_config(&self, table: &str) -> String {
         format!(
-            "[sink]\ntype = \"plugin\"\npath = {}\nmax_records = 50\nlinger_ms = 2\n\
+            "[sink]\ntype = \"plugin\"\npath = {}\nbatch_records_max = 50\nlinger_ms = 2\n\
              retry_initial_ms = 50\nretry_max_ms = 500\n[sink.options]\n{}",
             toml_str(self.plugin().display().to_string()),
             self.options(table)
