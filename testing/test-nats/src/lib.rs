@@ -27,8 +27,11 @@ use futures::StreamExt;
 use spillway_test_http::free_port;
 use tokio::runtime::Runtime;
 
-/// Reads of a whole stream before [`NatsCluster::read_stream`] gives up.
-const READ_ATTEMPTS: u32 = 3;
+/// How long [`NatsCluster::read_stream`] keeps trying to read a whole
+/// stream: a cluster that lost a node (frozen, killed) may answer "JetStream
+/// system temporarily unavailable" (503) for seconds once it is back, while
+/// its meta leader and the stream's leader settle.
+const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How long a node (or the cluster) may take to be ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -457,24 +460,39 @@ impl NatsCluster {
 
     /// Every message of stream `name`, in stream order.
     pub fn read_stream(&self, name: &str) -> Vec<StoredMessage> {
-        let total = self.stream_messages(name) as usize;
-        // An ordered consumer made while the cluster settles (a node just
-        // resumed or restarted, its routes and the stream's leader moving)
-        // can stall for good: a read that stalls starts again with a new
-        // consumer, and says so.
-        let mut why = String::new();
-        for attempt in 1..=READ_ATTEMPTS {
-            match self.read_stream_once(name, total) {
-                Ok(out) => return out,
-                Err(e) => {
-                    eprintln!(
-                        "reading stream {name}, attempt {attempt} of {READ_ATTEMPTS}: {e}; starting again with a new consumer"
-                    );
-                    why = e;
-                }
+        // A cluster that settles (a node just resumed or restarted, its
+        // routes, the meta leader and the stream's leader moving) may refuse
+        // a consumer (503, "temporarily unavailable") or stall one for good:
+        // a read that fails starts again with a new consumer after a pause
+        // that doubles, until READ_TIMEOUT, and says so. Three reads back to
+        // back were not enough: CI saw all three refused within a second of
+        // a frozen node's return (jetstream.rs,
+        // a_frozen_server_is_left_for_the_others_and_nothing_is_stored_twice).
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(250);
+        for attempt in 1.. {
+            // Asked afresh: while the stream has no leader it does not
+            // answer, and a count of 0 would "read" nothing.
+            let why = match self.messages_via(&self.client(), name) {
+                None => "the stream does not answer its info request".to_string(),
+                Some(total) => match self.read_stream_once(name, total as usize) {
+                    Ok(out) => return out,
+                    Err(e) => e,
+                },
+            };
+            if started.elapsed() + pause > READ_TIMEOUT {
+                panic!(
+                    "stream {name}: {why} (attempt {attempt}, {:?} after the first)",
+                    started.elapsed()
+                );
             }
+            eprintln!(
+                "reading stream {name}, attempt {attempt}: {why}; starting again with a new consumer in {pause:?}"
+            );
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_secs(4));
         }
-        panic!("stream {name}: {why}");
+        unreachable!("the loop returns or panics")
     }
 
     fn read_stream_once(&self, name: &str, total: usize) -> Result<Vec<StoredMessage>, String> {
