@@ -35,6 +35,12 @@ use support_plugins::*;
 /// blocks: milliseconds usually, a second at worst on a loaded CI machine,
 /// against the 5 to 30 s the faults froze them for.
 const PROMPT: Duration = Duration::from_secs(1);
+/// The same for `spillway ctl health` measured end to end (a new process
+/// each time) while a reload is held 30 s: exec and loading a large binary
+/// on a loaded 2-core CI machine took 1.2 s once (the daemon's own answers
+/// in that run were 16 ms and 4 ms); waiting for the reload would take tens
+/// of seconds. (Where a build is held only 1.5 s, `PROMPT` stays the bound.)
+const PROCESS_PROMPT: Duration = Duration::from_secs(3);
 /// A sink that confirms everything at once, so `ctl health` says ready.
 const NOOP_SINK: &str = "[sink]\ntype = \"noop\"\n";
 /// Upper bound for "eventually delivered".
@@ -337,7 +343,7 @@ fn assert_prompt(w: &Worst, what: &str) {
     );
     assert!(w.samples >= 3, "{what}: too few samples: {w:?}");
     assert!(
-        w.new_connection < PROMPT && w.ctl_health < PROMPT && w.ready < PROMPT,
+        w.new_connection < PROMPT && w.ctl_health < PROCESS_PROMPT && w.ready < PROMPT,
         "{what}: something waited for the reload: {w:?}"
     );
     assert!(
