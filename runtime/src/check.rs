@@ -119,22 +119,15 @@ fn environment(cfg: &Config) -> Findings {
     if let Some(address) = &cfg.admin.metrics_address {
         addresses.push(("admin.metrics_address", address));
     }
-    if let Some(http) = &cfg.server.http {
-        addresses.push(("server.http.listen", &http.listen));
-    }
-    if let Some(tcp) = &cfg.server.tcp {
-        addresses.push(("server.tcp.listen", &tcp.listen));
+    for door in cfg.server.network_doors() {
+        addresses.push((door.key("listen"), &door.listen));
     }
     for (key, address) in addresses {
         listen_address(cfg, key, address, &mut found);
     }
     // Read and judged as the start does (spillway_actors::ingest::tls).
-    let doors = [
-        cfg.server.http.as_ref().and_then(|h| h.tls_files()),
-        cfg.server.tcp.as_ref().and_then(|t| t.tls_files()),
-    ];
-    for files in doors.iter().flatten() {
-        match spillway_actors::TlsServer::check(files) {
+    for files in cfg.server.network_doors().filter_map(|d| d.tls_files()) {
+        match spillway_actors::TlsServer::check(&files) {
             Ok(warnings) => found.warnings.extend(warnings),
             Err(e) => found.errors.push(e),
         }

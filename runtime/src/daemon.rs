@@ -22,13 +22,13 @@ use spillway_actors::{
     bind_socket, ensure_socket_folder, ConnectionContext, ConnectionLimits, CursorControl,
     DaemonStats, DeliveryBoard, DrainStats, HttpIngest, HttpIngestSettings, Listener, ReadBudget,
     Retention, RetentionStats, ShardQueue, SinkFigures, SinkSlot, SocketAccess, SocketLock,
-    TcpDoor, TlsServer, WabBudget,
+    StopListening, TcpDoor, TlsServer, WabBudget,
 };
 use spillway_sinks::{SinkConfig, SinkEnv};
 use spillway_wab::{shard_dir, DataDirLock, FsStorage};
 
 use crate::admin::{Admin, AdminState, ListenerLoad};
-use crate::config::{Config, DEFAULT_SINK};
+use crate::config::{Config, DoorConfig, DEFAULT_SINK};
 use crate::logging::say;
 use crate::reload::Reloader;
 use crate::sinks::{build_on_thread, build_sinks, build_timeout, BuiltSink};
@@ -280,8 +280,7 @@ fn start(
         conn_ctx: conn_ctx.clone(),
         arbiters,
         listener: doors.listener,
-        http_ingest: doors.http_ingest,
-        tcp: doors.tcp,
+        network_doors: doors.network,
         shards,
         sinks,
         dead_letters: dead_letters.clone(),
@@ -644,12 +643,12 @@ fn connection_context(cfg: &Config) -> Arc<ConnectionContext> {
     })
 }
 
-/// The doors, started: the Unix socket's listener, the TCP door and the
-/// HTTP door when configured, and the TLS servers a reload refreshes.
+/// The doors, started: the Unix socket's listener (which the supervisor
+/// restarts should it die), the network doors configured (the TCP door,
+/// the HTTP door), and the TLS servers a reload refreshes.
 struct Doors {
     listener: Addr<Listener>,
-    tcp: Option<Addr<TcpDoor>>,
-    http_ingest: Option<Addr<HttpIngest>>,
+    network: Vec<Recipient<StopListening>>,
     tls: Vec<Arc<TlsServer>>,
 }
 
@@ -671,7 +670,8 @@ fn start_doors(
     )
     .start();
     let mut tls_doors = Vec::new();
-    let tcp = tcp_door.map(|(listener, connections_max, tls)| {
+    let mut network = Vec::new();
+    if let Some((listener, connections_max, tls)) = tcp_door {
         tls_doors.extend(tls.clone());
         // The door's own count of open connections (its connections_max)
         // and idle registry; the daemon's stats and read-buffer budget.
@@ -683,19 +683,19 @@ fn start_doors(
             stopping: std::sync::atomic::AtomicBool::new(false),
             idle: Default::default(),
         });
-        TcpDoor::new(
+        let door = TcpDoor::new(
             listener,
             ctx,
             arbiters.to_vec(),
             shards.iter().map(|s| s.queue.clone()).collect(),
             connections_max,
             tls,
-        )
-        .start()
-    });
-    let http_ingest = http_door.map(|(listener, settings, tls)| {
+        );
+        network.push(door.start().recipient());
+    }
+    if let Some((listener, settings, tls)) = http_door {
         tls_doors.extend(tls.clone());
-        HttpIngest::new(
+        let door = HttpIngest::new(
             listener,
             settings,
             shards.iter().map(|s| s.queue.clone()).collect(),
@@ -703,13 +703,12 @@ fn start_doors(
             conn_ctx.stats.clone(),
             conn_ctx.read_budget.clone(),
             tls,
-        )
-        .start()
-    });
+        );
+        network.push(door.start().recipient());
+    }
     Doors {
         listener,
-        tcp,
-        http_ingest,
+        network,
         tls: tls_doors,
     }
 }
@@ -795,9 +794,6 @@ fn spawn_signal_handlers(supervisor: Addr<Supervisor>) {
     }
 }
 
-/// `[server.http]`, ready to serve: its TLS loaded, its token read, its
-/// address bound. `None` when it is off; an error names the key.
-#[allow(clippy::type_complexity)] // the three parts the door is made of
 /// The HTTP door's listener, settings and TLS, bound.
 type HttpDoorParts = (
     std::net::TcpListener,
@@ -808,31 +804,49 @@ type HttpDoorParts = (
 /// The TCP door's listener, connection cap and TLS, bound.
 type TcpDoorParts = (std::net::TcpListener, usize, Option<Arc<TlsServer>>);
 
+/// A network door's TLS loaded (a handshake held to `handshake`) and its
+/// address bound (logged with `serving`, what it serves); an error names
+/// the key.
+fn bind_door(
+    door: &DoorConfig,
+    handshake: std::time::Duration,
+    serving: &str,
+) -> Result<(std::net::TcpListener, Option<Arc<TlsServer>>), String> {
+    let tls = match door.tls_files() {
+        Some(files) => Some(TlsServer::load(files, handshake)?),
+        None => None,
+    };
+    let addr = door.address().map_err(|e| e.to_string())?;
+    let key = door.key("listen");
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| format!("{key} {addr}: {e}"))?;
+    listener
+        .set_nonblocking(true)
+        .and_then(|()| spillway_actors::ingest::accept::raise_backlog(&listener))
+        .map_err(|e| format!("{key} {addr}: {e}"))?;
+    let bound = listener.local_addr().map_or(addr, |a| a);
+    tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = door.ca_file.is_some(), "serving {serving} ({})", door.table);
+    Ok((listener, tls))
+}
+
+/// `[server.http]`, ready to serve: its TLS loaded, its token read, its
+/// address bound. `None` when it is off; an error names the key.
 fn bind_http_ingest(cfg: &Config) -> Result<Option<HttpDoorParts>, String> {
     let Some(http) = &cfg.server.http else {
         return Ok(None);
     };
-    let token = http.token().map_err(|e| e.to_string())?;
-    let request_timeout = std::time::Duration::from_millis(http.request_timeout_ms);
-    let idle_timeout = std::time::Duration::from_millis(http.idle_timeout_ms);
-    let tls = match http.tls_files() {
-        Some(files) => Some(TlsServer::load(files, idle_timeout)?),
-        None => None,
-    };
-    let addr = http.address().map_err(|e| e.to_string())?;
-    let listener =
-        std::net::TcpListener::bind(addr).map_err(|e| format!("server.http.listen {addr}: {e}"))?;
-    listener
-        .set_nonblocking(true)
-        .and_then(|()| spillway_actors::ingest::accept::raise_backlog(&listener))
-        .map_err(|e| format!("server.http.listen {addr}: {e}"))?;
-    let bound = listener.local_addr().map_or(addr, |a| a);
-    tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = http.ca_file.is_some(), token = token.is_some(), "serving POST /v1/records (server.http)");
+    let token = http.own.token().map_err(|e| e.to_string())?;
+    let idle_timeout = std::time::Duration::from_millis(http.own.idle_timeout_ms);
+    let (listener, tls) = bind_door(&http.door, idle_timeout, "POST /v1/records")?;
+    if token.is_some() {
+        tracing::info!(
+            "[server.http] asks every request for the bearer token of server.http.token_env"
+        );
+    }
     let settings = HttpIngestSettings {
-        body_bytes_max: http.body_bytes_max,
+        body_bytes_max: http.own.body_bytes_max,
         payload_bytes_max: cfg.server.payload_bytes_max as u32,
-        connections_max: http.connections_max as usize,
-        request_timeout,
+        connections_max: http.door.connections_max as usize,
+        request_timeout: std::time::Duration::from_millis(http.own.request_timeout_ms),
         idle_timeout,
         token,
         read_buffer_bytes_max: cfg.server.read_buffer_bytes_max,
@@ -842,28 +856,13 @@ fn bind_http_ingest(cfg: &Config) -> Result<Option<HttpDoorParts>, String> {
 
 /// `[server.tcp]`, ready to serve: its TLS loaded and its address bound.
 /// `None` when it is off; an error names the key.
-#[allow(clippy::type_complexity)] // the three parts the door is made of
 fn bind_tcp_door(cfg: &Config) -> Result<Option<TcpDoorParts>, String> {
     let Some(tcp) = &cfg.server.tcp else {
         return Ok(None);
     };
-    let tls = match tcp.tls_files() {
-        Some(files) => Some(TlsServer::load(
-            files,
-            std::time::Duration::from_millis(tcp.handshake_timeout_ms),
-        )?),
-        None => None,
-    };
-    let addr = tcp.address().map_err(|e| e.to_string())?;
-    let listener =
-        std::net::TcpListener::bind(addr).map_err(|e| format!("server.tcp.listen {addr}: {e}"))?;
-    listener
-        .set_nonblocking(true)
-        .and_then(|()| spillway_actors::ingest::accept::raise_backlog(&listener))
-        .map_err(|e| format!("server.tcp.listen {addr}: {e}"))?;
-    let bound = listener.local_addr().map_or(addr, |a| a);
-    tracing::info!(address = %bound, tls = tls.is_some(), mutual_tls = tcp.ca_file.is_some(), "serving the wire protocol over TCP (server.tcp)");
-    Ok(Some((listener, tcp.connections_max as usize, tls)))
+    let handshake = std::time::Duration::from_millis(tcp.own.handshake_timeout_ms);
+    let (listener, tls) = bind_door(&tcp.door, handshake, "the wire protocol over TCP")?;
+    Ok(Some((listener, tcp.door.connections_max as usize, tls)))
 }
 
 /// Each sink's health check once at the start, each on a thread of its own

@@ -139,8 +139,8 @@ pub struct Supervisor {
     listener: Option<Addr<Listener>>,
     listener_policy: RestartPolicy,
     listener_dead_since: Option<Instant>,
-    http_ingest: Option<Addr<spillway_actors::HttpIngest>>,
-    tcp: Option<Addr<spillway_actors::TcpDoor>>,
+    /// The network doors (`[server.tcp]`, `[server.http]`), as configured.
+    network_doors: Vec<Recipient<StopListening>>,
     shards: Vec<ShardSlot>,
     /// The configured sinks, by name.
     sinks: BTreeMap<String, SinkRun>,
@@ -156,10 +156,8 @@ pub struct Children {
     /// The connection arbiters (a restarted listener spreads over them too).
     pub arbiters: Vec<ArbiterHandle>,
     pub listener: Addr<Listener>,
-    /// The HTTP ingest door, when `[server.http]` is set.
-    pub http_ingest: Option<Addr<spillway_actors::HttpIngest>>,
-    /// The TCP door, when `[server.tcp]` is set.
-    pub tcp: Option<Addr<spillway_actors::TcpDoor>>,
+    /// The network doors configured (`[server.tcp]`, `[server.http]`).
+    pub network_doors: Vec<Recipient<StopListening>>,
     pub shards: Vec<ShardSlot>,
     pub sinks: BTreeMap<String, SinkRun>,
     pub dead_letters: DeadLetterStores,
@@ -173,8 +171,7 @@ impl Supervisor {
             conn_ctx,
             arbiters,
             listener,
-            http_ingest,
-            tcp,
+            network_doors,
             shards,
             sinks,
             dead_letters,
@@ -188,8 +185,7 @@ impl Supervisor {
             listener: Some(listener),
             listener_policy: RestartPolicy::default(),
             listener_dead_since: None,
-            http_ingest,
-            tcp,
+            network_doors,
             shards,
             sinks,
             dead_letters,
@@ -497,11 +493,8 @@ impl Supervisor {
         if let Some(l) = self.listener.take() {
             l.do_send(StopListening);
         }
-        if let Some(h) = self.http_ingest.take() {
-            h.do_send(StopListening);
-        }
-        if let Some(t) = self.tcp.take() {
-            t.do_send(StopListening);
+        for door in self.network_doors.drain(..) {
+            door.do_send(StopListening);
         }
         let _ = std::fs::remove_file(&self.cfg.server.socket_path);
         let _ = std::fs::remove_file(&self.cfg.admin.socket_path);

@@ -12,6 +12,8 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
+use crate::backoff::Backoff;
+
 /// The last descriptors below `RLIMIT_NOFILE` that no producer connection
 /// may take: they are kept for the daemon's own files (the next segment,
 /// a checkpoint write, a seal, the drain's reader) and the admin
@@ -41,10 +43,9 @@ pub fn into_reserve(fd: RawFd) -> Option<io::Error> {
     in_reserve.then(|| io::Error::from_raw_os_error(libc::EMFILE))
 }
 
-/// First pause after a resource error (EMFILE, ENFILE, ENOBUFS, ENOMEM).
-const PAUSE_FIRST: Duration = Duration::from_millis(5);
-/// Longest pause between accept attempts while resources stay short.
-const PAUSE_MAX: Duration = Duration::from_secs(1);
+/// The pause after resource errors (EMFILE, ENFILE, ENOBUFS, ENOMEM) in a
+/// row: 5 ms, doubling to 1 s while resources stay short.
+const PAUSE: Backoff = Backoff::new(Duration::from_millis(5), Duration::from_secs(1));
 /// Pause after any other error, so no error can make the loop spin.
 const PAUSE_OTHER: Duration = Duration::from_millis(1);
 /// At most one log line per this interval.
@@ -55,7 +56,8 @@ pub const LOG_EVERY: Duration = Duration::from_secs(1);
 pub struct AcceptErrors {
     /// Which socket, for the log line.
     what: &'static str,
-    pause: Duration,
+    /// Resource errors since the last successful accept.
+    short: u32,
     last_log: Option<Instant>,
     /// Failures not yet reported in a log line.
     unreported: u64,
@@ -76,7 +78,7 @@ impl AcceptErrors {
     pub fn new(what: &'static str) -> Self {
         AcceptErrors {
             what,
-            pause: PAUSE_FIRST,
+            short: 0,
             last_log: None,
             unreported: 0,
             total: 0,
@@ -85,7 +87,7 @@ impl AcceptErrors {
 
     /// A successful accept: the shortage (if any) is over.
     pub fn accepted(&mut self) {
-        self.pause = PAUSE_FIRST;
+        self.short = 0;
     }
 
     /// Count and maybe log `e`; returns how long to wait before the next accept.
@@ -114,9 +116,8 @@ impl AcceptErrors {
             self.unreported = 0;
         }
         if is_resource_error(e) {
-            let pause = self.pause;
-            self.pause = (self.pause * 2).min(PAUSE_MAX);
-            pause
+            self.short += 1;
+            PAUSE.delay(self.short - 1)
         } else {
             PAUSE_OTHER
         }
@@ -174,14 +175,14 @@ mod tests {
         let mut a = AcceptErrors::new("test");
         let emfile = io::Error::from_raw_os_error(libc::EMFILE);
         let pauses: Vec<Duration> = (0..12).map(|_| a.failed(&emfile)).collect();
-        assert_eq!(pauses[0], PAUSE_FIRST);
+        assert_eq!(pauses[0], PAUSE.initial);
         assert!(pauses.windows(2).all(|w| w[1] >= w[0]), "{pauses:?}");
-        assert_eq!(*pauses.last().unwrap(), PAUSE_MAX);
+        assert_eq!(*pauses.last().unwrap(), PAUSE.max);
         assert_eq!(a.total, 12);
         // Only the first failure was logged; the rest wait for the next second.
         assert_eq!(a.unreported, 11);
         a.accepted();
-        assert_eq!(a.failed(&emfile), PAUSE_FIRST);
+        assert_eq!(a.failed(&emfile), PAUSE.initial);
         let other = io::Error::from_raw_os_error(libc::ECONNABORTED);
         assert_eq!(a.failed(&other), PAUSE_OTHER);
     }

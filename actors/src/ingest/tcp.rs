@@ -18,9 +18,10 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use super::{start_accepting, Lobby, LobbyTicket, StopListening, TcpAccept};
+use super::{Lobby, LobbyTicket, StopListening};
 use crate::ingest::accept::AcceptErrors;
 use crate::ingest::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
+use crate::ingest::door::{start_accepting, Door, RoundRobin};
 use crate::ingest::tls::TlsServer;
 use crate::ingest::transport::Stream;
 use crate::shard::ShardQueue;
@@ -31,15 +32,13 @@ pub struct TcpDoor {
     listener: Option<std::net::TcpListener>,
     /// This door's: its own count of open connections, the daemon's stats.
     shared: Arc<ConnectionContext>,
-    arbiters: Vec<ArbiterHandle>,
-    shards: Vec<Arc<ShardQueue>>,
+    arbiters: RoundRobin<ArbiterHandle>,
+    shards: RoundRobin<Arc<ShardQueue>>,
     connections_max: usize,
     tls: Option<Arc<TlsServer>>,
     /// Connections still in their TLS handshake: evicted, oldest first,
     /// to let a newcomer in at `connections_max`.
     lobby: Arc<Lobby>,
-    next_arbiter: usize,
-    next_shard: usize,
     accept_errors: AcceptErrors,
 }
 
@@ -52,17 +51,14 @@ impl TcpDoor {
         connections_max: usize,
         tls: Option<Arc<TlsServer>>,
     ) -> Self {
-        assert!(!arbiters.is_empty() && !shards.is_empty());
         TcpDoor {
             listener: Some(listener),
             shared,
-            arbiters,
-            shards,
+            arbiters: RoundRobin::new(arbiters),
+            shards: RoundRobin::new(shards),
             connections_max,
             tls,
             lobby: Arc::new(Lobby::default()),
-            next_arbiter: 0,
-            next_shard: 0,
             accept_errors: AcceptErrors::new("tcp"),
         }
     }
@@ -94,10 +90,8 @@ impl TcpDoor {
             }
         };
         let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
-        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
-        self.next_arbiter += 1;
-        let shard = self.shards[self.next_shard % self.shards.len()].clone();
-        self.next_shard += 1;
+        let arbiter = self.arbiters.next();
+        let shard = self.shards.next().clone();
         let (shared, tls) = (self.shared.clone(), self.tls.clone());
         // In the lobby from the accept on, so the next accept already sees it.
         let ticket = self.lobby.enter();
@@ -189,11 +183,14 @@ impl Actor for TcpDoor {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let listener = self.listener.take();
-        start_accepting(self, ctx, listener, "server.tcp");
+        start_accepting(self, ctx, listener);
     }
 }
 
-impl TcpAccept for TcpDoor {
+impl Door for TcpDoor {
+    type Listener = tokio::net::TcpListener;
+    const TABLE: &'static str = "server.tcp";
+
     fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
         TcpDoor::on_accept(self, stream, peer)
     }

@@ -14,20 +14,20 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener as StdUnixListener, UnixStream as StdUnixStream};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use tokio::net::UnixListener;
 
 use super::StopListening;
 use crate::ingest::accept::AcceptErrors;
 use crate::ingest::connection::{Connection, ConnectionContext, NEXT_CONNECTION_ID};
+use crate::ingest::door::{start_accepting, Door, RoundRobin};
 use crate::ingest::socket_dir::{check_socket_dir, InsecureSocketDir, SocketAccess};
 use crate::ingest::transport::Stream;
 use crate::shard::ShardQueue;
+use crate::stats::DaemonStats;
 
 /// Why the socket could not be bound.
 #[derive(Debug, thiserror::Error)]
@@ -168,11 +168,9 @@ pub struct Listener {
     listener: Option<StdUnixListener>,
     shared: Arc<ConnectionContext>,
     /// Arbiters connections are spread over.
-    arbiters: Vec<ArbiterHandle>,
-    shards: Vec<Arc<ShardQueue>>,
+    arbiters: RoundRobin<ArbiterHandle>,
+    shards: RoundRobin<Arc<ShardQueue>>,
     connections_max: usize,
-    next_arbiter: usize,
-    next_shard: usize,
     /// Pauses the loop (instead of spinning) while accept fails, e.g. EMFILE.
     accept_errors: AcceptErrors,
 }
@@ -185,42 +183,14 @@ impl Listener {
         shards: Vec<Arc<ShardQueue>>,
         connections_max: usize,
     ) -> Self {
-        assert!(!arbiters.is_empty() && !shards.is_empty());
         Listener {
             listener: Some(listener),
             shared,
-            arbiters,
-            shards,
+            arbiters: RoundRobin::new(arbiters),
+            shards: RoundRobin::new(shards),
             connections_max,
-            next_arbiter: 0,
-            next_shard: 0,
             accept_errors: AcceptErrors::new("producer"),
         }
-    }
-
-    fn accept_loop(&mut self, ctx: &mut Context<Self>, listener: Rc<UnixListener>) {
-        let l = listener.clone();
-        let fut = async move { l.accept().await };
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-            // A socket that took one of the daemon's reserved descriptors
-            // is closed at once: as good as out of descriptors.
-            let res = res.and_then(|(stream, _)| crate::ingest::accept::outside_reserve(stream));
-            match res {
-                Ok(stream) => {
-                    act.accept_errors.accepted();
-                    act.on_accept(stream);
-                    act.accept_loop(ctx, listener);
-                }
-                Err(e) => {
-                    act.shared
-                        .stats
-                        .accept_failures
-                        .fetch_add(1, Ordering::Relaxed);
-                    let pause = act.accept_errors.failed(&e);
-                    ctx.run_later(pause, move |act, ctx| act.accept_loop(ctx, listener));
-                }
-            }
-        }));
     }
 
     fn on_accept(&mut self, stream: tokio::net::UnixStream) {
@@ -256,10 +226,8 @@ impl Listener {
             }
         };
         let id = NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed);
-        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
-        self.next_arbiter += 1;
-        let shard = self.shards[self.next_shard % self.shards.len()].clone();
-        self.next_shard += 1;
+        let arbiter = self.arbiters.next();
+        let shard = self.shards.next().clone();
         let shared = self.shared.clone();
         // The socket must be registered with the runtime of the arbiter
         // that polls it, so it crosses as a std socket and is adopted there.
@@ -396,17 +364,28 @@ impl Actor for Listener {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let Some(std_listener) = self.listener.take() else {
-            return;
-        };
-        self.watch_socket_file(&std_listener, ctx);
-        match UnixListener::from_std(std_listener) {
-            Ok(l) => self.accept_loop(ctx, Rc::new(l)),
-            Err(e) => {
-                tracing::error!(error = %e, "could not register the listening socket");
-                ctx.stop();
-            }
+        let listener = self.listener.take();
+        if let Some(l) = &listener {
+            self.watch_socket_file(l, ctx);
         }
+        start_accepting(self, ctx, listener);
+    }
+}
+
+impl Door for Listener {
+    type Listener = tokio::net::UnixListener;
+    const TABLE: &'static str = "server";
+
+    fn on_accept(&mut self, stream: tokio::net::UnixStream, _: tokio::net::unix::SocketAddr) {
+        Listener::on_accept(self, stream)
+    }
+
+    fn accept_errors(&mut self) -> &mut AcceptErrors {
+        &mut self.accept_errors
+    }
+
+    fn daemon_stats(&self) -> &DaemonStats {
+        &self.shared.stats
     }
 }
 

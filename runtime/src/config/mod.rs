@@ -14,8 +14,10 @@ use spillway_sinks::SinkConfig;
 
 use crate::logging::LogFormat;
 
+mod door;
 mod keys;
 mod renamed;
+pub use door::{DoorConfig, HttpIngestConfig, HttpKeys, NetworkDoorConfig, TcpDoorConfig, TcpKeys};
 pub use keys::TABLES;
 use keys::*;
 
@@ -159,296 +161,11 @@ pub struct ServerConfig {
     pub tcp: Option<TcpDoorConfig>,
 }
 
-/// `[server.http]`: `POST /v1/records` on a TCP address, answered once the
-/// records are durable (docs/ingest.md).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct HttpIngestConfig {
-    /// `ip:port` to listen on.
-    pub listen: String,
-    /// TLS on (the default: `cert_file` and `key_file` needed); `false` only on a
-    /// loopback address.
-    #[serde(default = "http_tls_default")]
-    pub tls: bool,
-    /// PEM certificate chain (the server's first).
-    pub cert_file: Option<PathBuf>,
-    /// PEM private key.
-    pub key_file: Option<PathBuf>,
-    /// PEM CA certificate(s): every client must present a certificate
-    /// chaining to one (mutual TLS).
-    pub ca_file: Option<PathBuf>,
-    /// With `ca_file`: DNS names or IPs of which a client certificate
-    /// must carry one among its subject alternative names.
-    pub allowed_names: Option<Vec<String>>,
-    /// Name of the environment variable holding the bearer token every
-    /// request must carry; unset = no token.
-    pub token_env: Option<String>,
-    /// Largest request body. 1 KiB..=1 GiB.
-    #[serde(default = "http_body_bytes_max_default")]
-    pub body_bytes_max: u64,
-    /// Connections open at once; past it a new one is closed. 1..=65536.
-    #[serde(default = "http_connections_max_default")]
-    pub connections_max: u32,
-    /// A request's body must arrive within this. 100..=600000 ms.
-    #[serde(default = "http_request_timeout_default")]
-    pub request_timeout_ms: u64,
-    /// A connection out of a request must finish its TLS handshake and
-    /// send a head within this; while it waits it may be evicted at
-    /// `connections_max`. 100..=60000 ms.
-    #[serde(default = "http_idle_timeout_default")]
-    pub idle_timeout_ms: u64,
-}
-
-/// `[server.tcp]`: the wire protocol over TCP, with TLS (docs/ingest.md).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct TcpDoorConfig {
-    /// `ip:port` to listen on.
-    pub listen: String,
-    /// TLS on (the default: `cert_file` and `key_file` needed); `false` only on a
-    /// loopback address.
-    #[serde(default = "tcp_tls_default")]
-    pub tls: bool,
-    pub cert_file: Option<PathBuf>,
-    pub key_file: Option<PathBuf>,
-    /// Every client must present a certificate chaining to one of these.
-    pub ca_file: Option<PathBuf>,
-    /// With `ca_file`: names of which a client certificate must carry one.
-    pub allowed_names: Option<Vec<String>>,
-    /// This door's connections open at once. 1..=65536.
-    #[serde(default = "tcp_connections_max_default")]
-    pub connections_max: u32,
-    /// A TLS handshake must finish within this; until it has, the
-    /// connection may be evicted at `connections_max`. 100..=60000 ms.
-    #[serde(default = "tcp_handshake_timeout_default")]
-    pub handshake_timeout_ms: u64,
-}
-
-impl TcpDoorConfig {
-    pub fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
-        self.door().address()
-    }
-
-    fn door(&self) -> Door<'_> {
-        Door {
-            kind: DoorKind::Tcp,
-            listen: &self.listen,
-            tls: self.tls,
-            cert: self.cert_file.as_ref(),
-            key: self.key_file.as_ref(),
-            client_ca: self.ca_file.as_ref(),
-            allowed_names: self.allowed_names.as_ref(),
-        }
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        self.door().check()?;
-        in_range(&SERVER_TCP_CONNECTIONS_MAX, self.connections_max as u64)?;
-        in_range(&SERVER_TCP_HANDSHAKE_TIMEOUT_MS, self.handshake_timeout_ms)
-    }
-
-    /// The TLS files, when TLS is on.
-    pub fn tls_files(&self) -> Option<spillway_actors::TlsFiles> {
-        self.door().tls_files()
-    }
-}
-
-/// Which network door a key belongs to.
-#[derive(Debug, Clone, Copy)]
-enum DoorKind {
-    Http,
-    Tcp,
-}
-
-impl DoorKind {
-    fn prefix(self) -> &'static str {
-        match self {
-            DoorKind::Http => "server.http",
-            DoorKind::Tcp => "server.tcp",
-        }
-    }
-
-    /// The full name of the door's key `key`, as the key table has it.
-    fn key(self, key: &str) -> &'static str {
-        TABLES
-            .iter()
-            .filter(|t| t.name == self.prefix())
-            .flat_map(|t| t.keys)
-            .find(|k| k.short() == key)
-            .map_or(self.prefix(), |k| k.name)
-    }
-}
-
-/// What the network doors share: an address, and TLS.
-struct Door<'a> {
-    kind: DoorKind,
-    listen: &'a str,
-    tls: bool,
-    cert: Option<&'a PathBuf>,
-    key: Option<&'a PathBuf>,
-    client_ca: Option<&'a PathBuf>,
-    allowed_names: Option<&'a Vec<String>>,
-}
-
-fn door_invalid<T>(key: &'static str, message: String) -> Result<T, ConfigError> {
-    Err(ConfigError::Invalid { key, message })
-}
-
-impl Door<'_> {
-    fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
-        self.listen.parse().map_err(|e| ConfigError::Invalid {
-            key: self.kind.key("listen"),
-            message: format!(
-                "{:?} is not ip:port ({e}); write it as \"127.0.0.1:7070\" or \"[::]:7070\"",
-                self.listen
-            ),
-        })
-    }
-
-    /// Clear text only on loopback, a pair with TLS, names only with a CA.
-    fn check(&self) -> Result<(), ConfigError> {
-        let addr = self.address()?;
-        let k = |key| self.kind.key(key);
-        if !self.tls && !addr.ip().is_loopback() {
-            return door_invalid(
-                k("tls"),
-                format!("false on {addr}, which is not a loopback address: records would cross the network in clear; set cert_file and key_file, or listen on 127.0.0.1 / [::1]"),
-            );
-        }
-        if self.tls {
-            for (key, v) in [("cert_file", self.cert), ("key_file", self.key)] {
-                if v.is_none() {
-                    return door_invalid(k(key), "is required with TLS (the default); or set tls = false on a loopback address".into());
-                }
-            }
-        } else {
-            for (key, set) in [
-                ("cert_file", self.cert.is_some()),
-                ("key_file", self.key.is_some()),
-                ("ca_file", self.client_ca.is_some()),
-            ] {
-                if set {
-                    return door_invalid(
-                        k(key),
-                        "is set but tls = false: remove one of the two".into(),
-                    );
-                }
-            }
-        }
-        if self.allowed_names.is_some() && self.client_ca.is_none() {
-            return door_invalid(
-                k("allowed_names"),
-                format!(
-                    "needs {} (names are read from verified client certificates)",
-                    k("ca_file")
-                ),
-            );
-        }
-        if self.allowed_names.is_some_and(|n| n.is_empty()) {
-            return door_invalid(k("allowed_names"), format!("is empty, which would refuse every client; remove the key to let in any certificate {} verifies", k("ca_file")));
-        }
-        Ok(())
-    }
-
-    fn tls_files(&self) -> Option<spillway_actors::TlsFiles> {
-        if !self.tls {
-            return None;
-        }
-        Some(spillway_actors::TlsFiles {
-            key_prefix: self.kind.prefix().into(),
-            cert: self.cert?.clone(),
-            key: self.key?.clone(),
-            client_ca: self.client_ca.cloned(),
-            allowed_names: self.allowed_names.cloned().unwrap_or_default(),
-            listen: self.address().ok().map(|a| a.ip()),
-        })
-    }
-}
-
-fn http_tls_default() -> bool {
-    SERVER_HTTP_TLS.flag()
-}
-
-fn tcp_tls_default() -> bool {
-    SERVER_TCP_TLS.flag()
-}
-
-fn http_body_bytes_max_default() -> u64 {
-    SERVER_HTTP_BODY_BYTES_MAX.int()
-}
-
-fn http_connections_max_default() -> u32 {
-    SERVER_HTTP_CONNECTIONS_MAX.int() as u32
-}
-
-fn tcp_connections_max_default() -> u32 {
-    SERVER_TCP_CONNECTIONS_MAX.int() as u32
-}
-
-fn http_request_timeout_default() -> u64 {
-    SERVER_HTTP_REQUEST_TIMEOUT_MS.int()
-}
-
-fn http_idle_timeout_default() -> u64 {
-    SERVER_HTTP_IDLE_TIMEOUT_MS.int()
-}
-
-fn tcp_handshake_timeout_default() -> u64 {
-    SERVER_TCP_HANDSHAKE_TIMEOUT_MS.int()
-}
-
-impl HttpIngestConfig {
-    /// The address to bind; an error names the key.
-    pub fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
-        self.door().address()
-    }
-
-    fn door(&self) -> Door<'_> {
-        Door {
-            kind: DoorKind::Http,
-            listen: &self.listen,
-            tls: self.tls,
-            cert: self.cert_file.as_ref(),
-            key: self.key_file.as_ref(),
-            client_ca: self.ca_file.as_ref(),
-            allowed_names: self.allowed_names.as_ref(),
-        }
-    }
-
-    fn validate(&self) -> Result<(), ConfigError> {
-        self.door().check()?;
-        if let Some(var) = &self.token_env {
-            if var.is_empty() || var.contains('=') || var.contains('\0') {
-                return door_invalid(
-                    "server.http.token_env",
-                    format!("{var:?} is not an environment variable name"),
-                );
-            }
-        }
-        in_range(&SERVER_HTTP_BODY_BYTES_MAX, self.body_bytes_max)?;
-        in_range(&SERVER_HTTP_CONNECTIONS_MAX, self.connections_max as u64)?;
-        in_range(&SERVER_HTTP_REQUEST_TIMEOUT_MS, self.request_timeout_ms)?;
-        in_range(&SERVER_HTTP_IDLE_TIMEOUT_MS, self.idle_timeout_ms)
-    }
-
-    /// The bearer token from `token_env`'s variable; an unset or empty
-    /// variable is an error naming the key and the variable.
-    pub fn token(&self) -> Result<Option<String>, ConfigError> {
-        let Some(var) = &self.token_env else {
-            return Ok(None);
-        };
-        match std::env::var(var) {
-            Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_string())),
-            _ => Err(ConfigError::Invalid {
-                key: "server.http.token_env",
-                message: format!("the environment variable {var} is unset or empty"),
-            }),
-        }
-    }
-
-    /// The TLS files, when TLS is on.
-    pub fn tls_files(&self) -> Option<spillway_actors::TlsFiles> {
-        self.door().tls_files()
+impl ServerConfig {
+    /// The network doors configured: `[server.http]`, then `[server.tcp]`.
+    pub fn network_doors(&self) -> impl Iterator<Item = &DoorConfig> {
+        let http = self.http.as_ref().map(|d| &d.door);
+        http.into_iter().chain(self.tcp.as_ref().map(|d| &d.door))
     }
 }
 
@@ -1012,17 +729,11 @@ impl Config {
             (None, Some(_)) => "server.allowed_gids",
             (None, None) => return Ok(()),
         };
-        let plaintext = [
-            s.tcp
-                .as_ref()
-                .filter(|d| !d.tls)
-                .map(|d| ("server.tcp", d.listen.as_str())),
-            s.http
-                .as_ref()
-                .filter(|d| !d.tls)
-                .map(|d| ("server.http", d.listen.as_str())),
-        ];
-        match plaintext.into_iter().flatten().next() {
+        let plaintext = s
+            .network_doors()
+            .find(|d| !d.tls)
+            .map(|d| (d.table, d.listen.as_str()));
+        match plaintext {
             None => Ok(()),
             Some((door, listen)) => Err(ConfigError::Invalid {
                 key: list,
@@ -1069,31 +780,25 @@ impl Config {
     }
 
     /// Producer connections the doors may hold together: the Unix
-    /// socket's `connections_max`, and the HTTP door's when it is on.
+    /// socket's `connections_max`, and each network door's.
     pub fn producer_connections_max(&self) -> u64 {
         u64::from(self.server.connections_max)
             + self
                 .server
-                .http
-                .as_ref()
-                .map_or(0, |h| u64::from(h.connections_max))
-            + self
-                .server
-                .tcp
-                .as_ref()
-                .map_or(0, |t| u64::from(t.connections_max))
+                .network_doors()
+                .map(|d| u64::from(d.connections_max))
+                .sum::<u64>()
     }
 
     /// The keys [`Config::producer_connections_max`] adds up, for a
     /// message (`server.connections_max` alone when no network door is on).
     pub fn producer_connections_keys(&self) -> String {
         let mut keys = vec!["server.connections_max"];
-        if self.server.http.is_some() {
-            keys.push("server.http.connections_max");
-        }
-        if self.server.tcp.is_some() {
-            keys.push("server.tcp.connections_max");
-        }
+        keys.extend(
+            self.server
+                .network_doors()
+                .map(|d| d.key("connections_max")),
+        );
         keys.join(" + ")
     }
 

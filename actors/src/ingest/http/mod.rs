@@ -35,7 +35,7 @@ mod reply;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,9 +58,10 @@ pub use body::{records_of, tier_of, Layout, Refusal};
 pub use encoding::{gunzip, Encoding};
 
 use crate::ingest::accept::AcceptErrors;
+use crate::ingest::door::{start_accepting, Door, RoundRobin};
 use crate::ingest::read_budget::ReadBudget;
 use crate::ingest::tls::TlsServer;
-use crate::ingest::{start_accepting, Lobby, LobbyTicket, StopListening, TcpAccept};
+use crate::ingest::{Lobby, LobbyTicket, StopListening};
 use crate::shard::{AppendBatch, PendingRecords, ShardQueue};
 use crate::stats::DaemonStats;
 
@@ -95,10 +96,9 @@ pub struct HttpIngestSettings {
 }
 
 /// What every connection of the door shares.
-struct Door {
+struct Shared {
     settings: HttpIngestSettings,
-    shards: Vec<Arc<ShardQueue>>,
-    next_shard: AtomicUsize,
+    shards: RoundRobin<Arc<ShardQueue>>,
     daemon: Arc<DaemonStats>,
     /// Wakes socket connections waiting for read-buffer budget a body gives back.
     read_budget: Arc<ReadBudget>,
@@ -108,7 +108,7 @@ struct Door {
     lobby: Arc<Lobby>,
 }
 
-impl Door {
+impl Shared {
     fn stats(&self) -> &HttpIngestStats {
         &self.daemon.http
     }
@@ -118,9 +118,8 @@ impl Door {
 /// connection arbiters. Runs on the system arbiter.
 pub struct HttpIngest {
     listener: Option<std::net::TcpListener>,
-    door: Arc<Door>,
-    arbiters: Vec<ArbiterHandle>,
-    next_arbiter: usize,
+    door: Arc<Shared>,
+    arbiters: RoundRobin<ArbiterHandle>,
     accept_errors: AcceptErrors,
 }
 
@@ -134,20 +133,17 @@ impl HttpIngest {
         read_budget: Arc<ReadBudget>,
         tls: Option<Arc<TlsServer>>,
     ) -> Self {
-        assert!(!shards.is_empty() && !arbiters.is_empty());
         HttpIngest {
             listener: Some(listener),
-            door: Arc::new(Door {
+            door: Arc::new(Shared {
                 settings,
-                shards,
-                next_shard: AtomicUsize::new(0),
+                shards: RoundRobin::new(shards),
                 daemon,
                 read_budget,
                 tls,
                 lobby: Arc::new(Lobby::default()),
             }),
-            arbiters,
-            next_arbiter: 0,
+            arbiters: RoundRobin::new(arbiters),
             accept_errors: AcceptErrors::new("http ingest"),
         }
     }
@@ -176,8 +172,7 @@ impl HttpIngest {
                 return;
             }
         };
-        let arbiter = &self.arbiters[self.next_arbiter % self.arbiters.len()];
-        self.next_arbiter += 1;
+        let arbiter = self.arbiters.next();
         let door = self.door.clone();
         // In the lobby from the accept on, so the next accept already sees it.
         let ticket = Arc::new(self.door.lobby.enter());
@@ -229,11 +224,14 @@ impl Actor for HttpIngest {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let listener = self.listener.take();
-        start_accepting(self, ctx, listener, "server.http");
+        start_accepting(self, ctx, listener);
     }
 }
 
-impl TcpAccept for HttpIngest {
+impl Door for HttpIngest {
+    type Listener = tokio::net::TcpListener;
+    const TABLE: &'static str = "server.http";
+
     fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
         HttpIngest::on_accept(self, stream, peer)
     }
@@ -260,7 +258,7 @@ impl Handler<StopListening> for HttpIngest {
 async fn serve(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    door: Arc<Door>,
+    door: Arc<Shared>,
     ticket: Arc<LobbyTicket>,
 ) {
     let _ = stream.set_nodelay(true);
@@ -272,8 +270,7 @@ async fn serve(
         .max_buf_size(REQUEST_HEAD_BYTES_MAX)
         .timer(TokioTimer::new())
         .header_read_timeout(door.settings.idle_timeout);
-    let pick = door.next_shard.fetch_add(1, Ordering::Relaxed) % door.shards.len();
-    let shard = door.shards[pick].clone();
+    let shard = door.shards.next().clone();
     let service_door = door.clone();
     let service = service_fn(move |request| {
         let (door, shard, ticket) = (service_door.clone(), shard.clone(), ticket.clone());
@@ -310,7 +307,7 @@ async fn serve(
 /// One request's answer (every path counts its status).
 async fn answer(
     request: Request<Incoming>,
-    door: &Door,
+    door: &Shared,
     shard: &ShardQueue,
 ) -> Response<Full<Bytes>> {
     let response = match handle(request, door, shard).await {
@@ -328,7 +325,7 @@ async fn answer(
 
 async fn handle(
     request: Request<Incoming>,
-    door: &Door,
+    door: &Shared,
     shard: &ShardQueue,
 ) -> Result<usize, Refusal> {
     if request.uri().path() != RECORDS_PATH {
@@ -482,12 +479,12 @@ fn nack_refusal(reason: NackReason) -> Refusal {
 /// socket's large frames reserve from), given back on drop, waking any
 /// socket connection that waits for it.
 struct BodySeat<'a> {
-    door: &'a Door,
+    door: &'a Shared,
     bytes: u64,
 }
 
 impl<'a> BodySeat<'a> {
-    fn take(door: &'a Door, bytes: u64) -> Result<Self, Refusal> {
+    fn take(door: &'a Shared, bytes: u64) -> Result<Self, Refusal> {
         let held = &door.daemon.read_buffer_bytes;
         if !ReadBudget::reserve(held, bytes, door.settings.read_buffer_bytes_max) {
             door.daemon

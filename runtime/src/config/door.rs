@@ -1,0 +1,356 @@
+//! `[server.tcp]` and `[server.http]`: a network door is a value. What
+//! every network door has (an address, a connection cap, TLS) is one
+//! [`DoorConfig`], read, checked and turned into TLS files here; what a
+//! door has of its own ([`TcpKeys`], [`HttpKeys`]) beside it in a
+//! [`NetworkDoorConfig`]. [`super::ServerConfig::network_doors`] lists the
+//! doors configured, for what treats them all alike (the descriptor count,
+//! `check`, the rule against clear text beside peer ids).
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use sink_sdk::keys::Key;
+
+use super::keys::*;
+use super::{in_range, ConfigError};
+
+/// What every network door has.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DoorConfig {
+    /// The door's table, `"server.tcp"` or `"server.http"` (its keys' prefix).
+    pub table: &'static str,
+    /// `ip:port` to listen on.
+    pub listen: String,
+    /// TLS on (the default: `cert_file` and `key_file` needed); `false` only
+    /// on a loopback address.
+    pub tls: bool,
+    /// PEM certificate chain (the server's first).
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key.
+    pub key_file: Option<PathBuf>,
+    /// PEM CA certificate(s): every client must present a certificate
+    /// chaining to one (mutual TLS).
+    pub ca_file: Option<PathBuf>,
+    /// With `ca_file`: DNS names or IPs of which a client certificate must
+    /// carry one among its subject alternative names.
+    pub allowed_names: Option<Vec<String>>,
+    /// This door's connections open at once; past it a new one is closed.
+    pub connections_max: u32,
+}
+
+/// A network door's table as read: the door, and the keys of its own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkDoorConfig<K> {
+    pub door: DoorConfig,
+    pub own: K,
+}
+
+/// `[server.tcp]`: the wire protocol over TCP, with TLS (docs/ingest.md).
+pub type TcpDoorConfig = NetworkDoorConfig<TcpKeys>;
+/// `[server.http]`: `POST /v1/records` on a TCP address, answered once the
+/// records are durable (docs/ingest.md).
+pub type HttpIngestConfig = NetworkDoorConfig<HttpKeys>;
+
+/// The keys a kind of network door has of its own.
+pub trait DoorKeys: Sized {
+    /// The door's table.
+    const TABLE: &'static str;
+    /// Every key of the table (the door's and its own), for serde's
+    /// unknown-field error.
+    const FIELDS: &'static [&'static str];
+    /// The keys every door has, as described for this table (their
+    /// defaults and ranges).
+    const TLS: Key;
+    const CONNECTIONS_MAX: Key;
+    fn defaults() -> Self;
+    /// Reads `key` if it is one of this door's own: `false` if it is not.
+    fn read_key<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error>;
+    fn validate(&self) -> Result<(), ConfigError>;
+}
+
+/// `[server.tcp]`'s own key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TcpKeys {
+    /// A TLS handshake must finish within this; until it has, the
+    /// connection may be evicted at `connections_max`. 100..=60000 ms.
+    pub handshake_timeout_ms: u64,
+}
+
+impl DoorKeys for TcpKeys {
+    const TABLE: &'static str = "server.tcp";
+    const FIELDS: &'static [&'static str] = &[
+        "listen",
+        "tls",
+        "cert_file",
+        "key_file",
+        "ca_file",
+        "allowed_names",
+        "connections_max",
+        "handshake_timeout_ms",
+    ];
+    const TLS: Key = SERVER_TCP_TLS;
+    const CONNECTIONS_MAX: Key = SERVER_TCP_CONNECTIONS_MAX;
+
+    fn defaults() -> Self {
+        TcpKeys {
+            handshake_timeout_ms: SERVER_TCP_HANDSHAKE_TIMEOUT_MS.int(),
+        }
+    }
+
+    fn read_key<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "handshake_timeout_ms" => self.handshake_timeout_ms = map.next_value()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        in_range(&SERVER_TCP_HANDSHAKE_TIMEOUT_MS, self.handshake_timeout_ms)
+    }
+}
+
+/// `[server.http]`'s own keys.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpKeys {
+    /// Name of the environment variable holding the bearer token every
+    /// request must carry; unset = no token.
+    pub token_env: Option<String>,
+    /// Largest request body. 1 KiB..=1 GiB.
+    pub body_bytes_max: u64,
+    /// A request's body must arrive within this. 100..=600000 ms.
+    pub request_timeout_ms: u64,
+    /// A connection out of a request must finish its TLS handshake and
+    /// send a head within this; while it waits it may be evicted at
+    /// `connections_max`. 100..=60000 ms.
+    pub idle_timeout_ms: u64,
+}
+
+impl DoorKeys for HttpKeys {
+    const TABLE: &'static str = "server.http";
+    const FIELDS: &'static [&'static str] = &[
+        "listen",
+        "tls",
+        "cert_file",
+        "key_file",
+        "ca_file",
+        "allowed_names",
+        "token_env",
+        "body_bytes_max",
+        "connections_max",
+        "request_timeout_ms",
+        "idle_timeout_ms",
+    ];
+    const TLS: Key = SERVER_HTTP_TLS;
+    const CONNECTIONS_MAX: Key = SERVER_HTTP_CONNECTIONS_MAX;
+
+    fn defaults() -> Self {
+        HttpKeys {
+            token_env: None,
+            body_bytes_max: SERVER_HTTP_BODY_BYTES_MAX.int(),
+            request_timeout_ms: SERVER_HTTP_REQUEST_TIMEOUT_MS.int(),
+            idle_timeout_ms: SERVER_HTTP_IDLE_TIMEOUT_MS.int(),
+        }
+    }
+
+    fn read_key<'de, A: MapAccess<'de>>(
+        &mut self,
+        key: &str,
+        map: &mut A,
+    ) -> Result<bool, A::Error> {
+        match key {
+            "token_env" => self.token_env = Some(map.next_value()?),
+            "body_bytes_max" => self.body_bytes_max = map.next_value()?,
+            "request_timeout_ms" => self.request_timeout_ms = map.next_value()?,
+            "idle_timeout_ms" => self.idle_timeout_ms = map.next_value()?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(var) = &self.token_env {
+            if var.is_empty() || var.contains('=') || var.contains('\0') {
+                return door_invalid(
+                    "server.http.token_env",
+                    format!("{var:?} is not an environment variable name"),
+                );
+            }
+        }
+        in_range(&SERVER_HTTP_BODY_BYTES_MAX, self.body_bytes_max)?;
+        in_range(&SERVER_HTTP_REQUEST_TIMEOUT_MS, self.request_timeout_ms)?;
+        in_range(&SERVER_HTTP_IDLE_TIMEOUT_MS, self.idle_timeout_ms)
+    }
+}
+
+impl HttpKeys {
+    /// The bearer token from `token_env`'s variable; an unset or empty
+    /// variable is an error naming the key and the variable.
+    pub fn token(&self) -> Result<Option<String>, ConfigError> {
+        let Some(var) = &self.token_env else {
+            return Ok(None);
+        };
+        match std::env::var(var) {
+            Ok(v) if !v.trim().is_empty() => Ok(Some(v.trim().to_string())),
+            _ => Err(ConfigError::Invalid {
+                key: "server.http.token_env",
+                message: format!("the environment variable {var} is unset or empty"),
+            }),
+        }
+    }
+}
+
+impl<'de, K: DoorKeys> Deserialize<'de> for NetworkDoorConfig<K> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DoorVisitor<K>(PhantomData<K>);
+
+        impl<'de, K: DoorKeys> Visitor<'de> for DoorVisitor<K> {
+            type Value = NetworkDoorConfig<K>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "the table [{}]", K::TABLE)
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut listen = None;
+                let mut door = DoorConfig {
+                    table: K::TABLE,
+                    listen: String::new(),
+                    tls: K::TLS.flag(),
+                    cert_file: None,
+                    key_file: None,
+                    ca_file: None,
+                    allowed_names: None,
+                    connections_max: K::CONNECTIONS_MAX.int() as u32,
+                };
+                let mut own = K::defaults();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "listen" => listen = Some(map.next_value()?),
+                        "tls" => door.tls = map.next_value()?,
+                        "cert_file" => door.cert_file = Some(map.next_value()?),
+                        "key_file" => door.key_file = Some(map.next_value()?),
+                        "ca_file" => door.ca_file = Some(map.next_value()?),
+                        "allowed_names" => door.allowed_names = Some(map.next_value()?),
+                        "connections_max" => door.connections_max = map.next_value()?,
+                        other => {
+                            if !own.read_key(other, &mut map)? {
+                                return Err(de::Error::unknown_field(other, K::FIELDS));
+                            }
+                        }
+                    }
+                }
+                door.listen = listen.ok_or_else(|| de::Error::missing_field("listen"))?;
+                Ok(NetworkDoorConfig { door, own })
+            }
+        }
+
+        deserializer.deserialize_map(DoorVisitor(PhantomData))
+    }
+}
+
+impl<K: DoorKeys> NetworkDoorConfig<K> {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        self.door.check()?;
+        in_range(&K::CONNECTIONS_MAX, u64::from(self.door.connections_max))?;
+        self.own.validate()
+    }
+}
+
+pub(super) fn door_invalid<T>(key: &'static str, message: String) -> Result<T, ConfigError> {
+    Err(ConfigError::Invalid { key, message })
+}
+
+impl DoorConfig {
+    /// The full name of the door's key `key`, as the key table has it.
+    pub fn key(&self, key: &str) -> &'static str {
+        TABLES
+            .iter()
+            .filter(|t| t.name == self.table)
+            .flat_map(|t| t.keys)
+            .find(|k| k.short() == key)
+            .map_or(self.table, |k| k.name)
+    }
+
+    /// The address to bind; an error names the key.
+    pub fn address(&self) -> Result<std::net::SocketAddr, ConfigError> {
+        self.listen.parse().map_err(|e| ConfigError::Invalid {
+            key: self.key("listen"),
+            message: format!(
+                "{:?} is not ip:port ({e}); write it as \"127.0.0.1:7070\" or \"[::]:7070\"",
+                self.listen
+            ),
+        })
+    }
+
+    /// Clear text only on loopback, a pair with TLS, names only with a CA.
+    fn check(&self) -> Result<(), ConfigError> {
+        let addr = self.address()?;
+        let k = |key| self.key(key);
+        if !self.tls && !addr.ip().is_loopback() {
+            return door_invalid(
+                k("tls"),
+                format!("false on {addr}, which is not a loopback address: records would cross the network in clear; set cert_file and key_file, or listen on 127.0.0.1 / [::1]"),
+            );
+        }
+        if self.tls {
+            for (key, v) in [("cert_file", &self.cert_file), ("key_file", &self.key_file)] {
+                if v.is_none() {
+                    return door_invalid(k(key), "is required with TLS (the default); or set tls = false on a loopback address".into());
+                }
+            }
+        } else {
+            for (key, set) in [
+                ("cert_file", self.cert_file.is_some()),
+                ("key_file", self.key_file.is_some()),
+                ("ca_file", self.ca_file.is_some()),
+            ] {
+                if set {
+                    return door_invalid(
+                        k(key),
+                        "is set but tls = false: remove one of the two".into(),
+                    );
+                }
+            }
+        }
+        if self.allowed_names.is_some() && self.ca_file.is_none() {
+            return door_invalid(
+                k("allowed_names"),
+                format!(
+                    "needs {} (names are read from verified client certificates)",
+                    k("ca_file")
+                ),
+            );
+        }
+        if self.allowed_names.as_ref().is_some_and(|n| n.is_empty()) {
+            return door_invalid(k("allowed_names"), format!("is empty, which would refuse every client; remove the key to let in any certificate {} verifies", k("ca_file")));
+        }
+        Ok(())
+    }
+
+    /// The TLS files, when TLS is on.
+    pub fn tls_files(&self) -> Option<spillway_actors::TlsFiles> {
+        if !self.tls {
+            return None;
+        }
+        Some(spillway_actors::TlsFiles {
+            key_prefix: self.table.into(),
+            cert: self.cert_file.clone()?,
+            key: self.key_file.clone()?,
+            client_ca: self.ca_file.clone(),
+            allowed_names: self.allowed_names.clone().unwrap_or_default(),
+            listen: self.address().ok().map(|a| a.ip()),
+        })
+    }
+}
