@@ -53,4 +53,4 @@ pub use shard::{
     Abandoned, AppendBatch, CommitTarget, GroupBound, PendingRecord, PendingRecords, ShardHealth,
     ShardQueue, ShardStats, Watermark,
 };
-pub use stats::{DaemonStats, RateLimiter};
+pub use stats::{DaemonStats, DoorStats, RateLimiter};

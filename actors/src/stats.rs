@@ -45,7 +45,7 @@ pub struct DaemonStats {
     /// The HTTP ingest door's figures (zero while it is off).
     pub http: HttpIngestStats,
     /// The TCP door's figures (zero while it is off).
-    pub tcp: TcpDoorStats,
+    pub tcp: DoorStats,
 }
 
 impl DaemonStats {
@@ -55,6 +55,12 @@ impl DaemonStats {
 
     pub fn nack_count(&self, reason: NackReason) -> u64 {
         self.nacks[reason.as_byte() as usize].load(Ordering::Relaxed)
+    }
+
+    /// Every network door's figures, by the door's short name (the
+    /// prefix of its `ctl stats` keys and metric names).
+    pub fn network_doors(&self) -> [(&'static str, &DoorStats); 2] {
+        [("http", &self.http.door), ("tcp", &self.tcp)]
     }
 }
 
@@ -133,24 +139,33 @@ impl RateLimiter {
 /// Status codes the ingest door answers, counted one by one.
 pub const HTTP_STATUSES: [u16; 12] = [200, 400, 401, 404, 405, 408, 413, 415, 429, 431, 500, 503];
 
-/// The door's own figures (`ctl stats`, metrics).
+/// What every network door counts (`ctl stats`, metrics): its
+/// connections and its TLS handshakes.
+#[derive(Debug, Default)]
+pub struct DoorStats {
+    /// Open connections (the door's own count against `connections_max`).
+    pub connections_open: Arc<AtomicUsize>,
+    pub connections_accepted: AtomicU64,
+    /// Closed at once: `connections_max` were open and none could give
+    /// way (the HTTP door: each with a request being answered; the TCP
+    /// door: none in its TLS handshake).
+    pub connections_refused: AtomicU64,
+    /// Closed in the door's [`crate::ingest::Lobby`] (the HTTP door:
+    /// between requests, before the first or in the TLS handshake; the TCP
+    /// door: in the TLS handshake) to let a new one in at `connections_max`.
+    pub connections_evicted: AtomicU64,
+    /// TLS handshakes that failed, by reason (see [`crate::ingest::tls`]).
+    pub tls: HandshakeStats,
+}
+
+/// The HTTP door's figures: a door's, and its answers.
 #[derive(Debug, Default)]
 pub struct HttpIngestStats {
+    pub door: DoorStats,
     /// Requests answered, by status (index into [`HTTP_STATUSES`]).
     pub responses: [AtomicU64; HTTP_STATUSES.len()],
     /// Records acknowledged (answered 200).
     pub records: AtomicU64,
-    pub connections_open: AtomicU64,
-    pub connections_accepted: AtomicU64,
-    /// Closed at once: `connections_max` were open, each with a request
-    /// being answered.
-    pub connections_refused: AtomicU64,
-    /// Closed between requests (or before the first, or in the TLS
-    /// handshake) to let a new connection in at `connections_max`
-    /// ([`crate::ingest::Lobby`]).
-    pub connections_evicted: AtomicU64,
-    /// TLS handshakes that failed, by reason (see [`crate::ingest::tls`]).
-    pub tls: HandshakeStats,
 }
 
 impl HttpIngestStats {
@@ -159,22 +174,6 @@ impl HttpIngestStats {
             self.responses[i].fetch_add(1, Ordering::Relaxed);
         }
     }
-}
-
-/// The TCP door's own figures (`ctl stats`, metrics).
-#[derive(Debug, Default)]
-pub struct TcpDoorStats {
-    /// Open connections (the door's own count against `connections_max`).
-    pub connections_open: Arc<AtomicUsize>,
-    pub connections_accepted: AtomicU64,
-    /// Closed at once: `server.tcp.connections_max` were open, none of
-    /// them in its TLS handshake.
-    pub connections_refused: AtomicU64,
-    /// Closed in their TLS handshake to let a new connection in at
-    /// `connections_max` ([`crate::ingest::Lobby`]).
-    pub connections_evicted: AtomicU64,
-    /// TLS handshakes that failed, by reason.
-    pub tls: HandshakeStats,
 }
 
 /// Why a handshake failed, as counted.

@@ -117,46 +117,35 @@ fn labelled(g: &Value, prefix: &str) -> String {
     }))
 }
 
-/// The network doors: HTTP, TCP, and their failed TLS handshakes.
+/// The network doors (each door's connections; the HTTP door's records
+/// and answers), and their failed TLS handshakes.
 fn door_lines(g: &Value) -> Vec<(&'static str, String)> {
     let n = |key: &str| count(int(&g[key]));
-    let answers = labelled(g, "http_responses{code=\"");
-    let tls: Vec<String> = [("http", "http_tls"), ("tcp", "tcp_tls")]
-        .into_iter()
-        .filter_map(|(door, prefix)| {
-            let failed = labelled(g, &format!("{prefix}_handshakes_failed{{reason=\""));
-            (!failed.is_empty()).then(|| format!("{door}: {failed}"))
-        })
-        .collect();
-    vec![
-        (
-            "http door",
-            format!(
-                "{} open, {} accepted, {} evicted, {} refused, {} records{}",
-                n("http_connections_open"),
-                n("http_connections_accepted"),
-                n("http_connections_evicted"),
-                n("http_connections_refused"),
-                n("http_records"),
-                if answers.is_empty() {
-                    String::new()
-                } else {
-                    format!("; answers {answers}")
-                }
-            ),
-        ),
-        (
-            "tcp door",
-            format!(
-                "{} open, {} accepted, {} evicted, {} refused",
-                n("tcp_connections_open"),
-                n("tcp_connections_accepted"),
-                n("tcp_connections_evicted"),
-                n("tcp_connections_refused")
-            ),
-        ),
-        ("tls failures", or_none(tls.join("; "))),
-    ]
+    let mut lines = Vec::new();
+    let mut tls = Vec::new();
+    for (door, label) in [("http", "http door"), ("tcp", "tcp door")] {
+        let mut line = format!(
+            "{} open, {} accepted, {} evicted, {} refused",
+            n(&format!("{door}_connections_open")),
+            n(&format!("{door}_connections_accepted")),
+            n(&format!("{door}_connections_evicted")),
+            n(&format!("{door}_connections_refused")),
+        );
+        if door == "http" {
+            line += &format!(", {} records", n("http_records"));
+            let answers = labelled(g, "http_responses{code=\"");
+            if !answers.is_empty() {
+                line += &format!("; answers {answers}");
+            }
+        }
+        lines.push((label, line));
+        let failed = labelled(g, &format!("{door}_tls_handshakes_failed{{reason=\""));
+        if !failed.is_empty() {
+            tls.push(format!("{door}: {failed}"));
+        }
+    }
+    lines.push(("tls failures", or_none(tls.join("; "))));
+    lines
 }
 
 /// What went wrong outside a connection, and what was written.

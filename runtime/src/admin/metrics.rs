@@ -18,8 +18,8 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use spillway_actors::histogram::Snapshot;
 use spillway_actors::{
-    DaemonStats, DeliveryBoard, DrainStats, ReadBudget, RetentionStats, ShardHealth, ShardQueue,
-    SinkState, WabBudget,
+    DaemonStats, DeliveryBoard, DoorStats, DrainStats, ReadBudget, RetentionStats, ShardHealth,
+    ShardQueue, SinkState, WabBudget,
 };
 
 use super::AdminState;
@@ -553,62 +553,68 @@ fn refused_by_reason(stats: &spillway_actors::DaemonStats) -> [(&'static str, u6
     ]
 }
 
-/// The network doors' figures as `ctl stats` keys (zero while off).
+/// The help of each network door's connection metrics, in the order of
+/// [`door_connections`].
+const DOOR_HELP: [(&str, [&str; 4]); 2] = [
+    (
+        "http",
+        [
+            "Open connections of the HTTP ingest door (server.http).",
+            "Connections the HTTP ingest door accepted.",
+            "Connections the HTTP ingest door closed at once: server.http.connections_max were open, each with a request being answered.",
+            "Connections the HTTP ingest door closed between requests (or before the first) to let a new one in at server.http.connections_max.",
+        ],
+    ),
+    (
+        "tcp",
+        [
+            "Open connections of the TCP door (server.tcp).",
+            "Connections the TCP door accepted.",
+            "Connections the TCP door closed at once: server.tcp.connections_max were open, none in its TLS handshake.",
+            "Connections the TCP door closed in their TLS handshake to let a new one in at server.tcp.connections_max.",
+        ],
+    ),
+];
+
+/// A network door's connection figures, by the suffix of their `ctl
+/// stats` key (after the door's name) and metric name.
+fn door_connections(d: &DoorStats) -> [(&'static str, u64); 4] {
+    [
+        (
+            "connections_open",
+            d.connections_open.load(Ordering::Relaxed) as u64,
+        ),
+        ("connections_accepted", load(&d.connections_accepted)),
+        ("connections_refused", load(&d.connections_refused)),
+        ("connections_evicted", load(&d.connections_evicted)),
+    ]
+}
+
+/// The network doors' figures as `ctl stats` keys (zero while off): each
+/// door's connections, what only the HTTP door counts, each door's failed
+/// TLS handshakes.
 fn door_figures(stats: &spillway_actors::DaemonStats) -> Vec<(String, u64)> {
-    let h = &stats.http;
-    let mut out = vec![
-        (
-            "http_connections_open".to_string(),
-            load(&h.connections_open),
-        ),
-        (
-            "http_connections_accepted".to_string(),
-            load(&h.connections_accepted),
-        ),
-        (
-            "http_connections_refused".to_string(),
-            load(&h.connections_refused),
-        ),
-        (
-            "http_connections_evicted".to_string(),
-            load(&h.connections_evicted),
-        ),
-        ("http_records".to_string(), load(&h.records)),
-    ];
-    for (code, n) in spillway_actors::ingest::http::STATUSES
-        .iter()
-        .zip(&h.responses)
-    {
-        out.push((format!("http_responses{{code=\"{code}\"}}"), load(n)));
-    }
-    for (reason, n) in h.tls.by_reason() {
-        out.push((
-            format!("http_tls_handshakes_failed{{reason=\"{reason}\"}}"),
-            n,
-        ));
-    }
-    let t = &stats.tcp;
-    out.push((
-        "tcp_connections_open".to_string(),
-        t.connections_open.load(Ordering::Relaxed) as u64,
-    ));
-    out.push((
-        "tcp_connections_accepted".to_string(),
-        load(&t.connections_accepted),
-    ));
-    out.push((
-        "tcp_connections_refused".to_string(),
-        load(&t.connections_refused),
-    ));
-    out.push((
-        "tcp_connections_evicted".to_string(),
-        load(&t.connections_evicted),
-    ));
-    for (reason, n) in t.tls.by_reason() {
-        out.push((
-            format!("tcp_tls_handshakes_failed{{reason=\"{reason}\"}}"),
-            n,
-        ));
+    let mut out = Vec::new();
+    for (door, d) in stats.network_doors() {
+        for (figure, n) in door_connections(d) {
+            out.push((format!("{door}_{figure}"), n));
+        }
+        if door == "http" {
+            let h = &stats.http;
+            out.push(("http_records".to_string(), load(&h.records)));
+            for (code, n) in spillway_actors::ingest::http::STATUSES
+                .iter()
+                .zip(&h.responses)
+            {
+                out.push((format!("http_responses{{code=\"{code}\"}}"), load(n)));
+            }
+        }
+        for (reason, n) in d.tls.by_reason() {
+            out.push((
+                format!("{door}_tls_handshakes_failed{{reason=\"{reason}\"}}"),
+                n,
+            ));
+        }
     }
     out
 }
@@ -1029,18 +1035,30 @@ impl Sources {
         Ok(())
     }
 
-    /// The HTTP and TCP doors, and their TLS handshakes.
+    /// The network doors, and their TLS handshakes.
     fn encode_doors(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        for (door, d) in self.stats.network_doors() {
+            let help = DOOR_HELP
+                .iter()
+                .find(|h| h.0 == door)
+                .expect("every door has its help")
+                .1;
+            for ((figure, value), help) in door_connections(d).into_iter().zip(help) {
+                let (name, kind) = match figure {
+                    "connections_open" => (format!("spillway_{door}_{figure}"), "gauge"),
+                    _ => (format!("spillway_{door}_{figure}_total"), "counter"),
+                };
+                single(encoder, &name, kind, help, value)?;
+            }
+        }
         let h = &self.stats.http;
-        for (name, kind, help, value) in [
-        ("spillway_http_connections_open", "gauge", "Open connections of the HTTP ingest door (server.http).", load(&h.connections_open)),
-        ("spillway_http_connections_accepted_total", "counter", "Connections the HTTP ingest door accepted.", load(&h.connections_accepted)),
-        ("spillway_http_connections_refused_total", "counter", "Connections the HTTP ingest door closed at once: server.http.connections_max were open, each with a request being answered.", load(&h.connections_refused)),
-        ("spillway_http_connections_evicted_total", "counter", "Connections the HTTP ingest door closed between requests (or before the first) to let a new one in at server.http.connections_max.", load(&h.connections_evicted)),
-        ("spillway_http_records_total", "counter", "Records acknowledged (200) by the HTTP ingest door.", load(&h.records)),
-    ] {
-        single(encoder, name, kind, help, value)?;
-    }
+        single(
+            encoder,
+            "spillway_http_records_total",
+            "counter",
+            "Records acknowledged (200) by the HTTP ingest door.",
+            load(&h.records),
+        )?;
         let codes: Vec<String> = spillway_actors::ingest::http::STATUSES
             .iter()
             .map(|c| c.to_string())
@@ -1055,48 +1073,16 @@ impl Sources {
                 .zip(&h.responses)
                 .map(|(c, n)| ([("code", c.as_str())], load(n))),
         )?;
-        let t = &self.stats.tcp;
-        for (name, kind, help, value) in [
-        (
-            "spillway_tcp_connections_open",
-            "gauge",
-            "Open connections of the TCP door (server.tcp).",
-            t.connections_open.load(Ordering::Relaxed) as u64,
-        ),
-        (
-            "spillway_tcp_connections_accepted_total",
-            "counter",
-            "Connections the TCP door accepted.",
-            load(&t.connections_accepted),
-        ),
-        (
-            "spillway_tcp_connections_refused_total",
-            "counter",
-            "Connections the TCP door closed at once: server.tcp.connections_max were open, none in its TLS handshake.",
-            load(&t.connections_refused),
-        ),
-        (
-            "spillway_tcp_connections_evicted_total",
-            "counter",
-            "Connections the TCP door closed in their TLS handshake to let a new one in at server.tcp.connections_max.",
-            load(&t.connections_evicted),
-        ),
-    ] {
-        single(encoder, name, kind, help, value)?;
-    }
         family(
         encoder,
         "spillway_tls_handshakes_failed_total",
         "counter",
         "TLS handshakes a door refused, by door (http, tcp) and reason: no_client_certificate, unknown_ca, expired, bad_certificate, name_not_allowed (allowed_names), other.",
-        h.tls
-            .by_reason()
-            .map(|(r, n)| ([("door", "http"), ("reason", r)], n))
-            .chain(
-                t.tls
-                    .by_reason()
-                    .map(|(r, n)| ([("door", "tcp"), ("reason", r)], n)),
-            ),
+        self.stats.network_doors().into_iter().flat_map(|(door, d)| {
+            d.tls
+                .by_reason()
+                .map(move |(r, n)| ([("door", door), ("reason", r)], n))
+        }),
     )?;
         Ok(())
     }

@@ -149,9 +149,9 @@ impl HttpIngest {
     }
 
     fn on_accept(&mut self, stream: tokio::net::TcpStream, peer: SocketAddr) {
-        let stats = self.door.stats();
+        let stats = &self.door.stats().door;
         let open = stats.connections_open.fetch_add(1, Ordering::Relaxed) + 1;
-        if open > self.door.settings.connections_max as u64 && !self.evict_idle(peer) {
+        if open > self.door.settings.connections_max && !self.evict_idle(peer) {
             stats.connections_open.fetch_sub(1, Ordering::Relaxed);
             stats.connections_refused.fetch_add(1, Ordering::Relaxed);
             if self.door.daemon.log_limiter.allow() {
@@ -189,6 +189,7 @@ impl HttpIngest {
                     Err(e) => tracing::warn!(error = %e, "could not register an HTTP connection"),
                 }
                 door.stats()
+                    .door
                     .connections_open
                     .fetch_sub(1, Ordering::Relaxed);
             });
@@ -210,6 +211,7 @@ impl HttpIngest {
         }
         self.door
             .stats()
+            .door
             .connections_evicted
             .fetch_add(1, Ordering::Relaxed);
         if self.door.daemon.log_limiter.allow() {
@@ -296,7 +298,7 @@ async fn serve(
             let _ = http.serve_connection(TokioIo::new(stream), service).await;
         }
         Some(tls) => {
-            let Some(stream) = tls.accept(stream, peer, &door.stats().tls).await else {
+            let Some(stream) = tls.accept(stream, peer, &door.stats().door.tls).await else {
                 return;
             };
             let _ = http.serve_connection(TokioIo::new(stream), service).await;
