@@ -8,9 +8,6 @@
 //! daemon for its verdict, or says the file did not parse far enough to
 //! find the daemon.
 
-mod support_http;
-mod support_plugins;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -19,9 +16,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use spillway_tests::plugins::*;
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_http::HttpReceiver;
-use support_plugins::*;
 
 /// Longest one `spillway check` may take (a liveness bound only).
 const CHECK_TIMEOUT: Duration = Duration::from_secs(30);

@@ -5,17 +5,14 @@
 //! about at its start. Each case also says which of the three it is, so a
 //! change that makes both wrong the same way fails too.
 
-mod support_http;
-mod support_plugins;
-
 use std::fs;
 use std::net::TcpListener;
 use std::path::Path;
 use std::time::Duration;
 
+use spillway_tests::plugins::toml_str;
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_http::HttpReceiver;
-use support_plugins::toml_str;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Verdict {

@@ -93,8 +93,6 @@
 //! given millisecond is timing, so a replay explores the same neighbourhood,
 //! not the same instruction.
 
-mod support_http;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -237,7 +235,7 @@ impl RxState {
     }
 
     fn take(&mut self, req: &Request) {
-        let recs = match support_http::decode_request(req, 0) {
+        let recs = match spillway_tests::receiver::decode_request(req, 0) {
             Ok(r) => r,
             Err(e) => {
                 self.bad(format!("malformed request {}: {e}", req.path));

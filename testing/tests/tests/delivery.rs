@@ -1,12 +1,10 @@
 //! Delivery end to end: the real binary delivers to a real HTTP receiver on
-//! loopback (`support_http`), through outages, permanent rejections, SIGKILL,
+//! loopback (`spillway_tests::receiver`), through outages, permanent rejections, SIGKILL,
 //! backpressure and graceful shutdown; and the embedded default config
 //! delivers to its file sink.
 //!
 //! Timing is only ever bounded from above by generous liveness timeouts;
 //! nothing here asserts performance.
-
-mod support_http;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
@@ -15,8 +13,8 @@ use std::process::Child;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use spillway_tests::receiver::{duplicates, HttpReceiver, Received};
 use spillway_tests::*;
-use support_http::{duplicates, HttpReceiver, Received};
 
 /// Upper bound for "eventually delivered".
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -104,7 +102,7 @@ fn batched_delivery_is_ndjson_exactly_once_in_push_order() {
     let reqs = rx.requests();
     let mut sizes = Vec::new();
     for (i, r) in reqs.iter().enumerate() {
-        let ctx = || format!("request #{i}:\n{}", support_http::describe(r));
+        let ctx = || format!("request #{i}:\n{}", spillway_tests::receiver::describe(r));
         assert_eq!(r.status, Some(200), "{}", ctx());
         assert_eq!(r.method, "POST", "{}", ctx());
         assert_eq!(r.path, "/ingest", "{}", ctx());
@@ -120,8 +118,8 @@ fn batched_delivery_is_ndjson_exactly_once_in_push_order() {
             "{}",
             ctx()
         );
-        let decoded =
-            support_http::decode_request(r, i).unwrap_or_else(|e| panic!("{e}; {}", ctx()));
+        let decoded = spillway_tests::receiver::decode_request(r, i)
+            .unwrap_or_else(|e| panic!("{e}; {}", ctx()));
         // Exactly NDJSON: the body is each payload followed by "\n", nothing else.
         let mut rebuilt = Vec::new();
         for rec in &decoded {
@@ -217,7 +215,7 @@ fn per_record_delivery_sends_raw_bodies_with_record_keys() {
     let reqs = rx.requests();
     let mut recs = Vec::new();
     for (i, r) in reqs.iter().enumerate() {
-        let ctx = || format!("request #{i}:\n{}", support_http::describe(r));
+        let ctx = || format!("request #{i}:\n{}", spillway_tests::receiver::describe(r));
         assert_eq!(r.status, Some(200), "{}", ctx());
         assert_eq!(r.method, "POST", "{}", ctx());
         assert_eq!(
@@ -895,11 +893,11 @@ fn sigterm_abandons_a_batch_slower_than_the_shutdown_timeout() {
         .iter()
         .enumerate()
         .filter(|(i, r)| !stuck.contains(i) && r.accepted())
-        .flat_map(|(i, r)| support_http::decode_request(r, i).unwrap())
+        .flat_map(|(i, r)| spillway_tests::receiver::decode_request(r, i).unwrap())
         .map(|r| r.id())
         .collect();
     for &i in &stuck {
-        for rec in support_http::decode_request(&all[i], i).unwrap() {
+        for rec in spillway_tests::receiver::decode_request(&all[i], i).unwrap() {
             assert!(
                 later.contains(&rec.id()),
                 "abandoned record {:?} ({}) was not delivered again",

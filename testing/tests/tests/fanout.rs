@@ -8,15 +8,13 @@
 //!
 //! Timing is only ever bounded from above by generous liveness timeouts.
 
-mod support_http;
-
 use std::collections::HashSet;
 use std::fs;
 use std::path::Path;
 use std::time::Duration;
 
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_http::HttpReceiver;
 
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);
 

@@ -14,8 +14,6 @@
 //! what an accepting HTTP receiver gets: exactly the records that survived,
 //! under their original identities.
 
-mod support_http;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::FileExt;
@@ -23,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
 use spillway_wab::{FsStorage, Opened, SegmentReader};
-use support_http::HttpReceiver;
 
 /// Upper bound for "eventually delivered".
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);

@@ -20,21 +20,18 @@
 //! exceeds the free space; a backing-off drain probes the sink once a
 //! second, so delivery resumes within about 2 s of the sink's return.
 
-mod support_disk;
-mod support_http;
-
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use spillway_tests::*;
-use support_disk::{
+use spillway_tests::disk::{
     allocated_bytes, files_ending_with, fill_until_enospc, tail, write_filler, DiskDaemon,
     SwitchProxy, Tmpfs,
 };
-use support_http::{duplicates, HttpReceiver, Received};
+use spillway_tests::receiver::{duplicates, HttpReceiver, Received};
+use spillway_tests::*;
 
 /// The latency test runs alone (it loads both cores); the others share.
 static EXCLUSIVE: RwLock<()> = RwLock::new(());

@@ -16,9 +16,6 @@
 //! The shim needs a C compiler (`cc`): in CI (`CI=true`) a test that cannot
 //! build it fails; elsewhere it prints why it skips.
 
-mod support_disk;
-mod support_http;
-
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -28,9 +25,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use spillway_tests::disk::tail;
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_disk::{in_ci, tail};
-use support_http::HttpReceiver;
 
 /// The tests measure how fast a shard heals: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());

@@ -8,8 +8,6 @@
 //!
 //! Memory figures are printed (run with `--nocapture` to see them).
 
-mod support_http;
-
 use std::fs;
 use std::io::{self, ErrorKind, Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -23,8 +21,8 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_http::HttpReceiver;
 
 use sink_sdk::units::MIB;
 

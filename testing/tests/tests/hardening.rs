@@ -10,9 +10,6 @@
 //! Timing is bounded only from above, by liveness bounds far above the
 //! usual latency (milliseconds) and far below the faults' (seconds).
 
-mod support_http;
-mod support_plugins;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::io::{Read, Write};
@@ -27,9 +24,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use spillway_tests::plugins::*;
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_http::HttpReceiver;
-use support_plugins::*;
 
 /// What "answers within its usual latency" is held to while a reload
 /// blocks: milliseconds usually, a second at worst on a loaded CI machine,

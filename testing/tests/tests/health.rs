@@ -2,12 +2,10 @@
 //! `ctl health` follow a real sink (the loopback HTTP receiver) as it starts
 //! failing and recovers.
 
-mod support_http;
-
 use std::time::{Duration, Instant};
 
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_http::HttpReceiver;
 
 /// (status code, body) of one GET.
 fn get(port: u16, path: &str) -> (u16, String) {

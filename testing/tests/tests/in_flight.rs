@@ -10,15 +10,13 @@
 //!
 //! Timing is only ever bounded from above by generous liveness timeouts.
 
-mod support_http;
-
 use std::collections::HashSet;
 use std::fs;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_http::HttpReceiver;
 
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -199,7 +197,7 @@ fn a_sigkill_with_batches_answered_out_of_order_redelivers_only_the_unconfirmed(
         .iter()
         .enumerate()
         .filter(|(_, r)| r.accepted())
-        .flat_map(|(i, r)| support_http::decode_request(r, before + i).unwrap())
+        .flat_map(|(i, r)| spillway_tests::receiver::decode_request(r, before + i).unwrap())
         .map(|r| r.text())
         .collect();
     assert!(
@@ -221,7 +219,7 @@ fn a_sigkill_with_batches_answered_out_of_order_redelivers_only_the_unconfirmed(
         .iter()
         .enumerate()
         .filter(|(_, r)| r.accepted())
-        .flat_map(|(i, r)| support_http::decode_request(r, i).unwrap())
+        .flat_map(|(i, r)| spillway_tests::receiver::decode_request(r, i).unwrap())
         .map(|r| r.text())
         .collect();
     let duplicates = later.iter().filter(|p| before_kill.contains(*p)).count();

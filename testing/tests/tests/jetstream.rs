@@ -11,14 +11,12 @@
 //! Under CI a cluster that cannot start fails the test; outside CI the test
 //! skips with the reason.
 
-mod support_http;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use spillway_tests::nats::{Guard, NatsCluster, StoredMessage, TlsFiles};
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_http::HttpReceiver;
 
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(120);
 const STREAM: &str = "EVENTS";

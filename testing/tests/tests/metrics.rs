@@ -2,16 +2,13 @@
 //! `spillway ctl metrics` prints the same exposition. The counters follow
 //! what the daemon did (records written, fsyncs, nacks).
 
-mod support_http;
-mod support_plugins;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
 use spillway_client::Tier;
+use spillway_tests::plugins::{admin_socket, ctl_socket};
 use spillway_tests::{http_get, Daemon, METRICS_ON_ANY_PORT};
-use support_plugins::{admin_socket, ctl_socket};
 
 /// Sum of every sample of `name` (over its labels).
 fn sum(exposition: &str, name: &str) -> u64 {
@@ -170,7 +167,7 @@ fn value(exposition: &str, name: &str, labels: &str) -> f64 {
 /// the sink recovers, pending falls to 0.
 #[test]
 fn backlog_metrics_follow_a_sink_outage() {
-    let rx = support_http::HttpReceiver::start();
+    let rx = spillway_tests::receiver::HttpReceiver::start();
     rx.set_status(503);
     let d = Daemon::start(&format!(
         "[server]\nshards = 1\n[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n\
@@ -314,7 +311,7 @@ fn recovery_figures_say_what_the_last_start_found() {
 /// free one included.
 #[test]
 fn pending_bytes_and_segment_states_follow_the_backlog_across_a_restart() {
-    let rx = support_http::HttpReceiver::start();
+    let rx = spillway_tests::receiver::HttpReceiver::start();
     let mut d = Daemon::start(&format!(
         "[server]\nshards = 1\n[admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n\
          [sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 300\n",

@@ -7,15 +7,13 @@
 //!
 //! Timing is only ever bounded from above by generous liveness timeouts.
 
-mod support_plugins;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::thread;
 use std::time::Duration;
 
+use spillway_tests::plugins::*;
 use spillway_tests::*;
-use support_plugins::*;
 
 /// Upper bound for "eventually delivered".
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);

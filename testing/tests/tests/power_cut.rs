@@ -43,8 +43,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use spillway_lazyfs::{CutReport, LazyFs};
 use spillway_tests::*;
 
-mod support_http;
-use support_http::HttpReceiver;
+use spillway_tests::receiver::HttpReceiver;
 
 const DEFAULT_CUTS: usize = 20;
 const DEFAULT_DELIVERING_CUTS: usize = 10;

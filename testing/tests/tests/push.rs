@@ -3,15 +3,13 @@
 //! back from the daemon's data folder. Bad input, fatal and retryable nacks
 //! each end with the line that was not acked.
 
-mod support_http;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_http::HttpReceiver;
 
 /// What one `spillway push` run printed and how it exited.
 struct Pushed {

@@ -2,8 +2,6 @@
 //! it recovered; recovery after SIGKILL is idempotent (recovering twice gives
 //! the same records as recovering once) and sequence numbers continue.
 
-mod support_http;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier};
 use std::thread;
@@ -434,7 +432,7 @@ fn raising_the_shard_count_keeps_old_records() {
 /// sink has (kept only until their segment is read past and deleted).
 #[test]
 fn the_start_up_line_tells_pending_from_delivered() {
-    let rx = support_http::HttpReceiver::start();
+    let rx = spillway_tests::receiver::HttpReceiver::start();
     let mut d = Daemon::start(&format!(
         "[server]\nshards = 1\n[sink]\ntype = \"http\"\nurl = \"{}\"\n",
         rx.url()

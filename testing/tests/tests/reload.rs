@@ -7,9 +7,6 @@
 //!
 //! Timing is only ever bounded from above by generous liveness bounds.
 
-mod support_http;
-mod support_plugins;
-
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -19,9 +16,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use spillway_tests::plugins::*;
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_http::HttpReceiver;
-use support_plugins::*;
 
 /// Upper bound for "eventually delivered".
 const DELIVERY_TIMEOUT: Duration = Duration::from_secs(30);

@@ -18,17 +18,14 @@
 //! The tmpfs tests need root to mount it: in CI (`CI=true`) it fails without;
 //! elsewhere it prints why it skips.
 
-mod support_disk;
-mod support_http;
-
 use std::collections::HashSet;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use sink_sdk::units::MIB;
+use spillway_tests::disk::{tail, DiskDaemon, Tmpfs};
+use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
-use support_disk::{tail, DiskDaemon, Tmpfs};
-use support_http::HttpReceiver;
 
 const SEGMENT_BYTES: u64 = 4 * MIB;
 /// Room for one segment and a half: never two.

@@ -11,8 +11,6 @@
 //!
 //! Timing is only ever bounded from above by generous liveness timeouts.
 
-mod support_plugins;
-
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,8 +18,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use spillway_tests::plugins::*;
 use spillway_tests::*;
-use support_plugins::*;
 
 /// Upper bound for "every acked record has arrived".
 const ARRIVAL_TIMEOUT: Duration = Duration::from_secs(120);

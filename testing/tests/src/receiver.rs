@@ -12,8 +12,6 @@
 //! ("until these payloads were accepted") that panic with a summary of
 //! what did arrive.
 
-#![allow(dead_code)]
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

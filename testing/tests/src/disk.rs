@@ -12,8 +12,6 @@
 //!
 //! Every wait here is bounded.
 
-#![allow(dead_code)]
-
 use std::fs::{self, File};
 use std::io::{self, ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -25,10 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use spillway_tests::*;
+use crate::*;
 use tempfile::TempDir;
-
-pub use spillway_tests::in_ci;
 
 // ---------------------------------------------------------------- tmpfs
 

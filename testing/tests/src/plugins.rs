@@ -3,8 +3,6 @@
 //! plugins, running `spillway ctl`, reading `ctl stats`, reading NDJSON
 //! output files, and a PostgreSQL server reached with `psql`.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::io::Write;
@@ -13,7 +11,7 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use spillway_tests::{run_spillway, spillway_bin, Daemon, Finished};
+use crate::{run_spillway, spillway_bin, Daemon, Finished};
 
 /// The workspace root (the folder holding `plugins/` and `.ci/`).
 pub fn workspace_root() -> PathBuf {
