@@ -36,6 +36,11 @@ pub fn markdown(table: &Table) -> String {
 
 /// The man page `spillway.toml(5)`.
 pub fn man_page() -> io::Result<Vec<u8>> {
+    man_page_of(&tables())
+}
+
+/// The man page of these key tables.
+pub fn man_page_of(tables: &[Table]) -> io::Result<Vec<u8>> {
     let mut roff = Roff::new();
     roff.control(
         "TH",
@@ -58,7 +63,7 @@ pub fn man_page() -> io::Result<Vec<u8>> {
         roff.control("PP", []);
         roff.text(inline(paragraph));
     }
-    for table in tables() {
+    for table in tables {
         roff.control("SH", [heading(table.name).as_str()]);
         if let Some(intro) = intro(table.name) {
             roff.text(inline(intro));

@@ -34,7 +34,11 @@ pub fn text() -> String {
 
 /// The schema of the whole file.
 pub fn schema() -> Value {
-    let tables = tables();
+    schema_of(&tables())
+}
+
+/// The schema of a file of these key tables.
+pub fn schema_of(tables: &[Table]) -> Value {
     let mut root = Map::new();
     for table in tables.iter().filter(|t| !t.name.starts_with("sink")) {
         // `server.tcp` sits inside `server`: walk down, making objects.
@@ -76,7 +80,7 @@ pub fn schema() -> Value {
         "type": "object",
         "additionalProperties": false,
         "properties": root,
-        "definitions": { "sink": sink_schema(&tables) },
+        "definitions": { "sink": sink_schema(tables) },
     })
 }
 
@@ -195,6 +199,84 @@ mod tests {
         v.iter_errors(&as_json(text))
             .map(|e| format!("{}: {e}", e.instance_path))
             .collect()
+    }
+
+    spillway_sinks::sink_keys! {
+        /// A sink type's keys declared only here, for the test below.
+        pub struct DemoConfig in "sink.demo" {
+            window_ms: u64 = Key {
+                default: DefaultValue::Int(250),
+                allowed: Allowed::Range {
+                    min: 10,
+                    max: 1_000,
+                    unit: sink_sdk::keys::Unit::Ms,
+                },
+                also: "",
+                meaning: r#"How long the demo sink gathers records before it sends them."#,
+            },
+            token: String = Key {
+                default: DefaultValue::Unset(""),
+                allowed: Allowed::Text(r#"a string"#),
+                also: "",
+                meaning: r#"The demo's secret."#,
+                secret: true,
+            },
+        }
+    }
+
+    /// One declaration (`window_ms` above, its type and its `Key`) is the
+    /// struct's field, its parse, its range check with a message naming
+    /// it, its row in the docs table, its entry in the man page and in the
+    /// JSON Schema, and its line in `Debug` (a secret's value hidden).
+    #[test]
+    fn a_key_declared_once_is_read_checked_documented_and_in_the_schema() {
+        let mut demo = DemoConfig::default();
+        demo.read_key("window_ms", toml::Value::Integer(5)).unwrap();
+        demo.read_key("token", toml::Value::String("s3cret".into()))
+            .unwrap();
+        assert_eq!(demo.window_ms, Some(5));
+        let wrong = DemoConfig::default().read_key("window_ms", toml::Value::String("x".into()));
+        assert!(wrong.is_err(), "a string is not a u64");
+        assert_eq!(
+            demo.check_ranges(),
+            Err(spillway_sinks::KeyProblem::OutOfRange {
+                key: "window_ms",
+                value: 5,
+                allowed: "10..=1000".into(),
+            })
+        );
+        demo.window_ms = Some(1_000);
+        assert!(demo.check_ranges().is_ok());
+        let debug = format!("{demo:?}");
+        assert!(
+            debug.contains("window_ms: Some(1000)") && !debug.contains("s3cret"),
+            "{debug}"
+        );
+
+        let table = Table {
+            name: "sink.demo",
+            keys: DemoConfig::REFERENCE,
+        };
+        let docs = crate::reference::markdown(&table);
+        assert!(
+            docs.contains("| `window_ms` | `250` | 10..=1000 | How long the demo sink gathers records before it sends them. |"),
+            "{docs}"
+        );
+        let mut all = tables();
+        all.push(table);
+        let man = String::from_utf8(crate::reference::man_page_of(&all).unwrap()).unwrap();
+        assert!(
+            man.contains("window_ms") && man.contains("How long the demo sink gathers records"),
+            "{man}"
+        );
+        let schema = schema_of(&all);
+        let key = &schema["definitions"]["sink"]["properties"]["window_ms"];
+        assert_eq!(
+            (key["minimum"].as_u64(), key["maximum"].as_u64()),
+            (Some(10), Some(1_000)),
+            "{key}"
+        );
+        assert_eq!(key["default"].as_u64(), Some(250), "{key}");
     }
 
     /// docs/spillway.schema.json is what `spillway schema` prints; with

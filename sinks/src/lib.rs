@@ -27,6 +27,7 @@
 //! records only as `sink_sdk::Batch`es.
 
 pub mod config;
+pub mod declare;
 pub mod error;
 pub mod file;
 mod framing;

@@ -3,19 +3,18 @@
 //! [`FileConfig::check`] runs once per table (see `crate::config`); the
 //! file itself is opened only when the sink is built.
 
-use std::ops::RangeInclusive;
 use std::path::PathBuf;
 
 use serde::Deserialize;
-use sink_sdk::keys::{Allowed, DefaultValue, Key, Unit};
+use sink_sdk::keys::{Allowed, DefaultValue, Unit};
 use sink_sdk::output::AppendRules;
 use sink_sdk::Limits;
 
-use crate::keys::{check_range, required_path, DeliveryConfig, GIB, MIB};
+use crate::keys::{required_path, DeliveryConfig, GIB, MIB};
+use crate::sink_keys;
 use crate::KeyProblem;
 
 pub(crate) const DEFAULT_ROTATE_BYTES: u64 = 256 * MIB;
-pub(crate) const ROTATE_BYTES_RANGE: RangeInclusive<u64> = MIB..=64 * GIB;
 
 /// Record framing of the file sink.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -37,31 +36,11 @@ impl FileFormat {
     }
 }
 
-/// The keys of `type = "file"` (mirrored in `docs/sinks.md`). Unset
-/// keys take the defaults below.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FileConfig {
-    /// The file records are appended to. Required. Its folder is created
-    /// (mode 0700) if missing; the file is mode 0600.
-    pub path: Option<PathBuf>,
-    /// `"ndjson"` (default) or `"length_prefixed"`.
-    pub format: Option<FileFormat>,
-    /// When an append would make the file larger than this many bytes, it is
-    /// renamed to `<path>.<unix_ms>` and a new file started. Default
-    /// 268435456 (256 MiB), range 1 MiB..=64 GiB.
-    pub rotate_bytes: Option<u64>,
-    /// fsync (fdatasync) the file after every batch before reporting it
-    /// delivered. Default true.
-    pub fsync: Option<bool>,
-}
-
-impl FileConfig {
-    /// Every key of this type, as the user writes it.
-    /// Every key described for the reference (docs, `spillway.toml(5)`),
-    /// from the same defaults and ranges the check uses.
-    pub(crate) const REFERENCE: &'static [Key] = &[
-        Key {
-            name: "sink.file.path",
+sink_keys! {
+    /// The keys of `type = "file"` (rendered into docs/sinks.md). Unset
+    /// keys take the defaults declared here.
+    pub struct FileConfig in "sink.file" {
+        path: PathBuf = Key {
             default: DefaultValue::Required,
             allowed: Allowed::Text(
                 r#"a file path, relative to the daemon's working folder or absolute"#,
@@ -69,56 +48,37 @@ impl FileConfig {
             also: "",
             meaning: r#"The file records are appended to; its folder is created (mode 0700) if missing, the file is created with mode 0600."#,
         },
-        Key {
-            name: "sink.file.format",
+        format: FileFormat = Key {
             default: DefaultValue::Str("ndjson"),
             allowed: Allowed::OneOf(&["ndjson", "length_prefixed"]),
             also: "",
             meaning: r#"How records are framed in the file."#,
         },
-        Key {
-            name: "sink.file.rotate_bytes",
+        rotate_bytes: u64 = Key {
             default: DefaultValue::Int(DEFAULT_ROTATE_BYTES),
             allowed: Allowed::Range {
-                min: *ROTATE_BYTES_RANGE.start(),
-                max: *ROTATE_BYTES_RANGE.end(),
+                min: MIB,
+                max: 64 * GIB,
                 unit: Unit::Bytes,
             },
             also: "",
             meaning: r#"When an append would make the file larger than this, the file is rotated first."#,
         },
-        Key {
-            name: "sink.file.fsync",
+        fsync: bool = Key {
             default: DefaultValue::Bool(true),
             allowed: Allowed::Text(r#"`true`, `false`"#),
             also: "",
             meaning: r#"Fdatasync the file after every batch, before the batch counts as delivered."#,
         },
-    ];
-
-    /// Reads the value of `key`, one of [`FileConfig::REFERENCE`].
-    pub(crate) fn read_key(
-        &mut self,
-        key: &str,
-        value: toml::Value,
-    ) -> Result<(), toml::de::Error> {
-        match key {
-            "path" => self.path = value.try_into()?,
-            "format" => self.format = value.try_into()?,
-            "rotate_bytes" => self.rotate_bytes = value.try_into()?,
-            "fsync" => self.fsync = value.try_into()?,
-            other => unreachable!("sink.{other} is not a file key"),
-        }
-        Ok(())
     }
+}
 
+impl FileConfig {
     /// Checks every key and resolves them, with the delivery keys, into the
     /// sink's settings. Does not touch the file system.
     pub(crate) fn check(&self, delivery: &DeliveryConfig) -> Result<FileSettings, KeyProblem> {
         let path = required_path(&self.path, super::TYPE.name, "a file")?;
-        if let Some(v) = self.rotate_bytes {
-            check_range("rotate_bytes", v, &ROTATE_BYTES_RANGE, " (1 MiB..=64 GiB)")?;
-        }
+        self.check_ranges()?;
         Ok(FileSettings {
             path: path.clone(),
             format: self.format.unwrap_or_default(),

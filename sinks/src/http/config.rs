@@ -9,17 +9,17 @@
 //! [`HttpSettings`].
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
 use reqwest::{Method, Url};
 use serde::Deserialize;
-use sink_sdk::keys::{Allowed, DefaultValue, Key, Unit};
+use sink_sdk::keys::{Allowed, DefaultValue, Unit};
 use sink_sdk::Limits;
 
-use crate::keys::{check_env_var_name, check_range, DeliveryConfig};
+use crate::keys::{check_env_var_name, DeliveryConfig};
+use crate::sink_keys;
 use crate::{KeyProblem, SinkError};
 
 pub(crate) const DEFAULT_TIMEOUT_MS: u64 = 10_000;
@@ -84,88 +84,30 @@ impl HttpEncoding {
     }
 }
 
-/// The keys of `type = "http"` (mirrored in `docs/sinks.md`). Unset
-/// keys take the defaults below.
-#[derive(Clone, PartialEq, Default)]
-pub struct HttpConfig {
-    /// The endpoint, an `http://` or `https://` URL. Required.
-    pub url: Option<String>,
-    /// `"batched"` (default: one request per batch) or `"per_record"` (one
-    /// request per record, raw payload body).
-    pub delivery: Option<Delivery>,
-    /// `"POST"` (default), `"PUT"` or `"PATCH"`.
-    pub method: Option<HttpMethod>,
-    /// Extra headers sent with every request, a table of name = value
-    /// strings. Names and values must be valid HTTP header names and values;
-    /// `Content-Type` may be overridden, headers spillway sets itself
-    /// (`Idempotency-Key`, `Spillway-*`, `Content-Encoding`, `Content-Length`,
-    /// `Transfer-Encoding`, `Host`, and `Authorization` when
-    /// `token_env` is set) may not.
-    pub headers: Option<BTreeMap<String, String>>,
-    /// Name of an environment variable holding a bearer token, sent as
-    /// `Authorization: Bearer <token>`. The variable must be set when the
-    /// sink is built (start and reload). Default: no token.
-    pub token_env: Option<String>,
-    /// Compress request bodies with gzip and send `Content-Encoding: gzip`.
-    /// Default false.
-    pub gzip: Option<bool>,
-    /// Time limit of one request, connect to last response byte, in
-    /// milliseconds. Default 10000, range 100..=600000.
-    pub timeout_ms: Option<u64>,
-    /// `delivery = "per_record"` only: requests in flight at once. Default 8,
-    /// range 1..=256.
-    pub concurrency: Option<u32>,
-    /// `delivery = "batched"` only: body framing, `"ndjson"` (default),
-    /// `"json_array"` or `"length_prefixed"`.
-    pub encoding: Option<HttpEncoding>,
-}
-
-/// Debug without header values: they often hold API keys.
-impl fmt::Debug for HttpConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let header_names: Option<Vec<&String>> = self.headers.as_ref().map(|h| h.keys().collect());
-        f.debug_struct("HttpConfig")
-            .field("url", &self.url)
-            .field("delivery", &self.delivery)
-            .field("method", &self.method)
-            .field("headers (values redacted)", &header_names)
-            .field("token_env", &self.token_env)
-            .field("gzip", &self.gzip)
-            .field("timeout_ms", &self.timeout_ms)
-            .field("concurrency", &self.concurrency)
-            .field("encoding", &self.encoding)
-            .finish()
-    }
-}
-
-impl HttpConfig {
-    /// Every key of this type, as the user writes it.
-    /// Every key described for the reference (docs, `spillway.toml(5)`),
-    /// from the same defaults and ranges the check uses.
-    pub(crate) const REFERENCE: &'static [Key] = &[
-        Key {
-            name: "sink.http.url",
+sink_keys! {
+    /// The keys of `type = "http"` (rendered into docs/sinks.md). Unset
+    /// keys take the defaults declared here; header values are redacted in
+    /// `Debug` (they often hold API keys).
+    pub struct HttpConfig in "sink.http" {
+        url: String = Key {
             default: DefaultValue::Required,
             allowed: Allowed::Text(r#"an `http://` or `https://` URL with a host"#),
             also: "",
             meaning: r#"The endpoint."#,
         },
-        Key {
-            name: "sink.http.delivery",
+        delivery: Delivery = Key {
             default: DefaultValue::Str("batched"),
             allowed: Allowed::OneOf(&["batched", "per_record"]),
             also: "",
             meaning: r#"One request per batch, or one per record."#,
         },
-        Key {
-            name: "sink.http.method",
+        method: HttpMethod = Key {
             default: DefaultValue::Str("POST"),
             allowed: Allowed::OneOf(&["POST", "PUT", "PATCH"]),
             also: "",
             meaning: r#"HTTP method of every request."#,
         },
-        Key {
-            name: "sink.http.headers",
+        headers: BTreeMap<String, String> = Key {
             default: DefaultValue::Unset(""),
             allowed: Allowed::Shaped {
                 text: r#"a table of string = string; valid header names and values"#,
@@ -173,23 +115,21 @@ impl HttpConfig {
             },
             also: "",
             meaning: r#"Extra headers on every request (see below)."#,
+            secret: true,
         },
-        Key {
-            name: "sink.http.token_env",
+        token_env: String = Key {
             default: DefaultValue::Unset(""),
             allowed: Allowed::Text(r#"an environment variable name"#),
             also: "",
             meaning: r#"The variable holding a token, sent as `Authorization: Bearer <token>`; it must be set (and non-empty) when the sink is built, at start and at every reload; `spillway check` checks it too."#,
         },
-        Key {
-            name: "sink.http.gzip",
+        gzip: bool = Key {
             default: DefaultValue::Bool(false),
             allowed: Allowed::Text(r#"`true`, `false`"#),
             also: "",
             meaning: r#"Gzip every request body and send `Content-Encoding: gzip`."#,
         },
-        Key {
-            name: "sink.http.timeout_ms",
+        timeout_ms: u64 = Key {
             default: DefaultValue::Int(DEFAULT_TIMEOUT_MS),
             allowed: Allowed::Range {
                 min: *TIMEOUT_MS_RANGE.start(),
@@ -199,8 +139,7 @@ impl HttpConfig {
             also: "",
             meaning: r#"Limit of one request, from connect to the last response byte."#,
         },
-        Key {
-            name: "sink.http.concurrency",
+        concurrency: u32 = Key {
             default: DefaultValue::Int(DEFAULT_CONCURRENCY as u64),
             allowed: Allowed::Range {
                 min: *CONCURRENCY_RANGE.start() as u64,
@@ -210,36 +149,16 @@ impl HttpConfig {
             also: "",
             meaning: r#"`per_record` only: requests in flight at once."#,
         },
-        Key {
-            name: "sink.http.encoding",
+        encoding: HttpEncoding = Key {
             default: DefaultValue::Str("ndjson"),
             allowed: Allowed::OneOf(&["ndjson", "json_array", "length_prefixed"]),
             also: "",
             meaning: r#"`batched` only: how records are framed in the body."#,
         },
-    ];
-
-    /// Reads the value of `key`, one of [`HttpConfig::REFERENCE`].
-    pub(crate) fn read_key(
-        &mut self,
-        key: &str,
-        value: toml::Value,
-    ) -> Result<(), toml::de::Error> {
-        match key {
-            "url" => self.url = value.try_into()?,
-            "delivery" => self.delivery = value.try_into()?,
-            "method" => self.method = value.try_into()?,
-            "headers" => self.headers = value.try_into()?,
-            "token_env" => self.token_env = value.try_into()?,
-            "gzip" => self.gzip = value.try_into()?,
-            "timeout_ms" => self.timeout_ms = value.try_into()?,
-            "concurrency" => self.concurrency = value.try_into()?,
-            "encoding" => self.encoding = value.try_into()?,
-            other => unreachable!("sink.{other} is not an http key"),
-        }
-        Ok(())
     }
+}
 
+impl HttpConfig {
     /// Checks every key and resolves them, with the delivery keys, into the
     /// settings instances use. Reports the first problem found. Reads
     /// neither the environment nor the network.
@@ -266,12 +185,7 @@ impl HttpConfig {
                 hint: " with delivery = \"batched\" (one request per batch at a time)".into(),
             });
         }
-        if let Some(v) = self.timeout_ms {
-            check_range("timeout_ms", v, &TIMEOUT_MS_RANGE, "")?;
-        }
-        if let Some(v) = self.concurrency {
-            check_range("concurrency", v, &CONCURRENCY_RANGE, "")?;
-        }
+        self.check_ranges()?;
         if let Some(name) = &self.token_env {
             check_env_var_name("token_env", name)?;
         }

@@ -7,10 +7,11 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sink_sdk::keys::{Allowed, DefaultValue, Key, Unit};
+use sink_sdk::keys::{Allowed, DefaultValue, Unit};
 use sink_sdk::Limits;
 
-use crate::keys::{check_env_var_name, check_range, DeliveryConfig};
+use crate::keys::{check_env_var_name, DeliveryConfig};
+use crate::sink_keys;
 use crate::KeyProblem;
 
 pub(crate) const DEFAULT_ACK_TIMEOUT_MS: u64 = 5_000;
@@ -34,48 +35,132 @@ const SERVERS_MAX: usize = 32;
 /// What `{shard}` in `subject` is replaced with.
 pub(crate) const SHARD_PLACEHOLDER: &str = "{shard}";
 
-/// The `type = "nats"` keys as the user wrote them.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct NatsConfig {
-    /// `nats://host:port` or `tls://host:port` URLs of the cluster's
-    /// servers (the client learns the others from the first it reaches).
-    pub servers: Option<Vec<String>>,
-    /// The subject every record is published on; `{shard}` is replaced by
-    /// the record's shard number.
-    pub subject: Option<String>,
-    /// The stream that must take the subject, checked at start and by
-    /// `spillway check`.
-    pub stream: Option<String>,
-    /// Name of an environment variable holding a token.
-    pub token_env: Option<String>,
-    /// User name, with `password_env`.
-    pub user: Option<String>,
-    /// Name of an environment variable holding the password of `user`.
-    pub password_env: Option<String>,
-    /// A `.creds` file (JWT and NKey seed).
-    pub creds_file: Option<PathBuf>,
-    /// CA certificates (PEM) the servers' certificates must chain to.
-    pub ca_file: Option<PathBuf>,
-    /// Client certificate and key (PEM) for mutual TLS.
-    pub cert_file: Option<PathBuf>,
-    pub key_file: Option<PathBuf>,
-    /// How long a publish waits for its PubAck (ms).
-    pub ack_timeout_ms: Option<u64>,
-    /// How long building the sink waits for a server (ms).
-    pub connect_timeout_ms: Option<u64>,
-    /// Publishes of one batch awaiting their PubAck at once.
-    pub publishes_in_flight: Option<u32>,
-    /// Deliveries in a row without any answer from the server (every
-    /// PubAck timed out) after which the connection is dropped for the
-    /// next server.
-    pub failover_after_ack_timeouts: Option<u32>,
-    /// How often the client pings an idle connection (ms).
-    pub ping_interval_ms: Option<u64>,
-    /// The operator says every server runs with `jetstream { sync_interval:
-    /// always }` (nats-server 2.10+): silences the start-up warning that a
-    /// PubAck may not be a durable write. spillway cannot read it over the
-    /// client protocol.
-    pub server_sync_always: Option<bool>,
+sink_keys! {
+    /// The `type = "nats"` keys as the user wrote them (rendered into
+    /// docs/sinks.md).
+    pub struct NatsConfig in "sink.nats" {
+        servers: Vec<String> = Key {
+            default: DefaultValue::Required,
+            allowed: Allowed::Shaped {
+                text: r#"1..=32 `nats://HOST:PORT` or `tls://HOST:PORT` URLs"#,
+                schema: r#"{"type": "array", "items": {"type": "string", "pattern": "^(nats|tls)://"}, "minItems": 1, "maxItems": 32}"#,
+            },
+            also: "",
+            meaning: r#"Servers of the cluster; the client learns the others from the first it reaches and reconnects by itself."#,
+        },
+        subject: String = Key {
+            default: DefaultValue::Required,
+            allowed: Allowed::Text(
+                r#"a NATS subject, no wildcards; `{shard}` is replaced by the record's shard"#,
+            ),
+            also: "",
+            meaning: r#"The subject every record is published on, e.g. `"events.{shard}"`."#,
+        },
+        stream: String = Key {
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a stream name (letters, digits, `-`, `_`)"#),
+            also: "",
+            meaning: r#"The stream that must take `subject`: checked at start, at a reload and by `spillway check` (see below)."#,
+        },
+        token_env: String = Key {
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"an environment variable name"#),
+            also: "",
+            meaning: r#"A token, read from this variable when the sink is built."#,
+        },
+        user: String = Key {
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a user name"#),
+            also: "",
+            meaning: r#"With `password_env` (both, or neither)."#,
+        },
+        password_env: String = Key {
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"an environment variable name"#),
+            also: "",
+            meaning: r#"The variable holding `user`'s password, read when the sink is built."#,
+        },
+        creds_file: PathBuf = Key {
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a path"#),
+            also: "",
+            meaning: r#"A `.creds` file (JWT and NKey seed)."#,
+        },
+        ca_file: PathBuf = Key {
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a path (PEM)"#),
+            also: "",
+            meaning: r#"CA certificates the servers' certificates must chain to; implies TLS."#,
+        },
+        cert_file: PathBuf = Key {
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a path (PEM)"#),
+            also: "",
+            meaning: r#"A client certificate for mutual TLS, with `key_file` (both, or neither)."#,
+        },
+        key_file: PathBuf = Key {
+            default: DefaultValue::Unset(""),
+            allowed: Allowed::Text(r#"a path (PEM)"#),
+            also: "",
+            meaning: r#"The client certificate's private key."#,
+        },
+        ack_timeout_ms: u64 = Key {
+            default: DefaultValue::Int(DEFAULT_ACK_TIMEOUT_MS),
+            allowed: Allowed::Range {
+                min: *ACK_TIMEOUT_MS_RANGE.start(),
+                max: *ACK_TIMEOUT_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"How long a publish waits for its PubAck before it is retried."#,
+        },
+        connect_timeout_ms: u64 = Key {
+            default: DefaultValue::Int(DEFAULT_CONNECT_TIMEOUT_MS),
+            allowed: Allowed::Range {
+                min: *CONNECT_TIMEOUT_MS_RANGE.start(),
+                max: *CONNECT_TIMEOUT_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"How long connecting waits for a server."#,
+        },
+        publishes_in_flight: u32 = Key {
+            default: DefaultValue::Int(DEFAULT_PUBLISHES_IN_FLIGHT as u64),
+            allowed: Allowed::Range {
+                min: *PUBLISHES_IN_FLIGHT_RANGE.start() as u64,
+                max: *PUBLISHES_IN_FLIGHT_RANGE.end() as u64,
+                unit: Unit::Count,
+            },
+            also: "",
+            meaning: r#"Publishes of one batch awaiting their PubAck at once (pipelining)."#,
+        },
+        failover_after_ack_timeouts: u32 = Key {
+            default: DefaultValue::Int(DEFAULT_FAILOVER_AFTER_ACK_TIMEOUTS as u64),
+            allowed: Allowed::Range {
+                min: *FAILOVER_AFTER_ACK_TIMEOUTS_RANGE.start() as u64,
+                max: *FAILOVER_AFTER_ACK_TIMEOUTS_RANGE.end() as u64,
+                unit: Unit::Count,
+            },
+            also: "",
+            meaning: r#"After this many deliveries in a row on one connection got no answer at all (every PubAck timed out), the sink drops that connection and connects to the next server of `servers`, the silent one last (see [A hung server](#a-hung-server))."#,
+        },
+        ping_interval_ms: u64 = Key {
+            default: DefaultValue::Int(DEFAULT_PING_INTERVAL_MS),
+            allowed: Allowed::Range {
+                min: *PING_INTERVAL_MS_RANGE.start(),
+                max: *PING_INTERVAL_MS_RANGE.end(),
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"How often the client pings an idle connection; after three pings without an answer it connects again."#,
+        },
+        server_sync_always: bool = Key {
+            default: DefaultValue::Bool(false),
+            allowed: Allowed::Text(r#"`true`, `false`"#),
+            also: "",
+            meaning: r#"Say that every server runs with `jetstream { sync_interval: always }`: silences the start-up warning below."#,
+        },
+    }
 }
 
 /// Which credentials the sink sends.
@@ -109,177 +194,6 @@ pub(crate) struct NatsSettings {
 }
 
 impl NatsConfig {
-    /// Every key of this type, as the user writes it.
-    /// Every key described for the reference (docs, `spillway.toml(5)`),
-    /// from the same defaults and ranges the check uses.
-    pub(crate) const REFERENCE: &'static [Key] = &[
-        Key {
-            name: "sink.nats.servers",
-            default: DefaultValue::Required,
-            allowed: Allowed::Shaped {
-                text: r#"1..=32 `nats://HOST:PORT` or `tls://HOST:PORT` URLs"#,
-                schema: r#"{"type": "array", "items": {"type": "string", "pattern": "^(nats|tls)://"}, "minItems": 1, "maxItems": 32}"#,
-            },
-            also: "",
-            meaning: r#"Servers of the cluster; the client learns the others from the first it reaches and reconnects by itself."#,
-        },
-        Key {
-            name: "sink.nats.subject",
-            default: DefaultValue::Required,
-            allowed: Allowed::Text(
-                r#"a NATS subject, no wildcards; `{shard}` is replaced by the record's shard"#,
-            ),
-            also: "",
-            meaning: r#"The subject every record is published on, e.g. `"events.{shard}"`."#,
-        },
-        Key {
-            name: "sink.nats.stream",
-            default: DefaultValue::Unset(""),
-            allowed: Allowed::Text(r#"a stream name (letters, digits, `-`, `_`)"#),
-            also: "",
-            meaning: r#"The stream that must take `subject`: checked at start, at a reload and by `spillway check` (see below)."#,
-        },
-        Key {
-            name: "sink.nats.token_env",
-            default: DefaultValue::Unset(""),
-            allowed: Allowed::Text(r#"an environment variable name"#),
-            also: "",
-            meaning: r#"A token, read from this variable when the sink is built."#,
-        },
-        Key {
-            name: "sink.nats.user",
-            default: DefaultValue::Unset(""),
-            allowed: Allowed::Text(r#"a user name"#),
-            also: "",
-            meaning: r#"With `password_env` (both, or neither)."#,
-        },
-        Key {
-            name: "sink.nats.password_env",
-            default: DefaultValue::Unset(""),
-            allowed: Allowed::Text(r#"an environment variable name"#),
-            also: "",
-            meaning: r#"The variable holding `user`'s password, read when the sink is built."#,
-        },
-        Key {
-            name: "sink.nats.creds_file",
-            default: DefaultValue::Unset(""),
-            allowed: Allowed::Text(r#"a path"#),
-            also: "",
-            meaning: r#"A `.creds` file (JWT and NKey seed)."#,
-        },
-        Key {
-            name: "sink.nats.ca_file",
-            default: DefaultValue::Unset(""),
-            allowed: Allowed::Text(r#"a path (PEM)"#),
-            also: "",
-            meaning: r#"CA certificates the servers' certificates must chain to; implies TLS."#,
-        },
-        Key {
-            name: "sink.nats.cert_file",
-            default: DefaultValue::Unset(""),
-            allowed: Allowed::Text(r#"a path (PEM)"#),
-            also: "",
-            meaning: r#"A client certificate for mutual TLS, with `key_file` (both, or neither)."#,
-        },
-        Key {
-            name: "sink.nats.key_file",
-            default: DefaultValue::Unset(""),
-            allowed: Allowed::Text(r#"a path (PEM)"#),
-            also: "",
-            meaning: r#"The client certificate's private key."#,
-        },
-        Key {
-            name: "sink.nats.ack_timeout_ms",
-            default: DefaultValue::Int(DEFAULT_ACK_TIMEOUT_MS),
-            allowed: Allowed::Range {
-                min: *ACK_TIMEOUT_MS_RANGE.start(),
-                max: *ACK_TIMEOUT_MS_RANGE.end(),
-                unit: Unit::Ms,
-            },
-            also: "",
-            meaning: r#"How long a publish waits for its PubAck before it is retried."#,
-        },
-        Key {
-            name: "sink.nats.connect_timeout_ms",
-            default: DefaultValue::Int(DEFAULT_CONNECT_TIMEOUT_MS),
-            allowed: Allowed::Range {
-                min: *CONNECT_TIMEOUT_MS_RANGE.start(),
-                max: *CONNECT_TIMEOUT_MS_RANGE.end(),
-                unit: Unit::Ms,
-            },
-            also: "",
-            meaning: r#"How long connecting waits for a server."#,
-        },
-        Key {
-            name: "sink.nats.publishes_in_flight",
-            default: DefaultValue::Int(DEFAULT_PUBLISHES_IN_FLIGHT as u64),
-            allowed: Allowed::Range {
-                min: *PUBLISHES_IN_FLIGHT_RANGE.start() as u64,
-                max: *PUBLISHES_IN_FLIGHT_RANGE.end() as u64,
-                unit: Unit::Count,
-            },
-            also: "",
-            meaning: r#"Publishes of one batch awaiting their PubAck at once (pipelining)."#,
-        },
-        Key {
-            name: "sink.nats.failover_after_ack_timeouts",
-            default: DefaultValue::Int(DEFAULT_FAILOVER_AFTER_ACK_TIMEOUTS as u64),
-            allowed: Allowed::Range {
-                min: *FAILOVER_AFTER_ACK_TIMEOUTS_RANGE.start() as u64,
-                max: *FAILOVER_AFTER_ACK_TIMEOUTS_RANGE.end() as u64,
-                unit: Unit::Count,
-            },
-            also: "",
-            meaning: r#"After this many deliveries in a row on one connection got no answer at all (every PubAck timed out), the sink drops that connection and connects to the next server of `servers`, the silent one last (see [A hung server](#a-hung-server))."#,
-        },
-        Key {
-            name: "sink.nats.ping_interval_ms",
-            default: DefaultValue::Int(DEFAULT_PING_INTERVAL_MS),
-            allowed: Allowed::Range {
-                min: *PING_INTERVAL_MS_RANGE.start(),
-                max: *PING_INTERVAL_MS_RANGE.end(),
-                unit: Unit::Ms,
-            },
-            also: "",
-            meaning: r#"How often the client pings an idle connection; after three pings without an answer it connects again."#,
-        },
-        Key {
-            name: "sink.nats.server_sync_always",
-            default: DefaultValue::Bool(false),
-            allowed: Allowed::Text(r#"`true`, `false`"#),
-            also: "",
-            meaning: r#"Say that every server runs with `jetstream { sync_interval: always }`: silences the start-up warning below."#,
-        },
-    ];
-
-    /// Reads the value of `key`, one of [`NatsConfig::REFERENCE`].
-    pub(crate) fn read_key(
-        &mut self,
-        key: &str,
-        value: toml::Value,
-    ) -> Result<(), toml::de::Error> {
-        match key {
-            "servers" => self.servers = value.try_into()?,
-            "subject" => self.subject = value.try_into()?,
-            "stream" => self.stream = value.try_into()?,
-            "token_env" => self.token_env = value.try_into()?,
-            "user" => self.user = value.try_into()?,
-            "password_env" => self.password_env = value.try_into()?,
-            "creds_file" => self.creds_file = value.try_into()?,
-            "ca_file" => self.ca_file = value.try_into()?,
-            "cert_file" => self.cert_file = value.try_into()?,
-            "key_file" => self.key_file = value.try_into()?,
-            "ack_timeout_ms" => self.ack_timeout_ms = value.try_into()?,
-            "connect_timeout_ms" => self.connect_timeout_ms = value.try_into()?,
-            "publishes_in_flight" => self.publishes_in_flight = value.try_into()?,
-            "failover_after_ack_timeouts" => self.failover_after_ack_timeouts = value.try_into()?,
-            "ping_interval_ms" => self.ping_interval_ms = value.try_into()?,
-            "server_sync_always" => self.server_sync_always = value.try_into()?,
-            other => unreachable!("sink.{other} is not a nats key"),
-        }
-        Ok(())
-    }
-
     /// Checks every key and resolves them into the settings the sink is
     /// built from. Touches neither the environment, the files nor the
     /// network.
@@ -316,26 +230,7 @@ impl NatsConfig {
             (Some(_), None) => return Err(against("cert_file", "key_file")),
             (None, Some(_)) => return Err(against("key_file", "cert_file")),
         };
-        if let Some(v) = self.ack_timeout_ms {
-            check_range("ack_timeout_ms", v, &ACK_TIMEOUT_MS_RANGE, "")?;
-        }
-        if let Some(v) = self.connect_timeout_ms {
-            check_range("connect_timeout_ms", v, &CONNECT_TIMEOUT_MS_RANGE, "")?;
-        }
-        if let Some(v) = self.publishes_in_flight {
-            check_range("publishes_in_flight", v, &PUBLISHES_IN_FLIGHT_RANGE, "")?;
-        }
-        if let Some(v) = self.failover_after_ack_timeouts {
-            check_range(
-                "failover_after_ack_timeouts",
-                v,
-                &FAILOVER_AFTER_ACK_TIMEOUTS_RANGE,
-                "",
-            )?;
-        }
-        if let Some(v) = self.ping_interval_ms {
-            check_range("ping_interval_ms", v, &PING_INTERVAL_MS_RANGE, "")?;
-        }
+        self.check_ranges()?;
         Ok(NatsSettings {
             servers,
             subject,

@@ -6,47 +6,21 @@
 use std::path::PathBuf;
 
 use crate::keys::required_path;
+use crate::sink_keys;
 use crate::KeyProblem;
-use sink_sdk::keys::{Allowed, DefaultValue, Key};
+use sink_sdk::keys::{Allowed, DefaultValue};
 
-/// The keys of `type = "plugin"` (mirrored in `docs/sinks.md`).
-#[derive(Clone, PartialEq, Default)]
-pub struct PluginConfig {
-    /// The plugin's shared library (a `cdylib` built against sink-sdk).
-    /// Required.
-    pub path: Option<PathBuf>,
-    /// The `[sink.options]` table, handed to the plugin's `create` as TOML
-    /// text; the plugin validates it. Default: empty.
-    pub options: Option<toml::Table>,
-}
-
-/// Debug without option values: they may hold passwords.
-impl std::fmt::Debug for PluginConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PluginConfig")
-            .field("path", &self.path)
-            .field(
-                "options (values redacted)",
-                &self.options.as_ref().map(|t| t.keys().collect::<Vec<_>>()),
-            )
-            .finish()
-    }
-}
-
-impl PluginConfig {
-    /// Every key of this type, as the user writes it.
-    /// Every key described for the reference (docs, `spillway.toml(5)`),
-    /// from the same defaults and ranges the check uses.
-    pub(crate) const REFERENCE: &'static [Key] = &[
-        Key {
-            name: "sink.plugin.path",
+sink_keys! {
+    /// The keys of `type = "plugin"` (rendered into docs/sinks.md); the
+    /// options' values are redacted in `Debug` (they may hold secrets).
+    pub struct PluginConfig in "sink.plugin" {
+        path: PathBuf = Key {
             default: DefaultValue::Required,
             allowed: Allowed::Text(r#"a path to a shared library"#),
             also: "",
             meaning: r#"The plugin, e.g. `target/release/libspillway_plugin_file.so`; it is copied to a private file before loading, so rebuilding it in place and reloading picks up the new build."#,
         },
-        Key {
-            name: "sink.plugin.options",
+        options: toml::Table = Key {
             default: DefaultValue::Unset("empty"),
             allowed: Allowed::Shaped {
                 text: r#"a TOML table, written `[sink.options]`"#,
@@ -54,23 +28,12 @@ impl PluginConfig {
             },
             also: "",
             meaning: r#"The plugin's own settings, passed to its `create` as TOML text; the plugin validates them and a refusal is reported with the plugin's name."#,
+            secret: true,
         },
-    ];
-
-    /// Reads the value of `key`, one of [`PluginConfig::REFERENCE`].
-    pub(crate) fn read_key(
-        &mut self,
-        key: &str,
-        value: toml::Value,
-    ) -> Result<(), toml::de::Error> {
-        match key {
-            "path" => self.path = value.try_into()?,
-            "options" => self.options = value.try_into()?,
-            other => unreachable!("sink.{other} is not a plugin key"),
-        }
-        Ok(())
     }
+}
 
+impl PluginConfig {
     /// Checks the keys the host uses. Does not touch the file system; the
     /// library is read when the sink is built.
     pub(crate) fn check(&self) -> Result<PluginSettings, KeyProblem> {

@@ -1,0 +1,233 @@
+//! A sink type's keys declared once ([`sink_keys!`]): each key is its
+//! field's type and its [`Key`] (name, default, allowed values with the
+//! unit, meaning), and everything else is made from that one declaration:
+//! the struct's field (an `Option`, unset = the default) with the meaning
+//! as its doc, the `REFERENCE` the docs, the man page and the JSON Schema
+//! are rendered from, the `read_key` arm, the range check of every integer
+//! key declared with a range, and `Debug` with a secret key's value
+//! redacted. What a type checks across its keys (a URL, a rule between two
+//! keys) stays in its own `check`, which calls `check_ranges` first.
+
+use std::collections::BTreeMap;
+
+#[doc(hidden)]
+pub use sink_sdk::keys::Key;
+use sink_sdk::keys::{Allowed, Unit};
+#[doc(hidden)]
+pub use toml;
+
+use crate::KeyProblem;
+
+/// `value` of `key` against the range `key` declares (`None`: in range, or
+/// not a key with a range); the error names the key's short name and says
+/// what is allowed, bytes also in KiB/MiB/GiB/TiB.
+pub fn range_problem(key: &Key, value: u64) -> Option<KeyProblem> {
+    let (zero, min, max, unit) = match key.allowed {
+        Allowed::Range { min, max, unit } | Allowed::RangeOr { min, max, unit, .. } => {
+            (None, min, max, unit)
+        }
+        Allowed::ZeroOrRange {
+            zero,
+            min,
+            max,
+            unit,
+        } => (Some(zero), min, max, unit),
+        Allowed::OneOf(_) | Allowed::Shaped { .. } | Allowed::Text(_) => return None,
+    };
+    if (min..=max).contains(&value) || (zero.is_some() && value == 0) {
+        return None;
+    }
+    let human = match unit {
+        Unit::Bytes => format!(" ({}..={})", bytes(min), bytes(max)),
+        Unit::Count | Unit::Ms | Unit::Us => String::new(),
+    };
+    let zero = zero.map_or(String::new(), |z| format!("0 ({z}) or "));
+    Some(KeyProblem::OutOfRange {
+        key: key.short(),
+        value,
+        allowed: format!("{zero}{min}..={max}{human}"),
+    })
+}
+
+/// `n` bytes in the largest binary unit that divides it.
+fn bytes(n: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    UNITS
+        .iter()
+        .find(|(size, _)| n >= *size && n % size == 0)
+        .map_or_else(
+            || format!("{n} bytes"),
+            |(size, name)| format!("{} {name}", n / size),
+        )
+}
+
+/// How a secret key shows in `Debug`: a table by its keys, anything else
+/// not at all.
+pub trait Redact {
+    fn redacted(&self) -> String;
+}
+
+impl Redact for toml::Table {
+    fn redacted(&self) -> String {
+        format!(
+            "keys {:?}, values redacted",
+            self.keys().collect::<Vec<_>>()
+        )
+    }
+}
+
+impl Redact for BTreeMap<String, String> {
+    fn redacted(&self) -> String {
+        format!(
+            "keys {:?}, values redacted",
+            self.keys().collect::<Vec<_>>()
+        )
+    }
+}
+
+impl Redact for String {
+    fn redacted(&self) -> String {
+        "redacted".into()
+    }
+}
+
+/// A field's value as the range check reads it: an integer field's, or
+/// nothing for a field of another type (picked by method resolution on
+/// `&Probe`: [`IntKey`], on `Probe`, is found first where the type
+/// converts to `u64`; else [`OtherKey`], on `&Probe`, one autoref later).
+#[doc(hidden)]
+pub struct Probe<'a, T>(pub &'a Option<T>);
+
+#[doc(hidden)]
+pub trait IntKey {
+    fn int_value(&self) -> Option<u64>;
+}
+
+impl<T: Copy + Into<u64>> IntKey for Probe<'_, T> {
+    fn int_value(&self) -> Option<u64> {
+        self.0.map(Into::into)
+    }
+}
+
+#[doc(hidden)]
+pub trait OtherKey {
+    fn int_value(&self) -> Option<u64>;
+}
+
+impl<T> OtherKey for &Probe<'_, T> {
+    fn int_value(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// The field of a secret key in `Debug`.
+#[doc(hidden)]
+pub fn debug_secret<T: Redact>(value: &Option<T>) -> Option<String> {
+    value.as_ref().map(Redact::redacted)
+}
+
+/// Declares a sink type's keys once (see the module's doc):
+///
+/// ```text
+/// sink_keys! {
+///     /// The keys of `type = "file"`.
+///     pub struct FileConfig in "sink.file" {
+///         path: PathBuf = Key { default: ..., allowed: ..., also: "", meaning: "..." },
+///         options: toml::Table = Key { ..., meaning: "...", secret: true, },
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! sink_keys {
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $Name:ident in $table:literal {
+            $(
+                $field:ident: $ty:ty = Key {
+                    default: $default:expr,
+                    allowed: $allowed:expr,
+                    also: $also:literal,
+                    meaning: $meaning:literal,
+                    $(secret: $secret:tt,)?
+                }
+            ),* $(,)?
+        }
+    ) => {
+        $(#[$attr])*
+        #[derive(Clone, PartialEq, Default)]
+        $vis struct $Name {
+            $(
+                #[doc = $meaning]
+                pub $field: Option<$ty>,
+            )*
+        }
+
+        impl $Name {
+            /// Every key of this type, as the reference (docs,
+            /// `spillway.toml(5)`, the JSON Schema) describes it.
+            pub const REFERENCE: &'static [$crate::declare::Key] = &[$(
+                $crate::declare::Key {
+                    name: concat!($table, ".", stringify!($field)),
+                    default: $default,
+                    allowed: $allowed,
+                    also: $also,
+                    meaning: $meaning,
+                },
+            )*];
+
+            /// Reads the value of `key`, one of [`Self::REFERENCE`].
+            pub fn read_key(
+                &mut self,
+                key: &str,
+                value: $crate::declare::toml::Value,
+            ) -> Result<(), $crate::declare::toml::de::Error> {
+                $(
+                    if key == stringify!($field) {
+                        self.$field = value.try_into()?;
+                        return Ok(());
+                    }
+                )*
+                unreachable!("{key} is not a key of {}", stringify!($Name))
+            }
+
+            /// Every integer key that is set, in the range it declares.
+            pub fn check_ranges(&self) -> Result<(), $crate::KeyProblem> {
+                #[allow(unused_imports)]
+                use $crate::declare::{IntKey as _, OtherKey as _};
+                $(
+                    if let Some(value) = (&$crate::declare::Probe(&self.$field)).int_value() {
+                        let key = Self::REFERENCE
+                            .iter()
+                            .find(|k| k.short() == stringify!($field))
+                            .expect("every field is declared");
+                        if let Some(problem) = $crate::declare::range_problem(key, value) {
+                            return Err(problem);
+                        }
+                    }
+                )*
+                Ok(())
+            }
+        }
+
+        impl std::fmt::Debug for $Name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                let mut out = f.debug_struct(stringify!($Name));
+                $(
+                    $crate::sink_keys!(@debug out, self, $field $(, $secret)?);
+                )*
+                out.finish()
+            }
+        }
+    };
+    (@debug $out:ident, $self:ident, $field:ident) => {
+        $out.field(stringify!($field), &$self.$field);
+    };
+    (@debug $out:ident, $self:ident, $field:ident, true) => {
+        $out.field(stringify!($field), &$crate::declare::debug_secret(&$self.$field));
+    };
+}
