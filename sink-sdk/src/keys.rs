@@ -220,7 +220,7 @@ fn quoted(names: &[&str]) -> String {
 /// `n` in the largest binary unit that divides it (bytes), or in minutes
 /// or seconds (milliseconds of a second or more); `None` when nothing
 /// reads better than the number.
-fn exact(n: u64, unit: Unit) -> Option<String> {
+pub fn exact(n: u64, unit: Unit) -> Option<String> {
     match unit {
         Unit::Bytes => [
             (1024 * GIB, "TiB"),

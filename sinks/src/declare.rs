@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 #[doc(hidden)]
 pub use sink_sdk::keys::Key;
-use sink_sdk::keys::{Allowed, Unit};
+use sink_sdk::keys::{exact, Allowed, Unit};
 #[doc(hidden)]
 pub use toml;
 
@@ -38,7 +38,10 @@ pub fn range_problem(key: &Key, value: u64) -> Option<KeyProblem> {
         return None;
     }
     let human = match unit {
-        Unit::Bytes => format!(" ({}..={})", bytes(min), bytes(max)),
+        Unit::Bytes => {
+            let bytes = |n| exact(n, Unit::Bytes).unwrap_or_else(|| format!("{n} bytes"));
+            format!(" ({}..={})", bytes(min), bytes(max))
+        }
         Unit::Count | Unit::Ms | Unit::Us => String::new(),
     };
     let zero = zero.map_or(String::new(), |z| format!("0 ({z}) or "));
@@ -47,23 +50,6 @@ pub fn range_problem(key: &Key, value: u64) -> Option<KeyProblem> {
         value,
         allowed: format!("{zero}{min}..={max}{human}"),
     })
-}
-
-/// `n` bytes in the largest binary unit that divides it.
-fn bytes(n: u64) -> String {
-    const UNITS: [(u64, &str); 4] = [
-        (1 << 40, "TiB"),
-        (1 << 30, "GiB"),
-        (1 << 20, "MiB"),
-        (1 << 10, "KiB"),
-    ];
-    UNITS
-        .iter()
-        .find(|(size, _)| n >= *size && n % size == 0)
-        .map_or_else(
-            || format!("{n} bytes"),
-            |(size, name)| format!("{} {name}", n / size),
-        )
 }
 
 /// How a secret key shows in `Debug`: a table by its keys, anything else
