@@ -54,6 +54,35 @@ pub type TcpDoorConfig = NetworkDoorConfig<TcpKeys>;
 /// records are durable (docs/ingest.md).
 pub type HttpIngestConfig = NetworkDoorConfig<HttpKeys>;
 
+/// The keys every network door has ([`DoorConfig`]'s).
+const DOOR_FIELDS: [&str; 7] = [
+    "listen",
+    "tls",
+    "cert_file",
+    "key_file",
+    "ca_file",
+    "allowed_names",
+    "connections_max",
+];
+
+/// [`DOOR_FIELDS`] and then a door's own keys: every key of its table.
+const fn with_door_fields<const OWN: usize, const ALL: usize>(
+    own: [&'static str; OWN],
+) -> [&'static str; ALL] {
+    assert!(ALL == DOOR_FIELDS.len() + OWN);
+    let mut all = [""; ALL];
+    let mut i = 0;
+    while i < ALL {
+        all[i] = if i < DOOR_FIELDS.len() {
+            DOOR_FIELDS[i]
+        } else {
+            own[i - DOOR_FIELDS.len()]
+        };
+        i += 1;
+    }
+    all
+}
+
 /// The keys a kind of network door has of its own.
 pub trait DoorKeys: Sized {
     /// The door's table.
@@ -85,16 +114,7 @@ pub struct TcpKeys {
 
 impl DoorKeys for TcpKeys {
     const TABLE: &'static str = "server.tcp";
-    const FIELDS: &'static [&'static str] = &[
-        "listen",
-        "tls",
-        "cert_file",
-        "key_file",
-        "ca_file",
-        "allowed_names",
-        "connections_max",
-        "handshake_timeout_ms",
-    ];
+    const FIELDS: &'static [&'static str] = &with_door_fields::<1, 8>(["handshake_timeout_ms"]);
     const TLS: Key = SERVER_TCP_TLS;
     const CONNECTIONS_MAX: Key = SERVER_TCP_CONNECTIONS_MAX;
 
@@ -139,19 +159,12 @@ pub struct HttpKeys {
 
 impl DoorKeys for HttpKeys {
     const TABLE: &'static str = "server.http";
-    const FIELDS: &'static [&'static str] = &[
-        "listen",
-        "tls",
-        "cert_file",
-        "key_file",
-        "ca_file",
-        "allowed_names",
+    const FIELDS: &'static [&'static str] = &with_door_fields::<4, 11>([
         "token_env",
         "body_bytes_max",
-        "connections_max",
         "request_timeout_ms",
         "idle_timeout_ms",
-    ];
+    ]);
     const TLS: Key = SERVER_HTTP_TLS;
     const CONNECTIONS_MAX: Key = SERVER_HTTP_CONNECTIONS_MAX;
 

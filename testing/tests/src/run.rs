@@ -287,7 +287,12 @@ pub fn http_get(port: u16, path: &str) -> String {
 }
 
 /// Poll `cond` every few milliseconds until it holds or `timeout` passes.
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub fn wait_until(timeout: Duration, cond: impl FnMut() -> bool) -> bool {
+    wait_every(Duration::from_millis(5), timeout, cond)
+}
+
+/// Poll `cond` every `step` until it holds or `timeout` passes.
+pub fn wait_every(step: Duration, timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
         if cond() {
@@ -296,8 +301,25 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         if Instant::now() >= deadline {
             return false;
         }
-        thread::sleep(Duration::from_millis(5));
+        thread::sleep(step);
     }
+}
+
+/// The shard lines of `ctl health`'s output as (shard, state word, whole
+/// line).
+pub fn shard_states(health: &str) -> Vec<(u32, String, String)> {
+    health
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            if w.next() != Some("shard") {
+                return None;
+            }
+            let n = w.next()?.parse().ok()?;
+            let state = w.next()?.to_string();
+            Some((n, state, l.to_string()))
+        })
+        .collect()
 }
 
 pub(crate) fn read_lossy(path: &Path) -> String {

@@ -170,18 +170,7 @@ impl EioDaemon {
 
     /// `ctl health` as (shard, state word, whole line).
     fn health(&self) -> Vec<(u32, String, String)> {
-        self.health_text()
-            .lines()
-            .filter_map(|l| {
-                let mut w = l.split_whitespace();
-                if w.next() != Some("shard") {
-                    return None;
-                }
-                let n = w.next()?.parse().ok()?;
-                let state = w.next()?.to_string();
-                Some((n, state, l.to_string()))
-            })
-            .collect()
+        shard_states(&self.health_text())
     }
 
     /// Poll `ctl health` until every shard is in `state`; how long it took.

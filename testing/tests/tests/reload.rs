@@ -78,20 +78,6 @@ fn wait_delivered(
     }
 }
 
-/// `cond` polled every `step` until it holds or `timeout` passes.
-fn wait_step(timeout: Duration, step: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        thread::sleep(step);
-    }
-}
-
 // ---------------------------------------------------------------- 1. A -> B -> plugin -> A under load
 
 /// What one continuous producer did.
@@ -355,7 +341,7 @@ fn sighup_reloads_the_config_file() {
     let pid = d.pid().unwrap() as libc::pid_t;
     // SAFETY: kill(2) on our own, unreaped child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
-    let reloaded = wait_step(Duration::from_secs(10), Duration::from_millis(50), || {
+    let reloaded = wait_every(Duration::from_millis(50), Duration::from_secs(10), || {
         stat(&stats(&d), "reloads_succeeded") == 1
     });
     let s = stats(&d);
@@ -461,7 +447,7 @@ fn watch_config_switches_the_sink_when_the_file_changes() {
     d.reconfigure(&http_sink(&rx_b));
     let edited = Instant::now();
     let mut i = 0;
-    let switched = wait_step(Duration::from_secs(10), Duration::from_millis(100), || {
+    let switched = wait_every(Duration::from_millis(100), Duration::from_secs(10), || {
         c.push(Tier::Sync, format!("watch-probe:{i}").as_bytes())
             .unwrap();
         i += 1;
