@@ -405,20 +405,13 @@ impl DiskDaemon {
     /// returns how long it took, or panics after `timeout` with the last
     /// answer and the log.
     pub fn wait_all_shards(&self, state: &str, timeout: Duration) -> Duration {
-        let start = Instant::now();
-        let mut last = Vec::new();
-        while start.elapsed() < timeout {
-            last = self.health();
-            if !last.is_empty() && last.iter().all(|(_, s, _)| s == state) {
-                return start.elapsed();
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
-        panic!(
-            "not every shard turned {state} within {timeout:?}; ctl health:\n{}\ndaemon log (tail):\n{}",
-            last.iter().map(|(_, _, l)| l.as_str()).collect::<Vec<_>>().join("\n"),
-            tail(&self.stderr(), 40)
-        );
+        wait_all_shards_in(
+            state,
+            timeout,
+            Duration::from_millis(100),
+            || self.health_text(),
+            || tail(&self.stderr(), 40),
+        )
     }
 
     /// Every record of every shard folder under the data dir, read with

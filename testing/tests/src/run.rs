@@ -305,6 +305,35 @@ pub fn wait_every(step: Duration, timeout: Duration, mut cond: impl FnMut() -> b
     }
 }
 
+/// Poll `health` (a `ctl health` answer) every `step` until every shard
+/// is in `state`; how long it took, or a panic after `timeout` with the
+/// last answer and `log` (the daemon's, for the reader).
+pub fn wait_all_shards_in(
+    state: &str,
+    timeout: Duration,
+    step: Duration,
+    mut health: impl FnMut() -> String,
+    log: impl FnOnce() -> String,
+) -> Duration {
+    let start = Instant::now();
+    let mut last = Vec::new();
+    while start.elapsed() < timeout {
+        last = shard_states(&health());
+        if !last.is_empty() && last.iter().all(|(_, s, _)| s == state) {
+            return start.elapsed();
+        }
+        thread::sleep(step);
+    }
+    panic!(
+        "not every shard turned {state} within {timeout:?}; ctl health:\n{}\ndaemon log (tail):\n{}",
+        last.iter()
+            .map(|(_, _, l)| l.as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        log()
+    );
+}
+
 /// The shard lines of `ctl health`'s output as (shard, state word, whole
 /// line).
 pub fn shard_states(health: &str) -> Vec<(u32, String, String)> {

@@ -175,23 +175,13 @@ impl EioDaemon {
 
     /// Poll `ctl health` until every shard is in `state`; how long it took.
     fn wait_all_shards(&self, state: &str, timeout: Duration) -> Duration {
-        let start = Instant::now();
-        let mut last = Vec::new();
-        while start.elapsed() < timeout {
-            last = self.health();
-            if !last.is_empty() && last.iter().all(|(_, s, _)| s == state) {
-                return start.elapsed();
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
-        panic!(
-            "not every shard turned {state} within {timeout:?}; ctl health:\n{}\ndaemon log (tail):\n{}",
-            last.iter()
-                .map(|(_, _, l)| l.as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            tail(&self.d.stderr(), 40)
-        );
+        wait_all_shards_in(
+            state,
+            timeout,
+            Duration::from_millis(50),
+            || self.health_text(),
+            || tail(&self.d.stderr(), 40),
+        )
     }
 }
 
