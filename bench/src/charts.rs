@@ -70,25 +70,10 @@ pub fn write(dir: &Path, subtitle: &[String], rows: &[ReportRow]) -> Result<Vec<
         .collect();
     if !rated.is_empty() {
         let path = dir.join("throughput.svg");
-        let mut limits = Vec::new();
-        if let Some(rate) = probe("disk_probe", "batch256_records_per_s") {
-            limits.push((
-                format!("disk probe: 256 × 5 B per fdatasync, {} rec/s", short(rate)),
-                rate,
-                DARK_RED,
-            ));
-        }
-        if let Some(us) = probe("disk_probe", "prealloc_fsync_p50_us") {
-            let rate = 1e6 / us;
-            limits.push((
-                format!(
-                    "one fdatasync per record (1 / fsync p50 {us:.0} µs), {} rec/s",
-                    short(rate)
-                ),
-                rate,
-                GREEN_LINE,
-            ));
-        }
+        let limits = throughput_limits(
+            probe("disk_probe", "batch256_records_per_s"),
+            probe("disk_probe", "prealloc_fsync_p50_us"),
+        );
         let bars = Bars {
             title: "Throughput per scenario",
             subtitle,
@@ -149,6 +134,34 @@ pub fn write(dir: &Path, subtitle: &[String], rows: &[ReportRow]) -> Result<Vec<
         written.push(path);
     }
     Ok(written)
+}
+
+/// The dashed lines across the throughput chart: what the disk probe
+/// measured, 256 small records per fdatasync and one record per fdatasync.
+fn throughput_limits(
+    batch256_per_s: Option<f64>,
+    fsync_p50_us: Option<f64>,
+) -> Vec<(String, f64, RGBColor)> {
+    let mut limits = Vec::new();
+    if let Some(rate) = batch256_per_s {
+        limits.push((
+            format!("disk probe: 256 × 5 B per fdatasync, {} rec/s", short(rate)),
+            rate,
+            DARK_RED,
+        ));
+    }
+    if let Some(us) = fsync_p50_us {
+        let rate = 1e6 / us;
+        limits.push((
+            format!(
+                "one fdatasync per record (1 / fsync p50 {us:.0} µs), {} rec/s",
+                short(rate)
+            ),
+            rate,
+            GREEN_LINE,
+        ));
+    }
+    limits
 }
 
 /// `1.23M`, `58.5k`, `145`, `26.0`, `0.50`, `0`.
@@ -361,50 +374,8 @@ fn draw_sweep(
     rows: &[&ReportRow],
     disk: Option<f64>,
 ) -> Result<(), String> {
-    let points = |key: &str| -> Vec<(SegmentValue<usize>, f64)> {
-        rows.iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                Some((SegmentValue::CenterOf(i), r.get(key).filter(|v| *v > 0.0)?))
-            })
-            .collect()
-    };
-    let series = [
-        (
-            "PushBatch of up to 256 records (at most 1 MiB), 4 in flight",
-            PURPLE,
-            points("pipelined_mib_per_s"),
-            -40,
-        ),
-        (
-            "PushBatch of up to 256 records (at most 1 MiB), one at a time",
-            BAR_BLUE,
-            points("mib_per_s"),
-            -22,
-        ),
-        (
-            "serial Push, one record at a time",
-            ORANGE,
-            points("serial_mib_per_s"),
-            6,
-        ),
-    ];
-    let mut limits = Vec::new();
-    if let Some(disk) = disk {
-        limits.push((
-            format!("disk-bandwidth probe (1 MiB write + fdatasync): {disk:.0} MiB/s"),
-            disk,
-            DARK_RED,
-        ));
-        limits.push((
-            format!(
-                "target for 64KiB PushBatch, 4 in flight: 70% of the probe, {:.0} MiB/s",
-                disk * 0.7
-            ),
-            disk * 0.7,
-            GREEN_LINE,
-        ));
-    }
+    let series = sweep_series(rows);
+    let limits = disk_limits(disk);
     let mut entries: Vec<Entry> = series
         .iter()
         .map(|s| (s.0.to_string(), s.1, Mark::Line))
@@ -484,6 +455,65 @@ fn draw_sweep(
     }
     draw_legend(&below, &entries)?;
     root.present().map_err(|e| e.to_string())
+}
+
+/// One line of the payload sweep: its legend, colour, points and the
+/// vertical offset of its value labels.
+type SweepSeries = (&'static str, RGBColor, Vec<(SegmentValue<usize>, f64)>, i32);
+
+/// The sweep's three ways of pushing, each a line over the record sizes.
+fn sweep_series(rows: &[&ReportRow]) -> [SweepSeries; 3] {
+    let points = |key: &str| -> Vec<(SegmentValue<usize>, f64)> {
+        rows.iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                Some((SegmentValue::CenterOf(i), r.get(key).filter(|v| *v > 0.0)?))
+            })
+            .collect()
+    };
+    [
+        (
+            "PushBatch of up to 256 records (at most 1 MiB), 4 in flight",
+            PURPLE,
+            points("pipelined_mib_per_s"),
+            -40,
+        ),
+        (
+            "PushBatch of up to 256 records (at most 1 MiB), one at a time",
+            BAR_BLUE,
+            points("mib_per_s"),
+            -22,
+        ),
+        (
+            "serial Push, one record at a time",
+            ORANGE,
+            points("serial_mib_per_s"),
+            6,
+        ),
+    ]
+}
+
+/// The dashed lines across the sweep: the disk probe's bandwidth and the
+/// 64 KiB target (70% of it), when the probe ran.
+fn disk_limits(disk: Option<f64>) -> Vec<(String, f64, RGBColor)> {
+    let Some(disk) = disk else {
+        return Vec::new();
+    };
+    vec![
+        (
+            format!("disk-bandwidth probe (1 MiB write + fdatasync): {disk:.0} MiB/s"),
+            disk,
+            DARK_RED,
+        ),
+        (
+            format!(
+                "target for 64KiB PushBatch, 4 in flight: 70% of the probe, {:.0} MiB/s",
+                disk * 0.7
+            ),
+            disk * 0.7,
+            GREEN_LINE,
+        ),
+    ]
 }
 
 /// Two panels over the seconds of a sustained run: records/s, fsync p99.

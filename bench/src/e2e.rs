@@ -356,36 +356,7 @@ fn downstream(
     };
     let producer = |i: usize| stamped::paced(&socket, pace(i), epoch, &stop, &acked);
     let (sent, window) = stamped::with_producers(spec.producers, &stop, producer, || {
-        if !sleep_until(Instant::now() + warmup, &stop) {
-            return None;
-        }
-        let t0 = Instant::now();
-        let (d0, q0, a0) = (
-            receiver.records(),
-            receiver.requests(),
-            acked.load(Ordering::Acquire),
-        );
-        receiver.measure_from(micros_since(epoch));
-        let mut backlog = Vec::new();
-        for second in 1..=measured.as_secs() {
-            if !sleep_until(t0 + Duration::from_secs(second), &stop) {
-                return None;
-            }
-            // Delivered first: a record is acked before it can arrive.
-            let delivered = receiver.records();
-            backlog.push(acked.load(Ordering::Acquire) as i64 - delivered as i64);
-        }
-        let seconds = t0.elapsed().as_secs_f64();
-        let (d1, q1) = (receiver.records(), receiver.requests());
-        let a1 = acked.load(Ordering::Acquire);
-        Some(Window {
-            seconds,
-            acked: a1 - a0,
-            delivered: d1 - d0,
-            requests: q1 - q0,
-            backlog,
-            backlog_end: a1 as i64 - d1 as i64,
-        })
+        downstream_window(&receiver, &acked, &stop, epoch, warmup, measured)
     });
     let sent = sent?;
     let w = window.ok_or_else(|| LoadError::Failed("the producers stopped early".into()))?;
@@ -430,6 +401,49 @@ fn downstream(
     check_receiver(&mut o, "", &receiver, true);
     stop_daemon(daemon, &label)?;
     Ok(o)
+}
+
+/// After `warmup`, `measured` seconds of acks and deliveries, the backlog
+/// (acked, not yet delivered) sampled each second; `None` when the
+/// producers stopped first.
+fn downstream_window(
+    receiver: &Receiver,
+    acked: &AtomicU64,
+    stop: &AtomicBool,
+    epoch: Instant,
+    warmup: Duration,
+    measured: Duration,
+) -> Option<Window> {
+    if !sleep_until(Instant::now() + warmup, stop) {
+        return None;
+    }
+    let t0 = Instant::now();
+    let (d0, q0, a0) = (
+        receiver.records(),
+        receiver.requests(),
+        acked.load(Ordering::Acquire),
+    );
+    receiver.measure_from(micros_since(epoch));
+    let mut backlog = Vec::new();
+    for second in 1..=measured.as_secs() {
+        if !sleep_until(t0 + Duration::from_secs(second), stop) {
+            return None;
+        }
+        // Delivered first: a record is acked before it can arrive.
+        let delivered = receiver.records();
+        backlog.push(acked.load(Ordering::Acquire) as i64 - delivered as i64);
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    let (d1, q1) = (receiver.records(), receiver.requests());
+    let a1 = acked.load(Ordering::Acquire);
+    Some(Window {
+        seconds,
+        acked: a1 - a0,
+        delivered: d1 - d0,
+        requests: q1 - q0,
+        backlog,
+        backlog_end: a1 as i64 - d1 as i64,
+    })
 }
 
 /// Each shard's `batches_in_flight_limit` of the `default` sink.
@@ -916,11 +930,28 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     let epoch = Instant::now();
     let a = Receiver::start(epoch, Duration::ZERO, true)?;
     let b = Receiver::start(epoch, Duration::ZERO, true)?;
-    let (sink_a, sink_b) = (
+    let sinks = [
         http_sink(&a.url(), "batched"),
         http_sink(&b.url(), "batched"),
-    );
-    let daemon = start(launcher, "reload", sink_a.clone())?;
+    ];
+    let daemon = start(launcher, "reload", sinks[0].clone())?;
+    let (sent, r) = push_through_reloads(launcher, &daemon, epoch, &sinks)?;
+    let lost = lost_after_reloads(&sent, &a, &b);
+    let mut o = reload_row(&sent, &r, &a, &b, lost)?;
+    check_receiver(&mut o, "A", &a, true);
+    check_receiver(&mut o, "B", &b, true);
+    stop_daemon(daemon, "reload")?;
+    Ok(vec![o])
+}
+
+/// A paced producer on `daemon` while its sink is switched to `sinks[1]`
+/// and back to `sinks[0]` by reloads at fixed times.
+fn push_through_reloads(
+    launcher: &Launcher,
+    daemon: &BenchDaemon,
+    epoch: Instant,
+    sinks: &[String; 2],
+) -> Result<(stamped::Sent, Reloads), LoadError> {
     let socket = daemon.socket().to_path_buf();
     let (stop, acked) = (AtomicBool::new(false), AtomicU64::new(0));
     let pace = Pace {
@@ -951,9 +982,9 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
                     .ok_or_else(|| "the producer stopped early".to_string())
             };
             at(RELOAD_TO_B)?;
-            let to_b = switch(&sink_b)?;
+            let to_b = switch(&sinks[1])?;
             at(RELOAD_TO_A)?;
-            let to_a = switch(&sink_a)?;
+            let to_a = switch(&sinks[0])?;
             at(RELOAD_END)?;
             Ok::<_, String>(Reloads {
                 begin: begin_us,
@@ -965,35 +996,43 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
     );
     let sent = sent?;
     let r = reloads.map_err(|e| LoadError::Failed(format!("{e}\n{}", daemon.log_excerpt())))?;
-    // Every acked record should arrive; stop waiting early only once they all have.
+    Ok((sent, r))
+}
+
+/// Acked records that reached neither A nor B, once every acked record
+/// arrived or the wait gave up.
+fn lost_after_reloads(sent: &stamped::Sent, a: &Receiver, b: &Receiver) -> usize {
     let nacked: HashSet<u64> = sent.nacked_ids.iter().copied().collect();
     let expected: Vec<u64> = (0..sent.sent)
         .map(|n| record_id(0, n))
         .filter(|id| !nacked.contains(id))
         .collect();
-    let mut lost = expected.len();
-    let all_arrived = wait_for(
-        "delivering every acked record to A or B",
-        Duration::from_millis(20),
-        || {
-            if a.records() + b.records() < sent.acked {
-                return Ok(false);
-            }
-            let (ids_a, ids_b) = (a.ids(), b.ids());
-            lost = expected
-                .iter()
-                .filter(|id| !ids_a.contains_key(id) && !ids_b.contains_key(id))
-                .count();
-            Ok(lost == 0)
-        },
-    );
-    let (ids_a, ids_b) = (a.ids(), b.ids());
-    if all_arrived.is_err() {
-        lost = expected
+    let missing = || {
+        let (ids_a, ids_b) = (a.ids(), b.ids());
+        expected
             .iter()
             .filter(|id| !ids_a.contains_key(id) && !ids_b.contains_key(id))
-            .count();
-    }
+            .count()
+    };
+    // Every acked record should arrive; stop waiting early only once they all have.
+    let _ = wait_for(
+        "delivering every acked record to A or B",
+        Duration::from_millis(20),
+        || Ok(a.records() + b.records() >= sent.acked && missing() == 0),
+    );
+    missing()
+}
+
+/// The row: rates, the ack gaps each reload caused against a stretch with
+/// none near, what arrived where.
+fn reload_row(
+    sent: &stamped::Sent,
+    r: &Reloads,
+    a: &Receiver,
+    b: &Receiver,
+    lost: usize,
+) -> Result<ReportRow, LoadError> {
+    let (ids_a, ids_b) = (a.ids(), b.ids());
     // Pushed after the switch to B was reported: at A only if it arrived after the switch back began.
     let late_at_a = ids_a
         .values()
@@ -1050,10 +1089,7 @@ pub fn reload_under_load(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
         .set("at_a", ids_a.len() as f64)
         .set("at_b", ids_b.len() as f64)
         .set_latency("", &latency);
-    check_receiver(&mut o, "A", &a, true);
-    check_receiver(&mut o, "B", &b, true);
-    stop_daemon(daemon, "reload")?;
-    Ok(vec![o])
+    Ok(o)
 }
 
 // ---------------------------------------------------------------------------
@@ -1171,39 +1207,13 @@ fn fanout_phase(
     });
     let sent = sent?;
     let w = window.ok_or_else(|| LoadError::Failed("the producers stopped early".into()))?;
-    let names = &FANOUT_SINKS[..sinks];
-    let mut counted = BTreeMap::new();
-    let drain_after_stop = wait_for(
-        &format!("{label}: every sink delivering every acked record"),
-        Duration::from_millis(5),
-        || {
-            if receivers.iter().any(|r| r.records() < sent.acked) {
-                return Ok(false);
-            }
-            counted = sink_delivered(&admin)?;
-            Ok(names
-                .iter()
-                .all(|n| counted.get(*n).is_some_and(|&d| d >= sent.acked)))
-        },
+    let (drain_after_stop, notes) = fanout_settled(
+        &label,
+        &FANOUT_SINKS[..sinks],
+        &receivers,
+        &admin,
+        sent.acked,
     )?;
-    let mut notes = Vec::new();
-    for (name, r) in names.iter().zip(&receivers) {
-        let daemon_count = counted.get(*name).copied().unwrap_or(0);
-        if r.records() != sent.acked || daemon_count != sent.acked {
-            notes.push(format!(
-                "sink {name}: {} acked, the receiver got {}, ctl stats counts {daemon_count}",
-                sent.acked,
-                r.records()
-            ));
-        }
-        if r.bad_requests() > 0 || r.unstamped() > 0 {
-            notes.push(format!(
-                "receiver {name}: {} requests refused, {} records without a stamp",
-                r.bad_requests(),
-                r.unstamped()
-            ));
-        }
-    }
     stop_daemon(daemon, &label)?;
     Ok(FanoutPhase {
         seconds: w.seconds,
@@ -1216,6 +1226,50 @@ fn fanout_phase(
         rss_peak_kib: w.rss_peak_kib,
         notes,
     })
+}
+
+/// How long after the producers stopped every sink had delivered every
+/// acked record (by its receiver and by `ctl stats`), and a note for each
+/// sink or receiver whose counts disagree.
+fn fanout_settled(
+    label: &str,
+    names: &[&str],
+    receivers: &[Receiver],
+    admin: &Path,
+    acked: u64,
+) -> Result<(Duration, Vec<String>), LoadError> {
+    let mut counted = BTreeMap::new();
+    let drain_after_stop = wait_for(
+        &format!("{label}: every sink delivering every acked record"),
+        Duration::from_millis(5),
+        || {
+            if receivers.iter().any(|r| r.records() < acked) {
+                return Ok(false);
+            }
+            counted = sink_delivered(admin)?;
+            Ok(names
+                .iter()
+                .all(|n| counted.get(*n).is_some_and(|&d| d >= acked)))
+        },
+    )?;
+    let mut notes = Vec::new();
+    for (name, r) in names.iter().zip(receivers) {
+        let daemon_count = counted.get(*name).copied().unwrap_or(0);
+        if r.records() != acked || daemon_count != acked {
+            notes.push(format!(
+                "sink {name}: {acked} acked, the receiver got {}, ctl stats counts {daemon_count}",
+                r.records()
+            ));
+        }
+        if r.bad_requests() > 0 || r.unstamped() > 0 {
+            notes.push(format!(
+                "receiver {name}: {} requests refused, {} records without a stamp",
+                r.bad_requests(),
+                r.unstamped()
+            ));
+        }
+    }
+    Ok((drain_after_stop, notes))
 }
 
 impl FanoutPhase {
