@@ -262,10 +262,16 @@ pub(crate) fn required_path<'a>(
     Ok(path)
 }
 
+/// Whether the environment can hold a variable of this name: not empty,
+/// no `=`, no NUL. The daemon's own `token_env` keys use it too.
+pub fn is_env_var_name(name: &str) -> bool {
+    !(name.is_empty() || name.contains('=') || name.contains('\0'))
+}
+
 /// A key naming an environment variable: a name the environment can hold
 /// (not empty, no `=`, no NUL).
 pub(crate) fn check_env_var_name(key: &str, name: &str) -> Result<(), KeyProblem> {
-    if name.is_empty() || name.contains('=') || name.contains('\0') {
+    if !is_env_var_name(name) {
         return Err(KeyProblem::Invalid {
             key: key.into(),
             reason: format!("{name:?} is not an environment variable name"),

@@ -194,7 +194,7 @@ impl DoorKeys for HttpKeys {
 
     fn validate(&self) -> Result<(), ConfigError> {
         if let Some(var) = &self.token_env {
-            if var.is_empty() || var.contains('=') || var.contains('\0') {
+            if !spillway_sinks::keys::is_env_var_name(var) {
                 return door_invalid(
                     "server.http.token_env",
                     format!("{var:?} is not an environment variable name"),
