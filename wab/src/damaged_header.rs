@@ -148,53 +148,14 @@ pub(crate) fn repair<S: Storage>(
     if read_full_at(&file, 0, &mut raw)? < SEGMENT_HEADER_LEN {
         return Ok(None);
     }
-    // The header cannot say the format: the records are read under this
-    // build's first, under format 1 if none checks out that way.
-    let mut file = Some(file);
-    let mut found = None;
-    for format in FORMATS_READ {
-        let mut walk = SegmentReader::unnumbered(file.take().unwrap(), format, id);
-        let mut first_arrival = None;
-        while let Some(r) = walk.next()? {
-            first_arrival.get_or_insert(r.meta.arrival_unix_us);
-        }
-        let records = walk.count() - walk.lost_records();
-        if records > 0 {
-            found = Some((walk, first_arrival, records, format));
-            break;
-        }
-        file = Some(walk.into_file());
-    }
-    let Some((walk, first_arrival, records, format)) = found else {
+    let Some(walked) = walk_unnumbered(file, id)? else {
         // Nothing to number (a torn first write, or nothing but damage).
         return Ok(None);
     };
-    let from_footer = footer_proof(&walk)?;
-    let one_byte = SegmentHeader::repair_one_byte(&raw)
-        .filter(|h| h.segment_id == id && h.shard == shard && h.format == format)
-        .map(|h| (h, changed_byte(&raw, &h.encode())));
-    let (header, proof) = match (from_footer, one_byte) {
-        (Some(first), Some((h, offset))) if h.first_seq == first => {
-            (h, HeaderProof::FooterAndOneByte { offset })
-        }
-        (Some(first), _) => (
-            SegmentHeader {
-                format,
-                shard,
-                segment_id: id,
-                first_seq: first,
-                // Not known any more; the first record's arrival is the
-                // closest the file still shows (nothing reads it).
-                created_unix_us: first_arrival.unwrap_or(0),
-                // Not known either: numbers the writer skipped before this
-                // segment then show as a gap (counted, never reused).
-                skipped: 0,
-            },
-            HeaderProof::Footer,
-        ),
-        (None, Some((h, offset))) => (h, HeaderProof::OneByte { offset }),
-        (None, None) => return Ok(None),
+    let Some((header, proof)) = proven_header(&walked, &raw, id, shard)? else {
+        return Ok(None);
     };
+    let Walked { walk, records, .. } = walked;
     if !fits(starts, id, header.first_seq, walk.count()) {
         tracing::warn!(segment = id, path = %path.display(), first_seq = header.first_seq, %proof,
             "a damaged header's repair does not fit the segments around it; not used");
@@ -236,6 +197,82 @@ pub(crate) fn repair<S: Storage>(
         records,
         saved_to,
     }))
+}
+
+/// A segment read with no header to trust.
+struct Walked<F> {
+    /// The reader, at the end of the records.
+    walk: SegmentReader<F>,
+    /// The format the records check out under.
+    format: u32,
+    /// Intact records read.
+    records: u64,
+    /// The first record's arrival time.
+    first_arrival: Option<u64>,
+}
+
+/// Reads the records of segment `id` with no header to trust. The header
+/// cannot say the format: the records are read under this build's first,
+/// under format 1 if none checks out that way. `None` when no intact record
+/// checks out under any.
+fn walk_unnumbered<F: StorageFile>(file: F, id: u64) -> io::Result<Option<Walked<F>>> {
+    let mut file = Some(file);
+    for format in FORMATS_READ {
+        let mut walk = SegmentReader::unnumbered(file.take().expect("put back below"), format, id);
+        let mut first_arrival = None;
+        while let Some(r) = walk.next()? {
+            first_arrival.get_or_insert(r.meta.arrival_unix_us);
+        }
+        let records = walk.count() - walk.lost_records();
+        if records > 0 {
+            return Ok(Some(Walked {
+                walk,
+                format,
+                records,
+                first_arrival,
+            }));
+        }
+        file = Some(walk.into_file());
+    }
+    Ok(None)
+}
+
+/// The header of segment `id` of `shard` (whose damaged bytes are `raw`)
+/// as what survives proves it, with the proof: the footer's count, one
+/// changed byte, or both agreeing. `None` when nothing proves it.
+fn proven_header<F: StorageFile>(
+    walked: &Walked<F>,
+    raw: &[u8; SEGMENT_HEADER_LEN],
+    id: u64,
+    shard: u32,
+) -> io::Result<Option<(SegmentHeader, HeaderProof)>> {
+    let format = walked.format;
+    let from_footer = footer_proof(&walked.walk)?;
+    let one_byte = SegmentHeader::repair_one_byte(raw)
+        .filter(|h| h.segment_id == id && h.shard == shard && h.format == format)
+        .map(|h| (h, changed_byte(raw, &h.encode())));
+    Ok(match (from_footer, one_byte) {
+        (Some(first), Some((h, offset))) if h.first_seq == first => {
+            Some((h, HeaderProof::FooterAndOneByte { offset }))
+        }
+        (Some(first), _) => Some((
+            SegmentHeader {
+                format,
+                shard,
+                segment_id: id,
+                first_seq: first,
+                // Not known any more; the first record's arrival is the
+                // closest the file still shows (nothing reads it).
+                created_unix_us: walked.first_arrival.unwrap_or(0),
+                // Not known either: numbers the writer skipped before this
+                // segment then show as a gap (counted, never reused).
+                skipped: 0,
+            },
+            HeaderProof::Footer,
+        )),
+        (None, Some((h, offset))) => Some((h, HeaderProof::OneByte { offset })),
+        (None, None) => None,
+    })
 }
 
 /// Move segment `id` at `path`, whose header failed its check (`damage`)

@@ -323,36 +323,49 @@ impl<F: StorageFile> SegmentReader<F> {
             return self.read_footer(at);
         }
         if len == GAP_MARKER {
-            let Some((gap, crc)) = GapFrame::decode(&head, self.salt) else {
-                return self.damage_or_stale(at, "GAP frame fails its CRC".into());
-            };
-            let next = at + gap.span();
-            if next > self.limit {
-                return Ok(None);
-            }
-            // The damaged bytes stay in place: the frame must not point
-            // past the end of the file.
-            if next > self.file.len()? {
-                return self.corrupt(
-                    at,
-                    format!(
-                        "GAP frame skips {} bytes past the end of the file",
-                        gap.skip_bytes
-                    ),
-                );
-            }
-            self.gaps.push(PassedGap {
-                offset: at,
-                first_seq: self.next_seq(),
-                lost_records: gap.lost_records as u64,
-                span: gap.span(),
-            });
-            self.records_crc.add(crc);
-            self.count += gap.lost_records as u64;
-            self.offset = next;
-            self.gap_passed = true;
+            return self.pass_gap(at, &head);
+        }
+        self.read_record(at, len)
+    }
+
+    /// Passes the GAP frame whose header `head` is at `at`: its lost
+    /// records are counted (and numbered) as if read, and the damaged bytes
+    /// it covers are skipped.
+    fn pass_gap(&mut self, at: u64, head: &[u8]) -> io::Result<Option<StoredRecord>> {
+        let Some((gap, crc)) = GapFrame::decode(head, self.salt) else {
+            return self.damage_or_stale(at, "GAP frame fails its CRC".into());
+        };
+        let next = at + gap.span();
+        if next > self.limit {
             return Ok(None);
         }
+        // The damaged bytes stay in place: the frame must not point
+        // past the end of the file.
+        if next > self.file.len()? {
+            return self.corrupt(
+                at,
+                format!(
+                    "GAP frame skips {} bytes past the end of the file",
+                    gap.skip_bytes
+                ),
+            );
+        }
+        self.gaps.push(PassedGap {
+            offset: at,
+            first_seq: self.next_seq(),
+            lost_records: gap.lost_records as u64,
+            span: gap.span(),
+        });
+        self.records_crc.add(crc);
+        self.count += gap.lost_records as u64;
+        self.offset = next;
+        self.gap_passed = true;
+        Ok(None)
+    }
+
+    /// Reads the record of `len` payload bytes at `at`, checked against its
+    /// CRC.
+    fn read_record(&mut self, at: u64, len: u32) -> io::Result<Option<StoredRecord>> {
         if len > RECORD_BYTES_MAX {
             return self.corrupt(
                 at,

@@ -348,48 +348,12 @@ pub fn recover_shard_with<S: Storage>(
         next_seq: min_next_seq,
         ..Default::default()
     };
-    let mut entries: Vec<(FileKind, PathBuf)> = Vec::new();
-    for path in storage.list(dir)? {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if let Some(kind) = classify(name) {
-            entries.push((kind, path));
-        }
-    }
-    // In name order (= id order): reports and logs come out the same way
-    // on every run.
-    entries.sort_by(|a, b| a.1.cmp(&b.1));
-    // Where every segment with a valid header starts. The writer starts a
-    // segment at the next sequence number it has counted, so a segment
-    // starting at X proves that nothing at or past X in an older segment was
-    // ever acked (see `recover_open`).
-    let mut starts: Vec<(u64, u64)> = Vec::new();
-    let mut damaged = Vec::new();
-    // Sealed segments taken at their footer's word (SealedCheck::Footer),
-    // read while their header is: one open per segment.
-    let mut trusted: HashMap<u64, SegmentInfo> = HashMap::new();
-    for (kind, path) in &entries {
-        if matches!(kind, FileKind::PartialPrealloc | FileKind::Free(_)) {
-            // Opened only to refuse what is not a file before anything changes.
-            storage.open_read(path).map_err(|e| not_ours(dir, e))?;
-        }
-        if let FileKind::Open(id) | FileKind::Sealed(id) = *kind {
-            match SegmentReader::open(storage, path).map_err(|e| not_ours(dir, e))? {
-                Opened::Reader(r) => {
-                    starts.push((id, r.header().first_seq));
-                    if check == SealedCheck::Footer && matches!(kind, FileKind::Sealed(_)) {
-                        trusted.extend(trust_footer(r, path, id)?.map(|t| (id, t)));
-                    }
-                }
-                Opened::BadHeader(e) => damaged.push((id, path.clone(), e.to_string())),
-                Opened::Unused(_) if matches!(kind, FileKind::Sealed(_)) => damaged.push((
-                    id,
-                    path.clone(),
-                    "sealed segment has an all-zero header".to_string(),
-                )),
-                Opened::Unused(_) => {}
-            }
-        }
-    }
+    let entries = segment_files(storage, dir)?;
+    let Headers {
+        mut starts,
+        damaged,
+        mut trusted,
+    } = read_headers(storage, dir, &entries, check)?;
     // Damaged headers are rewritten first, from what proves them, so that
     // every other step sees the segment as it was written.
     for (id, path, damage) in damaged {
@@ -403,28 +367,26 @@ pub fn recover_shard_with<S: Storage>(
     let mut max_id: Option<u64> = None;
     let mut spare_candidates = Vec::new();
     for (kind, path) in entries {
+        if let FileKind::Free(id) | FileKind::Sealed(id) | FileKind::Open(id) = kind {
+            // Ids only ever grow: a freed segment's id still counts.
+            max_id = Some(max_id.map_or(id, |m| m.max(id)));
+        }
         match kind {
             FileKind::PartialPrealloc => {
                 storage.remove(&path)?;
                 report.removed_partial += 1;
             }
-            FileKind::Free(id) => {
+            FileKind::Free(_) => {
                 // Every record in it is below the checkpoint (retention
                 // renamed it only after writing that): nothing to keep.
-                // Its id still counts, so ids only ever grow.
-                max_id = Some(max_id.map_or(id, |m| m.max(id)));
                 storage.remove(&path)?;
                 report.removed_free += 1;
             }
-            FileKind::Sealed(id) => {
-                max_id = Some(max_id.map_or(id, |m| m.max(id)));
-                match trusted.remove(&id) {
-                    Some(info) => report.segments.push(info),
-                    None => recover_sealed(storage, dir, &path, id, &mut report)?,
-                }
-            }
+            FileKind::Sealed(id) => match trusted.remove(&id) {
+                Some(info) => report.segments.push(info),
+                None => recover_sealed(storage, dir, &path, id, &mut report)?,
+            },
             FileKind::Open(id) => {
-                max_id = Some(max_id.map_or(id, |m| m.max(id)));
                 let newer_first_seq = starts
                     .iter()
                     .filter(|(i, _)| *i > id)
@@ -451,17 +413,7 @@ pub fn recover_shard_with<S: Storage>(
     }
     report.recorded_gaps = recorded_gaps;
     report.segments.sort_by_key(|s| s.first_seq);
-    let max_used = report.segments.iter().map(|s| s.segment_id).max();
-    let mut spares = Vec::new();
-    for spare in spare_candidates {
-        if max_used.is_some_and(|m| spare.segment_id < m) {
-            // Older than a used segment: reusing it would break id order.
-            storage.remove(&spare.path)?;
-        } else {
-            spares.push(spare);
-        }
-    }
-    spares.sort_by_key(|s| s.segment_id);
+    let spares = usable_spares(storage, &report, spare_candidates)?;
     // Always, not only after a change here: the last run may have died
     // (a process crash keeps the page cache) between a rename or create
     // and its folder's fsync. A spare found that way would be written and
@@ -479,6 +431,101 @@ pub fn recover_shard_with<S: Storage>(
     report.lost_records = report.salvaged.iter().map(|s| s.lost_records).sum::<u64>()
         + report.unnumbered.iter().map(|u| u.records).sum::<u64>();
     Ok(Recovered { report, spares })
+}
+
+/// The files of shard folder `dir` that are segments (or were to be), in
+/// name order (= id order): reports and logs come out the same way on
+/// every run.
+fn segment_files<S: Storage>(storage: &S, dir: &Path) -> io::Result<Vec<(FileKind, PathBuf)>> {
+    let mut entries: Vec<(FileKind, PathBuf)> = Vec::new();
+    for path in storage.list(dir)? {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if let Some(kind) = classify(name) {
+            entries.push((kind, path));
+        }
+    }
+    entries.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(entries)
+}
+
+/// What the segments' headers say, read before anything changes.
+struct Headers {
+    /// Where every segment with a valid header starts: `(id, first_seq)`.
+    /// The writer starts a segment at the next sequence number it has
+    /// counted, so a segment starting at X proves that nothing at or past
+    /// X in an older segment was ever acked (see `recover_open`).
+    starts: Vec<(u64, u64)>,
+    /// Segments whose header is damaged: `(id, path, what is wrong)`.
+    damaged: Vec<(u64, PathBuf, String)>,
+    /// Sealed segments taken at their footer's word
+    /// ([`SealedCheck::Footer`]), read while their header is: one open per
+    /// segment.
+    trusted: HashMap<u64, SegmentInfo>,
+}
+
+/// Reads every segment's header (and, with [`SealedCheck::Footer`], a
+/// sealed one's footer); refuses a file under a segment's name that
+/// spillway did not write before anything changes.
+fn read_headers<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    entries: &[(FileKind, PathBuf)],
+    check: SealedCheck,
+) -> io::Result<Headers> {
+    let mut headers = Headers {
+        starts: Vec::new(),
+        damaged: Vec::new(),
+        trusted: HashMap::new(),
+    };
+    for (kind, path) in entries {
+        if matches!(kind, FileKind::PartialPrealloc | FileKind::Free(_)) {
+            // Opened only to refuse what is not a file before anything changes.
+            storage.open_read(path).map_err(|e| not_ours(dir, e))?;
+        }
+        let (FileKind::Open(id) | FileKind::Sealed(id)) = *kind else {
+            continue;
+        };
+        let sealed = matches!(kind, FileKind::Sealed(_));
+        match SegmentReader::open(storage, path).map_err(|e| not_ours(dir, e))? {
+            Opened::Reader(r) => {
+                headers.starts.push((id, r.header().first_seq));
+                if check == SealedCheck::Footer && sealed {
+                    headers
+                        .trusted
+                        .extend(trust_footer(r, path, id)?.map(|t| (id, t)));
+                }
+            }
+            Opened::BadHeader(e) => headers.damaged.push((id, path.clone(), e.to_string())),
+            Opened::Unused(_) if sealed => headers.damaged.push((
+                id,
+                path.clone(),
+                "sealed segment has an all-zero header".to_string(),
+            )),
+            Opened::Unused(_) => {}
+        }
+    }
+    Ok(headers)
+}
+
+/// The spare segments recovery found that may be written next, in id
+/// order; one older than a segment in use is removed (reusing it would
+/// break id order).
+fn usable_spares<S: Storage>(
+    storage: &S,
+    report: &RecoveryReport,
+    candidates: Vec<Preallocated<S::File>>,
+) -> io::Result<Vec<Preallocated<S::File>>> {
+    let max_used = report.segments.iter().map(|s| s.segment_id).max();
+    let mut spares = Vec::new();
+    for spare in candidates {
+        if max_used.is_some_and(|m| spare.segment_id < m) {
+            storage.remove(&spare.path)?;
+        } else {
+            spares.push(spare);
+        }
+    }
+    spares.sort_by_key(|s| s.segment_id);
+    Ok(spares)
 }
 
 /// A file under a segment's name that spillway did not write (a directory,
@@ -695,24 +742,9 @@ fn cut_short<S: Storage>(
     let walked_to = reader.offset();
     let mut file = reader.into_file();
     let len = file.len()?;
-    // Walked as an unsealed segment with no anchor: a hole whose size its
-    // own length proves is framed, and the walk stops at the first one of
-    // unknown size (its records could not be numbered), at zeros or at the
-    // end of the file.
     let (holes, end, kept_positions, gap_positions, detail) = match stop {
         Some(End::Corrupt { offset, detail }) => {
-            match salvage::plan(&file, header.salt(), offset, positions, len, false, None)? {
-                Ok(p) => {
-                    // What the reader found says more than the walk's
-                    // second look at the same bytes.
-                    let detail = match &p.cut {
-                        Some((at, why)) if *at != offset => why.clone(),
-                        _ => detail,
-                    };
-                    (p.holes, p.end, p.positions, p.gap_positions, detail)
-                }
-                Err(e) => (Vec::new(), offset, positions, 0, format!("{detail}; {e}")),
-            }
+            plan_cut(&file, &header, offset, detail, positions, len)?
         }
         _ => (
             Vec::new(),
@@ -746,40 +778,13 @@ fn cut_short<S: Storage>(
     };
     let first = report.salvaged.len();
     write_gap_frames(storage, dir, &mut file, path, &header, &holes, report)?;
-    let mut again = match SegmentReader::from_file(storage.open_read(path)?)? {
-        Opened::Reader(r) => r,
-        _ => return Err(changed(path)),
-    };
-    again.set_limit(end);
-    while again.next()?.is_some() {}
-    if again.offset() != end || again.count() != kept_positions {
-        return Err(io::Error::other(format!(
-            "{}: a cut planned {kept_positions} records up to offset {end}, reading back gives {} up to {}",
-            path.display(),
-            again.count(),
-            again.offset()
-        )));
-    }
-    let footer = Footer {
-        record_count: again.count(),
-        end_offset: end,
-        last_seq: end_seq - 1,
-        records_crc: again.records_crc(),
-    };
-    let lost = again.lost_records();
-    drop(again);
+    let (footer, lost) = read_back(storage, path, &header, end, kept_positions, "a cut")?;
     // The footer first: a rerun that finds it trims what is past it
     // (`trim_after_footer`); one that does not walks to the same cut.
     file.write_all_at(end, &[IoSlice::new(&footer.encode(header.salt()))])?;
     file.set_len(end + FOOTER_LEN as u64)?;
     file.sync_all()?;
-    report_earlier_gaps(dir, id, &earlier_gaps, report, first);
-    for s in &mut report.salvaged[first..] {
-        s.kept_records = kept;
-    }
-    if report.salvaged.len() > first {
-        log_salvage(path, id, &report.salvaged[first..], kept);
-    }
+    account_salvage(dir, path, id, &earlier_gaps, first, kept, report);
     tracing::error!(
         segment = id,
         path = %path.display(),
@@ -813,6 +818,36 @@ fn cut_short<S: Storage>(
         checked: true,
     });
     Ok(())
+}
+
+/// Where a sealed segment damaged at `offset` (`detail`) is cut, walked as
+/// an unsealed segment with no anchor: a hole whose size its own length
+/// proves is framed, and the walk stops at the first one of unknown size
+/// (its records could not be numbered), at zeros or at the end of the
+/// file. Returns the holes to frame, the offset of the cut, the records
+/// before it, the GAP frames among them and why the rest is cut.
+fn plan_cut<F: StorageFile>(
+    file: &F,
+    header: &SegmentHeader,
+    offset: u64,
+    detail: String,
+    positions: u64,
+    len: u64,
+) -> io::Result<(Vec<salvage::Hole>, u64, u64, u64, String)> {
+    Ok(
+        match salvage::plan(file, header.salt(), offset, positions, len, false, None)? {
+            Ok(p) => {
+                // What the reader found says more than the walk's second
+                // look at the same bytes.
+                let detail = match &p.cut {
+                    Some((at, why)) if *at != offset => why.clone(),
+                    _ => detail,
+                };
+                (p.holes, p.end, p.positions, p.gap_positions, detail)
+            }
+            Err(e) => (Vec::new(), offset, positions, 0, format!("{detail}; {e}")),
+        },
+    )
 }
 
 /// One past the last sequence number the footer at the end of a sealed
@@ -916,50 +951,23 @@ fn salvage_sealed<S: Storage>(
     write_gap_frames(storage, dir, &mut file, path, &header, &plan.holes, report)?;
     // The footer is rewritten from the records as they now read (GAP
     // frames fold their CRC into the running records CRC).
-    let mut again = match SegmentReader::from_file(storage.open_read(path)?)? {
-        Opened::Reader(r) => r,
-        _ => return Err(changed(path)),
-    };
-    again.set_limit(footer_at);
-    while again.next()?.is_some() {}
-    if again.offset() != footer_at || again.count() != plan.positions {
-        return Err(io::Error::other(format!(
-            "{}: salvage planned {} records up to offset {footer_at}, reading back gives {} up to {}",
-            path.display(),
-            plan.positions,
-            again.count(),
-            again.offset()
-        )));
-    }
-    let footer = Footer {
-        record_count: again.count(),
-        end_offset: footer_at,
-        last_seq: header.first_seq.wrapping_add(again.count()).wrapping_sub(1),
-        records_crc: again.records_crc(),
-    };
+    let (footer, lost) = read_back(storage, path, &header, footer_at, plan.positions, "salvage")?;
     file.write_all_at(footer_at, &[IoSlice::new(&footer.encode(header.salt()))])?;
     file.sync_all()?;
-    let lost = again.lost_records();
-    let kept = again.count() - lost;
+    let kept = footer.record_count - lost;
     // Frames an earlier recovery wrote before crashing (its footer was not
     // rewritten yet) are this salvage too.
-    report_earlier_gaps(dir, id, &earlier_gaps, report, first);
-    for s in &mut report.salvaged[first..] {
-        s.kept_records = kept;
-    }
-    if report.salvaged.len() == first {
+    if !account_salvage(dir, path, id, &earlier_gaps, first, kept, report) {
         tracing::error!(segment = id, path = %path.display(), reason = %why,
             "rewrote the damaged footer of a sealed segment from its intact records; no record lost");
         report.footers_repaired.push((id, why));
-    } else {
-        log_salvage(path, id, &report.salvaged[first..], kept);
     }
     report.segments.push(SegmentInfo {
         path: path.to_path_buf(),
         segment_id: id,
         first_seq: header.first_seq,
         skipped: header.skipped,
-        record_count: again.count(),
+        record_count: footer.record_count,
         bytes: footer_at,
         lost_records: lost,
         checked: true,
@@ -1079,6 +1087,66 @@ fn log_salvage(path: &Path, id: u64, holes: &[Salvaged], kept: u64) {
     );
 }
 
+/// Reports the holes salvaged in segment `id` (at `path` in shard folder
+/// `dir`) from `report.salvaged[first..]`
+/// on (with the GAP frames an earlier recovery wrote, `earlier_gaps`),
+/// each with the `kept` records beside it, and logs them. Returns whether
+/// there were any.
+fn account_salvage(
+    dir: &Path,
+    path: &Path,
+    id: u64,
+    earlier_gaps: &[PassedGap],
+    first: usize,
+    kept: u64,
+    report: &mut RecoveryReport,
+) -> bool {
+    report_earlier_gaps(dir, id, earlier_gaps, report, first);
+    for s in &mut report.salvaged[first..] {
+        s.kept_records = kept;
+    }
+    let any = report.salvaged.len() > first;
+    if any {
+        log_salvage(path, id, &report.salvaged[first..], kept);
+    }
+    any
+}
+
+/// Reads segment `path` again up to `end`, once its GAP frames are
+/// written, and checks that it holds the `positions` records `what` (a
+/// salvage, a cut) planned. Returns the footer for `end` and the records
+/// lost in it.
+fn read_back<S: Storage>(
+    storage: &S,
+    path: &Path,
+    header: &SegmentHeader,
+    end: u64,
+    positions: u64,
+    what: &str,
+) -> io::Result<(Footer, u64)> {
+    let mut again = match SegmentReader::from_file(storage.open_read(path)?)? {
+        Opened::Reader(r) => r,
+        _ => return Err(changed(path)),
+    };
+    again.set_limit(end);
+    while again.next()?.is_some() {}
+    if again.offset() != end || again.count() != positions {
+        return Err(io::Error::other(format!(
+            "{}: {what} planned {positions} records up to offset {end}, reading back gives {} up to {}",
+            path.display(),
+            again.count(),
+            again.offset()
+        )));
+    }
+    let footer = Footer {
+        record_count: again.count(),
+        end_offset: end,
+        last_seq: header.first_seq.wrapping_add(again.count()).wrapping_sub(1),
+        records_crc: again.records_crc(),
+    };
+    Ok((footer, again.lost_records()))
+}
+
 /// Returns the file as a spare if it is an unused preallocated segment.
 ///
 /// `newer_first_seq` is the lowest first_seq of the segments with a higher
@@ -1121,85 +1189,29 @@ fn recover_open<S: Storage>(
     let first_salvaged = report.salvaged.len();
     // Damage with valid records after it is salvaged in place (GAP frames);
     // then the segment is read again and what is left to cut is a torn
-    // tail (or damage that could not be counted, `forced_cut`).
-    let mut forced_cut: Option<(u64, String)> = None;
-    let mut footer_at: Option<u64> = None;
-    // Where bytes an earlier use of a recycled file left begin, if the
-    // walk past damage found them: a torn tail ends there.
-    let mut stale_at: Option<u64> = None;
+    // tail (or damage that could not be counted, `plan.cut`).
+    let mut salvaged = None;
     if let Some(End::Corrupt { offset, .. }) = reader.end().cloned() {
-        let positions = reader.count();
-        let mut file = reader.into_file();
-        let file_len = file.len()?;
-        let anchor = newer_first_seq
-            .filter(|&n| n >= header.first_seq)
-            .map(|n| n - header.first_seq);
-        let plan = salvage::plan(
-            &file,
-            header.salt(),
-            offset,
-            positions,
-            file_len,
-            false,
-            anchor,
-        )?
-        .map_err(|why| io::Error::other(format!("{}: {why}", path.display())))?;
-        write_gap_frames(storage, dir, &mut file, path, &header, &plan.holes, report)?;
-        forced_cut = plan.cut;
-        footer_at = plan.footer_at;
-        stale_at = plan.stale_at;
-        reader = match SegmentReader::from_file(file)? {
-            Opened::Reader(r) => r,
-            _ => return Err(changed(path)),
-        };
-        while reader.next()?.is_some() {}
+        let (again, plan) =
+            salvage_open(storage, dir, reader, path, offset, newer_first_seq, report)?;
+        reader = again;
+        salvaged = Some(plan);
     }
-    let mut cut = reader.offset();
     let file_len = reader.file_ref().len()?;
-    let mut count = reader.count();
-    let mut records_crc = reader.records_crc();
-    // Why the bytes from `cut` on are not kept, if any are not.
-    let mut cut_detail = match reader.end() {
-        // A footer a crashed seal left, now stale (the GAP frames changed
-        // the records CRC): sealing again overwrites it; nothing to cut.
-        Some(End::Corrupt { offset, .. }) if Some(*offset) == footer_at => None,
-        Some(End::Corrupt { offset, detail }) => Some(match &forced_cut {
-            Some((at, why)) if at == offset => why.clone(),
-            _ => detail.clone(),
-        }),
-        _ => None,
-    };
-    let mut lost = reader.lost_records();
+    let mut kept = Kept::read(&reader, salvaged.as_ref());
     let file = reader.into_file();
-    if let Some(newer) = newer_first_seq.filter(|&s| s < header.first_seq + count) {
-        let keep = newer.saturating_sub(header.first_seq);
-        let mut again = match SegmentReader::from_file(storage.open_read(path)?)? {
-            Opened::Reader(r) => r,
-            _ => {
-                return Err(io::Error::other(format!(
-                    "{}: header changed during recovery",
-                    path.display()
-                )))
-            }
-        };
-        while again.count() < keep && again.next()?.is_some() {}
-        cut = again.offset();
-        count = again.count();
-        records_crc = again.records_crc();
-        lost = again.lost_records();
-        cut_detail = Some(format!(
-            "records from seq {newer} on overlap a newer segment that starts at that seq \
-             (written by an append that failed, never acked)"
-        ));
+    if let Some(newer) = newer_first_seq.filter(|&s| s < header.first_seq + kept.count) {
+        kept = Kept::before_newer(storage, path, header.first_seq, newer)?;
     }
     let mut cut_bytes = 0;
-    if let Some(detail) = &cut_detail {
+    if let Some(detail) = &kept.cut_detail {
         // What an earlier use of the file left is not this segment's.
-        let tail_end = stale_at.filter(|&s| s >= cut).unwrap_or(file_len);
-        cut_bytes = tail_end.saturating_sub(cut);
-        save_tail(storage, dir, &file, id, cut, tail_end, detail, report)?;
+        let stale_at = salvaged.as_ref().and_then(|p| p.stale_at);
+        let tail_end = stale_at.filter(|&s| s >= kept.cut).unwrap_or(file_len);
+        cut_bytes = tail_end.saturating_sub(kept.cut);
+        save_tail(storage, dir, &file, id, kept.cut, tail_end, detail, report)?;
     }
-    if count == lost {
+    if kept.count == kept.lost {
         // Header only (its first group was torn), or nothing but damage:
         // no record to keep. Records lost to damage here are counted by
         // `open_shard`, as numbers the quarantined file covers and no
@@ -1210,40 +1222,152 @@ fn recover_open<S: Storage>(
         report.next_seq = report.next_seq.max(header.first_seq);
         return Ok(None);
     }
-    let footer = Footer {
-        record_count: count,
-        end_offset: cut,
-        last_seq: header.first_seq + count - 1,
-        records_crc,
-    };
     let sealing = Sealing {
         file,
         path: path.to_path_buf(),
         segment_id: id,
-        footer,
+        footer: Footer {
+            record_count: kept.count,
+            end_offset: kept.cut,
+            last_seq: header.first_seq + kept.count - 1,
+            records_crc: kept.records_crc,
+        },
         salt: header.salt(),
     };
     let sealed = seal(storage, dir, sealing)?;
-    report_earlier_gaps(dir, id, &earlier_gaps, report, first_salvaged);
-    let kept = count - lost;
-    for s in &mut report.salvaged[first_salvaged..] {
-        s.kept_records = kept;
-    }
-    if report.salvaged.len() > first_salvaged {
-        log_salvage(path, id, &report.salvaged[first_salvaged..], kept);
-    }
-    report.resealed.push((id, count, cut_bytes));
+    let survivors = kept.count - kept.lost;
+    account_salvage(
+        dir,
+        path,
+        id,
+        &earlier_gaps,
+        first_salvaged,
+        survivors,
+        report,
+    );
+    report.resealed.push((id, kept.count, cut_bytes));
     report.segments.push(SegmentInfo {
         path: sealed,
         segment_id: id,
         first_seq: header.first_seq,
         skipped: header.skipped,
-        record_count: count,
-        bytes: cut,
-        lost_records: lost,
+        record_count: kept.count,
+        bytes: kept.cut,
+        lost_records: kept.lost,
         checked: true,
     });
     Ok(None)
+}
+
+/// Salvages the damage `reader` (read to its end) found at `offset` of
+/// open segment `path` in place (GAP frames), and reads the segment again.
+/// A record at or past `newer_first_seq` anchors the count (its numbers
+/// are a newer segment's).
+fn salvage_open<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    reader: SegmentReader<S::File>,
+    path: &Path,
+    offset: u64,
+    newer_first_seq: Option<u64>,
+    report: &mut RecoveryReport,
+) -> io::Result<(SegmentReader<S::File>, salvage::Plan)> {
+    let header = *reader.header();
+    let positions = reader.count();
+    let mut file = reader.into_file();
+    let file_len = file.len()?;
+    let anchor = newer_first_seq
+        .filter(|&n| n >= header.first_seq)
+        .map(|n| n - header.first_seq);
+    let plan = salvage::plan(
+        &file,
+        header.salt(),
+        offset,
+        positions,
+        file_len,
+        false,
+        anchor,
+    )?
+    .map_err(|why| io::Error::other(format!("{}: {why}", path.display())))?;
+    write_gap_frames(storage, dir, &mut file, path, &header, &plan.holes, report)?;
+    let mut reader = match SegmentReader::from_file(file)? {
+        Opened::Reader(r) => r,
+        _ => return Err(changed(path)),
+    };
+    while reader.next()?.is_some() {}
+    Ok((reader, plan))
+}
+
+/// The records of an open segment that recovery keeps.
+struct Kept {
+    /// Where they end: the bytes from here on are cut.
+    cut: u64,
+    /// Records kept (a GAP frame's lost records included).
+    count: u64,
+    records_crc: u32,
+    /// Records among `count` lost to damage.
+    lost: u64,
+    /// Why the bytes from `cut` on are not kept, if any are not.
+    cut_detail: Option<String>,
+}
+
+impl Kept {
+    /// What `reader`, read to its end after the damage was salvaged (by
+    /// `plan`, if any was), keeps.
+    fn read<F: StorageFile>(reader: &SegmentReader<F>, plan: Option<&salvage::Plan>) -> Kept {
+        let footer_at = plan.and_then(|p| p.footer_at);
+        let forced_cut = plan.and_then(|p| p.cut.as_ref());
+        let cut_detail = match reader.end() {
+            // A footer a crashed seal left, now stale (the GAP frames
+            // changed the records CRC): sealing again overwrites it;
+            // nothing to cut.
+            Some(End::Corrupt { offset, .. }) if Some(*offset) == footer_at => None,
+            Some(End::Corrupt { offset, detail }) => Some(match forced_cut {
+                Some((at, why)) if at == offset => why.clone(),
+                _ => detail.clone(),
+            }),
+            _ => None,
+        };
+        Kept {
+            cut: reader.offset(),
+            count: reader.count(),
+            records_crc: reader.records_crc(),
+            lost: reader.lost_records(),
+            cut_detail,
+        }
+    }
+
+    /// The records of segment `path` (starting at `first_seq`) before
+    /// `newer`, where a newer segment starts: those from there on were
+    /// written by an append that failed and were never acked.
+    fn before_newer<S: Storage>(
+        storage: &S,
+        path: &Path,
+        first_seq: u64,
+        newer: u64,
+    ) -> io::Result<Kept> {
+        let keep = newer.saturating_sub(first_seq);
+        let mut again = match SegmentReader::from_file(storage.open_read(path)?)? {
+            Opened::Reader(r) => r,
+            _ => {
+                return Err(io::Error::other(format!(
+                    "{}: header changed during recovery",
+                    path.display()
+                )))
+            }
+        };
+        while again.count() < keep && again.next()?.is_some() {}
+        Ok(Kept {
+            cut: again.offset(),
+            count: again.count(),
+            records_crc: again.records_crc(),
+            lost: again.lost_records(),
+            cut_detail: Some(format!(
+                "records from seq {newer} on overlap a newer segment that starts at that seq \
+                 (written by an append that failed, never acked)"
+            )),
+        })
+    }
 }
 
 /// A segment sealed before its first record was written has no header:

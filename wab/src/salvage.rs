@@ -157,11 +157,86 @@ pub(crate) fn plan<F: StorageFile>(
     file: &F,
     salt: Salt,
     from: u64,
-    mut positions: u64,
+    positions: u64,
     region_end: u64,
     sealed: bool,
     anchor: Option<u64>,
 ) -> io::Result<Result<Plan, String>> {
+    let Walk {
+        holes,
+        positions,
+        gap_positions,
+        stale_at,
+        stop,
+    } = walk(file, salt, from, positions, region_end, sealed)?;
+    // A sealed segment's records end exactly at its footer. Bytes left
+    // before it that hold no record (fewer than a GAP frame needs) cannot
+    // be framed, so the segment cannot be salvaged (found by fuzzing: the
+    // read-back check then failed the whole recovery).
+    if let Stop::End(end) = stop {
+        if sealed && end != region_end {
+            return Ok(Err(format!(
+                "the records end at offset {end}, {} bytes before the footer at offset \
+                 {region_end}",
+                region_end.saturating_sub(end)
+            )));
+        }
+    }
+    // A footer a crashed seal left counts the segment like a sealed one's.
+    let anchor = match (&stop, anchor) {
+        (Stop::Footer(_, f), None) => Some(f.record_count),
+        (_, a) => a,
+    };
+    let plan = resolve(holes, positions, stop, sealed, anchor).map(|p| Plan {
+        gap_positions,
+        stale_at,
+        ..p
+    });
+    // Damage that runs to a sealed segment's footer can be shorter than a
+    // GAP frame (found by fuzzing: writing the frame failed the whole
+    // recovery). (An unsealed segment's holes end at a frame found at least
+    // a record's length on.)
+    if let Ok(p) = &plan {
+        if let Some(h) = p
+            .holes
+            .iter()
+            .find(|h| h.end - h.start < GAP_FRAME_LEN as u64)
+        {
+            return Ok(Err(format!(
+                "the damaged stretch at offset {} is {} bytes, too short for a GAP frame",
+                h.start,
+                h.end - h.start
+            )));
+        }
+    }
+    Ok(plan)
+}
+
+/// What a walk over a damaged region found.
+struct Walk {
+    /// Damaged stretches, each up to where records start again.
+    holes: Vec<Hole>,
+    /// Positions counted up to where the walk stopped.
+    positions: u64,
+    /// Positions of GAP frames (an earlier salvage) passed.
+    gap_positions: u64,
+    /// Where the frames an earlier use of the file left begin, if found.
+    stale_at: Option<u64>,
+    /// Why the walk stopped.
+    stop: Stop,
+}
+
+/// Walks `file` from `from` (holding `positions` positions before it) to
+/// `region_end`, passing records and GAP frames and resyncing past damage
+/// (see [`plan`]).
+fn walk<F: StorageFile>(
+    file: &F,
+    salt: Salt,
+    from: u64,
+    mut positions: u64,
+    region_end: u64,
+    sealed: bool,
+) -> io::Result<Walk> {
     let mut w = Window::new();
     let mut holes: Vec<Hole> = Vec::new();
     let mut at = from;
@@ -217,47 +292,13 @@ pub(crate) fn plan<F: StorageFile>(
             }
         }
     };
-    // A sealed segment's records end exactly at its footer. Bytes left
-    // before it that hold no record (fewer than a GAP frame needs) cannot
-    // be framed, so the segment cannot be salvaged (found by fuzzing: the
-    // read-back check then failed the whole recovery).
-    if let Stop::End(end) = stop {
-        if sealed && end != region_end {
-            return Ok(Err(format!(
-                "the records end at offset {end}, {} bytes before the footer at offset \
-                 {region_end}",
-                region_end.saturating_sub(end)
-            )));
-        }
-    }
-    // A footer a crashed seal left counts the segment like a sealed one's.
-    let anchor = match (&stop, anchor) {
-        (Stop::Footer(_, f), None) => Some(f.record_count),
-        (_, a) => a,
-    };
-    let plan = resolve(holes, positions, stop, sealed, anchor).map(|p| Plan {
+    Ok(Walk {
+        holes,
+        positions,
         gap_positions,
         stale_at,
-        ..p
-    });
-    // Damage that runs to a sealed segment's footer can be shorter than a
-    // GAP frame (found by fuzzing: writing the frame failed the whole
-    // recovery). (An unsealed segment's holes end at a frame found at least
-    // a record's length on.)
-    if let Ok(p) = &plan {
-        if let Some(h) = p
-            .holes
-            .iter()
-            .find(|h| h.end - h.start < GAP_FRAME_LEN as u64)
-        {
-            return Ok(Err(format!(
-                "the damaged stretch at offset {} is {} bytes, too short for a GAP frame",
-                h.start,
-                h.end - h.start
-            )));
-        }
-    }
-    Ok(plan)
+        stop,
+    })
 }
 
 /// Fix the count of every hole (see the module docs).

@@ -125,52 +125,127 @@ pub fn open_shard_seen<S: Storage>(
     let mut recovered = recover_shard_with(storage, dir, shard, 0, check)?;
     let data_end = recovered.report.next_seq;
     let report = &mut recovered.report;
-    let mut confirmed = checkpoint.confirmed;
-    if let Some(oldest) = report.segments.first().map(|s| s.first_seq) {
-        if confirmed > data_end {
-            let moved_to = move_ahead_aside(storage, dir, CHECKPOINT_FILE, confirmed)?;
-            tracing::error!(
-                shard,
-                checkpoint = confirmed,
-                data_end,
-                moved_to = %moved_to.display(),
-                "delivery checkpoint is ahead of every segment and cannot be trusted; moved it \
-                 aside and will redeliver from the oldest record kept (at-least-once)"
-            );
-            report.untrusted_checkpoint = Some(UntrustedCheckpoint {
-                value: confirmed,
-                data_end,
-                moved_to,
-            });
-            confirmed = oldest;
-        }
-    }
+    let mut confirmed =
+        distrust_checkpoint_ahead(storage, dir, shard, report, checkpoint.confirmed, data_end)?;
     // A cursor past what the files show and a checkpoint that is trusted
     // is ahead (one ahead of an untrusted checkpoint too: a second start
     // then finds what the first did).
     move_cursors_ahead_aside(storage, dir, shard, data_end.max(confirmed))?;
     // Listed after the moves above, so this start's own jumps are included.
     let (ahead, corrupt) = moved_aside_floors(storage, dir)?;
-    let mut next_seq = data_end.max(checkpoint.confirmed).max(seen);
-    next_seq = next_seq.max(ahead.iter().copied().max().unwrap_or(0));
-    // Numbers an earlier start found lost were acknowledged once.
+    report.next_seq = floored_next_seq(
+        report,
+        data_end.max(checkpoint.confirmed).max(seen),
+        &ahead,
+        &corrupt,
+    );
+    let before_unnumbered = report.next_seq;
+    number_the_unnumbered(storage, dir, report)?;
+    // No number a record, a checkpoint or a store outside showed is handed
+    // out again.
+    assert!(
+        report.next_seq >= before_unnumbered
+            && before_unnumbered >= data_end.max(checkpoint.confirmed).max(seen),
+        "shard {shard}: recovery would number from {} below a number in use",
+        report.next_seq
+    );
+
+    let trusted = checkpoint.found && report.untrusted_checkpoint.is_none();
+    let mut candidates = gaps_up_to_newest(report, trusted, confirmed);
+    // Past the newest segment kept, from where it ends (or, with none,
+    // from a checkpoint that was read, or from where the fresh checkpoint
+    // written below says: later starts read it and count from there too).
+    let delivered_below = if trusted { confirmed } else { 0 };
+    let low = match report.segments.last() {
+        Some(s) => (s.first_seq + s.record_count).max(delivered_below),
+        None if trusted => confirmed,
+        None => before_unnumbered,
+    };
+    candidates.extend(gaps_past_newest(report, low, seen));
+    recorded_gaps_past(report, low, &mut candidates);
+    let jumps: Vec<u64> = ahead.iter().chain(&corrupt).copied().collect();
+    report_gaps(storage, dir, shard, report, candidates, &jumps)?;
+    report.lost_records = lost_records(report);
+    if !checkpoint.found || checkpoint.corrupt || report.untrusted_checkpoint.is_some() {
+        // (Not past the numbers presumed for unnumbered records: they were
+        // not delivered, and later starts count that gap as long as the
+        // checkpoint is below it.)
+        confirmed = report
+            .segments
+            .first()
+            .map_or(before_unnumbered, |s| s.first_seq);
+        write_fresh_checkpoint(storage, dir, shard, confirmed)?;
+    }
+    Ok(OpenedShard {
+        recovered,
+        confirmed,
+        checkpoint,
+    })
+}
+
+/// Where delivery restarts: the checkpoint's value `confirmed`, unless
+/// segments exist and it is past everything they hold (`data_end`); such a
+/// checkpoint cannot be trusted: it is moved aside, logged and reported,
+/// and delivery restarts at the oldest record kept (at-least-once).
+fn distrust_checkpoint_ahead<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    shard: u32,
+    report: &mut RecoveryReport,
+    confirmed: u64,
+    data_end: u64,
+) -> io::Result<u64> {
+    let Some(oldest) = report.segments.first().map(|s| s.first_seq) else {
+        return Ok(confirmed);
+    };
+    if confirmed <= data_end {
+        return Ok(confirmed);
+    }
+    let moved_to = move_ahead_aside(storage, dir, CHECKPOINT_FILE, confirmed)?;
+    tracing::error!(
+        shard,
+        checkpoint = confirmed,
+        data_end,
+        moved_to = %moved_to.display(),
+        "delivery checkpoint is ahead of every segment and cannot be trusted; moved it \
+         aside and will redeliver from the oldest record kept (at-least-once)"
+    );
+    report.untrusted_checkpoint = Some(UntrustedCheckpoint {
+        value: confirmed,
+        data_end,
+        moved_to,
+    });
+    Ok(oldest)
+}
+
+/// `next_seq` above every number handed out: `from` (the data's end, the
+/// checkpoint and what the stores outside hold), every floor a
+/// checkpoint or cursor moved aside as ahead held, every gap an earlier
+/// start recorded (those numbers were acknowledged once), and, with no
+/// segment left, every value a corrupt checkpoint was moved aside at.
+fn floored_next_seq(report: &RecoveryReport, from: u64, ahead: &[u64], corrupt: &[u64]) -> u64 {
+    let mut next_seq = from.max(ahead.iter().copied().max().unwrap_or(0));
     let recorded = report.recorded_gaps.iter().map(|&(_, last)| last + 1);
     next_seq = next_seq.max(recorded.max().unwrap_or(0));
     if report.segments.is_empty() {
         next_seq = next_seq.max(corrupt.iter().copied().max().unwrap_or(0));
     }
-    report.next_seq = next_seq;
+    next_seq
+}
 
-    // The records of an unnumbered segment (its header damaged beyond
-    // proof) older than a segment whose numbers are known lie inside a gap
-    // counted below (or below the checkpoint, delivered). The newest such
-    // segment gets numbers presumed for its intact records, right after
-    // everything the shard shows (where the writer started it, unless a
-    // floor it knew of is gone), written into its name in quarantine/ (a
-    // rename: no space needed): from then on it is a quarantined segment
-    // with a range, counted as a gap, and no number its records may carry
-    // is handed out again.
-    let before_unnumbered = report.next_seq;
+/// The records of an unnumbered segment (its header damaged beyond proof)
+/// older than a segment whose numbers are known lie inside a gap counted
+/// later (or below the checkpoint, delivered). The newest such segment
+/// gets numbers presumed for its intact records, right after everything
+/// the shard shows (where the writer started it, unless a floor it knew of
+/// is gone), written into its name in quarantine/ (a rename: no space
+/// needed): from then on it is a quarantined segment with a range, counted
+/// as a gap, and no number its records may carry is handed out again.
+fn number_the_unnumbered<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    report: &mut RecoveryReport,
+) -> io::Result<()> {
     let qdir = dir.join(QUARANTINE_DIR);
     let mut nameless: Vec<(u64, String)> = report
         .in_quarantine
@@ -221,18 +296,21 @@ pub fn open_shard_seen<S: Storage>(
     for u in &mut report.unnumbered {
         u.counted_by_gap = true;
     }
+    Ok(())
+}
 
-    // Where a gap could be: (first missing, last missing, where, the ids of
-    // the kept segments before and after it).
-    let mut candidates: Vec<Candidate> = Vec::new();
+/// Where a gap could be up to the newest segment kept: between a
+/// checkpoint that was read (`trusted`, at `confirmed`) and the oldest
+/// segment, and between two segments. (Numbers the writer skipped before
+/// a segment, after a failed group, were never any record's: not a gap.)
+fn gaps_up_to_newest(report: &RecoveryReport, trusted: bool, confirmed: u64) -> Vec<Candidate> {
+    let mut candidates = Vec::new();
     if let Some(oldest) = report.segments.first() {
         // Only a checkpoint that was read says where delivery stood; with
         // none (or an unreadable one) the missing numbers may well have
         // been delivered and deleted.
-        // (Numbers the writer skipped before a segment, after a failed
-        // group, were never any record's: not a gap.)
         let numbered_from = oldest.first_seq - oldest.skipped;
-        if checkpoint.found && report.untrusted_checkpoint.is_none() && confirmed < numbered_from {
+        if trusted && confirmed < numbered_from {
             candidates.push(Candidate {
                 first: confirmed,
                 last: numbered_from - 1,
@@ -251,7 +329,6 @@ pub fn open_shard_seen<S: Storage>(
     // between the checkpoint write and the deletion, or a deletion a power
     // cut undid): nothing there is lost. Only the part at or past the
     // checkpoint is.
-    let trusted = checkpoint.found && report.untrusted_checkpoint.is_none();
     let delivered_below = if trusted { confirmed } else { 0 };
     for w in report.segments.windows(2) {
         let seg_end = w[0].first_seq + w[0].record_count;
@@ -271,68 +348,67 @@ pub fn open_shard_seen<S: Storage>(
             });
         }
     }
-    // Past the newest segment kept: the numbers segments in quarantine
-    // show were used, and those the old footer of the newest segment, cut
-    // short, says it held (with no segment kept, past a checkpoint that was
-    // read). Numbers none of them shows are not counted.
+    candidates
+}
+
+/// Where a gap could be past the newest segment kept (from `low`): the
+/// numbers segments in quarantine show were used, and those the old footer
+/// of the newest segment, cut short, says it held, and those below `seen`
+/// a store outside holds. Numbers none of them shows are not counted.
+fn gaps_past_newest(report: &RecoveryReport, low: u64, seen: u64) -> Vec<Candidate> {
     let newest = report.segments.last();
-    // (With no segment and no checkpoint read, from where the fresh
-    // checkpoint written below says: later starts read it and count from
-    // there too.)
-    let low = match newest {
-        Some(s) => (s.first_seq + s.record_count).max(delivered_below),
-        None if trusted => confirmed,
-        None => before_unnumbered,
-    };
-    {
-        let mut used: Vec<(u64, u64)> = report
-            .in_quarantine
-            .iter()
-            .filter_map(|q| q.range)
-            .chain(
-                report
-                    .cut_short
-                    .iter()
-                    .filter_map(|c| c.known_end.map(|e| (c.end_seq, e))),
-            )
-            // Numbers a dead-letter or requeue store holds a record under:
-            // each was durable once (only what is durable is read), so
-            // those past the data are records gone from it (a tail cut or
-            // deleted from outside). (A checkpoint or cursor ahead of the
-            // data floors the numbering but is not counted: a restored
-            // backup or a copied file cannot be told from a cut tail.)
-            .chain([(low, seen)])
-            .map(|(from, to)| (from.max(low), to))
-            .filter(|(from, to)| from < to)
-            .collect();
-        used.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::new();
-        for (from, to) in used {
-            match merged.last_mut() {
-                Some(last) if from <= last.1 => last.1 = last.1.max(to),
-                _ => merged.push((from, to)),
-            }
-        }
-        for (from, to) in merged {
-            candidates.push(Candidate {
-                first: from,
-                last: to - 1,
-                place: match newest {
-                    Some(s) => format!(
-                        "after the newest segment kept ({:016x}, ends before seq {})",
-                        s.segment_id,
-                        s.first_seq + s.record_count
-                    ),
-                    None => format!("from seq {low} on, with no segment kept"),
-                },
-                before: newest.map(|s| s.segment_id),
-                after: None,
-            });
+    let mut used: Vec<(u64, u64)> = report
+        .in_quarantine
+        .iter()
+        .filter_map(|q| q.range)
+        .chain(
+            report
+                .cut_short
+                .iter()
+                .filter_map(|c| c.known_end.map(|e| (c.end_seq, e))),
+        )
+        // Numbers a dead-letter or requeue store holds a record under:
+        // each was durable once (only what is durable is read), so
+        // those past the data are records gone from it (a tail cut or
+        // deleted from outside). (A checkpoint or cursor ahead of the
+        // data floors the numbering but is not counted: a restored
+        // backup or a copied file cannot be told from a cut tail.)
+        .chain([(low, seen)])
+        .map(|(from, to)| (from.max(low), to))
+        .filter(|(from, to)| from < to)
+        .collect();
+    used.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (from, to) in used {
+        match merged.last_mut() {
+            Some(last) if from <= last.1 => last.1 = last.1.max(to),
+            _ => merged.push((from, to)),
         }
     }
-    // Gaps an earlier start recorded past everything kept (the numbers of
-    // an unnumbered segment, or of a quarantined one, that was the newest)
-    // stay listed and counted, as those between segments do.
+    merged
+        .into_iter()
+        .map(|(from, to)| Candidate {
+            first: from,
+            last: to - 1,
+            place: match newest {
+                Some(s) => format!(
+                    "after the newest segment kept ({:016x}, ends before seq {})",
+                    s.segment_id,
+                    s.first_seq + s.record_count
+                ),
+                None => format!("from seq {low} on, with no segment kept"),
+            },
+            before: newest.map(|s| s.segment_id),
+            after: None,
+        })
+        .collect()
+}
+
+/// Gaps an earlier start recorded past everything kept (from `low`: the
+/// numbers of an unnumbered segment, or of a quarantined one, that was the
+/// newest) stay listed and counted, as those between segments do.
+fn recorded_gaps_past(report: &RecoveryReport, low: u64, candidates: &mut Vec<Candidate>) {
+    let newest = report.segments.last();
     for &(first, last) in &report.recorded_gaps {
         if first >= low
             && !candidates
@@ -348,62 +424,72 @@ pub fn open_shard_seen<S: Storage>(
             });
         }
     }
-    if !candidates.is_empty() {
-        let jumps: Vec<u64> = ahead.iter().chain(&corrupt).copied().collect();
-        // Numbers left unused when an unnumbered segment's were presumed
-        // past a floor.
-        let presumed_jumps: Vec<(u64, u64)> = report
-            .in_quarantine
-            .iter()
-            .filter_map(|q| presumed_jump(&q.name))
-            .collect();
-        let candidates = candidates
-            .into_iter()
-            .flat_map(|c| without_jumps(c, &presumed_jumps));
-        for c in candidates {
-            // A deliberate jump of next_seq: the next segment started at
-            // a floor a moved-aside checkpoint records.
-            if jumps.contains(&(c.last + 1)) {
-                continue;
-            }
-            let cause = cause_of(storage, dir, report, &c)?;
-            let gap = report_gap(storage, dir, shard, c.first, c.last, &c.place, &cause)?;
-            report.gaps.push(gap);
+}
+
+/// Reports each candidate that is a gap (logged, recorded, listed in
+/// `report.gaps`): not the numbers left unused when an unnumbered
+/// segment's were presumed past a floor, nor one that ends right where a
+/// deliberate jump of next_seq (`jumps`: the floors moved-aside files
+/// record) started the next segment.
+fn report_gaps<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    shard: u32,
+    report: &mut RecoveryReport,
+    candidates: Vec<Candidate>,
+    jumps: &[u64],
+) -> io::Result<()> {
+    let presumed_jumps: Vec<(u64, u64)> = report
+        .in_quarantine
+        .iter()
+        .filter_map(|q| presumed_jump(&q.name))
+        .collect();
+    let candidates = candidates
+        .into_iter()
+        .flat_map(|c| without_jumps(c, &presumed_jumps));
+    for c in candidates {
+        if jumps.contains(&(c.last + 1)) {
+            continue;
         }
+        let cause = cause_of(storage, dir, report, &c)?;
+        let gap = report_gap(storage, dir, shard, c.first, c.last, &c.place, &cause)?;
+        report.gaps.push(gap);
     }
-    report.lost_records = report.salvaged.iter().map(|s| s.lost_records).sum::<u64>()
+    Ok(())
+}
+
+/// Every acknowledged record recovery cannot deliver, counted once: the
+/// salvaged holes, the unnumbered records no gap counts, and every gap.
+fn lost_records(report: &RecoveryReport) -> u64 {
+    report.salvaged.iter().map(|s| s.lost_records).sum::<u64>()
         + report
             .unnumbered
             .iter()
             .filter(|u| !u.counted_by_gap)
             .map(|u| u.records)
             .sum::<u64>()
-        + report.gaps.iter().map(|g| g.count()).sum::<u64>();
-    if !checkpoint.found || checkpoint.corrupt || report.untrusted_checkpoint.is_some() {
-        // Leave a checkpoint that says where delivery restarts (the oldest
-        // record kept, or nothing to deliver), written now while there is
-        // space: later updates go in place and need none, so a disk that
-        // fills before the first delivery cannot block every confirmation
-        // (and with it every deletion). A later start then reads this one
-        // instead of guessing again. (Not past the numbers presumed for
-        // unnumbered records: they were not delivered, and later starts
-        // count that gap as long as the checkpoint is below it.)
-        confirmed = report
-            .segments
-            .first()
-            .map_or(before_unnumbered, |s| s.first_seq);
-        if let Err(e) = write_checkpoint(storage, dir, confirmed) {
-            if !is_no_space(&e) {
-                return Err(e);
-            }
+        + report.gaps.iter().map(|g| g.count()).sum::<u64>()
+}
+
+/// Leaves a checkpoint that says where delivery restarts (`confirmed`),
+/// written now while there is space: later updates go in place and need
+/// none, so a disk that fills before the first delivery cannot block every
+/// confirmation (and with it every deletion). A later start then reads
+/// this one instead of guessing again.
+fn write_fresh_checkpoint<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    shard: u32,
+    confirmed: u64,
+) -> io::Result<()> {
+    match write_checkpoint(storage, dir, confirmed) {
+        Err(e) if !is_no_space(&e) => Err(e),
+        Err(e) => {
             tracing::warn!(shard, error = %e, "no space to create the delivery checkpoint yet; it is created at the first delivery");
+            Ok(())
         }
+        Ok(()) => Ok(()),
     }
-    Ok(OpenedShard {
-        recovered,
-        confirmed,
-        checkpoint,
-    })
 }
 
 /// Rename `quarantine/<name>` (an unnumbered segment) to

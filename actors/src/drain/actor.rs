@@ -56,7 +56,7 @@ impl Drain {
         let sink = cursor.sink.clone();
         let stop = cursor.stop_flag();
         let retire = cursor.retire_flag();
-        let bell = cursor.flights.bell.clone();
+        let bell = cursor.bell();
         let stats = cursor.stats.clone();
         let thread = thread::Builder::new()
             .name(format!("drain-{shard}-{sink}"))

@@ -10,7 +10,6 @@
 //! different sinks share nothing else, so a sink that is down, slow or
 //! rejecting holds only its own cursor.
 
-use std::collections::VecDeque;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,24 +21,27 @@ use sink_sdk::{Batch, Outcome, Record, RecordOutcome};
 use spillway_wab::checkpoint::cursor_file;
 use spillway_wab::deadletter::DeadLetterStore;
 use spillway_wab::follow::{append_line_durable, oldest_first_seq, ShardFollower};
-use spillway_wab::format::RECORD_HEADER_LEN;
+use spillway_wab::format::now_unix_us;
 use spillway_wab::storage::is_no_space;
-use spillway_wab::{CheckpointWriter, Storage, StoredRecord};
+use spillway_wab::{CheckpointWriter, Storage};
 
 use super::control::{CursorControl, RewindTo};
-use super::in_flight::{read_learned, Flights, Lanes, Limiter};
+use super::in_flight::{
+    read_learned, sink_record, Answer, FlightState, Flights, Lanes, Limiter, Pool,
+};
+use super::pending::{Pending, Settlement};
 use super::requeue::Requeue;
 use super::retention::{Membership, Retention};
 use super::retry::{self, AfterFailure, RetryState, Waiting};
 use super::sink_host::{SinkHost, SinkSlot};
 use super::DrainStats;
 use crate::clock::Clock;
-use crate::shard::{ShardQueue, Until, Watermark};
+use crate::shard::{Doorbell, ShardQueue, Until, Watermark};
 use sink_sdk::delivery::StartAt;
 
 /// How long an idle cursor sleeps before looking again (it is woken by
 /// new durable records anyway).
-pub(super) const IDLE_WAIT: Duration = Duration::from_millis(500);
+const IDLE_WAIT: Duration = Duration::from_millis(500);
 /// Pause after a failed read of the segments or a failed checkpoint write
 /// before the cursor tries again.
 const IO_ERROR_PAUSE: Duration = Duration::from_secs(1);
@@ -87,35 +89,35 @@ pub enum DrainWait {
 
 /// One sink's cursor over one shard (see the module documentation).
 pub struct Cursor<S: Storage> {
-    pub(super) storage: S,
+    storage: S,
     pub(super) sink: String,
     /// Writes its checkpoint file (`cursor-<sink>` in the shard folder).
     writer: CheckpointWriter,
     pub(super) shard: u32,
-    pub(super) dir: PathBuf,
+    dir: PathBuf,
     skipped_file: PathBuf,
-    pub(super) queue: Arc<ShardQueue>,
-    pub(super) retention: Arc<Mutex<Retention<S>>>,
+    queue: Arc<ShardQueue>,
+    retention: Arc<Mutex<Retention<S>>>,
     /// Its turn in the retention (from [`Retention::join`]).
     membership: Membership,
     /// Set when the sink was removed from the config: at its stop the
     /// cursor leaves the retention (its file goes, it holds nothing).
     retire: Arc<AtomicBool>,
-    pub(super) dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
+    dead_letters: Arc<Mutex<DeadLetterStore<S>>>,
     /// This sink's requeued dead letters, if the daemon gave it a store.
-    pub(super) requeue: Option<Arc<Requeue<S>>>,
+    requeue: Option<Arc<Requeue<S>>>,
     /// The requeue store's generation at which it held nothing of this
     /// shard (it is not listed again until that moves).
-    pub(super) requeue_seen: Option<u64>,
+    requeue_seen: Option<u64>,
     pub(super) stats: Arc<DrainStats>,
     /// What the operator asks of this cursor (pause, rewind).
     control: Arc<CursorControl>,
-    pub(super) stop: Arc<AtomicBool>,
-    pub(super) host: SinkHost,
+    stop: Arc<AtomicBool>,
+    host: SinkHost,
     /// What linger and the retry backoff read.
-    pub(super) clock: Clock,
+    clock: Clock,
     /// Reads the shard's durable records in order, across segments.
-    pub(super) follower: ShardFollower<S>,
+    follower: ShardFollower<S>,
     /// Added to the follower's passed bytes to give the confirmed bytes on
     /// the flusher's running count ([`Watermark::bytes`]): 0 at the
     /// daemon's start (both count from the oldest segment), set again
@@ -123,27 +125,23 @@ pub struct Cursor<S: Storage> {
     /// corrects any drift (damaged bytes no record is read from, a drain
     /// restarted without its flusher, a cursor that started past the
     /// oldest record).
-    pub(super) bytes_base: u64,
+    bytes_base: u64,
     /// Every record below this is confirmed (by the sink or the dead-letter store).
-    pub(super) confirmed: u64,
+    confirmed: u64,
     /// What the cursor file says (<= `confirmed`): in the page cache at
     /// least, so a crash of the process keeps it; durable (a power cut
     /// keeps it too) once `writer.is_synced()`.
-    pub(super) persisted: u64,
+    persisted: u64,
     /// When the cursor file was last made durable (the cursor's clock).
     synced_at: Instant,
-    /// Read, not yet confirmed, in order.
-    pub(super) pending: VecDeque<StoredRecord>,
-    pub(super) pending_bytes: usize,
-    /// When the oldest pending record was read (linger starts there).
-    pub(super) pending_since: Option<Instant>,
+    /// Read, not yet confirmed, in order, with the batches offered over
+    /// their head and the limit on them.
+    pending: Pending,
     /// The durable tail at which the cursor found nothing pending, and
     /// since when (the follower's read-ahead is let go after [`IDLE_WAIT`]).
     idle_at: Option<(Watermark, Instant)>,
-    pub(super) retry: RetryState,
-    pub(super) rng: u64,
-    /// Batches offered and not yet settled, and the limit on them.
-    pub(super) flights: Flights,
+    retry: RetryState,
+    rng: u64,
 }
 
 impl<S: Storage> Cursor<S> {
@@ -195,16 +193,13 @@ impl<S: Storage> Cursor<S> {
             confirmed: start,
             persisted: start,
             synced_at: started,
-            pending: VecDeque::new(),
-            pending_bytes: 0,
+            pending: Pending::new(flights),
             bytes_base: 0,
-            pending_since: None,
             idle_at: None,
             retry: RetryState::default(),
             rng: rng_seed.max(1),
             membership,
             retire: Arc::new(AtomicBool::new(false)),
-            flights,
         })
     }
 
@@ -251,13 +246,19 @@ impl<S: Storage> Cursor<S> {
     /// this thread and hand the answers back out of order, one step at a
     /// time, instead of on worker threads.
     pub fn with_held_answers(mut self) -> Self {
-        self.flights.simulated = true;
+        self.pending.flights.simulated = true;
         self
+    }
+
+    /// Rung by a worker with every answer, and by a stop: ends the
+    /// cursor's wait.
+    pub(super) fn bell(&self) -> Arc<Doorbell> {
+        self.pending.flights.bell.clone()
     }
 
     /// Batches offered and not yet answered.
     pub fn batches_out(&self) -> usize {
-        self.flights.out()
+        self.pending.flights.out()
     }
 
     pub(super) fn run(mut self) {
@@ -269,9 +270,12 @@ impl<S: Storage> Cursor<S> {
                     until,
                     timeout,
                 } => {
-                    self.queue
-                        .durable_watch()
-                        .wait(seen, until, timeout, &self.flights.bell);
+                    self.queue.durable_watch().wait(
+                        seen,
+                        until,
+                        timeout,
+                        &self.pending.flights.bell,
+                    );
                 }
                 DrainWait::Pause(d) => self.sleep(d),
             }
@@ -299,20 +303,23 @@ impl<S: Storage> Cursor<S> {
     fn land_flights(&mut self) {
         let until = Instant::now() + FINISH_WAIT;
         loop {
-            if let Lanes::Held(held) = &mut self.flights.lanes {
-                self.flights.answers.extend(held.drain(..));
+            if let Lanes::Held(held) = &mut self.pending.flights.lanes {
+                self.pending.flights.answers.extend(held.drain(..));
             }
             if let Err(e) = self.absorb() {
                 tracing::error!(shard = self.shard, sink = %self.sink, error = %e, "settling the last answers failed; those records will be delivered again");
                 return;
             }
-            if self.flights.out() == 0 || Instant::now() >= until {
+            if self.pending.flights.out() == 0 || Instant::now() >= until {
                 return;
             }
             let wm = self.queue.durable();
-            self.queue
-                .durable_watch()
-                .wait(wm, Until::Changed, SLEEP_SLICE, &self.flights.bell);
+            self.queue.durable_watch().wait(
+                wm,
+                Until::Changed,
+                SLEEP_SLICE,
+                &self.pending.flights.bell,
+            );
         }
     }
 
@@ -343,7 +350,8 @@ impl<S: Storage> Cursor<S> {
         if self.host.check_reload() {
             // A new sink (or new settings) gets its first try at once.
             self.retry.end_backoff();
-            self.flights
+            self.pending
+                .flights
                 .limiter
                 .reconfigure(self.host.settings().in_flight());
         }
@@ -417,17 +425,15 @@ impl<S: Storage> Cursor<S> {
     /// Read durable records until those not yet offered make a full
     /// batch. One batch at a time reads no further than that batch, as
     /// before batches in flight (nothing would use what it read ahead).
-    pub(super) fn fill(&mut self, wm: Watermark) -> io::Result<()> {
+    fn fill(&mut self, wm: Watermark) -> io::Result<()> {
         let (max_records, max_bytes) = self.host.batch_limits();
         let mut at_tail = false;
-        let ahead = !matches!(self.flights.lanes, Lanes::Inline);
-        let (held, held_bytes) = if ahead {
-            (self.flights.records, self.flights.bytes)
-        } else {
-            (0, 0)
-        };
-        while self.pending.len() - held < max_records && self.pending_bytes - held_bytes < max_bytes
-        {
+        let ahead = !matches!(self.pending.flights.lanes, Lanes::Inline);
+        loop {
+            let (held, held_bytes) = self.pending.held(ahead);
+            if held >= max_records || held_bytes >= max_bytes {
+                break;
+            }
             let queue = &self.queue;
             let next = self
                 .follower
@@ -444,11 +450,7 @@ impl<S: Storage> Cursor<S> {
                         self.sink,
                         rec.seq,
                     );
-                    if self.pending.len() == self.flights.records {
-                        self.pending_since = Some(self.clock.now());
-                    }
-                    self.pending_bytes += rec.payload.len();
-                    self.pending.push_back(rec);
+                    self.pending.push(rec, self.clock.now());
                 }
                 None => {
                     at_tail = true;
@@ -489,11 +491,26 @@ impl<S: Storage> Cursor<S> {
     /// only retention waits for it (it goes by what the file says).
     /// Treating the failure as the batch's moved the
     /// confirmed point back when the batch was offered again and split.
-    pub(super) fn confirm(&mut self, next_seq: u64) {
-        debug_assert!(
+    fn confirm(&mut self, next_seq: u64) {
+        // A checkpoint never passes a record still pending (read, and not
+        // yet confirmed by the sink or the dead-letter store), and never
+        // moves back (a rewind sets it apart).
+        assert!(
             next_seq >= self.confirmed,
-            "the confirmed point moves forward only"
+            "shard {}: sink {}'s confirmed point would move back from {} to {next_seq}",
+            self.shard,
+            self.sink,
+            self.confirmed
         );
+        if let Some(head) = self.pending.front() {
+            assert!(
+                next_seq <= head.seq,
+                "shard {}: sink {}'s checkpoint would pass seq {}, still unconfirmed, to {next_seq}",
+                self.shard,
+                self.sink,
+                head.seq
+            );
+        }
         self.confirmed = next_seq;
         match self.persist(self.sync_due()) {
             Ok(()) => self.report(self.persisted, false),
@@ -528,7 +545,7 @@ impl<S: Storage> Cursor<S> {
     /// new block, see `spillway_wab::checkpoint`). The fdatasync is what
     /// costs: a flush of the disk's cache that the flusher's own fdatasync
     /// would wait behind.
-    pub(super) fn persist(&mut self, sync: bool) -> io::Result<()> {
+    fn persist(&mut self, sync: bool) -> io::Result<()> {
         // A removed sink's cursor no longer owns the file: the sink may
         // have been added again under its name, with a cursor of its own.
         if self.retire.load(Ordering::Acquire) {
@@ -640,10 +657,7 @@ impl<S: Storage> Cursor<S> {
     /// deleted since the start (a new reader counts from the oldest
     /// segment left).
     fn restart_reader_with(&mut self, bytes_base: u64) {
-        self.flights.abandon();
         self.pending.clear();
-        self.pending_bytes = 0;
-        self.pending_since = None;
         self.retry = RetryState::default();
         self.follower = ShardFollower::new(self.storage.clone(), self.dir.clone(), self.confirmed);
         self.bytes_base = bytes_base;
@@ -679,13 +693,12 @@ impl<S: Storage> Cursor<S> {
             return Ok(());
         }
         // Batches out are given up: their answers find no flight.
-        self.flights.abandon();
+        self.pending.flights.abandon();
         let first = self.confirmed;
         let goal = lag_max / 2;
         let mut records = 0u64;
         while backlog(self) > goal {
-            if let Some(r) = self.pending.pop_front() {
-                self.pending_bytes -= r.payload.len();
+            if self.pending.drop_front().is_some() {
                 records += 1;
                 continue;
             }
@@ -694,8 +707,7 @@ impl<S: Storage> Cursor<S> {
                 .follower
                 .next(wm.tail(), |id| queue.abandoned(id, false).map(|a| a.cut()))?;
             let Some(rec) = next else { break };
-            self.pending_bytes += rec.payload.len();
-            self.pending.push_back(rec);
+            self.pending.push(rec, self.clock.now());
         }
         let end = self
             .pending
@@ -716,7 +728,7 @@ impl<S: Storage> Cursor<S> {
             .fetch_add(records, Ordering::Relaxed);
         tracing::error!(shard = self.shard, sink = %self.sink, first_seq = first, end_seq = end, records, lag_bytes_max = lag_max, file = %self.skipped_file.display(), "sink's backlog passed lag_bytes_max: skipped records it will never get (on_lag = \"skip\")");
         self.retry = RetryState::default();
-        self.pending_since = (!self.pending.is_empty()).then(|| self.clock.now());
+        self.pending.restart_linger(self.clock.now());
         self.confirm(end);
         self.publish_backlog();
         Ok(())
@@ -724,11 +736,10 @@ impl<S: Storage> Cursor<S> {
 
     /// Record bytes confirmed on the flusher's running count (see
     /// `bytes_base`): every byte the follower passed, less what is pending.
-    pub(super) fn confirmed_bytes(&self) -> u64 {
-        let unconfirmed = (self.pending_bytes + self.pending.len() * RECORD_HEADER_LEN) as u64;
+    fn confirmed_bytes(&self) -> u64 {
         self.bytes_base
             .wrapping_add(self.follower.passed_bytes())
-            .wrapping_sub(unconfirmed)
+            .wrapping_sub(self.pending.frame_bytes())
     }
 
     /// Sleep, waking early on shutdown.
@@ -743,6 +754,266 @@ impl<S: Storage> Cursor<S> {
         }
     }
 }
+/// Batches: offer them to the sink (up to the limit in flight), apply
+/// each answer ([`Settlement`]), and settle the finished batches at the
+/// head, in order (dead-letter the rejected records, then confirm). The
+/// records and flights are [`Pending`]'s; the cursor offers, counts, logs
+/// and confirms.
+impl<S: Storage> Cursor<S> {
+    /// Offer batches while the limit allows: first those to offer again
+    /// (oldest first), then new ones from the records read and not yet
+    /// offered, once full or lingered long enough. Says how long to wait
+    /// for more records (the linger left, or idle). With one batch at a
+    /// time it offers one and says go on.
+    fn dispatch(&mut self, wm: Watermark) -> io::Result<DrainWait> {
+        if !self.pending.flights.lanes_fit() && self.pending.flights.out() == 0 {
+            self.refit_lanes();
+        }
+        let inline = matches!(self.pending.flights.lanes, Lanes::Inline);
+        let limit = self.pending.flights.limiter.limit() as usize;
+        loop {
+            let (max_records, max_bytes) = self.host.batch_limits();
+            if inline && self.pending.flights.first_resend().is_some() {
+                // One at a time offers the head of what was read again,
+                // cut by the limits of now (a reload may have changed
+                // them), as before batches in flight.
+                self.pending.flights.abandon();
+            }
+            let resend = self.pending.flights.first_resend();
+            if resend.is_none() {
+                let (unsent, unsent_bytes) = self.pending.unsent();
+                if unsent == 0 {
+                    break;
+                }
+                let full = unsent >= max_records || unsent_bytes >= max_bytes;
+                let linger = self.host.settings().linger();
+                let linger_left = self.pending.linger_left(linger, |t| self.clock.since(t));
+                if !full && !linger_left.is_zero() {
+                    self.publish_in_flight();
+                    return Ok(DrainWait::Durable {
+                        seen: wm,
+                        until: self.pending.until_fuller(max_records, max_bytes),
+                        timeout: linger_left,
+                    });
+                }
+            }
+            // A batch is ready: it goes if a slot is free, else the limit
+            // learns that the sink, not the records, is what waits. A batch
+            // offered again has its slot; a new one needs a slot among the
+            // unsettled, so a crash redelivers at most `limit` batches.
+            let taken = match resend {
+                Some(_) => self.pending.flights.out(),
+                None => self.pending.flights.unsettled(),
+            };
+            if taken >= limit {
+                self.pending.flights.limiter.slots_full();
+                break;
+            }
+            let idx = match resend {
+                Some(idx) => idx,
+                None => {
+                    let now = self.clock.now();
+                    self.pending.new_flight(max_records, max_bytes, now)
+                }
+            };
+            self.send(idx)?;
+            self.absorb()?;
+            // One at a time goes on at the next step; after a failure the
+            // backoff comes first.
+            if inline || self.retry.backing_off() {
+                return Ok(DrainWait::Now);
+            }
+            self.fill(wm)?;
+        }
+        self.publish_in_flight();
+        let (max_records, max_bytes) = self.host.batch_limits();
+        Ok(DrainWait::Durable {
+            seen: wm,
+            until: self.pending.until_fuller(max_records, max_bytes),
+            timeout: IDLE_WAIT,
+        })
+    }
+
+    /// Offer flight `idx` (new, or to be offered again).
+    fn send(&mut self, idx: usize) -> io::Result<()> {
+        let id = self.pending.flights.next_id();
+        let shard = self.shard;
+        if matches!(self.pending.flights.lanes, Lanes::Pool(_)) {
+            let records = self.pending.batch(idx).cloned().collect();
+            if let Lanes::Pool(pool) = &mut self.pending.flights.lanes {
+                pool.submit(id, records)?;
+            }
+        } else {
+            let records: Vec<Record<'_>> = self
+                .pending
+                .batch(idx)
+                .map(|r| sink_record(shard, r))
+                .collect();
+            let started = Instant::now();
+            let call = self.stats.sink_call();
+            let outcome = self.host.deliver(&Batch::new(shard, &records));
+            drop(call);
+            drop(records);
+            self.pending.flights.answered_here(Answer {
+                id,
+                outcome,
+                rtt: started.elapsed(),
+            });
+        }
+        self.pending.flights.offered(idx, id, now_unix_us() / 1000);
+        Ok(())
+    }
+
+    /// Take the answers that came back (in the simulation, some of those
+    /// held, in an order its random stream picks), apply them, and settle
+    /// the finished flights at the head.
+    fn absorb(&mut self) -> io::Result<()> {
+        match &mut self.pending.flights.lanes {
+            Lanes::Inline => {}
+            Lanes::Pool(pool) => pool.take(&mut self.pending.flights.answers),
+            Lanes::Held(_) => {
+                let rng = &mut self.rng;
+                self.pending.flights.release_held(|| retry::random(rng));
+            }
+        }
+        while let Some(a) = self.pending.flights.answers.pop_front() {
+            self.apply(a);
+        }
+        // A failed dead-letter write leaves the flight finished at the
+        // head: the next step tries the write again.
+        while let Some((len, rejected)) = self.pending.settled_head() {
+            self.settle(len, &rejected)?;
+            self.pending.flights.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Apply the sink's answer to the flight it belongs to (none: the
+    /// cursor gave that offer up).
+    fn apply(&mut self, a: Answer) {
+        let Some(idx) = self.pending.flights.answered_out(a.id) else {
+            return;
+        };
+        self.stats.sink_request_us.observe(a.rtt.as_micros() as u64);
+        let n = self.pending.flights.list[idx].len;
+        let Settlement {
+            done,
+            rejected,
+            retry,
+        } = Settlement::of(a.outcome, n).unwrap_or_else(|reason| {
+            tracing::error!(shard = self.shard, sink = %self.sink, target = %self.host.description(), "{reason}; retrying the batch");
+            Settlement::retry_all(reason)
+        });
+        if self
+            .pending
+            .flights
+            .limiter
+            .answered(a.rtt, retry.is_some() || done == 0)
+        {
+            self.limit_changed();
+        }
+        if done > 0 {
+            self.retry = RetryState::default();
+            self.stats.sink.lock().unwrap().delivered();
+            let committed = done - rejected.len();
+            self.stats
+                .delivered_records
+                .fetch_add(committed as u64, Ordering::Relaxed);
+            self.stats.delivered_batches.fetch_add(1, Ordering::Relaxed);
+        }
+        let Some(idx) = self.pending.answered(idx, done, rejected) else {
+            return;
+        };
+        let (after, reason) = retry.unwrap_or((None, "sink asked to retry".into()));
+        let len = self.pending.flights.list[idx].len;
+        if let Some(why) = self.after_transient(len, after, reason) {
+            // Failing for longer than max_retry_duration: dead-lettered.
+            let rejected = (0..len).map(|i| (i, why.clone())).collect();
+            self.pending.flights.list[idx].state = FlightState::Finished(rejected);
+        }
+    }
+
+    /// The adaptive limit moved: publish it, and keep it for the next run
+    /// (at most once a second; the last one at the stop).
+    fn limit_changed(&mut self) {
+        let limit = self.pending.flights.limiter.limit();
+        tracing::debug!(shard = self.shard, sink = %self.sink, limit, "batches in flight limit changed");
+        self.publish_in_flight();
+        if self.pending.flights.learned_due() {
+            self.keep_learned();
+        }
+    }
+
+    /// Write the learned limit to its file, if it is adaptive and changed.
+    fn keep_learned(&mut self) {
+        if let Err(e) = self.pending.flights.keep_learned(&self.storage) {
+            tracing::debug!(shard = self.shard, sink = %self.sink, error = %e, "keeping the learned batches-in-flight limit failed; the next run starts at 1")
+        }
+    }
+
+    /// Publish the limit, the batches out and, with workers, when the
+    /// oldest of them was offered (`GET /ready`'s hung-sink check).
+    fn publish_in_flight(&self) {
+        self.pending.flights.publish(&self.stats);
+    }
+
+    /// Lanes for the limit's mode: workers for more than one batch at a
+    /// time, else the cursor's own thread.
+    fn refit_lanes(&mut self) {
+        let (shard, sink) = (self.shard, self.sink.clone());
+        let (slot, stats) = (self.host.slot(), self.stats.clone());
+        let bell = self.pending.flights.bell.clone();
+        self.pending
+            .flights
+            .refit(|ceiling| Pool::new(shard, &sink, slot, stats, bell, ceiling));
+    }
+
+    /// The first `done` pending records are finished: the `rejected` among
+    /// them go to the dead-letter store, then the confirmed point moves past
+    /// all of them and they leave `pending`. The one path from a sink's (or
+    /// the retry limit's) verdict to the checkpoint.
+    fn settle(&mut self, done: usize, rejected: &[(usize, String)]) -> io::Result<()> {
+        self.dead_letter(rejected)?;
+        let end = self.pending.take(done);
+        self.confirm(end);
+        self.publish_backlog();
+        Ok(())
+    }
+
+    /// Publish the arrival time of the oldest record still pending and the
+    /// running count of confirmed record bytes: every byte the follower has
+    /// passed, less the frames still pending (read, not yet confirmed).
+    fn publish_backlog(&self) {
+        self.stats
+            .oldest_pending_arrival_us
+            .store(self.pending.oldest_arrival_us(), Ordering::Relaxed);
+        let confirmed = self.confirmed_bytes();
+        self.stats
+            .confirmed_bytes
+            .store(confirmed, Ordering::Relaxed);
+        self.stats.backlog_measured.store(true, Ordering::Relaxed);
+    }
+
+    /// Append the rejected records (indices into `pending`) to the
+    /// dead-letter store, fsynced, before anything confirms past them.
+    fn dead_letter(&mut self, rejected: &[(usize, String)]) -> io::Result<()> {
+        if rejected.is_empty() {
+            return Ok(());
+        }
+        let letters = self
+            .pending
+            .dead_letters(self.shard, rejected, now_unix_us());
+        self.dead_letters.lock().unwrap().append(&letters)?;
+        self.stats
+            .dead_lettered
+            .fetch_add(letters.len() as u64, Ordering::Relaxed);
+        for l in &letters {
+            tracing::warn!(shard = self.shard, sink = %self.sink, target = %self.host.description(), seq = l.seq, reason = %l.reason, "record rejected by the sink; moved to the dead-letter store");
+        }
+        Ok(())
+    }
+}
+
 /// Retries and requeued records: the state is theirs
 /// ([`RetryState`], [`Requeue`]); the cursor counts, logs, probes and
 /// delivers.
@@ -750,7 +1021,7 @@ impl<S: Storage> Cursor<S> {
     /// A transient failure of a batch of `n` records: back off, or, once
     /// the sink has failed for longer than `retry_duration_max_ms`, give the
     /// batch up: the reason to dead-letter its records with.
-    pub(super) fn after_transient(
+    fn after_transient(
         &mut self,
         n: usize,
         after: Option<Duration>,
@@ -789,7 +1060,7 @@ impl<S: Storage> Cursor<S> {
     /// probing the sink if a probe is due (one health check a second,
     /// which does not hammer a sink that is still down). `None` once the
     /// next attempt may go.
-    pub(super) fn backing_off(&mut self) -> Option<DrainWait> {
+    fn backing_off(&mut self) -> Option<DrainWait> {
         let now = self.clock.now();
         let (stats, host) = (&self.stats, &mut self.host);
         let probe = || {
@@ -813,15 +1084,9 @@ impl<S: Storage> Cursor<S> {
         }
     }
 
-    /// xorshift64 on the cursor's seed: jitter, and the simulation's
-    /// choices among held answers.
-    pub(super) fn random(&mut self) -> u64 {
-        retry::random(&mut self.rng)
-    }
-
     /// Deliver this shard's requeued records, if any wait, as one batch.
     /// `None`: nothing to do here.
-    pub(super) fn deliver_requeued(&mut self) -> Option<DrainWait> {
+    fn deliver_requeued(&mut self) -> Option<DrainWait> {
         let requeue = self.requeue.clone()?;
         let (max_records, _) = self.host.batch_limits();
         let mine = match requeue.take(self.shard, max_records, &mut self.requeue_seen) {

@@ -5,7 +5,7 @@
 //!
 //! With more than one batch out, answers come back in any order; the
 //! cursor confirms only over a contiguous prefix of finished batches (see
-//! `offer`), so a crash redelivers what was not confirmed and never
+//! `pending`), so a crash redelivers what was not confirmed and never
 //! skips.
 
 use std::collections::VecDeque;
@@ -25,6 +25,8 @@ use super::DrainStats;
 use crate::shard::Doorbell;
 use sink_sdk::delivery::InFlight;
 
+/// Least time between two writes of an adaptive cursor's learned limit.
+const LEARNED_WRITE_EVERY: Duration = Duration::from_secs(1);
 /// Cut on pushback (a transient failure: 429, 503, a timeout, a refused
 /// connection): the downstream said no, so halve, as TCP does on loss.
 const PUSHBACK_CUT: f64 = 0.5;
@@ -168,7 +170,7 @@ pub(super) fn read_learned<S: Storage>(storage: &S, path: &Path) -> Option<u32> 
 
 /// Write the learned limit: to a temporary file renamed over the old one,
 /// so a reader sees the old value or the new one.
-pub(super) fn write_learned<S: Storage>(storage: &S, path: &Path, limit: u32) -> io::Result<()> {
+fn write_learned<S: Storage>(storage: &S, path: &Path, limit: u32) -> io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut f = storage.create(&tmp)?;
     f.write_all_at(0, &[io::IoSlice::new(format!("{limit}\n").as_bytes())])?;
@@ -460,6 +462,96 @@ impl Flights {
         self.answers.clear();
         if let Lanes::Held(held) = &mut self.lanes {
             held.clear();
+        }
+    }
+
+    /// Flight `idx` was offered under `id` at `sent_unix_ms`.
+    pub(super) fn offered(&mut self, idx: usize, id: u64, sent_unix_ms: u64) {
+        let f = &mut self.list[idx];
+        f.id = id;
+        f.state = FlightState::Out;
+        f.sent_unix_ms = sent_unix_ms;
+    }
+
+    /// The answer of a batch run on the cursor's thread: taken at the next
+    /// look (held, in the simulation, until its random stream lets it go).
+    pub(super) fn answered_here(&mut self, answer: Answer) {
+        match &mut self.lanes {
+            Lanes::Held(held) => held.push(answer),
+            _ => self.answers.push_back(answer),
+        }
+    }
+
+    /// The flight out under offer `id` (none: the cursor gave it up).
+    pub(super) fn answered_out(&self, id: u64) -> Option<usize> {
+        self.list
+            .iter()
+            .position(|f| f.id == id && matches!(f.state, FlightState::Out))
+    }
+
+    /// The simulation's out-of-order completion: each held answer comes
+    /// back now or later, at random (`random`), but at least one per look
+    /// once every slot is taken.
+    pub(super) fn release_held(&mut self, mut random: impl FnMut() -> u64) {
+        let limit = self.limiter.limit() as usize;
+        let Lanes::Held(held) = &mut self.lanes else {
+            return;
+        };
+        let mut i = 0;
+        let mut released = 0;
+        while i < held.len() {
+            if random().is_multiple_of(2) {
+                self.answers.push_back(held.swap_remove(i));
+                released += 1;
+            } else {
+                i += 1;
+            }
+        }
+        if released == 0 && held.len() >= limit {
+            let pick = (random() % held.len() as u64) as usize;
+            self.answers.push_back(held.swap_remove(pick));
+        }
+    }
+
+    /// Whether the learned limit is due to be written (at most once a
+    /// second; the last one at the stop).
+    pub(super) fn learned_due(&self) -> bool {
+        self.learned_written
+            .is_none_or(|(_, at)| at.elapsed() >= LEARNED_WRITE_EVERY)
+    }
+
+    /// Writes the learned limit to its file, if it is adaptive and changed.
+    pub(super) fn keep_learned<S: Storage>(&mut self, storage: &S) -> io::Result<()> {
+        let limit = self.limiter.limit();
+        let Some(path) = self.learned_file.as_ref() else {
+            return Ok(());
+        };
+        if !self.limiter.adaptive() || self.learned_written.is_some_and(|(l, _)| l == limit) {
+            return Ok(());
+        }
+        write_learned(storage, path, limit)?;
+        self.learned_written = Some((limit, Instant::now()));
+        Ok(())
+    }
+
+    /// Publishes the limit, the batches out and, with workers, when the
+    /// oldest of them was offered (`GET /ready`'s hung-sink check).
+    pub(super) fn publish(&self, stats: &DrainStats) {
+        stats.in_flight.store(self.out() as u64, Ordering::Relaxed);
+        stats
+            .in_flight_limit
+            .store(self.limiter.limit() as u64, Ordering::Relaxed);
+        if matches!(self.lanes, Lanes::Pool(_)) {
+            let oldest = self
+                .list
+                .iter()
+                .filter(|f| matches!(f.state, FlightState::Out))
+                .map(|f| f.sent_unix_ms)
+                .min()
+                .unwrap_or(0);
+            stats
+                .sink_call_since_unix_ms
+                .store(oldest, Ordering::Relaxed);
         }
     }
 

@@ -26,9 +26,9 @@
 //! One concept per file: `cursor` (one sink's view of one shard and one
 //! step of its loop), `retention` (deleting what every sink passed),
 //! `actor` (the supervised actor and its thread), `sink_host` (the current
-//! sink, its instance, panics and reloads), `offer` (one batch: offer it,
-//! classify the sink's outcome, dead-letter the rejected records and
-//! confirm), `in_flight` (the limit on batches out, AIMD, and the
+//! sink, its instance, panics and reloads), `pending` (the records read
+//! and not yet confirmed, the batches offered over them, and what an
+//! answer settles), `in_flight` (the limit on batches out, AIMD, and the
 //! worker threads that run them), `retry` (backoff with jitter, retry-after, probing while
 //! backing off), `board` (what the admin side reads: every sink's figures).
 //! The records come from [`spillway_wab::follow::ShardFollower`]; this
@@ -39,7 +39,7 @@ mod board;
 mod control;
 mod cursor;
 mod in_flight;
-mod offer;
+mod pending;
 mod requeue;
 mod retention;
 mod retry;

@@ -351,6 +351,14 @@ impl<S: Storage> Retention<S> {
         if self.floor >= to {
             return true;
         }
+        // The floor is where a sink with no cursor file restarts: past a
+        // cursor, it would skip that sink over records it never got.
+        assert!(
+            self.lowest_cursor().is_none_or(|lowest| to <= lowest),
+            "shard {}: the floor would pass a sink's cursor ({to} > {:?})",
+            self.shard,
+            self.lowest_cursor()
+        );
         if let Err(e) = write_checkpoint(&self.storage, &self.dir, to) {
             tracing::error!(shard = self.shard, error = %e, "writing the shard's checkpoint failed; confirmed segments are kept until it can be written");
             return false;

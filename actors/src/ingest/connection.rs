@@ -233,6 +233,27 @@ impl Connection {
         !self.closing && self.fits(&st, req) && st.out.len() < self.shared.limits.out_bytes_max()
     }
 
+    /// The frame at the front needs read budget that others hold: wait
+    /// without reading (holding at most READ_CHUNK) until some is released
+    /// after `epoch`, and look again. The stall clock does not run
+    /// meanwhile; it is not the client's fault.
+    fn wait_for_budget(&mut self, epoch: u64, ctx: &mut Context<Self>) {
+        self.budget_wait = true;
+        self.shared
+            .stats
+            .read_buffer_pauses
+            .fetch_add(1, Ordering::Relaxed);
+        let budget = self.shared.read_budget.clone();
+        let fut = async move { budget.wait_for_release(epoch, BUDGET_RETRY_MAX).await };
+        ctx.spawn(fut.into_actor(self).map(|_, act, ctx| {
+            act.budget_wait = false;
+            if act.frame_started.is_some() {
+                act.frame_started = Some(Instant::now());
+            }
+            act.read_more(ctx);
+        }));
+    }
+
     /// Take in the parked frame if it now fits, else start the next read
     /// unless reading is paused (window, parked frame, closing).
     ///
@@ -264,24 +285,7 @@ impl Connection {
         }
         let epoch = self.shared.read_budget.epoch();
         if !self.reserve_for_frame() {
-            // The frame at the front needs budget that others hold: wait
-            // without reading (holding at most READ_CHUNK) until some is
-            // released, and look again. The stall clock does not run
-            // meanwhile; it is not the client's fault.
-            self.budget_wait = true;
-            self.shared
-                .stats
-                .read_buffer_pauses
-                .fetch_add(1, Ordering::Relaxed);
-            let budget = self.shared.read_budget.clone();
-            let fut = async move { budget.wait_for_release(epoch, BUDGET_RETRY_MAX).await };
-            ctx.spawn(fut.into_actor(self).map(|_, act, ctx| {
-                act.budget_wait = false;
-                if act.frame_started.is_some() {
-                    act.frame_started = Some(Instant::now());
-                }
-                act.read_more(ctx);
-            }));
+            self.wait_for_budget(epoch, ctx);
             return;
         }
         let Some(mut reader) = self.reader.take() else {

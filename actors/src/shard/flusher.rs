@@ -30,7 +30,7 @@
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -300,66 +300,21 @@ impl<S: Storage> FlusherCore<S> {
     ) -> io::Result<FlusherParts<S>> {
         queue.set_health(ShardHealth::Starting);
         queue.set_spin(cfg.spin);
-        let stats = &queue.stats;
         let report = recovered.report;
-        stats
-            .records_lost
-            .store(report.lost_records, Ordering::Relaxed);
-        let found: u64 = report.segments.iter().map(|s| s.record_count).sum();
-        stats.recovered_records.store(
-            found.saturating_sub(report.segments.iter().map(|s| s.lost_records).sum()),
-            Ordering::Relaxed,
-        );
-        stats
-            .quarantined_files
-            .store(report.quarantined.len() as u64, Ordering::Relaxed);
-        let accounted = report.bytes();
-        queue.budget.charge(accounted);
-        // Segments taken at their footer's word: readers wait for their
-        // check (the gate is closed before any reader starts).
-        let found = report.unchecked();
-        let ids: Vec<u64> = found.iter().map(|s| s.segment_id).collect();
-        let todo = queue.begin_checks(&ids);
-        let unchecked: Vec<SegmentInfo> = found
-            .into_iter()
-            .filter(|s| todo.binary_search(&s.segment_id).is_ok())
-            .cloned()
-            .collect();
-        // The running count of durable record bytes: a flusher restarted
-        // within the process carries on from the last one's (the drain's
-        // count of confirmed bytes goes on from there too); at the daemon's
-        // start it is what recovery found.
-        let durable_bytes = match queue.durable().bytes {
-            0 => report.segments.iter().map(|s| record_bytes(s.bytes)).sum(),
-            carried => carried,
-        };
-
+        let (unchecked, durable_bytes) = account_recovery(&queue, &report);
         let next_segment_id = Arc::new(AtomicU64::new(report.next_segment_id));
-        let mut spares = recovered.spares.into_iter();
-        // A shard that cannot preallocate its first segment (a full disk)
-        // still starts: it refuses pushes (Overloaded) and retries, while
-        // its drain delivers and frees space.
-        let first = match spares.next() {
-            Some(s) => Ok(s),
-            None => {
-                let id = next_segment_id.fetch_add(1, Ordering::Relaxed);
-                preallocate(&storage, &cfg.dir, id, cfg.segment_bytes_max)
-                    .inspect_err(|_| queue.free.note_failed(id))
-            }
-        };
         // Invariant: one spare is either waiting in the channel or being
         // prepared, never more, so the sealer never blocks on a full channel
         // while a seal waits behind it.
         let (spare_tx, spare_rx) = sync_channel(1);
-        let have_spare = match spares.next() {
-            Some(extra) => spare_tx.try_send(Ok(extra)).is_ok(),
-            None => false,
-        };
-        for unused in spares {
-            storage.remove(&unused.path)?;
-        }
-        // Recovery removed every `.free` file a running shard set aside.
-        queue.free.forget();
+        let (first, have_spare) = Self::first_segment(
+            &storage,
+            &cfg,
+            &queue,
+            recovered.spares,
+            &next_segment_id,
+            &spare_tx,
+        )?;
         let sealer = SealerCore::new(
             storage.clone(),
             cfg.dir.clone(),
@@ -398,22 +353,15 @@ impl<S: Storage> FlusherCore<S> {
         });
         let writable = active.is_some();
         let last_segment_id = active.as_ref().map(|a| a.header.segment_id);
-        // A manual clock (the simulation) runs the sealer only when told
-        // to: waiting for its spare would wait for nothing.
-        let spare_wait = if clock.is_manual() {
-            Duration::ZERO
-        } else {
-            SPARE_WAIT
-        };
         let flusher = FlusherCore {
             storage,
             cfg: cfg.clone(),
             queue: queue.clone(),
+            spare_wait: spare_wait_on(&clock),
             clock,
             active,
             spares: spare_rx,
             spares_requested,
-            spare_wait,
             sealer: sealer_tx,
             next_segment_id,
             last_segment_id,
@@ -437,6 +385,88 @@ impl<S: Storage> FlusherCore<S> {
             unchecked,
         })
     }
+
+    /// The first segment to write: a spare recovery kept, or a new one
+    /// (an error when none can be preallocated: a shard on a full disk
+    /// still starts, refuses pushes (Overloaded) and retries, while its
+    /// drain delivers and frees space). A second spare recovery kept goes
+    /// into the sealer's `spare_tx` (whether it did is returned), and any
+    /// further ones are removed.
+    fn first_segment(
+        storage: &S,
+        cfg: &FlusherConfig,
+        queue: &ShardQueue,
+        spares: Vec<Preallocated<S::File>>,
+        next_segment_id: &AtomicU64,
+        spare_tx: &SyncSender<io::Result<Preallocated<S::File>>>,
+    ) -> io::Result<(io::Result<Preallocated<S::File>>, bool)> {
+        let mut spares = spares.into_iter();
+        let first = match spares.next() {
+            Some(s) => Ok(s),
+            None => {
+                let id = next_segment_id.fetch_add(1, Ordering::Relaxed);
+                preallocate(storage, &cfg.dir, id, cfg.segment_bytes_max)
+                    .inspect_err(|_| queue.free.note_failed(id))
+            }
+        };
+        let have_spare = match spares.next() {
+            Some(extra) => spare_tx.try_send(Ok(extra)).is_ok(),
+            None => false,
+        };
+        for unused in spares {
+            storage.remove(&unused.path)?;
+        }
+        // Recovery removed every `.free` file a running shard set aside.
+        queue.free.forget();
+        Ok((first, have_spare))
+    }
+}
+
+/// How long the flusher waits for the sealer's spare when its segment is
+/// full: a manual clock (the simulation) runs the sealer only when told
+/// to, so waiting for its spare would wait for nothing.
+fn spare_wait_on(clock: &Clock) -> Duration {
+    if clock.is_manual() {
+        Duration::ZERO
+    } else {
+        SPARE_WAIT
+    }
+}
+
+/// Publishes what recovery found (records lost and recovered, files
+/// quarantined), charges its bytes to the budget and closes the readers'
+/// gate on the sealed segments taken at their footer's word. Returns those
+/// segments (the checker's work, in id order) and the running count of
+/// durable record bytes: a flusher restarted within the process carries on
+/// from the last one's (the drain's count of confirmed bytes goes on from
+/// there too); at the daemon's start it is what recovery found.
+fn account_recovery(queue: &ShardQueue, report: &RecoveryReport) -> (Vec<SegmentInfo>, u64) {
+    let stats = &queue.stats;
+    stats
+        .records_lost
+        .store(report.lost_records, Ordering::Relaxed);
+    let found: u64 = report.segments.iter().map(|s| s.record_count).sum();
+    stats.recovered_records.store(
+        found.saturating_sub(report.segments.iter().map(|s| s.lost_records).sum()),
+        Ordering::Relaxed,
+    );
+    stats
+        .quarantined_files
+        .store(report.quarantined.len() as u64, Ordering::Relaxed);
+    queue.budget.charge(report.bytes());
+    let found = report.unchecked();
+    let ids: Vec<u64> = found.iter().map(|s| s.segment_id).collect();
+    let todo = queue.begin_checks(&ids);
+    let unchecked: Vec<SegmentInfo> = found
+        .into_iter()
+        .filter(|s| todo.binary_search(&s.segment_id).is_ok())
+        .cloned()
+        .collect();
+    let durable_bytes = match queue.durable().bytes {
+        0 => report.segments.iter().map(|s| record_bytes(s.bytes)).sum(),
+        carried => carried,
+    };
+    (unchecked, durable_bytes)
 }
 
 impl<S: Storage> FlusherCore<S> {
@@ -569,6 +599,15 @@ impl<S: Storage> FlusherCore<S> {
         match self.next_spare() {
             Ok(pre) => {
                 self.last_segment_id = Some(pre.segment_id);
+                // Numbering goes on above every number a reader may have
+                // seen (the durable floor): never below it.
+                assert!(
+                    self.resume_seq >= self.durable_next_seq,
+                    "shard {}: a fresh segment would number from {} below the durable next seq {}",
+                    self.cfg.shard,
+                    self.resume_seq,
+                    self.durable_next_seq
+                );
                 let mut active = ActiveSegment::start(pre, self.cfg.shard, self.resume_seq);
                 active.header.skipped = self.resume_seq - self.durable_next_seq;
                 tracing::info!(
