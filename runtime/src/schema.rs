@@ -242,7 +242,7 @@ mod tests {
             Err(spillway_sinks::KeyProblem::OutOfRange {
                 key: "window_ms",
                 value: 5,
-                allowed: "10..=1000".into(),
+                allowed: "10..=1000 ms".into(),
             })
         );
         demo.window_ms = Some(1_000);

@@ -8,11 +8,11 @@
 //! is the sinks crate's; the drain acts on them as they are here.
 
 use std::fmt;
-use std::ops::RangeInclusive;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::keys::{Allowed, DefaultValue, Key, Unit};
+use crate::declare::{AsInt, KeyDefault};
+use crate::keys::{Allowed, Key, Unit};
 use crate::units::{GIB, KIB, MIB};
 use crate::{Limits, Sink};
 
@@ -32,40 +32,9 @@ pub trait SinkFactory: Send + Sync {
     fn describe(&self) -> String;
 }
 
-pub const DEFAULT_MAX_RECORDS: u32 = 1000;
-pub const MAX_RECORDS_RANGE: RangeInclusive<u32> = 1..=100_000;
-pub const DEFAULT_MAX_BYTES: u64 = 4 * MIB;
-pub const MAX_BYTES_RANGE: RangeInclusive<u64> = KIB..=64 * MIB;
-pub const DEFAULT_LINGER_MS: u64 = 5;
-pub const LINGER_MS_RANGE: RangeInclusive<u64> = 0..=10_000;
-pub const DEFAULT_RETRY_INITIAL_MS: u64 = 100;
-pub const RETRY_INITIAL_MS_RANGE: RangeInclusive<u64> = 1..=60_000;
-pub const DEFAULT_RETRY_MAX_MS: u64 = 30_000;
-pub const RETRY_MAX_MS_RANGE: RangeInclusive<u64> = 10..=3_600_000;
-/// 0 means "retry forever"; any other value must lie in this range.
-pub const MAX_RETRY_DURATION_MS_RANGE: RangeInclusive<u64> = 1_000..=604_800_000;
-/// How long building and health-checking a new sink may take (a reload, a
-/// start, `check`): long enough for a TLS handshake to a far endpoint or a
-/// database login, short enough that a stuck one is refused while the
-/// operator still waits on `ctl reload`.
-pub const DEFAULT_BUILD_TIMEOUT_MS: u64 = 10_000;
-pub const BUILD_TIMEOUT_MS_RANGE: RangeInclusive<u64> = 100..=600_000;
-/// 0 means "no limit"; any other value must lie in this range: below
-/// 1 MiB a sink would skip at every hiccup, past 1 TiB the limit is none.
-pub const LAG_BYTES_MAX_RANGE: RangeInclusive<u64> = MIB..=1024 * GIB;
-pub const BATCHES_IN_FLIGHT_RANGE: RangeInclusive<u32> = 1..=64;
-/// How long the durable copy of a cursor may lag: a power cut may offer
-/// again what was confirmed in the last 100 ms (a crash of the process
-/// only the batches in flight: the file is written after every batch).
-/// Measured with `spillway bench --scenario batch_durable_n256` and the
-/// noop sink: the cursor's fdatasync after every batch made the flusher's
-/// own fdatasync wait behind it (see docs/benchmarks.md).
-pub const DEFAULT_CHECKPOINT_INTERVAL_MS: u64 = 100;
-/// 0 fdatasyncs the cursor after every confirmed batch; at most a minute
-/// between fdatasyncs.
-pub const CHECKPOINT_INTERVAL_MS_RANGE: RangeInclusive<u64> = 0..=60_000;
+/// `batches_in_flight_max` when `batches_in_flight = "adaptive"` leaves it
+/// unset.
 pub const DEFAULT_BATCHES_IN_FLIGHT_MAX: u32 = 16;
-pub const BATCHES_IN_FLIGHT_MAX_RANGE: RangeInclusive<u32> = 2..=256;
 
 /// Where a sink starts reading when it has no cursor of its own: added
 /// while the daemon runs, or its cursor file is missing.
@@ -164,228 +133,186 @@ impl fmt::Display for InFlight {
     }
 }
 
-/// The delivery keys: how the drain batches, retries, starts, bounds its
-/// lag and overlaps batches. Every sink table has them, whatever its type;
-/// the sinks crate reads and checks them, the drain runs on them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeliveryConfig {
-    /// Most records in one batch. Default 1000, range 1..=100000.
-    pub batch_records_max: u32,
-    /// Most payload bytes in one batch (a single larger record is still sent
-    /// alone). Default 4194304 (4 MiB), range 1 KiB..=64 MiB.
-    pub batch_bytes_max: u64,
-    /// How long the drain waits for more records before sending a batch that
-    /// is not full, in milliseconds. Default 5, range 0..=10000.
-    pub linger_ms: u64,
-    /// First backoff after a transient failure, in milliseconds; it doubles
-    /// (with jitter) on each further failure. Default 100, range 1..=60000.
-    pub retry_initial_ms: u64,
-    /// Longest backoff between two attempts, in milliseconds. Default 30000,
-    /// range 10..=3600000, and at least `retry_initial_ms`.
-    pub retry_max_ms: u64,
-    /// After a batch has failed transiently for this long, in milliseconds,
-    /// it is dead-lettered. Default 0: retry forever. Otherwise
-    /// 1000..=604800000 (7 days).
-    pub retry_duration_max_ms: u64,
-    /// Deadline for building a new sink and running its health check, in
-    /// milliseconds (at a reload, at start, in `check`). Past it the new
-    /// sink is refused and the running one keeps delivering. Default 10000,
-    /// range 100..=600000.
-    pub build_timeout_ms: u64,
-    /// Where a sink starts reading when it has no cursor: one added while
-    /// the daemon runs, or whose cursor is missing. `"end"` (default): only
-    /// records that arrive from then on; `"oldest"`: the oldest record the
-    /// buffer still holds.
-    pub start: StartAt,
-    /// How far, in bytes of buffered records, this sink may fall behind the
-    /// newest record before `on_lag` applies. Default 0: no limit. Otherwise
-    /// 1048576..=1099511627776 (1 MiB..=1 TiB).
-    pub lag_bytes_max: u64,
-    /// At `lag_bytes_max`: `"block"` (default) keeps every record for this
-    /// sink, so the buffer grows until it catches up (and, full, slows the
-    /// producers); `"skip"` skips this sink ahead, counting and logging the
-    /// records it never receives. `"skip"` needs `lag_bytes_max`.
-    pub on_lag: OnLag,
-    /// Batches in flight at once: an integer 1..=64, or `"adaptive"` (as
-    /// many as the sink takes without slowing down, up to
-    /// `batches_in_flight_max`; read it through [`DeliveryConfig::in_flight`],
-    /// which fills that in). Default 1. Above 1 (and with `"adaptive"`)
-    /// batches may be delivered out of order; records within a batch keep
-    /// theirs.
-    pub batches_in_flight: InFlight,
-    /// `batches_in_flight = "adaptive"` only: the most batches in flight.
-    /// Default 16, range 2..=256.
-    pub batches_in_flight_max: Option<u32>,
-    /// Longest the durable copy of the sink's cursor file may lag behind
-    /// its confirmed batches, in milliseconds (the file itself is written
-    /// after every confirmed batch). 0: fdatasynced after every batch.
-    /// Range 0..=60000.
-    pub checkpoint_interval_ms: u64,
-}
-
-impl Default for DeliveryConfig {
-    fn default() -> Self {
-        DeliveryConfig {
-            batch_records_max: DEFAULT_MAX_RECORDS,
-            batch_bytes_max: DEFAULT_MAX_BYTES,
-            linger_ms: DEFAULT_LINGER_MS,
-            retry_initial_ms: DEFAULT_RETRY_INITIAL_MS,
-            retry_max_ms: DEFAULT_RETRY_MAX_MS,
-            retry_duration_max_ms: 0,
-            build_timeout_ms: DEFAULT_BUILD_TIMEOUT_MS,
-            start: StartAt::default(),
-            lag_bytes_max: 0,
-            on_lag: OnLag::default(),
-            batches_in_flight: InFlight::default(),
-            batches_in_flight_max: None,
-            checkpoint_interval_ms: DEFAULT_CHECKPOINT_INTERVAL_MS,
-        }
-    }
-}
-
-impl DeliveryConfig {
-    /// Every key described for the reference (docs, `spillway.toml(5)`),
-    /// from the same defaults and ranges the check uses.
-    pub const REFERENCE: &'static [Key] = &[
-        Key {
-            name: "sink.batch_records_max",
-            default: DefaultValue::Int(DEFAULT_MAX_RECORDS as u64),
+crate::key_table! {
+    /// The delivery keys: how the drain batches, retries, starts, bounds its
+    /// lag and overlaps batches. Every sink table has them, whatever its
+    /// type; the sinks crate reads them and checks the rules across them,
+    /// the drain runs on them.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct DeliveryConfig in "sink" {
+        batch_records_max: u32 = Key {
+            default: DefaultValue::Int(1000),
             allowed: Allowed::Range {
-                min: *MAX_RECORDS_RANGE.start() as u64,
-                max: *MAX_RECORDS_RANGE.end() as u64,
+                min: 1,
+                max: 100_000,
                 unit: Unit::Count,
             },
             also: "",
             meaning: r#"Most records in one batch."#,
         },
-        Key {
-            name: "sink.batch_bytes_max",
-            default: DefaultValue::Int(DEFAULT_MAX_BYTES),
+        batch_bytes_max: u64 = Key {
+            default: DefaultValue::Int(4 * MIB),
             allowed: Allowed::Range {
-                min: *MAX_BYTES_RANGE.start(),
-                max: *MAX_BYTES_RANGE.end(),
+                min: KIB,
+                max: 64 * MIB,
                 unit: Unit::Bytes,
             },
             also: "",
             meaning: r#"Most payload bytes in one batch; a single larger record is still offered alone."#,
         },
-        Key {
-            name: "sink.linger_ms",
-            default: DefaultValue::Int(DEFAULT_LINGER_MS),
+        linger_ms: u64 = Key {
+            default: DefaultValue::Int(5),
             allowed: Allowed::Range {
-                min: *LINGER_MS_RANGE.start(),
-                max: *LINGER_MS_RANGE.end(),
+                min: 0,
+                max: 10_000,
                 unit: Unit::Ms,
             },
             also: "",
             meaning: r#"How long the drain waits for more records before sending a batch that is not full."#,
         },
-        Key {
-            name: "sink.retry_initial_ms",
-            default: DefaultValue::Int(DEFAULT_RETRY_INITIAL_MS),
+        retry_initial_ms: u64 = Key {
+            default: DefaultValue::Int(100),
             allowed: Allowed::Range {
-                min: *RETRY_INITIAL_MS_RANGE.start(),
-                max: *RETRY_INITIAL_MS_RANGE.end(),
+                min: 1,
+                max: 60_000,
                 unit: Unit::Ms,
             },
             also: "",
             meaning: r#"First backoff after a transient failure; doubles (with jitter) on each further failure."#,
         },
-        Key {
-            name: "sink.retry_max_ms",
-            default: DefaultValue::Int(DEFAULT_RETRY_MAX_MS),
+        retry_max_ms: u64 = Key {
+            default: DefaultValue::Int(30_000),
             allowed: Allowed::Range {
-                min: *RETRY_MAX_MS_RANGE.start(),
-                max: *RETRY_MAX_MS_RANGE.end(),
+                min: 10,
+                max: 3_600_000,
                 unit: Unit::Ms,
             },
             also: "≥ `retry_initial_ms`",
             meaning: r#"Longest backoff between two attempts; also the longest `Retry-After` honoured."#,
         },
-        Key {
-            name: "sink.retry_duration_max_ms",
+        retry_duration_max_ms: u64 = Key {
             default: DefaultValue::Int(0),
             allowed: Allowed::ZeroOrRange {
                 zero: "retry forever",
-                min: *MAX_RETRY_DURATION_MS_RANGE.start(),
-                max: *MAX_RETRY_DURATION_MS_RANGE.end(),
+                min: 1_000,
+                max: 604_800_000,
                 unit: Unit::Ms,
             },
             also: "",
             meaning: r#"After a batch has failed transiently for this long it is dead-lettered."#,
         },
-        Key {
-            name: "sink.build_timeout_ms",
-            default: DefaultValue::Int(DEFAULT_BUILD_TIMEOUT_MS),
+        // Long enough for a TLS handshake to a far endpoint or a database
+        // login, short enough that a stuck one is refused while the
+        // operator still waits on `ctl reload`.
+        build_timeout_ms: u64 = Key {
+            default: DefaultValue::Int(10_000),
             allowed: Allowed::Range {
-                min: *BUILD_TIMEOUT_MS_RANGE.start(),
-                max: *BUILD_TIMEOUT_MS_RANGE.end(),
+                min: 100,
+                max: 600_000,
                 unit: Unit::Ms,
             },
             also: "",
             meaning: r#"Deadline for building a new sink and running its health check (at start, at a reload, in `spillway check`); it runs on a thread of its own, so ingest, `ctl` and `/ready` never wait for it; past the deadline a reload is refused and the running sink keeps delivering."#,
         },
-        Key {
-            name: "sink.start",
+        start: StartAt = Key {
             default: DefaultValue::Str("end"),
             allowed: Allowed::OneOf(StartAt::NAMES),
             also: "",
             meaning: r#"Where a sink added by a reload (while the daemon runs) starts reading: `"end"` delivers only records that arrive from then on, `"oldest"` starts at the oldest record the buffer still holds for some sink. A sink that is in the config when the daemon starts and has no cursor yet (a new data folder, a sink added while it was stopped, a cursor file lost) always starts at the oldest: nothing is skipped at a start."#,
         },
-        Key {
-            name: "sink.lag_bytes_max",
+        // Below 1 MiB a sink would skip at every hiccup; past 1 TiB the
+        // limit is none.
+        lag_bytes_max: u64 = Key {
             default: DefaultValue::Int(0),
             allowed: Allowed::ZeroOrRange {
                 zero: "no limit",
-                min: *LAG_BYTES_MAX_RANGE.start(),
-                max: *LAG_BYTES_MAX_RANGE.end(),
+                min: MIB,
+                max: 1024 * GIB,
                 unit: Unit::Bytes,
             },
             also: "",
             meaning: r#"How far, in bytes of buffered records, the sink may fall behind the newest record before `on_lag` applies."#,
         },
-        Key {
-            name: "sink.on_lag",
+        on_lag: OnLag = Key {
             default: DefaultValue::Str("block"),
             allowed: Allowed::OneOf(OnLag::NAMES),
             also: "",
             meaning: r#"At `lag_bytes_max`: `"block"` keeps every record for this sink (the buffer grows until it catches up, and, full, slows the producers); `"skip"` skips the sink ahead to half the limit, counting and logging the records it never receives (see [Lagging sinks](#a-lagging-sink-block-or-skip)). `"skip"` needs `lag_bytes_max`."#,
         },
-        Key {
-            name: "sink.batches_in_flight",
+        // Read through `DeliveryConfig::in_flight`, which fills in the
+        // adaptive maximum.
+        batches_in_flight: InFlight = Key {
             default: DefaultValue::Int(1),
             allowed: Allowed::RangeOr {
-                min: *BATCHES_IN_FLIGHT_RANGE.start() as u64,
-                max: *BATCHES_IN_FLIGHT_RANGE.end() as u64,
+                min: 1,
+                max: 64,
                 unit: Unit::Count,
                 or: &["adaptive"],
             },
             also: "",
             meaning: r#"Batches the sink may have in flight at once, per shard; `"adaptive"` learns how many the sink takes without pushing back or slowing down, up to `batches_in_flight_max` (see [Batches in flight](#batches-in-flight)). **Above 1 (and with `"adaptive"`) order across batches is not kept**; records within a batch keep theirs."#,
         },
-        Key {
-            name: "sink.batches_in_flight_max",
+        batches_in_flight_max: Option<u32> = Key {
             default: DefaultValue::Int(DEFAULT_BATCHES_IN_FLIGHT_MAX as u64),
             allowed: Allowed::Range {
-                min: *BATCHES_IN_FLIGHT_MAX_RANGE.start() as u64,
-                max: *BATCHES_IN_FLIGHT_MAX_RANGE.end() as u64,
+                min: 2,
+                max: 256,
                 unit: Unit::Count,
             },
             also: "",
             meaning: r#"With `batches_in_flight = "adaptive"` only (an error otherwise): the most batches in flight per shard."#,
         },
-        Key {
-            name: "sink.checkpoint_interval_ms",
-            default: DefaultValue::Int(DEFAULT_CHECKPOINT_INTERVAL_MS),
+        // 100 ms: a power cut may offer again what was confirmed in the
+        // last 100 ms (a crash of the process only the batches in flight).
+        // Measured with `spillway bench --scenario batch_durable_n256` and
+        // the noop sink: the cursor's fdatasync after every batch made the
+        // flusher's own fdatasync wait behind it (see docs/benchmarks.md).
+        checkpoint_interval_ms: u64 = Key {
+            default: DefaultValue::Int(100),
             allowed: Allowed::Range {
-                min: *CHECKPOINT_INTERVAL_MS_RANGE.start(),
-                max: *CHECKPOINT_INTERVAL_MS_RANGE.end(),
+                min: 0,
+                max: 60_000,
                 unit: Unit::Ms,
             },
             also: "",
             meaning: r#"How long the durable copy of the sink's cursor may lag behind its confirmed batches. The cursor file is written after every confirmed batch, before the next is offered, so a crash of the daemon (SIGKILL, a panic, the OOM killer) makes the sink see again at most the batches it had in flight: the kernel still holds the write. It is fdatasynced once this long has passed since the last fdatasync (whether batches keep coming or the sink has caught up) and at a clean stop, so a power cut or a crash of the OS may also offer again what was confirmed in the last interval. `0`: fdatasynced after every confirmed batch, which makes every other fdatasync on the disk (the pushes' own) wait behind it (see [Duplicates after a crash](#several-sinks))."#,
         },
-    ];
+    }
+}
+
+impl KeyDefault for StartAt {
+    fn key_default(key: &Key) -> Self {
+        key.text().parse().expect("a start the key declares")
+    }
+}
+
+impl KeyDefault for OnLag {
+    fn key_default(key: &Key) -> Self {
+        key.text().parse().expect("an on_lag the key declares")
+    }
+}
+
+impl KeyDefault for InFlight {
+    fn key_default(key: &Key) -> Self {
+        InFlight::Fixed(u32::key_default(key))
+    }
+}
+
+/// `batches_in_flight`'s range applies to a fixed count.
+impl AsInt for InFlight {
+    fn as_int(&self) -> Option<u64> {
+        match self {
+            InFlight::Fixed(n) => Some(u64::from(*n)),
+            InFlight::Adaptive { .. } => None,
+        }
+    }
+}
+
+impl DeliveryConfig {
+    /// Every key described for the reference (docs, `spillway.toml(5)`,
+    /// the JSON Schema), from the same declaration the defaults and the
+    /// ranges come from.
+    pub const REFERENCE: &'static [Key] = DeliveryConfig::KEYS;
 
     /// The delivery keys' names, as the user writes them, from
     /// [`DeliveryConfig::REFERENCE`].

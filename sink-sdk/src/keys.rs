@@ -128,29 +128,33 @@ impl Key {
         }
     }
 
-    /// `Ok` when `value` is in the key's range; otherwise the allowed range
-    /// as an error message says it (`1..=65536`, `100..=600000 ms`).
+    /// `Ok` when `value` is in the key's range (or the key has none);
+    /// otherwise what is allowed, as every error message says it: the
+    /// range with its unit (`1..=65536`, `100..=600000 ms`, bytes also in
+    /// KiB/MiB/GiB/TiB: `1048576..=1073741824 (1 MiB..=1 GiB)`), what 0
+    /// means where it is allowed, and the strings allowed beside it.
     pub fn check(&self, value: u64) -> Result<(), String> {
-        match self.allowed {
-            Allowed::Range { min, max, .. } | Allowed::RangeOr { min, max, .. }
-                if (min..=max).contains(&value) =>
-            {
-                Ok(())
-            }
-            Allowed::Range { min, max, unit } | Allowed::RangeOr { min, max, unit, .. } => {
-                Err(format!("{min}..={max}{}", unit.suffix()))
-            }
-            Allowed::ZeroOrRange { min, max, .. } if value == 0 || (min..=max).contains(&value) => {
-                Ok(())
-            }
+        let (zero, min, max, unit, or) = match self.allowed {
+            Allowed::Range { min, max, unit } => (None, min, max, unit, &[][..]),
+            Allowed::RangeOr { min, max, unit, or } => (None, min, max, unit, or),
             Allowed::ZeroOrRange {
                 zero,
                 min,
                 max,
                 unit,
-            } => Err(format!("0 ({zero}) or {min}..={max}{}", unit.suffix())),
-            Allowed::OneOf(_) | Allowed::Shaped { .. } | Allowed::Text(_) => Ok(()),
+            } => (Some(zero), min, max, unit, &[][..]),
+            Allowed::OneOf(_) | Allowed::Shaped { .. } | Allowed::Text(_) => return Ok(()),
+        };
+        if (min..=max).contains(&value) || (zero.is_some() && value == 0) {
+            return Ok(());
         }
+        let unit = match (unit, exact(min, unit), exact(max, unit)) {
+            (Unit::Bytes, Some(low), Some(high)) => format!(" ({low}..={high})"),
+            (unit, ..) => unit.suffix().to_string(),
+        };
+        let zero = zero.map_or(String::new(), |z| format!("0 ({z}) or "));
+        let or: String = or.iter().map(|s| format!(" or \"{s}\"")).collect();
+        Err(format!("{zero}{min}..={max}{unit}{or}"))
     }
 
     /// The default as the reference shows it (markdown).
@@ -266,11 +270,28 @@ mod tests {
     fn a_range_is_checked_inclusively_and_its_error_says_the_range() {
         assert_eq!(K.check(64 * KIB), Ok(()));
         assert_eq!(K.check(GIB), Ok(()));
-        assert_eq!(
-            K.check(64 * KIB - 1),
-            Err("65536..=1073741824 bytes".into())
-        );
-        assert_eq!(K.check(GIB + 1), Err("65536..=1073741824 bytes".into()));
+        let allowed = "65536..=1073741824 (64 KiB..=1 GiB)";
+        assert_eq!(K.check(64 * KIB - 1), Err(allowed.into()));
+        assert_eq!(K.check(GIB + 1), Err(allowed.into()));
+        let odd = Key {
+            allowed: Allowed::Range {
+                min: 1000,
+                max: 5000,
+                unit: Unit::Bytes,
+            },
+            ..K
+        };
+        assert_eq!(odd.check(1), Err("1000..=5000 bytes".into()));
+        let ms = Key {
+            allowed: Allowed::RangeOr {
+                min: 1,
+                max: 64,
+                unit: Unit::Ms,
+                or: &["adaptive"],
+            },
+            ..K
+        };
+        assert_eq!(ms.check(65), Err("1..=64 ms or \"adaptive\"".into()));
     }
 
     #[test]
@@ -323,7 +344,7 @@ mod tests {
         assert_eq!(lag.check(MIB), Ok(()));
         assert_eq!(
             lag.check(MIB - 1),
-            Err("0 (no limit) or 1048576..=1099511627776 bytes".into())
+            Err("0 (no limit) or 1048576..=1099511627776 (1 MiB..=1 TiB)".into())
         );
     }
 }

@@ -113,6 +113,7 @@
 use std::time::Duration;
 
 pub mod abi;
+pub mod declare;
 pub mod delivery;
 pub mod keys;
 pub mod output;

@@ -11,8 +11,9 @@
 use std::collections::BTreeMap;
 
 #[doc(hidden)]
+pub use sink_sdk::declare::{IntKey, OtherKey, Probe};
+#[doc(hidden)]
 pub use sink_sdk::keys::Key;
-use sink_sdk::keys::{exact, Allowed, Unit};
 #[doc(hidden)]
 pub use toml;
 
@@ -20,35 +21,13 @@ use crate::KeyProblem;
 
 /// `value` of `key` against the range `key` declares (`None`: in range, or
 /// not a key with a range); the error names the key's short name and says
-/// what is allowed, bytes also in KiB/MiB/GiB/TiB.
+/// what is allowed ([`Key::check`]).
 pub fn range_problem(key: &Key, value: u64) -> Option<KeyProblem> {
-    let (zero, min, max, unit) = match key.allowed {
-        Allowed::Range { min, max, unit } | Allowed::RangeOr { min, max, unit, .. } => {
-            (None, min, max, unit)
-        }
-        Allowed::ZeroOrRange {
-            zero,
-            min,
-            max,
-            unit,
-        } => (Some(zero), min, max, unit),
-        Allowed::OneOf(_) | Allowed::Shaped { .. } | Allowed::Text(_) => return None,
-    };
-    if (min..=max).contains(&value) || (zero.is_some() && value == 0) {
-        return None;
-    }
-    let human = match unit {
-        Unit::Bytes => {
-            let bytes = |n| exact(n, Unit::Bytes).unwrap_or_else(|| format!("{n} bytes"));
-            format!(" ({}..={})", bytes(min), bytes(max))
-        }
-        Unit::Count | Unit::Ms | Unit::Us => String::new(),
-    };
-    let zero = zero.map_or(String::new(), |z| format!("0 ({z}) or "));
+    let allowed = key.check(value).err()?;
     Some(KeyProblem::OutOfRange {
         key: key.short(),
         value,
-        allowed: format!("{zero}{min}..={max}{human}"),
+        allowed,
     })
 }
 
@@ -79,35 +58,6 @@ impl Redact for BTreeMap<String, String> {
 impl Redact for String {
     fn redacted(&self) -> String {
         "redacted".into()
-    }
-}
-
-/// A field's value as the range check reads it: an integer field's, or
-/// nothing for a field of another type (picked by method resolution on
-/// `&Probe`: [`IntKey`], on `Probe`, is found first where the type
-/// converts to `u64`; else [`OtherKey`], on `&Probe`, one autoref later).
-#[doc(hidden)]
-pub struct Probe<'a, T>(pub &'a Option<T>);
-
-#[doc(hidden)]
-pub trait IntKey {
-    fn int_value(&self) -> Option<u64>;
-}
-
-impl<T: Copy + Into<u64>> IntKey for Probe<'_, T> {
-    fn int_value(&self) -> Option<u64> {
-        self.0.map(Into::into)
-    }
-}
-
-#[doc(hidden)]
-pub trait OtherKey {
-    fn int_value(&self) -> Option<u64>;
-}
-
-impl<T> OtherKey for &Probe<'_, T> {
-    fn int_value(&self) -> Option<u64> {
-        None
     }
 }
 

@@ -48,6 +48,18 @@ pub enum KeyProblem {
     },
 }
 
+/// A key set outside the range it declares (the check every declared key
+/// table makes, [`sink_sdk::key_table!`]).
+impl From<sink_sdk::declare::OutOfRange> for KeyProblem {
+    fn from(o: sink_sdk::declare::OutOfRange) -> Self {
+        KeyProblem::OutOfRange {
+            key: o.key.short(),
+            value: o.value,
+            allowed: o.allowed,
+        }
+    }
+}
+
 impl KeyProblem {
     /// The message, keys named in `table`.
     fn render(&self, table: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {

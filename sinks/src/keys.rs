@@ -5,7 +5,6 @@
 //! `config` (which depends on the registry, which depends on them).
 
 use std::fmt;
-use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::str::FromStr;
 
@@ -98,44 +97,7 @@ pub(crate) fn read_key<'de, A: MapAccess<'de>>(
 
 /// Every delivery key in its range, and the rules across them.
 pub(crate) fn check(d: &DeliveryConfig) -> Result<(), KeyProblem> {
-    check_range(
-        "checkpoint_interval_ms",
-        d.checkpoint_interval_ms,
-        &CHECKPOINT_INTERVAL_MS_RANGE,
-        "",
-    )?;
-    check_batching_and_retries(d)?;
-    check_lag(d)?;
-    check_batches_in_flight(d)
-}
-
-fn check_batching_and_retries(d: &DeliveryConfig) -> Result<(), KeyProblem> {
-    check_range(
-        "batch_records_max",
-        d.batch_records_max,
-        &MAX_RECORDS_RANGE,
-        "",
-    )?;
-    check_range(
-        "batch_bytes_max",
-        d.batch_bytes_max,
-        &MAX_BYTES_RANGE,
-        " (1 KiB..=64 MiB)",
-    )?;
-    check_range("linger_ms", d.linger_ms, &LINGER_MS_RANGE, "")?;
-    check_range(
-        "retry_initial_ms",
-        d.retry_initial_ms,
-        &RETRY_INITIAL_MS_RANGE,
-        "",
-    )?;
-    check_range("retry_max_ms", d.retry_max_ms, &RETRY_MAX_MS_RANGE, "")?;
-    check_range(
-        "build_timeout_ms",
-        d.build_timeout_ms,
-        &BUILD_TIMEOUT_MS_RANGE,
-        "",
-    )?;
+    d.check_ranges().map_err(KeyProblem::from)?;
     if d.retry_max_ms < d.retry_initial_ms {
         return Err(KeyProblem::AgainstKey {
             key: "retry_max_ms".into(),
@@ -144,23 +106,6 @@ fn check_batching_and_retries(d: &DeliveryConfig) -> Result<(), KeyProblem> {
             tail: format!(" = {}; it must be at least that", d.retry_initial_ms),
         });
     }
-    check_zero_or_range(
-        "retry_duration_max_ms",
-        d.retry_duration_max_ms,
-        &MAX_RETRY_DURATION_MS_RANGE,
-        "0 (retry forever)",
-        "",
-    )
-}
-
-fn check_lag(d: &DeliveryConfig) -> Result<(), KeyProblem> {
-    check_zero_or_range(
-        "lag_bytes_max",
-        d.lag_bytes_max,
-        &LAG_BYTES_MAX_RANGE,
-        "0 (no limit)",
-        " (1 MiB..=1 TiB)",
-    )?;
     if d.on_lag == OnLag::Skip && d.lag_bytes_max == 0 {
         return Err(KeyProblem::AgainstKey {
             key: "on_lag".into(),
@@ -169,27 +114,7 @@ fn check_lag(d: &DeliveryConfig) -> Result<(), KeyProblem> {
             tail: " (the lag to skip at); it is 0, no limit".into(),
         });
     }
-    Ok(())
-}
-
-fn check_batches_in_flight(d: &DeliveryConfig) -> Result<(), KeyProblem> {
-    if let InFlight::Fixed(n) = d.batches_in_flight {
-        if !BATCHES_IN_FLIGHT_RANGE.contains(&n) {
-            return Err(KeyProblem::OutOfRange {
-                key: "batches_in_flight",
-                value: n.into(),
-                allowed: format!(
-                    "{}..={} or \"adaptive\"",
-                    BATCHES_IN_FLIGHT_RANGE.start(),
-                    BATCHES_IN_FLIGHT_RANGE.end()
-                ),
-            });
-        }
-    }
-    let Some(max) = d.batches_in_flight_max else {
-        return Ok(());
-    };
-    if let InFlight::Fixed(n) = d.batches_in_flight {
+    if let (InFlight::Fixed(n), Some(_)) = (d.batches_in_flight, d.batches_in_flight_max) {
         return Err(KeyProblem::AgainstKey {
             key: "batches_in_flight_max".into(),
             head: " is not used with ".into(),
@@ -197,50 +122,7 @@ fn check_batches_in_flight(d: &DeliveryConfig) -> Result<(), KeyProblem> {
             tail: format!(" = {n} (only with \"adaptive\")"),
         });
     }
-    check_range(
-        "batches_in_flight_max",
-        max,
-        &BATCHES_IN_FLIGHT_MAX_RANGE,
-        "",
-    )
-}
-
-/// `value` must lie in `range`; `human` follows the range in the error
-/// (e.g. `" (1 KiB..=64 MiB)"`).
-pub(crate) fn check_range<T: Copy + Into<u64>>(
-    key: &'static str,
-    value: T,
-    range: &RangeInclusive<T>,
-    human: &str,
-) -> Result<(), KeyProblem> {
-    let (value, start, end) = (value.into(), (*range.start()).into(), (*range.end()).into());
-    if (start..=end).contains(&value) {
-        return Ok(());
-    }
-    Err(KeyProblem::OutOfRange {
-        key,
-        value,
-        allowed: format!("{start}..={end}{human}"),
-    })
-}
-
-/// `value` must be 0 (which means `zero`, e.g. `"0 (no limit)"`) or lie in
-/// `range`; `human` follows the range in the error.
-fn check_zero_or_range(
-    key: &'static str,
-    value: u64,
-    range: &RangeInclusive<u64>,
-    zero: &str,
-    human: &str,
-) -> Result<(), KeyProblem> {
-    if value == 0 || range.contains(&value) {
-        return Ok(());
-    }
-    Err(KeyProblem::OutOfRange {
-        key,
-        value,
-        allowed: format!("{zero} or {}..={}{human}", range.start(), range.end()),
-    })
+    Ok(())
 }
 
 /// `path`, required for `kind` and naming a file (`what` says which kind of

@@ -83,8 +83,9 @@ const fn with_door_fields<const OWN: usize, const ALL: usize>(
     all
 }
 
-/// The keys a kind of network door has of its own.
-pub trait DoorKeys: Sized {
+/// The keys a kind of network door has of its own (a
+/// [`sink_sdk::key_table!`], read by serde).
+pub trait DoorKeys: Sized + Default + serde::de::DeserializeOwned {
     /// The door's table.
     const TABLE: &'static str;
     /// Every key of the table (the door's and its own), for serde's
@@ -94,103 +95,55 @@ pub trait DoorKeys: Sized {
     /// defaults and ranges).
     const TLS: Key;
     const CONNECTIONS_MAX: Key;
-    fn defaults() -> Self;
-    /// Reads `key` if it is one of this door's own: `false` if it is not.
-    fn read_key<'de, A: MapAccess<'de>>(
-        &mut self,
-        key: &str,
-        map: &mut A,
-    ) -> Result<bool, A::Error>;
+    /// The door's own keys.
+    const OWN: &'static [Key];
     fn validate(&self) -> Result<(), ConfigError>;
 }
 
-/// `[server.tcp]`'s own key.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TcpKeys {
-    /// A TLS handshake must finish within this; until it has, the
-    /// connection may be evicted at `connections_max`. 100..=60000 ms.
-    pub handshake_timeout_ms: u64,
+/// The short names of `keys` (a door's own keys).
+const fn own_names<const N: usize>(keys: &[Key]) -> [&'static str; N] {
+    assert!(N == keys.len());
+    let mut names = [""; N];
+    let mut i = 0;
+    while i < N {
+        names[i] = short_name(keys[i].name);
+        i += 1;
+    }
+    names
+}
+
+/// `name` past its last dot (a key's name within its table).
+const fn short_name(name: &'static str) -> &'static str {
+    let bytes = name.as_bytes();
+    let mut i = bytes.len();
+    while i > 0 {
+        if bytes[i - 1] == b'.' {
+            let (_, short) = name.split_at(i);
+            return short;
+        }
+        i -= 1;
+    }
+    name
 }
 
 impl DoorKeys for TcpKeys {
     const TABLE: &'static str = "server.tcp";
-    const FIELDS: &'static [&'static str] = &with_door_fields::<1, 8>(["handshake_timeout_ms"]);
+    const FIELDS: &'static [&'static str] = &with_door_fields::<1, 8>(own_names(TcpKeys::KEYS));
     const TLS: Key = SERVER_TCP_TLS;
     const CONNECTIONS_MAX: Key = SERVER_TCP_CONNECTIONS_MAX;
-
-    fn defaults() -> Self {
-        TcpKeys {
-            handshake_timeout_ms: SERVER_TCP_HANDSHAKE_TIMEOUT_MS.int(),
-        }
-    }
-
-    fn read_key<'de, A: MapAccess<'de>>(
-        &mut self,
-        key: &str,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
-        match key {
-            "handshake_timeout_ms" => self.handshake_timeout_ms = map.next_value()?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
+    const OWN: &'static [Key] = TcpKeys::KEYS;
 
     fn validate(&self) -> Result<(), ConfigError> {
-        in_range(&SERVER_TCP_HANDSHAKE_TIMEOUT_MS, self.handshake_timeout_ms)
+        Ok(self.check_ranges()?)
     }
-}
-
-/// `[server.http]`'s own keys.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpKeys {
-    /// Name of the environment variable holding the bearer token every
-    /// request must carry; unset = no token.
-    pub token_env: Option<String>,
-    /// Largest request body. 1 KiB..=1 GiB.
-    pub body_bytes_max: u64,
-    /// A request's body must arrive within this. 100..=600000 ms.
-    pub request_timeout_ms: u64,
-    /// A connection out of a request must finish its TLS handshake and
-    /// send a head within this; while it waits it may be evicted at
-    /// `connections_max`. 100..=60000 ms.
-    pub idle_timeout_ms: u64,
 }
 
 impl DoorKeys for HttpKeys {
     const TABLE: &'static str = "server.http";
-    const FIELDS: &'static [&'static str] = &with_door_fields::<4, 11>([
-        "token_env",
-        "body_bytes_max",
-        "request_timeout_ms",
-        "idle_timeout_ms",
-    ]);
+    const FIELDS: &'static [&'static str] = &with_door_fields::<4, 11>(own_names(HttpKeys::KEYS));
     const TLS: Key = SERVER_HTTP_TLS;
     const CONNECTIONS_MAX: Key = SERVER_HTTP_CONNECTIONS_MAX;
-
-    fn defaults() -> Self {
-        HttpKeys {
-            token_env: None,
-            body_bytes_max: SERVER_HTTP_BODY_BYTES_MAX.int(),
-            request_timeout_ms: SERVER_HTTP_REQUEST_TIMEOUT_MS.int(),
-            idle_timeout_ms: SERVER_HTTP_IDLE_TIMEOUT_MS.int(),
-        }
-    }
-
-    fn read_key<'de, A: MapAccess<'de>>(
-        &mut self,
-        key: &str,
-        map: &mut A,
-    ) -> Result<bool, A::Error> {
-        match key {
-            "token_env" => self.token_env = Some(map.next_value()?),
-            "body_bytes_max" => self.body_bytes_max = map.next_value()?,
-            "request_timeout_ms" => self.request_timeout_ms = map.next_value()?,
-            "idle_timeout_ms" => self.idle_timeout_ms = map.next_value()?,
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
+    const OWN: &'static [Key] = HttpKeys::KEYS;
 
     fn validate(&self) -> Result<(), ConfigError> {
         if let Some(var) = &self.token_env {
@@ -201,9 +154,7 @@ impl DoorKeys for HttpKeys {
                 );
             }
         }
-        in_range(&SERVER_HTTP_BODY_BYTES_MAX, self.body_bytes_max)?;
-        in_range(&SERVER_HTTP_REQUEST_TIMEOUT_MS, self.request_timeout_ms)?;
-        in_range(&SERVER_HTTP_IDLE_TIMEOUT_MS, self.idle_timeout_ms)
+        Ok(self.check_ranges()?)
     }
 }
 
@@ -247,7 +198,7 @@ impl<'de, K: DoorKeys> Deserialize<'de> for NetworkDoorConfig<K> {
                     allowed_names: None,
                     connections_max: K::CONNECTIONS_MAX.int() as u32,
                 };
-                let mut own = K::defaults();
+                let mut own = toml::Table::new();
                 while let Some(key) = map.next_key::<String>()? {
                     match key.as_str() {
                         "listen" => listen = Some(map.next_value()?),
@@ -257,20 +208,33 @@ impl<'de, K: DoorKeys> Deserialize<'de> for NetworkDoorConfig<K> {
                         "ca_file" => door.ca_file = Some(map.next_value()?),
                         "allowed_names" => door.allowed_names = Some(map.next_value()?),
                         "connections_max" => door.connections_max = map.next_value()?,
-                        other => {
-                            if !own.read_key(other, &mut map)? {
-                                return Err(de::Error::unknown_field(other, K::FIELDS));
-                            }
+                        other if K::OWN.iter().any(|k| k.short() == other) => {
+                            own.insert(key, map.next_value()?);
                         }
+                        other => return Err(de::Error::unknown_field(other, K::FIELDS)),
                     }
                 }
                 door.listen = listen.ok_or_else(|| de::Error::missing_field("listen"))?;
+                let own = own_keys::<K>(own).map_err(de::Error::custom)?;
                 Ok(NetworkDoorConfig { door, own })
             }
         }
 
         deserializer.deserialize_map(DoorVisitor(PhantomData))
     }
+}
+
+/// A door's own keys from what its table set of them; a value of the
+/// wrong shape is an error naming its key (read one by one first, so the
+/// message says which).
+fn own_keys<K: DoorKeys>(own: toml::Table) -> Result<K, String> {
+    for (key, value) in &own {
+        let one = toml::Table::from_iter([(key.clone(), value.clone())]);
+        if let Err(e) = K::deserialize(one) {
+            return Err(format!("{}.{key}: {}", K::TABLE, e.message().trim()));
+        }
+    }
+    K::deserialize(own).map_err(|e| format!("[{}]: {}", K::TABLE, e.message().trim()))
 }
 
 impl<K: DoorKeys> NetworkDoorConfig<K> {

@@ -17,13 +17,13 @@ use crate::logging::LogFormat;
 mod door;
 mod keys;
 mod renamed;
-pub use door::{DoorConfig, HttpIngestConfig, HttpKeys, NetworkDoorConfig, TcpDoorConfig, TcpKeys};
-pub use keys::TABLES;
-use keys::*;
+pub use door::{DoorConfig, HttpIngestConfig, NetworkDoorConfig, TcpDoorConfig};
+pub use keys::{AdminConfig, HttpKeys, LogConfig, ServerConfig, TcpKeys, WabConfig, TABLES};
 
 /// The embedded default configuration (also `configs/default.toml`).
 pub const DEFAULT_CONFIG: &str = include_str!("../../../configs/default.toml");
 
+use sink_sdk::declare::{KeyDefault, OutOfRange};
 use sink_sdk::keys::Key;
 use sink_sdk::units::MIB;
 
@@ -71,184 +71,11 @@ pub struct Config {
     pub admin: AdminConfig,
 }
 
-/// `[admin]`: the socket `spillway ctl` talks to.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct AdminConfig {
-    /// Unix socket (mode 0600) for `spillway ctl`.
-    pub socket_path: PathBuf,
-    /// `host:port` serving Prometheus metrics at `GET /metrics`; unset = off.
-    pub metrics_address: Option<String>,
-    /// Connections each admin listener (the admin socket, the metrics
-    /// address) serves at once; past it a new one is closed at once. Their
-    /// descriptors are reserved out of the limit beside the producers'.
-    /// 1..=1024.
-    pub connections_max: u32,
-    /// A delivery (or sink health check) outstanding longer than this makes
-    /// `GET /ready` and `ctl health` say not ready. 100..=3600000 ms.
-    pub ready_stall_ms: u64,
-}
-
-impl Default for AdminConfig {
-    fn default() -> Self {
-        AdminConfig {
-            socket_path: PathBuf::from(ADMIN_SOCKET_PATH.text()),
-            metrics_address: None,
-            connections_max: ADMIN_CONNECTIONS_MAX.int() as u32,
-            ready_stall_ms: ADMIN_READY_STALL_MS.int(),
-        }
-    }
-}
-
-/// `[server]`: the socket, connections and shards.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServerConfig {
-    /// Unix socket producers connect to. Its folder is created 0700.
-    pub socket_path: PathBuf,
-    /// Where the write-ahead buffer lives (one folder per shard).
-    pub data_dir: PathBuf,
-    /// Shards (flusher threads, segment streams). 0 = one per core.
-    pub shards: u32,
-    /// Open connections past this are closed at once. 1..=65536.
-    pub connections_max: u32,
-    /// Largest frame payload accepted. 1..=16 MiB (the protocol's hard cap).
-    pub payload_bytes_max: u64,
-    /// A frame that has started must be complete within this. 100..=600000 ms.
-    pub connection_read_timeout_ms: u64,
-    /// A connection with nothing in progress (no partial frame, no frame
-    /// waiting for its ack) for this long is closed, so idle sockets cannot
-    /// hold `connections_max` against other producers. 1000..=86400000 ms.
-    pub connection_idle_timeout_ms: u64,
-    /// At `connections_max`, a new connection closes the connection idle
-    /// longest (nothing in flight: no partial frame, no frame waiting for
-    /// its answer) instead of being refused, so idle holders cannot lock
-    /// producers out until their idle timeout.
-    pub evict_idle_connections: bool,
-    /// How long a connection must have been idle before it may be evicted,
-    /// so a burst of fresh connections cannot evict each other.
-    /// 0..=3600000 ms.
-    pub evict_idle_after_ms: u64,
-    /// Bytes all connections together may hold in partially received frames
-    /// (beyond a 64 KiB read buffer each); past it, connections wait before
-    /// reading more. At least payload_bytes_max; up to 64 GiB.
-    pub read_buffer_bytes_max: u64,
-    /// Start even when another user could replace the socket (its folder, or
-    /// one above it, is writable by others): warned at every start. See
-    /// docs/security.md.
-    pub allow_insecure_socket_dir: bool,
-    /// Records one connection may have waiting for their commit. 1..=65536.
-    pub inflight_records_max: u32,
-    /// Payload bytes one connection may have waiting. 64 KiB..=1 GiB.
-    pub inflight_bytes_max: u64,
-    /// On SIGTERM, how long a sink batch in flight may take to finish. 0..=600000 ms.
-    pub shutdown_timeout_ms: u64,
-    /// Permission bits of the producer socket ("0600": the daemon's user
-    /// only; "0660": its group too). The admin socket always stays 0600.
-    pub socket_mode: SocketMode,
-    /// Group the producer socket is given (name or gid); unset = the
-    /// daemon's own group.
-    pub socket_group: Option<SocketGroup>,
-    /// Numeric uids whose processes may push over the Unix socket (the
-    /// peer's credentials, SO_PEERCRED); unset = any the socket's mode lets in.
-    pub allowed_uids: Option<Vec<u32>>,
-    /// Numeric gids (the peer process's effective group) that may push;
-    /// with `allowed_uids` too, a peer matching either list is let in.
-    pub allowed_gids: Option<Vec<u32>>,
-    /// `[server.http]`: the HTTP ingest door; unset = off.
-    pub http: Option<HttpIngestConfig>,
-    /// `[server.tcp]`: the wire protocol over TCP (with TLS); unset = off.
-    pub tcp: Option<TcpDoorConfig>,
-}
-
 impl ServerConfig {
     /// The network doors configured: `[server.http]`, then `[server.tcp]`.
     pub fn network_doors(&self) -> impl Iterator<Item = &DoorConfig> {
         let http = self.http.as_ref().map(|d| &d.door);
         http.into_iter().chain(self.tcp.as_ref().map(|d| &d.door))
-    }
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            socket_path: PathBuf::from(SERVER_SOCKET_PATH.text()),
-            data_dir: PathBuf::from(SERVER_DATA_DIR.text()),
-            shards: SERVER_SHARDS.int() as u32,
-            connections_max: SERVER_CONNECTIONS_MAX.int() as u32,
-            payload_bytes_max: SERVER_PAYLOAD_BYTES_MAX.int(),
-            connection_read_timeout_ms: SERVER_CONNECTION_READ_TIMEOUT_MS.int(),
-            connection_idle_timeout_ms: SERVER_CONNECTION_IDLE_TIMEOUT_MS.int(),
-            evict_idle_connections: SERVER_EVICT_IDLE_CONNECTIONS.flag(),
-            evict_idle_after_ms: SERVER_EVICT_IDLE_AFTER_MS.int(),
-            read_buffer_bytes_max: SERVER_READ_BUFFER_BYTES_MAX.int(),
-            allow_insecure_socket_dir: SERVER_ALLOW_INSECURE_SOCKET_DIR.flag(),
-            inflight_records_max: SERVER_INFLIGHT_RECORDS_MAX.int() as u32,
-            inflight_bytes_max: SERVER_INFLIGHT_BYTES_MAX.int(),
-            shutdown_timeout_ms: SERVER_SHUTDOWN_TIMEOUT_MS.int(),
-            socket_mode: SocketMode::parse(SERVER_SOCKET_MODE.text())
-                .expect("the key table's socket_mode"),
-            socket_group: None,
-            allowed_uids: None,
-            allowed_gids: None,
-            http: None,
-            tcp: None,
-        }
-    }
-}
-
-/// `[wab]`: the write-ahead buffer on disk.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct WabConfig {
-    /// Size of one segment file (preallocated). 1 MiB..=1 GiB.
-    pub segment_bytes_max: u64,
-    /// Total bytes the WAB may hold before pushes get Overloaded. 4 MiB..=16 TiB.
-    pub wab_bytes_max: u64,
-    /// Longest a Buffered record waits for an fsync. 1..=60000 ms.
-    pub buffered_flush_interval_ms: u64,
-    /// Failed writes/fsyncs in a row after which a shard stops. 1..=100.
-    pub fsync_failures_max: u32,
-    /// How long a flusher spins waiting for the next batch before it sleeps,
-    /// microseconds. 0..=10000; 0 never spins.
-    pub flusher_spin_us: u64,
-    /// Payload bytes one group commit takes at most (one batch is always
-    /// taken, however large). Small records queued behind huge ones ride the
-    /// next group instead of waiting for hundreds of MiB to be written and
-    /// fsynced. 64 KiB..=1 GiB.
-    pub group_bytes_max: u64,
-}
-
-impl Default for WabConfig {
-    fn default() -> Self {
-        WabConfig {
-            segment_bytes_max: WAB_SEGMENT_BYTES_MAX.int(),
-            wab_bytes_max: WAB_WAB_BYTES_MAX.int(),
-            buffered_flush_interval_ms: WAB_BUFFERED_FLUSH_INTERVAL_MS.int(),
-            fsync_failures_max: WAB_FSYNC_FAILURES_MAX.int() as u32,
-            flusher_spin_us: WAB_FLUSHER_SPIN_US.int(),
-            group_bytes_max: WAB_GROUP_BYTES_MAX.int(),
-        }
-    }
-}
-
-/// `[log]`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct LogConfig {
-    /// tracing filter, e.g. "info" or "spillway=debug" (RUST_LOG overrides).
-    pub level: String,
-    /// "text" (readable lines) or "json" (one object per line).
-    pub format: LogFormat,
-}
-
-impl Default for LogConfig {
-    fn default() -> Self {
-        LogConfig {
-            level: LOG_LEVEL.text().into(),
-            format: LogFormat::try_from(LOG_FORMAT.text().to_string())
-                .expect("the key table's log.format"),
-        }
     }
 }
 
@@ -404,12 +231,33 @@ impl ServerConfig {
 }
 
 /// `value` against `key`'s range in the key table; the error names both.
-fn in_range(key: &Key, value: u64) -> Result<(), ConfigError> {
-    key.check(value).map_err(|allowed| ConfigError::Range {
-        key: key.name,
-        value: value.to_string(),
-        allowed,
-    })
+fn in_range(key: &'static Key, value: u64) -> Result<(), ConfigError> {
+    Ok(sink_sdk::declare::in_range(key, value)?)
+}
+
+/// A key of a declared table set outside its range.
+impl From<OutOfRange> for ConfigError {
+    fn from(o: OutOfRange) -> Self {
+        ConfigError::Range {
+            key: o.key.name,
+            value: o.value.to_string(),
+            allowed: o.allowed,
+        }
+    }
+}
+
+/// `server.socket_mode`'s declared default.
+impl KeyDefault for SocketMode {
+    fn key_default(key: &Key) -> Self {
+        SocketMode::parse(key.text()).expect("the declared socket_mode")
+    }
+}
+
+/// `log.format`'s declared default.
+impl KeyDefault for LogFormat {
+    fn key_default(key: &Key) -> Self {
+        LogFormat::try_from(key.text().to_string()).expect("the declared log.format")
+    }
 }
 
 /// Largest config file read, in bytes: a real one is a few KiB; the cap
@@ -648,19 +496,7 @@ impl Config {
             tcp.validate()?;
         }
         self.check_plaintext_doors_against_peer_ids()?;
-        in_range(&SERVER_SHARDS, s.shards as u64)?;
-        in_range(&SERVER_CONNECTIONS_MAX, s.connections_max as u64)?;
-        in_range(&SERVER_PAYLOAD_BYTES_MAX, s.payload_bytes_max)?;
-        in_range(
-            &SERVER_CONNECTION_READ_TIMEOUT_MS,
-            s.connection_read_timeout_ms,
-        )?;
-        in_range(
-            &SERVER_CONNECTION_IDLE_TIMEOUT_MS,
-            s.connection_idle_timeout_ms,
-        )?;
-        in_range(&SERVER_EVICT_IDLE_AFTER_MS, s.evict_idle_after_ms)?;
-        in_range(&SERVER_READ_BUFFER_BYTES_MAX, s.read_buffer_bytes_max)?;
+        s.check_ranges()?;
         if s.read_buffer_bytes_max < s.payload_bytes_max {
             return Err(ConfigError::Invalid {
                 key: "server.read_buffer_bytes_max",
@@ -670,23 +506,13 @@ impl Config {
                 ),
             });
         }
-        in_range(&SERVER_INFLIGHT_RECORDS_MAX, s.inflight_records_max as u64)?;
-        in_range(&SERVER_INFLIGHT_BYTES_MAX, s.inflight_bytes_max)?;
-        in_range(&SERVER_SHUTDOWN_TIMEOUT_MS, s.shutdown_timeout_ms)
+        Ok(())
     }
 
     /// `[wab]`.
     fn validate_wab(&self) -> Result<(), ConfigError> {
         let w = &self.wab;
-        in_range(&WAB_SEGMENT_BYTES_MAX, w.segment_bytes_max)?;
-        in_range(&WAB_WAB_BYTES_MAX, w.wab_bytes_max)?;
-        in_range(
-            &WAB_BUFFERED_FLUSH_INTERVAL_MS,
-            w.buffered_flush_interval_ms,
-        )?;
-        in_range(&WAB_FSYNC_FAILURES_MAX, w.fsync_failures_max as u64)?;
-        in_range(&WAB_FLUSHER_SPIN_US, w.flusher_spin_us)?;
-        in_range(&WAB_GROUP_BYTES_MAX, w.group_bytes_max)?;
+        w.check_ranges()?;
         if w.wab_bytes_max < w.segment_bytes_max {
             return Err(ConfigError::Invalid {
                 key: "wab.wab_bytes_max",
@@ -701,11 +527,7 @@ impl Config {
 
     /// `[admin]`.
     fn validate_admin(&self) -> Result<(), ConfigError> {
-        in_range(
-            &ADMIN_CONNECTIONS_MAX,
-            u64::from(self.admin.connections_max),
-        )?;
-        in_range(&ADMIN_READY_STALL_MS, self.admin.ready_stall_ms)?;
+        self.admin.check_ranges()?;
         if self.admin.socket_path.as_os_str().is_empty()
             || self.admin.socket_path == self.server.socket_path
         {
