@@ -54,34 +54,8 @@ pub type TcpDoorConfig = NetworkDoorConfig<TcpKeys>;
 /// records are durable (docs/ingest.md).
 pub type HttpIngestConfig = NetworkDoorConfig<HttpKeys>;
 
-/// The keys every network door has ([`DoorConfig`]'s).
-const DOOR_FIELDS: [&str; 7] = [
-    "listen",
-    "tls",
-    "cert_file",
-    "key_file",
-    "ca_file",
-    "allowed_names",
-    "connections_max",
-];
-
-/// [`DOOR_FIELDS`] and then a door's own keys: every key of its table.
-const fn with_door_fields<const OWN: usize, const ALL: usize>(
-    own: [&'static str; OWN],
-) -> [&'static str; ALL] {
-    assert!(ALL == DOOR_FIELDS.len() + OWN);
-    let mut all = [""; ALL];
-    let mut i = 0;
-    while i < ALL {
-        all[i] = if i < DOOR_FIELDS.len() {
-            DOOR_FIELDS[i]
-        } else {
-            own[i - DOOR_FIELDS.len()]
-        };
-        i += 1;
-    }
-    all
-}
+/// The keys every network door has ([`DoorConfig`]'s), as described.
+const DOOR_FIELDS: [&str; 7] = short_names(&SERVER_TCP_DOOR);
 
 /// The keys a kind of network door has of its own (a
 /// [`sink_sdk::key_table!`], read by serde).
@@ -100,8 +74,8 @@ pub trait DoorKeys: Sized + Default + serde::de::DeserializeOwned {
     fn validate(&self) -> Result<(), ConfigError>;
 }
 
-/// The short names of `keys` (a door's own keys).
-const fn own_names<const N: usize>(keys: &[Key]) -> [&'static str; N] {
+/// The short names of `keys` (their names within their table).
+const fn short_names<const N: usize>(keys: &[Key]) -> [&'static str; N] {
     assert!(N == keys.len());
     let mut names = [""; N];
     let mut i = 0;
@@ -128,7 +102,8 @@ const fn short_name(name: &'static str) -> &'static str {
 
 impl DoorKeys for TcpKeys {
     const TABLE: &'static str = "server.tcp";
-    const FIELDS: &'static [&'static str] = &with_door_fields::<1, 8>(own_names(TcpKeys::KEYS));
+    const FIELDS: &'static [&'static str] =
+        &concat::<_, 8>(&DOOR_FIELDS, &short_names::<1>(TcpKeys::KEYS));
     const TLS: Key = SERVER_TCP_TLS;
     const CONNECTIONS_MAX: Key = SERVER_TCP_CONNECTIONS_MAX;
     const OWN: &'static [Key] = TcpKeys::KEYS;
@@ -140,7 +115,8 @@ impl DoorKeys for TcpKeys {
 
 impl DoorKeys for HttpKeys {
     const TABLE: &'static str = "server.http";
-    const FIELDS: &'static [&'static str] = &with_door_fields::<4, 11>(own_names(HttpKeys::KEYS));
+    const FIELDS: &'static [&'static str] =
+        &concat::<_, 11>(&DOOR_FIELDS, &short_names::<4>(HttpKeys::KEYS));
     const TLS: Key = SERVER_HTTP_TLS;
     const CONNECTIONS_MAX: Key = SERVER_HTTP_CONNECTIONS_MAX;
     const OWN: &'static [Key] = HttpKeys::KEYS;

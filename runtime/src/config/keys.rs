@@ -477,25 +477,21 @@ key_table! {
     }
 }
 
-/// `door` (what every door has, as its table describes it) and then
-/// `own` (the door's own keys): every key of a door's table.
-const fn door_table<const ALL: usize>(door: [Key; 7], own: &[Key]) -> [Key; ALL] {
-    assert!(ALL == door.len() + own.len());
-    let mut all = [door[0]; ALL];
+/// `a` and then `b` in one array (a door's table: what every door has,
+/// then its own keys).
+pub(super) const fn concat<T: Copy, const ALL: usize>(a: &[T], b: &[T]) -> [T; ALL] {
+    assert!(ALL == a.len() + b.len());
+    let mut all = [a[0]; ALL];
     let mut i = 0;
     while i < ALL {
-        all[i] = if i < door.len() {
-            door[i]
-        } else {
-            own[i - door.len()]
-        };
+        all[i] = if i < a.len() { a[i] } else { b[i - a.len()] };
         i += 1;
     }
     all
 }
 
-const SERVER_TCP_KEYS: [Key; 8] = door_table(SERVER_TCP_DOOR, TcpKeys::KEYS);
-const SERVER_HTTP_KEYS: [Key; 11] = door_table(SERVER_HTTP_DOOR, HttpKeys::KEYS);
+const SERVER_TCP_KEYS: [Key; 8] = concat(&SERVER_TCP_DOOR, TcpKeys::KEYS);
+const SERVER_HTTP_KEYS: [Key; 11] = concat(&SERVER_HTTP_DOOR, HttpKeys::KEYS);
 
 /// The daemon's tables, in the order the reference lists them.
 pub const TABLES: &[Table] = &[
