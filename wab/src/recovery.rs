@@ -1155,6 +1155,12 @@ fn read_back<S: Storage>(
 /// started the next one at the group's first seq): they were never acked,
 /// and their sequence numbers belong to the newer segment's records, so
 /// they are cut like a torn tail.
+///
+/// A segment with no record to keep (header only: its first group was
+/// torn; or nothing but damage) is quarantined; records lost to damage
+/// there are counted by `open_shard`, as numbers the quarantined file
+/// covers and no kept segment holds. One whose header is damaged and could
+/// not be repaired (see `recover_shard`) is quarantined whole.
 fn recover_open<S: Storage>(
     storage: &S,
     dir: &Path,
@@ -1174,7 +1180,6 @@ fn recover_open<S: Storage>(
                 capacity,
             }));
         }
-        // A damaged header that could not be repaired (see `recover_shard`).
         Opened::BadHeader(e) => {
             if !remove_if_empty_seal(storage, dir, path, id, report)? {
                 let damage = e.to_string();
@@ -1212,10 +1217,7 @@ fn recover_open<S: Storage>(
         save_tail(storage, dir, &file, id, kept.cut, tail_end, detail, report)?;
     }
     if kept.count == kept.lost {
-        // Header only (its first group was torn), or nothing but damage:
-        // no record to keep. Records lost to damage here are counted by
-        // `open_shard`, as numbers the quarantined file covers and no
-        // kept segment holds; not also as salvaged.
+        // No record to keep (see above): not counted as salvaged.
         report.salvaged.truncate(first_salvaged);
         let reason = "unsealed segment holds no intact record";
         quarantine(storage, dir, path, reason, &mut report.quarantined)?;
