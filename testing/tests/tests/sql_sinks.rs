@@ -211,6 +211,12 @@ fn a_fleet_shares_one_table(sql: &Sql) {
     let mut b = Daemon::start(&config);
     let mut expected = push(&a, "a");
     expected.extend(push(&b, "b"));
+    // A's records must be in the table before its folder goes: removing a
+    // data folder drops what it has not delivered yet (the test once
+    // removed it while a loaded CI machine had delivered 39 of A's 100,
+    // and the other 61 were gone with it: the operator's doing, not a
+    // loss).
+    rows_once_all_arrived(sql, &table, &expected[..100], &[&a]);
     // A's data folder made anew (a host rebuilt): a new instance id, and
     // its numbers start at 0 again.
     let old_a = instance_of(&a);
