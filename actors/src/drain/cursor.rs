@@ -450,7 +450,7 @@ impl<S: Storage> Cursor<S> {
                         self.sink,
                         rec.seq,
                     );
-                    self.pending.push(rec, self.clock.now());
+                    self.pending.push(rec, || self.clock.now());
                 }
                 None => {
                     at_tail = true;
@@ -707,7 +707,7 @@ impl<S: Storage> Cursor<S> {
                 .follower
                 .next(wm.tail(), |id| queue.abandoned(id, false).map(|a| a.cut()))?;
             let Some(rec) = next else { break };
-            self.pending.push(rec, self.clock.now());
+            self.pending.push(rec, || self.clock.now());
         }
         let end = self
             .pending

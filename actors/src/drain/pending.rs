@@ -68,8 +68,9 @@ impl Pending {
         }
     }
 
-    /// Takes `rec`, read at `now`; every record is past the one before.
-    pub(super) fn push(&mut self, rec: StoredRecord, now: Instant) {
+    /// Takes `rec`, read at `now()` (asked only when linger starts with
+    /// it); every record is past the one before.
+    pub(super) fn push(&mut self, rec: StoredRecord, now: impl FnOnce() -> Instant) {
         if let Some(last) = self.records.back() {
             assert!(
                 rec.seq > last.seq,
@@ -79,7 +80,7 @@ impl Pending {
             );
         }
         if self.records.len() == self.flights.records {
-            self.since = Some(now);
+            self.since = Some(now());
         }
         self.bytes += rec.payload.len();
         self.records.push_back(rec);
