@@ -17,19 +17,8 @@ pub use sink_sdk::keys::Key;
 #[doc(hidden)]
 pub use toml;
 
-use crate::KeyProblem;
-
-/// `value` of `key` against the range `key` declares (`None`: in range, or
-/// not a key with a range); the error names the key's short name and says
-/// what is allowed ([`Key::check`]).
-pub fn range_problem(key: &Key, value: u64) -> Option<KeyProblem> {
-    let allowed = key.check(value).err()?;
-    Some(KeyProblem::OutOfRange {
-        key: key.short(),
-        value,
-        allowed,
-    })
-}
+#[doc(hidden)]
+pub use sink_sdk::declare::in_range;
 
 /// How a secret key shows in `Debug`: a table by its keys, anything else
 /// not at all.
@@ -141,9 +130,7 @@ macro_rules! sink_keys {
                             .iter()
                             .find(|k| k.short() == stringify!($field))
                             .expect("every field is declared");
-                        if let Some(problem) = $crate::declare::range_problem(key, value) {
-                            return Err(problem);
-                        }
+                        $crate::declare::in_range(key, value).map_err($crate::KeyProblem::from)?;
                     }
                 )*
                 Ok(())
