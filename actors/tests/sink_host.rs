@@ -58,6 +58,15 @@ struct Script {
     /// Sleep this long on these calls (a busy downstream).
     slow_on: Vec<usize>,
     slow_for: Duration,
+    /// Panic on every batch that holds this payload (a poison record).
+    panic_on_payload: Option<Vec<u8>>,
+    /// Ask to retry every batch that holds this payload.
+    retry_on_payload: Option<Vec<u8>>,
+    /// Panic on every call up to this one (a sink that is down and
+    /// panics for it).
+    panic_until: usize,
+    /// Ask to retry every call up to this one (a downstream outage).
+    retry_until: usize,
     limits: Option<Limits>,
 }
 
@@ -81,8 +90,21 @@ impl Sink for Scripted {
         if self.script.slow_on.contains(&n) {
             std::thread::sleep(self.script.slow_for);
         }
-        if self.script.panic_on.contains(&n) {
+        if self.script.panic_on.contains(&n) || n <= self.script.panic_until {
             panic!("scripted panic on deliver {n}");
+        }
+        let holds = |p: &Option<Vec<u8>>| {
+            p.as_ref()
+                .is_some_and(|p| batch.records().iter().any(|r| r.payload == &p[..]))
+        };
+        if holds(&self.script.panic_on_payload) {
+            panic!("scripted panic on a poison record");
+        }
+        if holds(&self.script.retry_on_payload) || n <= self.script.retry_until {
+            return Outcome::Retry {
+                after: None,
+                reason: format!("scripted retry on deliver {n}"),
+            };
         }
         if self.script.retry_on.contains(&n) {
             return Outcome::Retry {
@@ -393,6 +415,7 @@ struct Rig {
     flusher: Option<ShardFlusher>,
     drain: Option<Drain>,
     stats: Arc<DrainStats>,
+    dead_dir: std::path::PathBuf,
     control: Arc<CursorControl>,
     target: Arc<Commits>,
     commits: mpsc::Receiver<(u64, Result<u64, NackReason>)>,
@@ -462,6 +485,7 @@ impl Rig {
         let (tx, commits) = mpsc::channel();
         let target = Arc::new(Commits(Mutex::new(tx)));
         Rig {
+            dead_dir: tmp.path().join("dead-letter"),
             _tmp: tmp,
             queue,
             wab,
@@ -530,6 +554,13 @@ impl Rig {
             thread::sleep(pause);
         }
         expected
+    }
+
+    /// What the dead-letter store holds.
+    fn dead_letters(&self) -> Vec<spillway_wab::deadletter::DeadLetter> {
+        DeadLetterStore::open(FsStorage, &self.dead_dir)
+            .and_then(|d| d.list())
+            .expect("reading the dead-letter store")
     }
 
     fn wait_delivered(&self, log: &Log, n: usize) {
@@ -917,4 +948,251 @@ fn checkpoint_interval_fdatasyncs_the_cursor_less_often_and_a_stop_makes_it_dura
         "{syncs} cursor fdatasyncs for 60 batches with a 60 s interval"
     );
     assert_eq!(at_stop, 1, "a clean stop fdatasyncs the cursor file once");
+}
+
+/// 1,000 records, one of them poison; `script` fails on it. Returns the
+/// rig's log, stats and dead letters once the 999 others are delivered
+/// (within `within`), or panics saying what arrived.
+fn deliver_beside_a_poison_record(
+    at: usize,
+    script: Script,
+    mut settings: DeliveryConfig,
+    within: Duration,
+) -> (
+    Vec<u64>,
+    Arc<DrainStats>,
+    Vec<spillway_wab::deadletter::DeadLetter>,
+    Duration,
+) {
+    quiet_scripted_panics();
+    settings.batch_records_max = 1000;
+    let log: Log = Default::default();
+    let poison = b"poison".to_vec();
+    let script = Arc::new(script);
+    let slot = SinkSlot::new(
+        maker("scripted", log.clone(), script, Arc::default()),
+        settings,
+    );
+    let mut rig = Rig::start(64 << 20, slot);
+    rig.control.set_paused(true);
+    let mut ps = payloads(0, 1000);
+    ps[at] = poison;
+    assert_eq!(rig.append(&ps), 0);
+    let started = Instant::now();
+    rig.control.set_paused(false);
+    let deadline = started + within;
+    loop {
+        let done = log.lock().unwrap().len() == 999
+            && rig.stats.dead_lettered.load(Ordering::SeqCst) == 1
+            && rig.stats.checkpoint.load(Ordering::SeqCst) == 1000;
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "within {within:?}: {} records delivered, {} dead-lettered, checkpoint {}",
+            log.lock().unwrap().len(),
+            rig.stats.dead_lettered.load(Ordering::SeqCst),
+            rig.stats.checkpoint.load(Ordering::SeqCst)
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let took = started.elapsed();
+    let seqs: Vec<u64> = log.lock().unwrap().iter().map(|r| r.1).collect();
+    let dead = rig.dead_letters();
+    let stats = rig.stats.clone();
+    rig.stop();
+    (seqs, stats, dead, took)
+}
+
+/// Every seq of 0..1000 but `at`, once, in order.
+fn all_but_the_poison(seqs: &[u64], at: u64) {
+    let want: Vec<u64> = (0..1000).filter(|&s| s != at).collect();
+    assert_eq!(seqs, &want[..], "the 999 good records, in order, once");
+}
+
+/// The first and the last record of the batch: halving finds nothing
+/// that goes through before it (the batch after it is the witness), or
+/// nothing after it.
+#[test]
+fn a_poison_record_at_either_end_of_its_batch_is_isolated() {
+    for at in [0, 999] {
+        let (seqs, stats, dead, took) = deliver_beside_a_poison_record(
+            at,
+            Script {
+                panic_on_payload: Some(b"poison".to_vec()),
+                ..Default::default()
+            },
+            settings(1000),
+            Duration::from_secs(10),
+        );
+        all_but_the_poison(&seqs, at as u64);
+        assert_eq!(dead.len(), 1, "{dead:?}");
+        assert_eq!(dead[0].seq, at as u64);
+        assert_eq!(stats.poison_records.load(Ordering::SeqCst), 1);
+        eprintln!("poison record at {at} set aside after {took:?}");
+    }
+}
+
+#[test]
+fn a_record_the_sink_panics_on_is_isolated_and_dead_lettered_alone() {
+    let (seqs, stats, dead, took) = deliver_beside_a_poison_record(
+        637,
+        Script {
+            panic_on_payload: Some(b"poison".to_vec()),
+            ..Default::default()
+        },
+        settings(1000),
+        Duration::from_secs(10),
+    );
+    all_but_the_poison(&seqs, 637);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].seq, 637);
+    assert_eq!(dead[0].payload, &b"poison"[..]);
+    assert!(
+        dead[0].reason.starts_with("panicked: ")
+            && dead[0].reason.contains("scripted panic on a poison record"),
+        "{}",
+        dead[0].reason
+    );
+    assert_eq!(stats.poison_records.load(Ordering::SeqCst), 1);
+    // 1,000 down to one record: ten halvings at least.
+    assert!(stats.batch_splits.load(Ordering::SeqCst) >= 10);
+    eprintln!(
+        "panicking poison record set aside after {took:?}, {} splits",
+        stats.batch_splits.load(Ordering::SeqCst)
+    );
+}
+
+/// With batches in flight on worker threads (each with its own instance),
+/// the halves go out side by side: the same records arrive, in any order.
+#[test]
+fn a_poison_record_is_isolated_with_batches_in_flight_too() {
+    for (what, script, limit) in [
+        (
+            "panics",
+            Script {
+                panic_on_payload: Some(b"poison".to_vec()),
+                ..Default::default()
+            },
+            0,
+        ),
+        (
+            "retries",
+            Script {
+                retry_on_payload: Some(b"poison".to_vec()),
+                ..Default::default()
+            },
+            1_000,
+        ),
+    ] {
+        let (mut seqs, stats, dead, took) = deliver_beside_a_poison_record(
+            637,
+            script,
+            DeliveryConfig {
+                batches_in_flight: sink_sdk::delivery::InFlight::Fixed(4),
+                retry_duration_max_ms: limit,
+                ..settings(1000)
+            },
+            Duration::from_secs(30),
+        );
+        seqs.sort_unstable();
+        all_but_the_poison(&seqs, 637);
+        assert_eq!(dead.len(), 1, "{what}: {dead:?}");
+        assert_eq!(dead[0].seq, 637, "{what}");
+        assert_eq!(stats.poison_records.load(Ordering::SeqCst), 1, "{what}");
+        eprintln!("{what}, 4 batches in flight: set aside after {took:?}");
+    }
+}
+
+#[test]
+fn a_record_the_sink_always_retries_is_isolated_and_dead_lettered_at_the_time_limit() {
+    let (seqs, stats, dead, took) = deliver_beside_a_poison_record(
+        637,
+        Script {
+            retry_on_payload: Some(b"poison".to_vec()),
+            ..Default::default()
+        },
+        DeliveryConfig {
+            retry_duration_max_ms: 2_000,
+            ..settings(1000)
+        },
+        Duration::from_secs(30),
+    );
+    all_but_the_poison(&seqs, 637);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].seq, 637);
+    assert!(
+        dead[0]
+            .reason
+            .starts_with("retried for 2 s: scripted retry"),
+        "{}",
+        dead[0].reason
+    );
+    assert_eq!(stats.poison_records.load(Ordering::SeqCst), 1);
+    assert!(
+        took >= Duration::from_secs(2),
+        "not before the limit: {took:?}"
+    );
+}
+
+/// A sink that is down (it asks to retry, or panics, on every call for a
+/// while) is no poison: batches are halved while it fails, and once it is
+/// back every record arrives, in order, none dead-lettered.
+#[test]
+fn an_outage_dead_letters_nothing_though_its_batches_are_halved() {
+    quiet_scripted_panics();
+    for (panics, script) in [
+        (
+            false,
+            Script {
+                retry_until: 40,
+                ..Default::default()
+            },
+        ),
+        (
+            true,
+            Script {
+                panic_until: 6,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let log: Log = Default::default();
+        let slot = SinkSlot::new(
+            maker("scripted", log.clone(), Arc::new(script), Arc::default()),
+            settings(100),
+        );
+        let mut rig = Rig::start(64 << 20, slot);
+        let mut expected = Vec::new();
+        for b in 0..10u64 {
+            let ps = payloads(b * 50, 50);
+            let first = rig.append(&ps);
+            expected.extend(
+                ps.into_iter()
+                    .enumerate()
+                    .map(|(i, p)| (first + i as u64, p)),
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while log.lock().unwrap().len() < expected.len() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+        if panics {
+            // A lone record the sink panicked on twice waits for a witness:
+            // the batch after it may arrive first once the sink is back.
+            let mut got: Vec<u64> = log.lock().unwrap().iter().map(|r| r.1).collect();
+            got.sort_unstable();
+            let want: Vec<u64> = expected.iter().map(|r| r.0).collect();
+            assert_eq!(got, want, "every record once, after the panicking outage");
+        } else {
+            check_log(&log, &expected, "after the outage");
+        }
+        assert_eq!(rig.stats.dead_lettered.load(Ordering::SeqCst), 0);
+        assert!(
+            rig.stats.batch_splits.load(Ordering::SeqCst) > 0,
+            "the outage halved batches"
+        );
+        rig.stop();
+    }
 }

@@ -307,6 +307,14 @@ fn delivery(out: &mut String, sinks: &serde_json::Map<String, Value>, uptime: u6
             n("batches_in_flight"),
             n("batches_in_flight_limit")
         );
+        if int(&s["batch_splits"]) > 0 {
+            let _ = writeln!(
+                out,
+                "    poison: {} batches halved to find failing records, {} set aside",
+                n("batch_splits"),
+                n("poison_records")
+            );
+        }
         let per_shard = s["shards"].as_array().cloned().unwrap_or_default();
         if per_shard.len() < 2 {
             continue;

@@ -199,7 +199,7 @@ crate::key_table! {
                 unit: Unit::Ms,
             },
             also: "",
-            meaning: r#"After a batch has failed transiently for this long it is dead-lettered."#,
+            meaning: r#"Records failing transiently this long are dead-lettered: those of a sink that takes nothing else (down), or a lone record while it takes others (poison; see [Poison records](#poison-records))."#,
         },
         // Long enough for a TLS handshake to a far endpoint or a database
         // login, short enough that a stuck one is refused while the

@@ -30,6 +30,7 @@ use super::in_flight::{
     read_learned, sink_record, Answer, FlightState, Flights, Lanes, Limiter, Pool,
 };
 use super::pending::{Pending, Settlement};
+use super::poison::Verdict;
 use super::requeue::Requeue;
 use super::retention::{Membership, Retention};
 use super::retry::{self, AfterFailure, RetryState, Waiting};
@@ -141,6 +142,10 @@ pub struct Cursor<S: Storage> {
     /// since when (the follower's read-ahead is let go after [`IDLE_WAIT`]).
     idle_at: Option<(Watermark, Instant)>,
     retry: RetryState,
+    /// Answers that finished records (committed or rejected): a sink that
+    /// takes other records while one keeps failing is up, and that record
+    /// is poison (see `poison`).
+    commits: u64,
     rng: u64,
 }
 
@@ -197,6 +202,7 @@ impl<S: Storage> Cursor<S> {
             bytes_base: 0,
             idle_at: None,
             retry: RetryState::default(),
+            commits: 0,
             rng: rng_seed.max(1),
             membership,
             retire: Arc::new(AtomicBool::new(false)),
@@ -428,7 +434,9 @@ impl<S: Storage> Cursor<S> {
     fn fill(&mut self, wm: Watermark) -> io::Result<()> {
         let (max_records, max_bytes) = self.host.batch_limits();
         let mut at_tail = false;
-        let ahead = !matches!(self.pending.flights.lanes, Lanes::Inline);
+        // A suspect waiting for a witness reads the next batch too.
+        let ahead = !matches!(self.pending.flights.lanes, Lanes::Inline)
+            || self.pending.flights.first_waiting(self.commits).is_some();
         loop {
             let (held, held_bytes) = self.pending.held(ahead);
             if held >= max_records || held_bytes >= max_bytes {
@@ -773,22 +781,22 @@ impl<S: Storage> Cursor<S> {
         let limit = self.pending.flights.limiter.limit() as usize;
         loop {
             let (max_records, max_bytes) = self.host.batch_limits();
-            if inline && self.pending.flights.first_resend().is_some() {
+            if inline && self.pending.flights.resend_over(max_records, max_bytes) {
                 // One at a time offers the head of what was read again,
-                // cut by the limits of now (a reload may have changed
-                // them), as before batches in flight.
+                // cut by the limits of now (a reload shrank them).
                 self.pending.flights.abandon();
             }
-            let resend = self.pending.flights.first_resend();
+            let waiting = self.pending.flights.first_waiting(self.commits);
+            let mut resend = self.pending.flights.first_resend(self.commits);
             if resend.is_none() {
                 let (unsent, unsent_bytes) = self.pending.unsent();
-                if unsent == 0 {
+                if unsent == 0 && waiting.is_none() {
                     break;
                 }
                 let full = unsent >= max_records || unsent_bytes >= max_bytes;
                 let linger = self.host.settings().linger();
                 let linger_left = self.pending.linger_left(linger, |t| self.clock.since(t));
-                if !full && !linger_left.is_zero() {
+                if unsent > 0 && !full && !linger_left.is_zero() {
                     self.publish_in_flight();
                     return Ok(DrainWait::Durable {
                         seen: wm,
@@ -796,16 +804,23 @@ impl<S: Storage> Cursor<S> {
                         timeout: linger_left,
                     });
                 }
+                // A suspect waiting for a witness goes again itself when
+                // no new batch can be its witness.
+                let witness = usize::from(waiting.is_some());
+                if unsent == 0 || self.pending.flights.unsettled() - witness >= limit {
+                    resend = waiting;
+                }
             }
             // A batch is ready: it goes if a slot is free, else the limit
             // learns that the sink, not the records, is what waits. A batch
             // offered again has its slot; a new one needs a slot among the
-            // unsettled, so a crash redelivers at most `limit` batches.
+            // unsettled, so a crash redelivers at most `limit` batches (one
+            // more, the witness, while a suspect waits).
             let taken = match resend {
                 Some(_) => self.pending.flights.out(),
                 None => self.pending.flights.unsettled(),
             };
-            if taken >= limit {
+            if taken >= limit + usize::from(waiting.is_some() && resend.is_none()) {
                 self.pending.flights.limiter.slots_full();
                 break;
             }
@@ -858,6 +873,7 @@ impl<S: Storage> Cursor<S> {
                 id,
                 outcome,
                 rtt: started.elapsed(),
+                panicked: self.host.panicked(),
             });
         }
         self.pending.flights.offered(idx, id, now_unix_us() / 1000);
@@ -913,6 +929,7 @@ impl<S: Storage> Cursor<S> {
             self.limit_changed();
         }
         if done > 0 {
+            self.commits += 1;
             self.retry = RetryState::default();
             self.stats.sink.lock().unwrap().delivered();
             let committed = done - rejected.len();
@@ -926,10 +943,74 @@ impl<S: Storage> Cursor<S> {
         };
         let (after, reason) = retry.unwrap_or((None, "sink asked to retry".into()));
         let len = self.pending.flights.list[idx].len;
-        if let Some(why) = self.after_transient(len, after, reason) {
-            // Failing for longer than max_retry_duration: dead-lettered.
-            let rejected = (0..len).map(|i| (i, why.clone())).collect();
-            self.pending.flights.list[idx].state = FlightState::Finished(rejected);
+        self.after_transient(len, after, &reason);
+        self.judge(idx, &reason, a.panicked);
+    }
+
+    /// Flight `idx` failed again (`panicked`: the sink panicked on it):
+    /// offer it again, halve it, or give it up (see `poison`); giving up
+    /// in an outage past `retry_duration_max_ms` takes every flight in the
+    /// same state.
+    fn judge(&mut self, idx: usize, reason: &str, panicked: bool) {
+        let now = self.clock.now();
+        let limit = self.host.settings().retry_duration_max();
+        let (commits, len) = (self.commits, self.pending.flights.list[idx].len);
+        let first_seq = self.pending.first_seq_of(idx);
+        let verdict = self.pending.flights.list[idx]
+            .failures
+            .failed(len, now, reason, panicked, commits, limit);
+        match verdict {
+            Verdict::Again => {}
+            Verdict::Split => {
+                // Each half is a new try: the backoff starts afresh, so a
+                // batch of 1,000 is down to its failing record in seconds.
+                self.retry = RetryState::default();
+                self.pending.split(idx);
+                self.stats.batch_splits.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(shard = self.shard, sink = %self.sink, first_seq, records = len, reason, "a batch failed again: halved, each half offered on its own");
+            }
+            Verdict::Stuck => {
+                let failures = &mut self.pending.flights.list[idx].failures;
+                if !failures.warned {
+                    failures.warned = true;
+                    let until = limit.map_or(
+                        "for ever: retry_duration_max_ms = 0 (set it to dead-letter such a record)"
+                            .to_string(),
+                        |l| {
+                            format!(
+                                "until retry_duration_max_ms ({} s) has passed, then dead-lettered",
+                                l.as_secs()
+                            )
+                        },
+                    );
+                    tracing::warn!(shard = self.shard, sink = %self.sink, target = %self.host.description(), seq = first_seq, reason, "the sink keeps asking to retry one record while it takes others; it is retried {until}, and holds this sink's progress on the shard meanwhile");
+                }
+            }
+            Verdict::GiveUp {
+                reason,
+                poison,
+                outage,
+            } => {
+                let mut give_up = vec![(idx, reason)];
+                if let (true, Some(limit)) = (outage, limit) {
+                    for (j, f) in self.pending.flights.list.iter().enumerate() {
+                        if j != idx
+                            && matches!(f.state, FlightState::Resend)
+                            && f.failures.no_commit_since_first(commits)
+                            && f.failures.expired(now, Some(limit))
+                        {
+                            give_up.push((j, f.failures.expired_reason(limit)));
+                        }
+                    }
+                }
+                for (j, why) in give_up {
+                    let f = &mut self.pending.flights.list[j];
+                    f.state = FlightState::Finished((0..f.len).map(|i| (i, why.clone())).collect());
+                }
+                if poison {
+                    self.stats.poison_records.fetch_add(1, Ordering::Relaxed);
+                }
+            }
         }
     }
 
@@ -1008,8 +1089,16 @@ impl<S: Storage> Cursor<S> {
             .dead_lettered
             .fetch_add(letters.len() as u64, Ordering::Relaxed);
         for l in &letters {
-            tracing::warn!(shard = self.shard, sink = %self.sink, target = %self.host.description(), seq = l.seq, reason = %l.reason, "record rejected by the sink; moved to the dead-letter store");
+            tracing::debug!(shard = self.shard, sink = %self.sink, seq = l.seq, reason = %l.reason, "record moved to the dead-letter store");
         }
+        let (first, last) = (&letters[0], &letters[letters.len() - 1]);
+        let reasons = {
+            let mut r: Vec<&str> = letters.iter().map(|l| l.reason.as_str()).collect();
+            r.sort_unstable();
+            r.dedup();
+            r.len()
+        };
+        tracing::warn!(shard = self.shard, sink = %self.sink, target = %self.host.description(), records = letters.len(), first_seq = first.seq, last_seq = last.seq, reason = %first.reason, other_reasons = reasons - 1, "records moved to the dead-letter store (`spillway ctl dead-letter list` shows each with its reason)");
         Ok(())
     }
 }
@@ -1018,41 +1107,29 @@ impl<S: Storage> Cursor<S> {
 /// ([`RetryState`], [`Requeue`]); the cursor counts, logs, probes and
 /// delivers.
 impl<S: Storage> Cursor<S> {
-    /// A transient failure of a batch of `n` records: back off, or, once
-    /// the sink has failed for longer than `retry_duration_max_ms`, give the
-    /// batch up: the reason to dead-letter its records with.
-    fn after_transient(
-        &mut self,
-        n: usize,
-        after: Option<Duration>,
-        reason: String,
-    ) -> Option<String> {
+    /// A transient failure of a batch of `n` records: count it, say so,
+    /// and back off (whether the batch is given up is `judge`'s).
+    fn after_transient(&mut self, n: usize, after: Option<Duration>, reason: &str) {
         let now = self.clock.now();
         self.stats.retries.fetch_add(1, Ordering::Relaxed);
         self.stats
             .sink
             .lock()
             .unwrap()
-            .failing(super::SinkState::Retrying, &reason);
+            .failing(super::SinkState::Retrying, reason);
         let settings = self.host.settings().clone();
         let rng = &mut self.rng;
-        match self
+        let AfterFailure {
+            delay,
+            attempts,
+            loud,
+        } = self
             .retry
-            .failed(now, &settings, n, after, &reason, || retry::random(rng))
-        {
-            AfterFailure::GiveUp(why) => Some(why),
-            AfterFailure::Wait {
-                delay,
-                attempts,
-                loud,
-            } => {
-                if loud {
-                    tracing::warn!(shard = self.shard, sink = %self.sink, target = %self.host.description(), attempts, records = n, retry_in_ms = delay.as_millis() as u64, reason = %reason, "delivery failed (transient); retrying");
-                } else {
-                    tracing::debug!(shard = self.shard, sink = %self.sink, attempts, reason = %reason, "delivery retry");
-                }
-                None
-            }
+            .failed(now, &settings, after, || retry::random(rng));
+        if loud {
+            tracing::warn!(shard = self.shard, sink = %self.sink, target = %self.host.description(), attempts, records = n, retry_in_ms = delay.as_millis() as u64, reason = %reason, "delivery failed (transient); retrying");
+        } else {
+            tracing::debug!(shard = self.shard, sink = %self.sink, attempts, reason = %reason, "delivery retry");
         }
     }
 

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use sink_sdk::{Batch, Outcome, Record};
 use spillway_wab::{Storage, StorageFile, StoredRecord};
 
+use super::poison::Failures;
 use super::sink_host::{SinkHost, SinkSlot};
 use super::DrainStats;
 use crate::shard::Doorbell;
@@ -194,6 +195,8 @@ pub(super) struct Answer {
     pub id: u64,
     pub outcome: Outcome,
     pub rtt: Duration,
+    /// The sink panicked on the batch (the outcome is then a retry).
+    pub panicked: bool,
 }
 
 /// A batch for a worker: its own handles on the records (the payloads are
@@ -325,6 +328,7 @@ fn worker(shard: u32, host: &mut SinkHost, shared: &PoolShared) {
             id: job.id,
             outcome,
             rtt,
+            panicked: host.panicked(),
         });
         shared.outstanding.fetch_sub(1, Ordering::AcqRel);
         shared.bell.ring();
@@ -355,6 +359,8 @@ pub(super) struct Flight {
     pub state: FlightState,
     /// When it was offered (ms since the epoch), for `GET /ready`.
     pub sent_unix_ms: u64,
+    /// Its failures since it was last answered for good (see `poison`).
+    pub failures: Failures,
 }
 
 /// One cursor's batches in flight, oldest first, covering the head of its
@@ -414,11 +420,51 @@ impl Flights {
         self.list.len()
     }
 
-    /// The oldest flight waiting to be offered again.
-    pub(super) fn first_resend(&self) -> Option<usize> {
-        self.list
-            .iter()
-            .position(|f| matches!(f.state, FlightState::Resend))
+    /// The oldest flight waiting to be offered again, but for a suspect
+    /// (a lone record that keeps failing) that waits for a witness: a
+    /// commit since its last failure (`commits`: the cursor's count).
+    pub(super) fn first_resend(&self, commits: u64) -> Option<usize> {
+        self.list.iter().position(|f| {
+            matches!(f.state, FlightState::Resend) && !f.failures.waiting(f.len, commits)
+        })
+    }
+
+    /// The oldest suspect waiting for a witness, if any.
+    pub(super) fn first_waiting(&self, commits: u64) -> Option<usize> {
+        self.list.iter().position(|f| {
+            matches!(f.state, FlightState::Resend) && f.failures.waiting(f.len, commits)
+        })
+    }
+
+    /// Whether a flight (a batch offered again after a reload shrank the
+    /// limits) is larger than a batch may now be.
+    pub(super) fn resend_over(&self, max_records: usize, max_bytes: usize) -> bool {
+        self.list.iter().any(|f| {
+            matches!(f.state, FlightState::Resend)
+                && (f.len > max_records || (f.len > 1 && f.bytes > max_bytes))
+        })
+    }
+
+    /// Halve flight `idx` (waiting to be offered again, more than one
+    /// record, whose first `first_bytes` payload bytes are its first half):
+    /// each half is offered on its own. Returns the index of the second.
+    pub(super) fn split(&mut self, idx: usize, first_bytes: usize) -> usize {
+        let f = &mut self.list[idx];
+        debug_assert!(f.len > 1 && matches!(f.state, FlightState::Resend));
+        let first = f.len / 2;
+        let second = Flight {
+            id: 0,
+            len: f.len - first,
+            bytes: f.bytes - first_bytes,
+            state: FlightState::Resend,
+            sent_unix_ms: 0,
+            failures: f.failures.carried(),
+        };
+        f.len = first;
+        f.bytes = first_bytes;
+        f.failures = f.failures.carried();
+        self.list.insert(idx + 1, second);
+        idx + 1
     }
 
     /// Where flight `idx`'s records start in `pending`.
@@ -441,6 +487,7 @@ impl Flights {
             bytes,
             state: FlightState::Resend,
             sent_unix_ms: 0,
+            failures: Failures::default(),
         });
         self.list.len() - 1
     }

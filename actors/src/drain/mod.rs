@@ -22,6 +22,9 @@
 //!   retry-after; with `retry_duration_max_ms` set, a batch failing that long is
 //!   dead-lettered. Permanent rejections go to the sink's dead-letter store
 //!   (fsynced before the cursor moves past them).
+//! - A batch that fails twice in a row is halved until the records that
+//!   fail are alone (`poison`): the rest is delivered, and a lone record
+//!   the sink panics on while it takes others is dead-lettered.
 //!
 //! One concept per file: `cursor` (one sink's view of one shard and one
 //! step of its loop), `retention` (deleting what every sink passed),
@@ -30,7 +33,8 @@
 //! and not yet confirmed, the batches offered over them, and what an
 //! answer settles), `in_flight` (the limit on batches out, AIMD, and the
 //! worker threads that run them), `retry` (backoff with jitter, retry-after, probing while
-//! backing off), `board` (what the admin side reads: every sink's figures).
+//! backing off), `poison` (halving a failing batch, setting a poison
+//! record aside), `board` (what the admin side reads: every sink's figures).
 //! The records come from [`spillway_wab::follow::ShardFollower`]; this
 //! folder never builds a segment's file name.
 
@@ -40,6 +44,7 @@ mod control;
 mod cursor;
 mod in_flight;
 mod pending;
+mod poison;
 mod requeue;
 mod retention;
 mod retry;
@@ -98,6 +103,12 @@ pub struct DrainStats {
     /// `on_lag = "skip"`): never delivered to it; each range is logged and
     /// written to the sink's `skipped` file.
     pub records_skipped: AtomicU64,
+    /// Batches halved after failing twice in a row, to find the records
+    /// that fail (see `poison`).
+    pub batch_splits: AtomicU64,
+    /// Records set aside as poison: failing alone while the sink took
+    /// others, dead-lettered (counted in `dead_lettered` too).
+    pub poison_records: AtomicU64,
     /// Batches offered to the sink and not yet answered.
     pub in_flight: AtomicU64,
     /// How many may be out at once: `batches_in_flight`, or what an

@@ -212,12 +212,31 @@ impl Pending {
             bytes: f.bytes - head_bytes,
             state: FlightState::Resend,
             sent_unix_ms: 0,
+            failures: f.failures.carried(),
         };
         f.len = done;
         f.bytes = head_bytes;
         f.state = FlightState::Finished(rejected);
         self.flights.list.insert(idx + 1, rest);
         Some(idx + 1)
+    }
+
+    /// Halve flight `idx` (see [`Flights::split`]): the index of the
+    /// second half.
+    pub(super) fn split(&mut self, idx: usize) -> usize {
+        let off = self.flights.offset_of(idx);
+        let first = self.flights.list[idx].len / 2;
+        let first_bytes = self
+            .records
+            .range(off..off + first)
+            .map(|r| r.payload.len())
+            .sum();
+        self.flights.split(idx, first_bytes)
+    }
+
+    /// The sequence number of flight `idx`'s first record.
+    pub(super) fn first_seq_of(&self, idx: usize) -> u64 {
+        self.records[self.flights.offset_of(idx)].seq
     }
 
     /// The flight at the head, once finished: its records and the

@@ -1,9 +1,9 @@
 //! Retrying transient failures: exponential backoff with full jitter,
 //! capped at `retry_max`, honouring the sink's retry-after; probing the
-//! sink while backing off so delivery resumes soon after it recovers; and,
-//! with `retry_duration_max_ms`, giving up on a batch into the dead-letter
-//! store. [`RetryState`] holds the failures in a row of the batch at the
-//! head and decides; the cursor counts, logs and probes.
+//! sink while backing off so delivery resumes soon after it recovers.
+//! [`RetryState`] holds the cursor's failures in a row and decides how
+//! long to wait; the cursor counts, logs and probes. Whether a batch is
+//! halved or given up is `poison`'s.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +19,6 @@ const RETRY_LOG_EVERY: Duration = Duration::from_secs(10);
 #[derive(Default)]
 pub(super) struct RetryState {
     attempts: u32,
-    first_failure: Option<Instant>,
     last_log: Option<Instant>,
     /// The wait before the next attempt, while one runs.
     wait: Option<Wait>,
@@ -34,17 +33,13 @@ struct Wait {
     next_probe: Instant,
 }
 
-/// What a transient failure leads to.
-pub(super) enum AfterFailure {
-    /// Give the batch up: the reason to dead-letter its records with.
-    GiveUp(String),
-    /// The next attempt waits `delay` (the wait runs); `loud`: the first
-    /// failure, or the first for [`RETRY_LOG_EVERY`], to log at warn level.
-    Wait {
-        delay: Duration,
-        attempts: u32,
-        loud: bool,
-    },
+/// The wait a transient failure leads to: the next attempt waits
+/// `delay` (the wait runs); `loud`: the first failure, or the first for
+/// [`RETRY_LOG_EVERY`], to log at warn level.
+pub(super) struct AfterFailure {
+    pub delay: Duration,
+    pub attempts: u32,
+    pub loud: bool,
 }
 
 /// What a running wait says at a turn of the loop.
@@ -69,9 +64,7 @@ impl RetryState {
         self.wait = None;
     }
 
-    /// A transient failure at `now` of a batch of `n` records: give it
-    /// up once the sink has failed for longer than `retry_duration_max_ms`
-    /// (the state starts afresh), or wait: `initial` × 2^attempts up to
+    /// A transient failure at `now`: wait `initial` × 2^attempts up to
     /// `retry_max`, fully jittered by `random` (asked only then), at least
     /// the sink's retry-after (`after`, itself at most `retry_max`). While
     /// the wait runs, the sink is probed every [`PROBE_EVERY`] after the
@@ -81,22 +74,10 @@ impl RetryState {
         &mut self,
         now: Instant,
         settings: &DeliveryConfig,
-        n: usize,
         after: Option<Duration>,
-        reason: &str,
         random: impl FnOnce() -> u64,
     ) -> AfterFailure {
-        let first = *self.first_failure.get_or_insert(now);
         self.attempts += 1;
-        if let Some(limit) = settings.retry_duration_max() {
-            if now.duration_since(first) >= limit && n > 0 {
-                *self = RetryState::default();
-                return AfterFailure::GiveUp(format!(
-                    "gave up after {} s of transient failures: {reason}",
-                    limit.as_secs()
-                ));
-            }
-        }
         let cap = Backoff::new(settings.retry_initial(), settings.retry_max()).delay(self.attempts);
         let jittered = Duration::from_micros(random() % (cap.as_micros() as u64 + 1));
         let delay = after
@@ -114,7 +95,7 @@ impl RetryState {
             until: now + delay,
             next_probe: now + honour.min(delay) + PROBE_EVERY,
         });
-        AfterFailure::Wait {
+        AfterFailure {
             delay,
             attempts: self.attempts,
             loud,

@@ -72,6 +72,9 @@ pub struct SinkHost {
     /// Failures (panics, creation errors) in a row; drives the backoff.
     failures: u32,
     not_before: NotBefore,
+    /// The last call to `deliver` ended in a panic of the sink (not of
+    /// its creation).
+    panicked: bool,
     stats: Arc<DrainStats>,
     clock: Clock,
 }
@@ -106,6 +109,7 @@ impl SinkHost {
             instance: None,
             failures: 0,
             not_before: NotBefore::default(),
+            panicked: false,
             stats,
             clock: Clock::system(),
         }
@@ -238,8 +242,16 @@ impl SinkHost {
         )
     }
 
+    /// Whether the last [`Self::deliver`] ended in a panic of the sink on
+    /// the batch (a failure to create the instance is not one): what tells
+    /// a poison record apart.
+    pub fn panicked(&self) -> bool {
+        self.panicked
+    }
+
     /// Deliver one batch; a panic becomes a Retry and a restart of the instance.
     pub fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
+        self.panicked = false;
         if let Err(reason) = self.ensure_instance() {
             return Outcome::Retry {
                 after: None,
@@ -255,6 +267,12 @@ impl SinkHost {
             Err(p) => {
                 let name = inst.name().to_string();
                 self.instance = None;
+                self.panicked = true;
+                // A panic on a batch restarts with the first step of the
+                // backoff: the drain's retry backoff paces the batches that
+                // follow (and a batch being halved to find a poison record
+                // would otherwise wait longer at every step).
+                self.failures = 0;
                 let reason = self.failed(format!("sink {name} panicked: {}", panic_message(&*p)));
                 Outcome::Retry {
                     after: None,

@@ -443,7 +443,7 @@ const SHARD_COUNTERS: [Counter<ShardGet>; 23] = [
 ];
 
 /// One sink's figures of one shard (labels `sink` and `shard`).
-const SINK_COUNTERS: [Counter<SinkGet>; 13] = [
+const SINK_COUNTERS: [Counter<SinkGet>; 15] = [
     Counter {
         key: "up",
         metric: "spillway_sink_up",
@@ -506,6 +506,20 @@ const SINK_COUNTERS: [Counter<SinkGet>; 13] = [
         kind: "counter",
         help: "Records moved to the sink's dead-letter store.",
         get: |_, d| load(&d.dead_lettered),
+    },
+    Counter {
+        key: "batch_splits",
+        metric: "spillway_batch_splits_total",
+        kind: "counter",
+        help: "Batches halved after failing twice in a row, to find the records that fail (poison records).",
+        get: |_, d| load(&d.batch_splits),
+    },
+    Counter {
+        key: "poison_records",
+        metric: "spillway_poison_records_total",
+        kind: "counter",
+        help: "Records set aside as poison (failing alone while the sink took others) and dead-lettered; counted in dead_lettered too.",
+        get: |_, d| load(&d.poison_records),
     },
     Counter {
         key: "records_skipped",

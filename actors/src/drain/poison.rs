@@ -1,0 +1,281 @@
+//! Poison records: a record the sink fails on every time (it panics on it,
+//! or asks to retry it for ever) while other records go through. Without
+//! care it holds its shard for good, or, with `retry_duration_max_ms`,
+//! takes the good records of its batch into the dead-letter store with it.
+//!
+//! The rules, per batch in flight ([`Failures`] is its history):
+//!
+//! - A batch of more than one record that failed [`SPLIT_AFTER`] times in a
+//!   row (a transient failure of the whole batch, a retry of its first
+//!   record, a panic) is halved; each half is offered on its own, in
+//!   order, and halved again if it fails again, until the failing records
+//!   are alone. The halves that go through are delivered.
+//! - A lone record that failed [`POISON_AFTER`] times in a row while the
+//!   sink committed other records since its batch first failed is poison:
+//!   if it panicked the sink, it is dead-lettered (`panicked: ...`); if
+//!   the sink asked to retry it, it is retried until
+//!   `retry_duration_max_ms` has passed since its batch first failed, then
+//!   dead-lettered (`retried for N s: ...`).
+//! - A lone record that panicked the sink [`SPLIT_AFTER`] times with
+//!   nothing committed since its batch first failed is a suspect: it waits,
+//!   and the batch after it may be offered meanwhile (one past
+//!   `batches_in_flight`), the witness that tells a bad record from a sink
+//!   that is down. Should the suspect go through after all, it arrives
+//!   after that batch. A record the sink asks to retry is never a suspect
+//!   before the time limit, so a downstream that is down keeps the order.
+//! - `retry_duration_max_ms` gives up a batch whose sink committed nothing
+//!   since the batch first failed (the downstream is down) whole, with
+//!   every other batch for which the same holds, as before; a batch past
+//!   it while the sink takes other records is halved instead.
+
+use std::time::{Duration, Instant};
+
+/// Failures in a row after which a batch is halved, or a lone record is
+/// a suspect.
+pub(super) const SPLIT_AFTER: u32 = 2;
+/// Failures in a row after which a lone record is poison, if the sink
+/// committed other records since its batch first failed.
+pub(super) const POISON_AFTER: u32 = 3;
+
+/// One batch's failures since it was last answered for good.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Failures {
+    /// Failures in a row of the batch as it stands (0 after a split).
+    count: u32,
+    /// When its records first failed: kept across splits and partial
+    /// answers, `retry_duration_max_ms` counts from here.
+    since: Option<Instant>,
+    /// The cursor's count of answers that finished records, at the first
+    /// failure.
+    commits_at_first: u64,
+    /// The last failure's reason, and whether the sink panicked.
+    reason: String,
+    panicked: bool,
+    /// A lone record retried for ever while others go through was logged.
+    pub warned: bool,
+    /// Past the time limit with nothing committed since its first
+    /// failure, a witness was let through once before it is given up.
+    witness_asked: bool,
+}
+
+/// What a batch's failure leads to.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// Offer it again after the backoff.
+    Again,
+    /// Halve it; each half is offered on its own.
+    Split,
+    /// A lone record fails while others go through, and the sink asks
+    /// to retry it: retried until `retry_duration_max_ms` (off).
+    Stuck,
+    /// Dead-letter every record of it with this reason; `poison`: a lone
+    /// record set aside while the sink takes others, `outage`: the sink
+    /// took nothing since the batch first failed (every other batch in
+    /// the same state goes too).
+    GiveUp {
+        reason: String,
+        poison: bool,
+        outage: bool,
+    },
+}
+
+impl Failures {
+    /// What the halves of a split batch, or the rest of a partly answered
+    /// one, start with: its first failure, not its count.
+    pub(super) fn carried(&self) -> Failures {
+        Failures {
+            count: 0,
+            warned: false,
+            ..self.clone()
+        }
+    }
+
+    /// A suspect that waits for a witness (a commit since its last
+    /// failure): a lone record that panicked the sink [`SPLIT_AFTER`] times
+    /// in a row, or is past the time limit with nothing committed since it
+    /// first failed. A record the sink asks to retry waits for nothing
+    /// before the limit: a downstream that is down keeps its order.
+    pub(super) fn waiting(&self, len: usize, commits: u64) -> bool {
+        len == 1
+            && self.commits_at_first == commits
+            && ((self.count >= SPLIT_AFTER && self.panicked) || self.witness_asked)
+    }
+
+    /// Whether the sink committed nothing since this batch first failed.
+    pub(super) fn no_commit_since_first(&self, commits: u64) -> bool {
+        self.since.is_some() && self.commits_at_first == commits
+    }
+
+    /// Whether `limit` has passed at `now` since the first failure.
+    pub(super) fn expired(&self, now: Instant, limit: Option<Duration>) -> bool {
+        match (self.since, limit) {
+            (Some(since), Some(limit)) => now.saturating_duration_since(since) >= limit,
+            _ => false,
+        }
+    }
+
+    /// The dead-letter reason after the time limit.
+    pub(super) fn expired_reason(&self, limit: Duration) -> String {
+        if self.panicked {
+            format!(
+                "panicked: {} (failing for {} s)",
+                self.reason,
+                limit.as_secs()
+            )
+        } else {
+            format!("retried for {} s: {}", limit.as_secs(), self.reason)
+        }
+    }
+
+    /// The batch of `len` records failed at `now` (`panicked`: the sink
+    /// panicked on it) for `reason`; `commits` is the cursor's count of
+    /// answers that committed records, `limit` `retry_duration_max_ms`.
+    pub(super) fn failed(
+        &mut self,
+        len: usize,
+        now: Instant,
+        reason: &str,
+        panicked: bool,
+        commits: u64,
+        limit: Option<Duration>,
+    ) -> Verdict {
+        if self.since.is_none() {
+            self.since = Some(now);
+            self.commits_at_first = commits;
+        }
+        // Other records went through since this batch first failed: the
+        // sink is up, this batch is what fails.
+        let others_went_through = commits > self.commits_at_first;
+        self.count += 1;
+        self.reason = reason.to_string();
+        self.panicked = panicked;
+        if let Some(limit) = limit.filter(|_| self.expired(now, limit)) {
+            let outage = self.no_commit_since_first(commits);
+            if len > 1 {
+                return Verdict::Split;
+            }
+            if outage && !self.witness_asked {
+                self.witness_asked = true;
+                return Verdict::Again;
+            }
+            return Verdict::GiveUp {
+                reason: self.expired_reason(limit),
+                poison: !outage,
+                outage,
+            };
+        }
+        if self.count < SPLIT_AFTER {
+            return Verdict::Again;
+        }
+        if len > 1 {
+            return Verdict::Split;
+        }
+        if self.count < POISON_AFTER {
+            return Verdict::Again;
+        }
+        match (others_went_through, panicked) {
+            (true, true) => Verdict::GiveUp {
+                reason: format!(
+                    "panicked: {reason} (the record failed alone {} times while others were delivered)",
+                    self.count
+                ),
+                poison: true,
+                outage: false,
+            },
+            (true, false) => Verdict::Stuck,
+            (false, _) => Verdict::Again,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_batch_is_halved_after_two_failures_in_a_row() {
+        let t = Instant::now();
+        let mut f = Failures::default();
+        assert_eq!(f.failed(10, t, "503", false, 0, None), Verdict::Again);
+        assert_eq!(f.failed(10, t, "503", false, 0, None), Verdict::Split);
+        let half = f.carried();
+        assert_eq!(half.count, 0);
+        assert_eq!(half.since, Some(t), "the halves keep the first failure");
+    }
+
+    #[test]
+    fn a_lone_record_that_panics_while_others_go_through_is_poison() {
+        let t = Instant::now();
+        let mut f = Failures::default();
+        assert_eq!(f.failed(1, t, "boom", true, 5, None), Verdict::Again);
+        // Nothing committed since: the sink may be what is broken.
+        assert_eq!(f.failed(1, t, "boom", true, 5, None), Verdict::Again);
+        assert!(f.waiting(1, 5), "a suspect waits for a witness");
+        assert!(!f.waiting(1, 6), "a commit since is the witness");
+        assert!(!f.waiting(2, 5), "a batch is halved, not a suspect");
+        match f.failed(1, t, "boom", true, 6, None) {
+            Verdict::GiveUp {
+                reason,
+                poison: true,
+                outage: false,
+            } => assert!(reason.starts_with("panicked: boom"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lone_record_retried_while_others_go_through_waits_for_the_time_limit() {
+        let t = Instant::now();
+        let mut f = Failures::default();
+        f.failed(1, t, "500", false, 1, Some(60 * S));
+        f.failed(1, t, "500", false, 2, Some(60 * S));
+        assert_eq!(
+            f.failed(1, t + S, "500", false, 3, Some(60 * S)),
+            Verdict::Stuck
+        );
+        match f.failed(1, t + 61 * S, "500", false, 4, Some(60 * S)) {
+            Verdict::GiveUp {
+                reason,
+                poison: true,
+                outage: false,
+            } => assert_eq!(reason, "retried for 60 s: 500"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_time_limit_gives_up_a_whole_batch_only_when_nothing_went_through() {
+        let t = Instant::now();
+        let mut outage = Failures::default();
+        outage.failed(100, t, "refused", false, 7, Some(10 * S));
+        assert_eq!(
+            outage.failed(100, t + 11 * S, "refused", false, 7, Some(10 * S)),
+            Verdict::Split,
+            "past the limit a batch is halved down to lone records"
+        );
+        let mut outage = outage.carried();
+        assert_eq!(
+            outage.failed(1, t + 12 * S, "refused", false, 7, Some(10 * S)),
+            Verdict::Again,
+            "a lone record lets a witness through first"
+        );
+        assert!(outage.waiting(1, 7));
+        match outage.failed(1, t + 13 * S, "refused", false, 7, Some(10 * S)) {
+            Verdict::GiveUp {
+                outage: true,
+                poison: false,
+                reason,
+            } => assert_eq!(reason, "retried for 10 s: refused"),
+            other => panic!("{other:?}"),
+        }
+        let mut poisoned = Failures::default();
+        poisoned.failed(100, t, "500", false, 7, Some(10 * S));
+        assert_eq!(
+            poisoned.failed(100, t + 11 * S, "500", false, 8, Some(10 * S)),
+            Verdict::Split,
+            "the sink took other records: halve rather than give up good ones"
+        );
+    }
+}
