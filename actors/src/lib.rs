@@ -22,6 +22,7 @@ pub mod clock;
 pub mod drain;
 pub mod histogram;
 pub mod ingest;
+pub mod panics;
 pub mod shard;
 pub mod stats;
 

@@ -80,8 +80,14 @@ pub enum SinkAction {
 
 #[derive(Subcommand)]
 pub enum DeadLetterAction {
-    /// List dead letters: identity SHARD:SEQ, reason, payload preview.
-    List,
+    /// List dead letters, oldest first: identity SHARD:SEQ, reason,
+    /// payload preview.
+    List {
+        /// Show at most this many (0: all; the answer must still fit the
+        /// reply limit). The count of all is shown either way.
+        #[arg(long, default_value_t = 100)]
+        limit: u64,
+    },
     /// Push dead letters back for delivery (`all` or SHARD:SEQ ...).
     Requeue {
         #[arg(required = true)]
@@ -227,7 +233,7 @@ pub fn run(
         },
         CtlCommand::DeadLetter { sink, action } => {
             let line = match action {
-                DeadLetterAction::List => "dead-letter list".to_string(),
+                DeadLetterAction::List { limit } => format!("dead-letter list --limit {limit}"),
                 DeadLetterAction::Requeue { ids } => {
                     format!("dead-letter requeue {}", ids.join(" "))
                 }

@@ -128,7 +128,7 @@ pub fn run(data_dir: &Path, with_records: bool, as_json: bool) -> Result<String,
                         .map(|r| {
                             json!({
                                 "seq": r.seq,
-                                "tier": r.meta.tier,
+                                "tier": crate::admin::tier_name(r.meta.tier),
                                 "arrival_unix_us": r.meta.arrival_unix_us,
                                 "state": s.state(r),
                                 "payload": String::from_utf8_lossy(&r.payload),

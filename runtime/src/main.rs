@@ -138,6 +138,8 @@ fn main() -> ExitCode {
                 Err(e) => return fail(&e),
             };
             logging::init(&cfg.log.level, cfg.log.format);
+            // Every panic one line through the log, in its format.
+            spillway_actors::panics::install_hook();
             match daemon::run(cfg, &origin, config, watch_config) {
                 Ok(()) => ExitCode::SUCCESS,
                 // Once: in the log when it shows errors (its format, its

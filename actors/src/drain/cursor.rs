@@ -873,7 +873,7 @@ impl<S: Storage> Cursor<S> {
                 id,
                 outcome,
                 rtt: started.elapsed(),
-                panicked: self.host.panicked(),
+                panicked: self.host.panicked().map(str::to_string),
             });
         }
         self.pending.flights.offered(idx, id, now_unix_us() / 1000);
@@ -943,11 +943,16 @@ impl<S: Storage> Cursor<S> {
         };
         let (after, reason) = retry.unwrap_or((None, "sink asked to retry".into()));
         let len = self.pending.flights.list[idx].len;
-        self.after_transient(len, after, &reason);
-        self.judge(idx, &reason, a.panicked);
+        // A panic was logged once where it was caught, at error level.
+        self.after_transient(len, after, &reason, a.panicked.is_none());
+        match a.panicked {
+            Some(panic) => self.judge(idx, &panic, true),
+            None => self.judge(idx, &reason, false),
+        }
     }
 
-    /// Flight `idx` failed again (`panicked`: the sink panicked on it):
+    /// Flight `idx` failed again for `reason` (`panicked`: the sink
+    /// panicked on it, `reason` is the panic's message):
     /// offer it again, halve it, or give it up (see `poison`); giving up
     /// in an outage past `retry_duration_max_ms` takes every flight in the
     /// same state.
@@ -1107,9 +1112,10 @@ impl<S: Storage> Cursor<S> {
 /// ([`RetryState`], [`Requeue`]); the cursor counts, logs, probes and
 /// delivers.
 impl<S: Storage> Cursor<S> {
-    /// A transient failure of a batch of `n` records: count it, say so,
-    /// and back off (whether the batch is given up is `judge`'s).
-    fn after_transient(&mut self, n: usize, after: Option<Duration>, reason: &str) {
+    /// A transient failure of a batch of `n` records: count it, say so
+    /// (at warn level when `loud` allows: a panic was logged already), and
+    /// back off (whether the batch is given up is `judge`'s).
+    fn after_transient(&mut self, n: usize, after: Option<Duration>, reason: &str, loud: bool) {
         let now = self.clock.now();
         self.stats.retries.fetch_add(1, Ordering::Relaxed);
         self.stats
@@ -1119,6 +1125,7 @@ impl<S: Storage> Cursor<S> {
             .failing(super::SinkState::Retrying, reason);
         let settings = self.host.settings().clone();
         let rng = &mut self.rng;
+        let allowed = loud;
         let AfterFailure {
             delay,
             attempts,
@@ -1126,7 +1133,7 @@ impl<S: Storage> Cursor<S> {
         } = self
             .retry
             .failed(now, &settings, after, || retry::random(rng));
-        if loud {
+        if loud && allowed {
             tracing::warn!(shard = self.shard, sink = %self.sink, target = %self.host.description(), attempts, records = n, retry_in_ms = delay.as_millis() as u64, reason = %reason, "delivery failed (transient); retrying");
         } else {
             tracing::debug!(shard = self.shard, sink = %self.sink, attempts, reason = %reason, "delivery retry");

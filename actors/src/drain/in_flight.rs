@@ -195,8 +195,9 @@ pub(super) struct Answer {
     pub id: u64,
     pub outcome: Outcome,
     pub rtt: Duration,
-    /// The sink panicked on the batch (the outcome is then a retry).
-    pub panicked: bool,
+    /// The sink panicked on the batch (the outcome is then a retry): the
+    /// panic's message.
+    pub panicked: Option<String>,
 }
 
 /// A batch for a worker: its own handles on the records (the payloads are
@@ -328,7 +329,7 @@ fn worker(shard: u32, host: &mut SinkHost, shared: &PoolShared) {
             id: job.id,
             outcome,
             rtt,
-            panicked: host.panicked(),
+            panicked: host.panicked().map(str::to_string),
         });
         shared.outstanding.fetch_sub(1, Ordering::AcqRel);
         shared.bell.ring();

@@ -176,7 +176,7 @@ impl Failures {
         match (others_went_through, panicked) {
             (true, true) => Verdict::GiveUp {
                 reason: format!(
-                    "panicked: {reason} (the record failed alone {} times while others were delivered)",
+                    "panicked: {reason}; the record failed alone {} times while others were delivered",
                     self.count
                 ),
                 poison: true,

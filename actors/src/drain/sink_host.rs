@@ -3,7 +3,6 @@
 //! instance of it ([`SinkHost`]: created on demand, its panics caught, re-created
 //! with backoff, switched at a batch boundary after a reload).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -15,6 +14,7 @@ use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 use super::DrainStats;
 use crate::backoff::{Backoff, NotBefore};
 use crate::clock::Clock;
+use crate::panics;
 
 /// The current sink of the daemon, shared by every drain. A reload stores
 /// a new maker and bumps `epoch`; each drain switches at its next batch
@@ -73,8 +73,8 @@ pub struct SinkHost {
     failures: u32,
     not_before: NotBefore,
     /// The last call to `deliver` ended in a panic of the sink (not of
-    /// its creation).
-    panicked: bool,
+    /// its creation): its message.
+    panicked: Option<String>,
     stats: Arc<DrainStats>,
     clock: Clock,
 }
@@ -83,16 +83,6 @@ pub struct SinkHost {
 /// with every failure in a row, up to 30 s.
 const SINK_RESTART_BACKOFF: Backoff =
     Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
-
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".into()
-    }
-}
 
 impl SinkHost {
     pub fn new(shard: u32, slot: Arc<SinkSlot>, stats: Arc<DrainStats>) -> Self {
@@ -109,7 +99,7 @@ impl SinkHost {
             instance: None,
             failures: 0,
             not_before: NotBefore::default(),
-            panicked: false,
+            panicked: None,
             stats,
             clock: Clock::system(),
         }
@@ -196,11 +186,14 @@ impl SinkHost {
         }
         let factory = self.factory.clone();
         let shard = self.shard;
-        match catch_unwind(AssertUnwindSafe(|| factory.create(shard))) {
+        match panics::catch(|| factory.create(shard)) {
             Ok(Ok(mut inst)) => {
-                if let Ok(Health::Unhealthy(why)) =
-                    catch_unwind(AssertUnwindSafe(|| inst.health_check()))
-                {
+                let why = match panics::catch(|| inst.health_check()) {
+                    Ok(Health::Healthy) => None,
+                    Ok(Health::Unhealthy(why)) => Some(why),
+                    Err(p) => Some(format!("its health check panicked: {p}")),
+                };
+                if let Some(why) = why {
                     tracing::warn!(shard, sink = %self.name, target = inst.name(), reason = %why, "sink reports unhealthy; delivering anyway (failures will be retried)");
                 }
                 self.instance = Some(inst);
@@ -208,10 +201,7 @@ impl SinkHost {
                 Ok(())
             }
             Ok(Err(e)) => Err(self.failed(format!("creating the sink failed: {e}"))),
-            Err(p) => Err(self.failed(format!(
-                "creating the sink panicked: {}",
-                panic_message(&*p)
-            ))),
+            Err(p) => Err(self.failed(format!("creating the sink panicked: {p}"))),
         }
     }
 
@@ -236,22 +226,25 @@ impl SinkHost {
         let Some(inst) = self.instance.as_mut() else {
             return false;
         };
-        matches!(
-            catch_unwind(AssertUnwindSafe(|| inst.health_check())),
-            Ok(Health::Healthy)
-        )
+        match panics::catch(|| inst.health_check()) {
+            Ok(h) => h == Health::Healthy,
+            Err(p) => {
+                tracing::debug!(shard = self.shard, sink = %self.name, reason = %p, "the sink's health check panicked");
+                false
+            }
+        }
     }
 
-    /// Whether the last [`Self::deliver`] ended in a panic of the sink on
-    /// the batch (a failure to create the instance is not one): what tells
-    /// a poison record apart.
-    pub fn panicked(&self) -> bool {
-        self.panicked
+    /// The panic message, when the last [`Self::deliver`] ended in a
+    /// panic of the sink on the batch (a failure to create the instance is
+    /// not one): what tells a poison record apart.
+    pub fn panicked(&self) -> Option<&str> {
+        self.panicked.as_deref()
     }
 
     /// Deliver one batch; a panic becomes a Retry and a restart of the instance.
     pub fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
-        self.panicked = false;
+        self.panicked = None;
         if let Err(reason) = self.ensure_instance() {
             return Outcome::Retry {
                 after: None,
@@ -259,7 +252,7 @@ impl SinkHost {
             };
         }
         let inst = self.instance.as_mut().unwrap();
-        match catch_unwind(AssertUnwindSafe(|| inst.deliver(batch))) {
+        match panics::catch(|| inst.deliver(batch)) {
             Ok(outcome) => {
                 self.failures = 0;
                 outcome
@@ -267,13 +260,13 @@ impl SinkHost {
             Err(p) => {
                 let name = inst.name().to_string();
                 self.instance = None;
-                self.panicked = true;
+                self.panicked = Some(p.clone());
                 // A panic on a batch restarts with the first step of the
                 // backoff: the drain's retry backoff paces the batches that
                 // follow (and a batch being halved to find a poison record
                 // would otherwise wait longer at every step).
                 self.failures = 0;
-                let reason = self.failed(format!("sink {name} panicked: {}", panic_message(&*p)));
+                let reason = self.failed(format!("sink {name} panicked: {p}"));
                 Outcome::Retry {
                     after: None,
                     reason,

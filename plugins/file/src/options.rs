@@ -42,6 +42,14 @@ pub struct FileOptions {
     /// Default 0.
     #[serde(default)]
     pub fail_first_batches: u64,
+    /// Testing only: panic in every `deliver` call whose batch holds a
+    /// record with exactly this payload (a poison record). Default none.
+    #[serde(default)]
+    pub panic_on_payload: Option<String>,
+    /// Testing only: answer "retry" to every batch that holds a record with
+    /// exactly this payload. Default none.
+    #[serde(default)]
+    pub retry_on_payload: Option<String>,
 }
 
 fn default_fsync() -> bool {
@@ -85,6 +93,8 @@ mod tests {
                 rotate_bytes: DEFAULT_ROTATE_BYTES,
                 panic_on_batch: 0,
                 fail_first_batches: 0,
+                panic_on_payload: None,
+                retry_on_payload: None,
             }
         );
     }

@@ -31,6 +31,8 @@ pub struct FileSink {
     calls: u64,
     panic_on_batch: u64,
     fail_first_batches: u64,
+    panic_on_payload: Option<String>,
+    retry_on_payload: Option<String>,
 }
 
 impl FileSink {
@@ -48,6 +50,8 @@ impl FileSink {
             calls: 0,
             panic_on_batch: options.panic_on_batch,
             fail_first_batches: options.fail_first_batches,
+            panic_on_payload: options.panic_on_payload.clone(),
+            retry_on_payload: options.retry_on_payload.clone(),
         })
     }
 
@@ -90,6 +94,24 @@ impl Sink for FileSink {
                     "fail_first_batches = {}: failing batch {} as asked",
                     self.fail_first_batches, self.calls
                 ),
+            };
+        }
+        let holds = |payload: &Option<String>| {
+            payload.as_ref().and_then(|p| {
+                batch
+                    .records()
+                    .iter()
+                    .find(|r| r.payload == p.as_bytes())
+                    .map(|r| r.seq)
+            })
+        };
+        if let Some(seq) = holds(&self.panic_on_payload) {
+            panic!("panic_on_payload: panicking on the batch holding seq {seq} as asked");
+        }
+        if let Some(seq) = holds(&self.retry_on_payload) {
+            return Outcome::Retry {
+                after: None,
+                reason: format!("retry_on_payload: retrying the batch holding seq {seq} as asked"),
             };
         }
         self.buffer.clear();

@@ -47,22 +47,45 @@ fn stored(store: &DeadLetters) -> Result<Vec<DeadLetter>, String> {
     store.lock().unwrap().list().map_err(|e| e.to_string())
 }
 
-/// `dead-letter list`: the count, then a table for people: the id to
-/// requeue or drop it by, when it was dead-lettered (RFC 3339, UTC), its
-/// size, its tier, the sink's reason and the start of its payload, both
-/// cut to a width (with an ellipsis) and the payload escaped.
-pub(super) fn list(sink: &str, store: &DeadLetters) -> Result<String, String> {
-    Ok(table_of(sink, &stored(store)?))
+/// How many dead letters `dead-letter list` shows unless told
+/// (`--limit N`, 0 for all): a store of a million would not fit an answer.
+pub(super) const LIST_LIMIT: usize = 100;
+
+/// `dead-letter list`: the count, then a table for people of the oldest
+/// `limit` (0: all): the id to requeue or drop it by, when it was
+/// dead-lettered (RFC 3339, UTC), its size, its tier, the sink's reason
+/// and the start of its payload, both cut to a width (with an ellipsis)
+/// and the payload escaped.
+pub(super) fn list(sink: &str, store: &DeadLetters, limit: usize) -> Result<String, String> {
+    Ok(table_of(sink, &stored(store)?, limit))
 }
 
-/// The text of `list` for the dead letters `all`.
-fn table_of(sink: &str, all: &[DeadLetter]) -> String {
+/// How many of `count` a list shows with `limit` (0: all).
+fn shown(count: usize, limit: usize) -> usize {
+    if limit == 0 {
+        count
+    } else {
+        count.min(limit)
+    }
+}
+
+/// The text of `list` for the dead letters `all`, the oldest `limit`.
+fn table_of(sink: &str, all: &[DeadLetter], limit: usize) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{} dead letters in sink {sink}", all.len());
+    let n = shown(all.len(), limit);
+    if n < all.len() {
+        let _ = writeln!(
+            out,
+            "{} dead letters in sink {sink}; the oldest {n} shown (--limit N for more, 0 for all)",
+            all.len()
+        );
+    } else {
+        let _ = writeln!(out, "{} dead letters in sink {sink}", all.len());
+    }
     if all.is_empty() {
         return out;
     }
-    let rows: Vec<Vec<String>> = all
+    let rows: Vec<Vec<String>> = all[..n]
         .iter()
         .map(|l| {
             vec![
@@ -105,27 +128,25 @@ fn escaped_preview(payload: &[u8]) -> String {
     s
 }
 
-/// A tier byte as its name.
-fn tier_name(tier: u8) -> &'static str {
-    match tier {
-        1 => "sync",
-        2 => "batched",
-        3 => "buffered",
-        _ => "?",
-    }
+/// A tier byte as its name (`sync`, `batched`, `buffered`; `?` for a
+/// byte no tier has).
+pub fn tier_name(tier: u8) -> &'static str {
+    spillway_protocol::Tier::from_byte(tier).map_or("?", spillway_protocol::Tier::name)
 }
 
-/// `dead-letter list --json`: every dead letter with its identity, times,
-/// reason and the start of its payload.
-pub(super) fn list_json(store: &DeadLetters) -> Result<serde_json::Value, String> {
-    let letters: Vec<serde_json::Value> = stored(store)?
+/// `dead-letter list --json`: the count of all, and the oldest `limit`
+/// (0: all) with their identity, tier (its name), times, reason and the
+/// start of their payload.
+pub(super) fn list_json(store: &DeadLetters, limit: usize) -> Result<serde_json::Value, String> {
+    let all = stored(store)?;
+    let letters: Vec<serde_json::Value> = all[..shown(all.len(), limit)]
         .iter()
         .map(|l| {
             serde_json::json!({
                 "id": format!("{}:{}", l.shard, l.seq),
                 "shard": l.shard,
                 "seq": l.seq,
-                "tier": l.tier,
+                "tier": tier_name(l.tier),
                 "arrival_unix_us": l.arrival_unix_us,
                 "dead_lettered_unix_us": l.dead_lettered_unix_us,
                 "bytes": l.payload.len(),
@@ -134,7 +155,7 @@ pub(super) fn list_json(store: &DeadLetters) -> Result<serde_json::Value, String
             })
         })
         .collect();
-    Ok(serde_json::json!({ "count": letters.len(), "dead_letters": letters }))
+    Ok(serde_json::json!({ "count": all.len(), "shown": letters.len(), "dead_letters": letters }))
 }
 
 /// The first 60 characters of a payload, as lossy UTF-8.
@@ -368,7 +389,7 @@ mod tests {
                 1_234_567,
                 2,
                 1_796_342_461,
-                "gave up after 60 s of transient failures: connection refused (os error 111)",
+                "retried for 60 s: connection refused (os error 111)",
                 &[0xff, b'\n', b'\t', 0],
             ),
             letter(
@@ -380,11 +401,22 @@ mod tests {
                 "x".repeat(70_000).as_bytes(),
             ),
         ];
-        let got = table_of("warehouse", &all);
+        let got = table_of("warehouse", &all, LIST_LIMIT);
         crate::golden::check("dead-letter-list.txt", &got);
         assert_eq!(
-            table_of("warehouse", &[]),
+            table_of("warehouse", &[], LIST_LIMIT),
             "0 dead letters in sink warehouse\n"
         );
+        let two = table_of("warehouse", &all, 2);
+        assert!(
+            two.starts_with("3 dead letters in sink warehouse; the oldest 2 shown (--limit N for more, 0 for all)\n"),
+            "{two}"
+        );
+        assert_eq!(
+            two.lines().count(),
+            1 + 1 + 2,
+            "the header, the column names, two rows:\n{two}"
+        );
+        assert_eq!(table_of("warehouse", &all, 0), got, "0 shows all");
     }
 }

@@ -20,6 +20,7 @@
 //! framing of replies is `spillway_ctl`'s, shared with the ctl client.
 
 mod dead_letters;
+pub use dead_letters::tier_name;
 mod health;
 mod http;
 pub(crate) mod metrics;
@@ -265,6 +266,12 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
     let sink = take_option(&mut words, "--sink")?;
     let to = take_option(&mut words, "--to")?;
     let shard = take_option(&mut words, "--shard")?;
+    let limit = match take_option(&mut words, "--limit")? {
+        None => dead_letters::LIST_LIMIT,
+        Some(n) => n
+            .parse::<usize>()
+            .map_err(|_| format!("--limit {n:?}: not a count (0 for all)"))?,
+    };
     let as_json = |v: serde_json::Value| v.to_string() + "\n";
     match words.as_slice() {
         ["health"] if json => Ok(as_json(health::json(state))),
@@ -277,11 +284,11 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         )))),
         ["metrics"] => Ok(metrics::prometheus(state)),
         ["dead-letter", "list"] if json => {
-            dead_letters::list_json(&dead_letters::store(state, sink)?).map(as_json)
+            dead_letters::list_json(&dead_letters::store(state, sink)?, limit).map(as_json)
         }
         ["dead-letter", "list"] => {
             let (name, store) = dead_letters::store_named(state, sink)?;
-            dead_letters::list(&name, &store)
+            dead_letters::list(&name, &store, limit)
         }
         ["dead-letter", "drop", sel @ ..] => {
             let store = dead_letters::store(state, sink)?;
@@ -320,7 +327,7 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         }
         [] => Err("empty command".into()),
         _ => Err(format!(
-            "unknown command {line:?}; try: health | stats | metrics | segments | dead-letter list [--sink NAME] | dead-letter requeue all|SHARD:SEQ... [--sink NAME] | dead-letter drop all|SHARD:SEQ... [--sink NAME] | sink pause|resume NAME | sink rewind NAME --to oldest|SEQ [--shard N] | reload"
+            "unknown command {line:?}; try: health | stats | metrics | segments | dead-letter list [--sink NAME] [--limit N] | dead-letter requeue all|SHARD:SEQ... [--sink NAME] | dead-letter drop all|SHARD:SEQ... [--sink NAME] | sink pause|resume NAME | sink rewind NAME --to oldest|SEQ [--shard N] | reload"
         )),
     }
 }

@@ -8,13 +8,17 @@
 //! the instance keeps from one batch to the next.
 //!
 //! The plugin links its own copy of std, with its own panic hook, which
-//! would print a caught panic to the daemon's stderr. Once a host with a
-//! log is known, a hook is installed that sends panics raised inside an
-//! entry point to the host's log instead (with their location); any other
-//! panic (e.g. on a thread the plugin spawned) goes to the previous hook.
+//! would print a caught panic's raw text to the daemon's stderr (whatever
+//! `log.format` says). At the first `create`, a hook is installed that
+//! prints nothing for a panic raised inside an entry point: it notes
+//! where, and the entry point answers with the message and that place
+//! (`... (at src/lib.rs:10:5)`), which the daemon logs once, with the
+//! plugin and the shard. Any other panic (e.g. on a thread the plugin
+//! spawned) goes to the host's log when it has one, else to the previous
+//! hook.
 
 use std::any::Any;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe, PanicHookInfo};
 use std::ptr;
@@ -60,12 +64,15 @@ impl<T: PluginSink> Instance<T> {
 thread_local! {
     /// Whether this thread is inside one of the entry points below.
     static IN_ENTRY_POINT: Cell<bool> = const { Cell::new(false) };
+    /// Where the last panic inside an entry point happened.
+    static PANICKED_AT: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
 /// Runs `f` as the body of an entry point: panics are caught, and reported
 /// through the host's log by the hook.
 fn guarded<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
     let outer = IN_ENTRY_POINT.with(|c| c.replace(true));
+    PANICKED_AT.with(|c| c.borrow_mut().take());
     let result = catch_unwind(AssertUnwindSafe(f));
     IN_ENTRY_POINT.with(|c| c.set(outer));
     result
@@ -77,14 +84,17 @@ fn install_panic_hook(host: *const HostApi) {
     static INSTALLED: Once = Once::new();
     // SAFETY: a host keeps its HostApi valid until the process exits.
     let logs = unsafe { host.as_ref() }.is_some_and(|h| h.log.is_some());
-    if !logs {
-        return;
-    }
     INSTALLED.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info: &PanicHookInfo<'_>| {
-            let inside = IN_ENTRY_POINT.try_with(Cell::get).unwrap_or(false);
-            if !inside {
+            let at = info
+                .location()
+                .map(|l| format!("{}:{}:{}", l.file(), l.line(), l.column()));
+            if IN_ENTRY_POINT.try_with(Cell::get).unwrap_or(false) {
+                let _ = PANICKED_AT.try_with(|c| *c.borrow_mut() = at);
+                return;
+            }
+            if !logs {
                 return previous(info);
             }
             let payload = info.payload();
@@ -93,15 +103,12 @@ fn install_panic_hook(host: *const HostApi) {
                 .copied()
                 .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
                 .unwrap_or("non-string panic payload");
-            let msg = match info.location() {
-                Some(at) => format!(
-                    "panicked at {}:{}:{}: {text}",
-                    at.file(),
-                    at.line(),
-                    at.column()
-                ),
-                None => format!("panicked: {text}"),
-            };
+            let thread = std::thread::current();
+            let msg = format!(
+                "panicked on the plugin's thread {} at {}: {text}",
+                thread.name().unwrap_or("unnamed"),
+                at.as_deref().unwrap_or("an unknown place")
+            );
             super::log_target(Level::Error, "panic", &msg);
         }));
     });
@@ -123,7 +130,10 @@ pub(super) fn panic_message(payload: Box<dyn Any + Send>) -> String {
     if let Err(nested) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
         std::mem::forget(nested);
     }
-    text
+    match PANICKED_AT.with(|c| c.borrow_mut().take()) {
+        Some(at) => format!("{text} (at {at})"),
+        None => text,
+    }
 }
 
 /// Writes `text` to an out-parameter the host provided (if any).

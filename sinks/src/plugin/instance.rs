@@ -40,7 +40,16 @@ impl Sink for PluginInstance {
         let _scope = ShardScope::enter(self.shard);
         match self.inner.deliver(batch) {
             Ok(outcome) => outcome,
-            Err(failure) => panic!("sink plugin {} failed: {failure}", self.name()),
+            // Resumed, not raised: the plugin said where it panicked, and
+            // no hook in the daemon prints this (the host that catches it
+            // logs it once, with the shard).
+            Err(failure) => {
+                let text = failure.to_string();
+                let text = text
+                    .strip_prefix("the plugin panicked: ")
+                    .map_or(text.clone(), str::to_string);
+                std::panic::resume_unwind(Box::new(text))
+            }
         }
     }
 

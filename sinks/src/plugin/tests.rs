@@ -202,7 +202,7 @@ fn file_plugin_writes_what_the_builtin_file_sink_writes() {
 }
 
 #[test]
-fn a_panic_in_the_plugin_panics_the_host_instance_and_a_new_instance_works() {
+fn a_panic_in_the_plugin_unwinds_the_host_instance_and_a_new_instance_works() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.ndjson");
     let options = file_options(&out, "panic_on_batch = 2");
@@ -217,10 +217,13 @@ fn a_panic_in_the_plugin_panics_the_host_instance_and_a_new_instance_works() {
     let second = records(0, 2, &[b"two"]);
     let caught = catch_unwind(AssertUnwindSafe(|| deliver(&mut *sink, &second)));
     let text = panic_text(caught.expect_err("the host instance must panic"));
-    assert_eq!(
-        text,
-        "sink plugin spillway-plugin-file failed: the plugin panicked: panic_on_batch = 2: \
-         panicking in deliver call 2 as asked"
+    // The plugin's message and where in the plugin: the host resumes the
+    // unwind (no hook of the daemon prints it), and the drain that catches
+    // it logs it once.
+    assert!(
+        text.starts_with("panic_on_batch = 2: panicking in deliver call 2 as asked (at ")
+            && text.contains("plugins/file/src/sink.rs:"),
+        "{text}"
     );
     drop(sink); // destroys the plugin-side instance
 
@@ -660,18 +663,12 @@ fn plugin_log_lines_become_tracing_events_with_the_plugin_name_and_shard() {
             .any(|l| l.contains("sink plugin loaded") && l.contains("plugin=spillway-plugin-file")),
         "{lines:#?}"
     );
-    // The panic caught at the boundary is logged by the plugin's panic
-    // hook, with its location, instead of going raw to stderr.
-    let panic = lines
-        .iter()
-        .find(|l| l.contains("panicked at "))
-        .unwrap_or_else(|| panic!("no panic line in {lines:#?}"));
-    assert!(panic.starts_with("ERROR "), "{panic}");
-    assert!(panic.contains("plugin=spillway-plugin-file "), "{panic}");
-    assert!(panic.contains("shard=0 "), "{panic}");
-    assert!(panic.contains("src/sink.rs:"), "{panic}");
+    // The panic caught at the boundary is not logged by the plugin: the
+    // drain that catches the host's unwind logs it once (with the shard,
+    // the sink and the plugin's source line; `a_panicking_plugin_is_...`
+    // in the end-to-end tests).
     assert!(
-        panic.contains("panic_on_batch = 3: panicking in deliver call 3 as asked"),
-        "{panic}"
+        !lines.iter().any(|l| l.contains("panic_on_batch = 3")),
+        "{lines:#?}"
     );
 }

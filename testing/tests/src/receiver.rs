@@ -34,6 +34,9 @@ pub struct Behaviour {
     pub delay: Duration,
     /// Answer 400 to a request whose body contains these bytes.
     pub reject_containing: Option<Vec<u8>>,
+    /// Answer this status (a 5xx: try again) to every request whose body
+    /// contains these bytes, for ever: a poison record.
+    pub fail_containing: Option<(Vec<u8>, u16)>,
     /// Answer 429 at once to a request that finds this many being
     /// delayed already (a downstream that takes so many at a time).
     pub cap_in_flight: Option<usize>,
@@ -51,6 +54,7 @@ impl Default for Behaviour {
             retry_after: None,
             delay: Duration::ZERO,
             reject_containing: None,
+            fail_containing: None,
             cap_in_flight: None,
             hold_next: None,
             answering_until: Vec::new(),
@@ -86,10 +90,20 @@ impl Behaviour {
         let rejected = self.reject_containing.as_deref().is_some_and(|needle| {
             !needle.is_empty() && request.body.windows(needle.len()).any(|w| w == needle)
         });
+        let failed = self
+            .fail_containing
+            .as_ref()
+            .filter(|(needle, _)| contains(needle))
+            .map(|(_, status)| *status);
         let (status, text) = if rejected {
             (
                 400,
                 "rejected by the test receiver: poisoned record".to_string(),
+            )
+        } else if let Some(status) = failed {
+            (
+                status,
+                format!("test receiver answers {status} to a poison record"),
             )
         } else if (200..300).contains(&self.status) {
             (self.status, String::new())
@@ -180,6 +194,12 @@ impl HttpReceiver {
 
     pub fn reject_containing(&self, needle: Option<&[u8]>) {
         self.behaviour.lock().unwrap().reject_containing = needle.map(<[u8]>::to_vec);
+    }
+
+    /// Answer `status` to every request holding `needle`, for ever
+    /// (`None`: stop).
+    pub fn fail_containing(&self, rule: Option<(&[u8], u16)>) {
+        self.behaviour.lock().unwrap().fail_containing = rule.map(|(n, s)| (n.to_vec(), s));
     }
 
     /// Answer 429 to requests past `cap` at once (`None`: take them all).

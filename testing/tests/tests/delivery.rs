@@ -481,6 +481,59 @@ fn dead_letter_requeue_gets_overloaded_at_the_wab_cap_like_a_push() {
     assert_eq!(dead_letters(&d).0, 0);
 }
 
+/// A receiver that answers 500 to any request holding one record, for
+/// ever (a poison record), beside 999 good ones pushed as one batch: the
+/// batch is halved until that record is alone, the 999 arrive, and the
+/// poison record alone is dead-lettered once `retry_duration_max_ms` has
+/// passed, with the receiver's answer as its reason.
+#[test]
+fn a_record_the_receiver_always_fails_is_isolated_and_dead_lettered_alone() {
+    let rx = HttpReceiver::start();
+    rx.fail_containing(Some((b"poison", 500)));
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n{}",
+        http_sink(
+            &rx,
+            "batch_records_max = 1000\nretry_duration_max_ms = 3000"
+        )
+    ));
+    d.ctl(&["sink", "pause", "default"]);
+    let payloads: Vec<Vec<u8>> = (0..1000)
+        .map(|i| {
+            if i == 421 {
+                b"poison".to_vec()
+            } else {
+                format!("ok:{i}").into_bytes()
+            }
+        })
+        .collect();
+    d.client().push_batch(Tier::Sync, &payloads).unwrap();
+    let started = Instant::now();
+    d.ctl(&["sink", "resume", "default"]);
+    let good: Vec<&Vec<u8>> = payloads.iter().filter(|p| &p[..] != b"poison").collect();
+    rx.wait_for_payloads(&good, DELIVERY_TIMEOUT);
+    let lines = wait_dead_letters(&d, 1);
+    let took = started.elapsed();
+    assert!(
+        lines[0].starts_with("0:421 ")
+            && lines[0].contains("retried for 3 s: ")
+            && lines[0].contains("500"),
+        "{lines:?}"
+    );
+    let stats = d.ctl(&["stats", "--flat"]);
+    assert_eq!(shard_stat_sum(&stats, "poison_records"), 1, "{stats}");
+    assert!(shard_stat_sum(&stats, "batch_splits") >= 10, "{stats}");
+    assert_eq!(shard_stat_sum(&stats, "delivered_records"), 999, "{stats}");
+    eprintln!(
+        "HTTP 500 poison record dead-lettered {took:?} after delivery started, {} requests",
+        rx.request_count()
+    );
+    assert!(
+        took < Duration::from_secs(20),
+        "isolated and given up within 20 s: {took:?}"
+    );
+}
+
 #[test]
 fn permanent_rejection_is_dead_lettered_requeued_and_dropped() {
     let rx = HttpReceiver::start();
