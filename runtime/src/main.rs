@@ -24,6 +24,7 @@ mod golden;
 mod inspect;
 mod manual;
 mod notify;
+mod plugin_kit;
 mod push;
 mod reference;
 mod reload;
@@ -100,6 +101,11 @@ enum Command {
     },
     /// Push records (arguments, or stdin one per line) to a running daemon.
     Push(push::PushArgs),
+    /// Write a new sink plugin crate, or check a built plugin against the contract.
+    Plugin {
+        #[command(subcommand)]
+        command: plugin_kit::PluginCommand,
+    },
     /// Print the shell completion script for bash, zsh or fish (e.g. `spillway completions bash > /etc/bash_completion.d/spillway`).
     Completions {
         #[arg(value_enum)]
@@ -212,6 +218,19 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
+        Command::Plugin { command } => {
+            logging::init("warn", logging::LogFormat::Text);
+            match plugin_kit::run(command) {
+                Ok(text) => {
+                    say(&text);
+                    ExitCode::SUCCESS
+                }
+                Err(text) => {
+                    say(&text);
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Completions { shell } => {
             manual::completions(Cli::command(), shell, &mut std::io::stdout());
             ExitCode::SUCCESS

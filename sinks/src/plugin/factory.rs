@@ -109,7 +109,7 @@ impl PluginFactory {
 
     /// A new instance for `shard`: what the plugin logs while creating it
     /// and in its later calls carries the shard's number.
-    fn instance_for(&self, shard: Option<u32>) -> Result<PluginInstance, SinkError> {
+    pub fn instance_for(&self, shard: Option<u32>) -> Result<PluginInstance, SinkError> {
         self.create_verbatim(shard).map_err(|e| SinkError::Plugin {
             reason: format!("plugin {}: {e}", self.plugin.name()),
         })

@@ -20,6 +20,29 @@ impl PluginInstance {
     pub(crate) fn new(inner: Instance, shard: Option<u32>) -> PluginInstance {
         PluginInstance { inner, shard }
     }
+
+    /// [`Sink::deliver`] without the unwind: the plugin's answer, or how
+    /// it failed (a panic at its boundary, an answer that breaks the ABI).
+    /// For `spillway plugin test`.
+    pub fn try_deliver(
+        &mut self,
+        batch: &Batch<'_>,
+    ) -> Result<Outcome, sink_sdk::abi::host::PluginFailure> {
+        let _scope = ShardScope::enter(self.shard);
+        self.inner.deliver(batch)
+    }
+
+    /// Whether the plugin is told who delivers (`SinkContext`: it exports
+    /// the ABI extension).
+    pub fn takes_context(&self) -> bool {
+        self.inner.plugin().takes_context()
+    }
+
+    /// The plugin's sink-sdk version and ABI version.
+    pub fn built_with(&self) -> (String, u32) {
+        let p = self.inner.plugin();
+        (p.sdk_version().to_string(), p.abi_version())
+    }
 }
 
 impl Sink for PluginInstance {

@@ -669,3 +669,43 @@ fn sql_plugins_with_the_server_down_start_and_say_why() {
         );
     }
 }
+
+/// `spillway plugin test` on a shipped SQL plugin against its real server:
+/// every check passes (the table is made by the plugin, as in a config).
+fn passes_the_contract_test(sql: &Sql) {
+    let table = table_for(&format!("contract_{}", sql.name()));
+    sql.drop_table(&table);
+    let dir = tempfile::tempdir().unwrap();
+    let options = dir.path().join("options.toml");
+    std::fs::write(&options, sql.options(&table)).unwrap();
+    let f = run_spillway(
+        &[
+            std::ffi::OsStr::new("plugin"),
+            std::ffi::OsStr::new("test"),
+            sql.plugin().as_os_str(),
+            std::ffi::OsStr::new("--options"),
+            options.as_os_str(),
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(
+        f.status.success() && f.stdout.contains(", 0 failed"),
+        "{}: plugin test failed:\n{}{}",
+        sql.name(),
+        f.stdout,
+        f.stderr
+    );
+    assert!(
+        f.stdout.contains("ok   unknown option: refused, naming it"),
+        "{}",
+        f.stdout
+    );
+    sql.drop_table(&table);
+}
+
+#[test]
+fn the_sql_plugins_pass_the_contract_test() {
+    for sql in [Sql::postgres(), Sql::mariadb()].into_iter().flatten() {
+        passes_the_contract_test(&sql);
+    }
+}
