@@ -434,9 +434,7 @@ impl<S: Storage> Cursor<S> {
     fn fill(&mut self, wm: Watermark) -> io::Result<()> {
         let (max_records, max_bytes) = self.host.batch_limits();
         let mut at_tail = false;
-        // A suspect waiting for a witness reads the next batch too.
-        let ahead = !matches!(self.pending.flights.lanes, Lanes::Inline)
-            || self.pending.flights.first_waiting(self.commits).is_some();
+        let ahead = !matches!(self.pending.flights.lanes, Lanes::Inline);
         loop {
             let (held, held_bytes) = self.pending.held(ahead);
             if held >= max_records || held_bytes >= max_bytes {
@@ -786,8 +784,15 @@ impl<S: Storage> Cursor<S> {
                 // cut by the limits of now (a reload shrank them).
                 self.pending.flights.abandon();
             }
-            let waiting = self.pending.flights.first_waiting(self.commits);
-            let mut resend = self.pending.flights.first_resend(self.commits);
+            // With batches in flight a suspect waits for a witness (see
+            // `poison`); one at a time keeps the order, and asks the
+            // sink's health check instead.
+            let waiting = if inline {
+                None
+            } else {
+                self.pending.flights.first_waiting(self.commits)
+            };
+            let mut resend = self.pending.flights.first_resend(self.commits, !inline);
             if resend.is_none() {
                 let (unsent, unsent_bytes) = self.pending.unsent();
                 if unsent == 0 && waiting.is_none() {
@@ -961,9 +966,18 @@ impl<S: Storage> Cursor<S> {
         let limit = self.host.settings().retry_duration_max();
         let (commits, len) = (self.commits, self.pending.flights.list[idx].len);
         let first_seq = self.pending.first_seq_of(idx);
-        let verdict = self.pending.flights.list[idx]
-            .failures
-            .failed(len, now, reason, panicked, commits, limit);
+        let witness = !matches!(self.pending.flights.lanes, Lanes::Inline);
+        let host = &mut self.host;
+        let verdict = self.pending.flights.list[idx].failures.failed(
+            len,
+            now,
+            reason,
+            panicked,
+            commits,
+            limit,
+            witness,
+            || host.healthy_now(),
+        );
         match verdict {
             Verdict::Again => {}
             Verdict::Split => {

@@ -421,12 +421,14 @@ impl Flights {
         self.list.len()
     }
 
-    /// The oldest flight waiting to be offered again, but for a suspect
-    /// (a lone record that keeps failing) that waits for a witness: a
-    /// commit since its last failure (`commits`: the cursor's count).
-    pub(super) fn first_resend(&self, commits: u64) -> Option<usize> {
+    /// The oldest flight waiting to be offered again, but, with a
+    /// `witness` (batches in flight), for a suspect (a lone record that
+    /// keeps failing) that waits for one: a commit since it first failed
+    /// (`commits`: the cursor's count).
+    pub(super) fn first_resend(&self, commits: u64, witness: bool) -> Option<usize> {
         self.list.iter().position(|f| {
-            matches!(f.state, FlightState::Resend) && !f.failures.waiting(f.len, commits)
+            matches!(f.state, FlightState::Resend)
+                && !(witness && f.failures.waiting(f.len, commits))
         })
     }
 

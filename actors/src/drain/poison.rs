@@ -16,13 +16,16 @@
 //!   the sink asked to retry it, it is retried until
 //!   `retry_duration_max_ms` has passed since its batch first failed, then
 //!   dead-lettered (`retried for N s: ...`).
-//! - A lone record that panicked the sink [`SPLIT_AFTER`] times with
-//!   nothing committed since its batch first failed is a suspect: it waits,
-//!   and the batch after it may be offered meanwhile (one past
-//!   `batches_in_flight`), the witness that tells a bad record from a sink
-//!   that is down. Should the suspect go through after all, it arrives
-//!   after that batch. A record the sink asks to retry is never a suspect
-//!   before the time limit, so a downstream that is down keeps the order.
+//! - When nothing was committed since its batch first failed (the record
+//!   came first), something else must tell a bad record from a sink that
+//!   is down. With batches in flight (order across batches is not kept),
+//!   a lone record that panicked the sink [`SPLIT_AFTER`] times waits, and
+//!   the batch after it may be offered meanwhile (one past
+//!   `batches_in_flight`): the witness. One batch at a time keeps the push
+//!   order, so no record may pass it: there the sink's health check,
+//!   asked after the record panicked it [`POISON_AFTER`] times, is the
+//!   witness (healthy: poison). A record the sink asks to retry is never
+//!   judged so before the time limit.
 //! - `retry_duration_max_ms` gives up a batch whose sink committed nothing
 //!   since the batch first failed (the downstream is down) whole, with
 //!   every other batch for which the same holds, as before; a batch past
@@ -90,11 +93,11 @@ impl Failures {
         }
     }
 
-    /// A suspect that waits for a witness (a commit since its last
-    /// failure): a lone record that panicked the sink [`SPLIT_AFTER`] times
-    /// in a row, or is past the time limit with nothing committed since it
-    /// first failed. A record the sink asks to retry waits for nothing
-    /// before the limit: a downstream that is down keeps its order.
+    /// With batches in flight, a suspect that waits for a witness (a
+    /// commit since it first failed): a lone record that panicked the sink
+    /// [`SPLIT_AFTER`] times in a row, or is past the time limit with
+    /// nothing committed since it first failed. A record the sink asks to
+    /// retry waits for nothing before the limit.
     pub(super) fn waiting(&self, len: usize, commits: u64) -> bool {
         len == 1
             && self.commits_at_first == commits
@@ -130,6 +133,10 @@ impl Failures {
     /// The batch of `len` records failed at `now` (`panicked`: the sink
     /// panicked on it) for `reason`; `commits` is the cursor's count of
     /// answers that committed records, `limit` `retry_duration_max_ms`.
+    /// `witness`: a later batch may be offered before this one (batches in
+    /// flight); else `sink_up` (the sink's health check, asked only when
+    /// needed) is the witness.
+    #[allow(clippy::too_many_arguments)] // each is one fact the verdict weighs
     pub(super) fn failed(
         &mut self,
         len: usize,
@@ -138,6 +145,8 @@ impl Failures {
         panicked: bool,
         commits: u64,
         limit: Option<Duration>,
+        witness: bool,
+        sink_up: impl FnOnce() -> bool,
     ) -> Verdict {
         if self.since.is_none() {
             self.since = Some(now);
@@ -150,13 +159,16 @@ impl Failures {
         self.reason = reason.to_string();
         self.panicked = panicked;
         if let Some(limit) = limit.filter(|_| self.expired(now, limit)) {
-            let outage = self.no_commit_since_first(commits);
+            let mut outage = self.no_commit_since_first(commits);
             if len > 1 {
                 return Verdict::Split;
             }
-            if outage && !self.witness_asked {
+            if outage && witness && !self.witness_asked {
                 self.witness_asked = true;
                 return Verdict::Again;
+            }
+            if outage && !witness && sink_up() {
+                outage = false;
             }
             return Verdict::GiveUp {
                 reason: self.expired_reason(limit),
@@ -183,6 +195,14 @@ impl Failures {
                 outage: false,
             },
             (true, false) => Verdict::Stuck,
+            (false, true) if !witness && sink_up() => Verdict::GiveUp {
+                reason: format!(
+                    "panicked: {reason}; the record failed alone {} times, and the sink's health check says it is up",
+                    self.count
+                ),
+                poison: true,
+                outage: false,
+            },
             (false, _) => Verdict::Again,
         }
     }
@@ -198,8 +218,14 @@ mod tests {
     fn a_batch_is_halved_after_two_failures_in_a_row() {
         let t = Instant::now();
         let mut f = Failures::default();
-        assert_eq!(f.failed(10, t, "503", false, 0, None), Verdict::Again);
-        assert_eq!(f.failed(10, t, "503", false, 0, None), Verdict::Split);
+        assert_eq!(
+            f.failed(10, t, "503", false, 0, None, true, || false),
+            Verdict::Again
+        );
+        assert_eq!(
+            f.failed(10, t, "503", false, 0, None, true, || false),
+            Verdict::Split
+        );
         let half = f.carried();
         assert_eq!(half.count, 0);
         assert_eq!(half.since, Some(t), "the halves keep the first failure");
@@ -209,13 +235,19 @@ mod tests {
     fn a_lone_record_that_panics_while_others_go_through_is_poison() {
         let t = Instant::now();
         let mut f = Failures::default();
-        assert_eq!(f.failed(1, t, "boom", true, 5, None), Verdict::Again);
+        assert_eq!(
+            f.failed(1, t, "boom", true, 5, None, true, || false),
+            Verdict::Again
+        );
         // Nothing committed since: the sink may be what is broken.
-        assert_eq!(f.failed(1, t, "boom", true, 5, None), Verdict::Again);
+        assert_eq!(
+            f.failed(1, t, "boom", true, 5, None, true, || false),
+            Verdict::Again
+        );
         assert!(f.waiting(1, 5), "a suspect waits for a witness");
         assert!(!f.waiting(1, 6), "a commit since is the witness");
         assert!(!f.waiting(2, 5), "a batch is halved, not a suspect");
-        match f.failed(1, t, "boom", true, 6, None) {
+        match f.failed(1, t, "boom", true, 6, None, true, || false) {
             Verdict::GiveUp {
                 reason,
                 poison: true,
@@ -225,17 +257,42 @@ mod tests {
         }
     }
 
+    /// One batch at a time: no later record may pass the suspect, so the
+    /// sink's health check is the witness, asked only then.
+    #[test]
+    fn one_at_a_time_the_health_check_is_the_witness() {
+        let t = Instant::now();
+        for (up, want_poison) in [(true, true), (false, false)] {
+            let mut f = Failures::default();
+            let asked = std::cell::Cell::new(0);
+            let probe = || {
+                asked.set(asked.get() + 1);
+                up
+            };
+            f.failed(1, t, "boom", true, 5, None, false, probe);
+            f.failed(1, t, "boom", true, 5, None, false, probe);
+            assert_eq!(asked.get(), 0, "not asked before the third failure");
+            let v = f.failed(1, t, "boom", true, 5, None, false, probe);
+            assert_eq!(asked.get(), 1);
+            assert_eq!(
+                matches!(v, Verdict::GiveUp { poison: true, .. }),
+                want_poison,
+                "{v:?}"
+            );
+        }
+    }
+
     #[test]
     fn a_lone_record_retried_while_others_go_through_waits_for_the_time_limit() {
         let t = Instant::now();
         let mut f = Failures::default();
-        f.failed(1, t, "500", false, 1, Some(60 * S));
-        f.failed(1, t, "500", false, 2, Some(60 * S));
+        f.failed(1, t, "500", false, 1, Some(60 * S), true, || false);
+        f.failed(1, t, "500", false, 2, Some(60 * S), true, || false);
         assert_eq!(
-            f.failed(1, t + S, "500", false, 3, Some(60 * S)),
+            f.failed(1, t + S, "500", false, 3, Some(60 * S), true, || false),
             Verdict::Stuck
         );
-        match f.failed(1, t + 61 * S, "500", false, 4, Some(60 * S)) {
+        match f.failed(1, t + 61 * S, "500", false, 4, Some(60 * S), true, || false) {
             Verdict::GiveUp {
                 reason,
                 poison: true,
@@ -249,20 +306,47 @@ mod tests {
     fn the_time_limit_gives_up_a_whole_batch_only_when_nothing_went_through() {
         let t = Instant::now();
         let mut outage = Failures::default();
-        outage.failed(100, t, "refused", false, 7, Some(10 * S));
+        outage.failed(100, t, "refused", false, 7, Some(10 * S), true, || false);
         assert_eq!(
-            outage.failed(100, t + 11 * S, "refused", false, 7, Some(10 * S)),
+            outage.failed(
+                100,
+                t + 11 * S,
+                "refused",
+                false,
+                7,
+                Some(10 * S),
+                true,
+                || false
+            ),
             Verdict::Split,
             "past the limit a batch is halved down to lone records"
         );
         let mut outage = outage.carried();
         assert_eq!(
-            outage.failed(1, t + 12 * S, "refused", false, 7, Some(10 * S)),
+            outage.failed(
+                1,
+                t + 12 * S,
+                "refused",
+                false,
+                7,
+                Some(10 * S),
+                true,
+                || false
+            ),
             Verdict::Again,
             "a lone record lets a witness through first"
         );
         assert!(outage.waiting(1, 7));
-        match outage.failed(1, t + 13 * S, "refused", false, 7, Some(10 * S)) {
+        match outage.failed(
+            1,
+            t + 13 * S,
+            "refused",
+            false,
+            7,
+            Some(10 * S),
+            true,
+            || false,
+        ) {
             Verdict::GiveUp {
                 outage: true,
                 poison: false,
@@ -271,9 +355,11 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let mut poisoned = Failures::default();
-        poisoned.failed(100, t, "500", false, 7, Some(10 * S));
+        poisoned.failed(100, t, "500", false, 7, Some(10 * S), true, || false);
         assert_eq!(
-            poisoned.failed(100, t + 11 * S, "500", false, 8, Some(10 * S)),
+            poisoned.failed(100, t + 11 * S, "500", false, 8, Some(10 * S), true, || {
+                false
+            }),
             Verdict::Split,
             "the sink took other records: halve rather than give up good ones"
         );

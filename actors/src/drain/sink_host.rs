@@ -242,6 +242,14 @@ impl SinkHost {
         self.panicked.as_deref()
     }
 
+    /// Whether the sink's health check answers healthy now, on an instance
+    /// made for it if there is none (after the restart backoff): asked to
+    /// tell a poison record from a sink that is down, when nothing else
+    /// can. False when the instance cannot be made or the check panics.
+    pub fn healthy_now(&mut self) -> bool {
+        self.ensure_instance().is_ok() && self.probe()
+    }
+
     /// Deliver one batch; a panic becomes a Retry and a restart of the instance.
     pub fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
         self.panicked = None;

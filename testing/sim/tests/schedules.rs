@@ -95,6 +95,9 @@ const PINNED_SMALL_DISK: &[(u64, &str)] = &[(
 ), (
     0xdc14_ab36_bcc8_9bbd,
     "issue 39's small-disk sweep, after that fix: numbering floored past the clock, then a fresh segment's only group failed its fdatasync; the cursor, below the floor with no durable record to pass, never reached the abandoned segment's durable_seq, so retention kept that headerless file in the disk's one segment of room: pushes refused for good",
+), (
+    0x3c3a_7ab3_49e2_07a2,
+    "issue 42's poison isolation: with one batch at a time, a lone record the flaky sink had panicked on twice let the next batch go first as its witness; the record then went through after all, after a later record of its producer (push order broken); one at a time now asks the sink's health check instead",
 )];
 
 fn quiet_sink_panics() {
