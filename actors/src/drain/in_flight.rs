@@ -448,25 +448,23 @@ impl Flights {
         })
     }
 
-    /// Halve flight `idx` (waiting to be offered again, more than one
-    /// record, whose first `first_bytes` payload bytes are its first half):
-    /// each half is offered on its own. Returns the index of the second.
-    pub(super) fn split(&mut self, idx: usize, first_bytes: usize) -> usize {
+    /// Cut flight `idx` after its first `at` records (`head_bytes` of
+    /// payload): the rest becomes a flight of its own right after it, to
+    /// offer again, with the failures' history carried. Returns its index.
+    pub(super) fn cut(&mut self, idx: usize, at: usize, head_bytes: usize) -> usize {
         let f = &mut self.list[idx];
-        debug_assert!(f.len > 1 && matches!(f.state, FlightState::Resend));
-        let first = f.len / 2;
-        let second = Flight {
+        debug_assert!(0 < at && at < f.len);
+        let rest = Flight {
             id: 0,
-            len: f.len - first,
-            bytes: f.bytes - first_bytes,
+            len: f.len - at,
+            bytes: f.bytes - head_bytes,
             state: FlightState::Resend,
             sent_unix_ms: 0,
             failures: f.failures.carried(),
         };
-        f.len = first;
-        f.bytes = first_bytes;
-        f.failures = f.failures.carried();
-        self.list.insert(idx + 1, second);
+        f.len = at;
+        f.bytes = head_bytes;
+        self.list.insert(idx + 1, rest);
         idx + 1
     }
 

@@ -199,39 +199,33 @@ impl Pending {
             self.flights.list[idx].state = FlightState::Resend;
             return Some(idx);
         }
-        let off = self.flights.offset_of(idx);
-        let head_bytes: usize = self
-            .records
-            .range(off..off + done)
-            .map(|r| r.payload.len())
-            .sum();
-        let f = &mut self.flights.list[idx];
-        let rest = Flight {
-            id: 0,
-            len: f.len - done,
-            bytes: f.bytes - head_bytes,
-            state: FlightState::Resend,
-            sent_unix_ms: 0,
-            failures: f.failures.carried(),
-        };
-        f.len = done;
-        f.bytes = head_bytes;
-        f.state = FlightState::Finished(rejected);
-        self.flights.list.insert(idx + 1, rest);
-        Some(idx + 1)
+        let rest = self.cut(idx, done);
+        self.flights.list[idx].state = FlightState::Finished(rejected);
+        Some(rest)
     }
 
-    /// Halve flight `idx` (see [`Flights::split`]): the index of the
-    /// second half.
-    pub(super) fn split(&mut self, idx: usize) -> usize {
+    /// Cut flight `idx` after its first `at` records (see
+    /// [`Flights::cut`]): the index of the rest.
+    fn cut(&mut self, idx: usize, at: usize) -> usize {
         let off = self.flights.offset_of(idx);
-        let first = self.flights.list[idx].len / 2;
-        let first_bytes = self
+        let head_bytes = self
             .records
-            .range(off..off + first)
+            .range(off..off + at)
             .map(|r| r.payload.len())
             .sum();
-        self.flights.split(idx, first_bytes)
+        self.flights.cut(idx, at, head_bytes)
+    }
+
+    /// Halve flight `idx` (waiting to be offered again, more than one
+    /// record): each half is offered on its own, the failures' history
+    /// carried. The index of the second half.
+    pub(super) fn split(&mut self, idx: usize) -> usize {
+        debug_assert!(matches!(self.flights.list[idx].state, FlightState::Resend));
+        let half = self.flights.list[idx].len / 2;
+        let second = self.cut(idx, half);
+        let first = &mut self.flights.list[idx].failures;
+        *first = first.carried();
+        second
     }
 
     /// The sequence number of flight `idx`'s first record.
