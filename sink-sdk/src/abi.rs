@@ -513,12 +513,21 @@ pub type CreateInFn = unsafe extern "C" fn(
     out_error: *mut OwnedStr,
 ) -> *mut c_void;
 
+/// `describe_options(out)`: writes the plugin's options, declared as
+/// [`Key`](crate::keys::Key)s, as the JSON text
+/// [`keys::describe`](crate::keys::describe) makes (format in
+/// docs/plugins.md) into `out` (freed with the vtable's `free_string`), and
+/// returns [`CALL_OK`]; [`CALL_PANICKED`] if it panicked. Takes no
+/// instance: the host calls it once, when it loads the library.
+pub type DescribeOptionsFn = unsafe extern "C" fn(out: *mut OwnedStr) -> i32;
+
 /// What the optional [`EXTENSION_SYMBOL`] returns. Static, immutable.
 /// `size` is `size_of::<PluginExtension>()` of the sink-sdk that built the
 /// plugin: a host reads only the fields that lie within it, so fields
 /// appended later leave older plugins and hosts working.
 ///
-/// Layout (64-bit): `size` at 0, `create_in` at 8; 16 bytes.
+/// Layout (64-bit): `size` at 0, `create_in` at 8, `describe_options` at
+/// 16; 24 bytes (16 for a plugin built before `describe_options`).
 #[repr(C)]
 #[derive(Debug)]
 pub struct PluginExtension {
@@ -526,6 +535,14 @@ pub struct PluginExtension {
     /// Creates an instance told its [`RawContext`]; the host calls it
     /// instead of the vtable's `create` when present.
     pub create_in: Option<CreateInFn>,
+    /// Describes the options the plugin takes, or null: a plugin that
+    /// does not describe them has its `[sink.options]` checked by its
+    /// `create` alone. When present, the host checks the options against
+    /// the description before any `create` (unknown keys, required keys,
+    /// types, ranges; each error naming `sink.options.KEY`), `spillway
+    /// check` prints them and `spillway schema --config` puts them in the
+    /// JSON Schema.
+    pub describe_options: Option<DescribeOptionsFn>,
 }
 
 impl PluginExtension {
@@ -535,6 +552,10 @@ impl PluginExtension {
         PluginExtension {
             size: std::mem::size_of::<PluginExtension>(),
             create_in: Some(export::create_in::<T>),
+            describe_options: match T::OPTIONS {
+                Some(_) => Some(export::describe_options::<T>),
+                None => None,
+            },
         }
     }
 }
@@ -605,7 +626,8 @@ const _: () = {
     assert!(offset_of!(RawContext, sink_len) == 24);
     assert!(size_of::<RawContext>() == 32);
     assert!(offset_of!(PluginExtension, create_in) == 8);
-    assert!(size_of::<PluginExtension>() == 16);
+    assert!(offset_of!(PluginExtension, describe_options) == 16);
+    assert!(size_of::<PluginExtension>() == 24);
 };
 
 // ---- what a plugin implements ----------------------------------------------
@@ -614,6 +636,17 @@ const _: () = {
 /// this is all a Rust plugin implements; [`export_sink!`](crate::export_sink)
 /// does the rest.
 pub trait PluginSink: Sink {
+    /// The options this plugin takes, declared once with
+    /// [`key_table!`](crate::key_table) (`Some(MyOptions::KEYS)`), or
+    /// `Some(&[])` for a plugin that takes none. The daemon then checks
+    /// `[sink.options]` against them before `create` (a misspelt or
+    /// unknown key, a missing required one, a value of the wrong type or
+    /// out of range, each refused naming `sink.options.KEY`), `spillway
+    /// check` prints them, and `spillway schema --config` adds them to the
+    /// JSON Schema. `None` (the default): the daemon knows nothing of them
+    /// and `create` alone checks them.
+    const OPTIONS: Option<&'static [crate::keys::Key]> = None;
+
     /// A new instance. `options_toml` is the `[sink.options]` table of the
     /// daemon's config as TOML text (empty when there is none); the plugin
     /// parses it (e.g. with the `toml` crate). The error is shown to the

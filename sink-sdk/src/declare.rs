@@ -38,15 +38,21 @@ impl KeyDefault for bool {
     }
 }
 
+/// A required string (or one unset by default) is empty until it is read:
+/// the reader says a required key is missing (a plugin's options are
+/// checked against their declaration by the daemon before `create`).
 impl KeyDefault for String {
     fn key_default(key: &Key) -> Self {
-        key.text().to_string()
+        match key.default {
+            DefaultValue::Required | DefaultValue::Unset(_) => String::new(),
+            _ => key.text().to_string(),
+        }
     }
 }
 
 impl KeyDefault for PathBuf {
     fn key_default(key: &Key) -> Self {
-        PathBuf::from(key.text())
+        PathBuf::from(String::key_default(key))
     }
 }
 
@@ -116,6 +122,20 @@ pub struct OutOfRange {
     /// What is allowed, as [`Key::check`] says it.
     pub allowed: String,
 }
+
+/// As the daemon says it: `options.rotate_bytes = 5 is out of range:
+/// allowed 1048576..=68719476736 (1 MiB..=64 GiB)`.
+impl std::fmt::Display for OutOfRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} = {} is out of range: allowed {}",
+            self.key.name, self.value, self.allowed
+        )
+    }
+}
+
+impl std::error::Error for OutOfRange {}
 
 /// `value` of `key` against the range `key` declares.
 pub fn in_range(key: &'static Key, value: u64) -> Result<(), OutOfRange> {

@@ -241,6 +241,110 @@ pub fn exact(n: u64, unit: Unit) -> Option<String> {
     }
 }
 
+/// `keys` as JSON, the way a plugin describes its options to the daemon
+/// (the `describe_options` function of the ABI's extension; the format is
+/// in docs/plugins.md): an array of objects, one per key, in order, each
+/// with the key's name within its table and the rest of the [`Key`] as it
+/// is declared. Written by hand: the SDK has no dependencies.
+pub fn describe(keys: &[Key]) -> String {
+    let items: Vec<String> = keys.iter().map(Key::describe).collect();
+    format!("[{}]", items.join(","))
+}
+
+impl Key {
+    /// This key as one object of [`describe`]'s array.
+    fn describe(&self) -> String {
+        let default = match self.default {
+            DefaultValue::Int(n) => format!("{{\"int\":{n}}}"),
+            DefaultValue::Bool(b) => format!("{{\"bool\":{b}}}"),
+            DefaultValue::Str(s) => format!("{{\"str\":{}}}", json_str(s)),
+            DefaultValue::Path(p) => format!("{{\"path\":{}}}", json_str(p)),
+            DefaultValue::Unset(why) => format!("{{\"unset\":{}}}", json_str(why)),
+            DefaultValue::Required => "\"required\"".to_string(),
+        };
+        let range = |min: u64, max: u64, unit: Unit| {
+            format!("\"min\":{min},\"max\":{max},\"unit\":\"{}\"", unit.name())
+        };
+        let allowed = match self.allowed {
+            Allowed::Range { min, max, unit } => {
+                format!("{{\"range\":{{{}}}}}", range(min, max, unit))
+            }
+            Allowed::ZeroOrRange {
+                zero,
+                min,
+                max,
+                unit,
+            } => format!(
+                "{{\"zero_or_range\":{{\"zero\":{},{}}}}}",
+                json_str(zero),
+                range(min, max, unit)
+            ),
+            Allowed::RangeOr { min, max, unit, or } => format!(
+                "{{\"range_or\":{{{},\"or\":{}}}}}",
+                range(min, max, unit),
+                json_strs(or)
+            ),
+            Allowed::OneOf(names) => format!("{{\"one_of\":{}}}", json_strs(names)),
+            Allowed::Shaped { text, schema } => format!(
+                "{{\"shaped\":{{\"text\":{},\"schema\":{}}}}}",
+                json_str(text),
+                json_str(schema)
+            ),
+            Allowed::Text(text) => format!("{{\"text\":{}}}", json_str(text)),
+        };
+        format!(
+            "{{\"name\":{},\"default\":{default},\"allowed\":{allowed},\"also\":{},\"meaning\":{}}}",
+            json_str(self.short()),
+            json_str(self.also),
+            json_str(self.meaning)
+        )
+    }
+}
+
+impl Unit {
+    /// Its name in [`describe`]'s text.
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Count => "count",
+            Unit::Bytes => "bytes",
+            Unit::Ms => "ms",
+            Unit::Us => "us",
+        }
+    }
+
+    /// The unit [`Unit::name`] names.
+    pub fn from_name(name: &str) -> Option<Unit> {
+        [Unit::Count, Unit::Bytes, Unit::Ms, Unit::Us]
+            .into_iter()
+            .find(|u| u.name() == name)
+    }
+}
+
+/// A JSON string of `s`.
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A JSON array of strings.
+fn json_strs(items: &[&str]) -> String {
+    let items: Vec<String> = items.iter().map(|s| json_str(s)).collect();
+    format!("[{}]", items.join(","))
+}
+
 /// A table of keys: `[server]` and its keys, in the order the reference
 /// lists them.
 #[derive(Clone, Copy, Debug)]

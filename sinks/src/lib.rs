@@ -40,6 +40,7 @@ mod reference;
 pub mod registry;
 pub mod regular_file;
 pub mod sink_type;
+pub mod suggest;
 
 use std::sync::Arc;
 

@@ -62,6 +62,8 @@ impl FileSink {
 }
 
 impl PluginSink for FileSink {
+    const OPTIONS: Option<&'static [sink_sdk::keys::Key]> = Some(FileOptions::KEYS);
+
     fn create(options_toml: &str) -> Result<FileSink, String> {
         FileSink::new(&FileOptions::parse(options_toml)?)
     }
@@ -328,7 +330,7 @@ mod tests {
         assert!(err.starts_with("options.path: cannot open "), "{err}");
         assert_eq!(
             FileSink::create("").err().unwrap(),
-            "options: missing field `path`"
+            "options.path: is required (a file path)"
         );
     }
 

@@ -383,6 +383,23 @@ pub unsafe extern "C" fn health<T: PluginSink + 'static>(
     }
 }
 
+/// `describe_options`: see [`DescribeOptionsFn`](super::DescribeOptionsFn).
+///
+/// # Safety
+/// `out` is null or points to an [`OwnedStr`] the host owns.
+pub unsafe extern "C" fn describe_options<T: PluginSink + 'static>(out: *mut OwnedStr) -> i32 {
+    if out.is_null() {
+        return CALL_BAD_ARGUMENT;
+    }
+    match guarded(|| crate::keys::describe(T::OPTIONS.unwrap_or(&[]))) {
+        Ok(text) => {
+            write_str(out, text);
+            CALL_OK
+        }
+        Err(_) => CALL_PANICKED,
+    }
+}
+
 /// `free_string`: see [`FreeStringFn`](super::FreeStringFn).
 ///
 /// # Safety

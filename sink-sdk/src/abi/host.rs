@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{
-    CreateFn, CreateInFn, DeliverFn, DestroyFn, FreeOutcomeFn, FreeStringFn, HealthFn, HostApi,
-    LimitsFn, OwnedStr, PluginExtension, PluginVTable, RawContext, RawLimits, RawOutcome,
-    RawRecord, VTableHeader, ABI_VERSION, CALL_OK, HEALTH_OK, HEALTH_UNHEALTHY, OUTCOME_COMMITTED,
-    OUTCOME_INTERNAL_ERROR, OUTCOME_RETRY, OUTCOME_SPLIT, OUTCOME_UNSET, RECORD_COMMITTED,
-    RECORD_REJECTED, RECORD_RETRY, RETRY_AFTER_NONE, SDK_VERSION,
+    CreateFn, CreateInFn, DeliverFn, DescribeOptionsFn, DestroyFn, FreeOutcomeFn, FreeStringFn,
+    HealthFn, HostApi, LimitsFn, OwnedStr, PluginExtension, PluginVTable, RawContext, RawLimits,
+    RawOutcome, RawRecord, VTableHeader, ABI_VERSION, CALL_OK, HEALTH_OK, HEALTH_UNHEALTHY,
+    OUTCOME_COMMITTED, OUTCOME_INTERNAL_ERROR, OUTCOME_RETRY, OUTCOME_SPLIT, OUTCOME_UNSET,
+    RECORD_COMMITTED, RECORD_REJECTED, RECORD_RETRY, RETRY_AFTER_NONE, SDK_VERSION,
 };
 use crate::{Batch, Health, Limits, Outcome, RecordOutcome, SinkContext};
 
@@ -102,6 +102,8 @@ pub struct Plugin {
     sdk_version: String,
     name: String,
     version: String,
+    /// [`Plugin::options_description`].
+    options: Option<String>,
 }
 
 // SAFETY: the vtable is immutable and the ABI requires its functions to be
@@ -187,6 +189,7 @@ impl Plugin {
             sdk_version: vtable_str(v.sdk_version, "sdk_version")?,
             name: vtable_str(v.plugin_name, "plugin_name")?,
             version: vtable_str(v.plugin_version, "plugin_version")?,
+            options: None,
         })
     }
 
@@ -208,8 +211,48 @@ impl Plugin {
             if covers(std::mem::offset_of!(PluginExtension, create_in) + 8) {
                 plugin.functions.create_in = ext.create_in;
             }
+            if covers(std::mem::offset_of!(PluginExtension, describe_options) + 8) {
+                if let Some(describe) = ext.describe_options {
+                    plugin.options = Some(plugin.described_options(describe)?);
+                }
+            }
         }
         Ok(plugin)
+    }
+
+    /// The text `describe` writes (checked only to be UTF-8 here; the host
+    /// reads it as JSON).
+    ///
+    /// # Safety
+    /// `describe` is this plugin's.
+    unsafe fn described_options(&self, describe: DescribeOptionsFn) -> Result<String, LoadError> {
+        let mut out = OwnedStr::EMPTY;
+        let code = describe(&mut out);
+        let written = out.len;
+        let text = self.take_string(&mut out);
+        if written > REASON_BYTES_MAX {
+            return Err(LoadError::Invalid(format!(
+                "describe_options wrote {written} bytes, more than {REASON_BYTES_MAX}"
+            )));
+        }
+        match code {
+            CALL_OK => Ok(text),
+            _ => Err(LoadError::Invalid(format!(
+                "describe_options failed (code {code}){}",
+                if text.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {text}")
+                }
+            ))),
+        }
+    }
+
+    /// What the plugin says of its options, as the JSON text of
+    /// [`keys::describe`](crate::keys::describe); `None` when it does not
+    /// describe them.
+    pub fn options_description(&self) -> Option<&str> {
+        self.options.as_deref()
     }
 
     /// Whether its instances are told who creates them

@@ -67,7 +67,25 @@ struct ScriptSink {
     context: Option<SinkContext>,
 }
 
+crate::key_table! {
+    /// The script sink's one option, declared to be described.
+    struct ScriptOptions in "options" {
+        window_ms: u64 = Key {
+            default: DefaultValue::Int(250),
+            allowed: crate::keys::Allowed::Range {
+                min: 10,
+                max: 1_000,
+                unit: crate::keys::Unit::Ms,
+            },
+            also: "",
+            meaning: r#"How long "the script" waits\ (a test of escapes)."#,
+        },
+    }
+}
+
 impl PluginSink for ScriptSink {
+    const OPTIONS: Option<&'static [crate::keys::Key]> = Some(ScriptOptions::KEYS);
+
     fn create(options_toml: &str) -> Result<Self, String> {
         match options_toml {
             "create-panic" => panic!("cannot start: {}", 42),
@@ -382,6 +400,7 @@ fn the_context_reaches_a_plugin_with_the_extension_and_an_older_one_works_withou
     let short = PluginExtension {
         size: 8,
         create_in: Some(super::export::create_in::<ScriptSink>),
+        describe_options: None,
     };
     let p = unsafe { Plugin::from_entry_points(spillway_sink_plugin_v1(), &short) }.unwrap();
     assert!(!p.takes_context());
@@ -389,6 +408,43 @@ fn the_context_reaches_a_plugin_with_the_extension_and_an_older_one_works_withou
         context.record_id(3, 42),
         "0123456789abcdef0123456789abcdef:3:42"
     );
+}
+
+/// A plugin that declares its options describes them through the
+/// extension, as JSON; one whose extension predates the field (16 bytes)
+/// describes nothing, and neither does one without the extension.
+#[test]
+fn declared_options_are_described_through_the_extension() {
+    let p = unsafe {
+        Plugin::from_entry_points(
+            spillway_sink_plugin_v1(),
+            spillway_sink_plugin_v1_extension(),
+        )
+    }
+    .unwrap();
+    assert_eq!(
+        p.options_description(),
+        Some(
+            r#"[{"name":"window_ms","default":{"int":250},"allowed":{"range":{"min":10,"max":1000,"unit":"ms"}},"also":"","meaning":"How long \"the script\" waits\\ (a test of escapes)."}]"#
+        )
+    );
+    assert_eq!(ScriptOptions::default().window_ms, 250);
+    assert_eq!(
+        ScriptOptions { window_ms: 5 }
+            .check_ranges()
+            .unwrap_err()
+            .to_string(),
+        "options.window_ms = 5 is out of range: allowed 10..=1000 ms"
+    );
+    let before = PluginExtension {
+        size: 16,
+        create_in: Some(super::export::create_in::<ScriptSink>),
+        describe_options: Some(super::export::describe_options::<ScriptSink>),
+    };
+    let p = unsafe { Plugin::from_entry_points(spillway_sink_plugin_v1(), &before) }.unwrap();
+    assert!(p.takes_context());
+    assert_eq!(p.options_description(), None);
+    assert_eq!(plugin().options_description(), None);
 }
 
 #[test]

@@ -6,12 +6,14 @@ use std::sync::Arc;
 
 use sink_sdk::abi::host::Plugin;
 use sink_sdk::abi::{HostApi, EXTENSION_SYMBOL};
+use sink_sdk::keys::Key;
 use sink_sdk::{Sink, SinkContext};
 
 use super::instance::PluginInstance;
 use super::library;
 use super::log::ShardScope;
-use crate::{CreateError, SinkEnv, SinkError, SinkFactory};
+use crate::DEFAULT_TABLE;
+use crate::{CreateError, SinkConfigError, SinkEnv, SinkError, SinkFactory};
 
 /// Makes instances of a sink plugin, all with the same options.
 pub struct PluginFactory {
@@ -24,6 +26,8 @@ pub struct PluginFactory {
     source: PathBuf,
     /// Who creates the instances (told to a plugin that takes it).
     context: SinkContext,
+    /// The options the plugin describes (`None`: it describes none).
+    options: Option<&'static [Key]>,
 }
 
 impl PluginFactory {
@@ -46,10 +50,24 @@ impl PluginFactory {
         options_toml: &str,
         copy_dir: &Path,
     ) -> Result<PluginFactory, SinkError> {
+        Self::load_for(DEFAULT_TABLE, path, options_toml, copy_dir)
+    }
+
+    /// [`PluginFactory::load_in`] for the sink of `table` (`sink`,
+    /// `sinks.NAME`): an option the plugin's description refuses is named
+    /// in that table.
+    pub(crate) fn load_for(
+        table: &str,
+        path: &Path,
+        options_toml: &str,
+        copy_dir: &Path,
+    ) -> Result<PluginFactory, SinkError> {
         let factory = Self::open_in(path, options_toml, copy_dir)
             .map_err(|reason| SinkError::Plugin { reason })?;
         // Validate the options now, so a bad config fails the start or the
-        // reload rather than every shard. The instance is dropped at once.
+        // reload rather than every shard: against the plugin's description
+        // first, then by its `create`. The instance is dropped at once.
+        factory.check_options(table)?;
         drop(factory.instance()?);
         tracing::info!(
             plugin = factory.plugin.name(),
@@ -89,7 +107,31 @@ impl PluginFactory {
             options_toml: options_toml.to_string(),
             source: path.to_path_buf(),
             context: SinkEnv::detached().context("sink"),
+            options: loaded.options,
         })
+    }
+
+    /// The options the plugin describes, as keys named `options.NAME`;
+    /// `None` when it describes none (then its `create` alone checks them).
+    pub fn options(&self) -> Option<&'static [Key]> {
+        self.options
+    }
+
+    /// The options against the plugin's description (nothing to check
+    /// when it gives none); the error names `TABLE.options.KEY`.
+    pub fn check_options(&self, table: &str) -> Result<(), SinkError> {
+        let Some(keys) = self.options else {
+            return Ok(());
+        };
+        let options: toml::Table = toml::from_str(&self.options_toml).map_err(|e| {
+            SinkError::key(
+                table,
+                "options",
+                format!("not a TOML table: {}", e.message()),
+            )
+        })?;
+        super::options::check(keys, &options, self.plugin.name())
+            .map_err(|problem| SinkError::Config(SinkConfigError::from(problem).in_table(table)))
     }
 
     /// The plugin's name (from its vtable).

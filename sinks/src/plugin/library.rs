@@ -15,6 +15,7 @@ use sink_sdk::abi::host::Plugin;
 use sink_sdk::abi::{
     EntryFn, ExtensionFn, HostApi, ENTRY_SYMBOL, ENTRY_SYMBOL_NUL, EXTENSION_SYMBOL_NUL,
 };
+use sink_sdk::keys::Key;
 
 /// Largest plugin file accepted, in bytes (it is read whole to be copied).
 pub(crate) const PLUGIN_BYTES_MAX: u64 = 512 * 1024 * 1024;
@@ -32,6 +33,8 @@ pub(crate) struct Loaded {
     pub(crate) plugin: Arc<Plugin>,
     /// The logging callbacks given to its instances (names the plugin).
     pub(crate) host: &'static HostApi,
+    /// The options it describes, read once (`None`: it describes none).
+    pub(crate) options: Option<&'static [Key]>,
 }
 
 /// One entry of the process-wide list.
@@ -75,12 +78,18 @@ pub(crate) fn load(path: &Path, copy_dir: &Path) -> Result<Loaded, String> {
     let _ = fs::remove_file(&copy);
     let library = opened.map_err(|e| open_error(path, copy_dir, &e.to_string()))?;
     let plugin = check(path, &library)?;
+    let options = plugin
+        .options_description()
+        .map(super::options::read_description)
+        .transpose()
+        .map_err(|e| format!("plugin {shown}: {e}"))?;
     // Passed: keep it mapped for the rest of the process (never dlclose).
     std::mem::forget(library);
     let host = super::log::host_api(plugin.name());
     let entry = Loaded {
         plugin: Arc::new(plugin),
         host,
+        options,
     };
     loaded.push(Entry {
         digest,

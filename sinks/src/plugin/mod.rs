@@ -49,6 +49,7 @@ mod factory;
 mod instance;
 mod library;
 mod log;
+mod options;
 mod preflight;
 #[cfg(test)]
 mod tests;
@@ -99,7 +100,8 @@ impl TypeKeys for PluginConfig {
 impl CheckedSink for PluginSettings {
     fn build(&self, table: &str, env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, SinkError> {
         Ok(Arc::new(
-            PluginFactory::load(&self.path, &self.options_toml)?.with_context(env.context(table)),
+            PluginFactory::load_for(table, &self.path, &self.options_toml, &std::env::temp_dir())?
+                .with_context(env.context(table)),
         ))
     }
 

@@ -23,6 +23,7 @@ pub(crate) fn preflight(settings: &PluginSettings, table: &str) -> Result<Vec<St
     )
     .map_err(|e| SinkError::key(table, "path", e))?;
     let name = factory.plugin_name().to_string();
+    factory.check_options(table)?;
     let mut instance = factory.instance_verbatim().map_err(|e| {
         let (key, reason) = options_error(&name, &e);
         SinkError::key(table, key, reason)
@@ -41,16 +42,20 @@ pub(crate) fn preflight(settings: &PluginSettings, table: &str) -> Result<Vec<St
 /// `options.<key>: why` becomes `options.<key>` and `plugin <name>: why`;
 /// `options: why` and anything else `options` and `plugin <name>: ...`.
 fn options_error(plugin: &str, error: &str) -> (String, String) {
-    if let Some((key, why)) = error
-        .strip_prefix("options.")
-        .and_then(|rest| rest.split_once(": "))
-    {
-        let is_key = !key.is_empty()
+    let is_key = |key: &str| {
+        !key.is_empty()
             && key
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'));
-        if is_key {
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    };
+    if let Some(rest) = error.strip_prefix("options.") {
+        if let Some((key, why)) = rest.split_once(": ").filter(|(k, _)| is_key(k)) {
             return (format!("options.{key}"), format!("plugin {plugin}: {why}"));
+        }
+        // `options.KEY = 5 is out of range: ...`, as a declared key's
+        // range check says it (sink_sdk::declare::OutOfRange).
+        if let Some((key, _)) = rest.split_once(" = ").filter(|(k, _)| is_key(k)) {
+            return (format!("options.{key}"), format!("plugin {plugin}: {rest}"));
         }
     }
     let why = error.strip_prefix("options: ").unwrap_or(error);
@@ -70,6 +75,13 @@ mod tests {
         assert_eq!(
             rendered("file-plugin", "options.rotate_bytes: 5 is out of range"),
             "sink.options.rotate_bytes: plugin file-plugin: 5 is out of range"
+        );
+        assert_eq!(
+            rendered(
+                "file-plugin",
+                "options.rotate_bytes = 5 is out of range: allowed 1..=2"
+            ),
+            "sink.options.rotate_bytes: plugin file-plugin: rotate_bytes = 5 is out of range: allowed 1..=2"
         );
         assert_eq!(
             rendered("file-plugin", "options: missing field `path`"),

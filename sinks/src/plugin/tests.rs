@@ -250,31 +250,64 @@ fn fail_first_batches_answers_retry_through_the_boundary() {
     assert_eq!(deliver(&mut *sink, &batch), Outcome::Committed);
 }
 
+/// The file plugin declares its options (`PluginSink::OPTIONS`): the host
+/// reads the declaration through the ABI and checks a config against it
+/// before any `create`, each error naming the option in the sink's table.
 #[test]
-fn bad_options_are_refused_with_the_plugin_name() {
-    let err = PluginFactory::load(file_plugin(), "")
+fn bad_options_are_refused_against_the_plugins_declaration() {
+    let refused = |options: &str| {
+        PluginFactory::load_for(
+            "sinks.archive",
+            file_plugin(),
+            options,
+            &std::env::temp_dir(),
+        )
         .err()
-        .unwrap()
-        .to_string();
+        .expect("refused")
+        .to_string()
+    };
     assert_eq!(
-        err,
-        "plugin spillway-plugin-file: options: missing field `path`"
+        refused(""),
+        "sinks.archive.options.path: is required by plugin spillway-plugin-file"
     );
-    let err = PluginFactory::load(file_plugin(), "path = \"/x\"\nfsinc = true")
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(
-        err.starts_with("plugin spillway-plugin-file: options: unknown field `fsinc`"),
-        "{err}"
+    assert_eq!(
+        refused("path = \"/x\"\nfsinc = true"),
+        "sinks.archive.options.fsinc: plugin spillway-plugin-file has no such option; did you \
+         mean `fsync`? (its options: path, fsync, rotate_bytes, panic_on_batch, \
+         fail_first_batches, panic_on_payload, retry_on_payload)"
     );
-    let err = PluginFactory::load(file_plugin(), "path = ")
-        .err()
-        .unwrap()
-        .to_string();
+    assert_eq!(
+        refused("path = \"/x\"\nrotate_bytes = 5"),
+        "sinks.archive.options.rotate_bytes = 5 is out of range: allowed \
+         1048576..=68719476736 (1 MiB..=64 GiB)"
+    );
+    assert_eq!(
+        refused("path = \"/x\"\nfsync = \"yes\""),
+        "sinks.archive.options.fsync: expected a boolean, found a string"
+    );
     assert!(
-        err.starts_with("plugin spillway-plugin-file: options: "),
-        "{err}"
+        refused("path = ").starts_with("sinks.archive.options: not a TOML table: "),
+        "{}",
+        refused("path = ")
+    );
+    // What passes the declaration is still the plugin's `create` to judge
+    // (here an empty path, which a declaration cannot refuse).
+    assert_eq!(
+        refused("path = \"\""),
+        "plugin spillway-plugin-file: options.path: is required (a file path)"
+    );
+    let factory = PluginFactory::load(file_plugin(), "path = \"/tmp/unused.ndjson\"").unwrap();
+    let keys = factory
+        .options()
+        .expect("the file plugin describes its options");
+    let names: Vec<&str> = keys.iter().map(|k| k.name).collect();
+    assert_eq!(
+        &names[..3],
+        ["options.path", "options.fsync", "options.rotate_bytes"]
+    );
+    assert_eq!(
+        keys[2].default,
+        sink_sdk::keys::DefaultValue::Int(256 * 1024 * 1024)
     );
 }
 
