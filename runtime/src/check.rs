@@ -6,8 +6,9 @@
 //! (`server.data_dir`, the folders of `server.socket_path` and
 //! `admin.socket_path`) must exist or be creatable, and the sink is built
 //! as far as it can be without delivering or leaving anything behind
-//! (`spillway_sinks::preflight`: the plugin loaded and its options parsed
-//! by its `create`, the bearer token variable read, the HTTP host resolved
+//! (`spillway_sinks::preflight`: the plugin loaded, its options checked
+//! against what it declares and by its `create`, and printed with their
+//! values or defaults, the bearer token variable read, the HTTP host resolved
 //! and its health check tried, the output file openable).
 //!
 //! What `run` refuses before it starts, `check` refuses too: a data folder
@@ -63,6 +64,9 @@ pub fn run(loaded: Result<(Config, String), String>, environment_checks: bool) -
     for warning in &found.warnings {
         say(&format!("{origin}: warning: {warning}"));
     }
+    for note in &found.notes {
+        say(note);
+    }
     if found.errors.is_empty() {
         ExitCode::SUCCESS
     } else {
@@ -77,6 +81,8 @@ struct Findings {
     errors: Vec<String>,
     /// Printed after `FILE: ok`; the exit status stays 0.
     warnings: Vec<String>,
+    /// Printed after the warnings as they are (a plugin's options).
+    notes: Vec<String>,
 }
 
 /// Runs every environment check on a config that parsed and validated.
@@ -156,7 +162,10 @@ fn environment(cfg: &Config) -> Findings {
         Ok(per_sink) => {
             for (_, result) in per_sink {
                 match result {
-                    Ok(warnings) => found.warnings.extend(warnings),
+                    Ok(preflight) => {
+                        found.warnings.extend(preflight.warnings);
+                        found.notes.extend(preflight.notes);
+                    }
                     Err(e) => found.errors.push(e),
                 }
             }

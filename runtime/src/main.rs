@@ -118,7 +118,11 @@ enum Command {
         out: Option<PathBuf>,
     },
     /// Print the JSON Schema of spillway.toml, for editors that check TOML against one (taplo / Even Better TOML: `#:schema ./spillway.schema.json` on the config's first line).
-    Schema,
+    Schema {
+        /// Also check each plugin sink's `[sink.options]` against the options its library declares (the libraries are loaded, no instance is made).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
     /// Read every record in a data folder (segment reader; no daemon needed).
     Inspect {
         /// The daemon's server.data_dir.
@@ -252,10 +256,17 @@ fn main() -> ExitCode {
                 Err(e) => fail(&format!("writing the man pages: {e}")),
             }
         }
-        Command::Schema => {
+        Command::Schema { config: None } => {
             say(&schema::text());
             ExitCode::SUCCESS
         }
+        Command::Schema { config: Some(path) } => match schema_for(&path) {
+            Ok(text) => {
+                say(&text);
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
         Command::Inspect {
             data_dir,
             records,
@@ -277,6 +288,23 @@ fn load(path: Option<&PathBuf>) -> Result<(Config, String), String> {
             .map_err(|e| e.to_string()),
         None => Ok((Config::embedded_default(), "embedded default".to_string())),
     }
+}
+
+/// `spillway schema --config FILE`: the schema with the options of every
+/// plugin the config loads.
+fn schema_for(path: &PathBuf) -> Result<String, String> {
+    let (cfg, _) = load(Some(path))?;
+    let mut plugins: Vec<schema::PluginOptions> = Vec::new();
+    for sink in cfg.sinks.values() {
+        let declared = spillway_sinks::declared_options(sink).map_err(|e| e.to_string())?;
+        if let (Some(keys), Some(lib)) = (declared, sink.plugin_path()) {
+            let path = lib.to_string_lossy().into_owned();
+            if !plugins.iter().any(|p| p.path == path) {
+                plugins.push(schema::PluginOptions { path, keys });
+            }
+        }
+    }
+    Ok(schema::text_of(&schema::schema_with(&plugins)))
 }
 
 fn fail(msg: &str) -> ExitCode {

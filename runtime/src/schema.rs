@@ -27,7 +27,12 @@ const SINK_NAME_PATTERN: &str = "^[a-z0-9_-]{1,32}$";
 /// The schema, as `spillway schema` prints it (pretty, one newline at the
 /// end).
 pub fn text() -> String {
-    let mut out = serde_json::to_string_pretty(&schema()).expect("a JSON value prints");
+    text_of(&schema())
+}
+
+/// `schema` as `spillway schema` prints it.
+pub fn text_of(schema: &Value) -> String {
+    let mut out = serde_json::to_string_pretty(schema).expect("a JSON value prints");
     out.push('\n');
     out
 }
@@ -35,6 +40,49 @@ pub fn text() -> String {
 /// The schema of the whole file.
 pub fn schema() -> Value {
     schema_of(&tables())
+}
+
+/// A plugin's declared options, by the `path` a config loads it from.
+pub struct PluginOptions {
+    /// As the config writes it (the schema matches the text).
+    pub path: String,
+    pub keys: &'static [Key],
+}
+
+/// The schema, and for each plugin its options: a sink table whose `type`
+/// is `"plugin"` and whose `path` is the plugin's has its `options` checked
+/// against the keys it declares (`spillway schema --config`).
+pub fn schema_with(plugins: &[PluginOptions]) -> Value {
+    let mut schema = schema();
+    let all_of = schema["definitions"]["sink"]["allOf"]
+        .as_array_mut()
+        .expect("the sink's allOf");
+    for plugin in plugins {
+        let mut props = Map::new();
+        for key in plugin.keys {
+            props.insert(key.short().into(), key_schema(key));
+        }
+        let mut options = object(props);
+        let required = required(plugin.keys);
+        if !required.is_empty() {
+            options["required"] = json!(required);
+        }
+        options["description"] = json!(format!(
+            "The options plugin {} declares (`spillway check` prints them).",
+            plugin.path
+        ));
+        all_of.push(json!({
+            "if": {
+                "properties": {
+                    "type": { "const": "plugin" },
+                    "path": { "const": plugin.path },
+                },
+                "required": ["type", "path"],
+            },
+            "then": { "properties": { "options": options } },
+        }));
+    }
+    schema
 }
 
 /// The schema of a file of these key tables.
@@ -277,6 +325,71 @@ mod tests {
             "{key}"
         );
         assert_eq!(key["default"].as_u64(), Some(250), "{key}");
+    }
+
+    sink_sdk::key_table! {
+        /// A plugin's options, declared as a plugin declares them.
+        struct PluginDemo in "options" {
+            path: String = Key {
+                default: DefaultValue::Required,
+                allowed: Allowed::Text("a path"),
+                also: "",
+                meaning: "Where.",
+            },
+            rotate_bytes: u64 = Key {
+                default: DefaultValue::Int(1 << 20),
+                allowed: Allowed::Range { min: 1 << 20, max: 1 << 30, unit: sink_sdk::keys::Unit::Bytes },
+                also: "",
+                meaning: "When.",
+            },
+        }
+    }
+
+    /// With a plugin's declared options (`spillway schema --config`), a
+    /// sink loading that plugin has its options checked like any key; a
+    /// sink loading another plugin is not.
+    #[test]
+    fn a_plugins_declared_options_are_in_the_schema_for_its_path() {
+        let schema = schema_with(&[PluginOptions {
+            path: "lib/libdemo.so".into(),
+            keys: PluginDemo::KEYS,
+        }]);
+        let v = jsonschema::draft7::new(&schema).expect("a valid draft-07 schema");
+        let sink = |path: &str, options: &str| {
+            format!(
+                "[sinks.a]\ntype = \"plugin\"\npath = \"{path}\"\n[sinks.a.options]\n{options}\n"
+            )
+        };
+        assert!(errors(&v, &sink("lib/libdemo.so", "path = \"/x\"")).is_empty());
+        let found = errors(
+            &v,
+            &sink("lib/libdemo.so", "path = \"/x\"\nrotate_bytes = 5"),
+        );
+        assert!(
+            found.len() == 1
+                && found[0]
+                    .starts_with("/sinks/a/options/rotate_bytes: 5 is less than the minimum"),
+            "{found:?}"
+        );
+        let found = errors(
+            &v,
+            &sink("lib/libdemo.so", "path = \"/x\"\nrotate_byte = 1048576"),
+        );
+        assert!(
+            found.len() == 1 && found[0].contains("rotate_byte"),
+            "{found:?}"
+        );
+        let found = errors(&v, &sink("lib/libdemo.so", "rotate_bytes = 1048576"));
+        assert!(
+            found.len() == 1 && found[0].contains("\"path\" is a required property"),
+            "{found:?}"
+        );
+        assert!(errors(&v, &sink("lib/other.so", "anything = 5")).is_empty());
+        assert_eq!(
+            schema_with(&[]),
+            super::schema(),
+            "no plugin, the schema as published"
+        );
     }
 
     /// docs/spillway.schema.json is what `spillway schema` prints; with

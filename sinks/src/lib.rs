@@ -50,7 +50,7 @@ pub use config::{DeliveryConfig, InFlight, OnLag, SinkConfig, StartAt, TypeConfi
 pub use error::{KeyProblem, SinkConfigError, SinkError};
 pub use reference::reference_tables;
 pub use registry::{CheckedSink, SinkType, TypeKeys, SINK_TYPES};
-pub use sink_type::SinkEnv;
+pub use sink_type::{Preflight, SinkEnv};
 
 /// Builds the sink of a checked `cfg`: reads what it refers to (the bearer
 /// token variable, the output file, the plugin library) and prepares the
@@ -71,6 +71,20 @@ pub fn build(cfg: &SinkConfig, env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, Si
 /// carries the warnings: a sink that does not answer its health check,
 /// which the daemon would start and retry. An error names the key in
 /// `cfg`'s table and what is wrong.
-pub fn preflight(cfg: &SinkConfig) -> Result<Vec<String>, SinkError> {
+pub fn preflight(cfg: &SinkConfig) -> Result<Preflight, SinkError> {
     cfg.settings()?.preflight(cfg.table())
+}
+
+/// The options a plugin sink's library declares (`spillway schema
+/// --config`): the library is loaded, no instance is created. `None` for a
+/// sink of another type, or a plugin that declares nothing.
+pub fn declared_options(
+    cfg: &SinkConfig,
+) -> Result<Option<&'static [sink_sdk::keys::Key]>, SinkError> {
+    let Some(path) = cfg.plugin_path() else {
+        return Ok(None);
+    };
+    let factory = plugin::PluginFactory::open_in(path, "", &std::env::temp_dir())
+        .map_err(|e| SinkError::key(cfg.table(), "path", e))?;
+    Ok(factory.options())
 }

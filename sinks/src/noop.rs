@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sink_sdk::{Batch, Limits, Outcome, Sink};
 
 use crate::keys::DeliveryConfig;
-use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, Preflight, SinkEnv, SinkType, TypeKeys};
 use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 
 /// The noop sink in the registry.
@@ -46,8 +46,8 @@ impl CheckedSink for NoopSettings {
         Ok(Arc::new(NoopFactory::new(self.0)))
     }
 
-    fn preflight(&self, _table: &str) -> Result<Vec<String>, SinkError> {
-        Ok(Vec::new())
+    fn preflight(&self, _table: &str) -> Result<Preflight, SinkError> {
+        Ok(Preflight::default())
     }
 }
 

@@ -121,8 +121,28 @@ pub trait CheckedSink: fmt::Debug + Send + Sync {
 
     /// What `spillway check` asks, short of building: an error names the
     /// key; `Ok` carries warnings (a sink the daemon would start and
-    /// retry). Leaves nothing behind.
-    fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError>;
+    /// retry) and notes. Leaves nothing behind.
+    fn preflight(&self, table: &str) -> Result<Preflight, SinkError>;
+}
+
+/// What a preflight found in a sink that would start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preflight {
+    /// Something the operator should hear of (a sink the daemon would
+    /// start and retry), naming the key.
+    pub warnings: Vec<String>,
+    /// What `check` shows besides (a plugin's options as it declares them),
+    /// one line each.
+    pub notes: Vec<String>,
+}
+
+impl From<Vec<String>> for Preflight {
+    fn from(warnings: Vec<String>) -> Self {
+        Preflight {
+            warnings,
+            notes: Vec::new(),
+        }
+    }
 }
 
 /// What every [`TypeKeys`] has for free when it is `Clone + PartialEq`:

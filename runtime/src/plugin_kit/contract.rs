@@ -101,6 +101,7 @@ fn check(r: &mut Report, path: &Path, options: &str) {
             path.display()
         ),
     );
+    declared_options(r, &factory);
     bad_option(r, path, options);
     let sink = match factory.instance_for(Some(0)) {
         Ok(s) => s,
@@ -148,6 +149,35 @@ fn check(r: &mut Report, path: &Path, options: &str) {
         sink = deliver(r, sink, &factory, name, &Batch::new(0, &records));
     }
     drop(sink);
+}
+
+/// Whether the plugin declares its options, so the daemon checks them
+/// before `create` and shows them.
+fn declared_options(r: &mut Report, factory: &PluginFactory) {
+    match factory.options() {
+        Some([]) => r.line(
+            Verdict::Ok,
+            "options",
+            "declares none: the daemon refuses any [sink.options] key",
+        ),
+        Some(keys) => {
+            let names: Vec<&str> = keys.iter().map(|k| k.short()).collect();
+            r.line(
+                Verdict::Ok,
+                "options",
+                &format!(
+                    "declares {} ({}): the daemon checks [sink.options] against them before create, `spillway check` prints them",
+                    keys.len(),
+                    names.join(", ")
+                ),
+            );
+        }
+        None => r.line(
+            Verdict::Warn,
+            "options",
+            "not declared: declare them once with sink_sdk::key_table! and `const OPTIONS` in PluginSink, so a bad option is refused naming it before create, `spillway check` prints them and `spillway schema --config` has them",
+        ),
+    }
 }
 
 /// Loading with an option no plugin has must fail, naming it.

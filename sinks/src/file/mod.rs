@@ -34,7 +34,7 @@ use sink_sdk::output::{AppendRules, Framing, RollingFile};
 use sink_sdk::{Batch, Health, Limits, Outcome, Sink};
 
 use crate::keys::DeliveryConfig;
-use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, Preflight, SinkEnv, SinkType, TypeKeys};
 use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::FileSettings;
 pub use config::{FileConfig, FileFormat};
@@ -77,8 +77,8 @@ impl CheckedSink for FileSettings {
         Ok(Arc::new(FileFactory::new(self, table)?))
     }
 
-    fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError> {
-        preflight(self, table).map(|()| Vec::new())
+    fn preflight(&self, table: &str) -> Result<Preflight, SinkError> {
+        preflight(self, table).map(|()| Preflight::default())
     }
 }
 

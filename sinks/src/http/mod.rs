@@ -28,7 +28,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 
 use crate::keys::DeliveryConfig;
-use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, Preflight, SinkEnv, SinkType, TypeKeys};
 use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 pub(crate) use config::HttpSettings;
 pub use config::{Delivery, HttpConfig, HttpEncoding, HttpMethod};
@@ -71,8 +71,8 @@ impl CheckedSink for HttpSettings {
         Ok(Arc::new(HttpFactory::new(self, table, &env.instance_id)?))
     }
 
-    fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError> {
-        preflight(self, table)
+    fn preflight(&self, table: &str) -> Result<Preflight, SinkError> {
+        preflight(self, table).map(Preflight::from)
     }
 }
 

@@ -36,7 +36,7 @@ use sink_sdk::{Batch, Health, Limits, Outcome, RecordOutcome, Sink};
 use tokio::runtime::Runtime;
 
 use crate::keys::DeliveryConfig;
-use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, Preflight, SinkEnv, SinkType, TypeKeys};
 use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 pub use config::NatsConfig;
 use config::{Credentials, NatsSettings, SHARD_PLACEHOLDER};
@@ -74,15 +74,17 @@ impl CheckedSink for NatsSettings {
         Ok(Arc::new(NatsFactory::new(self, table, env)?))
     }
 
-    fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError> {
+    fn preflight(&self, table: &str) -> Result<Preflight, SinkError> {
         let runtime = runtime("preflight")?;
         let options = connect_options(self, table, None)?;
-        runtime.block_on(async {
-            match connect(self, options).await {
-                Ok(client) => check_stream(self, table, &client).await,
-                Err(e) => reachable_later(self, table, e),
-            }
-        })
+        runtime
+            .block_on(async {
+                match connect(self, options).await {
+                    Ok(client) => check_stream(self, table, &client).await,
+                    Err(e) => reachable_later(self, table, e),
+                }
+            })
+            .map(Preflight::from)
     }
 }
 

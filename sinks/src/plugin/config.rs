@@ -1,7 +1,7 @@
 //! The plugin host's keys ([`PluginConfig`]: what the user writes, and its
 //! checks) and the [`PluginSettings`] they resolve to. The plugin's own
-//! settings, `[sink.options]`, are the plugin's to check: its `create`
-//! refuses what it cannot use when the plugin is loaded.
+//! settings, `[sink.options]`, are checked when the plugin is loaded:
+//! against the options it declares (`options.rs`), then by its `create`.
 
 use std::path::PathBuf;
 
@@ -27,7 +27,7 @@ sink_keys! {
                 schema: r#"{"type": "object"}"#,
             },
             also: "",
-            meaning: r#"The plugin's own settings, passed to its `create` as TOML text; the plugin validates them and a refusal is reported with the plugin's name."#,
+            meaning: r#"The plugin's own settings: checked against the options the plugin declares, if it does (each error naming `sink.options.KEY`; `spillway check` prints them), then passed to its `create` as TOML text, which may refuse them too (reported with the plugin's name)."#,
             secret: true,
         },
     }

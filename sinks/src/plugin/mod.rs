@@ -64,7 +64,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::keys::DeliveryConfig;
-use crate::sink_type::{CheckedSink, SinkEnv, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, Preflight, SinkEnv, SinkType, TypeKeys};
 use crate::{KeyProblem, SinkError, SinkFactory};
 
 /// The plugin host in the registry: its name and keys here, reading and
@@ -105,7 +105,7 @@ impl CheckedSink for PluginSettings {
         ))
     }
 
-    fn preflight(&self, table: &str) -> Result<Vec<String>, SinkError> {
+    fn preflight(&self, table: &str) -> Result<Preflight, SinkError> {
         preflight(self, table)
     }
 }

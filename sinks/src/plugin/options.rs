@@ -221,71 +221,70 @@ fn wanted(key: &Key) -> Option<&'static str> {
 }
 
 /// `options` against the keys `plugin` declares: the first problem, named
-/// `options.KEY` (the caller adds the sink's table).
-pub(crate) fn check(
-    keys: &'static [Key],
-    options: &toml::Table,
-    plugin: &str,
-) -> Result<(), KeyProblem> {
+/// `options.KEY` (the caller adds the sink's table) and said as a
+/// plugin's own refusal is (`plugin NAME: why`).
+pub(crate) fn check(keys: &[Key], options: &toml::Table, plugin: &str) -> Result<(), KeyProblem> {
+    problem(keys, options).map_err(|(key, why)| KeyProblem::Invalid {
+        key: format!("options.{key}"),
+        reason: format!("plugin {plugin}: {why}"),
+    })
+}
+
+/// The first option `options` gets wrong, and why.
+fn problem(keys: &[Key], options: &toml::Table) -> Result<(), (String, String)> {
+    let names: Vec<&str> = keys.iter().map(Key::short).collect();
     for given in options.keys() {
-        if !keys.iter().any(|k| k.short() == given) {
-            let names: Vec<&str> = keys.iter().map(Key::short).collect();
-            let reason = match (names.is_empty(), closest(given, &names)) {
-                (true, _) => format!("plugin {plugin} takes no options"),
-                (false, Some(near)) => format!(
-                    "plugin {plugin} has no such option; did you mean `{near}`? (its options: {})",
-                    names.join(", ")
-                ),
-                (false, None) => format!(
-                    "plugin {plugin} has no such option (its options: {})",
-                    names.join(", ")
-                ),
-            };
-            return Err(KeyProblem::Invalid {
-                key: format!("options.{given}"),
-                reason,
-            });
+        if names.contains(&given.as_str()) {
+            continue;
         }
+        let why = match (names.is_empty(), closest(given, &names)) {
+            (true, _) => "takes no options".to_string(),
+            (false, Some(near)) => format!(
+                "no such option; did you mean `{near}`? (its options: {})",
+                names.join(", ")
+            ),
+            (false, None) => format!("no such option (its options: {})", names.join(", ")),
+        };
+        return Err((given.clone(), why));
     }
     for key in keys {
-        let invalid = |reason: String| KeyProblem::Invalid {
-            key: key.name.to_string(),
-            reason,
-        };
+        let fail = |why: String| Err((key.short().to_string(), why));
         let Some(value) = options.get(key.short()) else {
             if key.default == DefaultValue::Required {
-                return Err(invalid(format!("is required by plugin {plugin}")));
+                return fail("is required".into());
             }
             continue;
         };
         match (key.allowed, value) {
             (Allowed::RangeOr { or, .. }, toml::Value::String(s)) if !or.contains(&s.as_str()) => {
-                return Err(invalid(not_one_of(s, or)));
+                return fail(not_one_of(s, or));
             }
             (Allowed::OneOf(names), toml::Value::String(s)) if !names.contains(&s.as_str()) => {
-                return Err(invalid(not_one_of(s, names)));
+                return fail(not_one_of(s, names));
             }
             (
                 Allowed::Range { .. } | Allowed::ZeroOrRange { .. } | Allowed::RangeOr { .. },
                 toml::Value::Integer(n),
             ) => {
-                let n = u64::try_from(*n)
-                    .map_err(|_| invalid(format!("{n} is negative: allowed {}", allowed(key))))?;
-                key.check(n).map_err(|allowed| KeyProblem::OutOfRange {
-                    key: key.name,
-                    value: n,
-                    allowed,
-                })?;
+                let Ok(v) = u64::try_from(*n) else {
+                    return fail(format!(
+                        "{n} is negative: allowed {}",
+                        plain(&key.allowed_text())
+                    ));
+                };
+                if let Err(allowed) = key.check(v) {
+                    return fail(format!("{n} is out of range: allowed {allowed}"));
+                }
             }
             (Allowed::RangeOr { .. }, other) => {
-                return Err(invalid(format!(
+                return fail(format!(
                     "expected an integer or a string, found {}",
                     kind(other)
-                )));
+                ));
             }
             (_, other) => match wanted(key) {
                 Some(want) if want != kind(other) => {
-                    return Err(invalid(format!("expected {want}, found {}", kind(other))));
+                    return fail(format!("expected {want}, found {}", kind(other)));
                 }
                 _ => {}
             },
@@ -294,9 +293,51 @@ pub(crate) fn check(
     Ok(())
 }
 
-/// What `key` allows, as its range check says it.
-fn allowed(key: &Key) -> String {
-    key.check(u64::MAX).err().unwrap_or_default()
+/// What `spillway check` shows of a plugin's options: a head line, then
+/// one line per declared option with the value the config gives it (or
+/// its default) and what it allows. A string's value is not shown (it may
+/// be a secret), only that it is set.
+pub(crate) fn report(
+    keys: Option<&'static [Key]>,
+    options_toml: &str,
+    table: &str,
+    plugin: &str,
+) -> Vec<String> {
+    let Some(keys) = keys else {
+        return vec![format!(
+            "{table}.options: plugin {plugin} does not declare its options; its create accepted them"
+        )];
+    };
+    if keys.is_empty() {
+        return vec![format!("{table}.options: plugin {plugin} takes no options")];
+    }
+    let given: toml::Table = toml::from_str(options_toml).unwrap_or_default();
+    let mut lines = vec![format!(
+        "{table}.options, as plugin {plugin} declares them:"
+    )];
+    let values: Vec<String> = keys
+        .iter()
+        .map(|key| match given.get(key.short()) {
+            Some(toml::Value::String(_)) => "(set)".to_string(),
+            Some(v) => v.to_string(),
+            None => format!("{} (default)", plain(&key.default_text())),
+        })
+        .collect();
+    let name_width = keys.iter().map(|k| k.short().len()).max().unwrap_or(0);
+    let value_width = values.iter().map(String::len).max().unwrap_or(0);
+    for (key, value) in keys.iter().zip(values) {
+        lines.push(format!(
+            "  {:name_width$} = {value:value_width$}  {}",
+            key.short(),
+            plain(&key.allowed_text()),
+        ));
+    }
+    lines
+}
+
+/// Markdown's code quotes taken out, for a terminal.
+fn plain(text: &str) -> String {
+    text.replace('`', "")
 }
 
 /// `"jsn" is not one of "ndjson", "json" (did you mean "json"?)`.
@@ -393,43 +434,41 @@ mod tests {
         let cases = [
             (
                 "path = \"/x\"\nfsinc = false",
-                "sinks.archive.options.fsinc: plugin demo has no such option; did you mean `fsync`? (its options: path, fsync, rotate_bytes, format)",
+                "fsinc: plugin demo: no such option; did you mean `fsync`? (its options: path, fsync, rotate_bytes, format)",
             ),
             (
                 "path = \"/x\"\nzzz = 1",
-                "sinks.archive.options.zzz: plugin demo has no such option (its options: path, fsync, rotate_bytes, format)",
+                "zzz: plugin demo: no such option (its options: path, fsync, rotate_bytes, format)",
             ),
-            (
-                "fsync = true",
-                "sinks.archive.options.path: is required by plugin demo",
-            ),
+            ("fsync = true", "path: plugin demo: is required"),
             (
                 "path = \"/x\"\nrotate_bytes = 5",
-                "sinks.archive.options.rotate_bytes = 5 is out of range: allowed 1048576..=68719476736 (1 MiB..=64 GiB)",
+                "rotate_bytes: plugin demo: 5 is out of range: allowed 1048576..=68719476736 (1 MiB..=64 GiB)",
             ),
             (
                 "path = \"/x\"\nrotate_bytes = -5",
-                "sinks.archive.options.rotate_bytes: -5 is negative: allowed 1048576..=68719476736 (1 MiB..=64 GiB)",
+                "rotate_bytes: plugin demo: -5 is negative: allowed 1 MiB..=64 GiB",
             ),
             (
                 "path = \"/x\"\nrotate_bytes = \"1 MiB\"",
-                "sinks.archive.options.rotate_bytes: expected an integer, found a string",
+                "rotate_bytes: plugin demo: expected an integer, found a string",
             ),
-            (
-                "path = 3",
-                "sinks.archive.options.path: expected a string, found an integer",
-            ),
+            ("path = 3", "path: plugin demo: expected a string, found an integer"),
             (
                 "path = \"/x\"\nfsync = \"yes\"",
-                "sinks.archive.options.fsync: expected a boolean, found a string",
+                "fsync: plugin demo: expected a boolean, found a string",
             ),
             (
                 "path = \"/x\"\nformat = \"jsn\"",
-                "sinks.archive.options.format: \"jsn\" is not one of \"ndjson\", \"json\" (did you mean \"json\"?)",
+                "format: plugin demo: \"jsn\" is not one of \"ndjson\", \"json\" (did you mean \"json\"?)",
             ),
         ];
         for (text, want) in cases {
-            assert_eq!(checked(text).unwrap_err(), want, "{text}");
+            assert_eq!(
+                checked(text).unwrap_err(),
+                format!("sinks.archive.options.{want}"),
+                "{text}"
+            );
         }
         let none: &[Key] = &[];
         let table: toml::Table = toml::from_str("k = 1").unwrap();
@@ -437,8 +476,32 @@ mod tests {
             check(none, &table, "count"),
             Err(KeyProblem::Invalid {
                 key: "options.k".into(),
-                reason: "plugin count takes no options".into()
+                reason: "plugin count: takes no options".into()
             })
+        );
+    }
+
+    #[test]
+    fn check_shows_each_option_with_its_value_or_default() {
+        let lines = report(
+            Some(demo()),
+            "path = \"/secret/place\"\nrotate_bytes = 1048576\n",
+            "sinks.archive",
+            "demo 1.0",
+        );
+        assert_eq!(
+            lines,
+            [
+                "sinks.archive.options, as plugin demo 1.0 declares them:",
+                "  path         = (set)               a path",
+                "  fsync        = true (default)      true or false",
+                "  rotate_bytes = 1048576             1 MiB..=64 GiB",
+                "  format       = \"ndjson\" (default)  \"ndjson\", \"json\"",
+            ]
+        );
+        assert_eq!(
+            report(None, "", "sink", "c 1"),
+            ["sink.options: plugin c 1 does not declare its options; its create accepted them"]
         );
     }
 

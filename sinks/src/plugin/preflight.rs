@@ -11,11 +11,13 @@
 use sink_sdk::{Health, Sink};
 
 use super::{PluginFactory, PluginSettings};
-use crate::SinkError;
+use crate::{Preflight, SinkError};
 
-/// Loads the plugin, creates and health-checks one instance. `Ok` carries
-/// the warnings (a failed health check: the daemon would start and retry).
-pub(crate) fn preflight(settings: &PluginSettings, table: &str) -> Result<Vec<String>, SinkError> {
+/// Loads the plugin, checks the options against its declaration, creates
+/// and health-checks one instance. `Ok` carries the warnings (a failed
+/// health check: the daemon would start and retry) and, as notes, the
+/// options as the plugin declares them with what the config sets.
+pub(crate) fn preflight(settings: &PluginSettings, table: &str) -> Result<Preflight, SinkError> {
     let factory = PluginFactory::open_in(
         &settings.path,
         &settings.options_toml,
@@ -35,7 +37,13 @@ pub(crate) fn preflight(settings: &PluginSettings, table: &str) -> Result<Vec<St
         )],
     };
     drop(instance);
-    Ok(warnings)
+    let notes = super::options::report(
+        factory.options(),
+        &settings.options_toml,
+        table,
+        &format!("{name} {}", factory.plugin_version()),
+    );
+    Ok(Preflight { warnings, notes })
 }
 
 /// A plugin's `create` error as the key it names and the reason:

@@ -268,22 +268,23 @@ fn bad_options_are_refused_against_the_plugins_declaration() {
     };
     assert_eq!(
         refused(""),
-        "sinks.archive.options.path: is required by plugin spillway-plugin-file"
+        "sinks.archive.options.path: plugin spillway-plugin-file: is required"
     );
     assert_eq!(
         refused("path = \"/x\"\nfsinc = true"),
-        "sinks.archive.options.fsinc: plugin spillway-plugin-file has no such option; did you \
+        "sinks.archive.options.fsinc: plugin spillway-plugin-file: no such option; did you \
          mean `fsync`? (its options: path, fsync, rotate_bytes, panic_on_batch, \
          fail_first_batches, panic_on_payload, retry_on_payload)"
     );
     assert_eq!(
         refused("path = \"/x\"\nrotate_bytes = 5"),
-        "sinks.archive.options.rotate_bytes = 5 is out of range: allowed \
-         1048576..=68719476736 (1 MiB..=64 GiB)"
+        "sinks.archive.options.rotate_bytes: plugin spillway-plugin-file: 5 is out of range: \
+         allowed 1048576..=68719476736 (1 MiB..=64 GiB)"
     );
     assert_eq!(
         refused("path = \"/x\"\nfsync = \"yes\""),
-        "sinks.archive.options.fsync: expected a boolean, found a string"
+        "sinks.archive.options.fsync: plugin spillway-plugin-file: expected a boolean, found a \
+         string"
     );
     assert!(
         refused("path = ").starts_with("sinks.archive.options: not a TOML table: "),

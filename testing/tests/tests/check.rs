@@ -12,7 +12,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -139,15 +139,101 @@ fn a_plugin_option_the_plugin_refuses_fails_naming_the_option() {
             "out of range",
         ],
     );
-    // Fixed, it passes (and the plugin really parsed the options).
-    d.reconfigure(&file_plugin_sink(&out, "", ""));
+    // The plugin declares its options: a misspelt one is refused before
+    // the plugin is asked, with the closest it takes.
+    d.reconfigure(&file_plugin_sink(&out, "", "rotate_byte = 1048576"));
+    fails_naming(
+        &d,
+        "misspelt plugin option",
+        &[
+            "sink.options.rotate_byte: plugin spillway-plugin-file: no such option; did you mean `rotate_bytes`?",
+        ],
+    );
+    // Fixed, it passes (and the plugin really parsed the options), and the
+    // options are shown as the plugin declares them, with their values.
+    d.reconfigure(&file_plugin_sink(&out, "", "rotate_bytes = 2097152"));
     let f = check(&d, &[]);
     assert!(f.status.success(), "{f:?}");
-    assert_eq!(
-        f.stdout,
-        format!("{}: ok\n", d.config_path().display()),
-        "a healthy plugin gets no warning"
+    let head = format!("{}: ok\n", d.config_path().display());
+    assert!(f.stdout.starts_with(&head), "{f:?}");
+    assert!(
+        !f.stdout.contains("warning"),
+        "a healthy plugin gets no warning: {f:?}"
     );
+    let shown: Vec<&str> = f.stdout[head.len()..].lines().collect();
+    assert!(
+        shown[0].starts_with("sink.options, as plugin spillway-plugin-file ")
+            && shown[0].ends_with(" declares them:"),
+        "{shown:?}"
+    );
+    let line = |key: &str| {
+        shown
+            .iter()
+            .find(|l| l.trim_start().starts_with(&format!("{key} ")))
+            .unwrap_or_else(|| panic!("no line for {key}: {shown:?}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(line("path"), "path = (set) a file path");
+    assert_eq!(line("fsync"), "fsync = false true or false");
+    assert_eq!(
+        line("rotate_bytes"),
+        "rotate_bytes = 2097152 1 MiB..=64 GiB"
+    );
+    assert_eq!(
+        line("panic_on_batch"),
+        "panic_on_batch = 0 (never) (default) 0 (never), or 1..=18446744073709551615"
+    );
+}
+
+/// `spillway schema --config` adds to the schema the options each plugin
+/// the config loads declares, for the path it is loaded from.
+#[test]
+fn the_schema_of_a_config_has_its_plugins_declared_options() {
+    let d = Daemon::configure(&file_plugin_sink(&d_out(), "", ""));
+    let f = run_spillway(
+        &[
+            "schema".as_ref(),
+            "--config".as_ref(),
+            d.config_path().as_os_str(),
+        ],
+        CHECK_TIMEOUT,
+    );
+    assert!(f.status.success(), "{f:?}");
+    let schema: serde_json::Value = serde_json::from_str(&f.stdout).expect("JSON");
+    let plugin = schema["definitions"]["sink"]["allOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["if"]["properties"]["path"]["const"].is_string())
+        .unwrap_or_else(|| panic!("no plugin's options in {}", f.stdout));
+    assert_eq!(
+        plugin["if"]["properties"]["path"]["const"],
+        file_plugin().display().to_string()
+    );
+    let options = &plugin["then"]["properties"]["options"];
+    assert_eq!(options["required"], serde_json::json!(["path"]));
+    assert_eq!(options["additionalProperties"], false);
+    let rotate = &options["properties"]["rotate_bytes"];
+    assert_eq!(
+        (rotate["minimum"].as_u64(), rotate["default"].as_u64()),
+        (Some(1 << 20), Some(256 << 20)),
+        "{rotate}"
+    );
+    // Without a config, the schema as published.
+    let plain = run_spillway(&["schema".as_ref()], CHECK_TIMEOUT);
+    assert!(plain.status.success(), "{plain:?}");
+    assert!(
+        !plain.stdout.contains(&file_plugin().display().to_string()),
+        "{}",
+        plain.stdout
+    );
+}
+
+/// Where a test's plugin output would go (never written: nothing runs).
+fn d_out() -> PathBuf {
+    std::env::temp_dir().join("spillway-schema-test-unused.ndjson")
 }
 
 #[test]

@@ -113,6 +113,12 @@ fn a_new_plugin_builds_passes_its_tests_and_the_contract_and_keys_on_the_identit
         f.stderr
     );
     assert!(f.stdout.contains(", 0 failed"), "{}", f.stdout);
+    assert!(
+        f.stdout
+            .contains("ok   options: declares 3 (path, fsync, batch_records_max)"),
+        "{}",
+        f.stdout
+    );
 
     // Two daemons through the new plugin into one file: every record of
     // both once, told apart by the instance in its identity (their
@@ -199,6 +205,11 @@ fn the_contract_test_fails_a_plugin_whose_verdicts_do_not_fit_its_batch_and_pass
         fail.contains("a split of 0 outcomes for 1 record"),
         "{fail}"
     );
+    assert!(
+        f.stdout.contains("WARN options: not declared"),
+        "{}",
+        f.stdout
+    );
 
     let out = dir.path().join("file.out");
     let f = contract_test(
@@ -210,7 +221,13 @@ fn the_contract_test_fails_a_plugin_whose_verdicts_do_not_fit_its_batch_and_pass
     );
     assert!(f.status.success(), "the file plugin failed:\n{}", f.stdout);
     assert!(
-        f.stdout.contains("ok   unknown option: refused, naming it"),
+        f.stdout.contains("ok   unknown option: refused, naming it: sink.options.spillway_plugin_test_no_such_option: plugin spillway-plugin-file: no such option"),
+        "{}",
+        f.stdout
+    );
+    assert!(
+        f.stdout
+            .contains("ok   options: declares 7 (path, fsync, rotate_bytes, "),
         "{}",
         f.stdout
     );
