@@ -6,7 +6,6 @@
 //! then the hook only notes where it happened and the caller, which knows
 //! what was running (a sink, its shard), logs it once with that location.
 
-use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe, PanicHookInfo};
 
@@ -15,15 +14,6 @@ thread_local! {
     static CATCHING: Cell<bool> = const { Cell::new(false) };
     /// Where the last panic inside [`catch`] happened.
     static CAUGHT_AT: RefCell<Option<String>> = const { RefCell::new(None) };
-}
-
-/// The text of a panic payload.
-pub fn payload_text(payload: &(dyn Any + Send)) -> &str {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("non-string panic payload")
 }
 
 /// Installs the daemon's panic hook (see the module documentation).
@@ -41,7 +31,7 @@ pub fn install_hook() {
             thread = thread.name().unwrap_or("unnamed"),
             at = at.as_deref().unwrap_or("unknown"),
             "panicked: {}",
-            payload_text(info.payload())
+            sink_sdk::abi::panic_text(info.payload())
         );
     }));
 }
@@ -56,7 +46,7 @@ pub fn catch<R>(f: impl FnOnce() -> R) -> Result<R, String> {
     let result = catch_unwind(AssertUnwindSafe(f));
     CATCHING.with(|c| c.set(outer));
     result.map_err(|payload| {
-        let text = payload_text(&*payload).to_string();
+        let text = sink_sdk::abi::panic_text(&*payload).to_string();
         match CAUGHT_AT.with(|c| c.borrow_mut().take()) {
             Some(at) => format!("{text} (at {at})"),
             None => text,

@@ -117,6 +117,25 @@ pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// [`SDK_VERSION`], NUL-terminated for the vtable.
 const SDK_VERSION_NUL: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
 
+/// How a plugin's `deliver` failure begins when it panicked (the panic was
+/// caught at the boundary): this, the panic's message, then ` (at
+/// FILE:LINE:COL)` where the plugin panicked.
+pub const DELIVER_PANICKED: &str = "the plugin panicked: ";
+/// As [`DELIVER_PANICKED`], for a panic in `health_check`.
+pub const HEALTH_PANICKED: &str = "the plugin panicked in health_check: ";
+/// As [`DELIVER_PANICKED`], for a panic in `create`.
+pub const CREATE_PANICKED: &str = "the plugin panicked while creating the sink: ";
+
+/// A panic's message: the text of a `&str` or `String` payload (what
+/// `panic!` makes), else a placeholder.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("non-string panic payload")
+}
+
 /// Name of the one symbol a plugin exports, an [`EntryFn`]. It keeps this
 /// name in every ABI version (the version is inside the vtable).
 pub const ENTRY_SYMBOL: &str = "spillway_sink_plugin_v1";

@@ -30,7 +30,7 @@ use super::in_flight::{
     read_learned, sink_record, Answer, FlightState, Flights, Lanes, Limiter, Pool,
 };
 use super::pending::{Pending, Settlement};
-use super::poison::Verdict;
+use super::poison::{Attempt, Verdict};
 use super::requeue::Requeue;
 use super::retention::{Membership, Retention};
 use super::retry::{self, AfterFailure, RetryState, Waiting};
@@ -787,12 +787,7 @@ impl<S: Storage> Cursor<S> {
             // With batches in flight a suspect waits for a witness (see
             // `poison`); one at a time keeps the order, and asks the
             // sink's health check instead.
-            let waiting = if inline {
-                None
-            } else {
-                self.pending.flights.first_waiting(self.commits)
-            };
-            let mut resend = self.pending.flights.first_resend(self.commits, !inline);
+            let (mut resend, waiting) = self.pending.flights.resends(self.commits, !inline);
             if resend.is_none() {
                 let (unsent, unsent_bytes) = self.pending.unsent();
                 if unsent == 0 && waiting.is_none() {
@@ -968,7 +963,7 @@ impl<S: Storage> Cursor<S> {
         let first_seq = self.pending.first_seq_of(idx);
         let witness = !matches!(self.pending.flights.lanes, Lanes::Inline);
         let host = &mut self.host;
-        let verdict = self.pending.flights.list[idx].failures.failed(
+        let attempt = Attempt {
             len,
             now,
             reason,
@@ -976,8 +971,10 @@ impl<S: Storage> Cursor<S> {
             commits,
             limit,
             witness,
-            || host.healthy_now(),
-        );
+        };
+        let verdict = self.pending.flights.list[idx]
+            .failures
+            .failed(attempt, || host.healthy_now());
         match verdict {
             Verdict::Again => {}
             Verdict::Split => {

@@ -422,21 +422,24 @@ impl Flights {
     }
 
     /// The oldest flight waiting to be offered again, but, with a
-    /// `witness` (batches in flight), for a suspect (a lone record that
+    /// `witness` (batches in flight), not a suspect (a lone record that
     /// keeps failing) that waits for one: a commit since it first failed
-    /// (`commits`: the cursor's count).
-    pub(super) fn first_resend(&self, commits: u64, witness: bool) -> Option<usize> {
-        self.list.iter().position(|f| {
-            matches!(f.state, FlightState::Resend)
-                && !(witness && f.failures.waiting(f.len, commits))
-        })
-    }
-
-    /// The oldest suspect waiting for a witness, if any.
-    pub(super) fn first_waiting(&self, commits: u64) -> Option<usize> {
-        self.list.iter().position(|f| {
-            matches!(f.state, FlightState::Resend) && f.failures.waiting(f.len, commits)
-        })
+    /// (`commits`: the cursor's count). When there is none, also the
+    /// oldest such suspect (`None` beside a flight to offer: it is not
+    /// needed then). One pass over the flights.
+    pub(super) fn resends(&self, commits: u64, witness: bool) -> (Option<usize>, Option<usize>) {
+        let mut waiting = None;
+        for (idx, f) in self.list.iter().enumerate() {
+            if !matches!(f.state, FlightState::Resend) {
+                continue;
+            }
+            if witness && f.failures.waiting(f.len, commits) {
+                waiting.get_or_insert(idx);
+            } else {
+                return (Some(idx), None);
+            }
+        }
+        (None, waiting)
     }
 
     /// Whether a flight (a batch offered again after a reload shrank the

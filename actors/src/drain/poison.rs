@@ -61,6 +61,25 @@ pub(super) struct Failures {
     witness_asked: bool,
 }
 
+/// One more failure of a batch in flight, with what the drain knows then.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Attempt<'a> {
+    /// Records in the batch as it stands.
+    pub len: usize,
+    pub now: Instant,
+    /// Why it failed (a panic's message when `panicked`).
+    pub reason: &'a str,
+    /// The sink panicked on it.
+    pub panicked: bool,
+    /// The cursor's count of answers that committed records.
+    pub commits: u64,
+    /// `retry_duration_max_ms` (`None`: retry for ever).
+    pub limit: Option<Duration>,
+    /// A later batch may be offered before this one (batches in flight):
+    /// it can be the witness.
+    pub witness: bool,
+}
+
 /// What a batch's failure leads to.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Verdict {
@@ -130,24 +149,23 @@ impl Failures {
         }
     }
 
-    /// The batch of `len` records failed at `now` (`panicked`: the sink
-    /// panicked on it) for `reason`; `commits` is the cursor's count of
-    /// answers that committed records, `limit` `retry_duration_max_ms`.
-    /// `witness`: a later batch may be offered before this one (batches in
-    /// flight); else `sink_up` (the sink's health check, asked only when
-    /// needed) is the witness.
-    #[allow(clippy::too_many_arguments)] // each is one fact the verdict weighs
+    /// The batch failed once more (`attempt`); `sink_up` (the sink's
+    /// health check, asked only when needed) is the witness when no later
+    /// batch can be (`attempt.witness` false).
     pub(super) fn failed(
         &mut self,
-        len: usize,
-        now: Instant,
-        reason: &str,
-        panicked: bool,
-        commits: u64,
-        limit: Option<Duration>,
-        witness: bool,
+        attempt: Attempt<'_>,
         sink_up: impl FnOnce() -> bool,
     ) -> Verdict {
+        let Attempt {
+            len,
+            now,
+            reason,
+            panicked,
+            commits,
+            limit,
+            witness,
+        } = attempt;
         if self.since.is_none() {
             self.since = Some(now);
             self.commits_at_first = commits;
@@ -214,16 +232,38 @@ mod tests {
 
     const S: Duration = Duration::from_secs(1);
 
+    /// An attempt of `len` records failing at `now`.
+    #[allow(clippy::too_many_arguments)] // the test's shorthand for one Attempt
+    fn at(
+        len: usize,
+        now: Instant,
+        reason: &str,
+        panicked: bool,
+        commits: u64,
+        limit: Option<Duration>,
+        witness: bool,
+    ) -> Attempt<'_> {
+        Attempt {
+            len,
+            now,
+            reason,
+            panicked,
+            commits,
+            limit,
+            witness,
+        }
+    }
+
     #[test]
     fn a_batch_is_halved_after_two_failures_in_a_row() {
         let t = Instant::now();
         let mut f = Failures::default();
         assert_eq!(
-            f.failed(10, t, "503", false, 0, None, true, || false),
+            f.failed(at(10, t, "503", false, 0, None, true), || false),
             Verdict::Again
         );
         assert_eq!(
-            f.failed(10, t, "503", false, 0, None, true, || false),
+            f.failed(at(10, t, "503", false, 0, None, true), || false),
             Verdict::Split
         );
         let half = f.carried();
@@ -236,18 +276,18 @@ mod tests {
         let t = Instant::now();
         let mut f = Failures::default();
         assert_eq!(
-            f.failed(1, t, "boom", true, 5, None, true, || false),
+            f.failed(at(1, t, "boom", true, 5, None, true), || false),
             Verdict::Again
         );
         // Nothing committed since: the sink may be what is broken.
         assert_eq!(
-            f.failed(1, t, "boom", true, 5, None, true, || false),
+            f.failed(at(1, t, "boom", true, 5, None, true), || false),
             Verdict::Again
         );
         assert!(f.waiting(1, 5), "a suspect waits for a witness");
         assert!(!f.waiting(1, 6), "a commit since is the witness");
         assert!(!f.waiting(2, 5), "a batch is halved, not a suspect");
-        match f.failed(1, t, "boom", true, 6, None, true, || false) {
+        match f.failed(at(1, t, "boom", true, 6, None, true), || false) {
             Verdict::GiveUp {
                 reason,
                 poison: true,
@@ -269,10 +309,10 @@ mod tests {
                 asked.set(asked.get() + 1);
                 up
             };
-            f.failed(1, t, "boom", true, 5, None, false, probe);
-            f.failed(1, t, "boom", true, 5, None, false, probe);
+            f.failed(at(1, t, "boom", true, 5, None, false), probe);
+            f.failed(at(1, t, "boom", true, 5, None, false), probe);
             assert_eq!(asked.get(), 0, "not asked before the third failure");
-            let v = f.failed(1, t, "boom", true, 5, None, false, probe);
+            let v = f.failed(at(1, t, "boom", true, 5, None, false), probe);
             assert_eq!(asked.get(), 1);
             assert_eq!(
                 matches!(v, Verdict::GiveUp { poison: true, .. }),
@@ -286,13 +326,16 @@ mod tests {
     fn a_lone_record_retried_while_others_go_through_waits_for_the_time_limit() {
         let t = Instant::now();
         let mut f = Failures::default();
-        f.failed(1, t, "500", false, 1, Some(60 * S), true, || false);
-        f.failed(1, t, "500", false, 2, Some(60 * S), true, || false);
+        f.failed(at(1, t, "500", false, 1, Some(60 * S), true), || false);
+        f.failed(at(1, t, "500", false, 2, Some(60 * S), true), || false);
         assert_eq!(
-            f.failed(1, t + S, "500", false, 3, Some(60 * S), true, || false),
+            f.failed(at(1, t + S, "500", false, 3, Some(60 * S), true), || false),
             Verdict::Stuck
         );
-        match f.failed(1, t + 61 * S, "500", false, 4, Some(60 * S), true, || false) {
+        match f.failed(
+            at(1, t + 61 * S, "500", false, 4, Some(60 * S), true),
+            || false,
+        ) {
             Verdict::GiveUp {
                 reason,
                 poison: true,
@@ -306,16 +349,12 @@ mod tests {
     fn the_time_limit_gives_up_a_whole_batch_only_when_nothing_went_through() {
         let t = Instant::now();
         let mut outage = Failures::default();
-        outage.failed(100, t, "refused", false, 7, Some(10 * S), true, || false);
+        outage.failed(at(100, t, "refused", false, 7, Some(10 * S), true), || {
+            false
+        });
         assert_eq!(
             outage.failed(
-                100,
-                t + 11 * S,
-                "refused",
-                false,
-                7,
-                Some(10 * S),
-                true,
+                at(100, t + 11 * S, "refused", false, 7, Some(10 * S), true),
                 || false
             ),
             Verdict::Split,
@@ -324,13 +363,7 @@ mod tests {
         let mut outage = outage.carried();
         assert_eq!(
             outage.failed(
-                1,
-                t + 12 * S,
-                "refused",
-                false,
-                7,
-                Some(10 * S),
-                true,
+                at(1, t + 12 * S, "refused", false, 7, Some(10 * S), true),
                 || false
             ),
             Verdict::Again,
@@ -338,13 +371,7 @@ mod tests {
         );
         assert!(outage.waiting(1, 7));
         match outage.failed(
-            1,
-            t + 13 * S,
-            "refused",
-            false,
-            7,
-            Some(10 * S),
-            true,
+            at(1, t + 13 * S, "refused", false, 7, Some(10 * S), true),
             || false,
         ) {
             Verdict::GiveUp {
@@ -355,11 +382,12 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let mut poisoned = Failures::default();
-        poisoned.failed(100, t, "500", false, 7, Some(10 * S), true, || false);
+        poisoned.failed(at(100, t, "500", false, 7, Some(10 * S), true), || false);
         assert_eq!(
-            poisoned.failed(100, t + 11 * S, "500", false, 8, Some(10 * S), true, || {
-                false
-            }),
+            poisoned.failed(
+                at(100, t + 11 * S, "500", false, 8, Some(10 * S), true),
+                || { false }
+            ),
             Verdict::Split,
             "the sink took other records: halve rather than give up good ones"
         );

@@ -223,7 +223,7 @@ fn health(mut sink: PluginInstance) -> (Option<PluginInstance>, (Verdict, String
         Ok((h, sink)) => {
             let took = started.elapsed();
             let said = match (&h, took > HEALTH_SLOW) {
-                (Health::Unhealthy(why), _) if why.contains("panicked") => {
+                (Health::Unhealthy(why), _) if why.starts_with(sink_sdk::abi::HEALTH_PANICKED) => {
                     (Verdict::Fail, format!("it panicked: {why}"))
                 }
                 (Health::Unhealthy(why), _) => (

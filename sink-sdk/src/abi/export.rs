@@ -27,9 +27,9 @@ use std::time::Duration;
 
 use super::{
     set_host, HostApi, Level, OwnedStr, PluginSink, RawContext, RawLimits, RawOutcome, RawRecord,
-    CALL_BAD_ARGUMENT, CALL_OK, CALL_PANICKED, HEALTH_OK, HEALTH_UNHEALTHY, OUTCOME_COMMITTED,
-    OUTCOME_INTERNAL_ERROR, OUTCOME_RETRY, OUTCOME_SPLIT, RECORD_COMMITTED, RECORD_REJECTED,
-    RECORD_RETRY, RETRY_AFTER_NONE,
+    CALL_BAD_ARGUMENT, CALL_OK, CALL_PANICKED, CREATE_PANICKED, DELIVER_PANICKED, HEALTH_OK,
+    HEALTH_PANICKED, HEALTH_UNHEALTHY, OUTCOME_COMMITTED, OUTCOME_INTERNAL_ERROR, OUTCOME_RETRY,
+    OUTCOME_SPLIT, RECORD_COMMITTED, RECORD_REJECTED, RECORD_RETRY, RETRY_AFTER_NONE,
 };
 use crate::{Batch, Health, Outcome, Record, RecordOutcome};
 
@@ -120,13 +120,7 @@ fn install_panic_hook(host: *const HostApi) {
 /// leaked every time before: a few bytes per panic, for good, in a plugin
 /// that panics on every batch).
 pub(super) fn panic_message(payload: Box<dyn Any + Send>) -> String {
-    let text = if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
-    };
+    let text = super::panic_text(&*payload).to_string();
     if let Err(nested) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
         std::mem::forget(nested);
     }
@@ -259,10 +253,7 @@ unsafe fn create_with<T: PluginSink + 'static>(
             ptr::null_mut()
         }
         Err(payload) => {
-            let reason = format!(
-                "the plugin panicked while creating the sink: {}",
-                panic_message(payload)
-            );
+            let reason = format!("{CREATE_PANICKED}{}", panic_message(payload));
             write_str(out_error, reason);
             ptr::null_mut()
         }
@@ -341,10 +332,7 @@ pub unsafe extern "C" fn deliver<T: PluginSink + 'static>(
         Ok(answer) => answer,
         Err(payload) => RawOutcome {
             kind: OUTCOME_INTERNAL_ERROR,
-            reason: OwnedStr::from_string(format!(
-                "the plugin panicked: {}",
-                panic_message(payload)
-            )),
+            reason: OwnedStr::from_string(format!("{DELIVER_PANICKED}{}", panic_message(payload))),
             ..RawOutcome::UNSET
         },
     };
@@ -373,10 +361,7 @@ pub unsafe extern "C" fn health<T: PluginSink + 'static>(
             HEALTH_UNHEALTHY
         }
         Err(payload) => {
-            let why = format!(
-                "the plugin panicked in health_check: {}",
-                panic_message(payload)
-            );
+            let why = format!("{HEALTH_PANICKED}{}", panic_message(payload));
             write_str(out_msg, why);
             HEALTH_UNHEALTHY
         }

@@ -69,7 +69,7 @@ impl Sink for PluginInstance {
             Err(failure) => {
                 let text = failure.to_string();
                 let text = text
-                    .strip_prefix("the plugin panicked: ")
+                    .strip_prefix(sink_sdk::abi::DELIVER_PANICKED)
                     .map_or(text.clone(), str::to_string);
                 std::panic::resume_unwind(Box::new(text))
             }
