@@ -64,6 +64,20 @@ impl<T> KeyDefault for Option<T> {
     }
 }
 
+/// A table of entries (`[sink.options.columns]`) unset by default is empty.
+impl<K: Ord, V> KeyDefault for std::collections::BTreeMap<K, V> {
+    fn key_default(_: &Key) -> Self {
+        Self::new()
+    }
+}
+
+/// A list unset by default is empty.
+impl<T> KeyDefault for Vec<T> {
+    fn key_default(_: &Key) -> Self {
+        Vec::new()
+    }
+}
+
 /// A field's value as a range check reads it, if it is an integer (set).
 pub trait AsInt {
     fn as_int(&self) -> Option<u64>;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use mysql::{Opts, OptsBuilder, SslOpts};
 use serde::Deserialize;
+use sink_sdk::keys::{Allowed, Unit};
 
 use spillway_sql_common::columns::{self, Column, ColumnOption};
 
@@ -16,12 +17,8 @@ use crate::sql::TableName;
 pub const DEFAULT_TABLE: &str = "spillway_records";
 /// Default of [`MariadbOptions::connect_timeout_ms`]: 5 s.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
-/// Range of [`MariadbOptions::connect_timeout_ms`].
-pub const CONNECT_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
 /// Default of [`MariadbOptions::statement_timeout_ms`]: 30 s.
 pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 30_000;
-/// Range of [`MariadbOptions::statement_timeout_ms`].
-pub const STATEMENT_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=3_600_000;
 
 /// What every session runs first: strict mode, so a value that does not
 /// fit its column is an error (dead-lettered with the server's message),
@@ -29,65 +26,80 @@ pub const STATEMENT_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=3_60
 pub const SQL_MODE: &str = "SET SESSION sql_mode = \
     'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION'";
 
-/// Options of the MySQL / MariaDB plugin (`[sink.options]`). Unknown keys
-/// are an error.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MariadbOptions {
-    /// Where to connect: `mysql://USER@HOST[:PORT]/DATABASE`, or over a
-    /// Unix socket `mysql://USER@localhost/DATABASE?socket=/run/mysqld/mysqld.sock`.
-    /// Required. Put the password in `password_env`, not here.
-    pub url: String,
-    /// The environment variable holding the password (read when the sink
-    /// is built; unset or empty is an error naming it).
-    pub password_env: Option<String>,
-    /// The table records go to: a lowercase identifier, optionally
-    /// `database.table`. Default `spillway_records`.
-    #[serde(default = "default_table")]
-    pub table: String,
-    /// Create the table (`CREATE TABLE IF NOT EXISTS`) when connecting.
-    /// Default true.
-    #[serde(default = "yes")]
-    pub create_table: bool,
-    /// Connect with TLS (the server's certificate verified against the
-    /// system's roots, or `ca_file`). Default false; refused with a Unix
-    /// socket.
-    #[serde(default)]
-    pub tls: bool,
-    /// PEM file of the CA that signed the server's certificate (with
-    /// `tls = true`).
-    pub ca_file: Option<PathBuf>,
-    /// Limit on establishing a connection, in milliseconds. Default 5000,
-    /// range 100..=600000.
-    #[serde(default = "default_connect_timeout_ms")]
-    pub connect_timeout_ms: u64,
-    /// Limit on waiting for the server's answer to one statement (the
-    /// socket's read and write timeouts), in milliseconds; a batch that
-    /// takes longer is retried on a new connection. Default 30000, range
-    /// 100..=3600000.
-    #[serde(default = "default_statement_timeout_ms")]
-    pub statement_timeout_ms: u64,
-    /// JSON fields of the payload into typed columns of their own
-    /// (`[sink.options.columns]`, see `spillway_sql_common::columns`). Default
-    /// none.
-    #[serde(default)]
-    pub columns: BTreeMap<String, ColumnOption>,
-}
-
-fn default_table() -> String {
-    DEFAULT_TABLE.to_string()
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn default_connect_timeout_ms() -> u64 {
-    DEFAULT_CONNECT_TIMEOUT_MS
-}
-
-fn default_statement_timeout_ms() -> u64 {
-    DEFAULT_STATEMENT_TIMEOUT_MS
+sink_sdk::key_table! {
+    /// Options of the MySQL / MariaDB plugin (`[sink.options]`), each
+    /// declared once: the daemon checks a config against this declaration
+    /// before `create` (unknown keys, types, ranges, each named), `spillway
+    /// check` prints it, and [`MariadbOptions::settings`] checks the rest.
+    #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+    #[serde(default, deny_unknown_fields)]
+    pub struct MariadbOptions in "options" {
+        url: String = Key {
+            default: DefaultValue::Required,
+            allowed: Allowed::Text(r#"`mysql://USER@HOST[:PORT]/DATABASE`, or `mysql://USER@localhost/DATABASE?socket=/run/mysqld/mysqld.sock`"#),
+            also: "",
+            meaning: r#"Where to connect. Put the password in `password_env`, not here."#,
+        },
+        password_env: Option<String> = Key {
+            default: DefaultValue::Unset("no password"),
+            allowed: Allowed::Text(r#"an environment variable's name"#),
+            also: "",
+            meaning: r#"The environment variable holding the password (read when the sink is built; unset or empty is an error naming it)."#,
+        },
+        table: String = Key {
+            default: DefaultValue::Str(DEFAULT_TABLE),
+            allowed: Allowed::Text(r#"a lowercase identifier, optionally `database.table`"#),
+            also: "",
+            meaning: r#"The table records go to."#,
+        },
+        create_table: bool = Key {
+            default: DefaultValue::Bool(true),
+            allowed: Allowed::Text(r#"`true` or `false`"#),
+            also: "",
+            meaning: r#"Create the table (`CREATE TABLE IF NOT EXISTS`) when connecting."#,
+        },
+        tls: bool = Key {
+            default: DefaultValue::Bool(false),
+            allowed: Allowed::Text(r#"`true` or `false`"#),
+            also: "",
+            meaning: r#"Connect with TLS (the server's certificate verified against the system's roots, or `ca_file`); refused with a Unix socket."#,
+        },
+        ca_file: Option<PathBuf> = Key {
+            default: DefaultValue::Unset("the system's roots"),
+            allowed: Allowed::Text(r#"a PEM file"#),
+            also: "",
+            meaning: r#"The CA that signed the server's certificate (with `tls = true`)."#,
+        },
+        connect_timeout_ms: u64 = Key {
+            default: DefaultValue::Int(DEFAULT_CONNECT_TIMEOUT_MS),
+            allowed: Allowed::Range {
+                min: 100,
+                max: 600_000,
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"Limit on establishing a connection."#,
+        },
+        statement_timeout_ms: u64 = Key {
+            default: DefaultValue::Int(DEFAULT_STATEMENT_TIMEOUT_MS),
+            allowed: Allowed::Range {
+                min: 100,
+                max: 3_600_000,
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"Limit on waiting for the server's answer to one statement (the socket's read and write timeouts); a batch that takes longer is retried on a new connection."#,
+        },
+        columns: BTreeMap<String, ColumnOption> = Key {
+            default: DefaultValue::Unset("none"),
+            allowed: Allowed::Shaped {
+                text: columns::OPTION_TEXT,
+                schema: columns::OPTION_SCHEMA,
+            },
+            also: "",
+            meaning: r#"JSON fields of the payload into typed columns of their own (`[sink.options.columns]`)."#,
+        },
+    }
 }
 
 /// Options turned into what the sink uses.
@@ -103,7 +115,12 @@ pub struct Settings {
 impl MariadbOptions {
     /// Parses the options text; the error names the option.
     pub fn parse(options_toml: &str) -> Result<MariadbOptions, String> {
-        toml::from_str(options_toml).map_err(|e| format!("options: {}", e.message().trim()))
+        let options: MariadbOptions =
+            toml::from_str(options_toml).map_err(|e| format!("options: {}", e.message().trim()))?;
+        if options.url.is_empty() {
+            return Err("options.url: is required (mysql://USER@HOST/DATABASE)".into());
+        }
+        Ok(options)
     }
 
     /// Checks every option, reads `password_env`, and builds the
@@ -129,26 +146,7 @@ impl MariadbOptions {
             }
             opts = opts.pass(Some(password));
         }
-        for (key, ms, range) in [
-            (
-                "connect_timeout_ms",
-                self.connect_timeout_ms,
-                &CONNECT_TIMEOUT_MS_RANGE,
-            ),
-            (
-                "statement_timeout_ms",
-                self.statement_timeout_ms,
-                &STATEMENT_TIMEOUT_MS_RANGE,
-            ),
-        ] {
-            if !range.contains(&ms) {
-                return Err(format!(
-                    "options.{key}: {ms} is out of range {}..={}",
-                    range.start(),
-                    range.end()
-                ));
-            }
-        }
+        self.check_ranges().map_err(|e| e.to_string())?;
         let statement = Some(Duration::from_millis(self.statement_timeout_ms));
         opts = opts
             .tcp_connect_timeout(Some(Duration::from_millis(self.connect_timeout_ms)))
@@ -186,5 +184,35 @@ impl MariadbOptions {
             create_table: self.create_table,
             columns: columns::check(&self.columns, crate::sql::identifier)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_errors_name_the_option() {
+        let o = MariadbOptions::parse("url = \"mysql://u@h/db\"").unwrap();
+        assert_eq!(
+            (o.table.as_str(), o.create_table, o.tls),
+            ("spillway_records", true, false)
+        );
+        assert_eq!(
+            (o.connect_timeout_ms, o.statement_timeout_ms),
+            (5_000, 30_000)
+        );
+        assert!(o.settings().is_ok());
+        assert_eq!(
+            MariadbOptions::parse("").unwrap_err(),
+            "options.url: is required (mysql://USER@HOST/DATABASE)"
+        );
+        let e = MariadbOptions::parse("url = \"mysql://u@h/db\"\ntabel = \"x\"").unwrap_err();
+        assert!(e.starts_with("options: unknown field `tabel`"), "{e}");
+        let o = MariadbOptions::parse("url = \"mysql://u@h/db\"\nconnect_timeout_ms = 5").unwrap();
+        assert_eq!(
+            o.settings().unwrap_err(),
+            "options.connect_timeout_ms = 5 is out of range: allowed 100..=600000 ms"
+        );
     }
 }

@@ -326,6 +326,9 @@ fn existing<Q: Queryable>(
 }
 
 impl PluginSink for MariadbSink {
+    const OPTIONS: Option<&'static [sink_sdk::keys::Key]> =
+        Some(crate::options::MariadbOptions::KEYS);
+
     /// Only a daemon from before sinks were told its instance id calls
     /// this: rows keyed without it would collide with other daemons'.
     fn create(_options_toml: &str) -> Result<MariadbSink, String> {

@@ -5,6 +5,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Deserialize;
+use sink_sdk::keys::{Allowed, Unit};
 
 use std::collections::BTreeMap;
 
@@ -15,8 +16,6 @@ use spillway_sql_common::columns::{self, Column, ColumnOption};
 pub const DEFAULT_TABLE: &str = "spillway_records";
 /// Default of [`PostgresOptions::connect_timeout_ms`]: 5 s.
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 5_000;
-/// Range of [`PostgresOptions::connect_timeout_ms`].
-pub const CONNECT_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 100..=600_000;
 /// Default of [`PostgresOptions::statement_timeout_ms`]: 30 s.
 pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 30_000;
 /// Largest [`PostgresOptions::statement_timeout_ms`]: 1 hour.
@@ -25,50 +24,63 @@ pub const STATEMENT_TIMEOUT_MS_MAX: u64 = 3_600_000;
 /// names one (to find them in `pg_stat_activity`).
 pub const DEFAULT_APPLICATION_NAME: &str = "spillway";
 
-/// Options of the PostgreSQL plugin (`[sink.options]`). Unknown keys are
-/// an error.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PostgresOptions {
-    /// How to connect, as a libpq-style `key=value` string or a
-    /// `postgresql://` URL, e.g. `host=/var/run/postgresql user=spillway
-    /// dbname=events`. Required. `sslmode=require` is refused (no TLS).
-    pub conninfo: String,
-    /// The table records go to: a lowercase SQL identifier, optionally
-    /// schema-qualified (`events.spillway_records`). Default
-    /// `spillway_records`.
-    #[serde(default = "default_table")]
-    pub table: String,
-    /// Create the table (`CREATE TABLE IF NOT EXISTS`) when connecting.
-    /// Default true. With false, the table must exist with the columns
-    /// shown in the crate documentation.
-    #[serde(default = "default_create_table")]
-    pub create_table: bool,
-    /// Limit on establishing a connection, in milliseconds. Default 5000,
-    /// range 100..=600000. When not set, a `connect_timeout` in the
-    /// conninfo is used if present.
-    pub connect_timeout_ms: Option<u64>,
-    /// Limit on one statement on the server (`statement_timeout`), in
-    /// milliseconds; a batch that takes longer is retried. Default 30000,
-    /// range 0 (no limit)..=3600000.
-    #[serde(default = "default_statement_timeout_ms")]
-    pub statement_timeout_ms: u64,
-    /// JSON fields of the payload into typed columns of their own
-    /// (`[sink.options.columns]`, see `spillway_sql_common::columns`). Default none.
-    #[serde(default)]
-    pub columns: BTreeMap<String, ColumnOption>,
-}
-
-fn default_table() -> String {
-    DEFAULT_TABLE.to_string()
-}
-
-fn default_create_table() -> bool {
-    true
-}
-
-fn default_statement_timeout_ms() -> u64 {
-    DEFAULT_STATEMENT_TIMEOUT_MS
+sink_sdk::key_table! {
+    /// Options of the PostgreSQL plugin (`[sink.options]`), each declared
+    /// once: the daemon checks a config against this declaration before
+    /// `create` (unknown keys, types, ranges, each named), `spillway check`
+    /// prints it, and [`PostgresOptions::settings`] checks the rest.
+    #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+    #[serde(default, deny_unknown_fields)]
+    pub struct PostgresOptions in "options" {
+        conninfo: String = Key {
+            default: DefaultValue::Required,
+            allowed: Allowed::Text(r#"a libpq `key=value` string or a `postgresql://` URL"#),
+            also: "",
+            meaning: r#"How to connect, e.g. `host=/var/run/postgresql user=spillway dbname=events`. `sslmode=require` is refused (no TLS)."#,
+        },
+        table: String = Key {
+            default: DefaultValue::Str(DEFAULT_TABLE),
+            allowed: Allowed::Text(r#"a lowercase SQL identifier, optionally schema-qualified"#),
+            also: "",
+            meaning: r#"The table records go to (`events.spillway_records`)."#,
+        },
+        create_table: bool = Key {
+            default: DefaultValue::Bool(true),
+            allowed: Allowed::Text(r#"`true` or `false`"#),
+            also: "",
+            meaning: r#"Create the table (`CREATE TABLE IF NOT EXISTS`) when connecting; with false it must exist with the columns docs/plugins.md shows."#,
+        },
+        connect_timeout_ms: Option<u64> = Key {
+            default: DefaultValue::Unset("the conninfo's `connect_timeout`, else 5000"),
+            allowed: Allowed::Range {
+                min: 100,
+                max: 600_000,
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"Limit on establishing a connection."#,
+        },
+        statement_timeout_ms: u64 = Key {
+            default: DefaultValue::Int(DEFAULT_STATEMENT_TIMEOUT_MS),
+            allowed: Allowed::ZeroOrRange {
+                zero: "no limit",
+                min: 1,
+                max: STATEMENT_TIMEOUT_MS_MAX,
+                unit: Unit::Ms,
+            },
+            also: "",
+            meaning: r#"Limit on one statement on the server (`statement_timeout`); a batch that takes longer is retried."#,
+        },
+        columns: BTreeMap<String, ColumnOption> = Key {
+            default: DefaultValue::Unset("none"),
+            allowed: Allowed::Shaped {
+                text: columns::OPTION_TEXT,
+                schema: columns::OPTION_SCHEMA,
+            },
+            also: "",
+            meaning: r#"JSON fields of the payload into typed columns of their own (`[sink.options.columns]`)."#,
+        },
+    }
 }
 
 /// Options turned into what the sink uses.
@@ -85,7 +97,12 @@ pub struct Settings {
 impl PostgresOptions {
     /// Parses the options text; the error names the option.
     pub fn parse(options_toml: &str) -> Result<PostgresOptions, String> {
-        toml::from_str(options_toml).map_err(|e| format!("options: {}", e.message().trim()))
+        let options: PostgresOptions =
+            toml::from_str(options_toml).map_err(|e| format!("options: {}", e.message().trim()))?;
+        if options.conninfo.is_empty() {
+            return Err("options.conninfo: is required (a conninfo string)".into());
+        }
+        Ok(options)
     }
 
     /// Checks every option and builds the connection settings.
@@ -97,14 +114,8 @@ impl PostgresOptions {
         if config.get_ssl_mode() == postgres::config::SslMode::Require {
             return Err("options.conninfo: sslmode=require is not supported (this plugin connects without TLS)".into());
         }
+        self.check_ranges().map_err(|e| e.to_string())?;
         match self.connect_timeout_ms {
-            Some(ms) if !CONNECT_TIMEOUT_MS_RANGE.contains(&ms) => {
-                return Err(format!(
-                    "options.connect_timeout_ms: {ms} is out of range {}..={}",
-                    CONNECT_TIMEOUT_MS_RANGE.start(),
-                    CONNECT_TIMEOUT_MS_RANGE.end()
-                ))
-            }
             Some(ms) => {
                 config.connect_timeout(Duration::from_millis(ms));
             }
@@ -112,12 +123,6 @@ impl PostgresOptions {
                 config.connect_timeout(Duration::from_millis(DEFAULT_CONNECT_TIMEOUT_MS));
             }
             None => {}
-        }
-        if self.statement_timeout_ms > STATEMENT_TIMEOUT_MS_MAX {
-            return Err(format!(
-                "options.statement_timeout_ms: {} is out of range 0..={STATEMENT_TIMEOUT_MS_MAX}",
-                self.statement_timeout_ms
-            ));
         }
         if config.get_application_name().is_none() {
             config.application_name(DEFAULT_APPLICATION_NAME);
@@ -183,7 +188,7 @@ mod tests {
     fn errors_name_the_option() {
         assert_eq!(
             settings("").unwrap_err(),
-            "options: missing field `conninfo`"
+            "options.conninfo: is required (a conninfo string)"
         );
         let e = settings("conninfo = \"host=h\"\ntabel = \"x\"").unwrap_err();
         assert!(e.starts_with("options: unknown field `tabel`"), "{e}");
@@ -196,11 +201,11 @@ mod tests {
         );
         assert_eq!(
             settings("conninfo = \"host=h\"\nconnect_timeout_ms = 5").unwrap_err(),
-            "options.connect_timeout_ms: 5 is out of range 100..=600000"
+            "options.connect_timeout_ms = 5 is out of range: allowed 100..=600000 ms"
         );
         assert_eq!(
             settings("conninfo = \"host=h\"\nstatement_timeout_ms = 3600001").unwrap_err(),
-            "options.statement_timeout_ms: 3600001 is out of range 0..=3600000"
+            "options.statement_timeout_ms = 3600001 is out of range: allowed 0 (no limit) or 1..=3600000 ms"
         );
         let e = settings("conninfo = \"host=h\"\ntable = \"Records\"").unwrap_err();
         assert!(e.starts_with("options.table: "), "{e}");

@@ -408,6 +408,9 @@ fn insert_one_by_one(
 }
 
 impl PluginSink for PostgresSink {
+    const OPTIONS: Option<&'static [sink_sdk::keys::Key]> =
+        Some(crate::options::PostgresOptions::KEYS);
+
     /// Only a daemon from before sinks were told its instance id calls
     /// this: rows keyed without it would collide with other daemons'.
     fn create(_options_toml: &str) -> Result<PostgresSink, String> {

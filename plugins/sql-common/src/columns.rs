@@ -21,6 +21,14 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
+/// `[sink.options.columns]` in words, for a plugin's declaration of its
+/// options (`Allowed::Shaped`).
+pub const OPTION_TEXT: &str = "a table of `NAME = { from = \"field\" or \"/json/pointer\", type = \"text\" | \"bigint\" | \"double\" | \"boolean\" | \"timestamptz\" | \"json\", required = true }`";
+
+/// `[sink.options.columns]` as a JSON Schema fragment (`Allowed::Shaped`):
+/// what `spillway schema --config` checks in an editor.
+pub const OPTION_SCHEMA: &str = r#"{"type": "object", "additionalProperties": {"type": "object", "additionalProperties": false, "required": ["from", "type"], "properties": {"from": {"type": "string"}, "type": {"type": "string", "enum": ["text", "bigint", "double", "boolean", "timestamptz", "json"]}, "required": {"type": "boolean"}}}}"#;
+
 /// The columns every row has (none of them may be mapped again).
 pub const BUILT_IN: [&str; 6] = ["instance", "shard", "seq", "tier", "arrival_us", "payload"];
 
@@ -288,6 +296,26 @@ pub fn extract(columns: &[Column], payload: &[u8]) -> Result<Vec<Cell>, String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The declared shape names every column type, and nothing else.
+    #[test]
+    fn the_option_schema_lists_every_column_type() {
+        let schema: Value = serde_json::from_str(OPTION_SCHEMA).unwrap();
+        let listed = &schema["additionalProperties"]["properties"]["type"]["enum"];
+        let all = [
+            ColumnType::Text,
+            ColumnType::Bigint,
+            ColumnType::Double,
+            ColumnType::Boolean,
+            ColumnType::Timestamptz,
+            ColumnType::Json,
+        ];
+        let names: Vec<&str> = all.iter().map(|t| t.as_str()).collect();
+        assert_eq!(listed, &serde_json::json!(names));
+        for name in names {
+            assert!(OPTION_TEXT.contains(&format!("\"{name}\"")), "{name}");
+        }
+    }
 
     fn lowercase(name: &str) -> Result<String, String> {
         match name.bytes().all(|c| c.is_ascii_lowercase() || c == b'_') {

@@ -700,6 +700,12 @@ fn passes_the_contract_test(sql: &Sql) {
         "{}",
         f.stdout
     );
+    assert!(
+        f.stdout.contains("ok   options: declares ") && f.stdout.contains("columns)"),
+        "{}: its options are declared:\n{}",
+        sql.name(),
+        f.stdout
+    );
     sql.drop_table(&table);
 }
 
