@@ -257,9 +257,9 @@ impl Key {
         let default = match self.default {
             DefaultValue::Int(n) => format!("{{\"int\":{n}}}"),
             DefaultValue::Bool(b) => format!("{{\"bool\":{b}}}"),
-            DefaultValue::Str(s) => format!("{{\"str\":{}}}", json_str(s)),
-            DefaultValue::Path(p) => format!("{{\"path\":{}}}", json_str(p)),
-            DefaultValue::Unset(why) => format!("{{\"unset\":{}}}", json_str(why)),
+            DefaultValue::Str(s) => format!("{{\"str\":{}}}", json_string(s)),
+            DefaultValue::Path(p) => format!("{{\"path\":{}}}", json_string(p)),
+            DefaultValue::Unset(why) => format!("{{\"unset\":{}}}", json_string(why)),
             DefaultValue::Required => "\"required\"".to_string(),
         };
         let range = |min: u64, max: u64, unit: Unit| {
@@ -276,7 +276,7 @@ impl Key {
                 unit,
             } => format!(
                 "{{\"zero_or_range\":{{\"zero\":{},{}}}}}",
-                json_str(zero),
+                json_string(zero),
                 range(min, max, unit)
             ),
             Allowed::RangeOr { min, max, unit, or } => format!(
@@ -287,16 +287,16 @@ impl Key {
             Allowed::OneOf(names) => format!("{{\"one_of\":{}}}", json_strs(names)),
             Allowed::Shaped { text, schema } => format!(
                 "{{\"shaped\":{{\"text\":{},\"schema\":{}}}}}",
-                json_str(text),
-                json_str(schema)
+                json_string(text),
+                json_string(schema)
             ),
-            Allowed::Text(text) => format!("{{\"text\":{}}}", json_str(text)),
+            Allowed::Text(text) => format!("{{\"text\":{}}}", json_string(text)),
         };
         format!(
             "{{\"name\":{},\"default\":{default},\"allowed\":{allowed},\"also\":{},\"meaning\":{}}}",
-            json_str(self.short()),
-            json_str(self.also),
-            json_str(self.meaning)
+            json_string(self.short()),
+            json_string(self.also),
+            json_string(self.meaning)
         )
     }
 }
@@ -320,8 +320,9 @@ impl Unit {
     }
 }
 
-/// A JSON string of `s`.
-fn json_str(s: &str) -> String {
+/// `s` as a JSON string literal (the SDK writes its JSON by hand: it has
+/// no dependencies; the daemon's HTTP door uses it for its error bodies).
+pub fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -341,7 +342,7 @@ fn json_str(s: &str) -> String {
 
 /// A JSON array of strings.
 fn json_strs(items: &[&str]) -> String {
-    let items: Vec<String> = items.iter().map(|s| json_str(s)).collect();
+    let items: Vec<String> = items.iter().map(|s| json_string(s)).collect();
     format!("[{}]", items.join(","))
 }
 

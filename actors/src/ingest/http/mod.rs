@@ -537,7 +537,7 @@ fn reply(status: u16, body: String) -> Response<Full<Bytes>> {
 }
 
 fn refused(refusal: Refusal) -> Response<Full<Bytes>> {
-    let body = serde_json_string(&refusal.message);
+    let body = sink_sdk::keys::json_string(&refusal.message);
     let mut response = reply(refusal.status, format!("{{\"error\":{body}}}\n"));
     let headers = response.headers_mut();
     match refusal.status {
@@ -556,20 +556,4 @@ fn refused(refusal: Refusal) -> Response<Full<Bytes>> {
         _ => {}
     }
     response
-}
-
-/// `s` as a JSON string literal.
-fn serde_json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
