@@ -7,7 +7,9 @@
 //! integer key in the range it declares, the error naming the key and
 //! saying the range with its unit, [`Key::check`]). How the table is read
 //! (a serde derive, a hand-written reader) and what it checks across keys
-//! stay with its crate.
+//! stay with its crate. The daemon declares its keys with it, and so does
+//! a plugin its options (`in "options"`, told to the daemon through
+//! [`PluginSink::OPTIONS`](crate::PluginSink::OPTIONS)).
 
 use std::path::PathBuf;
 

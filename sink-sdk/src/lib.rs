@@ -40,7 +40,9 @@
 //!
 //! A sink can also live in a shared library that the daemon loads at run
 //! time: implement [`Sink`] and [`PluginSink`], add
-//! `export_sink!(MySink);`, build a `cdylib`. The C ABI behind that line is
+//! `export_sink!(MySink);`, build a `cdylib`. Declare its options once
+//! with [`key_table!`] and tell the daemon with `PluginSink::OPTIONS`: the
+//! daemon then checks `[sink.options]` against them before `create`. The C ABI behind that line is
 //! in [`abi`]; the tutorial and the full reference are `docs/plugins.md`.
 //!
 //! ## Example

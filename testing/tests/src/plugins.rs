@@ -36,8 +36,10 @@ pub fn profile_dir() -> PathBuf {
 }
 
 /// `target/release/lib<lib>.so`, built with `cargo build --release -p
-/// <package>` (same target folder) if it is missing. Panics with the
-/// command and its output if that build fails.
+/// <package>` (same target folder) if it is missing or older than a source
+/// file of the plugins or of sink-sdk (a library left from before a change
+/// would be tested stale). Panics with the command and its output if that
+/// build fails.
 pub fn plugin_lib(package: &str, lib: &str) -> PathBuf {
     static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
     let mut built = BUILT
@@ -49,17 +51,12 @@ pub fn plugin_lib(package: &str, lib: &str) -> PathBuf {
     }
     let profile = profile_dir();
     let so = profile.join(format!("lib{lib}.so"));
-    if !so.is_file() {
+    if stale(&so) {
         let target = profile
             .parent()
             .expect("<target>/release has a parent")
             .to_path_buf();
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        say(&format!(
-            "{} is missing: running `cargo build --release -p {package}` (target folder {})\n",
-            so.display(),
-            target.display()
-        ));
         let out = Command::new(&cargo)
             .current_dir(workspace_root())
             .args(["build", "--release", "-p", package, "--target-dir"])
@@ -68,22 +65,48 @@ pub fn plugin_lib(package: &str, lib: &str) -> PathBuf {
         match out {
             Ok(o) if o.status.success() && so.is_file() => {}
             Ok(o) => panic!(
-                "the plugin library {} is missing and `cargo build --release -p {package}` did not produce it \
+                "`cargo build --release -p {package}` did not produce the plugin library {} \
                  (exit {}); build it by hand to see why. cargo's stderr (end):\n{}",
                 so.display(),
                 o.status,
                 tail(&String::from_utf8_lossy(&o.stderr), 40)
             ),
             Err(e) => panic!(
-                "the plugin library {} is missing and `{}` could not be run to build it: {e}; \
+                "`{}` could not be run to build the plugin library {}: {e}; \
                  run `cargo build --release -p {package}`",
-                so.display(),
-                Path::new(&cargo).display()
+                Path::new(&cargo).display(),
+                so.display()
             ),
         }
     }
     built.insert(package.to_string(), so.clone());
     so
+}
+
+/// Whether `so` is missing, or older than a file under `plugins/` or
+/// `sink-sdk/` (what any plugin is built from).
+fn stale(so: &Path) -> bool {
+    fn newest(dir: &Path) -> Option<std::time::SystemTime> {
+        let mut latest = None;
+        for entry in std::fs::read_dir(dir).ok()?.flatten() {
+            let path = entry.path();
+            let at = if path.is_dir() {
+                newest(&path)
+            } else {
+                entry.metadata().and_then(|m| m.modified()).ok()
+            };
+            latest = latest.max(at);
+        }
+        latest
+    }
+    let Ok(built) = std::fs::metadata(so).and_then(|m| m.modified()) else {
+        return true;
+    };
+    let root = workspace_root();
+    ["plugins", "sink-sdk"]
+        .iter()
+        .filter_map(|d| newest(&root.join(d)))
+        .any(|changed| changed > built)
 }
 
 /// `libspillway_plugin_file.so`.
