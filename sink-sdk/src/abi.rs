@@ -261,7 +261,7 @@ impl OwnedStr {
     }
 }
 
-/// What [`Sink::limits`](crate::Sink::limits) answers, across the boundary.
+/// What [`Sink::limits`] answers, across the boundary.
 ///
 /// Layout: `max_records` at 0, `max_bytes` at 8; 16 bytes.
 #[repr(C)]
@@ -478,7 +478,7 @@ pub struct PluginVTable {
 unsafe impl Send for PluginVTable {}
 unsafe impl Sync for PluginVTable {}
 
-/// Who is creating an instance ([`SinkContext`](crate::SinkContext)),
+/// Who is creating an instance ([`SinkContext`]),
 /// borrowed for the `create_in` call (the plugin copies what it keeps):
 /// the daemon's instance id and the sink's name, UTF-8, not
 /// NUL-terminated.

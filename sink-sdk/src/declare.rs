@@ -1,4 +1,4 @@
-//! A table of config keys declared once ([`key_table!`]): each key is its
+//! A table of config keys declared once ([`key_table!`](crate::key_table)): each key is its
 //! field's name and type and its [`Key`] (default, allowed values with the
 //! unit, meaning), and the rest is made from that one declaration: the
 //! struct's field with the meaning as its doc, `Default` (each field from

@@ -2,7 +2,7 @@
 //! [`export_sink!`](crate::export_sink) puts in a plugin's vtable, generic
 //! over the plugin's sink type.
 //!
-//! Every function body runs inside `catch_unwind` ([`guarded`]): a panic
+//! Every function body runs inside `catch_unwind` (`guarded`): a panic
 //! must never unwind into the host (that aborts the daemon). Per batch they
 //! allocate nothing per record: the `Record` views are built in a buffer
 //! the instance keeps from one batch to the next.
