@@ -474,7 +474,10 @@ fn a_refused_connection_is_a_retry_and_unhealthy() {
 fn options_are_checked_at_create() {
     let err = |text: &str| create(text, INSTANCE).err().unwrap();
     assert!(err("url = \"mysql://h/d\"\ntable = \"x; drop\"").starts_with("options.table: "));
-    assert_eq!(err("table = \"t\""), "options: missing field `url`");
+    assert_eq!(
+        err("table = \"t\""),
+        "options.url: is required (mysql://USER@HOST/DATABASE)"
+    );
     assert!(err("url = \"postgres://h/d\"").starts_with("options.url: "));
     assert_eq!(
         err("url = \"mysql://u@h/d\"\npassword_env = \"SPILLWAY_TEST_NO_SUCH_VAR\""),
@@ -486,7 +489,7 @@ fn options_are_checked_at_create() {
             .starts_with("options.tls: ")
     );
     assert!(err("url = \"mysql://h/d\"\nconnect_timeout_ms = 1")
-        .starts_with("options.connect_timeout_ms: 1 is out of range"));
+        .starts_with("options.connect_timeout_ms = 1 is out of range: allowed 100..=600000 ms"));
     let err = MariadbSink::create("url = \"mysql://h/d\"").err().unwrap();
     assert!(err.contains("upgrade spillway"), "{err}");
 }

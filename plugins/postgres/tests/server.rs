@@ -667,7 +667,7 @@ fn options_are_checked_at_create() {
     .unwrap();
     assert!(err.starts_with("options.table: "), "{err}");
     let err = create("table = \"t\"", INSTANCE).err().unwrap();
-    assert_eq!(err, "options: missing field `conninfo`");
+    assert_eq!(err, "options.conninfo: is required (a conninfo string)");
     // Without a context (a daemon from before): refused, never keyed
     // without the instance.
     let err = PostgresSink::create("table = \"t\"").err().unwrap();
