@@ -445,7 +445,12 @@ mod tests {
             ("[server]\nshards = \"4\"\n", "/server/shards"),
             ("[log]\nformat = \"xml\"\n", "/log/format"),
             ("[sink]\ntype = \"noop\"\nmax_record = 5\n", "max_record"),
-            ("[sink]\ntype = \"kafka\"\n", "/sink/type"),
+            ("[sink]\ntype = \"kinesis\"\n", "/sink/type"),
+            ("[sink]\ntype = \"kafka\"\ntopic = \"t\"\n", "brokers"),
+            (
+                "[sink]\ntype = \"kafka\"\nbrokers = [\"a:1\"]\ntopic = \"t\"\ncompression = \"snappy\"\n",
+                "/sink/compression",
+            ),
             ("[sink]\nbatch_records_max = 5\n", "type"),
             ("[sinks.a]\ntype = \"http\"\n", "url"),
             ("[sinks.Bad]\ntype = \"noop\"\n", "/sinks"),

@@ -117,6 +117,7 @@ use std::time::Duration;
 pub mod abi;
 pub mod declare;
 pub mod delivery;
+pub mod exactly_once;
 pub mod keys;
 pub mod output;
 pub mod units;

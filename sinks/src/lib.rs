@@ -32,6 +32,7 @@ pub mod error;
 pub mod file;
 mod framing;
 pub mod http;
+pub mod kafka;
 pub mod keys;
 pub mod nats;
 pub mod noop;

@@ -24,6 +24,7 @@ pub static SINK_TYPES: &[&SinkType] = &[
     &crate::http::TYPE,
     &crate::file::TYPE,
     &crate::nats::TYPE,
+    &crate::kafka::TYPE,
     &crate::noop::TYPE,
     &crate::plugin::TYPE,
 ];

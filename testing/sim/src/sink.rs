@@ -6,12 +6,13 @@
 //! received and everything it took for good is logged for the checks.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sink_sdk::delivery::{factory_fn, SinkFactory};
-use sink_sdk::{Batch, Health, Limits, Outcome, RecordOutcome, Sink};
+use sink_sdk::exactly_once::{ExactlyOnce, Position, Transactions, Txn};
+use sink_sdk::{Batch, Health, Limits, Outcome, Record, RecordOutcome, Sink};
 use spillway_actors::Clock;
 
 use crate::rng::Rng;
@@ -56,6 +57,56 @@ pub struct SinkScript {
     pub clock: Clock,
     /// Starts of the daemon so far (the world counts them).
     pub starts: AtomicU64,
+    /// Whether the downstream has transactions: instances are then
+    /// [`ExactlyOnce`] over [`Downstream`], as the Kafka sink's are.
+    transactional: AtomicBool,
+    /// The transactional downstream (outlives every instance, start and
+    /// crash of the daemon, as a Kafka cluster does).
+    pub downstream: Mutex<Downstream>,
+}
+
+/// A downstream with transactions, modelled on Kafka's: one writer per
+/// shard at a time (opening fences the last one and aborts its open
+/// transaction), records and the shard's position committed together,
+/// the position read back at every open.
+#[derive(Debug, Default)]
+pub struct Downstream {
+    /// Committed records, in commit order.
+    pub records: Vec<(u64, Vec<u8>)>,
+    /// Seqs committed more than once: what exactly once forbids.
+    pub twice: Vec<u64>,
+    /// The shard's committed position.
+    pub position: Option<Position>,
+    /// The writer that may commit (bumped by each open).
+    pub epoch: u64,
+    /// The open transaction's records (its writer is the current epoch's).
+    open: Option<Vec<(u64, Vec<u8>)>>,
+    pub opens: u64,
+    pub commits: u64,
+    /// Commits whose answer was lost (an error of unknown end, or a panic
+    /// after the commit).
+    pub answers_lost: u64,
+    /// Transactions left open by a writer that died before its commit,
+    /// aborted by the next open.
+    pub abandoned: u64,
+    pub aborts: u64,
+    pub refusals: u64,
+}
+
+impl Downstream {
+    fn commit(&mut self, log: &mut SinkLog, position: &Position) {
+        let records = self.open.take().expect("an open transaction");
+        for (seq, payload) in records {
+            if self.records.iter().any(|(s, _)| *s == seq) {
+                self.twice.push(seq);
+            }
+            log.committed.insert((seq, payload.clone()));
+            log.committed_order.push((seq, payload.clone()));
+            self.records.push((seq, payload));
+        }
+        self.position = Some(position.clone());
+        self.commits += 1;
+    }
 }
 
 impl SinkScript {
@@ -66,7 +117,18 @@ impl SinkScript {
             log: Mutex::new(SinkLog::default()),
             clock,
             starts: AtomicU64::new(0),
+            transactional: AtomicBool::new(false),
+            downstream: Mutex::new(Downstream::default()),
         })
+    }
+
+    /// From now on the downstream has transactions (see [`Downstream`]).
+    pub fn set_transactional(&self) {
+        self.transactional.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_transactional(&self) -> bool {
+        self.transactional.load(Ordering::Relaxed)
     }
 
     pub fn set_mode(&self, mode: SinkMode) {
@@ -91,6 +153,16 @@ impl SinkScript {
                 return Err("simulated: the downstream refused the connection".into());
             }
             script.log.lock().unwrap().instances += 1;
+            if script.is_transactional() {
+                return Ok(Box::new(TxnSimSink {
+                    script: script.clone(),
+                    limit,
+                    exactly: ExactlyOnce::new(SimTxn {
+                        script: script.clone(),
+                        epoch: None,
+                    }),
+                }) as Box<dyn Sink>);
+            }
             Ok(Box::new(SimSink {
                 script: script.clone(),
                 limit,
@@ -216,5 +288,144 @@ impl Sink for SimSink {
                 Outcome::Committed
             }
         }
+    }
+}
+
+/// An instance over the transactional [`Downstream`]: the same
+/// [`ExactlyOnce`] adapter as the Kafka sink.
+struct TxnSimSink {
+    script: Arc<SinkScript>,
+    limit: usize,
+    exactly: ExactlyOnce<SimTxn>,
+}
+
+impl Sink for TxnSimSink {
+    fn name(&self) -> &str {
+        "sim-transactional"
+    }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            max_records: self.limit,
+            max_bytes: 64 * 1024,
+        }
+    }
+
+    fn health_check(&mut self) -> Health {
+        match self.script.mode() {
+            SinkMode::Down => Health::Unhealthy("simulated: down".into()),
+            _ => Health::Healthy,
+        }
+    }
+
+    fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
+        {
+            let s = &self.script;
+            let mut log = s.log.lock().unwrap();
+            log.batches += 1;
+            for r in batch.records() {
+                log.offered
+                    .push((r.seq, r.payload.to_vec(), s.starts.load(Ordering::Relaxed)));
+            }
+        }
+        self.exactly.deliver(batch)
+    }
+}
+
+/// One writer of the [`Downstream`]; its answers follow the script's mode.
+struct SimTxn {
+    script: Arc<SinkScript>,
+    /// Its epoch once opened.
+    epoch: Option<u64>,
+}
+
+impl Transactions for SimTxn {
+    fn open(&mut self) -> Result<Option<Position>, String> {
+        let s = &self.script;
+        if s.mode() == SinkMode::Down || (s.mode() == SinkMode::Flaky && s.roll(10) == 0) {
+            return Err("simulated: the cluster did not answer the open".into());
+        }
+        let mut d = s.downstream.lock().unwrap();
+        d.epoch += 1;
+        d.opens += 1;
+        if d.open.take().is_some() {
+            d.abandoned += 1;
+        }
+        self.epoch = Some(d.epoch);
+        Ok(d.position.clone())
+    }
+
+    fn transact(&mut self, records: &[&Record<'_>], position: &Position) -> Txn {
+        let s = &self.script;
+        let mode = s.mode();
+        let roll = s.roll(100);
+        let mut d = s.downstream.lock().unwrap();
+        if self.epoch != Some(d.epoch) {
+            return Txn::Unknown("simulated: fenced by a newer writer".into());
+        }
+        if mode == SinkMode::Down {
+            d.aborts += 1;
+            return Txn::Aborted("simulated: no broker answers".into());
+        }
+        if mode == SinkMode::Picky {
+            let refused: Vec<(usize, String)> = records
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.payload.len() % 3 == 0)
+                .map(|(i, r)| (i, format!("simulated: record {} refused for good", r.seq)))
+                .collect();
+            if !refused.is_empty() {
+                d.refusals += 1;
+                return Txn::Refused(refused);
+            }
+        }
+        d.open = Some(
+            records
+                .iter()
+                .map(|r| (r.seq, r.payload.to_vec()))
+                .collect(),
+        );
+        if mode == SinkMode::Flaky {
+            match roll {
+                // The writer dies with its transaction open (the
+                // process, as far as the downstream can tell).
+                0..=4 => {
+                    drop(d);
+                    s.log.lock().unwrap().panics += 1;
+                    panic!("{SIM_PANIC}");
+                }
+                // Committed, then the writer dies before it hears so.
+                5..=9 => {
+                    d.commit(&mut s.log.lock().unwrap(), position);
+                    d.answers_lost += 1;
+                    drop(d);
+                    s.log.lock().unwrap().panics += 1;
+                    panic!("{SIM_PANIC}");
+                }
+                // Committed, and the answer lost (a commit that timed out
+                // after it took effect).
+                10..=14 => {
+                    d.commit(&mut s.log.lock().unwrap(), position);
+                    d.answers_lost += 1;
+                    return Txn::Unknown("simulated: the commit timed out".into());
+                }
+                // Not committed, and its end unknown.
+                15..=19 => {
+                    return Txn::Unknown("simulated: the coordinator went away".into());
+                }
+                20..=29 => {
+                    d.open = None;
+                    d.aborts += 1;
+                    return Txn::Aborted("simulated: a broker went down mid-transaction".into());
+                }
+                _ => {}
+            }
+        }
+        d.commit(&mut s.log.lock().unwrap(), position);
+        Txn::Committed
+    }
+
+    fn close(&mut self) {
+        self.epoch = None;
     }
 }

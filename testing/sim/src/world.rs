@@ -87,6 +87,14 @@ pub struct Report {
     pub recycled: u64,
     /// Delivered segments set aside (`.free`) that a start found and removed.
     pub free_removed: u64,
+    /// Schedules whose sink had transactions (the Kafka sink's model).
+    pub transactional: u64,
+    /// Their transactions committed, and of those the ones whose answer
+    /// was lost (the writer died or timed out after the commit).
+    pub txn_commits: u64,
+    pub txn_answers_lost: u64,
+    /// Transactions a dying writer left open, aborted by the next open.
+    pub txn_abandoned: u64,
 }
 
 /// A broken promise: which, where, and the actions leading to it.
@@ -367,6 +375,24 @@ fn mirror_in_flight(seed: u64) -> (BatchesInFlight, Option<u32>) {
     }
 }
 
+/// Whether a schedule's sink may have transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnSink {
+    /// A third of the seeds (see [`transactional`]).
+    BySeed,
+    /// Never: the schedule runs as it did before the transactional sink
+    /// (the pinned seeds, which found bugs with the plain one).
+    Plain,
+}
+
+/// Whether the sink of this seed's schedule has transactions (a third of
+/// them): delivered through the Kafka sink's exactly-once adapter, whose
+/// downstream must never hold a record twice. From a stream of its own, as
+/// [`mirror_in_flight`].
+fn transactional(seed: u64) -> bool {
+    Rng::new(seed ^ 0x7472_616e_7361_0001).chance(1, 3)
+}
+
 /// (seq, offset) of each record in a segment file's bytes.
 fn record_offsets(bytes: &[u8]) -> Vec<(u64, u64)> {
     let scratch = SimStorage::new(0);
@@ -398,7 +424,7 @@ fn records_in(bytes: &[u8]) -> io::Result<Vec<(u64, Vec<u8>)>> {
 impl World {
     /// A schedule from `seed` on `disk`. The disk draws nothing from the
     /// schedule's random stream: a seed runs the same actions on either.
-    pub fn new(seed: u64, disk: Disk) -> World {
+    pub fn new(seed: u64, disk: Disk, txn: TxnSink) -> World {
         let mut rng = Rng::new(seed);
         let clock = Clock::manual();
         let storage = SimStorage::new(rng.next_u64());
@@ -412,6 +438,9 @@ impl World {
             quota: None,
         };
         let script = SinkScript::new(rng.next_u64(), clock.clone());
+        if txn == TxnSink::BySeed && transactional(seed) {
+            script.set_transactional();
+        }
         let settings = random_settings(&mut rng);
         let slot = SinkSlot::new(script.factory(rng.range(1, 64) as usize, "sim"), settings);
         let producers = (0..shape.producers)
@@ -1238,6 +1267,7 @@ impl World {
         if let Some(b) = self.broken.take() {
             return Err(b);
         }
+        self.check_exactly_once()?;
         if self.storage.crashed() {
             return self.crash_and_restart();
         }
@@ -1245,6 +1275,20 @@ impl World {
         self.check_removed()?;
         self.check_checkpoint()?;
         self.check_pending_bytes()
+    }
+
+    /// A transactional downstream holds no record twice: whatever crashed
+    /// between a commit and the checkpoint, the position read back kept it
+    /// from being written again.
+    fn check_exactly_once(&self) -> Check {
+        let d = self.script.downstream.lock().unwrap();
+        match d.twice.first() {
+            None => Ok(()),
+            Some(seq) => Err(format!(
+                "the transactional downstream holds seq {seq} twice (its position: {:?})",
+                d.position
+            )),
+        }
     }
 
     /// `spillway_pending_bytes` (the flusher's durable record bytes less
@@ -1765,6 +1809,13 @@ impl World {
             .count() as u64;
         drop(log);
         self.report.dead_lettered = self.dead_lettered()?.len() as u64;
+        if self.script.is_transactional() {
+            let d = self.script.downstream.lock().unwrap();
+            self.report.transactional = 1;
+            self.report.txn_commits = d.commits;
+            self.report.txn_answers_lost = d.answers_lost;
+            self.report.txn_abandoned = d.abandoned;
+        }
         Ok(())
     }
 
@@ -2047,12 +2098,18 @@ impl World {
 
 /// Run the schedule of `seed`.
 pub fn run_schedule(seed: u64) -> Result<Report, Failure> {
-    World::new(seed, Disk::Roomy).run()
+    World::new(seed, Disk::Roomy, TxnSink::BySeed).run()
+}
+
+/// Run the schedule of `seed` with the plain sink whatever the seed (the
+/// pinned seeds replay as they were found).
+pub fn run_plain_schedule(seed: u64) -> Result<Report, Failure> {
+    World::new(seed, Disk::Roomy, TxnSink::Plain).run()
 }
 
 /// Run the schedule of `seed` on a disk with room for one segment.
 pub fn run_small_disk_schedule(seed: u64) -> Result<Report, Failure> {
-    World::new(seed, Disk::OneSegment).run()
+    World::new(seed, Disk::OneSegment, TxnSink::Plain).run()
 }
 
 /// Run the schedule of `seed` with failed fdatasyncs weighed near
@@ -2062,7 +2119,7 @@ pub fn run_small_disk_schedule(seed: u64) -> Result<Report, Failure> {
 /// passed numbers nothing durable backed). The same seed without the
 /// weighting is another schedule.
 pub fn run_sync_fault_schedule(seed: u64) -> Result<Report, Failure> {
-    let mut world = World::new(seed, Disk::Roomy);
+    let mut world = World::new(seed, Disk::Roomy, TxnSink::BySeed);
     world.sync_faults = true;
     world.run()
 }

@@ -5,7 +5,10 @@
 use std::sync::Once;
 use std::time::Instant;
 
-use spillway_sim::{run_schedule, run_small_disk_schedule, run_sync_fault_schedule, Report, Rng};
+use spillway_sim::{
+    run_plain_schedule, run_schedule, run_small_disk_schedule, run_sync_fault_schedule, Report,
+    Rng,
+};
 
 /// Seeds that found bugs, each with what it found (fixed since).
 const PINNED: &[(u64, &str)] = &[
@@ -78,6 +81,13 @@ const PINNED: &[(u64, &str)] = &[
         "issue 39's 300,000-schedule sweep: a failed fsync took an abandoned segment's header (Buffered records only); retention deleted it as headerless, then the readers that had opened it finished it and retention released its bytes again: the WAB budget fell below what the disk held",
     ),
 ];
+
+/// Seeds whose transactional sink found bugs (replayed as swept: their
+/// sink has transactions).
+const PINNED_TRANSACTIONAL: &[(u64, &str)] = &[(
+    0x13dc_84ca_6cae_72a3,
+    "issue 43's exactly-once adapter: a record refused for good was re-offered in a longer batch (its dead letter not yet written, the disk full); the new position dropped the earlier refusal, so after a restart the position called the refused record written: the segment holding it was deleted with the record neither delivered nor dead-lettered",
+)];
 
 /// Small-disk seeds that found bugs (replayed on the one-segment disk).
 const PINNED_SMALL_DISK: &[(u64, &str)] = &[(
@@ -178,6 +188,10 @@ impl Totals {
         t.syncs_failed_near_delivery += r.syncs_failed_near_delivery;
         t.recycled += r.recycled;
         t.free_removed += r.free_removed;
+        t.transactional += r.transactional;
+        t.txn_commits += r.txn_commits;
+        t.txn_answers_lost += r.txn_answers_lost;
+        t.txn_abandoned += r.txn_abandoned;
     }
 }
 
@@ -201,7 +215,7 @@ fn schedules() {
     }
     let t = &totals.r;
     eprintln!(
-        "sim: {} schedules in {:.1?} ({} actions, {} storage steps): {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked; {} faults fired, {} process crashes, {} power cuts, {} clean restarts, {} failed starts, {} reloads; {} no-false-ack checks; {} delivered, {} dead-lettered, {} buffered lost, {} repeats offered; segment headers damaged at restarts: {} flipped, {} wiped, {} repaired, {} acknowledged records lost and counted; {} steps with several mirror batches out, {} failed fdatasyncs armed with batches out; {} segments written over a delivered one, {} set-aside segments removed at a start",
+        "sim: {} schedules in {:.1?} ({} actions, {} storage steps): {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked; {} faults fired, {} process crashes, {} power cuts, {} clean restarts, {} failed starts, {} reloads; {} no-false-ack checks; {} delivered, {} dead-lettered, {} buffered lost, {} repeats offered; segment headers damaged at restarts: {} flipped, {} wiped, {} repaired, {} acknowledged records lost and counted; {} steps with several mirror batches out, {} failed fdatasyncs armed with batches out; {} segments written over a delivered one, {} set-aside segments removed at a start; transactional sink in {} schedules: {} commits, {} with the answer lost, {} left open by a dying writer",
         totals.schedules,
         started.elapsed(),
         t.actions,
@@ -230,9 +244,17 @@ fn schedules() {
         t.syncs_failed_near_delivery,
         t.recycled,
         t.free_removed,
+        t.transactional,
+        t.txn_commits,
+        t.txn_answers_lost,
+        t.txn_abandoned,
     );
     // The sweep must have exercised what it claims to.
     assert!(t.acked.iter().all(|&a| a > 0), "every tier acknowledged");
+    assert!(
+        t.transactional > 0 && t.txn_answers_lost > 0 && t.txn_abandoned > 0,
+        "the transactional sink exercised: lost commit answers and abandoned transactions"
+    );
     assert!(t.power_cuts > 0 && t.process_crashes > 0 && t.faults_fired > 0);
     assert!(
         t.header_flips > 0 && t.header_wipes > 0 && t.header_repairs > 0 && t.damage_lost > 0,
@@ -344,7 +366,12 @@ fn replay() {
         Some(s) => vec![(s, run)],
         None => PINNED
             .iter()
-            .map(|(s, _)| (*s, run_schedule as RunSchedule))
+            .map(|(s, _)| (*s, run_plain_schedule as RunSchedule))
+            .chain(
+                PINNED_TRANSACTIONAL
+                    .iter()
+                    .map(|(s, _)| (*s, run_schedule as RunSchedule)),
+            )
             .chain(
                 PINNED_SMALL_DISK
                     .iter()

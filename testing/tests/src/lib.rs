@@ -30,6 +30,7 @@ pub use spillway_client::{Client, Error as ClientError, NackReason, Pipeline, Re
 pub use spillway_protocol::{decode_response, encode_frame, Response};
 pub use spillway_test_http::free_port;
 /// The NATS JetStream cluster of the NATS sink's tests.
+pub use spillway_test_kafka as kafka;
 pub use spillway_test_nats as nats;
 pub use spillway_wab::StoredRecord;
 
