@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
@@ -133,6 +134,49 @@ pub(crate) fn metadata_partitions<C: ClientContext>(
         }
     });
     Ok((partitions, brokers))
+}
+
+/// `(topic, key, value)` of the topics' configs; empty when they cannot
+/// be read (no permission to describe them).
+pub(crate) fn topic_configs(
+    admin: &AdminClient<Quiet>,
+    topics: &[&str],
+    timeout: Duration,
+) -> Vec<(String, String, String)> {
+    let Ok(rt) = runtime() else {
+        return Vec::new();
+    };
+    let specifiers: Vec<ResourceSpecifier<'_>> =
+        topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+    let options = AdminOptions::new().request_timeout(Some(timeout));
+    let Ok(results) = rt.block_on(admin.describe_configs(&specifiers, &options)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (topic, r) in topics.iter().zip(results) {
+        if let Ok(resource) = r {
+            for e in resource.entries {
+                if let Some(v) = e.value {
+                    out.push((topic.to_string(), e.name, v));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The largest message `topic` takes (its `max.message.bytes`), when it
+/// can be read.
+pub(crate) fn topic_message_bytes_max(
+    config: &ClientConfig,
+    topic: &str,
+    timeout: Duration,
+) -> Option<usize> {
+    let admin: AdminClient<Quiet> = config.create_with_context(Quiet).ok()?;
+    topic_configs(&admin, &[topic], timeout)
+        .into_iter()
+        .find(|(_, k, _)| k == "max.message.bytes")
+        .and_then(|(_, _, v)| v.parse().ok())
 }
 
 /// A metadata request that failed: the brokers cannot be reached.

@@ -140,6 +140,7 @@ impl SinkFactory for KafkaFactory {
                 id: format!("{}{shard}", self.shared.id_prefix),
                 producer: None,
                 offsets_partitions: position::OFFSETS_TOPIC_PARTITIONS,
+                message_limit: self.shared.settings.message_bytes_max,
                 attempt: 0,
             }),
         }))
@@ -281,6 +282,12 @@ struct Producing {
     /// The offsets topic's partition count, read when the producer was
     /// made.
     offsets_partitions: i32,
+    /// The largest message the topic takes and the producer sends:
+    /// `message_bytes_max`, or the topic's `max.message.bytes` if smaller
+    /// (read when the producer is made). A batch of messages the producer
+    /// sends is kept under it too: the broker refuses a whole batch over
+    /// it, every record of it alike.
+    message_limit: usize,
     /// Transactions begun by this instance (tags delivery reports).
     attempt: u32,
 }
@@ -299,6 +306,7 @@ impl Producing {
             .set("message.timeout.ms", &timeout)
             .set("compression.type", s.compression.name())
             .set("message.max.bytes", s.message_bytes_max.to_string())
+            .set("batch.size", self.message_limit.to_string())
             .set(
                 "queue.buffering.max.messages",
                 (s.limits.max_records * 2 + 16).max(100_000).to_string(),
@@ -331,6 +339,9 @@ impl Transactions for Producing {
     fn open(&mut self) -> Result<Option<Position>, String> {
         self.producer = None;
         let s = &self.shared.settings;
+        let topic_max =
+            client::topic_message_bytes_max(&self.shared.config, &s.topic, s.connect_timeout);
+        self.message_limit = topic_max.map_or(s.message_bytes_max, |t| t.min(s.message_bytes_max));
         let producer: ThreadedProducer<Deliveries> = self
             .producer_config()
             .create_with_context(Deliveries::default())
@@ -379,6 +390,26 @@ impl Transactions for Producing {
             MessageKey::Shard => Some(shard_key.as_bytes()),
             MessageKey::Fixed(k) => Some(k.as_bytes()),
         };
+        // Records the topic cannot take are refused before anything is
+        // sent: the broker would refuse their whole produce batch.
+        let too_large: Vec<(usize, String)> = records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| message_bytes(r, key) > self.message_limit)
+            .map(|(slot, r)| {
+                (
+                    slot,
+                    format!(
+                        "a record of {} bytes is over the largest message the topic takes ({} bytes with its key and headers: message_bytes_max, or the topic's max.message.bytes if smaller)",
+                        r.payload.len(),
+                        self.message_limit
+                    ),
+                )
+            })
+            .collect();
+        if !too_large.is_empty() {
+            return self.abort(Txn::Refused(too_large));
+        }
         for (slot, r) in records.iter().enumerate() {
             let (seq, arrival) = (r.seq.to_string(), r.arrival_unix_us.to_string());
             let headers = OwnedHeaders::new_with_capacity(3)
@@ -432,16 +463,35 @@ impl Transactions for Producing {
             Ok(()) => return Txn::Committed,
             Err(e) => e,
         };
-        let refused: Vec<(usize, String)> = reports[..records.len()]
+        let mut refused: Vec<(usize, RDKafkaErrorCode, String)> = reports[..records.len()]
             .iter()
             .enumerate()
             .filter_map(|(slot, report)| match report {
                 Some(Err((code, text))) if refused_for_good(*code) => Some((
                     slot,
+                    *code,
                     position::short_reason(&format!("kafka refused the record for good: {text}")),
                 )),
                 _ => None,
             })
+            .collect();
+        // "Too large" is the broker's answer to a whole produce batch:
+        // only its largest record is refused, the others go again.
+        if refused.len() > 1
+            && refused
+                .iter()
+                .all(|(_, code, _)| *code == RDKafkaErrorCode::MessageSizeTooLarge)
+        {
+            let largest = refused
+                .iter()
+                .max_by_key(|(slot, _, _)| records[*slot].payload.len())
+                .cloned()
+                .expect("not empty");
+            refused = vec![largest];
+        }
+        let refused: Vec<(usize, String)> = refused
+            .into_iter()
+            .map(|(slot, _, why)| (slot, why))
             .collect();
         let reason = format!("kafka sink: committing the transaction of {}: {e}", self.id);
         let abortable = matches!(&e, KafkaError::Transaction(t) if t.txn_requires_abort());
@@ -496,6 +546,14 @@ impl Transactions for Producing {
             ),
         }
     }
+}
+
+/// Room for the three headers and a record's framing in a batch.
+const MESSAGE_OVERHEAD_BYTES: usize = 160;
+
+/// What a record takes in the topic: payload, key, headers and framing.
+fn message_bytes(r: &Record<'_>, key: Option<&[u8]>) -> usize {
+    r.payload.len() + key.map_or(0, <[u8]>::len) + MESSAGE_OVERHEAD_BYTES
 }
 
 /// Enqueues one message, waiting while the producer's queue is full.

@@ -8,13 +8,13 @@
 
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::admin::AdminClient;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use super::client::{runtime, unreachable, Quiet};
+use super::client::{topic_configs, unreachable, Quiet};
 use super::config::KafkaSettings;
 use crate::sink_type::Preflight;
 use crate::SinkError;
@@ -155,35 +155,6 @@ pub(crate) fn survey(
         .notes
         .push("transactions: this client may run them".to_string());
     Ok(found)
-}
-
-/// `(topic, key, value)` of the topics' configs; empty when they cannot
-/// be read (no permission to describe them).
-fn topic_configs(
-    admin: &AdminClient<Quiet>,
-    topics: &[&str],
-    timeout: Duration,
-) -> Vec<(String, String, String)> {
-    let Ok(rt) = runtime() else {
-        return Vec::new();
-    };
-    let specifiers: Vec<ResourceSpecifier<'_>> =
-        topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
-    let options = AdminOptions::new().request_timeout(Some(timeout));
-    let Ok(results) = rt.block_on(admin.describe_configs(&specifiers, &options)) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for (topic, r) in topics.iter().zip(results) {
-        if let Ok(resource) = r {
-            for e in resource.entries {
-                if let Some(v) = e.value {
-                    out.push((topic.to_string(), e.name, v));
-                }
-            }
-        }
-    }
-    out
 }
 
 /// A transactional producer of an id of its own initialises its
