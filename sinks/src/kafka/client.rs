@@ -9,6 +9,7 @@ use rdkafka::client::{Client, ClientContext};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
 use super::config::KafkaSettings;
@@ -105,6 +106,47 @@ impl ProducerContext for Quiet {
     fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
 }
 
+/// [`Quiet`], and the last error librdkafka reported on its own (a
+/// refused login, a failed TLS handshake), which a metadata request that
+/// timed out does not say.
+#[derive(Debug, Default)]
+pub(crate) struct Watched {
+    last: std::sync::Mutex<Option<(RDKafkaErrorCode, String)>>,
+}
+
+impl Watched {
+    /// The last refused login or failed handshake.
+    pub(crate) fn last(&self) -> Option<(RDKafkaErrorCode, String)> {
+        self.last.lock().unwrap().clone()
+    }
+}
+
+impl ClientContext for Watched {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, line: &str) {
+        Quiet.log(level, facility, line)
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if let Some(code) = error.rdkafka_error_code() {
+            if matches!(
+                code,
+                RDKafkaErrorCode::Authentication
+                    | RDKafkaErrorCode::SaslAuthenticationFailed
+                    | RDKafkaErrorCode::SSL
+            ) {
+                *self.last.lock().unwrap() = Some((code, reason.to_string()));
+            }
+        }
+        Quiet.error(error, reason)
+    }
+}
+
+impl ProducerContext for Watched {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+}
+
 /// A current-thread runtime to wait for an admin request on (the admin
 /// client answers from its own thread).
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -138,8 +180,8 @@ pub(crate) fn metadata_partitions<C: ClientContext>(
 
 /// `(topic, key, value)` of the topics' configs; empty when they cannot
 /// be read (no permission to describe them).
-pub(crate) fn topic_configs(
-    admin: &AdminClient<Quiet>,
+pub(crate) fn topic_configs<C: ClientContext + 'static>(
+    admin: &AdminClient<C>,
     topics: &[&str],
     timeout: Duration,
 ) -> Vec<(String, String, String)> {
@@ -182,11 +224,12 @@ pub(crate) fn topic_message_bytes_max(
 /// A metadata request that failed: the brokers cannot be reached.
 pub(crate) fn unreachable(e: KafkaError, timeout: Duration) -> String {
     match e.rdkafka_error_code() {
-        Some(rdkafka::types::RDKafkaErrorCode::OperationTimedOut)
-        | Some(rdkafka::types::RDKafkaErrorCode::AllBrokersDown) => format!(
-            "no broker answered within {} ms (connect_timeout_ms): {e}",
-            timeout.as_millis()
-        ),
+        Some(RDKafkaErrorCode::OperationTimedOut) | Some(RDKafkaErrorCode::AllBrokersDown) => {
+            format!(
+                "no broker answered within {} ms (connect_timeout_ms): {e}",
+                timeout.as_millis()
+            )
+        }
         _ => e.to_string(),
     }
 }

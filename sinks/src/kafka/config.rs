@@ -319,8 +319,7 @@ impl KafkaConfig {
                 self.transaction_timeout_ms
                     .unwrap_or(DEFAULT_TRANSACTION_TIMEOUT_MS),
             ),
-            message_bytes_max: self.message_bytes_max.unwrap_or(DEFAULT_MESSAGE_BYTES_MAX)
-                as usize,
+            message_bytes_max: self.message_bytes_max.unwrap_or(DEFAULT_MESSAGE_BYTES_MAX) as usize,
             offsets_topic,
             offsets_topic_create: self.offsets_topic_create.unwrap_or(true),
             connect_timeout: Duration::from_millis(

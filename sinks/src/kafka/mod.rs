@@ -358,7 +358,12 @@ impl Transactions for Producing {
         // every transaction of this shard ended.
         producer
             .init_transactions(s.transaction_timeout)
-            .map_err(|e| format!("kafka sink: initialising transactions as {:?}: {e}", self.id))?;
+            .map_err(|e| {
+                format!(
+                    "kafka sink: initialising transactions as {:?}: {e}",
+                    self.id
+                )
+            })?;
         let committed = position::read(
             &self.shared.config,
             &s.offsets_topic,

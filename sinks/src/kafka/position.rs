@@ -201,14 +201,10 @@ pub(crate) fn read(
             // (or none). Control records have no message: the position
             // tells how far the read is.
             Some(Err(KafkaError::PartitionEOF(_))) => {
-                if let Some(p) = consumer
-                    .position()
-                    .ok()
-                    .and_then(|l| {
-                        l.find_partition(topic, partition)
-                            .and_then(|e| e.offset().to_raw())
-                    })
-                {
+                if let Some(p) = consumer.position().ok().and_then(|l| {
+                    l.find_partition(topic, partition)
+                        .and_then(|e| e.offset().to_raw())
+                }) {
                     next = next.max(p);
                 }
             }

@@ -14,7 +14,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use super::client::{topic_configs, unreachable, Quiet};
+use super::client::{topic_configs, unreachable, Quiet, Watched};
 use super::config::KafkaSettings;
 use crate::sink_type::Preflight;
 use crate::SinkError;
@@ -37,17 +37,28 @@ pub(crate) fn survey(
     config: &ClientConfig,
     depth: Depth,
 ) -> Result<Preflight, SinkError> {
-    let admin: AdminClient<Quiet> =
-        config
-            .create_with_context(Quiet)
-            .map_err(|e| SinkError::Build {
-                reason: format!("kafka sink: cannot make a client: {e}"),
-            })?;
+    let cannot = |e: rdkafka::error::KafkaError| SinkError::Build {
+        reason: format!("kafka sink: cannot make a client: {e}"),
+    };
+    let admin: AdminClient<Quiet> = config.create_with_context(Quiet).map_err(cannot)?;
+    // Metadata through a client whose errors are polled: a refused login
+    // or handshake reaches its context only then.
+    let probe: BaseProducer<Watched> = config
+        .create_with_context(Watched::default())
+        .map_err(cannot)?;
     let timeout = s.connect_timeout;
     let mut found = Preflight::default();
-    let metadata = match admin.inner().fetch_metadata(None, timeout) {
+    let metadata = match probe.client().fetch_metadata(None, timeout) {
         Ok(m) => m,
         Err(e) => {
+            // A login or a handshake the brokers refused is the config's
+            // fault, not an outage.
+            for _ in 0..10 {
+                if let Some((code, why)) = probe.context().last() {
+                    return Err(refused_at_connect(s, table, code, &why));
+                }
+                probe.poll(Duration::from_millis(100));
+            }
             found.warnings.push(format!(
                 "{table}: cannot reach the Kafka brokers {} now ({}); the daemon starts and retries",
                 s.brokers.join(","),
@@ -155,6 +166,30 @@ pub(crate) fn survey(
         .notes
         .push("transactions: this client may run them".to_string());
     Ok(found)
+}
+
+/// The brokers refused the login (SASL) or the TLS handshake: an error
+/// naming the key to fix.
+fn refused_at_connect(
+    s: &KafkaSettings,
+    table: &str,
+    code: RDKafkaErrorCode,
+    why: &str,
+) -> SinkError {
+    if code == RDKafkaErrorCode::SSL {
+        let key = if s.ca_file.is_some() {
+            "ca_file"
+        } else {
+            "brokers"
+        };
+        return SinkError::key(table, key, format!("TLS with the brokers failed: {why}"));
+    }
+    let key = if s.sasl.is_some() {
+        "password_env"
+    } else {
+        "brokers"
+    };
+    SinkError::key(table, key, format!("the brokers refused the login: {why}"))
 }
 
 /// A transactional producer of an id of its own initialises its

@@ -6,8 +6,7 @@ use std::sync::Once;
 use std::time::Instant;
 
 use spillway_sim::{
-    run_plain_schedule, run_schedule, run_small_disk_schedule, run_sync_fault_schedule, Report,
-    Rng,
+    run_plain_schedule, run_schedule, run_small_disk_schedule, run_sync_fault_schedule, Report, Rng,
 };
 
 /// Seeds that found bugs, each with what it found (fixed since).

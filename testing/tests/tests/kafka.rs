@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use spillway_tests::kafka::{KafkaCluster, StoredMessage};
+use spillway_tests::kafka::{Guard, KafkaCluster, SaslUser, StoredMessage, TlsFiles};
 use spillway_tests::receiver::HttpReceiver;
 use spillway_tests::*;
 
@@ -57,13 +57,18 @@ fn stat(d: &Daemon, sink: &str, key: &str) -> Option<u64> {
     let prefix = format!("sink{{sink=\"{sink}\"}}.{key} ");
     d.ctl(&["stats", "--flat"])
         .lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()).map(|v| v.trim().to_string()))
+        .find_map(|l| {
+            l.strip_prefix(prefix.as_str())
+                .map(|v| v.trim().to_string())
+        })
         .and_then(|v| v.parse().ok())
 }
 
 /// Waits until the sink has nothing left to deliver.
 fn wait_drained(d: &Daemon, sink: &str) {
-    if wait_until(DELIVERY_TIMEOUT, || stat(d, sink, "backlog_records") == Some(0)) {
+    if wait_until(DELIVERY_TIMEOUT, || {
+        stat(d, sink, "backlog_records") == Some(0)
+    }) {
         return;
     }
     let log = d.stderr();
@@ -264,7 +269,12 @@ fn the_offsets_topic_ahead_of_behind_and_deleted_under_the_checkpoint() {
     // The sink's partition of a key: CRC-32 of the key, modulo the 5
     // partitions of the offsets topic it created.
     let partition = (crc32fast::hash(key.as_bytes()) % 5) as i32;
-    cluster.produce("spillway-offsets", partition, key.as_bytes(), br#"{"seq":10}"#);
+    cluster.produce(
+        "spillway-offsets",
+        partition,
+        key.as_bytes(),
+        br#"{"seq":10}"#,
+    );
     d.spawn();
     sent.extend(push_many(&d, "fourth", 500));
     wait_drained(&d, "k");
@@ -279,10 +289,16 @@ fn the_offsets_topic_ahead_of_behind_and_deleted_under_the_checkpoint() {
 /// `spillway check` and `spillway run` on one config: both refuse it with
 /// `want` in their stderr.
 fn both_refuse(config: &str, want: &str) {
+    both_refuse_with(config, &[], want)
+}
+
+/// [`both_refuse`], with `env` set for both.
+fn both_refuse_with(config: &str, env: &[(&str, &str)], want: &str) {
     let mut d = Daemon::configure(config);
     let check = std::process::Command::new(spillway_bin())
         .arg("check")
         .arg(d.config_path())
+        .envs(env.iter().copied())
         .env("NO_COLOR", "1")
         .output()
         .expect("running spillway check");
@@ -292,7 +308,9 @@ fn both_refuse(config: &str, want: &str) {
         "check did not refuse with {want:?}:\n{}{stderr}",
         String::from_utf8_lossy(&check.stdout)
     );
-    let StartOrExit::Exited(run) = d.run_to_exit_or_start(Duration::from_secs(60)) else {
+    let StartOrExit::Exited(run) = d.run_to_exit_or_start_with(Duration::from_secs(60), |c| {
+        c.envs(env.iter().copied());
+    }) else {
         panic!("run started on a config check refused with {want:?}");
     };
     assert!(
@@ -370,7 +388,9 @@ fn check_reports_the_cluster_and_a_record_too_large_is_dead_lettered() {
     wait_drained(&d, "k");
     let dead = d.ctl(&["--json", "dead-letter", "list", "--sink", "k"]);
     assert!(
-        dead.contains("a record of 50000 bytes is over the largest message the topic takes (10000 bytes"),
+        dead.contains(
+            "a record of 50000 bytes is over the largest message the topic takes (10000 bytes"
+        ),
         "the oversized record was not dead-lettered with the topic's limit:\n{dead}"
     );
     let stored = cluster.read("small", true);
@@ -443,4 +463,66 @@ fn a_broker_down_at_start_and_reloads_between_http_and_kafka_lose_nothing() {
         in_kafka.len(),
         "a record written twice into the topic"
     );
+}
+
+/// Brokers with a TLS listener and a SASL listener of their own: one sink
+/// over TLS (the brokers' certificate checked against `ca_file`), one
+/// with SCRAM-SHA-512, both exactly once; a wrong password and a
+/// certificate the client does not trust are refused by `check` and `run`,
+/// naming the key.
+#[test]
+fn tls_and_scram_listeners() {
+    let certs = tempfile::tempdir().unwrap();
+    let tls = TlsFiles::make(certs.path()).expect("certificates");
+    let guard = Guard {
+        tls: Some(tls.clone()),
+        scram: Some(SaslUser {
+            name: "alice".into(),
+            password: "alice-secret".into(),
+        }),
+    };
+    let Some(cluster) = KafkaCluster::start_with(3, guard) else {
+        return;
+    };
+    for topic in ["over-tls", "over-scram"] {
+        cluster.create_topic(topic, 3, 3, &[("min.insync.replicas", "2")]);
+    }
+    let list = |bootstrap: String| {
+        bootstrap
+            .split(',')
+            .map(|b| format!("\"{b}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let tls_brokers = list(cluster.bootstrap_tls().expect("a TLS listener"));
+    let scram_brokers = list(cluster.bootstrap_scram().expect("a SASL listener"));
+    let tls_table = |ca: &str| {
+        format!(
+            "[sinks.tls]\ntype = \"kafka\"\nbrokers = [{tls_brokers}]\ntopic = \"over-tls\"\n{ca}retry_initial_ms = 50\nretry_max_ms = 1000\n"
+        )
+    };
+    let scram_table = format!(
+        "[sinks.scram]\ntype = \"kafka\"\nbrokers = [{scram_brokers}]\ntopic = \"over-scram\"\nsasl_mechanism = \"SCRAM-SHA-512\"\nuser = \"alice\"\npassword_env = \"SPILLWAY_TEST_KAFKA_PASSWORD\"\nretry_initial_ms = 50\nretry_max_ms = 1000\n"
+    );
+    both_refuse_with(
+        &scram_table,
+        &[("SPILLWAY_TEST_KAFKA_PASSWORD", "wrong")],
+        "sinks.scram.password_env: the brokers refused the login",
+    );
+    both_refuse(
+        &tls_table("tls = true\n"),
+        "sinks.tls.brokers: TLS with the brokers failed",
+    );
+    let mut d = Daemon::configure(&format!(
+        "[server]\nshards = 2\n{}{scram_table}",
+        tls_table(&format!("ca_file = {:?}\n", tls.ca.display().to_string()))
+    ));
+    d.spawn_with(|c| {
+        c.env("SPILLWAY_TEST_KAFKA_PASSWORD", "alice-secret");
+    });
+    let sent = push_many(&d, "guarded", 2_000);
+    for (sink, topic) in [("tls", "over-tls"), ("scram", "over-scram")] {
+        wait_drained(&d, sink);
+        assert_exactly_once_in_order(&cluster.read(topic, true), &sent);
+    }
 }
