@@ -462,12 +462,11 @@ impl Transactions for Producing {
                 s.offsets_topic
             )));
         }
-        let committed = producer.commit_transaction(s.transaction_timeout);
-        let reports = deliveries.wait(records.len() + 1, REPORTS_WAIT);
-        let e = match committed {
+        let e = match producer.commit_transaction(s.transaction_timeout) {
             Ok(()) => return Txn::Committed,
             Err(e) => e,
         };
+        let reports = deliveries.wait(records.len() + 1, REPORTS_WAIT);
         let mut refused: Vec<(usize, RDKafkaErrorCode, String)> = reports[..records.len()]
             .iter()
             .enumerate()

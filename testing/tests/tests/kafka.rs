@@ -526,3 +526,52 @@ fn tls_and_scram_listeners() {
         assert_exactly_once_in_order(&cluster.read(topic, true), &sent);
     }
 }
+
+/// Power cuts of spillway's host (its data folder on a file system that
+/// drops what was not synced: `spillway-lazyfs`), each after a SIGKILL
+/// mid-delivery: the cursor files roll back to their last fsync, the
+/// batches after it are offered again, and the positions read back keep
+/// them from being written twice. Needs FUSE (as `power_cut.rs`).
+#[test]
+fn power_cuts_of_spillways_host_write_nothing_twice() {
+    let Some(cluster) = cluster() else {
+        return;
+    };
+    let mut d = Daemon::configure(&format!(
+        "[server]\nshards = 2\n{}",
+        kafka_table(&cluster, "k", "batch_records_max = 100\n")
+    ));
+    std::fs::create_dir(d.data_dir()).expect("creating the mount point");
+    let backing = tempfile::Builder::new()
+        .prefix("lazyfs-backing")
+        .tempdir()
+        .expect("tempdir");
+    let mut fs = match spillway_lazyfs::LazyFs::mount(backing.path(), d.data_dir()) {
+        Ok(fs) => fs,
+        Err(e) if in_ci() => panic!("this test must run in CI, but FUSE cannot be used: {e}"),
+        Err(e) => {
+            eprintln!("SKIPPED: FUSE cannot be used here ({e}); CI runs this test");
+            return;
+        }
+    };
+    d.spawn();
+    let mut sent = Vec::new();
+    for cut in 0..5 {
+        let before = stat(&d, "k", "delivered_records").unwrap_or(0);
+        sent.extend(push_many(&d, &format!("cut{cut}"), 2_000));
+        assert!(
+            wait_until(DELIVERY_TIMEOUT, || stat(&d, "k", "delivered_records")
+                .is_some_and(|n| n >= before + 500)),
+            "cut {cut}: nothing delivered; health:\n{}",
+            d.health()
+        );
+        d.kill9();
+        let report = fs.power_cut().expect("the power cut");
+        eprintln!("cut {cut}: {report:?}");
+        d.spawn();
+    }
+    wait_drained(&d, "k");
+    assert_exactly_once_in_order(&cluster.read(TOPIC, true), &sent);
+    d.kill9();
+    drop(fs);
+}
