@@ -30,6 +30,7 @@ mod hostile;
 mod http_door;
 mod idle_conns;
 mod jetstream;
+mod kafka;
 mod load;
 mod probes;
 mod progress;
@@ -68,6 +69,7 @@ pub fn written_configs() -> Vec<String> {
         daemon::config_text(dir, Some(1 << 20), Some(1000)),
     ];
     texts.extend(e2e::sink_tables().iter().map(|t| format!("[sink]\n{t}")));
+    texts.extend(kafka::sink_tables().iter().map(|t| format!("[sink]\n{t}")));
     texts.extend(sql::sink_tables().iter().map(|t| format!("[sink]\n{t}")));
     let urls: Vec<String> = e2e::FANOUT_SINKS
         .iter()

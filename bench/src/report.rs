@@ -353,6 +353,40 @@ fn delivery_notes(o: &ReportRow) -> Vec<String> {
             thousands(loader)
         ));
     }
+    if let (Some(perf), Some(ratio), Some(x)) = (
+        f("perf_test_records_per_s"),
+        f("ratio_vs_perf_test"),
+        f("speedup_vs_one_per_transaction"),
+    ) {
+        notes.push(format!(
+            "{:.0}% of kafka-producer-perf-test's {} rec/s; {x:.1}x one record per transaction",
+            ratio * 100.0,
+            thousands(perf)
+        ));
+    }
+    if let (Some(n), Some(p50), Some(p99)) = (
+        f("records_per_transaction"),
+        f("commit_p50_ms"),
+        f("commit_p99_ms"),
+    ) {
+        notes.push(format!(
+            "{n:.0} records/transaction, transaction p50/p99 {p50:.1}/{p99:.1} ms"
+        ));
+    }
+    if let (Some(p50), Some(p99)) = (f("perf_p50_ms"), f("perf_p99_ms")) {
+        notes.push(format!("perf-test latency p50/p99 {p50:.0}/{p99:.0} ms"));
+    }
+    if let (Some(p50), Some(noop), Some(ratio)) = (
+        f("ingest_p50_us"),
+        f("noop_ingest_p50_us"),
+        f("ratio_vs_noop"),
+    ) {
+        notes.push(format!(
+            "ack p50 {} µs, noop sink {} µs, Kafka/noop {ratio:.2}",
+            micros(Some(p50)),
+            micros(Some(noop))
+        ));
+    }
     if let Some(ms) = f("resume_after_kill_ms") {
         notes.push(format!("resumed {ms:.0} ms after the leader's kill"));
     }

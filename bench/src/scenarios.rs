@@ -18,6 +18,7 @@ use super::hostile;
 use super::http_door;
 use super::idle_conns;
 use super::jetstream;
+use super::kafka;
 use super::load::{self, LoadError, Plan, Sample};
 use super::report::ReportRow;
 use super::restart;
@@ -157,6 +158,7 @@ pub const SCENARIOS: &[Scenario] = &[
     own("e2e_fanout_3", e2e::fanout_3, None),
     own("e2e_high_latency", e2e::high_latency, Some(1)),
     own("e2e_jetstream", jetstream::jetstream, Some(1)),
+    own("e2e_kafka", kafka::kafka, Some(1)),
     own("e2e_postgres", sql::e2e_postgres, None),
     own("e2e_mariadb", sql::e2e_mariadb, None),
     own("hostile", hostile::hostile, None),

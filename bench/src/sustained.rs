@@ -63,8 +63,8 @@ fn parse_reading(metrics: &Value, at: Duration) -> Reading {
     Reading { at, written, fsync }
 }
 
-/// The buckets of the fsyncs between two cumulative readings.
-fn bucket_delta(before: &[(f64, u64)], after: &[(f64, u64)]) -> Vec<(f64, u64)> {
+/// The buckets of the observations between two cumulative readings.
+pub(super) fn bucket_delta(before: &[(f64, u64)], after: &[(f64, u64)]) -> Vec<(f64, u64)> {
     after
         .iter()
         .map(|&(le, count)| {

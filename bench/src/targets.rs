@@ -221,6 +221,21 @@ const RULES: &[Rule] = &[
         jetstream_lost,
     ),
     (
+        "e2e_kafka delivered rate >= 70% of kafka-producer-perf-test (acks=all, idempotent, same cluster)",
+        Cmp::AtLeast,
+        kafka_vs_perf_test,
+    ),
+    (
+        "e2e_kafka transactions of many records >= 10x one record per transaction",
+        Cmp::AtLeast,
+        kafka_vs_one_per_transaction,
+    ),
+    (
+        "e2e_kafka ingest p50, Kafka sink delivering / noop sink <= 1.1",
+        Cmp::AtMost,
+        kafka_ingest,
+    ),
+    (
         "e2e_postgres/plain delivered rows/s >= 70% of a bare loader's",
         Cmp::AtLeast,
         postgres_plain,
@@ -573,6 +588,58 @@ fn jetstream_pipelining(f: &Figures) -> Result<Measured, String> {
         detail: format!(
             "{rate:.0} vs {one:.0} rec/s = {speedup:.1}x (>= 10x); the HTTP sink {http:.0} rec/s"
         ),
+    })
+}
+
+fn kafka_vs_perf_test(f: &Figures) -> Result<Measured, String> {
+    let row = "e2e_kafka/transactions";
+    let (rate, perf, ratio) = (
+        f.get(row, RATE)?,
+        f.get(row, "perf_test_records_per_s")?,
+        f.get(row, "ratio_vs_perf_test")?,
+    );
+    let n = f.get(row, "records_per_transaction").unwrap_or(0.0);
+    Ok(Measured {
+        value: ratio,
+        bound: 0.7,
+        detail: format!(
+            "{rate:.0} vs {perf:.0} rec/s, median ratio {:.0}% (>= 70%); {n:.0} records/transaction",
+            ratio * 100.0
+        ),
+    })
+}
+
+fn kafka_vs_one_per_transaction(f: &Figures) -> Result<Measured, String> {
+    let row = "e2e_kafka/transactions";
+    let (rate, one, speedup) = (
+        f.get(row, RATE)?,
+        f.get(row, "one_per_transaction_records_per_s")?,
+        f.get(row, "speedup_vs_one_per_transaction")?,
+    );
+    let (p50, p99) = (
+        f.get(row, "commit_p50_ms").unwrap_or(0.0),
+        f.get(row, "commit_p99_ms").unwrap_or(0.0),
+    );
+    Ok(Measured {
+        value: speedup,
+        bound: 10.0,
+        detail: format!(
+            "{rate:.0} vs {one:.0} rec/s, median {speedup:.1}x (>= 10x); transaction p50/p99 {p50:.0}/{p99:.0} ms"
+        ),
+    })
+}
+
+fn kafka_ingest(f: &Figures) -> Result<Measured, String> {
+    let row = "e2e_kafka/ingest";
+    let (kafka, noop, ratio) = (
+        f.get(row, "ingest_p50_us")?,
+        f.get(row, "noop_ingest_p50_us")?,
+        f.get(row, "ratio_vs_noop")?,
+    );
+    Ok(Measured {
+        value: ratio,
+        bound: 1.1,
+        detail: format!("Kafka {kafka:.1} vs noop {noop:.1} µs, median ratio {ratio:.2} (<= 1.1)"),
     })
 }
 
@@ -983,6 +1050,43 @@ mod tests {
         assert_eq!(verdict("reload_under_load Overloaded"), "PASS");
         assert_eq!(verdict("reload_under_load acked records missing"), "FAIL");
         assert_eq!(verdict("reload_under_load longest"), "SKIP");
+    }
+
+    #[test]
+    fn kafka_targets_read_the_transactions_and_ingest_rows() {
+        let outcomes = vec![
+            outcome(
+                "e2e_kafka/transactions",
+                Kind::Scenario,
+                &[
+                    (RATE, 70_000.0),
+                    ("perf_test_records_per_s", 100_000.0),
+                    ("ratio_vs_perf_test", 0.7),
+                    ("one_per_transaction_records_per_s", 7_100.0),
+                    ("speedup_vs_one_per_transaction", 9.9),
+                ],
+            ),
+            outcome(
+                "e2e_kafka/ingest",
+                Kind::Scenario,
+                &[
+                    ("ingest_p50_us", 330.0),
+                    ("noop_ingest_p50_us", 300.0),
+                    ("ratio_vs_noop", 1.1),
+                ],
+            ),
+        ];
+        let targets = evaluate(&outcomes);
+        let verdict = |prefix: &str| {
+            targets
+                .iter()
+                .find(|t| t.name.starts_with(prefix))
+                .unwrap()
+                .verdict()
+        };
+        assert_eq!(verdict("e2e_kafka delivered"), "PASS"); // exactly 70%
+        assert_eq!(verdict("e2e_kafka transactions"), "FAIL"); // 9.9x < 10x
+        assert_eq!(verdict("e2e_kafka ingest"), "PASS"); // exactly 1.1
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! given by `SinkConfig::with_table`).
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The table a `[sink]` config is reported as unless told otherwise.
 pub const DEFAULT_TABLE: &str = "sink";
@@ -175,6 +175,19 @@ impl SinkError {
             key: key.into(),
             reason: reason.into(),
         }
+    }
+
+    /// `path`, which `table.key` names, opens for reading (a certificate,
+    /// a key); the error says which key and why not.
+    pub(crate) fn readable(table: &str, key: &'static str, path: &Path) -> Result<(), SinkError> {
+        std::fs::File::open(path)
+            .map(drop)
+            .map_err(|source| SinkError::Io {
+                table: table.to_string(),
+                key,
+                path: path.to_path_buf(),
+                source,
+            })
     }
 }
 

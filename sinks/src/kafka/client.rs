@@ -36,12 +36,12 @@ pub(crate) fn base_config(s: &KafkaSettings, table: &str) -> Result<ClientConfig
     };
     c.set("security.protocol", protocol);
     if let Some(ca) = &s.ca_file {
-        readable(table, "ca_file", ca)?;
+        SinkError::readable(table, "ca_file", ca)?;
         c.set("ssl.ca.location", ca.to_string_lossy());
     }
     if let Some((cert, key)) = &s.client_cert {
-        readable(table, "cert_file", cert)?;
-        readable(table, "key_file", key)?;
+        SinkError::readable(table, "cert_file", cert)?;
+        SinkError::readable(table, "key_file", key)?;
         c.set("ssl.certificate.location", cert.to_string_lossy())
             .set("ssl.key.location", key.to_string_lossy());
     }
@@ -64,17 +64,6 @@ pub(crate) fn base_config(s: &KafkaSettings, table: &str) -> Result<ClientConfig
             .set("sasl.password", password);
     }
     Ok(c)
-}
-
-fn readable(table: &str, key: &'static str, path: &std::path::Path) -> Result<(), SinkError> {
-    std::fs::File::open(path)
-        .map(drop)
-        .map_err(|source| SinkError::Io {
-            table: table.to_string(),
-            key,
-            path: path.to_path_buf(),
-            source,
-        })
 }
 
 /// A client context that sends librdkafka's log lines to tracing at debug

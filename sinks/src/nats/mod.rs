@@ -136,12 +136,12 @@ fn connect_options(
         }
     };
     if let Some(ca) = &s.ca_file {
-        readable(table, "ca_file", ca)?;
+        SinkError::readable(table, "ca_file", ca)?;
         o = o.add_root_certificates(ca.clone()).require_tls(true);
     }
     if let Some((cert, key)) = &s.client_cert {
-        readable(table, "cert_file", cert)?;
-        readable(table, "key_file", key)?;
+        SinkError::readable(table, "cert_file", cert)?;
+        SinkError::readable(table, "key_file", key)?;
         o = o.add_client_certificate(cert.clone(), key.clone());
     }
     if s.servers.iter().any(|u| u.starts_with("tls://")) {
@@ -163,17 +163,6 @@ fn connect_options(
     Ok(o.connection_timeout(s.connect_timeout)
         .ping_interval(s.ping_interval)
         .name(concat!("spillway/", env!("CARGO_PKG_VERSION"))))
-}
-
-fn readable(table: &str, key: &'static str, path: &std::path::Path) -> Result<(), SinkError> {
-    std::fs::File::open(path)
-        .map(drop)
-        .map_err(|source| SinkError::Io {
-            table: table.to_string(),
-            key,
-            path: path.to_path_buf(),
-            source,
-        })
 }
 
 async fn connect(

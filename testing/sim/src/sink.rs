@@ -180,36 +180,54 @@ struct SimSink {
 /// these quiet).
 pub const SIM_PANIC: &str = "simulated sink panic";
 
+impl SinkScript {
+    /// A batch offered to an instance, logged.
+    fn offered(&self, batch: &Batch<'_>) {
+        let mut log = self.log.lock().unwrap();
+        log.batches += 1;
+        for r in batch.records() {
+            log.offered.push((
+                r.seq,
+                r.payload.to_vec(),
+                self.starts.load(Ordering::Relaxed),
+            ));
+        }
+    }
+
+    /// What every instance's health check answers.
+    fn health(&self) -> Health {
+        match self.mode() {
+            SinkMode::Down => Health::Unhealthy("simulated: down".into()),
+            _ => Health::Healthy,
+        }
+    }
+}
+
+/// Every instance's batch limits: `limit` records.
+fn limits(limit: usize) -> Limits {
+    Limits {
+        max_records: limit,
+        max_bytes: 64 * 1024,
+    }
+}
+
 impl Sink for SimSink {
     fn name(&self) -> &str {
         "sim"
     }
 
     fn limits(&self) -> Limits {
-        Limits {
-            max_records: self.limit,
-            max_bytes: 64 * 1024,
-        }
+        limits(self.limit)
     }
 
     fn health_check(&mut self) -> Health {
-        match self.script.mode() {
-            SinkMode::Down => Health::Unhealthy("simulated: down".into()),
-            _ => Health::Healthy,
-        }
+        self.script.health()
     }
 
     fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
         let s = &self.script;
         let records = batch.records();
-        {
-            let mut log = s.log.lock().unwrap();
-            log.batches += 1;
-            for r in records {
-                log.offered
-                    .push((r.seq, r.payload.to_vec(), s.starts.load(Ordering::Relaxed)));
-            }
-        }
+        s.offered(batch);
         let mode = s.mode();
         let roll = s.roll(100);
         let commit = |upto: usize| {
@@ -305,29 +323,15 @@ impl Sink for TxnSimSink {
     }
 
     fn limits(&self) -> Limits {
-        Limits {
-            max_records: self.limit,
-            max_bytes: 64 * 1024,
-        }
+        limits(self.limit)
     }
 
     fn health_check(&mut self) -> Health {
-        match self.script.mode() {
-            SinkMode::Down => Health::Unhealthy("simulated: down".into()),
-            _ => Health::Healthy,
-        }
+        self.script.health()
     }
 
     fn deliver(&mut self, batch: &Batch<'_>) -> Outcome {
-        {
-            let s = &self.script;
-            let mut log = s.log.lock().unwrap();
-            log.batches += 1;
-            for r in batch.records() {
-                log.offered
-                    .push((r.seq, r.payload.to_vec(), s.starts.load(Ordering::Relaxed)));
-            }
-        }
+        self.script.offered(batch);
         self.exactly.deliver(batch)
     }
 }

@@ -12,16 +12,19 @@
 //! request after its body was read, so a backlog can build up and its
 //! delivery be timed. [`free_port`] picks a loopback port for a server a
 //! test starts itself (a daemon's door, a nats-server), outside the range
-//! the kernel gives outgoing connections.
+//! the kernel gives outgoing connections. [`TlsFiles`] makes a throw-away
+//! CA and a server certificate for the servers tests run with TLS.
 //!
 //! This crate is test equipment: the daemon's own code never depends on it
 //! (the bench, which the binary links behind its `bench` feature, does).
 
+mod certs;
 mod exchange;
 pub mod port;
 mod receiver;
 mod serve;
 
+pub use certs::TlsFiles;
 pub use exchange::{Handler, Reply, Request};
 pub use hyper::HeaderMap;
 pub use port::free_port;

@@ -27,7 +27,6 @@
 mod node;
 mod perf;
 mod read;
-mod tls;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -45,7 +44,7 @@ use spillway_test_http::free_port;
 use node::{Node, Ports};
 pub use perf::PerfResult;
 pub use read::StoredMessage;
-pub use tls::TlsFiles;
+pub use spillway_test_http::TlsFiles;
 
 /// How long a start (or a restarted node) may take to be ready: three
 /// JVMs starting at once on 2 cores take about 5 s, the transaction

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::{self, stream};
 use futures::StreamExt;
 use spillway_test_http::free_port;
+pub use spillway_test_http::TlsFiles;
 use tokio::runtime::Runtime;
 
 /// How long [`NatsCluster::read_stream`] keeps trying to read a whole
@@ -46,83 +47,6 @@ const START_ATTEMPTS: usize = 3;
 pub struct Guard {
     pub token: Option<String>,
     pub tls: Option<TlsFiles>,
-}
-
-/// A server certificate (for 127.0.0.1) and the CA that signed it, made
-/// with the `openssl` command in a temp folder ([`TlsFiles::make`]).
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    pub ca: PathBuf,
-    pub cert: PathBuf,
-    pub key: PathBuf,
-}
-
-impl TlsFiles {
-    /// A throw-away CA and a server certificate for `IP:127.0.0.1`
-    /// signed by it (P-256 keys), written into `dir`.
-    pub fn make(dir: &std::path::Path) -> Result<TlsFiles, String> {
-        let run = |args: &[&str]| -> Result<(), String> {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(dir)
-                .output()
-                .map_err(|e| format!("openssl: {e}"))?;
-            if out.status.success() {
-                Ok(())
-            } else {
-                Err(format!(
-                    "openssl {args:?}: {}",
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ))
-            }
-        };
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        let mut ca = vec![
-            "req",
-            "-x509",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=spillway test CA",
-        ];
-        ca.extend(ec);
-        ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
-        run(&ca)?;
-        let mut csr = vec!["req", "-subj", "/CN=127.0.0.1"];
-        csr.extend(ec);
-        csr.extend(["-keyout", "server.key", "-out", "server.csr"]);
-        run(&csr)?;
-        fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n")
-            .map_err(|e| e.to_string())?;
-        run(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "server.pem",
-        ])?;
-        Ok(TlsFiles {
-            ca: dir.join("ca.pem"),
-            cert: dir.join("server.pem"),
-            key: dir.join("server.key"),
-        })
-    }
 }
 
 /// How long a monitoring request may take: a frozen node accepts the

@@ -644,3 +644,33 @@ pub fn shard_stat_sum(stats: &str, key: &str) -> u64 {
     assert!(found, "no per-shard {key} in ctl stats:\n{stats}");
     sum
 }
+
+/// `spillway check` and `spillway run` on one config, with `env` set for
+/// both: both refuse it with `want` in their stderr.
+pub fn check_and_run_refuse(config: &str, env: &[(&str, &str)], want: &str) {
+    let mut d = Daemon::configure(config);
+    let check = Command::new(spillway_bin())
+        .arg("check")
+        .arg(d.config_path())
+        .envs(env.iter().copied())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("running spillway check");
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        !check.status.success() && stderr.contains(want),
+        "check did not refuse with {want:?}:\n{}{stderr}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let run = d.run_to_exit_or_start_with(Duration::from_secs(60), |c| {
+        c.envs(env.iter().copied());
+    });
+    let StartOrExit::Exited(run) = run else {
+        panic!("run started on a config check refused with {want:?}");
+    };
+    assert!(
+        !run.status.success() && run.stderr.contains(want),
+        "run did not refuse with {want:?}:\n{}",
+        run.stderr
+    );
+}

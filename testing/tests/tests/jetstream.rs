@@ -317,36 +317,6 @@ fn a_dead_http_sink_beside_it_costs_the_stream_nothing() {
     http.wait_for_payloads(&sent, DELIVERY_TIMEOUT);
 }
 
-/// `spillway check` and `spillway run` on one config, with `env` set for
-/// both: both refuse it with `want` in their stderr.
-fn both_refuse(config: &str, env: &[(&str, &str)], want: &str) {
-    let mut d = Daemon::configure(config);
-    let check = std::process::Command::new(spillway_bin())
-        .arg("check")
-        .arg(d.config_path())
-        .envs(env.iter().copied())
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("running spillway check");
-    let stderr = String::from_utf8_lossy(&check.stderr);
-    assert!(
-        !check.status.success() && stderr.contains(want),
-        "check did not refuse with {want:?}:\n{}{stderr}",
-        String::from_utf8_lossy(&check.stdout)
-    );
-    let run = d.run_to_exit_or_start_with(Duration::from_secs(30), |c| {
-        c.envs(env.iter().copied());
-    });
-    let StartOrExit::Exited(run) = run else {
-        panic!("run started on a config check refused with {want:?}");
-    };
-    assert!(
-        !run.status.success() && run.stderr.contains(want),
-        "run did not refuse with {want:?}:\n{}",
-        run.stderr
-    );
-}
-
 /// A missing stream, a subject outside the stream, an unset and a refused
 /// credential: `check` and `run` both refuse, naming the key; an oversized
 /// record is dead-lettered with the server's limit in its reason.
@@ -356,17 +326,17 @@ fn bad_streams_subjects_credentials_and_records_each_get_their_error() {
         return;
     };
     let servers = cluster.servers_toml();
-    both_refuse(
+    check_and_run_refuse(
         &format!("[sinks.js]\ntype = \"nats\"\nservers = {servers}\nsubject = \"events.a\"\nstream = \"NOPE\"\n"),
         &[],
         "sinks.js.stream: no stream \"NOPE\"",
     );
-    both_refuse(
+    check_and_run_refuse(
         &format!("[sinks.js]\ntype = \"nats\"\nservers = {servers}\nsubject = \"logs.{{shard}}\"\nstream = \"{STREAM}\"\n"),
         &[],
         "sinks.js.subject: \"logs.{shard}\" is not a subject of stream \"EVENTS\"",
     );
-    both_refuse(
+    check_and_run_refuse(
         &format!("[sinks.js]\ntype = \"nats\"\nservers = {servers}\nsubject = \"events.a\"\ntoken_env = \"SPILLWAY_TEST_UNSET_TOKEN\"\n"),
         &[],
         "sinks.js.token_env: the environment variable SPILLWAY_TEST_UNSET_TOKEN is not set",
@@ -384,7 +354,7 @@ fn bad_streams_subjects_credentials_and_records_each_get_their_error() {
         "[sinks.js]\ntype = \"nats\"\nservers = {}\nsubject = \"events.a\"\ntoken_env = \"SPILLWAY_TEST_NATS_TOKEN\"\n",
         guarded.servers_toml()
     );
-    both_refuse(
+    check_and_run_refuse(
         &table,
         &[("SPILLWAY_TEST_NATS_TOKEN", "wrong-token")],
         "sinks.js.token_env: the servers refused the credentials",

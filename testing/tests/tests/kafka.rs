@@ -286,40 +286,6 @@ fn the_offsets_topic_ahead_of_behind_and_deleted_under_the_checkpoint() {
     );
 }
 
-/// `spillway check` and `spillway run` on one config: both refuse it with
-/// `want` in their stderr.
-fn both_refuse(config: &str, want: &str) {
-    both_refuse_with(config, &[], want)
-}
-
-/// [`both_refuse`], with `env` set for both.
-fn both_refuse_with(config: &str, env: &[(&str, &str)], want: &str) {
-    let mut d = Daemon::configure(config);
-    let check = std::process::Command::new(spillway_bin())
-        .arg("check")
-        .arg(d.config_path())
-        .envs(env.iter().copied())
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("running spillway check");
-    let stderr = String::from_utf8_lossy(&check.stderr);
-    assert!(
-        !check.status.success() && stderr.contains(want),
-        "check did not refuse with {want:?}:\n{}{stderr}",
-        String::from_utf8_lossy(&check.stdout)
-    );
-    let StartOrExit::Exited(run) = d.run_to_exit_or_start_with(Duration::from_secs(60), |c| {
-        c.envs(env.iter().copied());
-    }) else {
-        panic!("run started on a config check refused with {want:?}");
-    };
-    assert!(
-        !run.status.success() && run.stderr.contains(want),
-        "run did not refuse with {want:?}:\n{}",
-        run.stderr
-    );
-}
-
 /// A missing topic is refused by `check` and `run`, naming `topic`; a good
 /// config's check reports the topic's shape, transactions and a weak
 /// topic; a record over the topic's `max.message.bytes` is dead-lettered
@@ -330,8 +296,9 @@ fn check_reports_the_cluster_and_a_record_too_large_is_dead_lettered() {
     let Some(cluster) = cluster() else {
         return;
     };
-    both_refuse(
+    check_and_run_refuse(
         &kafka_table(&cluster, "k", "").replace("topic = \"events\"", "topic = \"nope\""),
+        &[],
         "sinks.k.topic: the cluster",
     );
     cluster.create_topic("weak", 1, 1, &[]);
@@ -504,13 +471,14 @@ fn tls_and_scram_listeners() {
     let scram_table = format!(
         "[sinks.scram]\ntype = \"kafka\"\nbrokers = [{scram_brokers}]\ntopic = \"over-scram\"\nsasl_mechanism = \"SCRAM-SHA-512\"\nuser = \"alice\"\npassword_env = \"SPILLWAY_TEST_KAFKA_PASSWORD\"\nretry_initial_ms = 50\nretry_max_ms = 1000\n"
     );
-    both_refuse_with(
+    check_and_run_refuse(
         &scram_table,
         &[("SPILLWAY_TEST_KAFKA_PASSWORD", "wrong")],
         "sinks.scram.password_env: the brokers refused the login",
     );
-    both_refuse(
+    check_and_run_refuse(
         &tls_table("tls = true\n"),
+        &[],
         "sinks.tls.brokers: TLS with the brokers failed",
     );
     let mut d = Daemon::configure(&format!(

@@ -1,7 +1,7 @@
 //! A throw-away CA and a server certificate for 127.0.0.1, made with the
-//! `openssl` command: the same recipe as test-nats' `TlsFiles::make`, kept
-//! here so this crate does not pull in the NATS client. Kafka reads the
-//! PEM files as they are (`ssl.keystore.type=PEM`), no Java keystore.
+//! `openssl` command, for the servers the tests run with TLS (the NATS and
+//! Kafka clusters). Kafka reads the PEM files as they are
+//! (`ssl.keystore.type=PEM`), no Java keystore.
 
 use std::fs;
 use std::path::{Path, PathBuf};
