@@ -37,6 +37,10 @@ pub const SDK_FILES: &[(&str, &str)] = &[
         "src/delivery.rs",
         include_str!("../../../sink-sdk/src/delivery.rs"),
     ),
+    (
+        "src/exactly_once.rs",
+        include_str!("../../../sink-sdk/src/exactly_once.rs"),
+    ),
     ("src/keys.rs", include_str!("../../../sink-sdk/src/keys.rs")),
     ("src/lib.rs", include_str!("../../../sink-sdk/src/lib.rs")),
     (
