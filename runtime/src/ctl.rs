@@ -305,7 +305,7 @@ mod tests {
         let text = "[wab]\nsegment_bytes_max = 5\n[admin]\nsocket_path = \"/run/a.sock\"\n";
         assert_eq!(admin_socket_in(text), Some(PathBuf::from("/run/a.sock")));
         assert_eq!(
-            admin_socket_in("[sink]\ntype = \"kafka\"\n"),
+            admin_socket_in("[sink]\ntype = \"kinesis\"\n"),
             Some(AdminConfig::default().socket_path)
         );
         assert_eq!(admin_socket_in("[admin\nsocket_path = 1"), None);

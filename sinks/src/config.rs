@@ -549,8 +549,8 @@ pub(crate) mod tests {
 
     #[test]
     fn bad_type_lists_the_allowed_ones() {
-        let e = parse("[sink]\ntype = \"kafka\"\n").unwrap_err();
-        assert!(e.contains("`http`, `file`, `nats`, `noop`"), "{e}");
+        let e = parse("[sink]\ntype = \"kinesis\"\n").unwrap_err();
+        assert!(e.contains("`http`, `file`, `nats`, `kafka`, `noop`"), "{e}");
     }
 
     #[test]
@@ -620,6 +620,14 @@ pub(crate) mod tests {
             "publishes_in_flight" | "failover_after_ack_timeouts" => "4",
             "ping_interval_ms" => "1000",
             "server_sync_always" => "true",
+            "brokers" => "[\"127.0.0.1:9092\"]",
+            "topic" | "offsets_topic" => "\"t\"",
+            "key" => "\"shard\"",
+            "compression" => "\"lz4\"",
+            "tls" | "offsets_topic_create" => "true",
+            "sasl_mechanism" => "\"PLAIN\"",
+            "transaction_timeout_ms" => "60000",
+            "message_bytes_max" => "1000000",
             other => panic!("test does not know key {other}"),
         }
     }

@@ -52,6 +52,6 @@ mod tests {
             assert_eq!((t.unset)().sink_type(), *t, "{t}'s keys name another type");
             assert_eq!(find(t.name), Some(*t));
         }
-        assert_eq!(find("kafka"), None);
+        assert_eq!(find("kinesis"), None);
     }
 }

@@ -155,7 +155,7 @@ fn corpus() -> Vec<Case> {
             "[sink]\ntype = \"noop\"\n[sinks.x]\ntype = \"noop\"\n".into()
         }),
         case("an unknown sink type", Refused, |_, _| {
-            "[sink]\ntype = \"kafka\"\n".into()
+            "[sink]\ntype = \"kinesis\"\n".into()
         }),
         case("the TCP door in the clear off loopback", Refused, |_, _| {
             format!(
