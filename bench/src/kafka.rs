@@ -16,7 +16,13 @@
 //!   idempotent, same record size and compression) on the same cluster:
 //!   what the cluster takes from a client that does nothing else.
 //! - `/ingest`: a paced Sync load; the ack latency with the Kafka sink
-//!   delivering against a daemon with the noop sink, order alternating.
+//!   delivering against a daemon with the noop sink, and against the noop
+//!   sink beside the same transactional load into the cluster from the
+//!   bench's own process (the control: the machine shared with a Kafka
+//!   client and its brokers, no sink in the daemon); order rotating.
+//! - `/ingest_brokers_niced`: the same once every run is done, with the
+//!   brokers' JVMs at nice 10 (brokers on other hosts take none of the
+//!   daemon's cores; here they take what the daemon leaves).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,10 +59,10 @@ const BACKLOG_RECORDS: u64 = 200_000;
 const ONE_PER_TRANSACTION_SHARE: u64 = 500;
 /// Records per batch, so per transaction, of `/transactions`. Measured
 /// 2026-12-07 (docs/benchmarks.md): every transaction costs about 100 ms
-/// whatever its size (1 record: 104 ms mean), so 1,000 (the default)
-/// delivered 35,000 records/s, 5,000 64,000-67,000 (276-292 ms a
+/// whatever its size (1 record: 103 ms mean), so 1,000 (the default)
+/// delivered 35,000 records/s, 5,000 64,000-98,000 (185-292 ms a
 /// transaction) and 16,384 (the 4 MiB `batch_bytes_max` of 256 B records)
-/// 71,000, within the runs' spread, with transactions of 646 ms, which
+/// 71,000 in the run that tried it, with transactions of 646 ms, which
 /// hold `read_committed` consumers back that long.
 const BATCH_RECORDS_MAX: u64 = 5_000;
 const BATCH_BYTES_MAX: u64 = 4 * 1024 * 1024;
@@ -71,6 +77,11 @@ const INGEST_WINDOW: usize = 64;
 const INGEST_WARMUP: Duration = Duration::from_secs(1);
 const INGEST_MEASURED: Duration = Duration::from_secs(5);
 const INGEST_MEASURED_QUICK: Duration = Duration::from_secs(2);
+/// `/ingest_brokers_niced`: the brokers' niceness, so that the daemon
+/// (at 0) gets the cores first, as with brokers on other hosts.
+const NICE_BROKERS: i32 = 10;
+/// The row of the ingest phases with the brokers niced.
+pub const INGEST_NICED: &str = "e2e_kafka/ingest_brokers_niced";
 /// How often delivery is polled (`ctl stats` on the admin socket).
 const POLL_EVERY: Duration = Duration::from_millis(5);
 
@@ -478,43 +489,87 @@ fn ingest(
     })
 }
 
-/// `/ingest` of one run: the Kafka sink and the noop sink, order
-/// alternating with `run`.
-fn ingest_pair(
+/// `/ingest` of one run: the Kafka sink, the noop sink, and the noop sink
+/// beside a transactional load of the same rate into the cluster from
+/// this process (the control: the machine shared with a delivering Kafka
+/// client and its brokers, no sink in the daemon); the order rotates with
+/// `run`.
+fn ingest_trio(
     launcher: &Launcher,
     cluster: &KafkaCluster,
     run: usize,
     measured: Duration,
+    row: &str,
 ) -> Result<ReportRow, LoadError> {
-    let topic = format!("ingest-{run}");
+    let topic = format!("{}-{run}", row.replace('/', "-"));
     let with_kafka = || {
         cluster.create_topic(&topic, PARTITIONS, REPLICATION, TOPIC_CONFIGS);
         let sink = kafka_sink(&cluster.bootstrap(), &topic, BATCH_RECORDS_MAX);
-        ingest(launcher, &topic, sink, measured)
+        ingest(launcher, &topic, sink, measured).map(|i| (i, None))
     };
-    let with_noop = || ingest(launcher, "ingest-noop", NOOP_SINK.to_string(), measured);
-    let (kafka, noop) = if run.is_multiple_of(2) {
-        let k = with_kafka()?;
-        (k, with_noop()?)
-    } else {
-        let n = with_noop()?;
-        (with_kafka()?, n)
+    let with_noop =
+        || ingest(launcher, "ingest-noop", NOOP_SINK.to_string(), measured).map(|i| (i, None));
+    let beside = format!("{topic}-beside");
+    let beside_load = || {
+        cluster.create_topic(&beside, PARTITIONS, REPLICATION, TOPIC_CONFIGS);
+        let load = cluster
+            .transactional_load(&beside, SHARDS as usize, INGEST_RATE, RECORD_BYTES)
+            .map_err(|e| LoadError::Failed(format!("the load beside the noop sink: {e}")))?;
+        let started = Instant::now();
+        let noop = ingest(
+            launcher,
+            "ingest-noop-beside-kafka",
+            NOOP_SINK.to_string(),
+            measured,
+        );
+        let written = load
+            .stop()
+            .map_err(|e| LoadError::Failed(format!("the load beside the noop sink: {e}")))?;
+        Ok((
+            noop?,
+            Some(written as f64 / started.elapsed().as_secs_f64()),
+        ))
     };
-    let mut o = ReportRow::new("e2e_kafka/ingest", Kind::Scenario);
+    type Phase<'a> = Box<dyn Fn() -> Result<(Ingest, Option<f64>), LoadError> + 'a>;
+    let phases: [Phase; 3] = [
+        Box::new(with_kafka),
+        Box::new(with_noop),
+        Box::new(beside_load),
+    ];
+    let mut done: [Option<(Ingest, Option<f64>)>; 3] = [None, None, None];
+    for k in 0..phases.len() {
+        let i = (run + k) % phases.len();
+        done[i] = Some(phases[i]()?);
+    }
+    let [Some((kafka, _)), Some((noop, _)), Some((beside, load_rate))] = done else {
+        unreachable!("every phase ran");
+    };
+    let mut o = ReportRow::new(row, Kind::Scenario);
     o.set(RATE, kafka.records_per_s)
         .set("offered_records_per_s", INGEST_RATE)
         .set("ingest_p50_us", kafka.p50_us)
         .set("ingest_p99_us", kafka.p99_us)
         .set("noop_ingest_p50_us", noop.p50_us)
         .set("noop_ingest_p99_us", noop.p99_us)
-        .set("ratio_vs_noop", kafka.p50_us / noop.p50_us.max(1e-9));
+        .set("ratio_vs_noop", kafka.p50_us / noop.p50_us.max(1e-9))
+        .set("beside_ingest_p50_us", beside.p50_us)
+        .set("beside_ingest_p99_us", beside.p99_us)
+        .set("beside_load_records_per_s", load_rate.unwrap_or(0.0))
+        .set("ratio_vs_beside", kafka.p50_us / beside.p50_us.max(1e-9))
+        .set(
+            "beside_ratio_vs_noop",
+            beside.p50_us / noop.p50_us.max(1e-9),
+        );
     let cpu = [
         ("daemon_cpu_cores", kafka.cpu.daemon_cores),
         ("noop_daemon_cpu_cores", noop.cpu.daemon_cores),
+        ("beside_daemon_cpu_cores", beside.cpu.daemon_cores),
         ("cluster_cpu_cores", kafka.cpu.cluster_cores),
         ("noop_cluster_cpu_cores", noop.cpu.cluster_cores),
+        ("beside_cluster_cpu_cores", beside.cpu.cluster_cores),
         ("machine_busy", kafka.cpu.machine_busy),
         ("noop_machine_busy", noop.cpu.machine_busy),
+        ("beside_machine_busy", beside.cpu.machine_busy),
     ];
     for (key, value) in cpu {
         if let Some(v) = value {
@@ -567,7 +622,7 @@ fn one_run(
             "speedup_vs_one_per_transaction",
             t.rate() / one.rate().max(1e-9),
         );
-    let ingest = ingest_pair(launcher, cluster, run, measured)?;
+    let ingest = ingest_trio(launcher, cluster, run, measured, "e2e_kafka/ingest")?;
     Ok(vec![
         row,
         one.row("e2e_kafka/one_per_transaction"),
@@ -602,6 +657,15 @@ pub fn kafka(ctx: &Ctx) -> Result<Vec<ReportRow>, LoadError> {
             }
         }
     }
+    // Last (raising the priority again would need CAP_SYS_NICE): the
+    // brokers at nice 10, standing in for brokers on hosts of their own.
+    cluster
+        .set_nice(NICE_BROKERS)
+        .map_err(|e| LoadError::Failed(format!("lowering the brokers' priority: {e}")))?;
+    let niced: Result<Vec<ReportRow>, LoadError> = (0..RUNS)
+        .map(|run| ingest_trio(&launcher, &cluster, run, measured, INGEST_NICED))
+        .collect();
+    runs.push(niced?);
     Ok(runs.iter().map(|rows| median_of(rows)).collect())
 }
 

@@ -387,6 +387,12 @@ fn delivery_notes(o: &ReportRow) -> Vec<String> {
             micros(Some(noop))
         ));
     }
+    if let (Some(beside), Some(ratio)) = (f("beside_ingest_p50_us"), f("ratio_vs_beside")) {
+        notes.push(format!(
+            "noop sink beside the same Kafka load {} µs, Kafka/beside {ratio:.2}",
+            micros(Some(beside))
+        ));
+    }
     if let Some(ms) = f("resume_after_kill_ms") {
         notes.push(format!("resumed {ms:.0} ms after the leader's kill"));
     }

@@ -314,12 +314,7 @@ impl Producing {
             .set("queue.buffering.max.kbytes", queue_kbytes.to_string())
             // The Java client's partitioner: a key lands on the partition a
             // Java producer would pick.
-            .set("partitioner", "murmur2_random")
-            // A transaction begun while the broker still ends the last one
-            // is answered CONCURRENT_TRANSACTIONS and retried after this:
-            // librdkafka's 100 ms default made every transaction take at
-            // least 100 ms (the Java client waits 20 ms, KAFKA-5477).
-            .set("retry.backoff.ms", "20");
+            .set("partitioner", "murmur2_random");
         c
     }
 

@@ -24,6 +24,7 @@
 //! partitions have a new leader within about 3 s (the broker session
 //! timeout), and a restarted node is back in about 2.5 s.
 
+mod load;
 mod node;
 mod perf;
 mod read;
@@ -41,6 +42,7 @@ use rdkafka::producer::{BaseProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use spillway_test_http::free_port;
 
+pub use load::TransactionalLoad;
 use node::{Node, Ports};
 pub use perf::PerfResult;
 pub use read::StoredMessage;
@@ -546,6 +548,60 @@ impl KafkaCluster {
             record_size,
             compression,
         )
+    }
+
+    /// A paced transactional load into `topic` (which must exist) from
+    /// this process: `producers` transactional producers offering `rate`
+    /// records of `record_size` bytes a second in all, each committing
+    /// back to back ([`TransactionalLoad`]).
+    pub fn transactional_load(
+        &self,
+        topic: &str,
+        producers: usize,
+        rate: f64,
+        record_size: usize,
+    ) -> Result<TransactionalLoad, String> {
+        TransactionalLoad::start(self.client_config(), topic, producers, rate, record_size)
+    }
+
+    /// Sets the niceness of every thread of every running node's JVM to
+    /// `nice` (`setpriority` per thread: on Linux a process's priority is
+    /// each thread's own); threads a JVM starts later inherit it from the
+    /// thread that starts them. The bench lowers the brokers' priority to
+    /// stand in for brokers on other hosts: on a 2-core machine they would
+    /// otherwise take the cores a producer's ack waits for. Raising the
+    /// priority again needs CAP_SYS_NICE. Returns how many threads it set.
+    pub fn set_nice(&self, nice: i32) -> Result<usize, String> {
+        let mut set = 0;
+        for node in &self.nodes {
+            let Some(pid) = node.pid() else { continue };
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map_err(|e| format!("node {}: /proc/{pid}/task: {e}", node.id))?;
+            for task in tasks.flatten() {
+                let Some(tid) = task
+                    .file_name()
+                    .to_str()
+                    .and_then(|t| t.parse::<u32>().ok())
+                else {
+                    continue;
+                };
+                // SAFETY: setpriority takes plain integers; a thread that
+                // ended in between makes it fail with ESRCH.
+                let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) };
+                if r == 0 {
+                    set += 1;
+                } else {
+                    let e = std::io::Error::last_os_error();
+                    if e.raw_os_error() != Some(libc::ESRCH) {
+                        return Err(format!(
+                            "node {} thread {tid}: setpriority {nice}: {e}",
+                            node.id
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(set)
     }
 
     /// Node `i`'s log (warnings and errors), for failure messages.

@@ -208,6 +208,11 @@ impl Node {
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The JVM's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
 }
 
 /// Every jar of the folder; the JVM expands the `*` itself.
