@@ -15,7 +15,7 @@ use crate::config::{AdminConfig, Config};
 pub enum CtlCommand {
     /// Per-shard health and the verdict.
     ///
-    /// Exits 0 when ready, 1 when running but not ready, 2 when the daemon cannot be reached.
+    /// Exits 0 when ready, 3 when ready but degraded (a sink retries, failed or stalled), 1 when running but not ready (a shard cannot take writes), 2 when the daemon cannot be reached.
     Health,
     /// Counters, grouped: ingest, the WAB per shard, delivery per sink and shard, dead letters, reloads.
     ///
@@ -154,16 +154,45 @@ pub const EXIT_REFUSED: u8 = 1;
 /// The daemon could not be asked (not running, its socket missing, a
 /// timeout, a wrong option).
 pub const EXIT_NOT_ASKED: u8 = 2;
+/// `ctl health`: ready (takes writes) but degraded: a sink retries,
+/// failed or stalled.
+pub const EXIT_DEGRADED: u8 = 3;
 
-/// Whether a `health` answer (text or `--json`) says ready.
-pub fn health_says_ready(body: &str, json: bool) -> bool {
-    if json {
+/// `ctl health`'s exit status from its answer (text or `--json`): the
+/// verdict line (`ready`, `degraded: ...`, `not ready: ...`) or the JSON's
+/// `ready` and `status`. An answer that says neither is not ready.
+pub fn health_exit(body: &str, json: bool) -> u8 {
+    let verdict = if json {
         serde_json::from_str::<serde_json::Value>(body)
             .ok()
-            .and_then(|v| v.get("ready").and_then(serde_json::Value::as_bool))
-            .unwrap_or(false)
+            .and_then(|v| {
+                let ready = v.get("ready")?.as_bool()?;
+                let status = v.get("status").and_then(|s| s.as_str()).unwrap_or("");
+                Some(match (ready, status) {
+                    (false, _) => "not ready",
+                    (true, "degraded") => "degraded",
+                    (true, _) => "ready",
+                })
+            })
+            .unwrap_or("not ready")
     } else {
-        body.lines().rev().find(|l| !l.trim().is_empty()) == Some("ready")
+        let last = body
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        if last == "ready" {
+            "ready"
+        } else if last.starts_with("degraded: ") {
+            "degraded"
+        } else {
+            "not ready"
+        }
+    };
+    match verdict {
+        "ready" => EXIT_OK,
+        "degraded" => EXIT_DEGRADED,
+        _ => EXIT_REFUSED,
     }
 }
 

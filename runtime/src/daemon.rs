@@ -311,6 +311,7 @@ fn start(
         admin_socket: Arc::new(ListenerLoad::new("admin socket")),
         metrics_http: Arc::new(ListenerLoad::new("metrics address")),
         ready_stall: std::time::Duration::from_millis(cfg.admin.ready_stall_ms),
+        ready_requires_sinks: cfg.admin.ready_requires_sinks,
     };
     Admin::new(admin_listener, metrics_listener, admin_state).start();
     spawn_signal_handlers(supervisor);
@@ -396,8 +397,7 @@ fn build_sinks_at_start(cfg: &Config) -> Result<(Vec<BuiltSink>, SinkEnv), Strin
             .map_err(|e| format!("the instance id in {}: {e}", cfg.server.data_dir.display()))?,
     };
     let build_env = env.clone();
-    let built =
-        build_on_thread(deadline, move || build_sinks(&to_build, false, &build_env))?.wait()??;
+    let built = build_on_thread(deadline, move || build_sinks(&to_build, &build_env))?.wait()??;
     probe_sinks_at_start(&built);
     Ok((built, env))
 }
@@ -873,17 +873,11 @@ fn bind_tcp_door(cfg: &Config) -> Result<Option<TcpDoorParts>, String> {
 /// reach.
 fn probe_sinks_at_start(built: &[crate::sinks::BuiltSink]) {
     for b in built {
-        let (name, factory, description) =
-            (b.name.clone(), b.factory.clone(), b.description.clone());
+        let target = b.probe_target();
         let probe = move || {
-            let why = match factory.create(0) {
-                Ok(mut sink) => match sink.health_check() {
-                    sink_sdk::Health::Healthy => return,
-                    sink_sdk::Health::Unhealthy(why) => why,
-                },
-                Err(e) => e.to_string(),
-            };
-            tracing::warn!(sink = %name, "sink {description} fails its health check at the start: {why}; the daemon delivers to it once it answers (records are kept meanwhile)");
+            if let Some(why) = crate::sinks::probe_all(std::slice::from_ref(&target)).pop() {
+                tracing::warn!(sink = %target.0, "{why} at the start; the daemon delivers to it once it answers (records are kept meanwhile)");
+            }
         };
         if let Err(e) = std::thread::Builder::new()
             .name(format!("sink-probe-{}", b.name))

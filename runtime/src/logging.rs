@@ -106,7 +106,20 @@ pub fn check_level(level: &str) -> Result<(), String> {
             return Err(bad(format!("{t:?} is neither a level nor a module path")));
         }
         if let Some(l) = lvl.filter(|l| !is_level(l)) {
-            return Err(bad(format!("{l:?} is not a level")));
+            return Err(bad(format!("{l:?} is not a level{}", near_level(l))));
+        }
+        // A bare target logs that target alone and turns every other line
+        // off, errors included: taken only when it names one of the
+        // daemon's own crates or a module path (`a::b`); anything else is
+        // a misspelt level (`debg`) or a mistake.
+        if let Some(t) = target.filter(|t| lvl.is_none() && !t.contains("::")) {
+            if !OWN_TARGETS.contains(&t) {
+                return Err(bad(format!(
+                    "{t:?} is not a level{}; a bare target logs only that target and turns \
+                     every other line off (write `{t}=LEVEL` beside a level to add one)",
+                    near_level(t)
+                )));
+            }
         }
     }
     EnvFilter::builder()
@@ -114,6 +127,26 @@ pub fn check_level(level: &str) -> Result<(), String> {
         .parse(level)
         .map(|_| ())
         .map_err(|e| bad(format!("not a valid filter ({e})")))
+}
+
+/// The daemon's own crates: a bare target naming one of them is taken.
+const OWN_TARGETS: [&str; 8] = [
+    "spillway",
+    "spillway_actors",
+    "spillway_wab",
+    "spillway_sinks",
+    "spillway_protocol",
+    "spillway_ctl",
+    "spillway_bench",
+    "sink_sdk",
+];
+
+/// ` (did you mean "debug"?)` when `word` is close to a level.
+fn near_level(word: &str) -> String {
+    let lower = word.trim().to_ascii_lowercase();
+    spillway_sinks::suggest::closest(&lower, &LEVELS)
+        .map(|l| format!(" (did you mean {l:?}?)"))
+        .unwrap_or_default()
 }
 
 fn is_level(word: &str) -> bool {
@@ -151,7 +184,10 @@ impl TryFrom<String> for LogFormat {
             "text" => Ok(LogFormat::Text),
             "json" => Ok(LogFormat::Json),
             other => Err(format!(
-                "log.format = {other:?} is not a log format: use \"text\" or \"json\""
+                "log.format = {other:?} is not a log format: use \"text\" or \"json\"{}",
+                spillway_sinks::suggest::closest(other, &["text", "json"])
+                    .map(|w| format!(" (did you mean {w:?}?)"))
+                    .unwrap_or_default()
             )),
         }
     }
@@ -248,5 +284,22 @@ mod tests {
         let err = check_level("verbose!!").unwrap_err();
         assert!(err.contains("\"verbose!!\" is neither a level"), "{err}");
         assert!(check_level("  ").unwrap_err().contains("must not be empty"));
+        // A misspelt level would be read as a target and silence every line.
+        let err = check_level("debg").unwrap_err();
+        assert!(
+            err.contains("\"debg\" is not a level (did you mean \"debug\"?)"),
+            "{err}"
+        );
+        let err = check_level("info,spillway=wran").unwrap_err();
+        assert!(err.contains("(did you mean \"warn\"?)"), "{err}");
+        let err = check_level("verbose").unwrap_err();
+        assert!(err.contains("a bare target logs only that target"), "{err}");
+        // The daemon's own crates, and module paths, are taken bare.
+        check_level("spillway_actors").unwrap();
+        check_level("spillway_actors::drain").unwrap();
+        assert_eq!(
+            LogFormat::try_from("jsno".to_string()).unwrap_err(),
+            "log.format = \"jsno\" is not a log format: use \"text\" or \"json\" (did you mean \"json\"?)"
+        );
     }
 }

@@ -82,7 +82,7 @@ enum Command {
     Bench(spillway_bench::BenchArgs),
     /// Talk to a running daemon over its admin socket.
     ///
-    /// Exits 0 when done (`health`: ready), 1 when the daemon refused (`health`: running but not ready), 2 when it could not be asked.
+    /// Exits 0 when done (`health`: ready), 1 when the daemon refused (`health`: running but not ready), 2 when it could not be asked, 3 (`health` only) when ready but degraded.
     Ctl {
         /// The daemon's config file (for admin.socket_path); the embedded default if omitted.
         #[arg(long, short)]
@@ -197,8 +197,8 @@ fn main() -> ExitCode {
             ) {
                 Ok(body) => {
                     say(&body);
-                    if health && !ctl::health_says_ready(&body, json) {
-                        ExitCode::from(ctl::EXIT_REFUSED)
+                    if health {
+                        ExitCode::from(ctl::health_exit(&body, json))
                     } else {
                         ExitCode::from(ctl::EXIT_OK)
                     }

@@ -13,7 +13,7 @@ use clap_complete::Shell;
 use clap_mangen::roff::{bold, roman, Roff};
 use clap_mangen::Man;
 
-use crate::ctl::{EXIT_NOT_ASKED, EXIT_OK, EXIT_REFUSED};
+use crate::ctl::{EXIT_DEGRADED, EXIT_NOT_ASKED, EXIT_OK, EXIT_REFUSED};
 
 /// The shells `spillway completions` writes for.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -119,19 +119,26 @@ fn exit_status(name: &str) -> Vec<(u8, String)> {
         n if n == "spillway-ctl" || n.starts_with("spillway-ctl-") => vec![
             (
                 EXIT_OK,
-                "Done. For health: ready (every shard writes, every sink delivers).".into(),
+                "Done. For health: ready (every shard takes writes, every sink delivers).".into(),
             ),
             (
                 EXIT_REFUSED,
                 "The daemon refused, and its reason is printed. For health: the daemon runs \
-                 but is not ready (a shard cannot write, a sink is retrying, failed or stalled, \
-                 descriptors ran out)."
+                 but is not ready (a shard cannot take writes, descriptors ran out; or, with \
+                 admin.ready_requires_sinks, a sink is retrying, failed or stalled)."
                     .into(),
             ),
             (
                 EXIT_NOT_ASKED,
                 "The daemon could not be asked: not running, its admin socket missing, no \
                  answer within --timeout, or a wrong option or config. The same with --json."
+                    .into(),
+            ),
+            (
+                EXIT_DEGRADED,
+                "For health only: ready (every shard takes writes) but degraded: a sink is \
+                 retrying, failed or stalled. Its verdict line starts with `degraded:` and \
+                 names each sink and why."
                     .into(),
             ),
         ],
@@ -239,6 +246,7 @@ mod tests {
             (EXIT_OK, "ready"),
             (EXIT_REFUSED, "not ready"),
             (EXIT_NOT_ASKED, "could not be asked"),
+            (EXIT_DEGRADED, "degraded"),
         ] {
             assert!(
                 health.contains(&format!("\\fB{code}\\fR")),

@@ -4,13 +4,22 @@
 //! Steps: read the file, parse and validate it, compare its sinks with the
 //! running ones by name (changed, added, removed; a renamed sink is a
 //! removal plus an addition, and the report says so), build every changed
-//! and added sink and run its health check (on a thread of its own, under
-//! their `build_timeout_ms`: see `crate::sink`), then hand the outcome to
-//! the supervisor ([`ApplySinks`]): a changed sink's drains switch at their
-//! next batch boundary, an added one starts on every shard, a removed one
-//! stops and lets go of its records. A file that fails any step changes
-//! nothing; the reason is logged, returned to `ctl reload` and counted.
-//! Changes outside the sinks need a restart and are reported as such.
+//! and added sink (on a thread of its own, under their `build_timeout_ms`:
+//! see `crate::sinks`), then hand the outcome to the supervisor
+//! ([`ApplySinks`]): a changed sink's drains switch at their next batch
+//! boundary, an added one starts on every shard, a removed one stops and
+//! lets go of its records. A file that fails any of these steps (it does
+//! not load, a sink cannot be built: an unknown type, a missing plugin, a
+//! bad option) changes nothing; the reason is logged, returned to `ctl
+//! reload` and counted.
+//!
+//! Between the build and the hand-over each new sink's health check runs
+//! (on a thread too, under the same deadline). A sink that fails it is
+//! applied all the same, with the answer as a warning in the report and
+//! the log: an operator must be able to re-point or fix a sink during the
+//! outage it is meant to fix; its drains retry until the endpoint answers
+//! (`ctl health` shows it retrying), as at a start. Changes outside the
+//! sinks need a restart and are reported as such.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -24,7 +33,7 @@ use actix::Addr;
 use spillway_sinks::{SinkConfig, SinkEnv};
 
 use crate::config::Config;
-use crate::sinks::{build_on_thread, build_sinks, build_timeout};
+use crate::sinks::{build_on_thread, build_sinks, build_timeout, probe_all, probe_on_thread};
 use crate::supervisor::{ApplySinks, Supervisor};
 
 /// Counters exported by `ctl stats`.
@@ -176,9 +185,14 @@ impl Reloader {
         } else {
             let deadline = build_timeout(&to_build);
             let env = this.borrow().env.clone();
-            build_on_thread(deadline, move || build_sinks(&to_build, true, &env))?
+            let built = build_on_thread(deadline, move || build_sinks(&to_build, &env))?
                 .wait_async()
-                .await??
+                .await??;
+            for warning in health_warnings(&built, deadline).await {
+                tracing::warn!("{warning}");
+                report.push_str(&format!("warning: {warning}\n"));
+            }
+            built
         };
         let added_built = built.split_off(changed.len());
         let supervisor = this.borrow().supervisor.clone();
@@ -298,6 +312,34 @@ impl Reloader {
     }
 }
 
+/// The new sinks' health checks, run on a thread of their own under
+/// `deadline` (never holding up a later reload's build): one warning per
+/// sink that fails it, or one naming them all when the checks did not
+/// answer in time or could not run; each says that the sinks are applied
+/// anyway and retry.
+async fn health_warnings(
+    built: &[crate::sinks::BuiltSink],
+    deadline: std::time::Duration,
+) -> Vec<String> {
+    let targets: Vec<_> = built.iter().map(|b| b.probe_target()).collect();
+    let names: Vec<String> = targets.iter().map(|t| t.0.clone()).collect();
+    let applied = "applied all the same: its drains retry until it answers, keeping every record (`ctl health` shows it retrying)";
+    let answer = match probe_on_thread(deadline, move || probe_all(&targets)) {
+        Ok(probing) => probing.wait_async().await,
+        Err(e) => Err(e),
+    };
+    match answer {
+        Ok(unhealthy) => unhealthy
+            .into_iter()
+            .map(|w| format!("{w}; {applied}"))
+            .collect(),
+        Err(e) => vec![format!(
+            "health check of sink {}: {e}; {applied}",
+            names.join(", ")
+        )],
+    }
+}
+
 fn file_stamp(path: &std::path::Path) -> Option<(SystemTime, u64)> {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.modified().ok()?, meta.len()))
@@ -375,6 +417,7 @@ fn restart_needed(old: &Config, new: &Config) -> Vec<&'static str> {
             metrics_address,
             connections_max,
             ready_stall_ms,
+            ready_requires_sinks,
         }
     );
     keys

@@ -26,7 +26,10 @@ struct Reading {
     /// Per sink, over its shards: (name, delivered, backlog records,
     /// backlog bytes, oldest age s, records skipped, up on every shard).
     per_sink: Vec<SinkTotals>,
+    /// Takes writes (`health`'s `ready`).
     ready: bool,
+    /// Ready, but a sink does not deliver (`health`'s `status`).
+    degraded: bool,
 }
 
 /// One sink's totals over its shards, from `stats --json`, and its row
@@ -95,6 +98,7 @@ fn read(socket: &Path, limits: Limits) -> Result<Reading, String> {
             .collect(),
         sinks: shard_sink_states(&health),
         ready: health["ready"].as_bool().unwrap_or(false),
+        degraded: health["status"] == "degraded",
     })
 }
 
@@ -297,7 +301,8 @@ fn frame(clock: &str, screen: &str, width: usize) -> String {
 }
 
 /// `frame` with its verdict and states in colour: red where a sink is down
-/// or the daemon not ready, yellow where a sink retries or stalls, green
+/// or the daemon not ready, yellow where a sink retries or stalls (and a
+/// degraded verdict), green
 /// where all is well. Whole lines are painted, after they were cut to the
 /// width, so the escape codes never count against it.
 fn paint(frame: &str) -> String {
@@ -312,9 +317,10 @@ fn paint(frame: &str) -> String {
             || state.starts_with("failed")
         {
             Some(RED)
-        } else if ["retrying", "stalled", "paused"]
-            .iter()
-            .any(|s| state.starts_with(s))
+        } else if line.starts_with("DEGRADED")
+            || ["retrying", "stalled", "paused"]
+                .iter()
+                .any(|s| state.starts_with(s))
         {
             Some(YELLOW)
         } else if line.starts_with("ready  ") {
@@ -458,7 +464,11 @@ fn render(prev: &Reading, now: &Reading) -> (String, String) {
             ));
         }
     }
-    let verdict = if now.ready { "ready" } else { "NOT READY" };
+    let verdict = match (now.ready, now.degraded) {
+        (false, _) => "NOT READY",
+        (true, true) => "DEGRADED",
+        (true, false) => "ready",
+    };
     let p99 = worst_p99.map_or("-".into(), |p| p.to_string());
     let summary = format!(
         "ingest {ingest:.0}/s delivered {delivered:.0}/s backlog {backlog} ({}) oldest {oldest} s fsync p99 {p99}",
@@ -545,6 +555,7 @@ mod tests {
             sinks: vec![("running".into(), String::new())],
             per_sink: sinks,
             ready: true,
+            degraded: false,
         };
         let prev = reading(at, vec![sink("a", 100, 0, true), sink("b", 50, 10, false)]);
         let now = reading(
@@ -702,7 +713,9 @@ mod tests {
                     ],
                 ),
             ],
-            ready: false,
+            // A sink retrying: degraded, still ready (it takes writes).
+            ready: true,
+            degraded: true,
         };
         let (screen, _) = render(&reading(at, 1), &reading(at + Duration::from_secs(2), 2));
         let got = frame("2026-12-04T01:02:03Z", &screen, 80);
@@ -721,5 +734,6 @@ mod tests {
         assert_eq!(lines[3], "  shard 1  1/4  running");
         assert!(lines[4].starts_with("\x1b[31mNOT READY"));
         assert!(super::paint("ready  ingest 5/s\n").starts_with("\x1b[32mready"));
+        assert!(super::paint("DEGRADED  ingest 5/s\n").starts_with("\x1b[33mDEGRADED"));
     }
 }

@@ -212,7 +212,7 @@ crate::key_table! {
                 unit: Unit::Ms,
             },
             also: "",
-            meaning: r#"Deadline for building a new sink and running its health check (at start, at a reload, in `spillway check`); it runs on a thread of its own, so ingest, `ctl` and `/ready` never wait for it; past the deadline a reload is refused and the running sink keeps delivering."#,
+            meaning: r#"Deadline for building a new sink (at start, at a reload, in `spillway check`), and again for its health check; each runs on a thread of its own, so ingest, `ctl` and `/ready` never wait for it. A build past the deadline is refused (a start fails, a reload leaves the running sink delivering); a health check past it is a warning, as a failed one is: a reload is applied and the sink retries until its endpoint answers."#,
         },
         start: StartAt = Key {
             default: DefaultValue::Str("end"),

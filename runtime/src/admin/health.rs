@@ -1,11 +1,16 @@
 //! Health that tells the truth: each shard's state and each sink's in it,
-//! for `ctl health` (prose lines) and `GET /ready` (JSON). Ready means every
-//! shard is Running and every sink delivers: a sink that is retrying a
-//! failed batch, or whose instance failed, or whose current call has been
+//! for `ctl health` (prose lines) and `GET /ready` (JSON).
+//!
+//! Ready means the daemon takes writes: every shard accepts a push at
+//! every tier and makes it durable, and descriptors have not run out
+//! anywhere in the last [`FD_SHORTAGE_WINDOW_MS`]. A sink that is retrying
+//! a failed batch, whose instance failed, or whose current call has been
 //! outstanding longer than `admin.ready_stall_ms` (a hanging endpoint,
-//! long before its request times out), makes the daemon not ready; so does
-//! running out of file descriptors anywhere in the last
-//! [`FD_SHORTAGE_WINDOW_MS`].
+//! long before its request times out) makes the daemon *degraded*: still
+//! ready, since producers need the buffer most during a downstream
+//! outage, but said loudly (the verdict, `ctl health`'s exit status 3,
+//! `spillway_sink_up`, the shipped alerts). `admin.ready_requires_sinks`
+//! makes a failing sink "not ready" again.
 
 use std::fmt::Write as _;
 
@@ -29,6 +34,78 @@ struct Failing {
     state: String,
     since_unix_ms: u64,
     reason: String,
+}
+
+/// The daemon's verdict, from what fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every shard takes writes and every sink delivers.
+    Ready,
+    /// Every shard takes writes; a sink does not deliver.
+    Degraded,
+    /// A shard does not take writes (or descriptors ran out), or a sink
+    /// fails under `admin.ready_requires_sinks`.
+    NotReady,
+}
+
+impl Verdict {
+    /// As the verdict line and the JSON's `status` say it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Ready => "ready",
+            Verdict::Degraded => "degraded",
+            Verdict::NotReady => "not ready",
+        }
+    }
+}
+
+/// What fails, split by what it costs.
+struct Findings {
+    /// What keeps the daemon from taking writes (or, under
+    /// `admin.ready_requires_sinks`, a failing sink).
+    failing: Vec<Failing>,
+    /// Sinks that do not deliver while the daemon takes writes.
+    degraded: Vec<Failing>,
+}
+
+impl Findings {
+    fn verdict(&self) -> Verdict {
+        if !self.failing.is_empty() {
+            Verdict::NotReady
+        } else if !self.degraded.is_empty() {
+            Verdict::Degraded
+        } else {
+            Verdict::Ready
+        }
+    }
+
+    /// The last line of `ctl health`: `ready`, `degraded: ...` or
+    /// `not ready: ...` (what degrades is named after what blocks).
+    fn line(&self) -> String {
+        let verdict = self.verdict();
+        if verdict == Verdict::Ready {
+            return "ready".to_string();
+        }
+        let mut causes: Vec<String> = self.failing.iter().map(Failing::line).collect();
+        if verdict == Verdict::NotReady && !self.degraded.is_empty() {
+            causes.push(format!(
+                "degraded too: {}",
+                self.degraded
+                    .iter()
+                    .map(Failing::line)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ));
+        } else {
+            causes.extend(self.degraded.iter().map(Failing::line));
+        }
+        format!("{}: {}", verdict.name(), causes.join("; "))
+    }
+
+    fn json(&self) -> (Value, Value) {
+        let list = |v: &[Failing]| Value::Array(v.iter().map(Failing::json).collect());
+        (list(&self.failing), list(&self.degraded))
+    }
 }
 
 impl Failing {
@@ -83,9 +160,11 @@ fn sink_health(state: &AdminState, shard: usize) -> Vec<(String, Arc<DrainStats>
         .collect()
 }
 
-/// What keeps the daemon from being ready; empty when it is.
-fn failing(state: &AdminState) -> Vec<Failing> {
+/// What fails: what keeps the daemon from taking writes, and which sinks
+/// do not deliver (failing too under `admin.ready_requires_sinks`).
+fn findings(state: &AdminState) -> Findings {
     let mut out = Vec::new();
+    let mut sinks = Vec::new();
     for (i, q) in state.shards.iter().enumerate() {
         let health = q.health();
         if health != ShardHealth::Running {
@@ -111,7 +190,7 @@ fn failing(state: &AdminState) -> Vec<Failing> {
                 continue;
             }
             if sink.state != SinkState::Running {
-                out.push(Failing {
+                sinks.push(Failing {
                     what: "sink",
                     sink: Some(name),
                     shard: Some(q.shard),
@@ -120,14 +199,20 @@ fn failing(state: &AdminState) -> Vec<Failing> {
                     reason: sink.reason,
                 });
             } else if let Some(stalled) = stalled_call(state, q.shard, name, &drain) {
-                out.push(stalled);
+                sinks.push(stalled);
             }
         }
     }
     if let Some(shortage) = fd_shortage() {
         out.push(shortage);
     }
-    out
+    if state.ready_requires_sinks {
+        out.append(&mut sinks);
+    }
+    Findings {
+        failing: out,
+        degraded: sinks,
+    }
 }
 
 fn now_unix_ms() -> u64 {
@@ -230,20 +315,7 @@ pub(super) fn text(state: &AdminState) -> String {
             out.push('\n');
         }
     }
-    let failing = failing(state);
-    if failing.is_empty() {
-        out.push_str("ready\n");
-    } else {
-        let _ = writeln!(
-            out,
-            "not ready: {}",
-            failing
-                .iter()
-                .map(Failing::line)
-                .collect::<Vec<_>>()
-                .join("; ")
-        );
-    }
+    let _ = writeln!(out, "{}", findings(state).line());
     out
 }
 
@@ -282,24 +354,32 @@ pub(super) fn json(state: &AdminState) -> Value {
             })
         })
         .collect();
-    let failing = failing(state);
+    let findings = findings(state);
+    let verdict = findings.verdict();
+    let (failing, degraded) = findings.json();
     json!({
-        "ready": failing.is_empty(),
+        "ready": verdict != Verdict::NotReady,
+        "status": verdict.name(),
         "shards": shards,
-        "failing": failing.iter().map(Failing::json).collect::<Vec<_>>(),
+        "failing": failing,
+        "degraded": degraded,
     })
 }
 
-/// `GET /ready`: whether the daemon is ready, and the JSON body that says
-/// what is not.
+/// `GET /ready`: whether the daemon takes writes (a degraded daemon does),
+/// and the JSON body that says what fails.
 pub(super) fn ready(state: &AdminState) -> (bool, String) {
-    let failing = failing(state);
+    let findings = findings(state);
+    let verdict = findings.verdict();
+    let (failing, degraded) = findings.json();
     let body = json!({
-        "ready": failing.is_empty(),
+        "ready": verdict != Verdict::NotReady,
+        "status": verdict.name(),
         "shards": state.shards.len(),
-        "failing": failing.iter().map(Failing::json).collect::<Vec<_>>(),
+        "failing": failing,
+        "degraded": degraded,
     });
-    (failing.is_empty(), body.to_string() + "\n")
+    (verdict != Verdict::NotReady, body.to_string() + "\n")
 }
 
 /// `ms` since the epoch as an RFC 3339 UTC time, to the second.

@@ -70,8 +70,11 @@ pub struct AdminState {
     pub admin_socket: Arc<ListenerLoad>,
     /// The metrics address's connections.
     pub metrics_http: Arc<ListenerLoad>,
-    /// `admin.ready_stall_ms`: a delivery outstanding longer is not ready.
+    /// `admin.ready_stall_ms`: a delivery outstanding longer is stalled.
     pub ready_stall: Duration,
+    /// `admin.ready_requires_sinks`: a failing sink makes the daemon not
+    /// ready (not only degraded).
+    pub ready_requires_sinks: bool,
 }
 
 /// Connections one admin listener serves now, and those it closed at once

@@ -297,7 +297,13 @@ key_table! {
                 unit: Unit::Ms,
         },
         also: "",
-        meaning: r#"A delivery (or a sink health check) outstanding longer than this makes `GET /ready` and `ctl health` say not ready (`state: "stalled"`), before it fails. Keep it below the sink's own request timeout (the HTTP sink's `timeout_ms` is 10 s by default), and above a normal batch's time."#,
+        meaning: r#"A delivery (or a sink health check) outstanding longer than this makes `GET /ready` and `ctl health` say the sink is `stalled` (the daemon is degraded; not ready with `ready_requires_sinks`), before it fails. Keep it below the sink's own request timeout (the HTTP sink's `timeout_ms` is 10 s by default), and above a normal batch's time."#,
+        },
+        ready_requires_sinks: bool = Key {
+            default: DefaultValue::Bool(false),
+            allowed: Allowed::Text(r#"`true`, `false`"#),
+            also: "",
+            meaning: r#"`false`: ready means the daemon takes writes (every shard accepts and makes durable a push at every tier); a sink that retries, failed or stalled makes it `degraded`, which `GET /ready` answers with 200 and `ctl health` with exit status 3, so a readiness probe or a load balancer keeps sending producers to the buffer during the downstream outage it is there for. `true`: a failing sink makes the daemon not ready (503, exit status 1), as before this key existed. See [health](#health-and-readiness)."#,
         },
     }
 }

@@ -15,6 +15,7 @@ use spillway_sinks::SinkConfig;
 use crate::logging::LogFormat;
 
 mod door;
+mod explain;
 mod keys;
 mod renamed;
 pub use door::{DoorConfig, HttpIngestConfig, NetworkDoorConfig, TcpDoorConfig};
@@ -352,13 +353,15 @@ impl Config {
             origin: origin.to_string(),
             message,
         };
-        let doc: toml::Table = toml::from_str(text).map_err(|e| parse(e.to_string()))?;
+        let doc: toml::Table =
+            toml::from_str(text).map_err(|e| parse(explain::explain(&e, text)))?;
         if let Some(message) = renamed::old_spelling(&doc) {
             return Err(parse(message));
         }
         // Read from the text again (not from `doc`): serde's errors then
         // carry the line and column.
-        let mut cfg: Config = toml::from_str(text).map_err(|e| parse(e.to_string()))?;
+        let mut cfg: Config =
+            toml::from_str(text).map_err(|e| parse(explain::explain(&e, text)))?;
         cfg.resolve_sinks()?;
         cfg.validate()?;
         Ok(cfg)

@@ -38,44 +38,44 @@ pub fn sink_factory(sink: &SinkConfig, env: &SinkEnv) -> Result<Arc<dyn SinkFact
     spillway_sinks::build(sink, env).map_err(|e| e.to_string())
 }
 
-/// Builds the sink, creates shard 0's instance and runs its health check;
-/// `Ok` is the factory, ready to swap in. Blocks.
-pub fn sink_factory_checked(
-    sink: &SinkConfig,
-    env: &SinkEnv,
-) -> Result<Arc<dyn SinkFactory>, String> {
-    let factory = sink_factory(sink, env)?;
-    let description = factory.describe();
-    let mut probe = factory
-        .create(0)
-        .map_err(|e| format!("building the new sink: {e}"))?;
-    let health = probe.health_check();
-    drop(probe);
-    match health {
-        Health::Healthy => Ok(factory),
-        Health::Unhealthy(why) => Err(format!(
-            "the new sink {description} failed its health check: {why}"
-        )),
+/// Creates shard 0's instance of `factory` and runs its health check:
+/// `None` when it answers healthy, else why not (the instance could not be
+/// made, or the check's answer). Blocks for as long as the endpoint takes.
+pub fn probe(factory: &dyn SinkFactory) -> Option<String> {
+    match factory.create(0) {
+        Ok(mut sink) => match sink.health_check() {
+            Health::Healthy => None,
+            Health::Unhealthy(why) => Some(why),
+        },
+        Err(e) => Some(format!("creating its instance: {e}")),
     }
 }
 
-/// Build every sink of `sinks` in turn (health-checked when `checked`,
-/// as a reload does). Blocks: run it through [`build_on_thread`] under
-/// [`build_timeout`] of the same sinks. The first failure names its sink.
+/// Probes each built sink in turn ([`probe`]): one line per sink that is
+/// not healthy, naming it. Blocks: run it through [`build_on_thread`].
+pub fn probe_all(built: &[(String, String, Arc<dyn SinkFactory>)]) -> Vec<String> {
+    built
+        .iter()
+        .filter_map(|(name, description, factory)| {
+            probe(factory.as_ref())
+                .map(|why| format!("sink {name} ({description}) fails its health check: {why}"))
+        })
+        .collect()
+}
+
+/// Build every sink of `sinks` in turn: a sink type or plugin that cannot
+/// be made, or a bad option, fails here; nothing here reaches the sink's
+/// endpoint ([`probe`] does). Blocks (a plugin's constructor may): run it
+/// through [`build_on_thread`] under [`build_timeout`] of the same sinks.
+/// The first failure names its sink.
 pub fn build_sinks(
     sinks: &[(String, SinkConfig)],
-    checked: bool,
     env: &SinkEnv,
 ) -> Result<Vec<BuiltSink>, String> {
     let mut built = Vec::with_capacity(sinks.len());
     for (name, sink) in sinks {
-        let made = if checked {
-            sink_factory_checked(sink, env)
-        } else {
-            sink_factory(sink, env)
-        };
         // (Its errors name its table: `sinks.NAME.KEY`, or `sink.KEY`.)
-        let factory = made?;
+        let factory = sink_factory(sink, env)?;
         built.push(BuiltSink {
             name: name.clone(),
             description: factory.describe(),
@@ -84,6 +84,17 @@ pub fn build_sinks(
         });
     }
     Ok(built)
+}
+
+impl BuiltSink {
+    /// What [`probe_all`] takes of it (sendable to the probing thread).
+    pub fn probe_target(&self) -> (String, String, Arc<dyn SinkFactory>) {
+        (
+            self.name.clone(),
+            self.description.clone(),
+            self.factory.clone(),
+        )
+    }
 }
 
 /// The deadline for building `sinks` one after another: the sum of their
@@ -95,15 +106,38 @@ pub fn build_timeout(sinks: &[(String, SinkConfig)]) -> Duration {
         .sum()
 }
 
-/// When the build thread now running started, if one is.
-static RUNNING_SINCE: Mutex<Option<Instant>> = Mutex::new(None);
+/// One kind of work on a thread of its own, one at a time: when the one
+/// now running started, if one is.
+struct Lane {
+    /// The thread's name, and what the messages call the work.
+    thread: &'static str,
+    what: &'static str,
+    running_since: Mutex<Option<Instant>>,
+}
 
-/// A build running on its own thread; wait for it with [`Build::wait`] or
+/// Building sinks (a plugin's constructor may hang).
+static BUILDS: Lane = Lane {
+    thread: "sink-build",
+    what: "building the sink",
+    running_since: Mutex::new(None),
+};
+
+/// New sinks' health checks at a reload (an endpoint may hang). A lane of
+/// its own, so that a check hanging past its deadline never holds up the
+/// next reload's build: an operator can always re-point a sink.
+static PROBES: Lane = Lane {
+    thread: "sink-probe",
+    what: "the new sink's health check",
+    running_since: Mutex::new(None),
+};
+
+/// Work running on its own thread; wait for it with [`Build::wait`] or
 /// [`Build::wait_async`].
 pub struct Build<T> {
     result: Receiver<T>,
     deadline: Duration,
     started: Instant,
+    what: &'static str,
 }
 
 /// Starts `work` on a `sink-build` thread. Refused while an earlier build
@@ -113,45 +147,76 @@ pub fn build_on_thread<T: Send + 'static>(
     deadline: Duration,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<Build<T>, String> {
+    on_thread(&BUILDS, deadline, work).map_err(|since| {
+        format!(
+            "an earlier sink build has been running for {} ms (a plugin that hangs past \
+             sink.build_timeout_ms, or another reload); try again once it returns",
+            since.as_millis()
+        )
+    })
+}
+
+/// Starts `work` (new sinks' health checks) on a `sink-probe` thread.
+/// Refused while an earlier one still runs (one that outlived its
+/// deadline): the error says since when.
+pub fn probe_on_thread<T: Send + 'static>(
+    deadline: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<Build<T>, String> {
+    on_thread(&PROBES, deadline, work).map_err(|since| {
+        format!(
+            "not run: an earlier health check has been running for {} ms (an endpoint that \
+             hangs past sink.build_timeout_ms)",
+            since.as_millis()
+        )
+    })
+}
+
+/// Starts `work` on `lane`'s thread; `Err` is how long the lane's running
+/// work has been running.
+fn on_thread<T: Send + 'static>(
+    lane: &'static Lane,
+    deadline: Duration,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<Build<T>, Duration> {
     let started = Instant::now();
     {
-        let mut running = RUNNING_SINCE.lock().unwrap_or_else(|p| p.into_inner());
+        let mut running = lane.running_since.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(since) = *running {
-            return Err(format!(
-                "an earlier sink build has been running for {} ms (a plugin or endpoint that \
-                 hangs past sink.build_timeout_ms, or another reload); try again once it returns",
-                since.elapsed().as_millis()
-            ));
+            return Err(since.elapsed());
         }
         *running = Some(started);
     }
     let (send, result) = mpsc::sync_channel(1);
     let spawned = std::thread::Builder::new()
-        .name("sink-build".into())
+        .name(lane.thread.into())
         .spawn(move || {
             let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
             // Cleared before the send, so a caller that got the result can
-            // start the next build at once (and after a panic too).
-            *RUNNING_SINCE.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            // start the next one at once (and after a panic too).
+            *lane.running_since.lock().unwrap_or_else(|p| p.into_inner()) = None;
             let Ok(built) = built else {
                 return; // the waiter sees the channel closed
             };
             if let Err(late) = send.send(built) {
                 tracing::warn!(
                     elapsed_ms = started.elapsed().as_millis() as u64,
-                    "a sink build finished after its deadline; what it built is dropped"
+                    "{} finished after its deadline; its outcome is dropped",
+                    lane.what
                 );
                 drop(late);
             }
         });
     if let Err(e) = spawned {
-        *RUNNING_SINCE.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        return Err(format!("cannot start a thread to build the sink: {e}"));
+        *lane.running_since.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        tracing::error!(error = %e, "cannot start a thread for {}", lane.what);
+        return Err(Duration::ZERO);
     }
     Ok(Build {
         result,
         deadline,
         started,
+        what: lane.what,
     })
 }
 
@@ -165,7 +230,7 @@ impl<T> Build<T> {
         match self.result.recv_timeout(self.deadline) {
             Ok(built) => Ok(built),
             Err(RecvTimeoutError::Timeout) => Err(self.timed_out()),
-            Err(RecvTimeoutError::Disconnected) => Err(Self::died()),
+            Err(RecvTimeoutError::Disconnected) => Err(self.died()),
         }
     }
 
@@ -174,7 +239,7 @@ impl<T> Build<T> {
         loop {
             match self.result.try_recv() {
                 Ok(built) => return Ok(built),
-                Err(TryRecvError::Disconnected) => return Err(Self::died()),
+                Err(TryRecvError::Disconnected) => return Err(self.died()),
                 Err(TryRecvError::Empty) => {}
             }
             if self.started.elapsed() >= self.deadline {
@@ -186,13 +251,14 @@ impl<T> Build<T> {
 
     fn timed_out(&self) -> String {
         format!(
-            "building and health-checking the sink took longer than sink.build_timeout_ms = {} \
+            "{} took longer than sink.build_timeout_ms = {} \
              (it is still running on its own thread and is dropped when it returns)",
+            self.what,
             self.deadline.as_millis()
         )
     }
 
-    fn died() -> String {
-        "the thread building the sink panicked (see the log)".into()
+    fn died(&self) -> String {
+        format!("the thread of {} panicked (see the log)", self.what)
     }
 }

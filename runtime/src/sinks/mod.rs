@@ -10,7 +10,9 @@
 mod build;
 mod run;
 
-pub use build::{build_on_thread, build_sinks, build_timeout, BuiltSink};
+pub use build::{
+    build_on_thread, build_sinks, build_timeout, probe_all, probe_on_thread, BuiltSink,
+};
 pub use run::{
     open_dead_letters, open_requeue, seen_in_stores, set_paused_on_disk, sinks_on_disk,
     start_drain, DeadLetterStores, DeadLetters, RequeueStores, SinkRun,

@@ -453,13 +453,13 @@ impl Daemon {
     }
 
     /// `spillway ctl health`'s text, its exit status checked against the
-    /// verdict it prints (0: ready, 1: not ready).
+    /// verdict it prints (0: ready, 3: degraded, 1: not ready).
     pub fn health(&self) -> String {
         run_health(self.config_path(), || self.stderr())
     }
 
     /// `spillway ctl --json health`, its exit status checked against its
-    /// `ready` (0: true, 1: false).
+    /// `ready` and `status` (0: ready, 3: degraded, 1: not ready).
     pub fn health_json(&self) -> serde_json::Value {
         let config = self.config_path();
         let f = run_spillway(
@@ -474,11 +474,15 @@ impl Daemon {
         );
         let v: serde_json::Value =
             serde_json::from_str(&f.stdout).unwrap_or_else(|e| panic!("{e}: {f:?}"));
-        let want = if v["ready"] == true { 0 } else { 1 };
+        let want = match (&v["ready"], v["status"].as_str()) {
+            (serde_json::Value::Bool(true), Some("ready")) => 0,
+            (serde_json::Value::Bool(true), Some("degraded")) => 3,
+            _ => 1,
+        };
         assert_eq!(
             f.status.code(),
             Some(want),
-            "ctl --json health: the exit status against `ready`: {f:?}\ndaemon log:\n{}",
+            "ctl --json health: the exit status against `ready` and `status`: {f:?}\ndaemon log:\n{}",
             self.stderr()
         );
         v

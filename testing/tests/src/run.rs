@@ -95,8 +95,9 @@ pub fn run_ctl(config: &Path, args: &[&str], daemon_log: impl FnOnce() -> String
 }
 
 /// `spillway ctl --config <config> health`: its text. Panics unless the
-/// exit status is the one the verdict calls for (0 after `ready`, 1 after
-/// `not ready: ...`): scripts and the unit's health check go by it.
+/// exit status is the one the verdict line calls for (0 after `ready`, 3
+/// after `degraded: ...`, 1 after `not ready: ...`): scripts and the
+/// unit's health check go by it.
 pub fn run_health(config: &Path, daemon_log: impl FnOnce() -> String) -> String {
     let argv: Vec<&std::ffi::OsStr> = vec![
         "ctl".as_ref(),
@@ -105,11 +106,19 @@ pub fn run_health(config: &Path, daemon_log: impl FnOnce() -> String) -> String 
         "health".as_ref(),
     ];
     let f = run_spillway(&argv, Duration::from_secs(20));
-    let ready = f.stdout.ends_with("\nready\n");
-    let want = if ready { 0 } else { 1 };
+    let last = f.stdout.lines().last().unwrap_or("");
+    let want = if last == "ready" {
+        Some(0)
+    } else if last.starts_with("degraded: ") {
+        Some(3)
+    } else if last.starts_with("not ready: ") {
+        Some(1)
+    } else {
+        None
+    };
     assert!(
-        f.status.code() == Some(want) && (ready || f.stdout.contains("\nnot ready: ")),
-        "spillway ctl health exited with {} (want {want} after its verdict): stdout:\n{}\nstderr:\n{}\ndaemon log:\n{}",
+        want.is_some() && f.status.code() == want,
+        "spillway ctl health exited with {} (want {want:?} after its verdict): stdout:\n{}\nstderr:\n{}\ndaemon log:\n{}",
         f.status,
         f.stdout,
         f.stderr,

@@ -135,8 +135,11 @@ fn top_prints_one_plain_line_per_interval_off_a_terminal() {
         assert!(l.contains(" backlog ") && l.contains(" fsync p99 "), "{l}");
         // The one record, held by the sink: 16 header bytes and 1 of payload.
         assert!(l.contains(" backlog 1 (17 B) "), "{l}");
-        // The test harness's sink holds every batch: not ready.
-        assert!(l.ends_with("NOT READY") || l.ends_with("ready"), "{l}");
+        // The test harness's sink holds every batch: it may stall.
+        assert!(
+            l.ends_with("NOT READY") || l.ends_with("DEGRADED") || l.ends_with("ready"),
+            "{l}"
+        );
     }
 }
 

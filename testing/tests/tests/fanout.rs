@@ -128,7 +128,7 @@ fn a_dead_sink_holds_only_its_own_cursor_and_the_segments_it_needs() {
         "{health}"
     );
     assert!(
-        health.contains("not ready: sink stream of shard 0"),
+        health.contains("degraded: sink stream of shard 0"),
         "{health}"
     );
 

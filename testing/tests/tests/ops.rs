@@ -1058,11 +1058,72 @@ fn the_container_layout_runs_the_daemon_as_its_unprivileged_user() {
             entry.path().display()
         );
     }
+    // Nothing listens on the shipped sink's address here: the sink
+    // retries and the daemon is degraded (ctl health exits 3). The
+    // image's HEALTHCHECK, run as written, must call that healthy: the
+    // container has to stay up to buffer through the outage.
+    let healthcheck = healthcheck_command(&bin, &config);
+    let health = |argv: &[&str]| {
+        Command::new(&bin)
+            .args(["ctl", "--config"])
+            .arg(&config)
+            .args(argv)
+            .output()
+            .unwrap()
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || health(&["health"])
+            .status
+            .code()
+            == Some(3)),
+        "not degraded with the sink's address closed: {:?}; log:\n{}",
+        health(&["health"]),
+        log_text()
+    );
+    let checked = Command::new("sh")
+        .args(["-c", &healthcheck])
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "the Dockerfile's HEALTHCHECK ({healthcheck}) calls a degraded daemon unhealthy: {checked:?}"
+    );
     // SAFETY: our own child.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
     let status = wait_timeout(&mut child, Duration::from_secs(15))
         .unwrap_or_else(|| panic!("still running 15 s after SIGTERM; log:\n{}", log_text()));
     assert!(status.success(), "{status}; log:\n{}", log_text());
+    let checked = Command::new("sh")
+        .args(["-c", &healthcheck])
+        .output()
+        .unwrap();
+    assert!(
+        !checked.status.success(),
+        "the Dockerfile's HEALTHCHECK calls a stopped daemon healthy: {checked:?}"
+    );
+}
+
+/// The Dockerfile's HEALTHCHECK command (the shell form), with `spillway`
+/// and the image's config path replaced by `bin` and `config`.
+fn healthcheck_command(bin: &Path, config: &Path) -> String {
+    let dockerfile = read_text(&deploy_file("Dockerfile"));
+    let joined = dockerfile.replace("\\\n", " ");
+    let line = joined
+        .lines()
+        .find(|l| l.starts_with("HEALTHCHECK "))
+        .expect("the Dockerfile has a HEALTHCHECK");
+    let command = line
+        .split_once(" CMD ")
+        .expect("HEALTHCHECK ... CMD ...")
+        .1
+        .trim();
+    assert!(
+        !command.starts_with('['),
+        "the HEALTHCHECK is in exec form, which cannot map ctl health's 3 (degraded) to healthy: {command}"
+    );
+    command
+        .replacen("spillway ", &format!("{} ", bin.display()), 1)
+        .replace("/etc/spillway/spillway.toml", &config.display().to_string())
 }
 
 /// deploy/README.md tells Prometheus to scrape the address the shipped

@@ -1,7 +1,8 @@
 //! Hot reload of the `[sink]` table end to end: `spillway ctl reload`,
 //! SIGHUP and `--watch-config` switch a running daemon between two real
 //! HTTP receivers and the file plugin under load; broken files are refused
-//! with a message naming the problem while delivery goes on; changes outside
+//! with a message naming the problem while delivery goes on; a sink whose
+//! endpoint is down is applied with a warning and retries; changes outside
 //! `[sink]` are reported as needing a restart; a daemon on the embedded
 //! default has no file to reload.
 //!
@@ -619,6 +620,84 @@ fn reload_rejects_a_plugin_path_that_does_not_exist_naming_the_path() {
         ));
         vec![missing.display().to_string()]
     });
+}
+
+// ---------------------------------------------------------------- 5. a reload during the outage
+
+/// The operator re-points a sink during the outage it is meant to fix:
+/// A goes down with records pending; a reload to B, which is down too, is
+/// applied (exit 0) with the health check's answer as a warning, and the
+/// sink retries against B; a reload to C, which is up, delivers every
+/// record acked since A went down, none lost. Only a file that does not
+/// load or a sink that cannot be built is refused (section 4).
+#[test]
+fn a_reload_to_an_endpoint_that_is_down_is_applied_with_a_warning_and_retries() {
+    let rx_a = HttpReceiver::start();
+    let mut d = Daemon::start(&http_sink(&rx_a));
+    let before = push_tagged(&d, "before", 5);
+    wait_delivered(&d, &before, "records before the outage", || {
+        http_payloads(&rx_a)
+    });
+    drop(rx_a);
+    let during = push_tagged(&d, "during", 20);
+    // B: an address nothing listens on (a receiver started and stopped).
+    let dead_url = {
+        let rx_b = HttpReceiver::start();
+        rx_b.url()
+    };
+    d.reconfigure(&format!(
+        "[sink]\ntype = \"http\"\nurl = \"{dead_url}\"\nlinger_ms = 5\nretry_initial_ms = 20\nretry_max_ms = 300\n"
+    ));
+    let f = ctl_socket(&admin_socket(&d), &["reload"]);
+    let said = format!("{}{}", f.stdout, f.stderr);
+    assert!(
+        f.status.success(),
+        "a reload to a sink whose endpoint is down was refused: {said}"
+    );
+    assert!(
+        said.contains("warning: sink default (")
+            && said.contains("fails its health check")
+            && said.contains("applied all the same"),
+        "the reload did not pass on the health check's answer: {said}"
+    );
+    assert!(
+        d.stderr().contains("fails its health check"),
+        "the warning is not in the log:\n{}",
+        log_tail(&d, 20)
+    );
+    let s = stats(&d);
+    assert_eq!(stat(&s, "reloads_succeeded"), 1, "ctl stats:\n{s}");
+    assert_eq!(stat(&s, "reloads_failed"), 0, "ctl stats:\n{s}");
+    // The new sink retries against B, saying why; the daemon takes writes.
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || {
+            let h = d.health();
+            h.contains("Retrying since")
+                && h.lines()
+                    .last()
+                    .is_some_and(|l| l.starts_with("degraded: "))
+        }),
+        "the sink on B never said it retries:\n{}",
+        d.health()
+    );
+    let on_b = push_tagged(&d, "on-b", 10);
+
+    let rx_c = HttpReceiver::start();
+    d.reconfigure(&http_sink(&rx_c));
+    let f = ctl_socket(&admin_socket(&d), &["reload"]);
+    let said = format!("{}{}", f.stdout, f.stderr);
+    assert!(f.status.success(), "the reload to C: {said}");
+    assert!(!said.contains("warning:"), "C is up, yet: {said}");
+    let all: Vec<String> = during.iter().chain(&on_b).cloned().collect();
+    wait_delivered(&d, &all, "records acked while A and B were down", || {
+        http_payloads(&rx_c)
+    });
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || d.health().ends_with("\nready\n")),
+        "{}",
+        d.health()
+    );
+    d.terminate();
 }
 
 fn log_tail(d: &Daemon, lines: usize) -> String {
