@@ -14,6 +14,8 @@
 //! This crate uses only the standard library, so the daemon built without
 //! the bench still links nothing it does not need.
 
+pub mod access;
+
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -111,8 +113,9 @@ pub fn ask(socket: &Path, command: &str, limits: Limits) -> Result<String, CallE
         .map_err(|e| match e {
             None => timed_out("connecting to"),
             Some(e) => format!(
-                "connecting to the admin socket {}: {e} (is the daemon running?)",
-                socket.display()
+                "connecting to the admin socket {}: {e} ({})",
+                socket.display(),
+                access::why_not_connected("admin socket", socket, &e)
             ),
         })
         .map_err(unreachable)?;

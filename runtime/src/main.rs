@@ -16,6 +16,7 @@
 
 mod admin;
 mod check;
+mod config_file;
 mod ctl;
 mod daemon;
 mod fd_limit;
@@ -51,15 +52,18 @@ use crate::ctl::CtlCommand;
     about = "A durable local write buffer: push over a Unix socket, acked when safe on disk, delivered downstream at least once."
 )]
 struct Cli {
+    /// Say on stderr which config file the command uses, and why that one.
+    #[arg(short, long, global = true)]
+    verbose: bool,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the daemon (on the embedded default config unless --config is given).
+    /// Run the daemon (the config: --config, else $SPILLWAY_CONFIG, else ./spillway.toml, else /etc/spillway/spillway.toml, else the embedded default).
     Run {
-        /// TOML configuration file.
+        /// TOML configuration file (see above for the default).
         #[arg(long, short)]
         config: Option<PathBuf>,
         /// Reload the [sink] table when the config file changes (also: SIGHUP, `spillway ctl reload`).
@@ -68,7 +72,7 @@ enum Command {
     },
     /// Check a configuration file: parse and validate it, then try what the daemon would touch (its folders, the sink) without starting it (prints the embedded default with --default).
     Check {
-        /// TOML configuration file (the embedded default if omitted).
+        /// TOML configuration file; if omitted: $SPILLWAY_CONFIG, ./spillway.toml, /etc/spillway/spillway.toml, else the embedded default.
         config: Option<PathBuf>,
         /// Print the embedded default configuration.
         #[arg(long)]
@@ -84,7 +88,7 @@ enum Command {
     ///
     /// Exits 0 when done (`health`: ready), 1 when the daemon refused (`health`: running but not ready), 2 when it could not be asked, 3 (`health` only) when ready but degraded.
     Ctl {
-        /// The daemon's config file (for admin.socket_path); the embedded default if omitted.
+        /// The daemon's config file (for admin.socket_path); if omitted: $SPILLWAY_CONFIG, ./spillway.toml, /etc/spillway/spillway.toml, else the embedded default.
         #[arg(long, short)]
         config: Option<PathBuf>,
         /// Admin socket path (overrides the config).
@@ -137,7 +141,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Err(e) = config_file::resolve_for(&mut cli.command, cli.verbose) {
+        return fail(&e);
+    }
     match cli.command {
         Command::Run {
             config,
@@ -285,7 +292,7 @@ fn load(path: Option<&PathBuf>) -> Result<(Config, String), String> {
     match path {
         Some(p) => Config::load(p)
             .map(|c| (c, p.display().to_string()))
-            .map_err(|e| e.to_string()),
+            .map_err(config_file::explain_load_error),
         None => Ok((Config::embedded_default(), "embedded default".to_string())),
     }
 }

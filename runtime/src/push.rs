@@ -27,11 +27,12 @@ use crate::config::Config;
 pub struct PushArgs {
     /// The daemon's producer socket (default: the config's server.socket_path).
     #[arg(long, conflicts_with = "config")]
-    socket: Option<PathBuf>,
+    pub(crate) socket: Option<PathBuf>,
     /// The daemon's config file, for its socket and payload cap (default:
+    /// $SPILLWAY_CONFIG, ./spillway.toml, /etc/spillway/spillway.toml, else
     /// the embedded default config).
     #[arg(long, short)]
-    config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// Durability tier of every record.
     #[arg(long, value_enum, default_value_t = TierArg::Sync)]
     tier: TierArg,
@@ -168,8 +169,15 @@ pub fn run(mut args: PushArgs) -> Result<String, String> {
             separator: if args.null { 0 } else { b'\n' },
         }
     };
-    let mut client = Client::connect_with(&socket, options)
-        .map_err(|e| format!("{e}: is the daemon running, and is this its server.socket_path?"))?;
+    let mut client = Client::connect_with(&socket, options).map_err(|e| {
+        let why = match &e {
+            spillway_client::Error::Connect { source, .. } => {
+                spillway_ctl::access::why_not_connected("server.socket_path", &socket, source)
+            }
+            _ => "is the daemon running, and is this its server.socket_path?".to_string(),
+        };
+        format!("{e}: {why}")
+    })?;
     let started = Instant::now();
     let mut sender = Sender {
         timeout: options.timeout.unwrap_or_default(),

@@ -21,6 +21,13 @@ use sink_sdk::keys::{Allowed, DefaultValue, Key, Table};
 
 use crate::reference::tables;
 
+/// A size with a unit (`"64 MiB"`, `"8GiB"`), or a string with a `${VAR}`.
+const SIZE_PATTERN: &str =
+    r"^(\s*[0-9][0-9_]*(\.[0-9]+)?\s*([kKmMgGtT][iI]?[bB]?|[bB])?\s*|.*\$\{[^}]+\}.*)$";
+/// A duration with units (`"500ms"`, `"1m30s"`), or a string with a `${VAR}`.
+const DURATION_PATTERN: &str =
+    r"^((\s*[0-9][0-9_]*(\.[0-9]+)?\s*(us|µs|ms|s|m|min|h))+\s*|.*\$\{[^}]+\}.*)$";
+
 /// A sink's name in `[sinks.NAME]` (what `config` checks).
 const SINK_NAME_PATTERN: &str = "^[a-z0-9_-]{1,32}$";
 
@@ -204,6 +211,26 @@ fn key_schema(key: &Key) -> Value {
             _ => json!({ "type": "string" }),
         },
     };
+    // A size or a duration may also be written with its unit, or come
+    // from a variable (config/units.rs): a string then, which `minimum`
+    // and `maximum` do not constrain and `pattern` does.
+    let short = key.name.rsplit('.').next().unwrap_or(key.name);
+    let units = match (spillway::config::units::unit_of(short), &key.allowed) {
+        (Some(unit), Allowed::Range { .. } | Allowed::ZeroOrRange { .. }) => {
+            s["type"] = json!(["integer", "string"]);
+            Some(match unit {
+                spillway::config::units::Unit::Bytes => {
+                    s["pattern"] = json!(SIZE_PATTERN);
+                    " Also a size with its unit: \"64 MiB\", \"8GiB\"."
+                }
+                _ => {
+                    s["pattern"] = json!(DURATION_PATTERN);
+                    " Also a duration with its units: \"500ms\", \"5s\", \"1m30s\"."
+                }
+            })
+        }
+        _ => None,
+    };
     let default = match key.default {
         DefaultValue::Int(n) => Some(json!(n)),
         DefaultValue::Bool(b) => Some(json!(b)),
@@ -217,6 +244,9 @@ fn key_schema(key: &Key) -> Value {
     let allowed = key.allowed_text();
     if !allowed.is_empty() {
         meaning.push_str(&format!(" Allowed: {allowed}."));
+    }
+    if let Some(units) = units {
+        meaning.push_str(units);
     }
     s["description"] = json!(meaning);
     s
@@ -247,6 +277,27 @@ mod tests {
         v.iter_errors(&as_json(text))
             .map(|e| format!("{}: {e}", e.instance_path))
             .collect()
+    }
+
+    /// Sizes and durations with their units, and `${VAR}`, pass the
+    /// schema where the daemon takes them; a word that is neither does not.
+    #[test]
+    fn sizes_durations_and_variables_pass_where_the_daemon_takes_them() {
+        let v = validator();
+        let good = "[wab]\nwab_bytes_max = \"8 GiB\"\nsegment_bytes_max = \"64MiB\"\n[server]\npayload_bytes_max = \"${MAX:-1 MiB}\"\nconnection_idle_timeout_ms = \"1m30s\"\n[sink]\ntype = \"http\"\nurl = \"http://${HOST}/i\"\nlinger_ms = \"250ms\"\n";
+        assert_eq!(errors(&v, good), Vec::<String>::new());
+        crate::config::Config::parse(
+            &good
+                .replace("${HOST}", "h")
+                .replace("${MAX:-1 MiB}", "1 MiB"),
+            "t",
+        )
+        .expect("the daemon takes it too");
+        let bad = errors(
+            &v,
+            "[sink]\ntype = \"http\"\nurl = \"http://h/i\"\nlinger_ms = \"soon\"\n",
+        );
+        assert!(bad.iter().any(|e| e.contains("linger_ms")), "{bad:?}");
     }
 
     spillway_sinks::sink_keys! {

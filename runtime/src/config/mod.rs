@@ -18,6 +18,7 @@ mod door;
 mod explain;
 mod keys;
 mod renamed;
+pub mod units;
 pub use door::{DoorConfig, HttpIngestConfig, NetworkDoorConfig, TcpDoorConfig};
 pub use keys::{AdminConfig, HttpKeys, LogConfig, ServerConfig, TcpKeys, WabConfig, TABLES};
 
@@ -353,6 +354,9 @@ impl Config {
             origin: origin.to_string(),
             message,
         };
+        // `${VAR}`, sizes and durations with units: rewritten in place.
+        let rewritten = units::rewrite(text, &|name| std::env::var(name).ok()).map_err(parse)?;
+        let text = rewritten.as_str();
         let doc: toml::Table =
             toml::from_str(text).map_err(|e| parse(explain::explain(&e, text)))?;
         if let Some(message) = renamed::old_spelling(&doc) {

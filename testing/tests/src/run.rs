@@ -182,15 +182,31 @@ pub struct Finished {
 }
 
 /// Run `spillway <args>` to completion, killing it (and panicking) if it is
-/// still running after `timeout`.
+/// still running after `timeout`. `$SPILLWAY_CONFIG` is not passed on: a
+/// command without `--config` finds `./spillway.toml`, the system config
+/// or the embedded default, whatever the caller's environment says.
 pub fn run_spillway(args: &[&std::ffi::OsStr], timeout: Duration) -> Finished {
+    run_spillway_with(args, timeout, |_| {})
+}
+
+/// [`run_spillway`], with `setup` applied to the command before it starts
+/// (a current folder, an environment variable, a user to run as).
+pub fn run_spillway_with(
+    args: &[&std::ffi::OsStr],
+    timeout: Duration,
+    setup: impl FnOnce(&mut Command),
+) -> Finished {
     let tmp = TempDir::new().expect("tempdir");
     let out_path = tmp.path().join("stdout");
     let err_path = tmp.path().join("stderr");
-    let mut child = Command::new(spillway_bin())
+    let mut command = Command::new(spillway_bin());
+    command
         .args(args)
         .env_remove("RUST_LOG")
-        .env("NO_COLOR", "1")
+        .env_remove("SPILLWAY_CONFIG")
+        .env("NO_COLOR", "1");
+    setup(&mut command);
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(File::create(&out_path).unwrap())
         .stderr(File::create(&err_path).unwrap())

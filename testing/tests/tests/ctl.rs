@@ -169,3 +169,174 @@ fn an_error_in_json_mode_is_a_json_object_and_a_failure() {
         "{v}"
     );
 }
+
+/// Without `--config` the CLI finds the daemon's config: `$SPILLWAY_CONFIG`,
+/// else `./spillway.toml`, else `/etc/spillway/spillway.toml`, else the
+/// embedded default; `-v` says which and why, and a variable naming no
+/// file is an error naming it.
+#[test]
+fn the_cli_finds_its_config_without_flags_and_says_which_with_v() {
+    let d = Daemon::start("[server]\nshards = 1\n");
+    let here = tempfile::tempdir().unwrap();
+    std::fs::copy(d.config_path(), here.path().join("spillway.toml")).unwrap();
+    let in_dir = |dir: &std::path::Path, env: Option<&std::path::Path>| {
+        let dir = dir.to_path_buf();
+        let env = env.map(|p| p.to_path_buf());
+        move |c: &mut std::process::Command| {
+            c.current_dir(&dir);
+            if let Some(p) = &env {
+                c.env("SPILLWAY_CONFIG", p);
+            }
+        }
+    };
+    let argv =
+        |words: &[&str]| -> Vec<std::ffi::OsString> { words.iter().map(|w| w.into()).collect() };
+    let run = |words: &[&str], setup: Box<dyn FnOnce(&mut std::process::Command)>| {
+        let args = argv(words);
+        let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        run_spillway_with(&refs, std::time::Duration::from_secs(20), setup)
+    };
+
+    // ./spillway.toml in the current folder.
+    let f = run(
+        &["-v", "ctl", "health"],
+        Box::new(in_dir(here.path(), None)),
+    );
+    assert!(matches!(f.status.code(), Some(0 | 3)), "{f:?}");
+    assert!(f.stdout.contains("shard 0 Running"), "{f:?}");
+    assert!(
+        f.stderr
+            .contains("spillway: config: spillway.toml (./spillway.toml in the current folder"),
+        "{f:?}"
+    );
+    let f = run(
+        &["push", "found-by-cwd"],
+        Box::new(in_dir(here.path(), None)),
+    );
+    assert!(f.status.success(), "push without --config: {f:?}");
+
+    // $SPILLWAY_CONFIG, from a folder without one.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let f = run(
+        &["-v", "ctl", "health"],
+        Box::new(in_dir(elsewhere.path(), Some(d.config_path()))),
+    );
+    assert!(matches!(f.status.code(), Some(0 | 3)), "{f:?}");
+    assert!(
+        f.stderr.contains(&format!(
+            "spillway: config: {} (from $SPILLWAY_CONFIG)",
+            d.config_path().display()
+        )),
+        "{f:?}"
+    );
+    let gone = elsewhere.path().join("gone.toml");
+    let f = run(
+        &["ctl", "health"],
+        Box::new(in_dir(elsewhere.path(), Some(&gone))),
+    );
+    assert_eq!(f.status.code(), Some(1), "{f:?}");
+    assert!(
+        f.stderr
+            .contains(&format!("SPILLWAY_CONFIG={}: no such file", gone.display())),
+        "{f:?}"
+    );
+
+    // Nothing to find: the embedded default (unless this machine has the
+    // package's config).
+    let f = run(&["-v", "check"], Box::new(in_dir(elsewhere.path(), None)));
+    if std::path::Path::new("/etc/spillway/spillway.toml").exists() {
+        assert!(
+            f.stderr.contains("config: /etc/spillway/spillway.toml"),
+            "{f:?}"
+        );
+    } else {
+        assert!(
+            f.stderr.contains("spillway: config: the embedded default (no --config, $SPILLWAY_CONFIG unset, no ./spillway.toml, no /etc/spillway/spillway.toml)"),
+            "{f:?}"
+        );
+    }
+    let mut c = d.client();
+    c.push(Tier::Sync, b"still here").unwrap();
+}
+
+/// A socket the caller may not open says so: the socket's and its
+/// folder's owner, group and mode, who the caller is, and what would let
+/// them in (the group to join, or the user to be), not "is the daemon
+/// running?".
+#[test]
+fn a_permission_error_on_a_socket_names_owner_group_mode_and_what_to_do() {
+    if !require_root("run the CLI as the nobody user") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let d =
+        Daemon::start("[server]\nshards = 1\nsocket_mode = \"0660\"\nsocket_group = \"daemon\"\n");
+    // The folders are 0700 (tempdirs): open them to others, so the
+    // socket's own mode is what refuses.
+    for dir in [
+        d.dir().to_path_buf(),
+        d.socket_path().parent().unwrap().to_path_buf(),
+    ] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let admin = d.dir().join("admin");
+    std::fs::set_permissions(&admin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let as_nobody = |c: &mut std::process::Command| {
+        // SAFETY: between fork and exec, only raw system calls.
+        unsafe {
+            c.pre_exec(|| {
+                let groups = [65534 as libc::gid_t];
+                if libc::setgroups(1, groups.as_ptr()) != 0
+                    || libc::setgid(65534) != 0
+                    || libc::setuid(65534) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    };
+    let admin_socket = admin.join("admin.sock");
+    let f = run_spillway_with(
+        &[
+            "ctl".as_ref(),
+            "--admin-socket".as_ref(),
+            admin_socket.as_os_str(),
+            "health".as_ref(),
+        ],
+        std::time::Duration::from_secs(20),
+        as_nobody,
+    );
+    assert_eq!(f.status.code(), Some(2), "{f:?}");
+    for needle in [
+        "permission denied",
+        &format!(
+            "{} is owned by root, group root, mode 0600",
+            admin_socket.display()
+        ),
+        "you run as nobody (uid 65534)",
+        "only root may connect to the admin socket",
+    ] {
+        assert!(f.stderr.contains(needle), "{needle:?} missing: {f:?}");
+    }
+    assert!(!f.stderr.contains("is the daemon running"), "{f:?}");
+    let f = run_spillway_with(
+        &[
+            "push".as_ref(),
+            "--socket".as_ref(),
+            d.socket_path().as_os_str(),
+            "x".as_ref(),
+        ],
+        std::time::Duration::from_secs(20),
+        as_nobody,
+    );
+    assert!(!f.status.success(), "{f:?}");
+    for needle in [
+        "permission denied",
+        "group daemon, mode 0660",
+        "join its group daemon (`sudo usermod -aG daemon nobody`, then log in again)",
+    ] {
+        assert!(f.stderr.contains(needle), "{needle:?} missing: {f:?}");
+    }
+}
