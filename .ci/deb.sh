@@ -3,9 +3,13 @@
 # build it, install it as root, check its files, its user and its unit,
 # start the installed binary as the package's user on the installed config
 # with the command the unit runs (no systemd here), push a record and see
-# the installed config's sink receive it, upgrade over an edited config,
-# purge, and check that only what docs/operations.md says purge keeps is
-# left. Run after the tests: the release binary and plugins are built.
+# the installed config's sink receive it, upgrade to the next revision over
+# an edited config keeping the data folder, purge, and check that only what
+# docs/operations.md says purge keeps is left. Then the same package on a
+# host without systemd-sysusers (a slim image, sysvinit): dpkg runs with a
+# PATH that lacks it, the user is made by adduser, and install, start and
+# purge still work. Run after the tests: the release binary and plugins are
+# built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,9 +21,15 @@ say() { echo "deb: $*"; }
 if ! command -v cargo-deb >/dev/null 2>&1; then
     cargo install cargo-deb --locked --version 3.8.0 --no-default-features
 fi
-deploy/debian/build-deb.sh
-deb="$(ls -t target/debian/spillway_*.deb | head -1)"
-say "built $deb ($(du -h "$deb" | cut -f1))"
+# Two revisions of the same build: the first is installed, the second is
+# the upgrade (each in a folder of its own: cargo-deb removes other
+# versions from the folder it writes to).
+rm -rf target/debian/first target/debian/next
+deploy/debian/build-deb.sh --deb-revision 1 --output target/debian/first/ >/dev/null
+deploy/debian/build-deb.sh --deb-revision 2 --output target/debian/next/ >/dev/null
+deb="$(ls target/debian/first/spillway_*-1_*.deb)"
+next_deb="$(ls target/debian/next/spillway_*-2_*.deb)"
+say "built $deb ($(du -h "$deb" | cut -f1)) and $next_deb"
 
 work="$(mktemp -d)"
 daemon_pid=""
@@ -45,6 +55,11 @@ $SUDO rm -rf /var/lib/spillway
 getent passwd spillway >/dev/null && $SUDO userdel spillway
 getent group spillway >/dev/null && $SUDO groupdel spillway
 
+if command -v systemd-sysusers >/dev/null 2>&1; then
+    say "installing with systemd-sysusers at $(command -v systemd-sysusers)"
+else
+    say "installing on a host without systemd-sysusers"
+fi
 $SUDO dpkg -i "$deb"
 
 # -- what it installed
@@ -173,7 +188,9 @@ stop_daemon
 data_sums() { $SUDO find /var/lib/spillway -type f -print0 | sort -z | $SUDO xargs -0 sha256sum; }
 before="$(data_sums)"
 echo "# edited by the operator" | $SUDO tee -a /etc/spillway/spillway.toml >/dev/null
-$SUDO dpkg -i --force-confold "$deb" >/dev/null
+$SUDO dpkg -i --force-confold "$next_deb" >/dev/null
+[ "$(dpkg-query -W -f='${Version}' spillway)" = "$(dpkg-deb -f "$next_deb" Version)" ] \
+    || fail "after the upgrade dpkg lists $(dpkg-query -W -f='${Version}' spillway)"
 grep -q '^# edited by the operator$' /etc/spillway/spillway.toml || fail "the upgrade lost the edited config"
 [ "$(data_sums)" = "$before" ] || fail "the upgrade changed /var/lib/spillway"
 python3 "$work/receiver.py" "$work/received" &
@@ -183,7 +200,7 @@ grep -q '; 3 records pending delivery, 1 already delivered' "$work/daemon.log" \
     || fail "the upgraded daemon's start line does not count 3 pending and 1 delivered: $(grep 'listening on' "$work/daemon.log")"
 for i in 1 2 3; do wait_received "$held-$i"; done
 stop_daemon
-say "upgrade: the edited config kept, /var/lib/spillway unchanged, the 3 held records delivered by the new binary"
+say "upgrade to $(dpkg-deb -f "$next_deb" Version): the edited config kept, /var/lib/spillway unchanged, the 3 held records delivered by the new binary"
 
 # -- purge: says what it keeps, keeps only that
 purge_out="$($SUDO dpkg --purge spillway 2>&1)"
@@ -200,7 +217,56 @@ dpkg-query -W spillway >/dev/null 2>&1 && fail "dpkg still lists spillway after 
 say "purge: removed the package and its config, kept /var/lib/spillway and the user, as documented"
 
 # Leave the machine as it was.
-$SUDO rm -rf /var/lib/spillway /run/spillway
-$SUDO userdel spillway 2>/dev/null || true
-$SUDO groupdel spillway 2>/dev/null || true
+forget_install() {
+    $SUDO rm -rf /var/lib/spillway /run/spillway
+    $SUDO userdel spillway 2>/dev/null || true
+    $SUDO groupdel spillway 2>/dev/null || true
+}
+forget_install
+
+# -- a host without systemd-sysusers: dpkg and its maintainer scripts run
+# with a PATH holding every command of this machine but that one.
+if [ -n "$receiver_pid" ]; then
+    kill "$receiver_pid"; wait "$receiver_pid" 2>/dev/null || true
+    receiver_pid=""
+fi
+nosysusers="$work/path-without-systemd-sysusers"
+mkdir -p "$nosysusers"
+for dir in /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
+    [ -d "$dir" ] || continue
+    for cmd in "$dir"/*; do
+        name="$(basename "$cmd")"
+        [ "$name" = systemd-sysusers ] && continue
+        [ -e "$nosysusers/$name" ] || ln -s "$cmd" "$nosysusers/$name"
+    done
+done
+env PATH="$nosysusers" sh -c 'command -v systemd-sysusers' >/dev/null 2>&1 \
+    && fail "systemd-sysusers is still on the PATH made without it"
+install_out="$($SUDO env PATH="$nosysusers" dpkg -i "$next_deb" 2>&1)" \
+    || fail "dpkg -i without systemd-sysusers failed: $install_out"
+[ "$(dpkg-query -W -f='${Status}' spillway)" = "install ok installed" ] \
+    || fail "without systemd-sysusers the package is $(dpkg-query -W -f='${Status}' spillway): $install_out"
+getent passwd spillway | grep -q ':/var/lib/spillway:/usr/sbin/nologin$' \
+    || fail "without systemd-sysusers, the spillway user: $(getent passwd spillway || echo missing)"
+getent passwd spillway | grep -q ':spillway durable write buffer,,,:' \
+    || fail "the user was not made by the postinst's adduser (its GECOS ends in ,,,): $(getent passwd spillway)"
+[ "$(stat -c '%U:%G %a' /var/lib/spillway)" = "spillway:spillway 700" ] \
+    || fail "/var/lib/spillway without systemd-sysusers: $(stat -c '%U:%G %a' /var/lib/spillway)"
+[ "$(stat -c '%U:%G %a' /etc/spillway/spillway.toml)" = "root:spillway 640" ] \
+    || fail "the config without systemd-sysusers: $(stat -c '%U:%G %a' /etc/spillway/spillway.toml)"
+$SUDO install -d -m 0710 -o spillway -g spillway /run/spillway
+python3 "$work/receiver.py" "$work/received" &
+receiver_pid=$!
+start_daemon
+record="deb-nosysusers-$$-$(date +%s%N)"
+push_as_spillway "$record"
+wait_received "$record"
+stop_daemon
+kill "$receiver_pid"; wait "$receiver_pid" 2>/dev/null || true
+receiver_pid=""
+purge_out="$($SUDO env PATH="$nosysusers" dpkg --purge spillway 2>&1)" \
+    || fail "dpkg --purge without systemd-sysusers failed: $purge_out"
+dpkg-query -W spillway >/dev/null 2>&1 && fail "dpkg still lists spillway after the purge without systemd-sysusers"
+forget_install
+say "without systemd-sysusers: installed (the user made by adduser), ran as spillway and delivered $record, purged"
 say "ok"
