@@ -218,7 +218,7 @@ crate::key_table! {
             default: DefaultValue::Str("end"),
             allowed: Allowed::OneOf(StartAt::NAMES),
             also: "",
-            meaning: r#"Where a sink added by a reload (while the daemon runs) starts reading: `"end"` delivers only records that arrive from then on, `"oldest"` starts at the oldest record the buffer still holds for some sink. A sink that is in the config when the daemon starts and has no cursor yet (a new data folder, a sink added while it was stopped, a cursor file lost) always starts at the oldest: nothing is skipped at a start."#,
+            meaning: r#"Where a sink added by a reload (while the daemon runs) starts reading: `"end"` delivers only records that arrive from then on, `"oldest"` every record the shards still hold, those the other sinks already confirmed included (retention keeps each shard's active segment, and every segment some sink still needs; what every sink had confirmed in a segment already deleted is gone). A sink that is in the config when the daemon starts and has no cursor yet (a new data folder, a sink added while it was stopped, a cursor file lost) always starts where every sink has confirmed: nothing is skipped at a start. To replay more into a sink later: `ctl sink rewind NAME --to oldest`."#,
         },
         // Below 1 MiB a sink would skip at every hiccup; past 1 TiB the
         // limit is none.

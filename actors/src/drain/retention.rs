@@ -31,7 +31,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use spillway_wab::checkpoint::{cursor_file, cursor_sinks, remove_cursor};
-use spillway_wab::follow::{is_headerless, remove_segment, set_aside_segment, FinishedSegment};
+use spillway_wab::follow::{
+    is_headerless, oldest_first_seq, remove_segment, set_aside_segment, FinishedSegment,
+};
 use spillway_wab::format::{classify, open_name, record_bytes, sealed_name, FileKind};
 use spillway_wab::storage::is_no_space;
 use spillway_wab::{
@@ -183,7 +185,20 @@ impl<S: Storage> Retention<S> {
         } else {
             match start {
                 StartAt::End => self.queue.durable().next_seq.max(self.floor),
-                StartAt::Oldest => self.floor,
+                // Every record the shard still holds, those every other
+                // sink confirmed included: the floor comes down to the
+                // oldest segment's first record first (as a rewind does),
+                // so none of them is deleted before this sink has them.
+                StartAt::Oldest => {
+                    let oldest = oldest_first_seq(&self.storage, &self.dir)?
+                        .map_or(self.floor, |o| o.min(self.floor));
+                    if oldest < self.floor {
+                        write_checkpoint(&self.storage, &self.dir, oldest)?;
+                        self.floor = oldest;
+                        self.stats.floor.store(oldest, Ordering::Relaxed);
+                    }
+                    oldest
+                }
             }
         };
         if !loaded.found || at != loaded.confirmed {

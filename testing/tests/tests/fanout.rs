@@ -297,6 +297,52 @@ fn reload_adds_and_removes_sinks_while_records_flow() {
     assert!(d.data_dir().join("shard-000").join("cursor-first").exists());
 }
 
+/// `start = "oldest"` backfills from the oldest record the shard still
+/// holds, records every other sink already confirmed included (here: all
+/// of them, in the active segment, which retention keeps): the floor comes
+/// down for the new sink, as a rewind brings it down.
+#[test]
+fn a_sink_added_at_the_oldest_gets_records_every_other_sink_confirmed() {
+    let first = HttpReceiver::start();
+    let mut d = Daemon::configure("");
+    let base = format!(
+        "[server]\nshards = 1\n[wab]\nsegment_bytes_max = 1048576\n{}",
+        http_table("first", &first)
+    );
+    d.reconfigure(&base);
+    d.spawn();
+    let old = push_tagged(&d, "old", 200);
+    first.wait_for_payloads(&old, DELIVERY_TIMEOUT);
+    // Every sink has confirmed every record: the floor reaches the end.
+    let floor = || {
+        let s = d.ctl(&["stats", "--flat"]);
+        shard_stat_sum(&s, "checkpoint")
+    };
+    assert!(
+        wait_until(DELIVERY_TIMEOUT, || floor() >= 200),
+        "the floor never reached 200: {}",
+        floor()
+    );
+
+    let late = HttpReceiver::start();
+    d.reconfigure(&format!(
+        "{base}{}start = \"oldest\"\n",
+        http_table("late", &late)
+    ));
+    let report = d.ctl(&["reload"]);
+    assert!(report.contains("sink late added"), "{report}");
+    late.wait_for_payloads(&old, DELIVERY_TIMEOUT);
+    let new = push_tagged(&d, "new", 20);
+    late.wait_for_payloads(&new, DELIVERY_TIMEOUT);
+    first.wait_for_payloads(&new, DELIVERY_TIMEOUT);
+    let again: usize = first
+        .accepted_records()
+        .iter()
+        .filter(|r| r.text().starts_with("old:"))
+        .count();
+    assert_eq!(again, old.len(), "the first sink got the old records again");
+}
+
 /// A data folder of the single-sink layout (`checkpoint` in each shard, no
 /// cursor files, `dead-letter/` at the top) keeps its checkpoint as the
 /// `default` sink's: exactly what was pending is delivered.
