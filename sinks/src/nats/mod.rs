@@ -271,13 +271,10 @@ async fn check_stream(
     let mut warnings = Vec::new();
     let server = client.server_info();
     if !s.server_sync_always {
-        warnings.push(format!(
-            "{table}: a PubAck is a durable write only if every server runs with `jetstream {{ sync_interval: always }}` (nats-server 2.10 or later; this one is {}): otherwise a server's power cut can lose acknowledged messages. Set it on the servers, then `server_sync_always = true` here to silence this",
-            server.version
-        ));
+        warnings.push(sync_warning(&server.version));
     }
     let Some(name) = &s.stream else {
-        return Ok(warnings);
+        return Ok(combined(table, warnings));
     };
     let js = jetstream::new(client.clone());
     let mut stream = js.get_stream(name).await.map_err(|e| {
@@ -314,18 +311,53 @@ async fn check_stream(
     match s.retry_horizon {
         Some(horizon) if window >= horizon => {}
         horizon => warnings.push(format!(
-            "{table}: stream {name:?} removes duplicates within {} s, shorter than this sink may retry a batch ({}): a record published again after that is stored twice. Set the stream's duplicate_window to cover the longest outage plus a restart",
+            "stream {name:?} removes duplicates within {} s, shorter than this sink may retry a batch ({}): a record published again after that is stored twice. Set the stream's duplicate_window to cover the longest outage plus a restart",
             window.as_secs(),
             horizon.map_or("forever: retry_duration_max_ms = 0".to_string(), |h| format!("retry_duration_max_ms = {}", h.as_millis()))
         )),
     }
     if info.config.num_replicas < 2 {
         warnings.push(format!(
-            "{table}: stream {name:?} has {} replica: a PubAck then stands on one server's disk. Use num_replicas = 3",
+            "stream {name:?} has {} replica: a PubAck then stands on one server's disk. Use num_replicas = 3",
             info.config.num_replicas
         ));
     }
-    Ok(warnings)
+    Ok(combined(table, warnings))
+}
+
+/// What the servers' fsync policy means for a PubAck, said so that the
+/// operator can act on it with the server they run: `sync_interval` came
+/// in nats-server 2.10, so an older server is told to upgrade, not to set
+/// what it does not have.
+fn sync_warning(version: &str) -> String {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < (2, 10) {
+        format!(
+            "nats-server {version} fsyncs JetStream about every 2 minutes and has no setting to fsync before its PubAck (`sync_interval` came in 2.10): an acknowledged message is lost only if every server holding a replica loses power within that window, so keep num_replicas = 3 on separate machines, and upgrade to 2.10 or later to close it (then `jetstream {{ sync_interval: always }}` on every server and `server_sync_always = true` here)"
+        )
+    } else {
+        format!(
+            "a PubAck is a durable write only if every server runs with `jetstream {{ sync_interval: always }}` (this one is nats-server {version}): otherwise a server's power cut can lose acknowledged messages. Set it on the servers, then `server_sync_always = true` here to silence this"
+        )
+    }
+}
+
+/// The start's warnings as one: what to change, in one line.
+fn combined(table: &str, warnings: Vec<String>) -> Vec<String> {
+    match warnings.len() {
+        0 => warnings,
+        1 => vec![format!("{table}: {}", warnings[0])],
+        n => vec![format!(
+            "{table}: {n} things to change: {}",
+            warnings
+                .iter()
+                .enumerate()
+                .map(|(i, w)| format!("({}) {w}", i + 1))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )],
+    }
 }
 
 /// Whether `subject` is taken by the stream subject filter `filter`

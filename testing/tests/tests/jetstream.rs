@@ -411,6 +411,17 @@ fn a_weak_stream_is_warned_about_at_start() {
     ] {
         assert!(log.contains(want), "no warning {want:?} in:\n{log}");
     }
+    // Said once, in one line: what to change.
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("things to change"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(
+        lines[0].contains("sinks.js: 3 things to change: (1) "),
+        "{}",
+        lines[0]
+    );
     let stored = cluster.read_stream("WEAK");
     assert_eq!(stored.len(), sent.len());
 }
