@@ -102,48 +102,51 @@ const BUFFER_MAX: usize = 1 << 20;
 
 /// `uid`'s name, or the number when the user database has none.
 pub fn user_name(uid: u32) -> String {
-    let mut buf = vec![0 as libc::c_char; 1024];
-    loop {
-        // SAFETY: an all-zero passwd is a valid value to overwrite.
-        let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: a passwd struct and a buffer of its length that outlive
-        // the call; `result` is written by it.
-        let rc =
-            unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
-        if rc == libc::ERANGE && buf.len() < BUFFER_MAX {
-            buf.resize(buf.len() * 2, 0);
-            continue;
-        }
-        if rc != 0 || result.is_null() {
-            return uid.to_string();
-        }
-        // SAFETY: pw_name points into `buf`, NUL-terminated.
-        return unsafe { CStr::from_ptr(pw.pw_name) }
-            .to_string_lossy()
-            .into_owned();
-    }
+    // SAFETY: a passwd struct and a buffer of its length that outlive the
+    // call; `result` is written by it.
+    name_of(
+        uid,
+        |pw: &mut libc::passwd, buf, len, result| unsafe {
+            libc::getpwuid_r(uid, pw, buf, len, result)
+        },
+        |pw| pw.pw_name,
+    )
 }
 
 /// `gid`'s name, or the number when the group database has none.
 pub fn group_name(gid: u32) -> String {
-    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: as in `user_name`.
+    name_of(
+        gid,
+        |gr: &mut libc::group, buf, len, result| unsafe {
+            libc::getgrgid_r(gid, gr, buf, len, result)
+        },
+        |gr| gr.gr_name,
+    )
+}
+
+/// A `get*id_r` lookup of `id`'s name (growing the buffer on ERANGE), or
+/// the number when the database has none.
+fn name_of<T>(
+    id: u32,
+    call: impl Fn(&mut T, *mut libc::c_char, libc::size_t, &mut *mut T) -> libc::c_int,
+    name: impl Fn(&T) -> *const libc::c_char,
+) -> String {
+    let mut buf = vec![0 as libc::c_char; 1024];
     loop {
-        // SAFETY: an all-zero group is a valid value to overwrite.
-        let mut gr: libc::group = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::group = std::ptr::null_mut();
-        // SAFETY: as in `user_name`.
-        let rc =
-            unsafe { libc::getgrgid_r(gid, &mut gr, buf.as_mut_ptr(), buf.len(), &mut result) };
+        // SAFETY: an all-zero passwd or group is a valid value to overwrite.
+        let mut entry: T = unsafe { std::mem::zeroed() };
+        let mut result: *mut T = std::ptr::null_mut();
+        let rc = call(&mut entry, buf.as_mut_ptr(), buf.len(), &mut result);
         if rc == libc::ERANGE && buf.len() < BUFFER_MAX {
             buf.resize(buf.len() * 2, 0);
             continue;
         }
         if rc != 0 || result.is_null() {
-            return gid.to_string();
+            return id.to_string();
         }
-        // SAFETY: gr_name points into `buf`, NUL-terminated.
-        return unsafe { CStr::from_ptr(gr.gr_name) }
+        // SAFETY: the name points into `buf`, NUL-terminated.
+        return unsafe { CStr::from_ptr(name(&entry)) }
             .to_string_lossy()
             .into_owned();
     }

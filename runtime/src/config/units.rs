@@ -158,7 +158,7 @@ impl Unit {
 
 /// `ns` as a whole number of `per` nanoseconds.
 fn whole(ns: u128, per: u128, what: &str) -> Result<u64, String> {
-    if ns % per != 0 {
+    if !ns.is_multiple_of(per) {
         return Err(format!("not a whole number of {what}s"));
     }
     u64::try_from(ns / per).map_err(|_| "too large".to_string())
