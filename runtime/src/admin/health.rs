@@ -2,8 +2,10 @@
 //! for `ctl health` (prose lines) and `GET /ready` (JSON).
 //!
 //! Ready means the daemon takes writes: every shard accepts a push at
-//! every tier and makes it durable, and descriptors have not run out
-//! anywhere in the last [`FD_SHORTAGE_WINDOW_MS`]. A sink that is retrying
+//! every tier and makes it durable, the WAB is below `wab.wab_bytes_max`
+//! (no push was refused at the cap since bytes were last released), and
+//! descriptors have not run out anywhere in the last
+//! [`FD_SHORTAGE_WINDOW_MS`]. A sink that is retrying
 //! a failed batch, whose instance failed, or whose current call has been
 //! outstanding longer than `admin.ready_stall_ms` (a hanging endpoint,
 //! long before its request times out) makes the daemon *degraded*: still
@@ -206,6 +208,9 @@ fn findings(state: &AdminState) -> Findings {
     if let Some(shortage) = fd_shortage() {
         out.push(shortage);
     }
+    if let Some(full) = wab_full(state) {
+        out.push(full);
+    }
     if state.ready_requires_sinks {
         out.append(&mut sinks);
     }
@@ -244,6 +249,28 @@ fn stalled_call(
         reason: format!(
             "a call into the sink has been outstanding for {:.1} s (admin.ready_stall_ms = {stall_ms})",
             waited as f64 / 1000.0
+        ),
+    })
+}
+
+/// The WAB is at `wab.wab_bytes_max`: a push was refused at the cap since
+/// bytes were last released, so producers get `Overloaded` (every shard
+/// runs, yet none takes writes).
+fn wab_full(state: &AdminState) -> Option<Failing> {
+    if !state.wab.refused() {
+        return None;
+    }
+    Some(Failing {
+        what: "wab",
+        sink: None,
+        shard: None,
+        state: "full".to_string(),
+        since_unix_ms: 0,
+        reason: format!(
+            "{} of wab.wab_bytes_max = {} bytes held: pushes get Overloaded until the sinks \
+             confirm records and their segments are deleted",
+            state.wab.used(),
+            state.wab.max()
         ),
     })
 }

@@ -157,3 +157,63 @@ fn a_failing_sink_degrades_the_daemon_which_stays_ready_and_takes_writes() {
         assert!(f.stderr.contains("is the daemon running?"), "{f:?}");
     }
 }
+
+/// A WAB at `wab.wab_bytes_max` takes no writes (pushes get Overloaded)
+/// although every shard runs: not ready, saying so, and ready again once
+/// the sink delivers and the segments go.
+#[test]
+fn a_full_wab_is_not_ready_until_the_sink_frees_it() {
+    let rx = HttpReceiver::start();
+    rx.set_status(503);
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[wab]\nwab_bytes_max = 4194304\nsegment_bytes_max = 1048576\n\
+         [admin]\nmetrics_address = \"{METRICS_ON_ANY_PORT}\"\n\
+         [sink]\ntype = \"http\"\nurl = \"{}\"\nretry_initial_ms = 50\nretry_max_ms = 200\n",
+        rx.url()
+    ));
+    let port = d.metrics_port();
+    let mut c = d.client();
+    let record = vec![b'w'; 64 * 1024];
+    let mut pushed = 0;
+    loop {
+        match c.push(Tier::Sync, &record) {
+            Ok(()) => pushed += 1,
+            Err(ClientError::Nack(NackReason::Overloaded)) => break,
+            Err(e) => panic!("push {pushed}: expected Ack or Overloaded, got {e}"),
+        }
+        assert!(pushed < 1000, "64 MiB into a 4 MiB WAB and no Overloaded");
+    }
+    let (code, body) = ready_json(port);
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(body["status"], "not ready", "{body}");
+    assert_eq!(body["failing"][0]["what"], "wab", "{body}");
+    assert!(
+        body["failing"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("wab.wab_bytes_max = 4194304"),
+        "{body}"
+    );
+    assert_eq!(body["degraded"][0]["sink"], "default", "{body}");
+    let health = d.health();
+    assert!(
+        health
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("not ready: wab full: "),
+        "{health}"
+    );
+    // The sink answers: delivered segments go, and writes are taken again.
+    rx.set_status(200);
+    let t0 = Instant::now();
+    while ready_json(port).1["status"] != "ready" {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{}",
+            ready_json(port).1
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.push(Tier::Sync, b"after").unwrap();
+}
