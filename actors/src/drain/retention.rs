@@ -87,6 +87,14 @@ pub struct Retention<S: Storage> {
     headerless_deleted: BTreeSet<u64>,
     /// What the shard's checkpoint file says.
     floor: u64,
+    /// The highest floor a write was tried for since the start. A write
+    /// that failed may still have reached the disk (the page written, its
+    /// fdatasync failed), so the file may hold more than `floor`: lowering
+    /// the floor compares with this (the simulation, seed
+    /// 0xadda249c7b376c02: a sink added at the oldest record kept the
+    /// higher floor a failed write had left on disk, and a restart would
+    /// have started it there, past records it never got).
+    floor_tried: u64,
     /// Record bytes of the segments deleted since the start: a cursor
     /// that reads from the oldest segment again (a rewind) counts its
     /// confirmed bytes from there.
@@ -136,6 +144,7 @@ impl<S: Storage> Retention<S> {
             deleted_through: None,
             headerless_deleted: BTreeSet::new(),
             floor,
+            floor_tried: floor,
             deleted_record_bytes: 0,
             adopting,
             stats,
@@ -192,11 +201,7 @@ impl<S: Storage> Retention<S> {
                 StartAt::Oldest => {
                     let oldest = oldest_first_seq(&self.storage, &self.dir)?
                         .map_or(self.floor, |o| o.min(self.floor));
-                    if oldest < self.floor {
-                        write_checkpoint(&self.storage, &self.dir, oldest)?;
-                        self.floor = oldest;
-                        self.stats.floor.store(oldest, Ordering::Relaxed);
-                    }
+                    self.lower_floor(oldest)?;
                     oldest
                 }
             }
@@ -272,11 +277,7 @@ impl<S: Storage> Retention<S> {
                 "sink {sink} is not delivering from this shard"
             )));
         }
-        if to < self.floor {
-            write_checkpoint(&self.storage, &self.dir, to)?;
-            self.floor = to;
-            self.stats.floor.store(to, Ordering::Relaxed);
-        }
+        self.lower_floor(to)?;
         self.cursors.insert(sink.to_string(), (membership, to));
         Ok(())
     }
@@ -284,6 +285,19 @@ impl<S: Storage> Retention<S> {
     /// Record bytes of the segments deleted since the start.
     pub fn deleted_record_bytes(&self) -> u64 {
         self.deleted_record_bytes
+    }
+
+    /// Bring the floor on disk down to `to` if it is (or may be) above:
+    /// before a cursor is placed below it (a rewind, a sink added at the
+    /// oldest record), so the floor stays at or below every cursor file.
+    fn lower_floor(&mut self, to: u64) -> io::Result<()> {
+        if to < self.floor_tried {
+            write_checkpoint(&self.storage, &self.dir, to)?;
+            self.floor = to;
+            self.floor_tried = to;
+            self.stats.floor.store(to, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// The shard's floor on disk.
@@ -374,6 +388,7 @@ impl<S: Storage> Retention<S> {
             self.shard,
             self.lowest_cursor()
         );
+        self.floor_tried = self.floor_tried.max(to);
         if let Err(e) = write_checkpoint(&self.storage, &self.dir, to) {
             tracing::error!(shard = self.shard, error = %e, "writing the shard's checkpoint failed; confirmed segments are kept until it can be written");
             return false;
@@ -543,6 +558,52 @@ mod tests {
         assert_eq!(at, 40, "b starts where its cursor file says");
         r.confirmed("b", b, 100, VecDeque::new(), wm, true);
         assert_eq!(r.floor(), 100, "every sink has confirmed up to 100");
+    }
+
+    /// A write of the floor whose fdatasync failed may still be on disk
+    /// (the page was written): a sink added at the oldest record must
+    /// bring the floor on disk down to its start even though the floor in
+    /// memory already is there, or a restart starts it at the higher one
+    /// (the simulation, seed 0xadda249c7b376c02).
+    #[test]
+    fn a_sink_added_at_the_oldest_lowers_a_floor_a_failed_write_left_on_disk() {
+        use spillway_wab::fault::{Fault, FaultKind, FaultyStorage, Op};
+        use spillway_wab::read_checkpoint;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("shard-000");
+        std::fs::create_dir(&dir).unwrap();
+        write_checkpoint(&FsStorage, &dir, 0).unwrap();
+        let queue = ShardQueue::new(0, &WabBudget::new(1 << 30));
+        let wm = Watermark {
+            next_seq: 250,
+            ..Watermark::default()
+        };
+        queue.publish_durable(wm);
+        let storage = FaultyStorage::default();
+        let stats = Arc::new(RetentionStats::default());
+        let sinks = ["a".to_string()];
+        let mut r =
+            Retention::open(storage.clone(), 0, dir.clone(), queue, &sinks, stats).unwrap();
+        let (a, _) = r.join("a", StartAt::End).unwrap();
+        storage.inject(Fault {
+            op: Op::SyncData,
+            nth: storage.count(Op::SyncData) + 1,
+            kind: FaultKind::Eio,
+        });
+        r.confirmed("a", a, 250, VecDeque::new(), wm, true);
+        assert_eq!(r.floor(), 0, "the write failed: the floor in memory stays");
+        assert_eq!(
+            read_checkpoint(&FsStorage, &dir).unwrap(),
+            250,
+            "the test needs the failed write's bytes on disk"
+        );
+        let (_, at) = r.join("b", StartAt::Oldest).unwrap();
+        assert_eq!(at, 0);
+        assert_eq!(
+            read_checkpoint(&FsStorage, &dir).unwrap(),
+            0,
+            "the floor on disk is above the new sink's cursor"
+        );
     }
 
     /// One sink, three delivered sealed segments in `dir` (ids 0..3, 100

@@ -95,6 +95,11 @@ pub struct Report {
     pub txn_answers_lost: u64,
     /// Transactions a dying writer left open, aborted by the next open.
     pub txn_abandoned: u64,
+    /// Mirrors a reload added mid-schedule with `start = "oldest"`, and the
+    /// acknowledged records they owed that the first sink had already
+    /// confirmed (the backfill: held on disk, not yet deleted).
+    pub late_joins: u64,
+    pub late_backfilled: u64,
 }
 
 /// A broken promise: which, where, and the actions leading to it.
@@ -180,6 +185,8 @@ struct Node {
     drain_stats: Arc<DrainStats>,
     /// The second sink's cursor over the same shard (see [`Mirror`]).
     mirror: Option<Cursor<SimStorage>>,
+    /// The shard's retention, for a sink a reload adds (see [`Joined`]).
+    retention: Arc<Mutex<Retention<SimStorage>>>,
     group: Vec<AppendBatch>,
     /// Sealed segments the start took at their footer's word, for the
     /// checker's turns (`spillway_actors::shard::checker`), and how many of them
@@ -197,6 +204,37 @@ struct Mirror {
     script: Arc<SinkScript>,
     slot: Arc<SinkSlot>,
     dead_letters: Arc<Mutex<DeadLetterStore<SimStorage>>>,
+    joined: Joined,
+}
+
+/// When the mirror became one of the shard's sinks.
+enum Joined {
+    /// Configured from the first start: it owes every acknowledged record.
+    FromStart,
+    /// A reload adds it with `start = "oldest"` at this action (or the
+    /// first one after it with the daemon running); until then it owes
+    /// nothing and the shard runs with one sink.
+    Pending { at: usize },
+    /// Added by that reload: it owes every acknowledged record the shard
+    /// still held then (`held`, those the first sink had confirmed but
+    /// retention had not deleted included) and every one numbered from
+    /// `cut` (the shard's next durable number then) on.
+    Late { held: BTreeSet<u64>, cut: u64 },
+}
+
+impl Joined {
+    /// Whether the mirror owes acknowledged record `seq`.
+    fn owes(&self, seq: u64) -> bool {
+        match self {
+            Joined::FromStart => true,
+            Joined::Pending { .. } => false,
+            Joined::Late { held, cut } => seq >= *cut || held.contains(&seq),
+        }
+    }
+
+    fn member(&self) -> bool {
+        !matches!(self, Joined::Pending { .. })
+    }
 }
 
 /// The second sink's name and its dead-letter folder (under the data folder).
@@ -393,6 +431,16 @@ fn transactional(seed: u64) -> bool {
     Rng::new(seed ^ 0x7472_616e_7361_0001).chance(1, 3)
 }
 
+/// Whether this seed's mirror is added by a reload (`start = "oldest"`)
+/// and at which action: a third of the seeds, from a stream of its own as
+/// [`mirror_in_flight`] (the pinned seeds, run with [`TxnSink::Plain`],
+/// keep the mirror from the start).
+fn late_join(seed: u64) -> Option<usize> {
+    let mut rng = Rng::new(seed ^ 0x6d69_7272_6f72_0003);
+    rng.chance(1, 3)
+        .then(|| rng.range(10, ACTIONS as u64 - 10) as usize)
+}
+
 /// (seq, offset) of each record in a segment file's bytes.
 fn record_offsets(bytes: &[u8]) -> Vec<(u64, u64)> {
     let scratch = SimStorage::new(0);
@@ -474,10 +522,15 @@ impl World {
                 DeadLetterStore::open(storage.clone(), &data.join(MIRROR_DEAD_LETTERS))
                     .expect("opening the mirror's dead-letter store on a fresh disk"),
             ));
+            let joined = match (txn, late_join(seed)) {
+                (TxnSink::BySeed, Some(at)) => Joined::Pending { at },
+                _ => Joined::FromStart,
+            };
             Mirror {
                 script,
                 slot,
                 dead_letters,
+                joined,
             }
         });
         let mut shape = shape;
@@ -640,7 +693,7 @@ impl World {
         let store = DeadLetterStore::open(self.storage.clone(), &self.data.join("dead-letter"))?;
         *self.dead_letters.lock().unwrap() = store;
         let mut sinks = vec![SINK.to_string()];
-        if self.mirror.is_some() {
+        if self.mirror.as_ref().is_some_and(|m| m.joined.member()) {
             sinks.push(MIRROR.to_string());
         }
         let retention = Retention::open(
@@ -672,8 +725,7 @@ impl World {
             self.rng.next_u64(),
         )?;
         let mirror = match &self.mirror {
-            None => None,
-            Some(m) => {
+            Some(m) if m.joined.member() => {
                 let store = DeadLetterStore::open(
                     self.storage.clone(),
                     &self.data.join(MIRROR_DEAD_LETTERS),
@@ -689,10 +741,12 @@ impl World {
                             skipped_file: self.data.join("mirror-skipped"),
                             learned_file: Some(self.data.join("mirror-in-flight")),
                         },
-                        StartAt::End,
+                        // (The late mirror has its cursor file by now,
+                        // or starts at the floor: `start` is for a reload.)
+                        StartAt::Oldest,
                         queue.clone(),
                         m.slot.clone(),
-                        retention,
+                        retention.clone(),
                         m.dead_letters.clone(),
                         Arc::default(),
                         self.clock.clone(),
@@ -701,6 +755,7 @@ impl World {
                     .with_held_answers(),
                 )
             }
+            _ => None,
         };
         Ok(Node {
             budget,
@@ -711,6 +766,7 @@ impl World {
             drain,
             drain_stats,
             mirror,
+            retention,
             group: Vec::new(),
             unchecked: parts.unchecked,
             checked: 0,
@@ -912,7 +968,7 @@ impl World {
         let Some(m) = &self.mirror else {
             return Ok(true);
         };
-        if m.script.log.lock().unwrap().committed.contains(key) {
+        if !m.joined.owes(key.0) || m.script.log.lock().unwrap().committed.contains(key) {
             return Ok(true);
         }
         if dead.is_none() {
@@ -1171,7 +1227,91 @@ impl World {
         Ok(())
     }
 
+    /// The reload that adds the late mirror (see [`Joined`]), when its
+    /// action has come and the daemon runs.
+    fn maybe_join_mirror(&mut self, settling: bool) -> Check {
+        let due = match self.mirror.as_ref().map(|m| &m.joined) {
+            Some(Joined::Pending { at }) => settling || self.action >= *at,
+            _ => false,
+        };
+        if !due || self.node.is_none() {
+            return Ok(());
+        }
+        // What the shard holds now, read past the fault gates (the
+        // oracle's own look, not the daemon's): every acknowledged record
+        // in a segment file is owed to the new sink.
+        let node = self.node.as_ref().unwrap();
+        let cut = node.queue.durable().next_seq;
+        let floor = node.drain.confirmed();
+        let mut held = BTreeSet::new();
+        for (path, bytes) in self.storage.snapshot(&self.dir) {
+            let (Some(bytes), Some(ext)) = (bytes, path.extension()) else {
+                continue;
+            };
+            if ext != "open" && ext != "sealed" {
+                continue;
+            }
+            let Ok(records) = records_in(&bytes) else {
+                continue;
+            };
+            for (seq, payload) in records {
+                if seq < cut && self.acked.get(&seq).is_some_and(|a| a.payload == payload) {
+                    held.insert(seq);
+                }
+            }
+        }
+        let node = self.node.as_ref().unwrap();
+        let m = self.mirror.as_ref().unwrap();
+        let joined = Cursor::new(
+            self.storage.clone(),
+            CursorConfig {
+                sink: MIRROR.to_string(),
+                shard: SHARD,
+                dir: self.dir.clone(),
+                skipped_file: self.data.join("mirror-skipped"),
+                learned_file: Some(self.data.join("mirror-in-flight")),
+            },
+            StartAt::Oldest,
+            node.queue.clone(),
+            m.slot.clone(),
+            node.retention.clone(),
+            m.dead_letters.clone(),
+            Arc::default(),
+            self.clock.clone(),
+            self.rng.next_u64(),
+        );
+        let cursor = match joined {
+            Ok(c) => c.with_held_answers(),
+            Err(e) => {
+                // The reload failed (a fault fired): the operator tries
+                // again at a later action.
+                self.note(format!("late mirror: the join failed ({e}); tried again later"));
+                if self.storage.crashed() {
+                    return self.crash_and_restart();
+                }
+                return Ok(());
+            }
+        };
+        let start = cursor.confirmed();
+        if let Some(first) = held.iter().find(|s| **s < start) {
+            return Err(format!(
+                "a sink added with start = \"oldest\" starts at {start}, past acknowledged seq {first} the shard still held"
+            ));
+        }
+        let backfilled = held.iter().filter(|s| **s < floor).count() as u64;
+        self.note(format!(
+            "late mirror joined at {start} (oldest), owing {} held records ({backfilled} the sink had confirmed) and every one from {cut}",
+            held.len()
+        ));
+        self.report.late_joins += 1;
+        self.report.late_backfilled += backfilled;
+        self.node.as_mut().unwrap().mirror = Some(cursor);
+        self.mirror.as_mut().unwrap().joined = Joined::Late { held, cut };
+        Ok(())
+    }
+
     fn act(&mut self) -> Check {
+        self.maybe_join_mirror(false)?;
         let roll = self.rng.below(100);
         match roll {
             0..=29 => self.push(),
@@ -1771,6 +1911,15 @@ impl World {
         self.note("settle: faults cleared, sinks healthy".into());
         if self.storage.crashed() || self.node.is_none() {
             self.crash_and_restart()?;
+        }
+        for _ in 0..START_ATTEMPTS {
+            if self.mirror.as_ref().is_none_or(|m| m.joined.member()) {
+                break;
+            }
+            self.maybe_join_mirror(true)?;
+        }
+        if self.mirror.as_ref().is_some_and(|m| !m.joined.member()) {
+            return Err("the reload adding the mirror failed with every fault cleared".into());
         }
         self.run_until_settled()?;
         self.check_takes_pushes()?;

@@ -81,11 +81,14 @@ const PINNED: &[(u64, &str)] = &[
     ),
 ];
 
-/// Seeds whose transactional sink found bugs (replayed as swept: their
-/// sink has transactions).
+/// Seeds that found bugs in what the plain replay leaves out (replayed as
+/// swept: a transactional sink, a mirror a reload adds).
 const PINNED_TRANSACTIONAL: &[(u64, &str)] = &[(
     0x13dc_84ca_6cae_72a3,
     "issue 43's exactly-once adapter: a record refused for good was re-offered in a longer batch (its dead letter not yet written, the disk full); the new position dropped the earlier refusal, so after a restart the position called the refused record written: the segment holding it was deleted with the record neither delivered nor dead-lettered",
+), (
+    0xadda_249c_7b37_6c02,
+    "issue 44's start = \"oldest\": a failed write of the floor had reached the disk (the floor there above the one in memory); the sink added at the oldest record compared with the one in memory, did not lower the floor on disk, and a restart would have started it there, past records it never got",
 )];
 
 /// Small-disk seeds that found bugs (replayed on the one-segment disk).
@@ -191,6 +194,8 @@ impl Totals {
         t.txn_commits += r.txn_commits;
         t.txn_answers_lost += r.txn_answers_lost;
         t.txn_abandoned += r.txn_abandoned;
+        t.late_joins += r.late_joins;
+        t.late_backfilled += r.late_backfilled;
     }
 }
 
@@ -214,7 +219,7 @@ fn schedules() {
     }
     let t = &totals.r;
     eprintln!(
-        "sim: {} schedules in {:.1?} ({} actions, {} storage steps): {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked; {} faults fired, {} process crashes, {} power cuts, {} clean restarts, {} failed starts, {} reloads; {} no-false-ack checks; {} delivered, {} dead-lettered, {} buffered lost, {} repeats offered; segment headers damaged at restarts: {} flipped, {} wiped, {} repaired, {} acknowledged records lost and counted; {} steps with several mirror batches out, {} failed fdatasyncs armed with batches out; {} segments written over a delivered one, {} set-aside segments removed at a start; transactional sink in {} schedules: {} commits, {} with the answer lost, {} left open by a dying writer",
+        "sim: {} schedules in {:.1?} ({} actions, {} storage steps): {} pushes, acked sync/batched/buffered {}/{}/{}, {} nacked; {} faults fired, {} process crashes, {} power cuts, {} clean restarts, {} failed starts, {} reloads; {} no-false-ack checks; {} delivered, {} dead-lettered, {} buffered lost, {} repeats offered; segment headers damaged at restarts: {} flipped, {} wiped, {} repaired, {} acknowledged records lost and counted; {} steps with several mirror batches out, {} failed fdatasyncs armed with batches out; {} segments written over a delivered one, {} set-aside segments removed at a start; transactional sink in {} schedules: {} commits, {} with the answer lost, {} left open by a dying writer; {} mirrors added by reload at the oldest record, owing {} records the first sink had confirmed",
         totals.schedules,
         started.elapsed(),
         t.actions,
@@ -247,8 +252,14 @@ fn schedules() {
         t.txn_commits,
         t.txn_answers_lost,
         t.txn_abandoned,
+        t.late_joins,
+        t.late_backfilled,
     );
     // The sweep must have exercised what it claims to.
+    assert!(
+        t.late_joins > 0 && t.late_backfilled > 0,
+        "sinks added by reload at the oldest record, owing records the other sink had confirmed"
+    );
     assert!(t.acked.iter().all(|&a| a > 0), "every tier acknowledged");
     assert!(
         t.transactional > 0 && t.txn_answers_lost > 0 && t.txn_abandoned > 0,
