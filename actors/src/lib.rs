@@ -12,7 +12,7 @@
 //! and connections) hands records to a [`shard`] (its queue, flusher,
 //! sealer, checker and the WAB byte budget), and a [`drain`] per sink and
 //! shard delivers them. [`clock`], [`stats`] and [`histogram`] serve all
-//! three.
+//! three. [`tap`] copies records to `ctl tap`'s watchers.
 //!
 //! This crate may depend on the protocol, the WAB and sink-sdk; it must not
 //! depend on the runtime (config files, CLI) or on any particular sink.
@@ -25,6 +25,7 @@ pub mod ingest;
 pub mod panics;
 pub mod shard;
 pub mod stats;
+pub mod tap;
 
 pub use backoff::{Backoff, NotBefore};
 pub use clock::Clock;
@@ -55,3 +56,4 @@ pub use shard::{
     ShardQueue, ShardStats, Watermark,
 };
 pub use stats::{DaemonStats, DoorStats, RateLimiter};
+pub use tap::{Tap, TapCounts, TapFilter, TapReceiver, Tapped};

@@ -44,6 +44,7 @@ pub mod sql;
 mod stamped;
 mod sustained;
 mod sweep;
+mod tap;
 mod targets;
 mod tcp_door;
 

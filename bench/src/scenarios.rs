@@ -25,6 +25,7 @@ use super::restart;
 use super::sql;
 use super::sustained::{self, Sampler};
 use super::sweep;
+use super::tap;
 use super::tcp_door;
 
 use sink_sdk::units::MIB;
@@ -164,6 +165,7 @@ pub const SCENARIOS: &[Scenario] = &[
     own("hostile", hostile::hostile, None),
     own("idle_connections", idle_conns::idle_connections, Some(1)),
     own("delivery_keeps_up", delivery_rate::delivery_keeps_up, None),
+    own("tap_under_load", tap::tap_under_load, None),
     own_by_name("restart_backlog", restart::restart_backlog),
 ];
 

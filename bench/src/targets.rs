@@ -191,6 +191,16 @@ const RULES: &[Rule] = &[
         fairness_p99,
     ),
     (
+        "tap_under_load: a pipelined Sync producer's p99 with `ctl tap` (100 records/s, read) <= 1.25x its p99 untapped",
+        Cmp::AtMost,
+        |f| tap_p99(f, "sampled"),
+    ),
+    (
+        "tap_under_load: a pipelined Sync producer's p99 with a tap of every record nobody reads <= 1.25x its p99 untapped",
+        Cmp::AtMost,
+        |f| tap_p99(f, "stalled"),
+    ),
+    (
         "idle_connections/10000: the daemon's RSS <= 256 MiB",
         Cmp::AtMost,
         idle_rss_10k,
@@ -479,6 +489,18 @@ fn fairness_p99(f: &Figures) -> Result<Measured, String> {
         value: r,
         bound: 3.0,
         detail: format!("p99 {with:.0} µs beside 64 KiB records ({mib:.0} MiB/s) vs {alone:.0} µs alone: {r:.2}x (<= 3)"),
+    })
+}
+
+fn tap_p99(f: &Figures, reader: &str) -> Result<Measured, String> {
+    let row = format!("tap_under_load/{reader}");
+    let (with, alone) = (f.get(&row, P99)?, f.get(&row, "alone_p99_us")?);
+    let r = f.get(&row, "p99_ratio")?;
+    let lines = f.get(&row, "tap_lines")?;
+    Ok(Measured {
+        value: r,
+        bound: 1.25,
+        detail: format!("p99 {with:.0} µs tapped ({reader}, {lines:.0} lines read) vs {alone:.0} µs untapped: {r:.2}x (<= 1.25)"),
     })
 }
 

@@ -98,17 +98,15 @@ pub fn call_with(socket: &Path, command: &str, limits: Limits) -> Result<String,
 
 /// [`call_with`], saying whether the daemon refused or could not be asked
 /// (`spillway ctl`'s exit codes tell the two apart).
-pub fn ask(socket: &Path, command: &str, limits: Limits) -> Result<String, CallError> {
+/// Connect to `socket` and write `command` by `deadline`.
+fn send(
+    socket: &Path,
+    command: &str,
+    limits: Limits,
+    deadline: Instant,
+) -> Result<UnixStream, CallError> {
     let unreachable = CallError::Unreachable;
-    let deadline = Instant::now() + limits.timeout;
-    let timed_out = |doing: &str| {
-        format!(
-            "timed out after {:.1} s {doing} the admin socket {} (is the daemon stopped, or busy? \
-             --timeout gives it longer)",
-            limits.timeout.as_secs_f64(),
-            socket.display()
-        )
-    };
+    let timed_out = |doing: &str| timed_out(socket, limits, doing);
     let mut s = connect_by(socket, deadline)
         .map_err(|e| match e {
             None => timed_out("connecting to"),
@@ -131,6 +129,88 @@ pub fn ask(socket: &Path, command: &str, limits: Limits) -> Result<String, CallE
             _ => format!("writing to the admin socket {}: {e}", socket.display()),
         })
         .map_err(unreachable)?;
+    Ok(s)
+}
+
+fn timed_out(socket: &Path, limits: Limits, doing: &str) -> String {
+    format!(
+        "timed out after {:.1} s {doing} the admin socket {} (is the daemon stopped, or busy? \
+         --timeout gives it longer)",
+        limits.timeout.as_secs_f64(),
+        socket.display()
+    )
+}
+
+/// Send `command` and hand each line of a streamed answer (`tap`) to
+/// `line` until the daemon ends it or `line` returns false. The first
+/// line (`ok` or the daemon's refusal) must come within `limits.timeout`;
+/// the stream itself has no deadline, and no line may pass
+/// `limits.reply_bytes_max`.
+pub fn stream(
+    socket: &Path,
+    command: &str,
+    limits: Limits,
+    mut line: impl FnMut(&str) -> bool,
+) -> Result<(), CallError> {
+    let deadline = Instant::now() + limits.timeout;
+    let s = send(socket, command, limits, deadline)?;
+    let unreachable = CallError::Unreachable;
+    let reading = |e: std::io::Error| {
+        unreachable(match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+                timed_out(socket, limits, "waiting for the answer of")
+            }
+            _ => format!(
+                "reading the answer of the admin socket {}: {e}",
+                socket.display()
+            ),
+        })
+    };
+    let left = remaining(deadline)
+        .ok_or_else(|| unreachable(timed_out(socket, limits, "waiting for the answer of")))?;
+    s.set_read_timeout(Some(left))
+        .map_err(|e| unreachable(e.to_string()))?;
+    let mut reader = std::io::BufReader::new(s);
+    let mut buf = Vec::new();
+    let next_line = |reader: &mut std::io::BufReader<UnixStream>, buf: &mut Vec<u8>| {
+        buf.clear();
+        let n = std::io::BufRead::read_until(
+            &mut Read::take(&mut *reader, limits.reply_bytes_max),
+            b'\n',
+            buf,
+        )
+        .map_err(reading)?;
+        if n as u64 == limits.reply_bytes_max && buf.last() != Some(&b'\n') {
+            return Err(unreachable(format!(
+                "a line of the admin socket {}'s answer passed {} bytes; stopped reading",
+                socket.display(),
+                limits.reply_bytes_max
+            )));
+        }
+        Ok(n)
+    };
+    next_line(&mut reader, &mut buf)?;
+    let first = String::from_utf8_lossy(&buf).into_owned();
+    if first != format!("{OK}\n") {
+        return parse_reply(&first).map(|_| ());
+    }
+    reader
+        .get_ref()
+        .set_read_timeout(None)
+        .map_err(|e| unreachable(e.to_string()))?;
+    loop {
+        let n = next_line(&mut reader, &mut buf)?;
+        if n == 0 || !line(String::from_utf8_lossy(&buf).trim_end_matches('\n')) {
+            return Ok(());
+        }
+    }
+}
+
+pub fn ask(socket: &Path, command: &str, limits: Limits) -> Result<String, CallError> {
+    let deadline = Instant::now() + limits.timeout;
+    let mut s = send(socket, command, limits, deadline)?;
+    let unreachable = CallError::Unreachable;
+    let timed_out = |doing: &str| timed_out(socket, limits, doing);
     let mut answer = Vec::new();
     let mut chunk = [0u8; 64 * 1024];
     loop {

@@ -55,6 +55,31 @@ pub enum CtlCommand {
         #[arg(long)]
         count: Option<u64>,
     },
+    /// Print records as they are acknowledged to producers (or, with
+    /// --sink, as that sink confirms them), until --limit or Ctrl-C.
+    ///
+    /// One line per record: SHARD:SEQ TIER PAYLOAD (control characters
+    /// escaped; a payload that is not UTF-8 as base64), or one JSON object
+    /// with --json (`payload`, or `payload_base64`). Producers never wait
+    /// for the tap: past --rate records a second the rest are skipped, and
+    /// a reader slower than the records loses lines; both are counted on
+    /// `# ` lines on stderr (JSON: objects with `skipped` and `dropped`).
+    Tap {
+        /// Records as this sink confirms them (delivered; not those it
+        /// dead-letters).
+        #[arg(long)]
+        sink: Option<String>,
+        /// Only records pushed at this tier.
+        #[arg(long, value_parser = ["sync", "batched", "buffered"])]
+        tier: Option<String>,
+        /// Stop after this many records (default: until interrupted).
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Records shown a second at most (0: no cap; the reader's pace
+        /// then decides what is dropped).
+        #[arg(long, default_value_t = 100)]
+        rate: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -241,6 +266,27 @@ pub fn run(
                 .map_err(not_asked)?;
             return Ok(String::new());
         }
+        CtlCommand::Tap {
+            sink,
+            tier,
+            limit,
+            rate,
+        } => {
+            let mut line = format!("tap --rate {rate}");
+            for (name, v) in [("--sink", sink), ("--tier", tier)] {
+                if let Some(v) = v {
+                    line += &format!(" {name} {v}");
+                }
+            }
+            if let Some(n) = limit {
+                line += &format!(" --limit {n}");
+            }
+            if json {
+                line += " --json";
+            }
+            tap(&socket, &line, json, limits)?;
+            return Ok(String::new());
+        }
         CtlCommand::Health => "health".to_string(),
         CtlCommand::Stats { flat: false } if !json => {
             let answer = spillway_ctl::ask(&socket, "stats --json", limits)?;
@@ -276,6 +322,22 @@ pub fn run(
     };
     let line = if json { line + " --json" } else { line };
     Ok(spillway_ctl::ask(&socket, &line, limits)?)
+}
+
+/// `ctl tap`: each record's line to stdout (the `# ` lines of what the
+/// tap missed to stderr, unless `json`) until the daemon ends the stream
+/// or stdout is closed (`| head`).
+fn tap(socket: &Path, line: &str, json: bool, limits: Limits) -> Result<(), Failure> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    spillway_ctl::stream(socket, line, limits, |l| {
+        if !json && l.starts_with("# ") {
+            eprintln!("{l}");
+            return true;
+        }
+        writeln!(stdout, "{l}").is_ok()
+    })?;
+    Ok(())
 }
 
 /// The admin socket `reload` asks. The daemon re-reads its own file and

@@ -1071,6 +1071,15 @@ impl<S: Storage> Cursor<S> {
     /// the retry limit's) verdict to the checkpoint.
     fn settle(&mut self, done: usize, rejected: &[(usize, String)]) -> io::Result<()> {
         self.dead_letter(rejected)?;
+        if self.queue.taps.watched() {
+            let delivered = self
+                .pending
+                .first(done)
+                .enumerate()
+                .filter(|(i, _)| !rejected.iter().any(|(r, _)| r == i))
+                .map(|(_, r)| r);
+            self.queue.taps.confirmed(self.shard, &self.sink, delivered);
+        }
         let end = self.pending.take(done);
         self.confirm(end);
         self.publish_backlog();

@@ -45,6 +45,11 @@ impl Pending {
     }
 
     /// The oldest record not yet confirmed.
+    /// The first `n` records held, in order.
+    pub(super) fn first(&self, n: usize) -> impl Iterator<Item = &StoredRecord> + Clone {
+        self.records.iter().take(n)
+    }
+
     pub(super) fn front(&self) -> Option<&StoredRecord> {
         self.records.front()
     }

@@ -180,13 +180,20 @@ impl<S: Storage> Retention<S> {
         );
         let adopted = self.adopting.remove(sink);
         let known = self.cursors.get(sink).map(|(_, at)| *at);
-        let at = if loaded.found {
+        // A sink a reload adds now. Its cursor file, if there is one, is
+        // what an earlier join of this run left when it failed (an I/O
+        // error after the file was made, before it joined): not a place
+        // it ever delivered from, so it goes by `start` (the simulation,
+        // seed 0x1c7b9597ed0c2fb9: the file a failed join left put the
+        // retry at the floor, past records `oldest` must give it).
+        let fresh = !adopted && known.is_none();
+        let at = if loaded.found && !fresh {
             loaded.confirmed.max(self.floor)
         } else if let Some(at) = known {
             // Joined before in this run, its file not written yet (a full
             // disk): where it stood.
             at.max(self.floor)
-        } else if adopted || loaded.corrupt || marker {
+        } else if !fresh && (adopted || loaded.corrupt || marker) {
             // (An unreadable cursor was moved aside: the sink had a
             // position, so it starts again at the floor, never past
             // records it may not have.)
@@ -225,7 +232,7 @@ impl<S: Storage> Retention<S> {
                 Err(e) => return Err(e),
             }
         }
-        if !loaded.found && !loaded.corrupt && !adopted && !marker && known.is_none() {
+        if fresh {
             tracing::info!(
                 shard = self.shard,
                 sink,
@@ -582,8 +589,7 @@ mod tests {
         let storage = FaultyStorage::default();
         let stats = Arc::new(RetentionStats::default());
         let sinks = ["a".to_string()];
-        let mut r =
-            Retention::open(storage.clone(), 0, dir.clone(), queue, &sinks, stats).unwrap();
+        let mut r = Retention::open(storage.clone(), 0, dir.clone(), queue, &sinks, stats).unwrap();
         let (a, _) = r.join("a", StartAt::End).unwrap();
         storage.inject(Fault {
             op: Op::SyncData,

@@ -711,6 +711,9 @@ impl<S: Storage> FlusherCore<S> {
             .observe(started.elapsed().as_micros() as u64);
         stats.group_records.observe(records);
         stats.bytes.fetch_add(payload, Ordering::Relaxed);
+        self.queue
+            .taps
+            .acknowledged(self.cfg.shard, first_seq, group);
         let mut seq = first_seq;
         for b in group.drain(..) {
             let n = b.records.len() as u64;

@@ -14,6 +14,7 @@ use super::{
     ShardStats, Watermark,
 };
 use crate::shard::budget::{ShardBudget, WabBudget};
+use crate::tap::Taps;
 
 /// The part of a shard connections see. Shared by `Arc`; survives flusher
 /// restarts, so connections never need a new handle.
@@ -54,6 +55,8 @@ pub struct ShardQueue {
     /// Delivered segments retention set aside for the sealer to write over.
     pub free: Arc<FreeSegments>,
     pub stats: ShardStats,
+    /// `ctl tap`'s watchers of this shard's records.
+    pub taps: Taps,
 }
 
 /// Default of `wab.flusher_spin_us`: how long the flusher spins on an empty
@@ -82,6 +85,7 @@ impl ShardQueue {
             rotation_wanted: AtomicU64::new(0),
             free: Arc::default(),
             stats: ShardStats::default(),
+            taps: Taps::default(),
         })
     }
 

@@ -7,7 +7,8 @@
 //! Commands (each may end in `--json`): `health`, `stats`, `metrics`,
 //! `segments`, `dead-letter list`,
 //! `dead-letter requeue all|<shard>:<seq>...`,
-//! `dead-letter drop all|<shard>:<seq>...`, `reload`.
+//! `dead-letter drop all|<shard>:<seq>...`, `reload`; and `tap`, whose
+//! answer is a stream of records until `--limit` or the client goes away.
 //!
 //! This file holds the actor (it serves the admin socket and, when
 //! `admin.metrics_address` is set, the HTTP listener) and the command
@@ -26,6 +27,7 @@ mod http;
 pub(crate) mod metrics;
 pub(crate) mod segments;
 mod sinks;
+mod tap;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -239,6 +241,10 @@ async fn serve(stream: UnixStream, state: Rc<AdminState>) {
     let mut line = String::new();
     let mut reader = BufReader::new(rd.take(COMMAND_BYTES_MAX as u64));
     let reply = match reader.read_line(&mut line).await {
+        Ok(_) if line.split_whitespace().next() == Some("tap") => {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            return tap::serve(&words, reader, wr, &state).await;
+        }
         Ok(_) => spillway_ctl::reply(execute(line.trim(), &state).await),
         Err(e) => spillway_ctl::reply(Err(format!("reading the command: {e}"))),
     };
@@ -330,7 +336,7 @@ async fn execute(line: &str, state: &AdminState) -> Result<String, String> {
         }
         [] => Err("empty command".into()),
         _ => Err(format!(
-            "unknown command {line:?}; try: health | stats | metrics | segments | dead-letter list [--sink NAME] [--limit N] | dead-letter requeue all|SHARD:SEQ... [--sink NAME] | dead-letter drop all|SHARD:SEQ... [--sink NAME] | sink pause|resume NAME | sink rewind NAME --to oldest|SEQ [--shard N] | reload"
+            "unknown command {line:?}; try: health | stats | metrics | segments | dead-letter list [--sink NAME] [--limit N] | dead-letter requeue all|SHARD:SEQ... [--sink NAME] | dead-letter drop all|SHARD:SEQ... [--sink NAME] | sink pause|resume NAME | sink rewind NAME --to oldest|SEQ [--shard N] | reload | tap [--sink NAME] [--tier T] [--limit N] [--rate N]"
         )),
     }
 }

@@ -1285,7 +1285,9 @@ impl World {
             Err(e) => {
                 // The reload failed (a fault fired): the operator tries
                 // again at a later action.
-                self.note(format!("late mirror: the join failed ({e}); tried again later"));
+                self.note(format!(
+                    "late mirror: the join failed ({e}); tried again later"
+                ));
                 if self.storage.crashed() {
                     return self.crash_and_restart();
                 }

@@ -89,6 +89,9 @@ const PINNED_TRANSACTIONAL: &[(u64, &str)] = &[(
 ), (
     0xadda_249c_7b37_6c02,
     "issue 44's start = \"oldest\": a failed write of the floor had reached the disk (the floor there above the one in memory); the sink added at the oldest record compared with the one in memory, did not lower the floor on disk, and a restart would have started it there, past records it never got",
+), (
+    0x1c7b_9597_ed0c_2fb9,
+    "issue 44's start = \"oldest\": a join that failed (an I/O error) after making the sink's cursor file left it behind; the retry took that file for a place the sink had delivered from and started it at the floor, past records the shard still held",
 )];
 
 /// Small-disk seeds that found bugs (replayed on the one-segment disk).

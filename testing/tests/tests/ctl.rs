@@ -340,3 +340,240 @@ fn a_permission_error_on_a_socket_names_owner_group_mode_and_what_to_do() {
         assert!(f.stderr.contains(needle), "{needle:?} missing: {f:?}");
     }
 }
+
+/// A `spillway ctl tap …` running beside the test, its stdout read line by
+/// line on a thread of its own.
+struct TapProcess {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    stderr: std::path::PathBuf,
+}
+
+impl TapProcess {
+    /// Starts `ctl [--json] tap ARGS` and waits until the daemon says the
+    /// tap watches.
+    fn start(d: &Daemon, json: bool, args: &[&str]) -> TapProcess {
+        let watching = "ctl tap: a client watches records";
+        let before = d.stderr().matches(watching).count();
+        let stderr = d.dir().join(format!("tap-{before}.err"));
+        let mut cmd = std::process::Command::new(spillway_bin());
+        cmd.env_remove("SPILLWAY_CONFIG")
+            .arg("ctl")
+            .arg("--config")
+            .arg(d.config_path());
+        if json {
+            cmd.arg("--json");
+        }
+        let mut child = cmd
+            .arg("tap")
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(out).lines() {
+                let Ok(l) = l else { break };
+                if tx.send(l).is_err() {
+                    break;
+                }
+            }
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while d.stderr().matches(watching).count() == before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the tap never attached; its stderr: {}\ndaemon log:\n{}",
+                std::fs::read_to_string(&stderr).unwrap_or_default(),
+                d.stderr()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        TapProcess {
+            child,
+            lines,
+            stderr,
+        }
+    }
+
+    fn next(&self, within: std::time::Duration) -> Option<String> {
+        self.lines.recv_timeout(within).ok()
+    }
+
+    /// Waits for the process to end (it must, by --limit) and returns its
+    /// remaining stdout lines and its stderr.
+    fn finish(mut self) -> (Vec<String>, String) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(std::time::Instant::now() < deadline, "ctl tap did not end");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let stderr = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        assert!(status.success(), "ctl tap: {status}; stderr: {stderr}");
+        (self.lines.iter().collect(), stderr)
+    }
+}
+
+/// `ctl tap` prints records as they are acknowledged: only the tier asked
+/// for, in order, with the shard and number each got, escaped; it stops at
+/// `--limit` and says what it skipped.
+#[test]
+fn tap_prints_acknowledged_records_of_one_tier_up_to_its_limit() {
+    let d = Daemon::start("[server]\nshards = 1\n");
+    let mut c = d.client();
+    c.push(Tier::Sync, b"before").unwrap();
+    let tap = TapProcess::start(&d, false, &["--tier", "batched", "--limit", "3"]);
+    for i in 0..3 {
+        c.push(Tier::Sync, format!("s{i}").as_bytes()).unwrap();
+        c.push(Tier::Batched, format!("b{i}\tx").as_bytes())
+            .unwrap();
+    }
+    let (lines, stderr) = tap.finish();
+    // Numbers: "before" is 0, then s0 1, b0 2, s1 3, b1 4, ...
+    assert_eq!(
+        lines,
+        [
+            "0:2 batched b0\\tx",
+            "0:4 batched b1\\tx",
+            "0:6 batched b2\\tx"
+        ],
+        "stderr: {stderr}"
+    );
+    assert!(
+        stderr.contains("tap ended: 3 records shown; 0 skipped over --rate, 0 dropped"),
+        "{stderr}"
+    );
+}
+
+/// `--json`: one object per record, a payload that is not UTF-8 as base64,
+/// and a closing object with the counts.
+#[test]
+fn tap_json_gives_payloads_that_are_not_utf8_as_base64() {
+    let d = Daemon::start("[server]\nshards = 1\n");
+    let mut c = d.client();
+    let tap = TapProcess::start(&d, true, &["--limit", "2"]);
+    c.push(Tier::Buffered, &[0xff, 0xfe, 0x00]).unwrap();
+    c.push(Tier::Sync, "é\n".as_bytes()).unwrap();
+    let (lines, _) = tap.finish();
+    let v: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(v.len(), 3, "{lines:?}");
+    assert_eq!(v[0]["payload_base64"], "//4A", "{lines:?}");
+    assert_eq!(v[0]["tier"], "buffered");
+    assert!(v[0].get("payload").is_none(), "{lines:?}");
+    assert_eq!(v[1]["payload"], "é\n");
+    assert_eq!(
+        (v[1]["shard"].as_u64(), v[1]["seq"].as_u64()),
+        (Some(0), Some(1))
+    );
+    assert!(v[1]["arrival_unix_us"].as_u64().unwrap() > 0);
+    assert_eq!(v[2]["end"], true, "{lines:?}");
+    assert_eq!(v[2]["shown"], 2);
+}
+
+/// `--sink NAME` shows records as that sink confirms them: nothing while
+/// it is paused, each once it has delivered it.
+#[test]
+fn tap_of_a_sink_shows_records_when_the_sink_confirms_them() {
+    let rx = spillway_tests::receiver::HttpReceiver::start();
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[sink]\ntype = \"http\"\nurl = \"{}\"\nlinger_ms = 0\n",
+        rx.url()
+    ));
+    d.ctl(&["sink", "pause", "default"]);
+    let tap = TapProcess::start(&d, false, &["--sink", "default", "--limit", "3"]);
+    let mut c = d.client();
+    for i in 0..3 {
+        c.push(Tier::Sync, format!("r{i}").as_bytes()).unwrap();
+    }
+    // Acknowledged, not delivered: the sink's tap stays silent.
+    assert_eq!(tap.next(std::time::Duration::from_millis(500)), None);
+    assert!(rx.accepted_records().is_empty());
+    d.ctl(&["sink", "resume", "default"]);
+    let (lines, stderr) = tap.finish();
+    assert_eq!(
+        lines,
+        ["0:0 sync r0", "0:1 sync r1", "0:2 sync r2"],
+        "{stderr}"
+    );
+    assert_eq!(
+        rx.wait_distinct(3, std::time::Duration::from_secs(10))
+            .len(),
+        3
+    );
+}
+
+/// A tap nobody reads never holds up a push: the records it has no room
+/// for are dropped and counted, and what it shows plus what it dropped is
+/// every record acknowledged. `--sink` of an unknown sink is refused by
+/// name.
+#[test]
+fn a_tap_nobody_reads_drops_records_and_never_holds_up_producers() {
+    use std::io::{BufRead, Write};
+    let d = Daemon::start("[server]\nshards = 2\n");
+    let admin = d.dir().join("admin").join("admin.sock");
+    let mut unknown = std::os::unix::net::UnixStream::connect(&admin).unwrap();
+    unknown.write_all(b"tap --sink nope\n").unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(&mut unknown, &mut answer).unwrap();
+    assert_eq!(answer, "error: no sink \"nope\"; sinks: default\n");
+
+    let mut stalled = std::os::unix::net::UnixStream::connect(&admin).unwrap();
+    stalled.write_all(b"tap --rate 0 --json\n").unwrap();
+    let watching = "ctl tap: a client watches records";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !d.stderr().contains(watching) {
+        assert!(std::time::Instant::now() < deadline, "{}", d.stderr());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // 32 MiB of records, four times what a tap may hold, with the reader
+    // asleep: every push is acknowledged (the client's timeouts bound it).
+    let payload = vec![b'x'; 4096];
+    let mut c = d.client();
+    let pushed = 8192u64;
+    for _ in 0..pushed / 64 {
+        c.push_batch(Tier::Batched, &vec![&payload[..]; 64])
+            .unwrap();
+    }
+    // Now read: records, then (within a second) the counts; the records
+    // shown and those dropped add up to every record pushed.
+    stalled
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut reader = std::io::BufReader::new(stalled);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert_eq!(line, "ok\n");
+    // (The counts line comes when they changed, at most once a second,
+    // between records or after them.)
+    let (mut shown, mut dropped) = (0u64, 0u64);
+    while shown + dropped < pushed {
+        line.clear();
+        let n = reader.read_line(&mut line).unwrap_or_else(|e| {
+            panic!("reading the tap after {shown} records ({dropped} dropped): {e}")
+        });
+        assert!(n > 0, "the tap ended early after {shown} records");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v.get("seq").is_some() {
+            shown += 1;
+        } else {
+            assert_eq!(v["skipped"], 0, "{line}");
+            dropped = v["dropped"].as_u64().unwrap();
+        }
+    }
+    assert_eq!(
+        shown + dropped,
+        pushed,
+        "no record is both shown and dropped"
+    );
+    assert!(dropped > 0, "nothing was dropped: {shown} shown");
+    assert!(shown > 0, "nothing was shown");
+}
