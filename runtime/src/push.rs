@@ -26,8 +26,26 @@ use crate::config::Config;
 #[derive(Args, Debug)]
 pub struct PushArgs {
     /// The daemon's producer socket (default: the config's server.socket_path).
-    #[arg(long, conflicts_with = "config")]
+    #[arg(long, conflicts_with_all = ["config", "connect"])]
     pub(crate) socket: Option<PathBuf>,
+    /// The daemon's TCP door instead of its socket: `tcp://HOST:PORT`
+    /// (`[server.tcp]` with `tls = false`, loopback only) or
+    /// `tls://HOST:PORT` (with --ca, and --cert and --key for mutual TLS).
+    #[arg(long, value_name = "URL")]
+    connect: Option<String>,
+    /// PEM file of the CA that signed the daemon's certificate (tls://).
+    #[arg(long, value_name = "FILE", requires = "connect")]
+    ca: Option<PathBuf>,
+    /// PEM certificate this client presents (mutual TLS; with --key).
+    #[arg(long, value_name = "FILE", requires_all = ["connect", "key"])]
+    cert: Option<PathBuf>,
+    /// PEM private key of --cert.
+    #[arg(long, value_name = "FILE", requires_all = ["connect", "cert"])]
+    key: Option<PathBuf>,
+    /// The name the daemon's certificate must carry (default: HOST of
+    /// --connect).
+    #[arg(long, value_name = "NAME", requires = "connect")]
+    server_name: Option<String>,
     /// The daemon's config file, for its socket and payload cap (default:
     /// $SPILLWAY_CONFIG, ./spillway.toml, /etc/spillway/spillway.toml, else
     /// the embedded default config).
@@ -169,17 +187,14 @@ pub fn run(mut args: PushArgs) -> Result<String, String> {
             separator: if args.null { 0 } else { b'\n' },
         }
     };
-    let mut client = Client::connect_with(&socket, options).map_err(|e| {
-        let why = match &e {
-            spillway_client::Error::Connect { source, .. } => {
-                spillway_ctl::access::why_not_connected("server.socket_path", &socket, source)
-            }
-            _ => "is the daemon running, and is this its server.socket_path?".to_string(),
-        };
-        format!("{e}: {why}")
-    })?;
+    let mut client = connect(&socket, &args, options)?;
     let started = Instant::now();
+    let advise = |text: &str| tls_advice(text, &args);
     let mut sender = Sender {
+        advice: args
+            .connect
+            .is_some()
+            .then_some(&advise as &dyn Fn(&str) -> Option<String>),
         timeout: options.timeout.unwrap_or_default(),
         pipeline: client.pipeline(args.window as usize),
         tier: args.tier.tier(),
@@ -238,6 +253,133 @@ fn seconds(flag: &str, s: f64) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(s))
 }
 
+/// Where `push` connects.
+#[derive(Debug, PartialEq, Eq)]
+enum Door {
+    Tcp(String),
+    Tls { addr: String, host: String },
+}
+
+/// `tcp://HOST:PORT` or `tls://HOST:PORT`, checked against the TLS flags.
+fn door(url: &str, args: &PushArgs) -> Result<Door, String> {
+    let bad = |why: &str| format!("--connect {url:?}: {why}");
+    let (scheme, addr) = url
+        .split_once("://")
+        .ok_or_else(|| bad("expected tcp://HOST:PORT or tls://HOST:PORT"))?;
+    let host = match addr.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0) => {
+            h.trim_start_matches('[').trim_end_matches(']').to_string()
+        }
+        _ => {
+            return Err(bad(
+                "expected HOST:PORT after the scheme, a port in 1..=65535",
+            ))
+        }
+    };
+    match scheme {
+        "tcp" => {
+            if let Some(flag) = [
+                ("--ca", args.ca.is_some()),
+                ("--cert", args.cert.is_some()),
+                ("--server-name", args.server_name.is_some()),
+            ]
+            .iter()
+            .find_map(|(f, set)| set.then_some(*f))
+            {
+                return Err(bad(&format!(
+                    "{flag} is for tls://; tcp:// is the door without TLS"
+                )));
+            }
+            Ok(Door::Tcp(addr.to_string()))
+        }
+        "tls" => {
+            if args.ca.is_none() {
+                return Err(bad(
+                    "tls:// needs --ca FILE, the CA that signed the daemon's certificate",
+                ));
+            }
+            Ok(Door::Tls {
+                addr: addr.to_string(),
+                host,
+            })
+        }
+        other => Err(bad(&format!(
+            "unknown scheme {other:?}; expected tcp:// or tls://"
+        ))),
+    }
+}
+
+/// The connection `push` sends over: the socket, or the door --connect names.
+fn connect(socket: &std::path::Path, args: &PushArgs, options: Options) -> Result<Client, String> {
+    let Some(url) = &args.connect else {
+        return Client::connect_with(socket, options).map_err(|e| {
+            let why = match &e {
+                Error::Connect { source, .. } => {
+                    spillway_ctl::access::why_not_connected("server.socket_path", socket, source)
+                }
+                _ => "is the daemon running, and is this its server.socket_path?".to_string(),
+            };
+            format!("{e}: {why}")
+        });
+    };
+    let connected = match door(url, args)? {
+        Door::Tcp(addr) => Client::connect_tcp(addr.as_str(), options),
+        Door::Tls { addr, host } => {
+            let ca = args.ca.as_deref().expect("door() checked --ca");
+            let identity = args.cert.as_deref().zip(args.key.as_deref());
+            let config = spillway_client::tls_config(ca, identity).map_err(|e| e.to_string())?;
+            let name = args.server_name.clone().unwrap_or(host);
+            Client::connect_tls(addr.as_str(), &name, config, options)
+        }
+    };
+    connected.map_err(|e| {
+        let advice = tls_advice(&e.to_string(), args)
+            .unwrap_or_else(|| "is the daemon's [server.tcp] door listening there?".to_string());
+        format!("connecting to {url}: {e}: {advice}")
+    })
+}
+
+/// What to change, from a TLS error's text (the alert the daemon sent, or
+/// what this side refused), if it names a cause.
+fn tls_advice(error: &str, args: &PushArgs) -> Option<String> {
+    let cert = || {
+        args.cert
+            .as_ref()
+            .map_or("this client's certificate".to_string(), |c| {
+                c.display().to_string()
+            })
+    };
+    let name = args
+        .server_name
+        .as_deref()
+        .unwrap_or("the host of --connect");
+    let advice = if error.contains("AccessDenied") {
+        format!("the daemon refused {}: it chains to the door's ca_file but carries none of its allowed_names (the daemon's log names the names it carried); use a certificate with one of them, or add its name to allowed_names", cert())
+    } else if error.contains("CertificateRequired")
+        || error.contains("HandshakeFailure") && args.cert.is_none()
+    {
+        "the door asks for a client certificate (it has ca_file): give --cert and --key".to_string()
+    } else if error.contains("alert") && error.contains("UnknownCA") {
+        format!(
+            "the daemon does not trust the CA that signed {}: it must chain to the door's ca_file",
+            cert()
+        )
+    } else if error.contains("alert") && error.contains("CertificateExpired") {
+        format!("the daemon says {} has expired or is not valid yet", cert())
+    } else if error.contains("alert") && error.contains("BadCertificate") {
+        format!("the daemon could not use {} (is it a client certificate, with clientAuth in its extended key usage?)", cert())
+    } else if error.contains("UnknownIssuer") {
+        "the daemon's certificate is not signed by the CA in --ca".to_string()
+    } else if error.contains("NotValidForName") {
+        format!("the daemon's certificate does not carry {name}: give --server-name with a name among its subject alternative names")
+    } else if error.contains("Expired") {
+        "the daemon's certificate has expired or is not valid yet".to_string()
+    } else {
+        return None;
+    };
+    Some(advice)
+}
+
 /// The socket to connect to and the payload cap to check records against.
 fn target(args: &PushArgs) -> Result<(PathBuf, u32), String> {
     if let Some(socket) = &args.socket {
@@ -264,6 +406,8 @@ struct Sender<'c> {
     inflight: VecDeque<Frame>,
     /// Frames refused with a retryable nack, in input order.
     refused: Vec<Frame>,
+    /// Over TLS: what to change, from an error's text ([`tls_advice`]).
+    advice: Option<&'c dyn Fn(&str) -> Option<String>>,
 }
 
 impl Sender<'_> {
@@ -407,7 +551,16 @@ impl Sender<'_> {
                 self.timeout.as_secs_f64()
             )
         } else {
-            e.to_string()
+            // With TLS 1.3 a refused client certificate is told on the
+            // first read, after a handshake that looked complete.
+            let text = e.to_string();
+            match &self.advice {
+                Some(advise) => match advise(&text) {
+                    Some(a) => format!("{text}: {a}"),
+                    None => text,
+                },
+                None => text,
+            }
         };
         let first = self
             .refused

@@ -21,10 +21,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{CertificateError, RootCertStore, ServerConfig};
+use rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig,
+    SignatureScheme,
+};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
@@ -120,7 +125,17 @@ impl TlsServer {
             Ok(Ok(s)) => s,
             Ok(Err(e)) => {
                 let reason = failure_reason(&e);
-                refused(reason, e.to_string());
+                // The names a certificate refused by `allowed_names`
+                // carried: the verifier (run in this same poll, on this
+                // thread) left them here.
+                let detail = match REFUSED_NAMES.take() {
+                    Some(names) if reason == "name_not_allowed" => format!(
+                        "the client certificate's names {names} are none of allowed_names {:?} (the client was sent alert access_denied)",
+                        self.files.allowed_names
+                    ),
+                    _ => e.to_string(),
+                };
+                refused(reason, detail);
                 return None;
             }
             Err(_) => {
@@ -131,24 +146,83 @@ impl TlsServer {
                 return None;
             }
         };
-        if !self.files.allowed_names.is_empty() {
-            let (_, conn) = stream.get_ref();
-            let ok = conn
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .is_some_and(|cert| carries_one_of(cert, &self.files.allowed_names));
-            if !ok {
-                refused(
-                    "name_not_allowed",
-                    format!(
-                        "the client certificate carries none of allowed_names {:?} among its subject alternative names",
-                        self.files.allowed_names
-                    ),
-                );
-                return None;
-            }
-        }
         Some(stream)
+    }
+}
+
+thread_local! {
+    /// What [`NamedClients`] refused last on this thread, for the log line.
+    static REFUSED_NAMES: std::cell::Cell<Option<String>> = const { std::cell::Cell::new(None) };
+}
+
+/// The client CA's verifier, then `allowed_names`: a certificate that
+/// chains but carries none of them fails the handshake with the alert
+/// `access_denied`, so the client hears why (a check after the handshake
+/// could only close the connection).
+#[derive(Debug)]
+struct NamedClients {
+    inner: Arc<dyn ClientCertVerifier>,
+    allowed: Vec<String>,
+}
+
+impl ClientCertVerifier for NamedClients {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        if carries_one_of(end_entity, &self.allowed) {
+            return Ok(verified);
+        }
+        let names: Vec<String> = webpki::EndEntityCert::try_from(end_entity)
+            .map(|ee| ee.valid_dns_names().map(str::to_string).collect())
+            .unwrap_or_default();
+        REFUSED_NAMES.set(Some(if names.is_empty() {
+            "(no DNS name; IP addresses not shown)".to_string()
+        } else {
+            format!("{names:?}")
+        }));
+        Err(rustls::Error::InvalidCertificate(
+            CertificateError::ApplicationVerificationFailure,
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }
 
@@ -174,6 +248,7 @@ fn failure_reason(e: &io::Error) -> &'static str {
         rustls::Error::InvalidCertificate(c) => match c {
             CertificateError::UnknownIssuer => "unknown_ca",
             CertificateError::Expired | CertificateError::ExpiredContext { .. } => "expired",
+            CertificateError::ApplicationVerificationFailure => "name_not_allowed",
             _ => "bad_certificate",
         },
         _ => "other",
@@ -312,6 +387,11 @@ fn server_config(files: &TlsFiles) -> Result<(ServerConfig, Vec<String>), String
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("{p}: {e}"))?;
     let builder = match &files.client_ca {
+        // (The config refuses this too: there would be no certificate to
+        // check the names of.)
+        None if !files.allowed_names.is_empty() => {
+            return Err(format!("{p}.allowed_names needs {p}.ca_file"))
+        }
         None => builder.with_no_client_auth(),
         Some(ca) => {
             let mut roots = RootCertStore::empty();
@@ -332,7 +412,14 @@ fn server_config(files: &TlsFiles) -> Result<(ServerConfig, Vec<String>), String
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
                 .map_err(|e| format!("{p}.ca_file: {}: {e}", ca.display()))?;
-            builder.with_client_cert_verifier(verifier)
+            if files.allowed_names.is_empty() {
+                builder.with_client_cert_verifier(verifier)
+            } else {
+                builder.with_client_cert_verifier(Arc::new(NamedClients {
+                    inner: verifier,
+                    allowed: files.allowed_names.clone(),
+                }))
+            }
         }
     };
     let config = builder.with_single_cert(certs, key).map_err(|e| {

@@ -75,6 +75,19 @@ fn the_wire_protocol_in_the_clear_on_loopback() {
         ["clear-Sync", "clear-Batched", "clear-Buffered"]
     );
     assert_eq!(stat(&d, "tcp_connections_accepted"), 1);
+    // `spillway push` over the same door.
+    let url = format!("tcp://127.0.0.1:{port}");
+    let pushed = run_spillway(
+        &[
+            "push".as_ref(),
+            "--connect".as_ref(),
+            url.as_ref(),
+            "by-push".as_ref(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(pushed.status.success(), "{pushed:?}");
+    assert_eq!(stored_texts(&d).last().map(String::as_str), Some("by-push"));
     // A bad frame is refused and closes, as on the socket.
     let mut bad = TcpStream::connect(("127.0.0.1", port)).unwrap();
     bad.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -130,11 +143,28 @@ fn mutual_tls_serves_good_clients_refuses_the_rest_and_rotates_by_sighup() {
             Some(client_ca.leaf("intruder", &["intruder.example"], false)),
         ),
     ] {
+        if reason == "name_not_allowed" {
+            // Past the one refusal line a second, so this one is logged.
+            thread::sleep(Duration::from_millis(1100));
+        }
         let mut s = tls_connect(port, &server_ca, leaf.as_ref());
         let r = s
             .write_all(&push_frame(Tier::Sync, b"must not land"))
             .and_then(|()| expect_bytes(&mut s, &expected_ack(), "refused client"));
         assert!(r.is_err(), "{reason}: the client was served");
+        // Refused by name, the client is told so by a TLS alert (not a
+        // bare close), and the daemon's log names the refused name.
+        if reason == "name_not_allowed" {
+            let err = r.unwrap_err().to_string();
+            assert!(err.contains("AccessDenied"), "{err}");
+            assert!(
+                wait_until(Duration::from_secs(10), || d
+                    .stderr()
+                    .contains("names [\"intruder.example\"] are none of allowed_names")),
+                "{}",
+                d.stderr()
+            );
+        }
         assert_eq!(
             stat_reaching(
                 &d,
@@ -385,4 +415,109 @@ fn clients_stuck_in_the_handshake_give_way_to_producers_at_the_cap() {
         ["through the flood", "second producer", "still here"]
     );
     drop((first_flood, second_flood));
+}
+
+/// The openssl recipe of docs/ingest.md, run as written there.
+fn run_the_documented_recipe(dir: &std::path::Path) {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/ingest.md"),
+    )
+    .unwrap();
+    let after = doc
+        .split_once("<!-- tls-recipe: the tests run the next block verbatim -->")
+        .expect("docs/ingest.md has the recipe's marker")
+        .1;
+    let block = after
+        .split_once("```sh\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .expect("a ```sh block after the marker")
+        .0;
+    let out = std::process::Command::new("sh")
+        .args(["-e", "-c", block])
+        .current_dir(dir)
+        .output()
+        .expect("sh");
+    assert!(
+        out.status.success(),
+        "the recipe failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `spillway push --connect tls://…` with the certificates the docs'
+/// recipe makes: pushed and stored; a push without a certificate and one
+/// whose name is not allowed are refused with a sentence naming the cause.
+#[test]
+fn the_documented_certificates_let_push_in_over_mutual_tls() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    run_the_documented_recipe(dir);
+    let port = free_port();
+    let d = Daemon::start(&format!(
+        "[server]\nshards = 1\n[server.tcp]\nlisten = \"127.0.0.1:{port}\"\ncert_file = {:?}\nkey_file = {:?}\nca_file = {:?}\nallowed_names = [\"billing.internal\"]\n",
+        dir.join("server.crt"),
+        dir.join("server.key"),
+        dir.join("ca.crt"),
+    ));
+    let url = format!("tls://localhost:{port}");
+    let push = |extra: &[&str]| {
+        let mut args = vec!["push", "--connect", &url, "--ca"];
+        let ca = dir.join("ca.crt").display().to_string();
+        args.push(&ca);
+        args.extend_from_slice(extra);
+        let os: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        run_spillway(&os, Duration::from_secs(30))
+    };
+    let (cert, key) = (
+        dir.join("client.crt").display().to_string(),
+        dir.join("client.key").display().to_string(),
+    );
+    let ok = push(&["--cert", &cert, "--key", &key, "first", "second"]);
+    assert!(ok.status.success(), "{ok:?}");
+    assert_eq!(stored_texts(&d), ["first", "second"]);
+
+    let bare = push(&["nothing"]);
+    assert!(!bare.status.success(), "{bare:?}");
+    assert!(
+        bare.stderr.contains("CertificateRequired")
+            && bare.stderr.contains("give --cert and --key"),
+        "{bare:?}"
+    );
+
+    // Another producer's certificate from the same CA, with a name the
+    // door does not allow.
+    let made = std::process::Command::new("sh")
+        .args(["-e", "-c", "printf 'subjectAltName = DNS:intruder.example\\nextendedKeyUsage = clientAuth\\n' > intruder.ext\n\
+            openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=intruder -keyout intruder.key -out intruder.csr\n\
+            openssl x509 -req -in intruder.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 -extfile intruder.ext -out intruder.crt"])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let (icert, ikey) = (
+        dir.join("intruder.crt").display().to_string(),
+        dir.join("intruder.key").display().to_string(),
+    );
+    // Past the one refusal line a second, so this one is logged.
+    thread::sleep(Duration::from_millis(1100));
+    let denied = push(&["--cert", &icert, "--key", &ikey, "intruding"]);
+    assert!(!denied.status.success(), "{denied:?}");
+    assert!(
+        denied.stderr.contains("AccessDenied")
+            && denied.stderr.contains("carries none of its allowed_names"),
+        "{denied:?}"
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || d
+            .stderr()
+            .contains("names [\"intruder.example\"] are none of allowed_names")),
+        "{}",
+        d.stderr()
+    );
+    assert_eq!(
+        stored_texts(&d),
+        ["first", "second"],
+        "nothing refused landed"
+    );
 }
