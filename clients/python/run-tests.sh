@@ -51,7 +51,16 @@ fi
 # sources it builds, and the work tree should stay clean.
 mkdir "$venv/src"
 cp -R "$here/pyproject.toml" "$here/README.md" "$here/src" "$venv/src/"
-"$py" -m pip install --quiet --disable-pip-version-check --no-deps "${build_flags[@]}" "$venv/src"
+# The wheel the README tells users to build, then installed as they would
+# on a host without the source tree.
+"$py" -m pip wheel --quiet --disable-pip-version-check --no-deps "${build_flags[@]}" \
+    --wheel-dir "$venv/dist" "$venv/src"
+wheels=("$venv"/dist/spillway_client-*-py3-none-any.whl)
+if [[ ! -f "${wheels[0]}" ]]; then
+    echo "pip wheel made no spillway_client-*-py3-none-any.whl in $venv/dist: $(ls "$venv/dist")" >&2
+    exit 1
+fi
+"$py" -m pip install --quiet --disable-pip-version-check --no-deps "${wheels[0]}"
 
 # Run from the venv folder so that the source tree is not on sys.path: the
 # tests import the installed package (test_the_installed_package_is_tested).

@@ -386,3 +386,8 @@ def test_the_installed_package_is_tested():
     source = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "src"))
     assert not os.path.realpath(spillway.__file__).startswith(source + os.sep), spillway.__file__
     assert "site-packages" in spillway.__file__
+    # From the wheel (run-tests.sh builds one and installs it), pure Python.
+    from importlib import metadata
+
+    wheel = metadata.distribution("spillway-client").read_text("WHEEL") or ""
+    assert "Root-Is-Purelib: true" in wheel, wheel
