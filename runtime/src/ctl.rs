@@ -101,6 +101,20 @@ pub enum SinkAction {
         #[arg(long)]
         shard: Option<u32>,
     },
+    /// Read back the last records the sink's downstream holds (a nats
+    /// sink's JetStream stream), oldest first, without the downstream's
+    /// own tools and without changing anything there.
+    ///
+    /// One line per message: STREAM:SEQ SUBJECT SHARD:SEQ PAYLOAD (the
+    /// spillway record it is, from its Spillway-Shard and Spillway-Seq
+    /// headers). Reads the config's sink table and connects as the sink
+    /// does: the daemon need not run.
+    Tail {
+        name: String,
+        /// How many of the newest messages.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+        limit: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -248,6 +262,12 @@ pub fn run(
         timeout,
         ..Limits::default()
     };
+    if let CtlCommand::Sink {
+        action: SinkAction::Tail { name, limit },
+    } = &command
+    {
+        return tail(&config().map_err(not_asked)?, name, *limit as usize, json);
+    }
     let socket = match admin_socket {
         Some(s) => s,
         None if matches!(command, CtlCommand::Reload) => {
@@ -305,6 +325,7 @@ pub fn run(
                 Some(n) => format!("sink rewind {name} --to {to} --shard {n}"),
                 None => format!("sink rewind {name} --to {to}"),
             },
+            SinkAction::Tail { .. } => unreachable!("answered above, without the daemon"),
         },
         CtlCommand::DeadLetter { sink, action } => {
             let line = match action {
@@ -322,6 +343,48 @@ pub fn run(
     };
     let line = if json { line + " --json" } else { line };
     Ok(spillway_ctl::ask(&socket, &line, limits)?)
+}
+
+/// `ctl sink tail NAME`: the downstream's newest `limit` records of sink
+/// `name`, as lines or one JSON document.
+fn tail(cfg: &Config, name: &str, limit: usize, json: bool) -> Result<String, Failure> {
+    let sink = cfg.sinks.get(name).ok_or_else(|| {
+        Failure::NotAsked(format!(
+            "no sink {name:?} in the config; sinks: {}",
+            cfg.sinks.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    let records =
+        spillway_sinks::read_back(sink, limit).map_err(|e| Failure::Refused(e.to_string()))?;
+    if json {
+        let records: Vec<serde_json::Value> = records
+            .iter()
+            .map(|r| {
+                let mut v = serde_json::json!({ "at": r.at });
+                if let Some((shard, seq)) = r.record {
+                    v["shard"] = shard.into();
+                    v["seq"] = seq.into();
+                }
+                crate::payload::set_json(&mut v, &r.payload);
+                v
+            })
+            .collect();
+        return Ok(serde_json::json!({ "sink": name, "records": records }).to_string() + "\n");
+    }
+    let mut out = String::new();
+    for r in &records {
+        out += &r.at;
+        out += &match r.record {
+            Some((shard, seq)) => format!(" {shard}:{seq} "),
+            None => " -:- ".to_string(),
+        };
+        crate::payload::push_text(&mut out, &r.payload);
+        out.push('\n');
+    }
+    if records.is_empty() {
+        out = format!("sink {name}: the downstream holds no records\n");
+    }
+    Ok(out)
 }
 
 /// `ctl tap`: each record's line to stdout (the `# ` lines of what the

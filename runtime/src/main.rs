@@ -25,6 +25,7 @@ mod golden;
 mod inspect;
 mod manual;
 mod notify;
+mod payload;
 mod plugin_kit;
 mod push;
 mod reference;

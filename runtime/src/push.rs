@@ -189,12 +189,8 @@ pub fn run(mut args: PushArgs) -> Result<String, String> {
     };
     let mut client = connect(&socket, &args, options)?;
     let started = Instant::now();
-    let advise = |text: &str| tls_advice(text, &args);
     let mut sender = Sender {
-        advice: args
-            .connect
-            .is_some()
-            .then_some(&advise as &dyn Fn(&str) -> Option<String>),
+        tls: args.connect.is_some().then(|| TlsHints::of(&args)),
         timeout: options.timeout.unwrap_or_default(),
         pipeline: client.pipeline(args.window as usize),
         tier: args.tier.tier(),
@@ -333,51 +329,66 @@ fn connect(socket: &std::path::Path, args: &PushArgs, options: Options) -> Resul
         }
     };
     connected.map_err(|e| {
-        let advice = tls_advice(&e.to_string(), args)
+        let advice = TlsHints::of(args)
+            .advice(&e.to_string())
             .unwrap_or_else(|| "is the daemon's [server.tcp] door listening there?".to_string());
         format!("connecting to {url}: {e}: {advice}")
     })
 }
 
-/// What to change, from a TLS error's text (the alert the daemon sent, or
-/// what this side refused), if it names a cause.
-fn tls_advice(error: &str, args: &PushArgs) -> Option<String> {
-    let cert = || {
-        args.cert
-            .as_ref()
-            .map_or("this client's certificate".to_string(), |c| {
-                c.display().to_string()
-            })
-    };
-    let name = args
-        .server_name
-        .as_deref()
-        .unwrap_or("the host of --connect");
-    let advice = if error.contains("AccessDenied") {
-        format!("the daemon refused {}: it chains to the door's ca_file but carries none of its allowed_names (the daemon's log names the names it carried); use a certificate with one of them, or add its name to allowed_names", cert())
-    } else if error.contains("CertificateRequired")
-        || error.contains("HandshakeFailure") && args.cert.is_none()
-    {
-        "the door asks for a client certificate (it has ca_file): give --cert and --key".to_string()
-    } else if error.contains("alert") && error.contains("UnknownCA") {
-        format!(
-            "the daemon does not trust the CA that signed {}: it must chain to the door's ca_file",
-            cert()
-        )
-    } else if error.contains("alert") && error.contains("CertificateExpired") {
-        format!("the daemon says {} has expired or is not valid yet", cert())
-    } else if error.contains("alert") && error.contains("BadCertificate") {
-        format!("the daemon could not use {} (is it a client certificate, with clientAuth in its extended key usage?)", cert())
-    } else if error.contains("UnknownIssuer") {
-        "the daemon's certificate is not signed by the CA in --ca".to_string()
-    } else if error.contains("NotValidForName") {
-        format!("the daemon's certificate does not carry {name}: give --server-name with a name among its subject alternative names")
-    } else if error.contains("Expired") {
-        "the daemon's certificate has expired or is not valid yet".to_string()
-    } else {
-        return None;
-    };
-    Some(advice)
+/// What `push` was given for TLS, to say what to change when a
+/// handshake fails.
+struct TlsHints {
+    cert: Option<PathBuf>,
+    server_name: Option<String>,
+}
+
+impl TlsHints {
+    fn of(args: &PushArgs) -> Self {
+        TlsHints {
+            cert: args.cert.clone(),
+            server_name: args.server_name.clone(),
+        }
+    }
+
+    /// What to change, from a TLS error's text (the alert the daemon
+    /// sent, or what this side refused), if it names a cause.
+    fn advice(&self, error: &str) -> Option<String> {
+        let cert = || {
+            self.cert
+                .as_ref()
+                .map_or("this client's certificate".to_string(), |c| {
+                    c.display().to_string()
+                })
+        };
+        let alert = |name: &str| error.contains("alert") && error.contains(name);
+        let advice = if alert("AccessDenied") {
+            format!("the daemon refused {}: it chains to the door's ca_file but carries none of its allowed_names (the daemon's log names the names it carried); use a certificate with one of them, or add its name to allowed_names", cert())
+        } else if alert("CertificateRequired") || (alert("HandshakeFailure") && self.cert.is_none())
+        {
+            "the door asks for a client certificate (it has ca_file): give --cert and --key"
+                .to_string()
+        } else if alert("UnknownCA") {
+            format!("the daemon does not trust the CA that signed {}: it must chain to the door's ca_file", cert())
+        } else if alert("CertificateExpired") {
+            format!("the daemon says {} has expired or is not valid yet", cert())
+        } else if alert("BadCertificate") {
+            format!("the daemon could not use {} (is it a client certificate, with clientAuth in its extended key usage?)", cert())
+        } else if error.contains("UnknownIssuer") {
+            "the daemon's certificate is not signed by the CA in --ca".to_string()
+        } else if error.contains("NotValidForName") {
+            let name = self
+                .server_name
+                .as_deref()
+                .unwrap_or("the host of --connect");
+            format!("the daemon's certificate does not carry {name}: give --server-name with a name among its subject alternative names")
+        } else if error.contains("Expired") {
+            "the daemon's certificate has expired or is not valid yet".to_string()
+        } else {
+            return None;
+        };
+        Some(advice)
+    }
 }
 
 /// The socket to connect to and the payload cap to check records against.
@@ -406,8 +417,8 @@ struct Sender<'c> {
     inflight: VecDeque<Frame>,
     /// Frames refused with a retryable nack, in input order.
     refused: Vec<Frame>,
-    /// Over TLS: what to change, from an error's text ([`tls_advice`]).
-    advice: Option<&'c dyn Fn(&str) -> Option<String>>,
+    /// Over TLS: what to change, from an error's text.
+    tls: Option<TlsHints>,
 }
 
 impl Sender<'_> {
@@ -554,11 +565,8 @@ impl Sender<'_> {
             // With TLS 1.3 a refused client certificate is told on the
             // first read, after a handshake that looked complete.
             let text = e.to_string();
-            match &self.advice {
-                Some(advise) => match advise(&text) {
-                    Some(a) => format!("{text}: {a}"),
-                    None => text,
-                },
+            match self.tls.as_ref().and_then(|t| t.advice(&text)) {
+                Some(a) => format!("{text}: {a}"),
                 None => text,
             }
         };

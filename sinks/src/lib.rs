@@ -51,7 +51,7 @@ pub use config::{DeliveryConfig, InFlight, OnLag, SinkConfig, StartAt, TypeConfi
 pub use error::{KeyProblem, SinkConfigError, SinkError};
 pub use reference::reference_tables;
 pub use registry::{CheckedSink, SinkType, TypeKeys, SINK_TYPES};
-pub use sink_type::{Preflight, SinkEnv};
+pub use sink_type::{Preflight, ReadBack, SinkEnv};
 
 /// Builds the sink of a checked `cfg`: reads what it refers to (the bearer
 /// token variable, the output file, the plugin library) and prepares the
@@ -74,6 +74,23 @@ pub fn build(cfg: &SinkConfig, env: &SinkEnv) -> Result<Arc<dyn SinkFactory>, Si
 /// `cfg`'s table and what is wrong.
 pub fn preflight(cfg: &SinkConfig) -> Result<Preflight, SinkError> {
     cfg.settings()?.preflight(cfg.table())
+}
+
+/// The last `limit` records sink `cfg`'s downstream holds (`ctl sink
+/// tail`); an error names the key, or says that this type cannot be read
+/// back.
+pub fn read_back(cfg: &SinkConfig, limit: usize) -> Result<Vec<ReadBack>, SinkError> {
+    let settings = cfg.settings()?;
+    settings
+        .read_back(cfg.table(), limit)
+        .unwrap_or_else(|| {
+            Err(SinkError::Build {
+                reason: format!(
+                    "{}: spillway reads back only nats sinks (a JetStream stream); use the downstream's own tools for this one",
+                    cfg.table()
+                ),
+            })
+        })
 }
 
 /// The options a plugin sink's library declares (`spillway schema

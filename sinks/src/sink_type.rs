@@ -123,6 +123,27 @@ pub trait CheckedSink: fmt::Debug + Send + Sync {
     /// key; `Ok` carries warnings (a sink the daemon would start and
     /// retry) and notes. Leaves nothing behind.
     fn preflight(&self, table: &str) -> Result<Preflight, SinkError>;
+
+    /// `spillway ctl sink tail`: the last `limit` records the sink's
+    /// downstream holds, oldest first, read without changing anything
+    /// there. `None`: this type cannot be read back by spillway (the
+    /// answer says what to use instead).
+    fn read_back(&self, table: &str, limit: usize) -> Option<Result<Vec<ReadBack>, SinkError>> {
+        let _ = (table, limit);
+        None
+    }
+}
+
+/// One record as a sink's downstream keeps it ([`CheckedSink::read_back`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadBack {
+    /// Where the downstream keeps it, in its own words (`stream ORDERS seq
+    /// 42, subject orders.0`).
+    pub at: String,
+    /// The spillway record it is, when the downstream kept that: (shard,
+    /// seq).
+    pub record: Option<(u32, u64)>,
+    pub payload: Vec<u8>,
 }
 
 /// What a preflight found in a sink that would start.

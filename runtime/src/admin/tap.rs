@@ -13,7 +13,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use spillway_actors::{ShardQueue, Tap, TapFilter, Tapped};
 use spillway_protocol::Tier;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -194,7 +193,6 @@ where
 /// One record's line.
 fn line(out: &mut String, t: &Tapped, request: &Request) {
     let tier = Tier::from_byte(t.tier).map_or("?", Tier::name);
-    let text = std::str::from_utf8(&t.payload).ok();
     if request.json {
         let mut v = serde_json::json!({
             "shard": t.shard,
@@ -205,40 +203,13 @@ fn line(out: &mut String, t: &Tapped, request: &Request) {
         if let Some(sink) = &request.filter.sink {
             v["sink"] = sink.as_str().into();
         }
-        match text {
-            Some(s) => v["payload"] = s.into(),
-            None => v["payload_base64"] = base64_of(&t.payload).into(),
-        }
+        crate::payload::set_json(&mut v, &t.payload);
         let _ = writeln!(out, "{v}");
         return;
     }
     let _ = write!(out, "{}:{} {tier} ", t.shard, t.seq);
-    match text {
-        Some(s) => {
-            for c in s.chars() {
-                match c {
-                    '\\' => out.push_str("\\\\"),
-                    c if c.is_control() => {
-                        let _ = write!(out, "{}", c.escape_default());
-                    }
-                    c => out.push(c),
-                }
-            }
-        }
-        None => {
-            let _ = write!(
-                out,
-                "[{} bytes, not UTF-8] base64:{}",
-                t.payload.len(),
-                base64_of(&t.payload)
-            );
-        }
-    }
+    crate::payload::push_text(out, &t.payload);
     out.push('\n');
-}
-
-fn base64_of(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// What the tap missed so far (and, at the end, what it showed). In text

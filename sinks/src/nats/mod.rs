@@ -36,7 +36,7 @@ use sink_sdk::{Batch, Health, Limits, Outcome, RecordOutcome, Sink};
 use tokio::runtime::Runtime;
 
 use crate::keys::DeliveryConfig;
-use crate::sink_type::{CheckedSink, Preflight, SinkEnv, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, Preflight, ReadBack, SinkEnv, SinkType, TypeKeys};
 use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 pub use config::NatsConfig;
 use config::{Credentials, NatsSettings, SHARD_PLACEHOLDER};
@@ -86,6 +86,85 @@ impl CheckedSink for NatsSettings {
             })
             .map(Preflight::from)
     }
+
+    fn read_back(&self, table: &str, limit: usize) -> Option<Result<Vec<ReadBack>, SinkError>> {
+        Some(read_back(self, table, limit))
+    }
+}
+
+/// The last `limit` messages of the sink's stream (named by `stream`, or
+/// the one that takes `subject`), each by its stream sequence number: no
+/// consumer is made, nothing is acknowledged or changed.
+fn read_back(s: &NatsSettings, table: &str, limit: usize) -> Result<Vec<ReadBack>, SinkError> {
+    let runtime = runtime("tail")?;
+    let options = connect_options(s, table, None)?;
+    let servers = s.servers.join(", ");
+    let failed = |what: String| SinkError::Build {
+        reason: format!("{table}: {what}"),
+    };
+    runtime.block_on(async {
+        let client = connect(s, options)
+            .await
+            .map_err(|e| failed(format!("cannot connect to {servers}: {e}")))?;
+        let js = jetstream::new(client);
+        let name = match &s.stream {
+            Some(n) => n.clone(),
+            None => {
+                let subject = s.subject.replace(SHARD_PLACEHOLDER, "0");
+                js.stream_by_subject(subject.as_str()).await.map_err(|e| {
+                    failed(format!(
+                        "no stream on {servers} takes subject {subject:?} ({e}); set stream"
+                    ))
+                })?
+            }
+        };
+        let mut stream = js
+            .get_stream(&name)
+            .await
+            .map_err(|e| failed(format!("no stream {name:?} on {servers} ({e})")))?;
+        let state = stream
+            .info()
+            .await
+            .map_err(|e| failed(format!("reading stream {name:?}: {e}")))?
+            .state
+            .clone();
+        if state.messages == 0 || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let last = state.last_sequence;
+        let from = last
+            .saturating_sub(limit as u64 - 1)
+            .max(state.first_sequence);
+        let mut out = Vec::new();
+        for seq in from..=last {
+            let m = match stream.get_raw_message(seq).await {
+                Ok(m) => m,
+                // Deleted (or expired) since the stream's state was read.
+                Err(e) if e.kind() == jetstream::stream::RawMessageErrorKind::NoMessageFound => {
+                    continue
+                }
+                Err(e) => {
+                    return Err(failed(format!(
+                        "reading message {seq} of stream {name:?}: {e}"
+                    )))
+                }
+            };
+            let header = |h: &str| {
+                m.headers
+                    .get(h)
+                    .and_then(|v| v.as_str().parse::<u64>().ok())
+            };
+            let record = header("Spillway-Shard")
+                .zip(header("Spillway-Seq"))
+                .and_then(|(shard, seq)| Some((u32::try_from(shard).ok()?, seq)));
+            out.push(ReadBack {
+                at: format!("{name}:{} {}", m.sequence, m.subject),
+                record,
+                payload: m.payload.to_vec(),
+            });
+        }
+        Ok(out)
+    })
 }
 
 fn runtime(what: &str) -> Result<Runtime, SinkError> {

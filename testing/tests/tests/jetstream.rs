@@ -312,7 +312,55 @@ fn a_dead_http_sink_beside_it_costs_the_stream_nothing() {
     let sent = push_many(&d, "fan", 20_000);
     wait_for_stream(&cluster, &d, sent.len() as u64);
     assert_eq!(http.accepted_records().len(), 0);
-    assert_exactly_once(&cluster.read_stream(STREAM), &sent);
+    let stored = cluster.read_stream(STREAM);
+    assert_exactly_once(&stored, &sent);
+
+    // `ctl sink tail`: the stream's newest messages, read back by spillway
+    // itself (no `nats` CLI), each with the record it is.
+    let tail = d.ctl(&["sink", "tail", "stream", "--limit", "3"]);
+    let lines: Vec<&str> = tail.lines().collect();
+    assert_eq!(lines.len(), 3, "{tail}");
+    for (i, (line, m)) in lines.iter().zip(&stored[stored.len() - 3..]).enumerate() {
+        let seq = stored.len() - 2 + i;
+        let payload = String::from_utf8_lossy(&m.payload);
+        assert!(
+            line.starts_with(&format!("{STREAM}:{seq} {} ", m.subject))
+                && line.ends_with(&format!(" {payload}")),
+            "{line:?} against stream seq {seq}, {m:?}"
+        );
+        // The record's identity, from the message's own headers.
+        let id = line.split(' ').nth(2).unwrap();
+        let (shard, seq) = id.split_once(':').unwrap();
+        assert!(
+            shard.parse::<u32>().is_ok_and(|s| s < 2) && seq.parse::<u64>().is_ok(),
+            "{line}"
+        );
+    }
+    let json = d.ctl(&["--json", "sink", "tail", "stream", "--limit", "2"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["records"].as_array().unwrap().len(), 2, "{json}");
+    assert_eq!(
+        v["records"][1]["payload"].as_str().map(str::as_bytes),
+        Some(stored.last().unwrap().payload.as_slice())
+    );
+    assert!(v["records"][1]["seq"].is_u64(), "{json}");
+    // The HTTP sink cannot be read back: said so, exit 1.
+    let refused = run_spillway(
+        &[
+            "ctl".as_ref(),
+            "--config".as_ref(),
+            d.config_path().as_os_str(),
+            "sink".as_ref(),
+            "tail".as_ref(),
+            "web".as_ref(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(
+        refused.stderr.contains("reads back only nats sinks"),
+        "{refused:?}"
+    );
     http.set_status(200);
     http.wait_for_payloads(&sent, DELIVERY_TIMEOUT);
 }
