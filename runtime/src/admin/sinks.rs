@@ -16,15 +16,20 @@ fn cursors(state: &AdminState, name: &str) -> Result<Vec<Arc<CursorControl>>, St
     let sinks = state.board.sinks();
     match sinks.iter().find(|(n, _)| n == name) {
         Some((_, f)) => Ok(f.controls.clone()),
-        None => Err(format!(
-            "no sink {name:?}; sinks: {}",
-            sinks
-                .iter()
-                .map(|(n, _)| n.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
+        None => Err(no_such_sink(name, sinks.iter().map(|(n, _)| n.as_str()))),
     }
+}
+
+/// Sink `name` delivers now, or why not (`ctl tap --sink` asks too).
+pub(super) fn exists(state: &AdminState, name: &str) -> Result<(), String> {
+    cursors(state, name).map(drop)
+}
+
+fn no_such_sink<'a>(name: &str, sinks: impl Iterator<Item = &'a str>) -> String {
+    format!(
+        "no sink {name:?}; sinks: {}",
+        sinks.collect::<Vec<_>>().join(", ")
+    )
 }
 
 /// `sink pause NAME` / `sink resume NAME`.

@@ -70,17 +70,7 @@ fn parse(words: &[&str], state: &AdminState) -> Result<Request, String> {
         ));
     }
     if let Some(name) = &sink {
-        let sinks = state.board.sinks();
-        if !sinks.iter().any(|(n, _)| n == name) {
-            return Err(format!(
-                "no sink {name:?}; sinks: {}",
-                sinks
-                    .iter()
-                    .map(|(n, _)| n.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
+        super::sinks::exists(state, name)?;
     }
     Ok(Request {
         filter: TapFilter { tier, sink, rate },

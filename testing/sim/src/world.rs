@@ -731,29 +731,10 @@ impl World {
                     &self.data.join(MIRROR_DEAD_LETTERS),
                 )?;
                 *m.dead_letters.lock().unwrap() = store;
-                Some(
-                    Cursor::new(
-                        self.storage.clone(),
-                        CursorConfig {
-                            sink: MIRROR.to_string(),
-                            shard: SHARD,
-                            dir: self.dir.clone(),
-                            skipped_file: self.data.join("mirror-skipped"),
-                            learned_file: Some(self.data.join("mirror-in-flight")),
-                        },
-                        // (The late mirror has its cursor file by now,
-                        // or starts at the floor: `start` is for a reload.)
-                        StartAt::Oldest,
-                        queue.clone(),
-                        m.slot.clone(),
-                        retention.clone(),
-                        m.dead_letters.clone(),
-                        Arc::default(),
-                        self.clock.clone(),
-                        self.rng.next_u64(),
-                    )?
-                    .with_held_answers(),
-                )
+                // (The late mirror has its cursor file by now, or starts
+                // at the floor: `start` is for a reload.)
+                let rng = self.rng.next_u64();
+                Some(self.mirror_cursor(m, &queue, &retention, rng)?)
             }
             _ => None,
         };
@@ -1227,6 +1208,37 @@ impl World {
         Ok(())
     }
 
+    /// The mirror's cursor (its answers held back and handed out of order,
+    /// see [`mirror_in_flight`]), joining at the oldest record when a
+    /// reload adds it.
+    fn mirror_cursor(
+        &self,
+        m: &Mirror,
+        queue: &Arc<ShardQueue>,
+        retention: &Arc<Mutex<Retention<SimStorage>>>,
+        rng: u64,
+    ) -> io::Result<Cursor<SimStorage>> {
+        Ok(Cursor::new(
+            self.storage.clone(),
+            CursorConfig {
+                sink: MIRROR.to_string(),
+                shard: SHARD,
+                dir: self.dir.clone(),
+                skipped_file: self.data.join("mirror-skipped"),
+                learned_file: Some(self.data.join("mirror-in-flight")),
+            },
+            StartAt::Oldest,
+            queue.clone(),
+            m.slot.clone(),
+            retention.clone(),
+            m.dead_letters.clone(),
+            Arc::default(),
+            self.clock.clone(),
+            rng,
+        )?
+        .with_held_answers())
+    }
+
     /// The reload that adds the late mirror (see [`Joined`]), when its
     /// action has come and the daemon runs.
     fn maybe_join_mirror(&mut self, settling: bool) -> Check {
@@ -1261,27 +1273,15 @@ impl World {
             }
         }
         let node = self.node.as_ref().unwrap();
-        let m = self.mirror.as_ref().unwrap();
-        let joined = Cursor::new(
-            self.storage.clone(),
-            CursorConfig {
-                sink: MIRROR.to_string(),
-                shard: SHARD,
-                dir: self.dir.clone(),
-                skipped_file: self.data.join("mirror-skipped"),
-                learned_file: Some(self.data.join("mirror-in-flight")),
-            },
-            StartAt::Oldest,
-            node.queue.clone(),
-            m.slot.clone(),
-            node.retention.clone(),
-            m.dead_letters.clone(),
-            Arc::default(),
-            self.clock.clone(),
-            self.rng.next_u64(),
+        let rng = self.rng.next_u64();
+        let joined = self.mirror_cursor(
+            self.mirror.as_ref().unwrap(),
+            &node.queue,
+            &node.retention,
+            rng,
         );
         let cursor = match joined {
-            Ok(c) => c.with_held_answers(),
+            Ok(c) => c,
             Err(e) => {
                 // The reload failed (a fault fired): the operator tries
                 // again at a later action.

@@ -157,13 +157,7 @@ fn mutual_tls_serves_good_clients_refuses_the_rest_and_rotates_by_sighup() {
         if reason == "name_not_allowed" {
             let err = r.unwrap_err().to_string();
             assert!(err.contains("AccessDenied"), "{err}");
-            assert!(
-                wait_until(Duration::from_secs(10), || d
-                    .stderr()
-                    .contains("names [\"intruder.example\"] are none of allowed_names")),
-                "{}",
-                d.stderr()
-            );
+            assert_intruder_logged(&d);
         }
         assert_eq!(
             stat_reaching(
@@ -417,6 +411,17 @@ fn clients_stuck_in_the_handshake_give_way_to_producers_at_the_cap() {
     drop((first_flood, second_flood));
 }
 
+/// The daemon's log names the refused certificate's name.
+fn assert_intruder_logged(d: &Daemon) {
+    assert!(
+        wait_until(Duration::from_secs(10), || d
+            .stderr()
+            .contains("names [\"intruder.example\"] are none of allowed_names")),
+        "{}",
+        d.stderr()
+    );
+}
+
 /// The openssl recipe of docs/ingest.md, run as written there.
 fn run_the_documented_recipe(dir: &std::path::Path) {
     let doc = std::fs::read_to_string(
@@ -508,13 +513,7 @@ fn the_documented_certificates_let_push_in_over_mutual_tls() {
             && denied.stderr.contains("carries none of its allowed_names"),
         "{denied:?}"
     );
-    assert!(
-        wait_until(Duration::from_secs(10), || d
-            .stderr()
-            .contains("names [\"intruder.example\"] are none of allowed_names")),
-        "{}",
-        d.stderr()
-    );
+    assert_intruder_logged(&d);
     assert_eq!(
         stored_texts(&d),
         ["first", "second"],
