@@ -129,14 +129,23 @@ impl Tap {
         taken
     }
 
-    /// Queue one record, or count it dropped (never waits).
-    fn offer(&self, t: Tapped) {
-        let len = t.payload.len() as u64;
-        if self.held_bytes.load(Ordering::Relaxed) + len > TAP_BYTES_MAX {
+    /// Queue a copy of one record, or count it dropped (never waits; a
+    /// record with no room is not even copied).
+    fn offer(&self, shard: u32, seq: u64, meta: RecordMeta, payload: &[u8]) {
+        let len = payload.len() as u64;
+        if self.tx.capacity() == 0 || self.held_bytes.load(Ordering::Relaxed) + len > TAP_BYTES_MAX
+        {
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
         self.held_bytes.fetch_add(len, Ordering::Relaxed);
+        let t = Tapped {
+            shard,
+            seq,
+            tier: meta.tier,
+            arrival_unix_us: meta.arrival_unix_us,
+            payload: Bytes::copy_from_slice(payload),
+        };
         if self.tx.try_send(t).is_err() {
             self.held_bytes.fetch_sub(len, Ordering::Relaxed);
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
@@ -162,13 +171,7 @@ impl Tap {
             .filter(|(_, meta, _)| wanted(meta))
             .take(allowed as usize)
         {
-            self.offer(Tapped {
-                shard,
-                seq,
-                tier: meta.tier,
-                arrival_unix_us: meta.arrival_unix_us,
-                payload: Bytes::copy_from_slice(payload),
-            });
+            self.offer(shard, seq, meta, payload);
         }
     }
 }

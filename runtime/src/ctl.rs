@@ -393,13 +393,20 @@ fn tail(cfg: &Config, name: &str, limit: usize, json: bool) -> Result<String, Fa
 fn tap(socket: &Path, line: &str, json: bool, limits: Limits) -> Result<(), Failure> {
     use std::io::Write as _;
     let mut stdout = std::io::stdout().lock();
+    let mut ended = false;
+    let mut reader_gone = false;
     spillway_ctl::stream(socket, line, limits, |l| {
+        ended |= l.starts_with("# tap ended") || (json && l.contains("\"end\":true"));
         if !json && l.starts_with("# ") {
             eprintln!("{l}");
             return true;
         }
-        writeln!(stdout, "{l}").is_ok()
+        reader_gone = writeln!(stdout, "{l}").is_err();
+        !reader_gone
     })?;
+    if !ended && !reader_gone {
+        eprintln!("# the daemon closed the tap (it stopped or restarted)");
+    }
     Ok(())
 }
 

@@ -697,4 +697,68 @@ mod tests {
         assert_eq!(records(b"abcde\nf\n", 5), [&b"abcde"[..], b"f"]);
         assert!(records(b"", 5).is_empty());
     }
+
+    fn args(line: &[&str]) -> PushArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            push: PushArgs,
+        }
+        let mut all = vec!["push"];
+        all.extend_from_slice(line);
+        <Cli as clap::Parser>::try_parse_from(all).unwrap().push
+    }
+
+    #[test]
+    fn connect_takes_tcp_and_tls_urls_and_says_what_is_wrong_with_others() {
+        let door_of = |line: &[&str]| {
+            let a = args(line);
+            door(a.connect.as_deref().unwrap(), &a)
+        };
+        assert_eq!(
+            door_of(&["--connect", "tcp://127.0.0.1:7070"]),
+            Ok(Door::Tcp("127.0.0.1:7070".into()))
+        );
+        assert_eq!(
+            door_of(&["--connect", "tls://[::1]:7070", "--ca", "ca.crt"]),
+            Ok(Door::Tls {
+                addr: "[::1]:7070".into(),
+                host: "::1".into()
+            })
+        );
+        for (line, want) in [
+            (
+                &["--connect", "127.0.0.1:7070"][..],
+                "expected tcp://HOST:PORT",
+            ),
+            (&["--connect", "udp://h:1"][..], "unknown scheme \"udp\""),
+            (&["--connect", "tcp://h"][..], "expected HOST:PORT"),
+            (&["--connect", "tcp://h:0"][..], "a port in 1..=65535"),
+            (&["--connect", "tls://h:1"][..], "tls:// needs --ca FILE"),
+            (
+                &["--connect", "tcp://h:1", "--ca", "c"][..],
+                "--ca is for tls://",
+            ),
+        ] {
+            let e = door_of(line).unwrap_err();
+            assert!(e.contains(want), "{line:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_tls_alert_becomes_what_to_change() {
+        let hints = TlsHints {
+            cert: Some("client.crt".into()),
+            server_name: None,
+        };
+        let advice = |e: &str| hints.advice(e).unwrap_or_default();
+        assert!(advice("i/o: received fatal alert: AccessDenied")
+            .contains("the daemon refused client.crt"));
+        assert!(advice("received fatal alert: UnknownCA")
+            .contains("does not trust the CA that signed client.crt"));
+        assert!(advice("invalid peer certificate: UnknownIssuer")
+            .contains("not signed by the CA in --ca"));
+        assert!(advice("invalid peer certificate: NotValidForName").contains("give --server-name"));
+        assert_eq!(hints.advice("connection refused"), None);
+    }
 }

@@ -44,12 +44,12 @@ impl Pending {
         self.records.is_empty()
     }
 
-    /// The oldest record not yet confirmed.
     /// The first `n` records held, in order.
     pub(super) fn first(&self, n: usize) -> impl Iterator<Item = &StoredRecord> + Clone {
         self.records.iter().take(n)
     }
 
+    /// The oldest record not yet confirmed.
     pub(super) fn front(&self) -> Option<&StoredRecord> {
         self.records.front()
     }
