@@ -137,8 +137,8 @@ pub trait CheckedSink: fmt::Debug + Send + Sync {
 /// One record as a sink's downstream keeps it ([`CheckedSink::read_back`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadBack {
-    /// Where the downstream keeps it, in its own words (`stream ORDERS seq
-    /// 42, subject orders.0`).
+    /// Where the downstream keeps it, in its own words (a nats sink's:
+    /// `ORDERS:42 orders.0`, the stream, its sequence number, the subject).
     pub at: String,
     /// The spillway record it is, when the downstream kept that: (shard,
     /// seq).
