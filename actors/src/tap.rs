@@ -203,9 +203,11 @@ impl Taps {
         self.watching.load(Ordering::Acquire) > 0
     }
 
+    /// Under the lock, without copying the list: what `f` does never
+    /// waits (a full tap drops).
     fn each(&self, sink: Option<&str>, mut f: impl FnMut(&Tap)) {
-        let list = self.list.lock().unwrap().clone();
-        for tap in &list {
+        let list = self.list.lock().unwrap();
+        for tap in list.iter() {
             if tap.filter.sink.as_deref() == sink {
                 f(tap);
             }
