@@ -1249,6 +1249,11 @@ impl World {
         if !due || self.node.is_none() {
             return Ok(());
         }
+        // Segments removed before the join are held to what was owed then:
+        // one unlinked before a power cut comes back with the cut, and the
+        // new sink owes its records (they are in `held` below), but the
+        // removal was the first sink's to answer for.
+        self.check_removed()?;
         // What the shard holds now, read past the fault gates (the
         // oracle's own look, not the daemon's): every acknowledged record
         // in a segment file is owed to the new sink.

@@ -92,6 +92,9 @@ const PINNED_TRANSACTIONAL: &[(u64, &str)] = &[(
 ), (
     0x1c7b_9597_ed0c_2fb9,
     "issue 44's start = \"oldest\": a join that failed (an I/O error) after making the sink's cursor file left it behind; the retry took that file for a place the sink had delivered from and started it at the floor, past records the shard still held",
+), (
+    0x52bd_5861_6575_0785,
+    "issue 44's 200,000-schedule sweep, the oracle's bug: the first sink's retention unlinked a segment, a power cut brought it back, and the mirror joined at the oldest record owing its records; the removal, checked only after the join, was laid to the mirror. Removals are now checked against what was owed before the join",
 )];
 
 /// Small-disk seeds that found bugs (replayed on the one-segment disk).
