@@ -102,16 +102,19 @@ pub enum SinkAction {
         shard: Option<u32>,
     },
     /// Read back the last records the sink's downstream holds (a nats
-    /// sink's JetStream stream), oldest first, without the downstream's
-    /// own tools and without changing anything there.
+    /// sink's JetStream stream, a kafka sink's topic), oldest first,
+    /// without the downstream's own tools and without changing anything
+    /// there.
     ///
-    /// One line per message: STREAM:SEQ SUBJECT SHARD:SEQ PAYLOAD (the
-    /// spillway record it is, from its Spillway-Shard and Spillway-Seq
-    /// headers). Reads the config's sink table and connects as the sink
-    /// does: the daemon need not run.
+    /// One line per message: where the downstream keeps it (nats:
+    /// STREAM:SEQ SUBJECT; kafka: TOPIC/PARTITION@OFFSET, committed
+    /// records only), then SHARD:SEQ (the spillway record it is, from its
+    /// headers) and the payload. Reads the config's sink table and
+    /// connects as the sink does: the daemon need not run.
     Tail {
         name: String,
-        /// How many of the newest messages.
+        /// How many of the newest messages (of the whole topic, for
+        /// kafka: merged across partitions by their timestamps).
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100_000))]
         limit: u64,
     },

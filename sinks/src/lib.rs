@@ -86,7 +86,7 @@ pub fn read_back(cfg: &SinkConfig, limit: usize) -> Result<Vec<ReadBack>, SinkEr
         .unwrap_or_else(|| {
             Err(SinkError::Build {
                 reason: format!(
-                    "{}: spillway reads back only nats sinks (a JetStream stream); use the downstream's own tools for this one",
+                    "{}: spillway reads back only nats sinks (a JetStream stream) and kafka sinks (a topic); use the downstream's own tools for this one",
                     cfg.table()
                 ),
             })

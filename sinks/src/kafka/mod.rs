@@ -10,8 +10,9 @@
 //! checkpoint only saves the read.
 //!
 //! Rooms: [`config`] holds the keys, [`client`] the connection settings,
-//! [`position`] the offsets topic, [`survey`] the look at the cluster
-//! (start, `check`, health); this module produces and classifies.
+//! [`position`] the offsets topic (and the committed reads), [`survey`]
+//! the look at the cluster (start, `check`, health), [`tail`] `ctl sink
+//! tail`; this module produces and classifies.
 //!
 //! Threading: the drain thread calls `deliver`, which blocks on
 //! librdkafka's transactional calls; each producer has librdkafka's
@@ -22,6 +23,7 @@ mod client;
 mod config;
 mod position;
 mod survey;
+mod tail;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -36,7 +38,7 @@ use sink_sdk::exactly_once::{ExactlyOnce, Position, Resumed, Transactions, Txn};
 use sink_sdk::{Batch, Health, Limits, Outcome, Record, Sink};
 
 use crate::keys::DeliveryConfig;
-use crate::sink_type::{CheckedSink, Preflight, SinkEnv, SinkType, TypeKeys};
+use crate::sink_type::{CheckedSink, Preflight, ReadBack, SinkEnv, SinkType, TypeKeys};
 use crate::{CreateError, KeyProblem, SinkError, SinkFactory};
 use client::{base_config, Quiet};
 pub use config::KafkaConfig;
@@ -76,6 +78,10 @@ impl CheckedSink for KafkaSettings {
     fn preflight(&self, table: &str) -> Result<Preflight, SinkError> {
         let config = base_config(self, table)?;
         survey::survey(self, table, &config, survey::Depth::Check)
+    }
+
+    fn read_back(&self, table: &str, limit: usize) -> Option<Result<Vec<ReadBack>, SinkError>> {
+        Some(tail::read_back(self, table, limit))
     }
 }
 

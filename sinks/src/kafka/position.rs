@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use sink_sdk::exactly_once::Position;
@@ -155,65 +155,127 @@ pub(crate) fn read(
     key: &str,
     wait: Duration,
 ) -> Result<Option<Position>, String> {
-    let consumer: BaseConsumer<Quiet> = config
-        .clone()
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .set("enable.auto.commit", "false")
-        .set("group.id", "spillway-position-reader")
-        .create_with_context(Quiet)
-        .map_err(|e| format!("making a consumer: {e}"))?;
-    let (_, high) = consumer
-        .fetch_watermarks(topic, partition, wait)
-        .map_err(|e| format!("reading the end of {topic}/{partition}: {e}"))?;
-    let mut list = TopicPartitionList::new();
-    list.add_partition_offset(topic, partition, Offset::Beginning)
-        .map_err(|e| e.to_string())?;
-    consumer.assign(&list).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + wait;
+    let reader = CommittedReader::new(config, "spillway-position-reader")?;
     let mut found: Option<Position> = None;
-    let mut next = 0i64;
-    while next < high {
-        if Instant::now() > deadline {
-            return Err(format!(
-                "reading the position of {key:?} from {topic}/{partition}: stopped at offset {next} of {high} after {} ms: another producer's transaction on that partition stays open (it ends when that producer commits, aborts or times out)",
-                wait.as_millis()
-            ));
+    let what = format!("reading the position of {key:?} from {topic}/{partition}");
+    reader.read(topic, partition, Offset::Beginning, wait, &what, |m| {
+        if m.key() == Some(key.as_bytes()) {
+            found = match m.payload() {
+                // A tombstone: the position was deleted.
+                None => None,
+                Some(p) => Some(decode(p).map_err(|e| {
+                    format!(
+                        "the position of {key:?} at {topic}/{partition}@{} is not one spillway wrote: {e}",
+                        m.offset()
+                    )
+                })?),
+            };
         }
-        match consumer.poll(Duration::from_millis(200)) {
-            None => {}
-            Some(Ok(m)) => {
-                next = m.offset() + 1;
-                if m.key() == Some(key.as_bytes()) {
-                    found = match m.payload() {
-                        // A tombstone: the position was deleted.
-                        None => None,
-                        Some(p) => Some(decode(p).map_err(|e| {
-                            format!(
-                                "the position of {key:?} at {topic}/{partition}@{} is not one spillway wrote: {e}",
-                                m.offset()
-                            )
-                        })?),
-                    };
-                }
-            }
-            // The committed end: past it are open transactions' records
-            // (or none). Control records have no message: the position
-            // tells how far the read is.
-            Some(Err(KafkaError::PartitionEOF(_))) => {
-                if let Some(p) = consumer.position().ok().and_then(|l| {
-                    l.find_partition(topic, partition)
-                        .and_then(|e| e.offset().to_raw())
-                }) {
-                    next = next.max(p);
-                }
-            }
-            Some(Err(e)) => {
-                return Err(format!("reading {topic}/{partition}: {e}"));
-            }
-        }
-    }
+        Ok(())
+    })?;
     Ok(found)
+}
+
+/// A consumer that reads partitions' committed records
+/// (`isolation.level = read_committed`), assigned one partition at a
+/// time, committing nothing: the position's read and `ctl sink tail`.
+pub(crate) struct CommittedReader {
+    consumer: BaseConsumer<Quiet>,
+}
+
+impl CommittedReader {
+    /// `group` only names the reader to the brokers: nothing joins it.
+    pub(crate) fn new(config: &ClientConfig, group: &str) -> Result<CommittedReader, String> {
+        let consumer = config
+            .clone()
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "true")
+            .set("enable.auto.commit", "false")
+            // An offset deleted since it was asked for: from the oldest.
+            .set("auto.offset.reset", "earliest")
+            .set("group.id", group)
+            .create_with_context(Quiet)
+            .map_err(|e| format!("making a consumer: {e}"))?;
+        Ok(CommittedReader { consumer })
+    }
+
+    /// `topic`'s partition count (`None` when the cluster does not have
+    /// it), and how many brokers the cluster has.
+    pub(crate) fn partitions(
+        &self,
+        topic: &str,
+        wait: Duration,
+    ) -> Result<(Option<i32>, i32), String> {
+        metadata_partitions(self.consumer.client(), topic, wait)
+    }
+
+    /// The partition's first and next offsets (its log start and high
+    /// watermark).
+    pub(crate) fn bounds(
+        &self,
+        topic: &str,
+        partition: i32,
+        wait: Duration,
+    ) -> Result<(i64, i64), String> {
+        self.consumer
+            .fetch_watermarks(topic, partition, wait)
+            .map_err(|e| format!("reading the end of {topic}/{partition}: {e}"))
+    }
+
+    /// Hands `each` every committed record of `topic`/`partition` from
+    /// `from` up to the partition's end as it was when the read began.
+    /// Open transactions hold the committed end back: the read waits for
+    /// them up to `wait`, then fails, its error starting with `what`.
+    pub(crate) fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: Offset,
+        wait: Duration,
+        what: &str,
+        mut each: impl FnMut(&BorrowedMessage<'_>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let (_, high) = self.bounds(topic, partition, wait)?;
+        let mut list = TopicPartitionList::new();
+        list.add_partition_offset(topic, partition, from)
+            .map_err(|e| e.to_string())?;
+        self.consumer.assign(&list).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + wait;
+        let mut next = match from {
+            Offset::Offset(o) => o,
+            _ => 0,
+        };
+        while next < high {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{what}: stopped at offset {next} of {high} after {} ms: another producer's transaction on that partition stays open (it ends when that producer commits, aborts or times out)",
+                    wait.as_millis()
+                ));
+            }
+            match self.consumer.poll(Duration::from_millis(200)) {
+                None => {}
+                Some(Ok(m)) => {
+                    next = m.offset() + 1;
+                    each(&m)?;
+                }
+                // The committed end: past it are open transactions'
+                // records (or none). Control records have no message: the
+                // position tells how far the read is.
+                Some(Err(KafkaError::PartitionEOF(_))) => {
+                    if let Some(p) = self.consumer.position().ok().and_then(|l| {
+                        l.find_partition(topic, partition)
+                            .and_then(|e| e.offset().to_raw())
+                    }) {
+                        next = next.max(p);
+                    }
+                }
+                Some(Err(e)) => {
+                    return Err(format!("reading {topic}/{partition}: {e}"));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! the offsets topic behind, ahead of and deleted under the local
 //! checkpoint; a missing topic, a record over the topic's
 //! `max.message.bytes`, a broker down at start and a reload from an HTTP
-//! sink to Kafka and back.
+//! sink to Kafka and back; `ctl sink tail` reading the topic back.
 //!
 //! Under CI a cluster that cannot start fails the test; outside CI (no
 //! Java, no jars: `.ci/kafka.sh` fetches them) the test skips with the
@@ -375,6 +375,34 @@ fn check_reports_the_cluster_and_a_record_too_large_is_dead_lettered() {
             .map(|m| m.payload.len())
             .collect::<Vec<_>>(),
         d.stderr()
+    );
+
+    // `ctl sink tail`: the topic's committed records, read back by
+    // spillway itself (the aborted attempts that held the refused record
+    // are not shown), each with the record it is.
+    let tail = d.ctl(&["sink", "tail", "k", "--limit", "5"]);
+    let want: Vec<String> = stored
+        .iter()
+        .map(|m| {
+            format!(
+                "small/{}@{} 0:{} {}",
+                m.partition,
+                m.offset,
+                m.header("spillway-seq").unwrap(),
+                String::from_utf8_lossy(&m.payload)
+            )
+        })
+        .collect();
+    assert_eq!(tail.lines().collect::<Vec<_>>(), want, "{tail}");
+    let json = d.ctl(&["--json", "sink", "tail", "k", "--limit", "1"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let records = v["records"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "{json}");
+    assert_eq!(records[0]["payload"], "after", "{json}");
+    assert_eq!(
+        records[0]["seq"].as_u64().map(|s| s.to_string()).as_deref(),
+        stored[1].header("spillway-seq"),
+        "{json}"
     );
 }
 
