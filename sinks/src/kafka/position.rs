@@ -224,8 +224,8 @@ impl CommittedReader {
 
     /// Hands `each` every committed record of `topic`/`partition` from
     /// `from` up to the partition's end as it was when the read began.
-    /// Open transactions hold the committed end back: the read waits for
-    /// them up to `wait`, then fails, its error starting with `what`.
+    /// Open transactions hold the committed end back: the read waits up to
+    /// `wait` for it to move, then fails, its error starting with `what`.
     pub(crate) fn read(
         &self,
         topic: &str,
@@ -240,7 +240,7 @@ impl CommittedReader {
         list.add_partition_offset(topic, partition, from)
             .map_err(|e| e.to_string())?;
         self.consumer.assign(&list).map_err(|e| e.to_string())?;
-        let deadline = Instant::now() + wait;
+        let mut deadline = Instant::now() + wait;
         let mut next = match from {
             Offset::Offset(o) => o,
             _ => 0,
@@ -248,7 +248,7 @@ impl CommittedReader {
         while next < high {
             if Instant::now() > deadline {
                 return Err(format!(
-                    "{what}: stopped at offset {next} of {high} after {} ms: another producer's transaction on that partition stays open (it ends when that producer commits, aborts or times out)",
+                    "{what}: stopped at offset {next} of {high} for {} ms: another producer's transaction on that partition stays open (it ends when that producer commits, aborts or times out)",
                     wait.as_millis()
                 ));
             }
@@ -256,6 +256,7 @@ impl CommittedReader {
                 None => {}
                 Some(Ok(m)) => {
                     next = m.offset() + 1;
+                    deadline = Instant::now() + wait;
                     each(&m)?;
                 }
                 // The committed end: past it are open transactions'
@@ -266,7 +267,10 @@ impl CommittedReader {
                         l.find_partition(topic, partition)
                             .and_then(|e| e.offset().to_raw())
                     }) {
-                        next = next.max(p);
+                        if p > next {
+                            next = p;
+                            deadline = Instant::now() + wait;
+                        }
                     }
                 }
                 Some(Err(e)) => {
