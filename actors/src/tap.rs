@@ -4,8 +4,8 @@
 //! Producers never wait for a watcher. Each shard's queue holds a [`Taps`]:
 //! with nobody watching, the flusher's and the drains' hooks cost one
 //! atomic load per group or batch. A watcher ([`Tap`]) takes at most
-//! `rate` records a second (the rest are counted as `skipped`) into a
-//! bounded queue ([`TAP_RECORDS_MAX`] records, [`TAP_BYTES_MAX`] payload
+//! `rate` records a second, spread over the second and over each group
+//! (the rest are counted as `skipped`), into a bounded queue ([`TAP_RECORDS_MAX`] records, [`TAP_BYTES_MAX`] payload
 //! bytes); a record that finds it full is not queued and counted as
 //! `dropped`, so a slow terminal loses lines, never slows a push. The
 //! admin socket's side (the command, the lines) is the runtime's.
@@ -55,11 +55,10 @@ pub struct TapCounts {
     pub dropped: AtomicU64,
 }
 
-/// One watcher: its filter, its rate window, its bounded queue.
+/// One watcher: its filter, its rate, its bounded queue.
 pub struct Tap {
     filter: TapFilter,
-    /// (start of the current second, records taken in it).
-    window: Mutex<(Instant, u32)>,
+    allowance: Mutex<Allowance>,
     tx: mpsc::Sender<Tapped>,
     /// Payload bytes queued and not yet taken by the watcher.
     held_bytes: Arc<AtomicU64>,
@@ -97,8 +96,8 @@ impl Tap {
         let held_bytes = Arc::new(AtomicU64::new(0));
         let counts = Arc::new(TapCounts::default());
         let tap = Arc::new(Tap {
+            allowance: Mutex::new(Allowance::new(filter.rate, Instant::now())),
             filter,
-            window: Mutex::new((Instant::now(), 0)),
             tx,
             held_bytes: held_bytes.clone(),
             counts: counts.clone(),
@@ -111,22 +110,6 @@ impl Tap {
                 counts,
             },
         )
-    }
-
-    /// How many of `wanted` matching records the rate lets through now;
-    /// the rest are counted as skipped.
-    fn allow(&self, wanted: u64) -> u64 {
-        let Some(rate) = self.filter.rate else {
-            return wanted;
-        };
-        let mut w = self.window.lock().unwrap();
-        let now = Instant::now();
-        if now.duration_since(w.0).as_secs() >= 1 {
-            *w = (now, 0);
-        }
-        let taken = wanted.min(u64::from(rate.saturating_sub(w.1)));
-        w.1 += taken as u32;
-        taken
     }
 
     /// Queue a copy of one record, or count it dropped (never waits; a
@@ -152,8 +135,8 @@ impl Tap {
         }
     }
 
-    /// Take the first of `records` (those of the wanted tier) the rate
-    /// allows now, counting the rest as skipped.
+    /// Take as many of `records` (those of the wanted tier) as the rate
+    /// allows now, spread evenly over them, counting the rest as skipped.
     fn take<'a, I>(&self, shard: u32, records: impl Fn() -> I)
     where
         I: Iterator<Item = (u64, RecordMeta, &'a [u8])>,
@@ -163,16 +146,83 @@ impl Tap {
         if matching == 0 {
             return;
         }
-        let allowed = self.allow(matching);
+        let allowed = self
+            .allowance
+            .lock()
+            .unwrap()
+            .take(Instant::now(), matching);
+        if allowed == 0 {
+            self.counts.skipped.fetch_add(matching, Ordering::Relaxed);
+            return;
+        }
         self.counts
             .skipped
             .fetch_add(matching - allowed, Ordering::Relaxed);
-        for (seq, meta, payload) in records()
-            .filter(|(_, meta, _)| wanted(meta))
-            .take(allowed as usize)
-        {
-            self.offer(shard, seq, meta, payload);
+        let mut picks = Stride::new(allowed, matching);
+        for (i, (seq, meta, payload)) in records().filter(|(_, meta, _)| wanted(meta)).enumerate() {
+            if picks.picks(i as u64) {
+                self.offer(shard, seq, meta, payload);
+            }
         }
+    }
+}
+
+/// A tap's rate: a bucket that fills at `rate` records a second, up to
+/// one second's worth, so a busy stream is sampled evenly over time (not
+/// the first records of each second) and a quiet one under the rate is
+/// shown whole.
+#[derive(Debug)]
+struct Allowance {
+    /// Records a second; `None`: no limit.
+    rate: Option<f64>,
+    tokens: f64,
+    at: Instant,
+}
+
+impl Allowance {
+    fn new(rate: Option<u32>, now: Instant) -> Allowance {
+        let rate = rate.map(f64::from);
+        Allowance {
+            rate,
+            tokens: rate.unwrap_or(0.0),
+            at: now,
+        }
+    }
+
+    /// How many of `wanted` records may be taken at `now`.
+    fn take(&mut self, now: Instant, wanted: u64) -> u64 {
+        let Some(rate) = self.rate else {
+            return wanted;
+        };
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * rate).min(rate);
+        self.at = now;
+        let taken = wanted.min(self.tokens as u64);
+        self.tokens -= taken as f64;
+        taken
+    }
+}
+
+/// Which `k` of `n` records are picked: evenly spaced, the first one
+/// included (record `i` is picked when `i * k / n` moves on).
+struct Stride {
+    k: u64,
+    n: u64,
+    next: u64,
+}
+
+impl Stride {
+    fn new(k: u64, n: u64) -> Stride {
+        Stride { k, n, next: 0 }
+    }
+
+    /// Whether record `i` (asked in order, from 0) is picked.
+    fn picks(&mut self, i: u64) -> bool {
+        if self.next >= self.k || i * self.k < self.next * self.n {
+            return false;
+        }
+        self.next += 1;
+        true
     }
 }
 
@@ -246,5 +296,57 @@ impl Taps {
                 records.clone().map(|r| (r.seq, r.meta, r.payload.as_ref()))
             });
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_busy_stream_is_sampled_evenly_over_the_second() {
+        let start = Instant::now();
+        let mut a = Allowance::new(Some(100), start);
+        // The first second's worth goes at once (a quiet spell before).
+        assert_eq!(a.take(start, 1000), 100);
+        // Then groups of 64 every millisecond: one record every 10 ms,
+        // not the first hundred of each second.
+        let mut taken = Vec::new();
+        for ms in 1..=1000u64 {
+            if a.take(start + Duration::from_millis(ms), 64) > 0 {
+                taken.push(ms);
+            }
+        }
+        assert!((99..=101).contains(&taken.len()), "{}", taken.len());
+        assert!(
+            taken.windows(2).all(|w| (9..=11).contains(&(w[1] - w[0]))),
+            "{taken:?}"
+        );
+    }
+
+    #[test]
+    fn a_quiet_stream_under_the_rate_is_shown_whole() {
+        let start = Instant::now();
+        let mut a = Allowance::new(Some(100), start);
+        for s in 0..5u64 {
+            assert_eq!(a.take(start + Duration::from_secs(s), 60), 60);
+        }
+        let mut all = Allowance::new(None, start);
+        assert_eq!(all.take(start, 1_000_000), 1_000_000);
+    }
+
+    #[test]
+    fn picks_are_spread_over_the_group() {
+        let picked = |k, n| {
+            let mut s = Stride::new(k, n);
+            (0..n).filter(|i| s.picks(*i)).collect::<Vec<u64>>()
+        };
+        assert_eq!(picked(4, 16), [0, 4, 8, 12]);
+        assert_eq!(picked(3, 10), [0, 4, 7]);
+        assert_eq!(picked(5, 5), [0, 1, 2, 3, 4]);
+        assert_eq!(picked(1, 7), [0]);
+        assert!(picked(0, 7).is_empty());
     }
 }
