@@ -111,12 +111,19 @@ fn identity(m: &impl Message) -> Option<(u32, u64)> {
     Some((shard, seq))
 }
 
-/// The newest `limit` of `found`, oldest first: by timestamp, then
-/// partition and offset (a partition's own order kept).
+/// The newest `limit` of `found` (each partition's records in offset
+/// order), oldest first: by timestamp, then partition and offset. A
+/// partition's own order is kept: a record stamped earlier than one
+/// before it on its partition (two producers' clocks) sorts as if
+/// stamped with that one's time (only the order uses the times).
 fn merge(mut found: Vec<Found>, limit: usize) -> Vec<Found> {
+    for i in 1..found.len() {
+        if found[i].partition == found[i - 1].partition {
+            found[i].timestamp_ms = found[i].timestamp_ms.max(found[i - 1].timestamp_ms);
+        }
+    }
     found.sort_by_key(|f| (f.timestamp_ms, f.partition, f.offset));
-    let skip = found.len().saturating_sub(limit);
-    found.split_off(skip)
+    found.split_off(found.len().saturating_sub(limit))
 }
 
 #[cfg(test)]
@@ -150,5 +157,9 @@ mod tests {
         assert_eq!(place(merge(found.clone(), 3)), [(1, 3), (0, 11), (1, 4)]);
         assert_eq!(place(merge(found.clone(), 10)).len(), 5);
         assert!(merge(found, 0).is_empty());
+        // Partition 0's second record was stamped before its first (two
+        // producers' clocks): it still comes after it.
+        let skewed = vec![at(8, 0, 20), at(3, 0, 21), at(5, 1, 7)];
+        assert_eq!(place(merge(skewed, 3)), [(1, 7), (0, 20), (0, 21)]);
     }
 }
