@@ -5,10 +5,11 @@
 //! with nobody watching, the flusher's and the drains' hooks cost one
 //! atomic load per group or batch. A watcher ([`Tap`]) takes at most
 //! `rate` records a second, spread over the second and over each group
-//! (the rest are counted as `skipped`), into a bounded queue ([`TAP_RECORDS_MAX`] records, [`TAP_BYTES_MAX`] payload
-//! bytes); a record that finds it full is not queued and counted as
-//! `dropped`, so a slow terminal loses lines, never slows a push. The
-//! admin socket's side (the command, the lines) is the runtime's.
+//! (the rest are counted as `skipped`), into a bounded queue
+//! ([`TAP_RECORDS_MAX`] records, [`TAP_BYTES_MAX`] payload bytes); a
+//! record that finds it full is not queued and counted as `dropped`, so
+//! a slow terminal loses lines, never slows a push. The admin socket's
+//! side (the command, the lines) is the runtime's.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
