@@ -45,8 +45,8 @@ fn file_plugin() -> &'static Path {
     BUILT.get_or_init(|| {
         let profile = profile_dir();
         let target = profile.parent().expect("<target>/<profile>").to_path_buf();
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(&cargo)
+        let mut cargo = spillway_test_http::cargo_command();
+        let status = cargo
             .current_dir(workspace_root())
             .args([
                 "build",
@@ -64,7 +64,7 @@ fn file_plugin() -> &'static Path {
                 "could not build the file plugin for these tests: `{} build --release -p \
                  spillway-plugin-file --target-dir {}` gave {other:?} and {} {}; run that command \
                  by hand to see why",
-                Path::new(&cargo).display(),
+                Path::new(cargo.get_program()).display(),
                 target.display(),
                 so.display(),
                 if so.is_file() { "exists" } else { "is missing" },

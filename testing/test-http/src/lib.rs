@@ -14,16 +14,20 @@
 //! test starts itself (a daemon's door, a nats-server), outside the range
 //! the kernel gives outgoing connections. [`TlsFiles`] makes a throw-away
 //! CA and a server certificate for the servers tests run with TLS.
+//! [`cargo_command`] is the `cargo` for a build a test starts (the daemon,
+//! a plugin), without the variables cargo sets for a test process.
 //!
 //! This crate is test equipment: the daemon's own code never depends on it
 //! (the bench, which the binary links behind its `bench` feature, does).
 
+mod cargo;
 mod certs;
 mod exchange;
 pub mod port;
 mod receiver;
 mod serve;
 
+pub use cargo::cargo_command;
 pub use certs::TlsFiles;
 pub use exchange::{Handler, Reply, Request};
 pub use hyper::HeaderMap;

@@ -56,8 +56,8 @@ pub fn plugin_lib(package: &str, lib: &str) -> PathBuf {
             .parent()
             .expect("<target>/release has a parent")
             .to_path_buf();
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let out = Command::new(&cargo)
+        let mut cargo = spillway_test_http::cargo_command();
+        let out = cargo
             .current_dir(workspace_root())
             .args(["build", "--release", "-p", package, "--target-dir"])
             .arg(&target)
@@ -74,7 +74,7 @@ pub fn plugin_lib(package: &str, lib: &str) -> PathBuf {
             Err(e) => panic!(
                 "`{}` could not be run to build the plugin library {}: {e}; \
                  run `cargo build --release -p {package}`",
-                Path::new(&cargo).display(),
+                Path::new(cargo.get_program()).display(),
                 so.display()
             ),
         }

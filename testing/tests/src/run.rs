@@ -20,7 +20,9 @@ use crate::*;
 /// these tests, so the first call in each test process runs
 /// `cargo build --release -p spillway` into the same target folder (a
 /// no-op when it is up to date; cargo's lock serialises concurrent test
-/// processes). That also keeps a stale binary from being tested.
+/// processes; `cargo_command` keeps it one: the test process's own
+/// `CARGO_*` variables would rebuild the crates above ring in every
+/// package's tests). That also keeps a stale binary from being tested.
 pub fn spillway_bin() -> PathBuf {
     static BUILT: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
     BUILT
@@ -39,8 +41,7 @@ fn build_spillway() -> Result<PathBuf, String> {
     };
     let bin = profile_dir.join("spillway");
     let target_dir = profile_dir.parent().expect("profile folder has a parent");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(&cargo)
+    let out = spillway_test_http::cargo_command()
         .args([
             "build",
             "--release",

@@ -24,8 +24,7 @@ const CONTRACT_TIMEOUT: Duration = Duration::from_secs(60);
 /// `cargo <args>` in `dir`, offline, into the shared target folder; panics
 /// with its output when it fails.
 fn cargo(dir: &Path, args: &[&str]) -> String {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
+    let out = spillway_test_http::cargo_command()
         .current_dir(dir)
         .args(args)
         .arg("--offline")
