@@ -152,18 +152,18 @@ impl Tap {
             .lock()
             .unwrap()
             .take(Instant::now(), matching);
-        if allowed == 0 {
-            self.counts.skipped.fetch_add(matching, Ordering::Relaxed);
-            return;
-        }
         self.counts
             .skipped
             .fetch_add(matching - allowed, Ordering::Relaxed);
-        let mut picks = Stride::new(allowed, matching);
-        for (i, (seq, meta, payload)) in records().filter(|(_, meta, _)| wanted(meta)).enumerate() {
-            if picks.picks(i as u64) {
-                self.offer(shard, seq, meta, payload);
-            }
+        if allowed == 0 {
+            return;
+        }
+        let picked = records()
+            .filter(|(_, meta, _)| wanted(meta))
+            .enumerate()
+            .filter(|(i, _)| spread(*i as u64, allowed, matching));
+        for (_, (seq, meta, payload)) in picked {
+            self.offer(shard, seq, meta, payload);
         }
     }
 }
@@ -204,27 +204,10 @@ impl Allowance {
     }
 }
 
-/// Which `k` of `n` records are picked: evenly spaced, the first one
-/// included (record `i` is picked when `i * k / n` moves on).
-struct Stride {
-    k: u64,
-    n: u64,
-    next: u64,
-}
-
-impl Stride {
-    fn new(k: u64, n: u64) -> Stride {
-        Stride { k, n, next: 0 }
-    }
-
-    /// Whether record `i` (asked in order, from 0) is picked.
-    fn picks(&mut self, i: u64) -> bool {
-        if self.next >= self.k || i * self.k < self.next * self.n {
-            return false;
-        }
-        self.next += 1;
-        true
-    }
+/// Whether record `i` of `n` is one of `k` picked evenly spaced, the
+/// first included: `i` is picked when `i * k / n` moves on.
+fn spread(i: u64, k: u64, n: u64) -> bool {
+    k > 0 && (i == 0 || i * k / n != (i - 1) * k / n)
 }
 
 /// The watchers of one shard.
@@ -340,10 +323,7 @@ mod tests {
 
     #[test]
     fn picks_are_spread_over_the_group() {
-        let picked = |k, n| {
-            let mut s = Stride::new(k, n);
-            (0..n).filter(|i| s.picks(*i)).collect::<Vec<u64>>()
-        };
+        let picked = |k, n| (0..n).filter(|i| spread(*i, k, n)).collect::<Vec<u64>>();
         assert_eq!(picked(4, 16), [0, 4, 8, 12]);
         assert_eq!(picked(3, 10), [0, 4, 7]);
         assert_eq!(picked(5, 5), [0, 1, 2, 3, 4]);

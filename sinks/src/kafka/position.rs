@@ -158,7 +158,8 @@ pub(crate) fn read(
     let reader = CommittedReader::new(config, "spillway-position-reader")?;
     let mut found: Option<Position> = None;
     let what = format!("reading the position of {key:?} from {topic}/{partition}");
-    reader.read(topic, partition, Offset::Beginning, wait, &what, |m| {
+    let (_, high) = reader.bounds(topic, partition, wait)?;
+    reader.read(topic, partition, Offset::Beginning, high, wait, &what, |m| {
         if m.key() == Some(key.as_bytes()) {
             found = match m.payload() {
                 // A tombstone: the position was deleted.
@@ -223,7 +224,10 @@ impl CommittedReader {
     }
 
     /// Hands `each` every committed record of `topic`/`partition` from
-    /// `from` up to the partition's end as it was when the read began.
+    /// `from` up to offset `high` (the partition's end as [`bounds`] read
+    /// it when the read began).
+    ///
+    /// [`bounds`]: CommittedReader::bounds
     /// Open transactions hold the committed end back: the read waits up to
     /// `wait` for it to move, then fails, its error starting with `what`.
     pub(crate) fn read(
@@ -231,11 +235,11 @@ impl CommittedReader {
         topic: &str,
         partition: i32,
         from: Offset,
+        high: i64,
         wait: Duration,
         what: &str,
         mut each: impl FnMut(&BorrowedMessage<'_>) -> Result<(), String>,
     ) -> Result<(), String> {
-        let (_, high) = self.bounds(topic, partition, wait)?;
         let mut list = TopicPartitionList::new();
         list.add_partition_offset(topic, partition, from)
             .map_err(|e| e.to_string())?;
