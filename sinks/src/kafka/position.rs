@@ -12,6 +12,7 @@
 //! the dead letters (so a restart between the commit and the local
 //! checkpoint dead-letters them again instead of dropping them).
 
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -158,8 +159,8 @@ pub(crate) fn read(
     let reader = CommittedReader::new(config, "spillway-position-reader")?;
     let mut found: Option<Position> = None;
     let what = format!("reading the position of {key:?} from {topic}/{partition}");
-    let (_, high) = reader.bounds(topic, partition, wait)?;
-    reader.read(topic, partition, Offset::Beginning, high, wait, &what, |m| {
+    let (low, high) = reader.bounds(topic, partition, wait)?;
+    reader.read(topic, partition, low..high, wait, &what, |m| {
         if m.key() == Some(key.as_bytes()) {
             found = match m.payload() {
                 // A tombstone: the position was deleted.
@@ -223,9 +224,9 @@ impl CommittedReader {
             .map_err(|e| format!("reading the end of {topic}/{partition}: {e}"))
     }
 
-    /// Hands `each` every committed record of `topic`/`partition` from
-    /// `from` up to offset `high` (the partition's end as [`bounds`] read
-    /// it when the read began).
+    /// Hands `each` every committed record of `topic`/`partition` in
+    /// `offsets` (its end: the partition's end as [`bounds`] read it when
+    /// the read began).
     ///
     /// [`bounds`]: CommittedReader::bounds
     /// Open transactions hold the committed end back: the read waits up to
@@ -234,21 +235,18 @@ impl CommittedReader {
         &self,
         topic: &str,
         partition: i32,
-        from: Offset,
-        high: i64,
+        offsets: Range<i64>,
         wait: Duration,
         what: &str,
         mut each: impl FnMut(&BorrowedMessage<'_>) -> Result<(), String>,
     ) -> Result<(), String> {
         let mut list = TopicPartitionList::new();
-        list.add_partition_offset(topic, partition, from)
+        let high = offsets.end;
+        list.add_partition_offset(topic, partition, Offset::Offset(offsets.start))
             .map_err(|e| e.to_string())?;
         self.consumer.assign(&list).map_err(|e| e.to_string())?;
         let mut deadline = Instant::now() + wait;
-        let mut next = match from {
-            Offset::Offset(o) => o,
-            _ => 0,
-        };
+        let mut next = offsets.start;
         while next < high {
             if Instant::now() > deadline {
                 return Err(format!(

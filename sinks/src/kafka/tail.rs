@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 
 use rdkafka::message::{Headers, Message};
-use rdkafka::Offset;
 
 use super::client::base_config;
 use super::config::KafkaSettings;
@@ -64,27 +63,19 @@ pub(crate) fn read_back(
             let mut newest: VecDeque<Found> = VecDeque::with_capacity(limit);
             let what = format!("reading the newest records of {topic}/{partition}");
             reader
-                .read(
-                    topic,
-                    partition,
-                    Offset::Offset(from),
-                    high,
-                    wait,
-                    &what,
-                    |m| {
-                        if newest.len() == limit {
-                            newest.pop_front();
-                        }
-                        newest.push_back(Found {
-                            timestamp_ms: m.timestamp().to_millis().unwrap_or(0),
-                            partition,
-                            offset: m.offset(),
-                            record: identity(m),
-                            payload: m.payload().unwrap_or_default().to_vec(),
-                        });
-                        Ok(())
-                    },
-                )
+                .read(topic, partition, from..high, wait, &what, |m| {
+                    if newest.len() == limit {
+                        newest.pop_front();
+                    }
+                    newest.push_back(Found {
+                        timestamp_ms: m.timestamp().to_millis().unwrap_or(0),
+                        partition,
+                        offset: m.offset(),
+                        record: identity(m),
+                        payload: m.payload().unwrap_or_default().to_vec(),
+                    });
+                    Ok(())
+                })
                 .map_err(failed)?;
             if newest.len() >= limit || from == low || widened == WIDENINGS {
                 break newest;
